@@ -16,9 +16,12 @@ _MODULES = [
     "loss",
     "attention",
     "tensor",
+    "indexing",
     "resize",
     "control",
     "quant",
+    "sequence",
+    "signal",
     "misc",
 ]
 
