@@ -1,0 +1,29 @@
+"""The reference backend's declaration: name, capabilities, availability."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from rammer.backend import Backend, Capabilities
+from rammer.ir import SUPPORTED_DTYPES, Graph
+
+from .runtime import ReferenceExecutable
+
+
+class ReferenceBackend(Backend):
+    name = "reference"
+    description = "numpy, op by op: the executable specification and the two-layer baseline"
+    capabilities = Capabilities(
+        ops=None,
+        dtypes=SUPPORTED_DTYPES,
+        rtol=0.0,
+        atol=0.0,
+        device="cpu",
+    )
+    default_priority = 0
+
+    def compile(self, graph: Graph, options: Mapping[str, Any]) -> ReferenceExecutable:
+        unknown = set(options) - {"check"}
+        if unknown:
+            raise TypeError(f"unknown option(s) for the reference backend: {sorted(unknown)} (known: check)")
+        return ReferenceExecutable(graph, check=bool(options.get("check", True)))

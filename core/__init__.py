@@ -1,0 +1,19 @@
+"""rammer: a DL compiler that schedules fine-grained rTasks holistically.
+
+Public API::
+
+    import rammer
+    graph = rammer.load("model.onnx")                # verified static IR
+    model = rammer.compile("model.onnx", backend="cpu")
+    outputs = model({"x": x})
+"""
+
+from __future__ import annotations
+
+from .api import CompiledModel, compile, random_feeds
+from .errors import RammerError
+from .frontend import load
+
+__version__ = "0.1.0"
+
+__all__ = ["CompiledModel", "RammerError", "compile", "load", "random_feeds", "__version__"]

@@ -1,0 +1,121 @@
+"""The public API: ``rammer.load``, ``rammer.compile`` and ``CompiledModel``."""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from . import plugins
+from .backend import Backend, Executable
+from .errors import CompileError, FeedError, RammerError, UnsupportedOpError
+from .frontend import ModelSource, load
+from .ir import Graph, TensorInfo, dtype_name
+
+
+class CompiledModel:
+    """A model compiled for one backend; call it with a dict of feeds."""
+
+    def __init__(self, graph: Graph, backend: Backend, executable: Executable,
+                 options: Mapping[str, Any], compile_seconds: float):
+        self.graph = graph
+        self.backend = backend
+        self.executable = executable
+        self.options = dict(options)
+        self.compile_seconds = compile_seconds
+
+    @property
+    def inputs(self) -> list[TensorInfo]:
+        return list(self.graph.inputs)
+
+    @property
+    def outputs(self) -> list[TensorInfo]:
+        return list(self.graph.outputs)
+
+    def check_feeds(self, feeds: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        """Validated feeds, as arrays; a :class:`FeedError` naming every problem otherwise."""
+        if not isinstance(feeds, Mapping):
+            raise FeedError("feeds must be a dict mapping input names to arrays")
+        expected = {t.name: t for t in self.graph.inputs}
+        problems: list[str] = []
+        missing = [n for n in expected if n not in feeds]
+        if missing:
+            problems.append("missing feed(s) " + ", ".join(f"'{expected[n]}'" for n in missing))
+        unknown = [n for n in feeds if n not in expected]
+        if unknown:
+            problems.append(f"unknown input(s) {unknown} (inputs: {list(expected)})")
+        checked: dict[str, np.ndarray] = {}
+        for name, info in expected.items():
+            if name not in feeds:
+                continue
+            arr = np.asarray(feeds[name])
+            if dtype_name(arr.dtype) != info.dtype:
+                problems.append(
+                    f"input '{name}' is {dtype_name(arr.dtype)} but the model expects {info.dtype} "
+                    f"(convert it with .astype(np.{info.dtype}))"
+                )
+            elif tuple(arr.shape) != info.shape:
+                problems.append(
+                    f"input '{name}' has shape {list(arr.shape)} but the model was compiled for "
+                    f"{list(info.shape)} (recompile with input_shapes={{'{name}': {tuple(arr.shape)}}})"
+                )
+            checked[name] = arr
+        if problems:
+            raise FeedError("; ".join(problems))
+        return checked
+
+    def run(self, feeds: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        return self.executable.run(self.check_feeds(feeds))
+
+    def __call__(self, feeds: Mapping[str, Any] | None = None, **named: Any) -> dict[str, np.ndarray]:
+        merged = dict(feeds or {})
+        merged.update(named)
+        return self.run(merged)
+
+    def random_feeds(self, seed: int = 0) -> dict[str, np.ndarray]:
+        """Inputs of the right shapes and dtypes, drawn from ``seed``."""
+        return random_feeds(self.graph.inputs, seed)
+
+    def __repr__(self) -> str:
+        return f"<CompiledModel {self.graph.name!r} on {self.backend.name!r}: {len(self.graph.nodes)} nodes>"
+
+
+def random_feeds(inputs: Sequence[TensorInfo], seed: int = 0) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    feeds: dict[str, np.ndarray] = {}
+    for t in inputs:
+        dt = t.np_dtype
+        if dt.kind == "f":
+            feeds[t.name] = rng.standard_normal(t.shape).astype(dt)
+        elif dt.kind in "iu":
+            feeds[t.name] = rng.integers(0, 10, size=t.shape).astype(dt)
+        elif dt.kind == "b":
+            feeds[t.name] = rng.random(t.shape) < 0.5
+        else:
+            feeds[t.name] = np.full(t.shape, "a", dtype=object)
+    return feeds
+
+
+def compile(model: ModelSource | Graph, backend: str | None = None,
+            input_shapes: Mapping[str, Sequence[int]] | None = None, **options: Any) -> CompiledModel:
+    """Compile ``model`` (a path, bytes, an ``onnx.ModelProto`` or an IR graph)
+    for ``backend`` (the default backend when None)."""
+    be = plugins.get_backend(backend)
+    graph = model if isinstance(model, Graph) else load(model, input_shapes)
+    bad = be.unsupported_nodes(graph)
+    if bad:
+        ops = sorted({n.op_type for n in bad})
+        raise UnsupportedOpError(
+            f"backend '{be.name}' cannot compile op(s) {', '.join(ops)} (at nodes "
+            f"{', '.join(n.name for n in bad[:5])}{'...' if len(bad) > 5 else ''}); choose another --backend",
+            [(n.op_type, n.domain, n.name) for n in bad],
+        )
+    start = time.perf_counter()
+    try:
+        executable = be.compile(graph, options)
+    except RammerError:
+        raise
+    except Exception as exc:
+        raise CompileError(f"backend '{be.name}' failed to compile '{graph.name}': {type(exc).__name__}: {exc}") from exc
+    return CompiledModel(graph, be, executable, options, time.perf_counter() - start)

@@ -1,0 +1,114 @@
+"""What a backend is, as the core sees it.
+
+A backend is an object registered through the ``rammer.backends`` plugin hook
+(see :mod:`rammer.hookspecs`).  The core reads its :class:`Capabilities` as
+data and calls :meth:`Backend.compile`; it never branches on a backend's name.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import asdict, dataclass, field
+from typing import Any, Mapping, Protocol
+
+import numpy as np
+
+from .ir import Graph, Node
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a backend can do, as data the core, the CLI and the conformance
+    suite read.  Unknown keys go in ``extra``."""
+
+    #: Op types the backend compiles itself; ``None`` means every op in the
+    #: registry (e.g. the reference interpreter).
+    ops: frozenset[str] | None = None
+    #: Ops outside ``ops`` still run through the reference implementation
+    #: between compiled segments.
+    reference_fallback: bool = False
+    dtypes: frozenset[str] = frozenset({"float32"})
+    #: Tolerance of results against the reference backend.
+    rtol: float = 1e-5
+    atol: float = 1e-6
+    #: The kind of device it runs on ("cpu", "gpu", "ipu", "mcu").
+    device: str = "cpu"
+    #: Whether it lowers to rTask schedules (and so has vDevices and rKernels).
+    schedules: bool = False
+    #: Source language of generated code, if it emits source ("python", "cuda", "c"...).
+    emits_source: str | None = None
+    #: Executable that compiles the generated source, if any ("nvcc", "hipcc"...).
+    source_compiler: str | None = None
+    #: Whether compiled programs are cached on disk.
+    compile_cache: bool = False
+    #: vDevice presets the backend knows (first is the default).
+    vdevice_presets: tuple[str, ...] = ()
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["ops"] = None if self.ops is None else sorted(self.ops)
+        d["dtypes"] = sorted(self.dtypes)
+        d["extra"] = dict(self.extra)
+        return d
+
+    def summary(self) -> str:
+        """One short line for tables."""
+        parts = [self.device]
+        parts.append("all ops" if self.ops is None else f"{len(self.ops)} ops")
+        if self.reference_fallback:
+            parts.append("fallback")
+        if self.schedules:
+            parts.append("rTask schedules")
+        if self.emits_source:
+            parts.append(f"emits {self.emits_source}")
+        if self.compile_cache:
+            parts.append("cache")
+        parts.append(",".join(sorted(self.dtypes)))
+        return "; ".join(parts)
+
+
+@dataclass(frozen=True)
+class Availability:
+    ok: bool
+    #: Why not, when ``ok`` is False: a missing package, no device...
+    reason: str = ""
+
+
+class Executable(Protocol):
+    """What a backend's ``compile`` returns: runs validated feeds."""
+
+    def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]: ...
+
+
+class Backend(ABC):
+    """Base class for backends.  Subclasses set the class attributes and
+    implement :meth:`compile`."""
+
+    name: str = ""
+    description: str = ""
+    capabilities: Capabilities = Capabilities()
+    #: Among available backends, the one with the highest priority is the
+    #: default of ``--backend``.
+    default_priority: int = 0
+
+    def availability(self) -> Availability:
+        """Whether the backend can run on this machine, and if not why."""
+        return Availability(True)
+
+    def supports(self, node: Node) -> bool:
+        ops = self.capabilities.ops
+        return ops is None or node.op_type in ops
+
+    def unsupported_nodes(self, graph: Graph) -> list[Node]:
+        if self.capabilities.reference_fallback:
+            return []
+        return [n for n in graph.nodes if not self.supports(n)]
+
+    @abstractmethod
+    def compile(self, graph: Graph, options: Mapping[str, Any]) -> Executable:
+        """Compile a verified graph.  ``options`` are the backend's keyword
+        options from ``rammer.compile(..., **options)``."""
+
+    def __repr__(self) -> str:
+        return f"<backend {self.name!r}>"

@@ -1,0 +1,34 @@
+"""The ONNX frontend: reading, checking and importing models into the IR."""
+
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+import onnx
+
+from ..errors import ModelLoadError
+from ..ir import Graph
+from .onnx_import import import_model, unsupported_ops
+from .source import ModelSource, check_model, read_model
+from .upgrade import prepare_model
+
+__all__ = ["load", "load_proto", "import_model", "unsupported_ops", "ModelSource"]
+
+
+def load_proto(source: ModelSource) -> onnx.ModelProto:
+    """Read, check and normalise a model (opset upgrade, function inlining)."""
+    model, _ = read_model(source)
+    check_model(model)
+    return prepare_model(model)
+
+
+def load(source: ModelSource, input_shapes: Mapping[str, Sequence[int]] | None = None) -> Graph:
+    """Load an ONNX model as a verified, fully static IR graph.
+
+    ``source`` is a path, bytes or an ``onnx.ModelProto``.  Dynamic input
+    dimensions are bound from ``input_shapes`` (name -> shape) or rejected
+    with an error that names the input and the dimension.
+    """
+    graph = import_model(load_proto(source), input_shapes)
+    graph.verify()
+    return graph

@@ -1,0 +1,83 @@
+"""Reading a model: path, bytes or ModelProto -> a checked, safe ModelProto."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Union
+
+import onnx
+from onnx import external_data_helper
+
+from ..errors import ModelLoadError
+
+ModelSource = Union[str, os.PathLike, bytes, onnx.ModelProto]
+
+
+def read_model(source: ModelSource) -> tuple[onnx.ModelProto, Path | None]:
+    """The ModelProto and the folder external data may come from (None for bytes/protos)."""
+    if isinstance(source, onnx.ModelProto):
+        model = onnx.ModelProto()
+        model.CopyFrom(source)  # never edit the caller's proto
+        return model, None
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        return _parse(bytes(source), "<bytes>"), None
+    if isinstance(source, (str, os.PathLike)):
+        path = Path(source)
+        if not path.exists():
+            raise ModelLoadError(f"model file '{path}' does not exist")
+        if path.is_dir():
+            raise ModelLoadError(f"'{path}' is a folder; give the path of an .onnx file")
+        try:
+            data = path.read_bytes()
+        except OSError as exc:
+            raise ModelLoadError(f"cannot read model file '{path}': {exc.strerror}") from None
+        model = _parse(data, str(path))
+        _load_external_data(model, path.resolve().parent)
+        return model, path.resolve().parent
+    raise ModelLoadError(
+        f"cannot load a model from {type(source).__name__}; pass a path, bytes or an onnx.ModelProto"
+    )
+
+
+def _parse(data: bytes, where: str) -> onnx.ModelProto:
+    model = onnx.ModelProto()
+    try:
+        model.ParseFromString(data)
+    except Exception as exc:  # protobuf raises DecodeError, sometimes RuntimeWarning-wrapped
+        raise ModelLoadError(f"{where} is not a valid ONNX model (protobuf parse failed: {exc})") from None
+    if not model.HasField("graph"):
+        raise ModelLoadError(f"{where} is not a valid ONNX model (it has no graph)")
+    return model
+
+
+def _load_external_data(model: onnx.ModelProto, base: Path) -> None:
+    """Load external tensor data, but only from files inside the model's folder."""
+    tensors = [t for t in external_data_helper._get_all_tensors(model) if external_data_helper.uses_external_data(t)]
+    for tensor in tensors:
+        info = {e.key: e.value for e in tensor.external_data}
+        location = info.get("location", "")
+        target = (base / location).resolve()
+        if not location or os.path.isabs(location) or (base != target and base not in target.parents):
+            raise ModelLoadError(
+                f"tensor '{tensor.name}' points to external data '{location}' outside the model's folder "
+                f"'{base}'; rammer loads external data only from files inside that folder"
+            )
+        if not target.is_file():
+            raise ModelLoadError(f"external data file '{location}' of tensor '{tensor.name}' is missing")
+    if tensors:
+        try:
+            external_data_helper.load_external_data_for_model(model, str(base))
+        except Exception as exc:
+            raise ModelLoadError(f"failed to load external data: {exc}") from None
+
+
+def check_model(model: onnx.ModelProto) -> None:
+    try:
+        onnx.checker.check_model(model)
+    except onnx.checker.ValidationError as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else "invalid model"
+        raise ModelLoadError(f"the ONNX checker rejected the model: {first}") from None
+    except ValueError as exc:  # > 2 GiB protos are checked from a path only
+        if "2GB" not in str(exc) and "2 GB" not in str(exc):
+            raise ModelLoadError(f"the ONNX checker rejected the model: {exc}") from None
