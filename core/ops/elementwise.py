@@ -290,8 +290,9 @@ def dropout(
         out, mask = x, np.ones(x.shape, bool)
     else:
         # Training mode: a random mask, kept elements scaled by 1/(1-ratio).
-        rng = np.random.default_rng(ctx.attr("seed", None))
-        mask = rng.uniform(size=x.shape) >= rate
+        # RandomState(seed) is the generator the ONNX test data was drawn with.
+        rng = np.random.RandomState(ctx.attr("seed", None))
+        mask = rng.uniform(0.0, 1.0, x.shape) >= rate
         out = keep(np.where(mask, x / (1.0 - rate), 0), x)
     return (out, mask) if len(ctx.node.outputs) > 1 else out
 
