@@ -8,9 +8,9 @@ import onnx
 
 from ..errors import ModelLoadError
 from ..ir import Graph
-from .onnx_import import import_model, unsupported_ops
+from .onnx_import import import_model, raise_if_unsupported, unsupported_ops
 from .source import ModelSource, check_model, read_model
-from .upgrade import prepare_model
+from .upgrade import inline_functions, upgrade_opset
 
 __all__ = ["load", "load_proto", "import_model", "unsupported_ops", "ModelSource"]
 
@@ -18,8 +18,11 @@ __all__ = ["load", "load_proto", "import_model", "unsupported_ops", "ModelSource
 def load_proto(source: ModelSource) -> onnx.ModelProto:
     """Read, check and normalise a model (opset upgrade, function inlining)."""
     model, _ = read_model(source)
+    model = inline_functions(model)
+    # Before the checker: it stops at the first unknown op, we list them all.
+    raise_if_unsupported(model)
     check_model(model)
-    return prepare_model(model)
+    return upgrade_opset(model)
 
 
 def load(source: ModelSource, input_shapes: Mapping[str, Sequence[int]] | None = None) -> Graph:

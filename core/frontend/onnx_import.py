@@ -288,8 +288,13 @@ def unsupported_ops(model: onnx.ModelProto) -> list[tuple[str, str, str]]:
     return missing
 
 
-def import_model(model: onnx.ModelProto, input_shapes: InputShapes | None = None, fold: bool = True) -> Graph:
-    opset = {("" if o.domain == "ai.onnx" else o.domain): int(o.version) for o in model.opset_import}
+def _opsets(model: onnx.ModelProto) -> dict[str, int]:
+    return {("" if o.domain == "ai.onnx" else o.domain): int(o.version) for o in model.opset_import}
+
+
+def raise_if_unsupported(model: onnx.ModelProto) -> None:
+    """One error listing every unsupported op type with its nodes and opset."""
+    opset = _opsets(model)
     missing = unsupported_ops(model)
     if missing:
         by_op: dict[tuple[str, str], list[str]] = {}
@@ -304,6 +309,11 @@ def import_model(model: onnx.ModelProto, input_shapes: InputShapes | None = None
             + ". Re-export the model with other ops, or add them to the op registry (docs/architecture.md).",
             missing,
         )
+
+
+def import_model(model: onnx.ModelProto, input_shapes: InputShapes | None = None, fold: bool = True) -> Graph:
+    opset = _opsets(model)
+    raise_if_unsupported(model)
     known = {t.name for t in model.graph.input}
     unknown = set(input_shapes or {}) - known
     if unknown:

@@ -19,7 +19,14 @@ def ai_onnx_opset(model: onnx.ModelProto) -> int:
     return 0
 
 
-def prepare_model(model: onnx.ModelProto) -> onnx.ModelProto:
+def inline_functions(model: onnx.ModelProto) -> onnx.ModelProto:
+    if model.functions:
+        # torch.onnx's dynamo exporter emits model-local functions; the IR has none.
+        model = inliner.inline_local_functions(model)
+    return model
+
+
+def upgrade_opset(model: onnx.ModelProto) -> onnx.ModelProto:
     version = ai_onnx_opset(model)
     if 0 < version < MIN_NATIVE_OPSET:
         try:
@@ -29,7 +36,4 @@ def prepare_model(model: onnx.ModelProto) -> onnx.ModelProto:
                 f"the model uses ai.onnx opset {version}; rammer supports {MIN_NATIVE_OPSET} and later and "
                 f"could not upgrade it ({exc}). Re-export it with opset >= {MIN_NATIVE_OPSET}."
             ) from None
-    if model.functions:
-        # torch.onnx's dynamo exporter emits model-local functions; the IR has none.
-        model = inliner.inline_local_functions(model)
     return model
