@@ -9,3 +9,4 @@ from __future__ import annotations
 from . import conv  # noqa: F401
 
 from . import pool  # noqa: F401
+from . import norm  # noqa: F401
