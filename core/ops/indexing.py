@@ -1,0 +1,186 @@
+"""Indexing ops: Slice, Gather, GatherElements, GatherND and the Scatter family.
+
+ONNX indices may be negative (counting from the end of their axis); every op
+here normalizes them once and reports an out-of-range index with the node's
+name instead of numpy's bare IndexError.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import numpy as np
+
+from .registry import OpContext, OutSpec, normalize_axis, register_op, same_as_input
+from .tensor import int_list
+
+
+def _normalized_indices(ctx: OpContext, indices: np.ndarray, dim: int, what: str = "indices") -> np.ndarray:
+    idx = np.asarray(indices).astype(np.int64, copy=False)
+    if idx.size and (idx.min() < -dim or idx.max() >= dim):
+        bad = idx[(idx < -dim) | (idx >= dim)].reshape(-1)[0]
+        raise ctx.fail(f"{what} hold {int(bad)}, out of range for an axis of size {dim}")
+    return np.where(idx < 0, idx + dim, idx)
+
+
+# -- Slice ------------------------------------------------------------------------
+
+
+def _slice_operands(ctx: OpContext, arrays: Sequence[np.ndarray | None] | None) -> tuple[list[int], ...]:
+    """(starts, ends, axes or [], steps or []) from inputs (opset >= 10) or attributes."""
+
+    def operand(i: int, what: str) -> list[int] | None:
+        if not ctx.has_input(i):
+            return None
+        return int_list(ctx.const(i, what) if arrays is None else arrays[i])
+
+    if ctx.has_input(1):
+        starts, ends = operand(1, "starts"), operand(2, "ends")
+        axes, steps = operand(3, "axes"), operand(4, "steps")
+    else:  # opset < 10 attribute form
+        starts, ends = int_list(ctx.attr("starts")), int_list(ctx.attr("ends"))
+        axes, steps = ctx.attr("axes"), None
+        axes = None if axes is None else int_list(axes)
+    return starts or [], ends or [], axes or [], steps or []
+
+
+def slice_plan(ctx: OpContext, shape: tuple[int, ...], operands: tuple[list[int], ...]) -> tuple[tuple[slice, ...], tuple[int, ...]]:
+    """Python slices per axis and the output shape, with ONNX's clamping rules."""
+    starts, ends, axes, steps = operands
+    rank = len(shape)
+    axes = axes or list(range(len(starts)))
+    steps = steps or [1] * len(starts)
+    if not len(starts) == len(ends) == len(axes) == len(steps):
+        raise ctx.fail(f"starts {starts}, ends {ends}, axes {axes} and steps {steps} differ in length")
+    slices = [slice(None)] * rank
+    out = list(shape)
+    seen: set[int] = set()
+    for start, end, axis, step in zip(starts, ends, axes, steps):
+        a = normalize_axis(ctx, axis, rank)
+        if a in seen:
+            raise ctx.fail(f"axes {axes} repeat axis {a}")
+        seen.add(a)
+        if step == 0:
+            raise ctx.fail("a slice step is 0")
+        dim = shape[a]
+        # Negative positions count from the end; then clamp (INT64_MIN/MAX mean "to the edge").
+        start = start + dim if start < 0 else start
+        end = end + dim if end < 0 else end
+        if step > 0:
+            start, end = min(max(start, 0), dim), min(max(end, 0), dim)
+            length = max(0, -(-(end - start) // step))
+        else:
+            start, end = min(max(start, 0), dim - 1), min(max(end, -1), dim - 1)
+            length = max(0, -(-(start - end) // -step)) if dim else 0
+        out[a] = length
+        slices[a] = slice(start, end if end >= 0 else None, step)
+    return tuple(slices), tuple(out)
+
+
+def _infer_slice(ctx: OpContext) -> list[OutSpec]:
+    x = ctx.inputs[0]
+    assert x is not None
+    return [(x.dtype, slice_plan(ctx, x.shape, _slice_operands(ctx, None))[1])]
+
+
+@register_op("Slice", infer=_infer_slice)
+def slice_(ctx: OpContext, x: np.ndarray, *operands: np.ndarray | None) -> np.ndarray:
+    slices, _ = slice_plan(ctx, x.shape, _slice_operands(ctx, (x, *operands)))
+    return x[slices].copy()
+
+
+# -- Gather family -----------------------------------------------------------------------
+
+
+def _infer_gather(ctx: OpContext) -> list[OutSpec]:
+    data, indices = ctx.inputs[0], ctx.inputs[1]
+    assert data is not None and indices is not None
+    axis = normalize_axis(ctx, int(ctx.attr("axis", 0)), len(data.shape))
+    return [(data.dtype, data.shape[:axis] + indices.shape + data.shape[axis + 1 :])]
+
+
+@register_op("Gather", infer=_infer_gather)
+def gather(ctx: OpContext, data: np.ndarray, indices: np.ndarray) -> np.ndarray:
+    axis = normalize_axis(ctx, int(ctx.attr("axis", 0)), data.ndim)
+    idx = _normalized_indices(ctx, indices, data.shape[axis])
+    return np.asarray(np.take(data, idx, axis=axis))
+
+
+def _infer_gather_elements(ctx: OpContext) -> list[OutSpec]:
+    data, indices = ctx.inputs[0], ctx.inputs[1]
+    assert data is not None and indices is not None
+    if len(indices.shape) != len(data.shape):
+        raise ctx.fail(f"indices rank {len(indices.shape)} differs from data rank {len(data.shape)}")
+    normalize_axis(ctx, int(ctx.attr("axis", 0)), len(data.shape))
+    return [(data.dtype, indices.shape)]
+
+
+@register_op("GatherElements", infer=_infer_gather_elements)
+def gather_elements(ctx: OpContext, data: np.ndarray, indices: np.ndarray) -> np.ndarray:
+    axis = normalize_axis(ctx, int(ctx.attr("axis", 0)), data.ndim)
+    idx = _normalized_indices(ctx, indices, data.shape[axis])
+    return np.take_along_axis(data, idx, axis=axis)
+
+
+def _gather_nd_shape(ctx: OpContext, data: tuple[int, ...], indices: tuple[int, ...]) -> tuple[int, ...]:
+    b = int(ctx.attr("batch_dims", 0))
+    if not indices or data[:b] != indices[:b]:
+        raise ctx.fail(f"batch dims of data {list(data)} and indices {list(indices)} differ (batch_dims={b})")
+    k = indices[-1]
+    if b + k > len(data):
+        raise ctx.fail(f"index tuples of length {k} exceed data rank {len(data)} after {b} batch dims")
+    return indices[:-1] + data[b + k :]
+
+
+@register_op(
+    "GatherND",
+    infer=lambda ctx: [(ctx.inputs[0].dtype, _gather_nd_shape(ctx, ctx.inputs[0].shape, ctx.inputs[1].shape))],
+)
+def gather_nd(ctx: OpContext, data: np.ndarray, indices: np.ndarray) -> np.ndarray:
+    out_shape = _gather_nd_shape(ctx, data.shape, indices.shape)
+    b, k = int(ctx.attr("batch_dims", 0)), indices.shape[-1]
+    batch = math.prod(data.shape[:b])
+    flat_data = data.reshape((batch,) + data.shape[b:])
+    flat_idx = indices.reshape(batch, -1, k)
+    coords = [
+        _normalized_indices(ctx, flat_idx[..., j], data.shape[b + j]) for j in range(k)
+    ]
+    batch_ids = np.arange(batch).reshape(batch, 1)
+    return flat_data[(batch_ids, *coords)].reshape(out_shape)
+
+
+# -- Scatter family ----------------------------------------------------------------------
+
+_REDUCERS = {"add": np.add, "mul": np.multiply, "max": np.maximum, "min": np.minimum}
+
+
+def _scatter_into(ctx: OpContext, out: np.ndarray, where: tuple[np.ndarray, ...], updates: np.ndarray) -> np.ndarray:
+    reduction = ctx.attr("reduction", "none")
+    if reduction == "none":
+        out[where] = updates
+    elif reduction in _REDUCERS:
+        _REDUCERS[reduction].at(out, where, updates)
+    else:
+        raise ctx.fail(f"unknown reduction '{reduction}'")
+    return out
+
+
+@register_op(["ScatterElements", "Scatter"], infer=same_as_input)
+def scatter_elements(ctx: OpContext, data: np.ndarray, indices: np.ndarray, updates: np.ndarray) -> np.ndarray:
+    axis = normalize_axis(ctx, int(ctx.attr("axis", 0)), data.ndim)
+    if indices.shape != updates.shape or indices.ndim != data.ndim:
+        raise ctx.fail(f"indices {list(indices.shape)} and updates {list(updates.shape)} must match in shape and rank")
+    where = list(np.indices(indices.shape, sparse=True))
+    where[axis] = _normalized_indices(ctx, indices, data.shape[axis])
+    return _scatter_into(ctx, data.copy(), tuple(where), updates.astype(data.dtype, copy=False))
+
+
+@register_op("ScatterND", infer=same_as_input)
+def scatter_nd(ctx: OpContext, data: np.ndarray, indices: np.ndarray, updates: np.ndarray) -> np.ndarray:
+    k = indices.shape[-1]
+    expected = indices.shape[:-1] + data.shape[k:]
+    if k > data.ndim or updates.shape != expected:
+        raise ctx.fail(f"updates shape {list(updates.shape)} should be {list(expected)}")
+    where = tuple(_normalized_indices(ctx, indices[..., j], data.shape[j]) for j in range(k))
+    return _scatter_into(ctx, data.copy(), where, updates.astype(data.dtype, copy=False))
