@@ -1,0 +1,104 @@
+"""Linear quantization: QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear.
+
+Only integer quantized types numpy has are supported (uint8, int8, uint16,
+int16, and int32 for dequantization); float8 and 4-bit types are rejected by
+the dtype mapping with a clear error.  The scale's shape picks the
+granularity: a scalar (per tensor), a 1-D tensor along ``axis`` (per axis),
+or the input's rank with ``axis`` shrunk by ``block_size`` (blocked).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..dtypes import from_onnx
+from .elementwise import numpy_op
+from .registry import OpContext, OutSpec, normalize_axis
+
+
+def _expand_scale(ctx: OpContext, param: np.ndarray, x_shape: tuple[int, ...]) -> np.ndarray:
+    """Reshape or repeat a scale / zero point so that it broadcasts against x."""
+    param = np.asarray(param)
+    if param.size == 1 and param.ndim <= 1:
+        return param.reshape(())
+    axis = normalize_axis(ctx, int(ctx.attr("axis", 1)), len(x_shape))
+    block = int(ctx.attr("block_size", 0))
+    if param.ndim == 1 and not block:
+        if param.shape[0] != x_shape[axis]:
+            raise ctx.fail(f"per-axis scale has {param.shape[0]} values but axis {axis} of the input has {x_shape[axis]}")
+        return param.reshape([-1 if i == axis else 1 for i in range(len(x_shape))])
+    if param.ndim != len(x_shape) or block <= 0:
+        raise ctx.fail(
+            f"scale of shape {list(param.shape)} fits neither per-tensor, per-axis nor blocked "
+            f"quantization of an input of shape {list(x_shape)} (block_size={block})"
+        )
+    # Blocked: each scale covers block_size consecutive elements along axis.
+    return np.repeat(param, block, axis=axis).take(np.arange(x_shape[axis]), axis=axis)
+
+
+def _saturate(values: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    info = np.iinfo(dtype)
+    return np.clip(values, info.min, info.max).astype(dtype)
+
+
+def _quantized_dtype(ctx: OpContext, zero_point_dtype: str | None) -> str:
+    if zero_point_dtype is not None:
+        return zero_point_dtype
+    output_dtype = int(ctx.attr("output_dtype", 0))
+    return from_onnx(output_dtype, ctx.node.label) if output_dtype else "uint8"
+
+
+def _quantize_infer(ctx: OpContext) -> list[OutSpec]:
+    zp = ctx.inputs[2] if len(ctx.inputs) > 2 else None
+    return [(_quantized_dtype(ctx, zp.dtype if zp is not None else None), ctx.inputs[0].shape)]
+
+
+@numpy_op("QuantizeLinear", infer=_quantize_infer)
+def quantize_linear(
+    ctx: OpContext, x: np.ndarray, scale: np.ndarray, zero_point: np.ndarray | None = None
+) -> np.ndarray:
+    target = np.dtype(_quantized_dtype(ctx, zero_point.dtype.name if zero_point is not None else None))
+    if target.kind not in "iu":
+        raise ctx.fail(f"quantizing to {target} is not supported (integer types only)")
+    # The division runs in the scale's precision (or the 'precision' attribute's).
+    precision = int(ctx.attr("precision", 0))
+    work = np.dtype(from_onnx(precision, ctx.node.label)) if precision else scale.dtype
+    scaled = np.rint(x.astype(work) / _expand_scale(ctx, scale, x.shape).astype(work))
+    if zero_point is not None:
+        scaled = scaled + _expand_scale(ctx, zero_point, x.shape).astype(np.float64)
+    return _saturate(scaled, target)
+
+
+def _dequantize_infer(ctx: OpContext) -> list[OutSpec]:
+    output_dtype = int(ctx.attr("output_dtype", 0))
+    dtype = from_onnx(output_dtype, ctx.node.label) if output_dtype else ctx.inputs[1].dtype
+    return [(dtype, ctx.inputs[0].shape)]
+
+
+@numpy_op("DequantizeLinear", infer=_dequantize_infer)
+def dequantize_linear(
+    ctx: OpContext, x: np.ndarray, scale: np.ndarray, zero_point: np.ndarray | None = None
+) -> np.ndarray:
+    out_dtype = np.dtype(_dequantize_infer(ctx)[0][0])
+    # Subtract in a wide integer type: uint8 - uint8 would wrap.
+    shifted = x.astype(np.int64)
+    if zero_point is not None:
+        shifted = shifted - _expand_scale(ctx, zero_point, x.shape).astype(np.int64)
+    return (shifted.astype(out_dtype) * _expand_scale(ctx, scale, x.shape).astype(out_dtype)).astype(out_dtype)
+
+
+def _dynamic_infer(ctx: OpContext) -> list[OutSpec]:
+    return [("uint8", ctx.inputs[0].shape), ("float32", ()), ("uint8", ())]
+
+
+@numpy_op("DynamicQuantizeLinear", infer=_dynamic_infer)
+def dynamic_quantize_linear(ctx: OpContext, x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    # The range always includes 0 so that 0 is exactly representable.
+    lo = min(0.0, float(x.min())) if x.size else 0.0
+    hi = max(0.0, float(x.max())) if x.size else 0.0
+    scale = np.float32((hi - lo) / 255.0)
+    if scale == 0:
+        return np.zeros(x.shape, np.uint8), np.asarray(scale), np.asarray(0, np.uint8)
+    zero_point = _saturate(np.rint(np.float32(0.0) - np.float32(lo) / scale), np.dtype(np.uint8))
+    y = _saturate(np.rint(x.astype(np.float32) / scale) + zero_point, np.dtype(np.uint8))
+    return y, np.asarray(scale), np.asarray(zero_point)
