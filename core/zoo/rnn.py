@@ -37,7 +37,7 @@ class LSTMParams:
 def lstm_params(b: GraphBuilder, prefix: str, input_size: int, hidden: int) -> LSTMParams:
     """Draw one layer's weights.
 
-    W and R are N(0, 1/fan_in) so gate pre-activations stay O(1) for O(1)
+    W and R have std 1/sqrt(fan_in) so gate pre-activations stay O(1) for O(1)
     inputs; the forget-gate bias starts at 1 (the usual choice) so the cell
     state neither vanishes nor saturates over 100 steps.
     """
