@@ -26,6 +26,9 @@ from ..ops.registry import OpContext, lookup
 #: are cheaper to compute at run time than to keep in the model.
 MAX_FOLD_ELEMENTS = 1 << 24
 
+#: Ops whose outputs depend only on the shapes of their inputs, never on values.
+_SHAPE_ONLY_OPS = frozenset({("", "Shape"), ("", "Size")})
+
 InputShapes = Mapping[str, Sequence[int]]
 
 
@@ -201,6 +204,10 @@ def _import_graph(g: onnx.GraphProto, input_shapes: InputShapes, parent: _Scope 
                 raise ShapeError(f"{label}: inference gave {len(specs)} outputs, the node has {len(outs)}")
             dt, shape = specs[i]
             out_infos[oname] = TensorInfo(oname, dt, tuple(int(d) for d in shape))
+        if fold and (node.domain, node.op_type) in _SHAPE_ONLY_OPS and all(in_infos):
+            # Their outputs depend on static shapes only: stand-in arrays of
+            # the right shape (no memory: broadcast views of one zero) suffice.
+            in_values = [np.broadcast_to(np.zeros((), i.np_dtype), i.shape) for i in in_infos if i]
         folded = fold and op.foldable and _all_const(node, in_values) and not _captures_dynamic(node, scope)
         if folded and sum(math.prod(i.shape) for i in out_infos.values()) <= MAX_FOLD_ELEMENTS:
             values = _evaluate(op, ctx, in_values, label)
