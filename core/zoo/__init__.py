@@ -63,27 +63,28 @@ class ZooEntry:
 
 
 def _entries() -> list[ZooEntry]:
-    table: list[tuple[str, str, _Builder, object, object]] = [
+    # (name, description, small variant's description, builder, full config, small config)
+    table: list[tuple[str, str, str, _Builder, object, object]] = [
         (
             "lstm-tc", "LSTM-TC: 10 LSTM layers x 100 steps, hidden 256, unrolled",
-            build_lstm_tc, LSTMTCConfig(),
+            "2 layers x 5 steps, hidden 32", build_lstm_tc, LSTMTCConfig(),
             LSTMTCConfig(layers=2, steps=5, hidden=32, input_size=32),
         ),
         (
             "seq2seq", "Seq2Seq: LSTM encoder 8x100 steps, decoder 4x30 steps, hidden 128",
-            build_seq2seq, Seq2SeqConfig(),
+            "encoder 3x5 steps, decoder 2x3 steps, hidden 16", build_seq2seq, Seq2SeqConfig(),
             Seq2SeqConfig(
                 encoder_layers=3, encoder_steps=5, decoder_layers=2, decoder_steps=3, hidden=16
             ),
         ),
         (
             "nasnet", "NASNet-A (CIFAR, N=6, F=32): 18 normal + 2 reduction cells",
-            build_nasnet, NASNetConfig(),
+            "N=1, F=8, 16x16 input", build_nasnet, NASNetConfig(),
             NASNetConfig(image=16, cells_per_stage=1, filters=8),
         ),
         (
             "resnext", "ResNeXt-29 (16x64d) for CIFAR, 32x32 input",
-            build_resnext, ResNeXtConfig(),
+            "ResNeXt-11 (4x4d), 16x16 input", build_resnext, ResNeXtConfig(),
             ResNeXtConfig(
                 image=16, stem=16, stage_channels=(32, 64, 128), blocks_per_stage=1,
                 cardinality=4, width=4,
@@ -91,7 +92,7 @@ def _entries() -> list[ZooEntry]:
         ),
         (
             "alexnet", "AlexNet: 5 conv + 3 max-pool + 3 FC, 227x227 input, 1000 classes",
-            build_alexnet, AlexNetConfig(),
+            "8-24 channels, 16x16 input, 10 classes", build_alexnet, AlexNetConfig(),
             AlexNetConfig(
                 image=16,
                 convs=(
@@ -103,6 +104,7 @@ def _entries() -> list[ZooEntry]:
         ),
         (
             "deepspeech2", "DeepSpeech2: 2 conv + 7 LSTM layers x 75 steps (hidden 256) + FC",
+            "21x20 spectrogram, 2 LSTM layers x 10 steps, hidden 32",
             build_deepspeech2, DeepSpeech2Config(),
             DeepSpeech2Config(
                 freq=21, time=20,
@@ -112,11 +114,11 @@ def _entries() -> list[ZooEntry]:
         ),
     ]
     entries = []
-    for name, description, builder, full, small in table:
+    for name, description, small_description, builder, full, small in table:
         entries.append(ZooEntry(name, description, False, name, partial(builder, full)))
         entries.append(
             ZooEntry(
-                f"{name}-small", f"toy-size {name} (same structure), for tests", True, name,
+                f"{name}-small", f"{name} at toy size: {small_description}", True, name,
                 partial(builder, small),
             )
         )
