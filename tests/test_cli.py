@@ -1,0 +1,107 @@
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+from rammer.cli import main
+
+from helpers import add_relu_model, make_model
+
+
+@pytest.fixture
+def model_path(tmp_path):
+    path = tmp_path / "m.onnx"
+    onnx.save(add_relu_model(), str(path))
+    return str(path)
+
+
+def test_backends_table(capsys):
+    assert main(["backends"]) == 0
+    out = capsys.readouterr().out
+    assert "reference" in out and "available" in out
+
+
+def test_backends_json(capsys):
+    assert main(["backends", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    ref = next(b for b in data if b["name"] == "reference")
+    assert ref["available"] is True and ref["capabilities"]["ops"] is None
+
+
+def test_run_prints_outputs_and_latency_and_saves(model_path, tmp_path, capsys):
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    np.save(tmp_path / "x.npy", x)
+    out_file = tmp_path / "out.npz"
+    rc = main(["run", model_path, "--backend", "reference", "--input", f"x={tmp_path / 'x.npy'}",
+               "--repeat", "3", "--output", str(out_file), "--seed", "1"])
+    assert rc == 0
+    out = capsys.readouterr().out
+    assert "output r: float32[2, 3]" in out and "latency: median" in out
+    saved = np.load(out_file)["r"]
+    assert saved.shape == (2, 3) and (saved >= 0).all()
+    assert not [p for p in os.listdir(tmp_path) if p.endswith(".tmp")]
+
+
+def test_inspect(model_path, capsys):
+    assert main(["inspect", model_path]) == 0
+    out = capsys.readouterr().out
+    assert "2 nodes" in out and "Add" in out and "FLOPs" in out
+
+
+@pytest.mark.parametrize(
+    "argv_tail, message",
+    [
+        (["/nonexistent/model.onnx"], "does not exist"),
+        (["--backend", "nope"], "unknown backend 'nope'"),
+        (["--input", "x=/nonexistent.npy"], "cannot read"),
+    ],
+)
+def test_errors_are_one_line_without_traceback(model_path, argv_tail, message, capsys):
+    argv = ["run"] + ([model_path] if not argv_tail[0].startswith("/") else []) + argv_tail
+    assert main(argv) != 0
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_wrong_input_shape_is_reported(model_path, tmp_path, capsys):
+    np.save(tmp_path / "bad.npy", np.zeros((4, 4), np.float32))
+    assert main(["run", model_path, "-b", "reference", "--input", f"x={tmp_path / 'bad.npy'}"]) != 0
+    assert "'x' has shape [4, 4]" in capsys.readouterr().err
+
+
+def test_malformed_protobuf(tmp_path, capsys):
+    bad = tmp_path / "bad.onnx"
+    bad.write_bytes(b"\x00\xffnot a model")
+    assert main(["run", str(bad), "-b", "reference"]) != 0
+    assert "not a valid ONNX model" in capsys.readouterr().err
+
+
+def test_unsupported_ops_are_all_listed(tmp_path, capsys):
+    model = make_model(
+        [helper.make_node("FooOp", ["x"], ["a"], name="foo1"), helper.make_node("BarOp", ["a"], ["b"], name="bar1"),
+         helper.make_node("FooOp", ["b"], ["c"], name="foo2")],
+        [("x", TensorProto.FLOAT, [2])], [("c", TensorProto.FLOAT, [2])],
+    )
+    path = tmp_path / "u.onnx"
+    path.write_bytes(model.SerializeToString())
+    assert main(["run", str(path), "-b", "reference"]) != 0
+    err = capsys.readouterr().err
+    assert "2 unsupported op type(s)" in err
+    assert "FooOp (opset 17) at nodes foo1, foo2" in err and "BarOp" in err and "bar1" in err
+
+
+def test_debug_shows_traceback(capsys):
+    assert main(["--debug", "run", "/nonexistent.onnx"]) != 0
+    assert "Traceback" in capsys.readouterr().err
+
+
+def test_console_script_entry_point():
+    proc = subprocess.run([sys.executable, "-m", "rammer.cli", "backends"], capture_output=True, text=True)
+    assert proc.returncode == 0 and "reference" in proc.stdout
