@@ -303,17 +303,33 @@ def dropout(
 # -- casts -----------------------------------------------------------------
 
 
+def _parse_number(text: str, integer: bool) -> float | int:
+    # Python's float() reads "NaN", "INF", "-inf", "1e-3"... as ONNX wants;
+    # integers are parsed exactly when they are written as integers.
+    if integer:
+        try:
+            return int(text)
+        except ValueError:
+            return int(float(text))  # "100.5" -> 100, truncating like a float cast
+    return float(text)
+
+
 def cast_to(x: np.ndarray, dtype: str) -> np.ndarray:
     """ONNX Cast: floats truncate toward zero into ints; strings parse/print."""
     target = np_dtype(dtype)
     if dtype == "object":
-        return x.astype(np.str_).astype(object)
+        # bool prints as "1"/"0" (onnxruntime does so); numbers in shortest form.
+        printable = x.astype(np.uint8) if x.dtype == bool else x
+        return printable.astype(np.str_).astype(object)
     if x.dtype == object:
-        # Python's float() parses "NaN", "INF", "-inf", "1e-3"..., as ONNX wants.
-        as_float = np.array([float(s) for s in x.ravel()], dtype=np.float64).reshape(x.shape)
+        integer = target.kind in "iu"
+        parsed = [_parse_number(str(s), integer) for s in x.ravel()]
         if target.kind == "b":
-            return as_float != 0
-        return as_float.astype(target)
+            return (np.array(parsed, dtype=np.float64) != 0).reshape(x.shape)
+        if integer:  # through the 64-bit type, so that narrowing wraps as ONNX says
+            wide = np.array(parsed, dtype=object).astype(np.int64 if target.kind == "i" else np.uint64)
+            return wide.astype(target).reshape(x.shape)
+        return np.array(parsed, dtype=np.float64).astype(target).reshape(x.shape)
     return x.astype(target)
 
 

@@ -137,6 +137,10 @@ def test_cast_truncates_floats_and_handles_strings() -> None:
     assert s.dtype == object and list(s) == ["1.5", "-2.0"]
     (back,) = run_op("Cast", np.array(["1.5", "NaN", "-INF"], dtype=object), to=TensorProto.FLOAT)
     assert back.dtype == np.float32 and back[0] == 1.5 and np.isnan(back[1]) and back[2] == -np.inf
+    (big,) = run_op("Cast", np.array(["9007199254740993", "100.7"], dtype=object), to=TensorProto.INT64)
+    same(big, np.array([9007199254740993, 100], np.int64))  # exact, not through float64
+    (flags,) = run_op("Cast", np.array([True, False]), to=TensorProto.STRING)
+    assert list(flags) == ["1", "0"]
     (like,) = run_op("CastLike", np.array([3.7], np.float64), np.zeros(0, np.uint8))
     same(like, np.array([3], np.uint8))
     with pytest.raises(ShapeError, match="BFLOAT16"):
