@@ -1,4 +1,4 @@
-"""Resize (and the deprecated Upsample): nearest, linear and cubic interpolation.
+"""Resampling: Resize (and the deprecated Upsample), GridSample and AffineGrid.
 
 Interpolation is separable, so an N-D resize is a sequence of 1-D resizes, one
 per resized axis.  For each axis we build a small *tap table*: for every output
@@ -22,6 +22,7 @@ rounded and saturated), like the ONNX reference implementation.
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 
@@ -259,3 +260,131 @@ def resize(ctx: OpContext, x: np.ndarray, *rest: np.ndarray | None) -> np.ndarra
 @register_op("Upsample", infer=_infer_resize)
 def upsample(ctx: OpContext, x: np.ndarray, *rest: np.ndarray | None) -> np.ndarray:
     return resize_array(ctx, x, [x, *rest])
+
+
+# -- GridSample / AffineGrid --------------------------------------------------------
+#
+# GridSample reads X at normalized coordinates in [-1, 1] given by a grid whose
+# last axis lists them innermost-dimension first (x = width, y = height, ...).
+# Each spatial dim contributes taps (indices, weights) as in Resize; the taps of
+# all dims are combined by an outer product.
+
+
+def _reflect(x: np.ndarray, lo: float, hi: float) -> np.ndarray:
+    """Fold coordinates into [lo, hi] by mirroring at the borders."""
+    span = hi - lo
+    if span <= 0:
+        return np.full_like(x, lo)
+    below, above = x < lo, x > hi
+    dist = np.where(below, lo - x, np.where(above, x - hi, 0.0))
+    flips = np.floor(dist / span)
+    rest = dist - flips * span
+    even = flips % 2 == 0
+    from_lo, from_hi = lo + rest, hi - rest
+    return np.where(below, np.where(even, from_lo, from_hi), np.where(above, np.where(even, from_hi, from_lo), x))
+
+
+def _grid_taps(ctx: OpContext, x: np.ndarray, length: int, mode: str, padding: str, align: bool):
+    """(indices, weights, valid) of shape (..., taps) for one spatial dim."""
+    lo, hi = (0.0, length - 1.0) if align else (-0.5, length - 0.5)
+    if mode == "nearest":
+        x = np.rint(x)  # round half to even, as PyTorch and the ONNX reference do
+    outside = (x < lo) | (x > hi)
+    if padding == "border":
+        x = np.where(outside, np.clip(x, 0, length - 1), x)
+    elif padding == "reflection":
+        x = np.where(outside, _reflect(x, lo, hi), x)
+    elif padding != "zeros":
+        raise ctx.fail(f"unknown padding_mode '{padding}'")
+    if mode == "nearest":
+        idx, weights = np.trunc(x)[..., None], np.ones(x.shape + (1,))
+    else:
+        base = np.floor(x)
+        t = x - base
+        if mode == "linear":
+            offsets, weights = np.array([0.0, 1.0]), np.stack([1 - t, t], axis=-1)
+        elif mode == "cubic":
+            offsets = np.array([-1.0, 0.0, 1.0, 2.0])
+            weights = _cubic_kernel(offsets - t[..., None], -0.75)
+        else:
+            raise ctx.fail(f"unknown mode '{mode}'")
+        idx = base[..., None] + offsets
+    # Taps that land outside the image read 0 (zeros), the edge (border) or a mirror (reflection).
+    if padding == "zeros":
+        valid = (idx >= 0) & (idx <= length - 1)
+    else:
+        valid = np.ones(idx.shape, dtype=bool)
+        if padding == "reflection":
+            idx = _reflect(idx, lo, hi)
+    return np.clip(idx, 0, length - 1).astype(np.int64), weights, valid
+
+
+def _infer_grid_sample(ctx: OpContext) -> list[OutSpec]:
+    x, grid = ctx.inputs[0], ctx.inputs[1]
+    assert x is not None and grid is not None
+    nd = len(x.shape) - 2
+    if nd < 1 or grid.shape != (x.shape[0], *grid.shape[1:-1], nd) or len(grid.shape) != nd + 2:
+        raise ctx.fail(f"grid {list(grid.shape)} must be [N, *out_spatial, {nd}] for input {list(x.shape)}")
+    return [(x.dtype, (x.shape[0], x.shape[1], *grid.shape[1:-1]))]
+
+
+@register_op("GridSample", infer=_infer_grid_sample)
+def grid_sample(ctx: OpContext, x: np.ndarray, grid: np.ndarray) -> np.ndarray:
+    mode = {"bilinear": "linear", "bicubic": "cubic"}.get(ctx.attr("mode", "bilinear"), ctx.attr("mode", "bilinear"))
+    padding = ctx.attr("padding_mode", "zeros")
+    align = bool(int(ctx.attr("align_corners", 0)))
+    n, c, *spatial = x.shape
+    nd = len(spatial)
+    g = grid.astype(np.float64)
+    taps = []
+    for d, length in enumerate(spatial):
+        coord = g[..., nd - 1 - d]  # the grid lists the innermost dim first
+        coord = (coord + 1) / 2 * (length - 1) if align else ((coord + 1) * length - 1) / 2
+        taps.append(_grid_taps(ctx, coord, length, mode, padding, align))
+    out_spatial = grid.shape[1:-1]
+    batch = np.arange(n).reshape((n,) + (1,) * len(out_spatial))
+    acc = np.zeros((n, *out_spatial, c))
+    for combo in itertools.product(*[range(t[0].shape[-1]) for t in taps]):
+        weight = np.ones((n, *out_spatial))
+        index = []
+        for (idx, w, valid), k in zip(taps, combo):
+            weight = weight * w[..., k] * valid[..., k]
+            index.append(idx[..., k])
+        # Advanced indices around a slice put the channel axis last.
+        values = x[(batch, slice(None), *index)].astype(np.float64)
+        acc += values * weight[..., None]
+    return _cast_back(np.moveaxis(acc, -1, 1), x.dtype)
+
+
+def _base_grid_axis(length: int, align: bool) -> np.ndarray:
+    if align:
+        return np.linspace(-1.0, 1.0, length) if length > 1 else np.array([-1.0])
+    return (2 * np.arange(length) + 1) / length - 1
+
+
+def _affine_sizes(ctx: OpContext, size: np.ndarray, theta_shape: tuple[int, ...]) -> list[int]:
+    dims = int_list(size)
+    nd = len(dims) - 2
+    if nd not in (2, 3) or theta_shape != (dims[0], nd, nd + 1):
+        raise ctx.fail(f"size {dims} and theta {list(theta_shape)} must be (N, C, [D,] H, W) and (N, {nd}, {nd + 1})")
+    return dims
+
+
+def _infer_affine_grid(ctx: OpContext) -> list[OutSpec]:
+    theta = ctx.inputs[0]
+    assert theta is not None
+    dims = _affine_sizes(ctx, ctx.const(1, "size"), theta.shape)
+    return [(theta.dtype, (dims[0], *dims[2:], len(dims) - 2))]
+
+
+@register_op("AffineGrid", infer=_infer_affine_grid)
+def affine_grid(ctx: OpContext, theta: np.ndarray, size: np.ndarray) -> np.ndarray:
+    dims = _affine_sizes(ctx, size, theta.shape)
+    spatial = dims[2:]
+    align = bool(int(ctx.attr("align_corners", 0)))
+    axes = [_base_grid_axis(s, align) for s in spatial]
+    mesh = np.meshgrid(*axes, indexing="ij")  # one array per spatial dim, outermost first
+    # Homogeneous points (x, y, [z], 1): innermost dim first, like GridSample's grid.
+    points = np.stack([*mesh[::-1], np.ones(spatial)], axis=-1)
+    grid = np.einsum("nij,...j->n...i", theta.astype(np.float64), points)
+    return grid.astype(theta.dtype)
