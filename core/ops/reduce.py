@@ -4,7 +4,8 @@ The ``axes`` of the Reduce* ops moved from an attribute to an optional
 second input: in opset 13 for ReduceSum, in opset 18 for the others.  Both
 forms are accepted whatever the opset says, since converted models sometimes
 mix them.  An empty ``axes`` reduces over everything, unless
-``noop_with_empty_axes`` is set, in which case the op is the identity.
+``noop_with_empty_axes`` is set, in which case nothing is reduced but the
+elementwise part still applies (ReduceSumSquare squares, ReduceL1 takes abs).
 """
 
 from __future__ import annotations
@@ -16,20 +17,18 @@ import numpy as np
 from .elementwise import keep, numpy_op
 from .registry import OpContext, OutSpec, normalize_axis, same_as_input
 
-Axes = tuple[int, ...] | None  # None: the op is the identity (noop_with_empty_axes)
-
-
-def _axes_from(ctx: OpContext, rank: int, axes_input: np.ndarray | None) -> Axes:
+def _axes_from(ctx: OpContext, rank: int, axes_input: np.ndarray | None) -> tuple[int, ...]:
+    """The axes to reduce; () with noop_with_empty_axes and no axes given."""
     if axes_input is not None:
         raw = [int(a) for a in np.asarray(axes_input).reshape(-1)]
     else:
         raw = [int(a) for a in (ctx.attr("axes", None) or [])]
     if not raw:
-        return None if ctx.attr("noop_with_empty_axes", 0) else tuple(range(rank))
+        return () if ctx.attr("noop_with_empty_axes", 0) else tuple(range(rank))
     return tuple(sorted({normalize_axis(ctx, a, rank) for a in raw}))
 
 
-def _infer_axes(ctx: OpContext) -> Axes:
+def _infer_axes(ctx: OpContext) -> tuple[int, ...]:
     rank = len(ctx.inputs[0].shape)
     axes_input = ctx.const(1, "axes") if ctx.has_input(1) else None
     return _axes_from(ctx, rank, axes_input)
@@ -38,8 +37,6 @@ def _infer_axes(ctx: OpContext) -> Axes:
 def _reduce_infer(ctx: OpContext) -> list[OutSpec]:
     x = ctx.inputs[0]
     axes = _infer_axes(ctx)
-    if axes is None:
-        return [(x.dtype, x.shape)]
     if ctx.attr("keepdims", 1):
         shape = tuple(1 if i in axes else d for i, d in enumerate(x.shape))
     else:
@@ -101,10 +98,8 @@ _REDUCERS: dict[str, Reducer] = {
 def _register_reduce(op_type: str, reducer: Reducer) -> None:
     @numpy_op(op_type, infer=_reduce_infer)
     def compute(ctx: OpContext, x: np.ndarray, axes_input: np.ndarray | None = None) -> np.ndarray:
-        axes = _axes_from(ctx, x.ndim, axes_input)
-        if axes is None:
-            return x
-        return keep(reducer(x, axes, bool(ctx.attr("keepdims", 1))), x)
+        # numpy reduces over no axis at all for axis=(), as noop_with_empty_axes wants.
+        return keep(reducer(x, _axes_from(ctx, x.ndim, axes_input), bool(ctx.attr("keepdims", 1))), x)
 
 
 for _op_type, _reducer in _REDUCERS.items():

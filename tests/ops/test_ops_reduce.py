@@ -52,6 +52,11 @@ def test_empty_axes_reduce_all_or_noop() -> None:
     assert everything.shape == (1, 1, 1) and everything.item() == X.sum()
     (unchanged,) = run_op("ReduceMax", X, axes(), noop_with_empty_axes=1)
     np.testing.assert_array_equal(unchanged, X)
+    # "No reduction" still applies the elementwise part of the op.
+    (squared,) = run_op("ReduceSumSquare", X, noop_with_empty_axes=1)
+    np.testing.assert_array_equal(squared, X * X)
+    (absolute,) = run_op("ReduceL1", X, axes(), noop_with_empty_axes=1, keepdims=0)
+    np.testing.assert_array_equal(absolute, np.abs(X))
     (no_input,) = run_op("ReduceProd", np.array([[2, 3], [4, 5]], np.int32), keepdims=0)
     assert no_input.dtype == np.int32 and no_input.shape == () and no_input == 120
 
