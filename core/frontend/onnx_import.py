@@ -1,16 +1,15 @@
 """ONNX -> IR: static shapes, constant folding, one clear error per problem.
 
-The import walks the nodes in topological order once.  For each node it asks
-the op registry for output dtypes and shapes (with the values of constant
-inputs at hand, so shape computations like ``Shape -> Gather -> Concat ->
-Reshape`` resolve), and evaluates the node right away with the reference
-implementation when all its inputs are constants (constant folding).  What
-is left is a fully static graph.
+The import walks the nodes of each graph in topological order once and hands
+them to a :class:`~.builder.GraphBuilder`, which infers shapes and folds
+constants (see builder.py).  Two kinds of nodes are handled here instead:
+sequence ops, lowered to tensor ops (sequences.py), and ``If`` nodes whose
+condition is a constant, whose taken branch is inlined (exporters emit those
+for shape checks).  What is left is a fully static graph.
 """
 
 from __future__ import annotations
 
-import math
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -18,16 +17,13 @@ import onnx
 from onnx import numpy_helper
 
 from .. import dtypes
-from ..errors import ModelLoadError, RammerError, ShapeError, UnsupportedOpError
-from ..ir import Graph, Node, TensorInfo, dtype_name, outer_names
-from ..ops.registry import OpContext, lookup
+from ..errors import ModelLoadError, ShapeError, UnsupportedOpError
+from ..ir import Graph, Node, TensorInfo
+from ..ops.registry import lookup
+from .builder import MAX_FOLD_ELEMENTS, GraphBuilder, Scope
+from .sequences import LOWERED_OPS, lower
 
-#: Folding is skipped for outputs larger than this (elements): such constants
-#: are cheaper to compute at run time than to keep in the model.
-MAX_FOLD_ELEMENTS = 1 << 24
-
-#: Ops whose outputs depend only on the shapes of their inputs, never on values.
-_SHAPE_ONLY_OPS = frozenset({("", "Shape"), ("", "Size")})
+__all__ = ["MAX_FOLD_ELEMENTS", "import_model", "raise_if_unsupported", "unsupported_ops"]
 
 InputShapes = Mapping[str, Sequence[int]]
 
@@ -46,7 +42,7 @@ def _tensor_value(t: onnx.TensorProto, where: str) -> np.ndarray:
     return arr
 
 
-def _attr_value(attr: onnx.AttributeProto, where: str, scope: _Scope) -> Any:
+def _attr_value(attr: onnx.AttributeProto, where: str, builder: GraphBuilder) -> Any:
     A = onnx.AttributeProto
     if attr.ref_attr_name:
         raise ModelLoadError(f"{where}: attribute '{attr.name}' refers to a function attribute; inline the function")
@@ -67,43 +63,12 @@ def _attr_value(attr: onnx.AttributeProto, where: str, scope: _Scope) -> Any:
     if attr.type == A.TENSORS:
         return [_tensor_value(t, f"{where} attribute '{attr.name}'") for t in attr.tensors]
     if attr.type == A.GRAPH:
-        return _import_graph(attr.g, {}, scope, f"{where} attribute '{attr.name}'")
+        return _import_graph(attr.g, {}, builder, f"{where} attribute '{attr.name}'")
     if attr.type == A.GRAPHS:
-        return [_import_graph(g, {}, scope, f"{where} attribute '{attr.name}'") for g in attr.graphs]
+        return [_import_graph(g, {}, builder, f"{where} attribute '{attr.name}'") for g in attr.graphs]
     if attr.type == A.TYPE_PROTO:
         return attr.tp
     raise ModelLoadError(f"{where}: attribute '{attr.name}' has unsupported type {A.AttributeType.Name(attr.type)}")
-
-
-# -- scopes -------------------------------------------------------------------
-
-
-class _Scope:
-    """Tensor infos and constant values visible at a point of the import."""
-
-    def __init__(self, parent: _Scope | None, opset: Mapping[str, int]):
-        self.parent = parent
-        self.opset = opset
-        self.infos: dict[str, TensorInfo] = {}
-        self.consts: dict[str, np.ndarray] = {}
-
-    def info(self, name: str) -> TensorInfo | None:
-        s: _Scope | None = self
-        while s is not None:
-            if name in s.infos:
-                return s.infos[name]
-            s = s.parent
-        return None
-
-    def const(self, name: str) -> np.ndarray | None:
-        s: _Scope | None = self
-        while s is not None:
-            if name in s.consts:
-                return s.consts[name]
-            if name in s.infos:
-                return None  # shadowed by a non-constant
-            s = s.parent
-        return None
 
 
 # -- graph import ---------------------------------------------------------------
@@ -146,132 +111,87 @@ def _value_info(vi: onnx.ValueInfoProto, input_shapes: InputShapes, where: str) 
     return TensorInfo(vi.name, dtype, tuple(shape))
 
 
-def _import_graph(g: onnx.GraphProto, input_shapes: InputShapes, parent: _Scope | None, where: str,
-                  opset: Mapping[str, int] | None = None, fold: bool = True) -> Graph:
-    scope = _Scope(parent, opset if opset is not None else (parent.opset if parent else {}))
-    is_subgraph = parent is not None
-    initializers: dict[str, np.ndarray] = {}
-    for t in g.initializer:
-        arr = _tensor_value(t, f"initializer '{t.name}'")
-        initializers[t.name] = arr
-        scope.infos[t.name] = TensorInfo(t.name, dtype_name(arr.dtype), arr.shape)
-        scope.consts[t.name] = arr
-    if g.sparse_initializer:
-        raise ModelLoadError(f"{where}: sparse initializers are not supported")
+def _all_names(g: onnx.GraphProto, into: set[str]) -> set[str]:
+    """Every tensor name defined in ``g`` and its subgraphs (fresh names avoid them)."""
+    into.update(vi.name for vi in g.input)
+    into.update(t.name for t in g.initializer)
+    for n in g.node:
+        into.update(n.output)
+        for a in n.attribute:
+            for sub in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
+                _all_names(sub, into)
+    return into
 
+
+def _import_graph(g: onnx.GraphProto, input_shapes: InputShapes, parent: GraphBuilder | None, where: str,
+                  opset: Mapping[str, int] | None = None, fold: bool = True) -> Graph:
+    scope = Scope(parent.scope if parent else None, opset if opset is not None else parent.scope.opset)  # type: ignore[union-attr]
+    taken = parent._taken if parent else _all_names(g, set())
+    b = GraphBuilder(scope, {vi.name for vi in g.output}, fold, taken)
+    _add_initializers(b, g, where)
     inputs: list[TensorInfo] = []
     for vi in g.input:
-        if vi.name in initializers:
+        if vi.name in b.initializers:
             continue  # IR < 4: initializers listed as inputs are constants here
-        info = _value_info(vi, input_shapes, "subgraph input" if is_subgraph else "graph input")
+        info = _value_info(vi, input_shapes, "subgraph input" if parent else "graph input")
         inputs.append(info)
         scope.infos[vi.name] = info
-
-    nodes: list[Node] = []
-    for index, np_ in enumerate(g.node):
-        name = np_.name or f"{np_.op_type}_{index}"
-        label = f"node '{name}' ({np_.op_type})"
-        attrs = {a.name: _attr_value(a, label, scope) for a in np_.attribute}
-        node = Node(np_.op_type, tuple(np_.input), tuple(np_.output), name, np_.domain, attrs)
-        op = lookup(node.op_type, node.domain)
-        if op is None:  # _check_supported runs first at top level; subgraphs land here
-            raise UnsupportedOpError(f"{label}: op {node.domain or 'ai.onnx'}::{node.op_type} is not supported")
-        in_infos: list[TensorInfo | None] = []
-        in_values: list[np.ndarray | None] = []
-        for tname in node.inputs:
-            if not tname:
-                in_infos.append(None)
-                in_values.append(None)
-                continue
-            info = scope.info(tname)
-            if info is None:
-                raise ModelLoadError(f"{label} reads tensor '{tname}', which is not defined before it")
-            in_infos.append(info)
-            in_values.append(scope.const(tname))
-        ctx = OpContext(node, scope.opset.get(node.domain or "", 1), in_infos, in_values, run_graph=_fold_run_graph)
-        try:
-            specs = list(op.infer(ctx))
-        except RammerError:
-            raise
-        except Exception as exc:
-            raise ShapeError(f"{label}: shape inference failed ({type(exc).__name__}: {exc})") from exc
-        outs = list(node.outputs)
-        out_infos: dict[str, TensorInfo] = {}
-        for i, oname in enumerate(outs):
-            if not oname:
-                continue
-            if i >= len(specs):
-                raise ShapeError(f"{label}: inference gave {len(specs)} outputs, the node has {len(outs)}")
-            dt, shape = specs[i]
-            out_infos[oname] = TensorInfo(oname, dt, tuple(int(d) for d in shape))
-        if fold and (node.domain, node.op_type) in _SHAPE_ONLY_OPS and all(in_infos):
-            # Their outputs depend on static shapes only: stand-in arrays of
-            # the right shape (no memory: broadcast views of one zero) suffice.
-            in_values = [np.broadcast_to(np.zeros((), i.np_dtype), i.shape) for i in in_infos if i]
-        folded = fold and op.foldable and _all_const(node, in_values) and not _captures_dynamic(node, scope)
-        if folded and sum(math.prod(i.shape) for i in out_infos.values()) <= MAX_FOLD_ELEMENTS:
-            values = _evaluate(op, ctx, in_values, label)
-            for i, oname in enumerate(outs):
-                if oname:
-                    arr = np.asarray(values[i])
-                    initializers[oname] = arr
-                    scope.consts[oname] = arr
-                    scope.infos[oname] = TensorInfo(oname, dtype_name(arr.dtype), arr.shape)
-            continue
-        scope.infos.update(out_infos)
-        nodes.append(node)
-
-    outputs: list[TensorInfo] = []
+    _import_nodes(b, g.node, "")
     for vi in g.output:
-        info = scope.info(vi.name)
-        if info is None:
-            raise ModelLoadError(f"{where}: output '{vi.name}' is never computed")
-        outputs.append(TensorInfo(vi.name, info.dtype, info.shape))
-    return _prune(g.name or "main", inputs, outputs, nodes, initializers, scope, keep_all_inputs=True)
+        if scope.resolve(vi.name) != vi.name and vi.name not in scope.infos:
+            # An output that is an alias of an enclosing graph's tensor: copy it under its name.
+            b.add(Node("Identity", (vi.name,), (vi.name,), f"{where}/output_{vi.name}", ""))
+    outputs = [b.output_info(vi.name, where) for vi in g.output]
+    return b.build(g.name or "main", inputs, outputs)
 
 
-def _all_const(node: Node, values: list[np.ndarray | None]) -> bool:
-    return all(v is not None for n, v in zip(node.inputs, values) if n)
+def _add_initializers(b: GraphBuilder, g: onnx.GraphProto, where: str) -> None:
+    if g.sparse_initializer:
+        raise ModelLoadError(f"{where}: sparse initializers are not supported")
+    for t in g.initializer:
+        b.add_constant(t.name, _tensor_value(t, f"initializer '{t.name}'"))
 
 
-def _captures_dynamic(node: Node, scope: _Scope) -> bool:
-    return any(scope.const(n) is None for n in outer_names(node))
+def _import_nodes(b: GraphBuilder, nodes: Sequence[onnx.NodeProto], prefix: str) -> None:
+    for index, proto in enumerate(nodes):
+        name = proto.name or f"{prefix}{proto.op_type}_{index}"
+        label = f"node '{name}' ({proto.op_type})"
+        domain = "" if proto.domain == "ai.onnx" else proto.domain
+        if not domain and proto.op_type == "If" and _inline_constant_if(b, proto, name):
+            continue
+        attrs = {a.name: _attr_value(a, label, b) for a in proto.attribute}
+        node = Node(proto.op_type, tuple(proto.input), tuple(proto.output), name, domain, attrs)
+        if not domain and node.op_type in LOWERED_OPS:
+            lower(b, node)
+        else:
+            b.add(node)
 
 
-def _fold_run_graph(graph: Graph, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-    from ..interpreter import run_graph  # local import: the interpreter imports the registry
+def _inline_constant_if(b: GraphBuilder, proto: onnx.NodeProto, name: str) -> bool:
+    """Inline the taken branch of an ``If`` whose condition is a constant.
 
-    return run_graph(graph, feeds)
-
-
-def _evaluate(op: Any, ctx: OpContext, values: list[np.ndarray | None], label: str) -> list[np.ndarray]:
-    try:
-        with np.errstate(all="ignore"):
-            out = op.compute(ctx, *values)
-    except RammerError:
-        raise
-    except Exception as exc:
-        raise ShapeError(f"{label}: constant folding failed ({type(exc).__name__}: {exc})") from exc
-    return list(out) if isinstance(out, (tuple, list)) else [out]
-
-
-def _prune(name: str, inputs: list[TensorInfo], outputs: list[TensorInfo], nodes: list[Node],
-           initializers: dict[str, np.ndarray], scope: _Scope, keep_all_inputs: bool) -> Graph:
-    """Drop nodes and initializers no output depends on (left over by folding)."""
-    needed = {t.name for t in outputs}
-    kept: list[Node] = []
-    for node in reversed(nodes):
-        if any(o in needed for o in node.outputs if o):
-            kept.append(node)
-            needed.update(i for i in node.inputs if i)
-            needed.update(outer_names(node))
-    kept.reverse()
-    inits = {k: v for k, v in initializers.items() if k in needed}
-    value_info = {t.name: t for t in inputs}
-    value_info.update({k: scope.infos[k] for k in inits})
-    for node in kept:
-        value_info.update({o: scope.infos[o] for o in node.outputs if o})
-    return Graph(name, tuple(inputs), tuple(outputs), tuple(kept), inits, value_info, dict(scope.opset))
+    Only the taken branch is imported: the other one is often invalid for
+    the model's static shapes (it handles the case that did not happen).
+    """
+    cond = b.scope.const(proto.input[0]) if proto.input and proto.input[0] else None
+    if cond is None:
+        return False
+    wanted = "then_branch" if bool(np.asarray(cond).reshape(-1)[0]) else "else_branch"
+    branch = next((a.g for a in proto.attribute if a.name == wanted), None)
+    if branch is None:
+        raise ModelLoadError(f"node '{name}' (If) has no {wanted}")
+    if len(branch.output) != len(proto.output):
+        raise ModelLoadError(f"node '{name}' (If): {wanted} has {len(branch.output)} outputs, "
+                             f"the node {len(proto.output)}")
+    _add_initializers(b, branch, f"node '{name}' (If) {wanted}")
+    _import_nodes(b, branch.node, f"{name}/")
+    for out, vi in zip(proto.output, branch.output):
+        if out:
+            if b.scope.sequence(vi.name) is not None:
+                b.scope.sequences[out] = b.scope.sequence(vi.name)  # type: ignore[assignment]
+            else:
+                b.alias(out, vi.name, f"node '{name}' (If)")
+    return True
 
 
 # -- model import ---------------------------------------------------------------
@@ -283,7 +203,8 @@ def unsupported_ops(model: onnx.ModelProto) -> list[tuple[str, str, str]]:
 
     def walk(g: onnx.GraphProto) -> None:
         for i, n in enumerate(g.node):
-            if lookup(n.op_type, n.domain) is None:
+            lowered = n.domain in ("", "ai.onnx") and n.op_type in LOWERED_OPS
+            if not lowered and lookup(n.op_type, n.domain) is None:
                 missing.append((n.op_type, n.domain, n.name or f"{n.op_type}_{i}"))
             for a in n.attribute:
                 if a.type == onnx.AttributeProto.GRAPH:
