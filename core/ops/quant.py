@@ -96,9 +96,8 @@ def dynamic_quantize_linear(ctx: OpContext, x: np.ndarray) -> tuple[np.ndarray, 
     # The range always includes 0 so that 0 is exactly representable.
     lo = min(0.0, float(x.min())) if x.size else 0.0
     hi = max(0.0, float(x.max())) if x.size else 0.0
-    scale = np.float32((hi - lo) / 255.0)
-    if scale == 0:
-        return np.zeros(x.shape, np.uint8), np.asarray(scale), np.asarray(0, np.uint8)
+    # An all-zero input would give scale 0 and 0/0 below; onnxruntime uses 1.
+    scale = np.float32((hi - lo) / 255.0) if hi > lo else np.float32(1.0)
     zero_point = _saturate(np.rint(np.float32(0.0) - np.float32(lo) / scale), np.dtype(np.uint8))
     y = _saturate(np.rint(x.astype(np.float32) / scale) + zero_point, np.dtype(np.uint8))
     return y, np.asarray(scale), np.asarray(zero_point)
