@@ -169,19 +169,43 @@ def conv(ctx: OpContext, x: np.ndarray, w: np.ndarray, bias: np.ndarray | None =
     n, c = x.shape[:2]
     m = w.shape[0]
     rank = len(geo.out)
-    cg, mg = c // group, m // group
-    cols = windows(pad_spatial(x.astype(acc, copy=False), geo, 0), geo)
-    cols = cols.reshape((n, group, cg) + geo.out + geo.kernel)
-    # (N, G, Cg, *out, *k) -> (N, G, *out, Cg, *k): each output pixel's patch is contiguous.
-    perm = (0, 1) + tuple(range(3, 3 + rank)) + (2,) + tuple(range(3 + rank, 3 + 2 * rank))
-    patch = cg * math.prod(geo.kernel)
-    cols = cols.transpose(perm).reshape(n, group, math.prod(geo.out), patch)
-    wmat = w.astype(acc, copy=False).reshape(group, mg, patch).transpose(0, 2, 1)
-    y = np.matmul(cols, wmat)  # (N, G, P, Mg)
-    y = y.transpose(0, 1, 3, 2).reshape((n, m) + geo.out)
+    view = windows(pad_spatial(x.astype(acc, copy=False), geo, 0), geo)
+    if group == c and m == c:
+        y = _depthwise(view, w.astype(acc, copy=False), geo)
+    else:
+        y = _im2col_gemm(view, w.astype(acc, copy=False), geo, group)
     if bias is not None:
         y = y + bias.astype(acc, copy=False).reshape((1, m) + (1,) * rank)
     return np.ascontiguousarray(y, dtype=x.dtype)
+
+
+def _depthwise(view: np.ndarray, w: np.ndarray, geo: WindowGeometry) -> np.ndarray:
+    """One filter per channel: a multiply-add per kernel offset beats tiny GEMMs."""
+    rank = len(geo.out)
+    lead = (slice(None),) * (2 + rank)
+    y = np.zeros(view.shape[: 2 + rank], dtype=view.dtype)
+    for offset in np.ndindex(*geo.kernel):
+        tap = w[(slice(None), 0) + offset].reshape((1, -1) + (1,) * rank)
+        y += view[lead + offset] * tap
+    return y
+
+
+def _im2col_gemm(view: np.ndarray, w: np.ndarray, geo: WindowGeometry, group: int) -> np.ndarray:
+    n, c = view.shape[:2]
+    m = w.shape[0]
+    rank = len(geo.out)
+    cg, mg = c // group, m // group
+    cols = view.reshape((n, group, cg) + geo.out + geo.kernel)
+    # (N, G, Cg, *out, *k) -> (G, N, *out, Cg, *k): each output pixel's patch is
+    # contiguous, and batch and pixels share the rows of one big GEMM per group
+    # (much faster than a stack of per-image GEMMs).
+    perm = (1, 0) + tuple(range(3, 3 + rank)) + (2,) + tuple(range(3 + rank, 3 + 2 * rank))
+    patch = cg * math.prod(geo.kernel)
+    pixels = math.prod(geo.out)
+    cols = cols.transpose(perm).reshape(group, n * pixels, patch)
+    wmat = w.reshape(group, mg, patch).transpose(0, 2, 1)
+    y = cols[0] @ wmat[0] if group == 1 else np.matmul(cols, wmat)  # (G, N * P, Mg)
+    return y.reshape(group, n, pixels, mg).transpose(1, 0, 3, 2).reshape((n, m) + geo.out)
 
 
 # -- ConvTranspose -----------------------------------------------------------
@@ -275,12 +299,14 @@ def conv_transpose(ctx: OpContext, x: np.ndarray, w: np.ndarray, bias: np.ndarra
     cg, mg = c // group, w.shape[1]
     m = mg * group
     k_count = math.prod(kernel)
-    xg = x.astype(acc, copy=False).reshape(n, group, cg, math.prod(in_shape)).transpose(0, 1, 3, 2)
+    pixels = math.prod(in_shape)
+    # Rows of one GEMM per group are (image, pixel) pairs, as in Conv.
+    xg = x.astype(acc, copy=False).reshape(n, group, cg, pixels).transpose(1, 0, 3, 2).reshape(group, n * pixels, cg)
     wg = w.astype(acc, copy=False).reshape(group, cg, mg * k_count)
-    contrib = np.matmul(xg, wg)  # (N, G, P, Mg * K)
-    contrib = contrib.reshape((n, group) + tuple(in_shape) + (mg, k_count))
+    contrib = xg[0] @ wg[0] if group == 1 else np.matmul(xg, wg)  # (G, N * P, Mg * K)
+    contrib = contrib.reshape((group, n) + tuple(in_shape) + (mg, k_count))
     # -> (K, N, G, Mg, *in): one slab of the output per kernel offset.
-    contrib = contrib.transpose((3 + rank, 0, 1, 2 + rank) + tuple(range(2, 2 + rank)))
+    contrib = contrib.transpose((3 + rank, 1, 0, 2 + rank) + tuple(range(2, 2 + rank)))
     contrib = contrib.reshape((k_count, n, m) + tuple(in_shape))
     full = np.zeros((n, m) + geo.full, dtype=acc)
     for index, offset in enumerate(itertools.product(*[range(k) for k in kernel])):

@@ -45,6 +45,21 @@ def _flat_windows(x: np.ndarray, geo: WindowGeometry, fill: float | int) -> np.n
     return view.reshape(view.shape[: 2 + len(geo.out)] + (-1,))
 
 
+def _reduce_windows(x: np.ndarray, geo: WindowGeometry, fill: float | int, combine: np.ufunc) -> np.ndarray:
+    """Combines the window elements with ``combine`` (np.maximum, np.add).
+
+    Loops over the kernel offsets, each an output-sized strided slice, which
+    touches far less memory than materializing every window.
+    """
+    view = windows(pad_spatial(x, geo, fill), geo)
+    rank = len(geo.out)
+    lead = (slice(None),) * (2 + rank)
+    out = view[lead + (0,) * rank].copy()
+    for offset in list(np.ndindex(*geo.kernel))[1:]:
+        combine(out, view[lead + offset], out=out)
+    return out
+
+
 def _lowest(dtype: np.dtype) -> float | int:
     return -np.inf if dtype.kind == "f" else int(np.iinfo(dtype).min)
 
@@ -52,10 +67,10 @@ def _lowest(dtype: np.dtype) -> float | int:
 @register_op("MaxPool", infer=_pool_infer)
 def max_pool(ctx: OpContext, x: np.ndarray) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
     geo = _pool_geometry(ctx, x.shape[2:])
-    flat = _flat_windows(x, geo, _lowest(x.dtype))
     want_indices = len(ctx.node.outputs) > 1 and bool(ctx.node.outputs[1])
     if not want_indices:
-        return np.ascontiguousarray(flat.max(axis=-1))
+        return _reduce_windows(x, geo, _lowest(x.dtype), np.maximum)
+    flat = _flat_windows(x, geo, _lowest(x.dtype))
     which = flat.argmax(axis=-1)
     y = np.take_along_axis(flat, which[..., None], axis=-1)[..., 0]
     return np.ascontiguousarray(y), _argmax_to_indices(ctx, which, x.shape, geo)
@@ -98,7 +113,7 @@ def _window_counts(geo: WindowGeometry, limits: list[tuple[int, int]]) -> np.nda
 def average_pool(ctx: OpContext, x: np.ndarray) -> np.ndarray:
     acc = accumulate_dtype(x.dtype)
     geo = _pool_geometry(ctx, x.shape[2:])
-    total = _flat_windows(x.astype(acc, copy=False), geo, 0).sum(axis=-1)
+    total = _reduce_windows(x.astype(acc, copy=False), geo, 0, np.add)
     spatial = x.shape[2:]
     if int(ctx.attr("count_include_pad", 0)):
         # Explicit padding counts; the overhang added by ceil_mode does not.
@@ -116,8 +131,7 @@ def lp_pool(ctx: OpContext, x: np.ndarray) -> np.ndarray:
     acc = accumulate_dtype(x.dtype)
     p = float(ctx.attr("p", 2))
     geo = _pool_geometry(ctx, x.shape[2:])
-    flat = _flat_windows(np.abs(x.astype(acc, copy=False)), geo, 0)
-    y = (flat**p).sum(axis=-1) ** (1.0 / p)
+    y = _reduce_windows(np.abs(x.astype(acc, copy=False)) ** p, geo, 0, np.add) ** (1.0 / p)
     return np.ascontiguousarray(y, dtype=x.dtype)
 
 
