@@ -324,8 +324,8 @@ def pad(
             if x.dtype == object and value == 0:
                 value = ""
         return np.pad(x, grow, mode="constant", constant_values=value).astype(x.dtype, copy=False)
-    if mode != "edge" and any(g != (0, 0) for g in grow) and 0 in x.shape:
-        raise ctx.fail(f"cannot {mode}-pad an empty tensor")
+    if any(g != (0, 0) for g in grow) and 0 in x.shape:
+        raise ctx.fail(f"cannot {mode}-pad a tensor with an empty axis {list(x.shape)}")
     return np.pad(x, grow, mode=mode).astype(x.dtype, copy=False)
 
 
