@@ -74,7 +74,9 @@ def _plan(ctx: OpContext, shape: tuple[int, ...], arrays: list[np.ndarray | None
         sizes, roi = None, None
     else:
         scales_in = 2
-        roi = _operand(ctx, 1, arrays, "roi") if ctx.attr("coordinate_transformation_mode") == "tf_crop_and_resize" else None
+        # roi never changes the output shape, so infer (arrays=None) does not need its value.
+        crops = ctx.attr("coordinate_transformation_mode") == "tf_crop_and_resize"
+        roi = _operand(ctx, 1, arrays, "roi") if crops and arrays is not None else None
         scales = _operand(ctx, scales_in, arrays, "scales")
         sizes = _operand(ctx, 3, arrays, "sizes")
     axes = _resize_axes(ctx, rank)

@@ -261,3 +261,12 @@ def test_if_branches_must_agree_unless_the_condition_is_constant() -> None:
     assert y.shape == (3,)
     with pytest.raises(ShapeError, match="the_node.*then-branch"):
         run_op("If", np.array(False), then_branch=then_b, else_branch=else_b, constant=False)
+
+
+def test_resize_infer_needs_sizes_but_not_roi_as_constant() -> None:
+    node = Node("Resize", ["x", "roi", "", "sizes"], ["y"], name="r",
+                attrs={"mode": "linear", "coordinate_transformation_mode": "tf_crop_and_resize"})
+    infos = [TensorInfo("x", "float32", (1, 1, 4, 4)), TensorInfo("roi", "float32", (8,)), None,
+             TensorInfo("sizes", "int64", (4,))]
+    ctx = OpContext(node, 19, infos, [None, None, None, i64(1, 1, 3, 5)])
+    assert lookup("Resize").infer(ctx) == [("float32", (1, 1, 3, 5))]
