@@ -116,6 +116,8 @@ def _parse_einsum(ctx: OpContext, equation: str, shapes: list[tuple[int, ...]]) 
     if not arrow:
         # Implicit output: the ellipsis, then indices used once, alphabetically.
         rhs = ("..." if ellipsis_shapes else "") + "".join(sorted(k for k, v in counts.items() if v == 1))
+    if ellipsis and "..." not in rhs:
+        raise ctx.fail(f"equation '{equation}' broadcasts dimensions with '...' but its output drops them")
     out: list[int] = []
     head, has_ellipsis, tail = rhs.partition("...")
     for letter in head:

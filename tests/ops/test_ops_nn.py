@@ -175,6 +175,43 @@ def test_gemm_and_matmul_broadcasting():
     _compare("MatMul", {"a": _rand(rng, 4), "b": _rand(rng, 3, 4, 2)})
     _compare("Einsum", {"a": _rand(rng, 2, 3, 4), "b": _rand(rng, 2, 4, 5)}, equation="bij,bjk->bik")
     _compare("Einsum", {"a": _rand(rng, 3, 3)}, equation="ii")
+    _compare("Einsum", {"a": _rand(rng, 5, 4, 2, 3), "b": _rand(rng, 4, 3, 6)}, equation="...ij,...jk->...ik")
+    _compare("Einsum", {"a": _rand(rng, 2, 3)}, equation="ba")
+
+
+def test_einsum_dropping_broadcast_dims_is_an_error():
+    rng = np.random.default_rng(12)
+    feeds = {"a": _rand(rng, 2, 3, 4), "b": _rand(rng, 2, 3)}
+    model = _model("Einsum", feeds, equation="b...c,b...->bc")
+    model.graph.output[0].CopyFrom(helper.make_tensor_value_info("out0", onnx.TensorProto.FLOAT, [2, 4]))
+    with pytest.raises(rammer.RammerError, match="drops them"):
+        rammer.load(model)
+
+
+@pytest.mark.parametrize("reduction", ["none", "sum", "mean"])
+def test_softmax_cross_entropy_with_weights_and_ignore_index(reduction):
+    rng = np.random.default_rng(13)
+    feeds = {
+        "scores": _rand(rng, 4, 5, 3),
+        "labels": rng.integers(0, 5, size=(4, 3)).astype(np.int64),
+        "weights": np.abs(_rand(rng, 5)),
+    }
+    feeds["labels"][0, 0] = feeds["labels"][2, 1] = -1
+    _compare("SoftmaxCrossEntropyLoss", feeds, n_outputs=2, opset=13, reduction=reduction, ignore_index=-1)
+    _compare("NegativeLogLikelihoodLoss", {"x": feeds["scores"], "t": feeds["labels"]}, opset=13,
+             reduction=reduction, ignore_index=-1)
+
+
+@pytest.mark.parametrize("interleaved", [0, 1])
+def test_rotary_embedding_partial_rotation(interleaved):
+    rng = np.random.default_rng(14)
+    feeds = {
+        "x": _rand(rng, 2, 3, 4, 8),
+        "cos": _rand(rng, 10, 2),
+        "sin": _rand(rng, 10, 2),
+        "pos": rng.integers(0, 10, size=(2, 4)).astype(np.int64),
+    }
+    _compare("RotaryEmbedding", feeds, opset=23, interleaved=interleaved, rotary_embedding_dim=4)
 
 
 def test_attention_gqa_causal_with_cache():
