@@ -175,7 +175,7 @@ def test_gemm_and_matmul_broadcasting():
     _compare("MatMul", {"a": _rand(rng, 4), "b": _rand(rng, 3, 4, 2)})
     _compare("Einsum", {"a": _rand(rng, 2, 3, 4), "b": _rand(rng, 2, 4, 5)}, equation="bij,bjk->bik")
     _compare("Einsum", {"a": _rand(rng, 3, 3)}, equation="ii")
-    _compare("Einsum", {"a": _rand(rng, 5, 4, 2, 3), "b": _rand(rng, 4, 3, 6)}, equation="...ij,...jk->...ik")
+    _compare("Einsum", {"a": _rand(rng, 5, 4, 2, 3), "b": _rand(rng, 5, 4, 3, 6)}, equation="...ij,...jk->...ik")
     _compare("Einsum", {"a": _rand(rng, 2, 3)}, equation="ba")
 
 
