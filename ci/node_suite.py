@@ -28,6 +28,8 @@ def main(argv: list[str] | None = None) -> int:
 
     warnings.simplefilter("ignore")
     import numpy as np
+    import onnx
+    from onnx import numpy_helper
     from onnx.backend.test.loader import load_node_model_tests
     from onnx.backend.test.runner import Runner
 
@@ -42,7 +44,11 @@ def main(argv: list[str] | None = None) -> int:
         try:
             rep = backend.prepare(case.model, "CPU")
             for inputs, ref_outputs in case.data_sets:
-                outs = rep.run([np.asarray(i) if not isinstance(i, list) else i for i in inputs])
+                # As onnx's runner does: some cases carry TensorProtos, not arrays.
+                inputs = [numpy_helper.to_array(i) if isinstance(i, onnx.TensorProto) else i for i in inputs]
+                ref_outputs = [numpy_helper.to_array(o) if isinstance(o, onnx.TensorProto) else o
+                               for o in ref_outputs]
+                outs = rep.run(inputs)
                 Runner.assert_similar_outputs(ref_outputs, outs, rtol=case.rtol, atol=case.atol)
             passed.append(case.name)
         except Exception as exc:  # counting failures of every kind is the point

@@ -30,6 +30,11 @@ class UnsupportedOpError(RammerError):
 class ShapeError(RammerError):
     """Shape or dtype inference failed, or a dimension is not static."""
 
+    def __init__(self, message: str, needs_constant: str | None = None):
+        super().__init__(message)
+        #: The tensor whose value (not only shape) was needed at compile time.
+        self.needs_constant = needs_constant
+
 
 class IRVerificationError(RammerError):
     """The IR broke an invariant (a bug in a pass, or a malformed model)."""

@@ -6,6 +6,14 @@
     import onnx.backend.test
     from rammer.onnx_backend import RammerBackend
     suite = onnx.backend.test.BackendTest(RammerBackend.for_backend("cpu"), __name__)
+
+rammer compiles static graphs, but ONNX's interface hands over a model whose
+shape-deciding inputs (a Reshape's ``shape``, a TopK's ``k``, a Reduce's
+``axes``...) may be graph inputs known only at ``run``.  For those, and only
+those, the adapter specialises: it compiles at the first ``run`` with the
+inputs that an op needs as constants bound to their values, and keeps one
+compiled model per distinct set of such values.  All other inputs stay
+run-time inputs.
 """
 
 from __future__ import annotations
@@ -14,26 +22,79 @@ from typing import Any, Sequence
 
 import numpy as np
 import onnx
+from onnx import numpy_helper
 from onnx.backend.base import Backend as OnnxBackend
 from onnx.backend.base import BackendRep
 
 from .api import CompiledModel, compile
+from .errors import ShapeError
+
+#: At most this many inputs are bound as constants for one model.
+MAX_BOUND_INPUTS = 8
+
+
+def _bind_inputs(model: onnx.ModelProto, values: dict[str, np.ndarray]) -> onnx.ModelProto:
+    """A copy of ``model`` with the given graph inputs turned into initializers."""
+    bound = onnx.ModelProto()
+    bound.CopyFrom(model)
+    keep = [vi for vi in bound.graph.input if vi.name not in values]
+    del bound.graph.input[:]
+    bound.graph.input.extend(keep)
+    for name, value in values.items():
+        bound.graph.initializer.append(numpy_helper.from_array(np.asarray(value), name))
+    return bound
 
 
 class RammerBackendRep(BackendRep):
-    def __init__(self, compiled: CompiledModel):
-        self.compiled = compiled
+    def __init__(self, model: onnx.ModelProto, backend_name: str):
+        self.model = model
+        self.backend_name = backend_name
+        self.input_names = [vi.name for vi in model.graph.input
+                            if vi.name not in {t.name for t in model.graph.initializer}]
+        #: Inputs that must be bound to values before compiling.
+        self.bound_names: list[str] = []
+        self.compiled: CompiledModel | None = None
+        self._specialised: dict[tuple, CompiledModel] = {}
+        try:
+            self.compiled = compile(model, backend=backend_name)
+        except ShapeError as exc:
+            if exc.needs_constant not in self.input_names:
+                raise
+            self.bound_names.append(exc.needs_constant)
+
+    def _specialise(self, feeds: dict[str, np.ndarray]) -> CompiledModel:
+        while True:
+            key = tuple((n, feeds[n].dtype.str, feeds[n].shape, feeds[n].tobytes()) for n in self.bound_names)
+            if key in self._specialised:
+                return self._specialised[key]
+            values = {n: feeds[n] for n in self.bound_names}
+            try:
+                compiled = compile(_bind_inputs(self.model, values), backend=self.backend_name)
+            except ShapeError as exc:
+                name = exc.needs_constant
+                if name not in self.input_names or name in self.bound_names or \
+                        len(self.bound_names) >= MAX_BOUND_INPUTS:
+                    raise
+                self.bound_names.append(name)
+                continue
+            self._specialised[key] = compiled
+            return compiled
 
     def run(self, inputs: Any, **kwargs: Any) -> tuple[np.ndarray, ...]:
-        names = [t.name for t in self.compiled.inputs]
         if isinstance(inputs, dict):
             feeds = dict(inputs)
         else:
             if isinstance(inputs, np.ndarray):
                 inputs = [inputs]
-            feeds = dict(zip(names, inputs))
-        outs = self.compiled.run(feeds)
-        return tuple(outs[t.name] for t in self.compiled.outputs)
+            feeds = dict(zip(self.input_names, inputs))
+        feeds = {k: numpy_helper.to_array(v) if isinstance(v, onnx.TensorProto) else np.asarray(v)
+                 for k, v in feeds.items()}
+        compiled = self.compiled
+        if compiled is None:
+            compiled = self._specialise(feeds)
+            feeds = {k: v for k, v in feeds.items() if k not in self.bound_names}
+        outs = compiled.run(feeds)
+        return tuple(outs[t.name] for t in compiled.outputs)
 
 
 class RammerBackend(OnnxBackend):
@@ -50,7 +111,7 @@ class RammerBackend(OnnxBackend):
 
     @classmethod
     def prepare(cls, model: onnx.ModelProto, device: str = "CPU", **kwargs: Any) -> RammerBackendRep:
-        return RammerBackendRep(compile(model, backend=cls.backend_name))
+        return RammerBackendRep(model, cls.backend_name)
 
     @classmethod
     def run_model(cls, model: onnx.ModelProto, inputs: Sequence[np.ndarray], device: str = "CPU",

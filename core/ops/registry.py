@@ -64,7 +64,8 @@ class OpContext:
             raise ShapeError(
                 f"{self.node.label}: input {i} '{name}'{' (' + what + ')' if what else ''} must be a "
                 f"constant for rammer to know the output shape statically; it is computed at run time. "
-                f"Fix the input shapes (rammer.load(..., input_shapes=...)) or export with constant shapes."
+                f"Fix the input shapes (rammer.load(..., input_shapes=...)) or export with constant shapes.",
+                needs_constant=name,
             )
         return value
 
