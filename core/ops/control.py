@@ -18,6 +18,7 @@ import numpy as np
 
 from ..ir import Graph, TensorInfo
 from .registry import OpContext, OutSpec, normalize_axis, register_op
+from .misc import needs_constant
 from .tensor import int_list
 
 
@@ -52,11 +53,11 @@ def _infer_if(ctx: OpContext) -> list[OutSpec]:
         return _specs((then_g if bool(np.asarray(cond).reshape(-1)[0]) else else_g).outputs)
     for i, (a, b) in enumerate(zip(then_g.outputs, else_g.outputs)):
         if (a.dtype, a.shape) != (b.dtype, b.shape):
-            raise ctx.fail(
+            raise needs_constant(ctx, 0, ctx.fail(
                 f"output {i} is {a.dtype}{list(a.shape)} in the then-branch but {b.dtype}{list(b.shape)} "
                 f"in the else-branch, and the condition '{ctx.node.inputs[0]}' is only known at run time; "
                 f"rammer needs one static shape per tensor (make the condition a constant or the branches agree)"
-            )
+            ))
     return _specs(then_g.outputs)
 
 
@@ -99,11 +100,14 @@ def _static_trip_count(ctx: OpContext, body: Graph) -> int:
         return min(1, max_trips) if max_trips is not None else 1
     if keeps_going and max_trips is not None:
         return max(max_trips, 0)
-    raise ctx.fail(
+    error = ctx.fail(
         "the loop's scan outputs have a length equal to its trip count, which is only known at run time "
         "(the trip count M must be a constant and the loop condition must not be computed in the body); "
         "rammer needs static shapes"
     )
+    if not initial_known:
+        raise needs_constant(ctx, 1, error)
+    raise error
 
 
 def _loop_counts(ctx: OpContext, body: Graph) -> tuple[int, int]:

@@ -14,19 +14,27 @@ import math
 
 import numpy as np
 
+from ..errors import ShapeError
 from .registry import OpContext, OutSpec, normalize_axis, register_op, same_as_input
 from .tensor import int_list, onnx_dtype_attr
+
+
+def needs_constant(ctx: OpContext, i: int, error: ShapeError) -> ShapeError:
+    """Tag ``error`` with the tensor whose value was missing (callers that can
+    bind that tensor to a value, like the ONNX backend adapter, retry with it)."""
+    error.needs_constant = ctx.node.inputs[i]  # type: ignore[attr-defined]
+    return error
 
 
 def _data_dependent(ctx: OpContext, i: int, what: str) -> np.ndarray:
     """The constant value of input ``i``, whose values decide the output shape."""
     value = ctx.values[i] if i < len(ctx.values) else None
     if value is None:
-        raise ctx.fail(
+        raise needs_constant(ctx, i, ctx.fail(
             f"the output shape of {ctx.node.op_type} depends on the values of input {i} "
             f"'{ctx.node.inputs[i]}' ({what}), which are only known at run time; rammer needs "
             f"static shapes, so this input must be a constant (or rewrite the model to avoid {ctx.node.op_type})"
-        )
+        ))
     return np.asarray(value)
 
 

@@ -270,3 +270,9 @@ def test_resize_infer_needs_sizes_but_not_roi_as_constant() -> None:
              TensorInfo("sizes", "int64", (4,))]
     ctx = OpContext(node, 19, infos, [None, None, None, i64(1, 1, 3, 5)])
     assert lookup("Resize").infer(ctx) == [("float32", (1, 1, 3, 5))]
+
+
+def test_data_dependent_shapes_name_the_tensor_to_bind() -> None:
+    with pytest.raises(ShapeError) as info:
+        run_op("NonZero", X, constant=False)
+    assert info.value.needs_constant == "in0"  # lets a caller retry with that input bound
