@@ -230,7 +230,9 @@ def rotary_embedding(
     if position_ids is not None:
         cos_cache, sin_cache = cos_cache[position_ids], sin_cache[position_ids]
     if cos_cache.shape[-1] != rot // 2 or sin_cache.shape[-1] != rot // 2:
-        raise ctx.fail(f"cos/sin caches must have rotary_embedding_dim/2 = {rot // 2} columns, got {cos_cache.shape[-1]}")
+        raise ctx.fail(
+            f"cos/sin caches must have rotary_embedding_dim/2 = {rot // 2} columns, got {cos_cache.shape[-1]}"
+        )
     cos = cos_cache.astype(acc)[:, :, None, :]
     sin = sin_cache.astype(acc)[:, :, None, :]
     rotated = xs[..., :rot]

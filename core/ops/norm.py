@@ -48,7 +48,8 @@ def _batch_norm_infer(ctx: OpContext) -> list[OutSpec]:
             continue
         if not _batch_norm_training(ctx):
             raise ctx.fail(
-                "only inference-mode BatchNormalization is supported: outputs beyond Y need training_mode=1 (opset >= 14)"
+                "only inference-mode BatchNormalization is supported: "
+                "outputs beyond Y need training_mode=1 (opset >= 14)"
             )
         stat = ctx.inputs[3 + min(i, 1)]
         assert stat is not None

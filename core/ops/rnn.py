@@ -146,13 +146,6 @@ def _rnn_infer(ctx: OpContext, gates_per_cell: int, n_states: int) -> list[OutSp
     return [(x.dtype, y_shape)] + [(x.dtype, state_shape)] * n_states
 
 
-def _with_layout0(state: np.ndarray | None, layout: int) -> np.ndarray | None:
-    """Initial states to ``[num_directions, batch, hidden]``."""
-    if state is None or layout == 0:
-        return state
-    return state.transpose(1, 0, 2)
-
-
 def _reverse_index(seq: int, lengths: np.ndarray) -> np.ndarray:
     """``idx[t, b]``: time step read at step t when batch entry b runs backwards."""
     t = np.arange(seq)[:, None]
@@ -164,7 +157,6 @@ Step = Callable[[np.ndarray, tuple[np.ndarray, ...], int], tuple[np.ndarray, ...
 
 
 def _run_recurrence(
-    ctx: OpContext,
     cfg: _RnnConfig,
     x: np.ndarray,
     w: np.ndarray,
@@ -179,7 +171,10 @@ def _run_recurrence(
     y = np.zeros((seq, cfg.num_directions, batch, cfg.hidden), dtype=x.dtype)
     finals: list[list[np.ndarray]] = [[] for _ in initial]
     for d, direction in enumerate(cfg.directions):
-        order = _reverse_index(seq, lens) if direction == "reverse" else np.broadcast_to(np.arange(seq)[:, None], (seq, batch))
+        if direction == "reverse":
+            order = _reverse_index(seq, lens)
+        else:
+            order = np.broadcast_to(np.arange(seq)[:, None], (seq, batch))
         xs = x[order, np.arange(batch)[None, :]]  # (seq, batch, input), each entry in its run order
         # The input projection of every step at once: one big matmul.
         gates_x = xs @ w[d].T + wb[d]
@@ -198,7 +193,7 @@ def _run_recurrence(
 
 
 def _common_inputs(
-    ctx: OpContext, cfg: _RnnConfig, x: np.ndarray, b: np.ndarray | None, gates: int
+    cfg: _RnnConfig, x: np.ndarray, b: np.ndarray | None, gates: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """X in layout 0, and the input and recurrence biases (zeros if omitted)."""
     acc = accumulate_dtype(x.dtype)
@@ -213,10 +208,12 @@ def _common_inputs(
 
 
 def _initial_state(state: np.ndarray | None, cfg: _RnnConfig, batch: int, acc: np.dtype) -> np.ndarray:
-    s = _with_layout0(state, cfg.layout)
-    if s is None:
+    """An initial state as ``[num_directions, batch, hidden]`` (zeros if omitted)."""
+    if state is None:
         return np.zeros((cfg.num_directions, batch, cfg.hidden), dtype=acc)
-    return s.astype(acc, copy=False)
+    if cfg.layout == 1:
+        state = state.transpose(1, 0, 2)
+    return state.astype(acc, copy=False)
 
 
 def _finish(ctx: OpContext, cfg: _RnnConfig, results: tuple[np.ndarray, ...], dtype: np.dtype) -> tuple:
@@ -249,7 +246,7 @@ def rnn(
     initial_h: np.ndarray | None = None,
 ) -> tuple:
     cfg = _config(ctx, ["Tanh"])
-    xa, wb, rb = _common_inputs(ctx, cfg, x, b, 1)
+    xa, wb, rb = _common_inputs(cfg, x, b, 1)
     acc = xa.dtype
     ra = r.astype(acc, copy=False)
     clip = _clipper(cfg)
@@ -260,7 +257,7 @@ def rnn(
         return (f(clip(gx + h @ ra[d].T + rb[d])),)
 
     h0 = _initial_state(initial_h, cfg, xa.shape[1], acc)
-    results = _run_recurrence(ctx, cfg, xa, w.astype(acc, copy=False), wb, sequence_lens, [h0], step)
+    results = _run_recurrence(cfg, xa, w.astype(acc, copy=False), wb, sequence_lens, [h0], step)
     return _finish(ctx, cfg, results, x.dtype)
 
 
@@ -278,7 +275,7 @@ def gru(
     initial_h: np.ndarray | None = None,
 ) -> tuple:
     cfg = _config(ctx, ["Sigmoid", "Tanh"])
-    xa, wb, rb = _common_inputs(ctx, cfg, x, b, 3)
+    xa, wb, rb = _common_inputs(cfg, x, b, 3)
     acc = xa.dtype
     ra = r.astype(acc, copy=False)
     hid = cfg.hidden
@@ -299,7 +296,7 @@ def gru(
         return ((1 - z) * candidate + z * h,)
 
     h0 = _initial_state(initial_h, cfg, xa.shape[1], acc)
-    results = _run_recurrence(ctx, cfg, xa, w.astype(acc, copy=False), wb, sequence_lens, [h0], step)
+    results = _run_recurrence(cfg, xa, w.astype(acc, copy=False), wb, sequence_lens, [h0], step)
     return _finish(ctx, cfg, results, x.dtype)
 
 
@@ -319,7 +316,7 @@ def lstm(
     p: np.ndarray | None = None,
 ) -> tuple:
     cfg = _config(ctx, ["Sigmoid", "Tanh", "Tanh"])
-    xa, wb, rb = _common_inputs(ctx, cfg, x, b, 4)
+    xa, wb, rb = _common_inputs(cfg, x, b, 4)
     acc = xa.dtype
     ra = r.astype(acc, copy=False)
     hid = cfg.hidden
@@ -342,5 +339,5 @@ def lstm(
     batch = xa.shape[1]
     h0 = _initial_state(initial_h, cfg, batch, acc)
     c0 = _initial_state(initial_c, cfg, batch, acc)
-    results = _run_recurrence(ctx, cfg, xa, w.astype(acc, copy=False), wb, sequence_lens, [h0, c0], step)
+    results = _run_recurrence(cfg, xa, w.astype(acc, copy=False), wb, sequence_lens, [h0, c0], step)
     return _finish(ctx, cfg, results, x.dtype)
