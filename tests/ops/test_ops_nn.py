@@ -130,6 +130,7 @@ def test_lp_pool_and_global_pools():
     _compare("LpPool", {"x": x}, kernel_shape=[3, 2], strides=[2, 2], pads=[1, 0, 0, 1], p=3)
     _compare("GlobalAveragePool", {"x": x})
     _compare("GlobalMaxPool", {"x": x})
+    _compare("GlobalLpPool", {"x": x}, p=3)
 
 
 # -- normalization -----------------------------------------------------------
