@@ -11,6 +11,7 @@ are random with a fixed seed; every model is returned in eval mode.
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass
 from typing import Callable
 
@@ -303,20 +304,68 @@ def example_inputs(name: str, seed: int = 0) -> dict[str, np.ndarray]:
     return CASES[name].inputs(np.random.default_rng(seed))
 
 
-def export(name: str, path: str, dynamo: bool = True, opset: int = 18) -> dict[str, np.ndarray]:
-    """Export the named model to ``path`` at fixed shapes; returns the example inputs."""
+def _dynamic_dims(name: str) -> dict[str, dict[int, str]]:
+    """Which dims of each input an export with dynamic shapes leaves symbolic."""
+    if name in ("bert", "gpt2"):
+        return {k: {0: "batch", 1: "seq"} for k in example_inputs(name)}
+    if name in ("lstm", "bilstm"):
+        return {"x": {0: "batch", 1: "time"}}
+    return {"pixels": {0: "batch"}}
+
+
+class _NoFastPath:
+    """The fused encoder-layer kernel has no TorchScript export; trace the module's math instead."""
+
+    def __enter__(self) -> None:
+        self.saved = torch.backends.mha.get_fastpath_enabled()
+        torch.backends.mha.set_fastpath_enabled(False)
+
+    def __exit__(self, *exc: object) -> None:
+        torch.backends.mha.set_fastpath_enabled(self.saved)
+
+
+def export_dynamo(name: str, raw_path: str, optimized_path: str, dynamic: bool = False,
+                  opset: int = 18) -> dict[str, np.ndarray]:
+    """Export with the (default) dynamo exporter; returns the example inputs.
+
+    ``optimized_path`` gets what ``torch.onnx.export`` writes by default (its
+    onnxscript optimizer already folded constants); ``raw_path`` the graph
+    before that optimizer, full of shape arithmetic that rammer must fold.
+    """
     model = build_model(name)
     feeds = example_inputs(name)
     args = tuple(torch.from_numpy(v) for v in feeds.values())
-    kwargs = dict(input_names=list(feeds), opset_version=opset, dynamo=dynamo)
-    if dynamo:
-        kwargs["optimize"] = False  # what rammer must handle: the exporter's raw graph
-    fastpath = torch.backends.mha.get_fastpath_enabled()
-    # The fused encoder-layer kernel has no TorchScript export; trace the module's math instead.
-    torch.backends.mha.set_fastpath_enabled(False)
-    try:
-        with torch.no_grad():
-            torch.onnx.export(model, args, path, **kwargs)
-    finally:
-        torch.backends.mha.set_fastpath_enabled(fastpath)
+    dynamic_shapes = None
+    if dynamic:
+        dims: dict[str, torch.export.Dim] = {}
+        dynamic_shapes = {
+            arg: {axis: dims.setdefault(dim, torch.export.Dim(dim, max=32)) for axis, dim in axes.items()}
+            for arg, axes in zip(_forward_arg_names(model), _dynamic_dims(name).values())
+        }
+    with torch.no_grad(), _NoFastPath():
+        program = torch.onnx.export(model, args, input_names=list(feeds), opset_version=opset, dynamo=True,
+                                    optimize=False, dynamic_shapes=dynamic_shapes)
+    program.save(raw_path)
+    program.optimize()
+    program.save(optimized_path)
+    return feeds
+
+
+def _forward_arg_names(model: nn.Module) -> list[str]:
+    import inspect
+
+    return [p for p in inspect.signature(model.forward).parameters]
+
+
+def export_torchscript(name: str, path: str, dynamic: bool = False, opset: int = 17,
+                       initializers_as_inputs: bool = False) -> dict[str, np.ndarray]:
+    """Export with the TorchScript exporter (``dynamo=False``); returns the example inputs."""
+    model = build_model(name)
+    feeds = example_inputs(name)
+    args = tuple(torch.from_numpy(v) for v in feeds.values())
+    with torch.no_grad(), _NoFastPath(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the TorchScript exporter is deprecated and says so
+        torch.onnx.export(model, args, path, input_names=list(feeds), opset_version=opset, dynamo=False,
+                          dynamic_axes=_dynamic_dims(name) if dynamic else None,
+                          keep_initializers_as_inputs=initializers_as_inputs)
     return feeds

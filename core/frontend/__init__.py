@@ -10,19 +10,23 @@ from ..errors import ModelLoadError
 from ..ir import Graph
 from .onnx_import import import_model, raise_if_unsupported, unsupported_ops
 from .source import ModelSource, check_model, read_model
-from .upgrade import inline_functions, upgrade_opset
+from .upgrade import MIN_NATIVE_OPSET, ai_onnx_opset, inline_functions, upgrade_opset
 
 __all__ = ["load", "load_proto", "import_model", "unsupported_ops", "ModelSource"]
 
 
 def load_proto(source: ModelSource) -> onnx.ModelProto:
-    """Read, check and normalise a model (opset upgrade, function inlining)."""
+    """Read, check and normalise a model (function inlining, opset upgrade)."""
     model, _ = read_model(source)
     model = inline_functions(model)
+    if 0 < ai_onnx_opset(model) < MIN_NATIVE_OPSET:
+        # Upgrade first: old ops (Upsample, Scatter...) become ops rammer implements.
+        check_model(model)
+        model = upgrade_opset(model)
     # Before the checker: it stops at the first unknown op, we list them all.
     raise_if_unsupported(model)
     check_model(model)
-    return upgrade_opset(model)
+    return model
 
 
 def load(source: ModelSource, input_shapes: Mapping[str, Sequence[int]] | None = None) -> Graph:

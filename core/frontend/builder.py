@@ -127,10 +127,30 @@ class GraphBuilder:
         target = self.scope.resolve(target)
         if self.scope.info(target) is None:
             raise ModelLoadError(f"{label} reads tensor '{target}', which is not defined before it")
-        if name in self.output_names:
-            self.add(Node("Identity", (target,), (name,), f"{label}/copy", ""))
-        else:
+        if name not in self.output_names:
             self.scope.aliases[name] = target
+        elif not self._rename_output(target, name):
+            self.add(Node("Identity", (target,), (name,), f"{label}/copy", ""))
+
+    def _rename_output(self, old: str, new: str) -> bool:
+        """Make the node writing ``old`` write ``new`` instead (so a graph output needs no copy)."""
+        if old in self.output_names or old not in self.scope.infos:
+            return False
+        at = next((i for i, n in enumerate(self.nodes) if old in n.outputs), None)
+        if at is None or any(old in outer_names(n) for n in self.nodes[at + 1:]):
+            return False  # a constant or an input, or captured by a subgraph under its old name
+
+        def renamed(names: tuple[str, ...]) -> tuple[str, ...]:
+            return tuple(new if n == old else n for n in names)
+
+        for i in range(at, len(self.nodes)):
+            n = self.nodes[i]
+            if old in n.outputs or old in n.inputs:
+                self.nodes[i] = Node(n.op_type, renamed(n.inputs), renamed(n.outputs), n.name, n.domain, n.attrs)
+        info = self.scope.infos.pop(old)
+        self.scope.infos[new] = TensorInfo(new, info.dtype, info.shape)
+        self.scope.aliases[old] = new
+        return True
 
     def add(self, node: Node) -> None:
         """Infer, then fold, alias or keep ``node``."""

@@ -17,16 +17,14 @@ import onnx
 from onnx import numpy_helper
 
 from .. import dtypes
-from ..errors import ModelLoadError, ShapeError, UnsupportedOpError
+from ..errors import ModelLoadError, UnsupportedOpError
 from ..ir import Graph, Node, TensorInfo
 from ..ops.registry import lookup
 from .builder import MAX_FOLD_ELEMENTS, GraphBuilder, Scope
+from .inputs import InputShapes, bind_input_shapes, input_info
 from .sequences import LOWERED_OPS, lower
 
 __all__ = ["MAX_FOLD_ELEMENTS", "import_model", "raise_if_unsupported", "unsupported_ops"]
-
-InputShapes = Mapping[str, Sequence[int]]
-
 
 # -- attributes ---------------------------------------------------------------
 
@@ -74,43 +72,6 @@ def _attr_value(attr: onnx.AttributeProto, where: str, builder: GraphBuilder) ->
 # -- graph import ---------------------------------------------------------------
 
 
-def _value_info(vi: onnx.ValueInfoProto, input_shapes: InputShapes, where: str) -> TensorInfo:
-    tt = vi.type.tensor_type
-    if not vi.type.HasField("tensor_type"):
-        raise ShapeError(f"{where} '{vi.name}' is not a tensor (sequences, maps and optionals are not supported)")
-    dtype = dtypes.from_onnx(tt.elem_type, f"{where} '{vi.name}'")
-    if vi.name in input_shapes:
-        shape = tuple(int(d) for d in input_shapes[vi.name])
-        if tt.HasField("shape"):
-            declared = tt.shape.dim
-            if len(declared) != len(shape):
-                raise ShapeError(
-                    f"input_shapes gives '{vi.name}' rank {len(shape)} but the model declares rank {len(declared)}"
-                )
-            for i, (d, s) in enumerate(zip(declared, shape)):
-                if d.HasField("dim_value") and d.dim_value != s:
-                    raise ShapeError(
-                        f"input_shapes gives '{vi.name}' dim {i} = {s} but the model fixes it to {d.dim_value}"
-                    )
-        return TensorInfo(vi.name, dtype, shape)
-    if not tt.HasField("shape"):
-        raise ShapeError(
-            f"{where} '{vi.name}' has no shape; give one with input_shapes={{'{vi.name}': (...)}} "
-            f"(CLI: --shape {vi.name}=d0,d1,...)"
-        )
-    shape = []
-    for i, d in enumerate(tt.shape.dim):
-        if d.HasField("dim_value") and d.dim_value >= 0:
-            shape.append(int(d.dim_value))
-        else:
-            label = f"'{d.dim_param}'" if d.dim_param else "unknown"
-            raise ShapeError(
-                f"{where} '{vi.name}' dim {i} is dynamic ({label}); rammer compiles static shapes: "
-                f"give input_shapes={{'{vi.name}': (...)}} (CLI: --shape {vi.name}=d0,d1,...)"
-            )
-    return TensorInfo(vi.name, dtype, tuple(shape))
-
-
 def _all_names(g: onnx.GraphProto, into: set[str]) -> set[str]:
     """Every tensor name defined in ``g`` and its subgraphs (fresh names avoid them)."""
     into.update(vi.name for vi in g.input)
@@ -133,7 +94,7 @@ def _import_graph(g: onnx.GraphProto, input_shapes: InputShapes, parent: GraphBu
     for vi in g.input:
         if vi.name in b.initializers:
             continue  # IR < 4: initializers listed as inputs are constants here
-        info = _value_info(vi, input_shapes, "subgraph input" if parent else "graph input")
+        info = input_info(vi, input_shapes, "subgraph input" if parent else "graph input")
         inputs.append(info)
         scope.infos[vi.name] = info
     _import_nodes(b, g.node, "")
@@ -242,10 +203,5 @@ def raise_if_unsupported(model: onnx.ModelProto) -> None:
 def import_model(model: onnx.ModelProto, input_shapes: InputShapes | None = None, fold: bool = True) -> Graph:
     opset = _opsets(model)
     raise_if_unsupported(model)
-    known = {t.name for t in model.graph.input}
-    unknown = set(input_shapes or {}) - known
-    if unknown:
-        raise ShapeError(
-            f"input_shapes names {sorted(unknown)}, which are not inputs of the model (inputs: {sorted(known)})"
-        )
-    return _import_graph(model.graph, input_shapes or {}, None, "model", opset=opset, fold=fold)
+    shapes = bind_input_shapes(model.graph, input_shapes or {})
+    return _import_graph(model.graph, shapes, None, "model", opset=opset, fold=fold)
