@@ -45,6 +45,26 @@ def _bind_inputs(model: onnx.ModelProto, values: dict[str, np.ndarray]) -> onnx.
     return bound
 
 
+def _upstream_inputs(model: onnx.ModelProto, tensor: str, inputs: list[str]) -> list[str]:
+    """Integer graph inputs that ``tensor`` is computed from (shape inputs of
+    "expanded" models reach an op through intermediate nodes)."""
+    producer = {o: n for n in model.graph.node for o in n.output}
+    int_types = {onnx.TensorProto.INT64, onnx.TensorProto.INT32}
+    is_int = {vi.name for vi in model.graph.input if vi.type.tensor_type.elem_type in int_types}
+    seen, stack, found = set(), [tensor], []
+    while stack:
+        name = stack.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        if name in inputs:
+            if name in is_int:
+                found.append(name)
+        elif name in producer:
+            stack.extend(i for i in producer[name].input if i)
+    return sorted(found)
+
+
 class RammerBackendRep(BackendRep):
     def __init__(self, model: onnx.ModelProto, backend_name: str):
         self.model = model
@@ -58,9 +78,19 @@ class RammerBackendRep(BackendRep):
         try:
             self.compiled = compile(model, backend=backend_name)
         except ShapeError as exc:
-            if exc.needs_constant not in self.input_names:
+            needed = self._inputs_behind(exc)
+            if not needed:
                 raise
-            self.bound_names.append(exc.needs_constant)
+            self.bound_names.extend(needed)
+
+    def _inputs_behind(self, exc: ShapeError) -> list[str]:
+        """The graph inputs to bind so that ``exc.needs_constant`` becomes constant."""
+        name = exc.needs_constant
+        if name is None:
+            return []
+        if name in self.input_names:
+            return [name]
+        return [n for n in _upstream_inputs(self.model, name, self.input_names) if n not in self.bound_names]
 
     def _specialise(self, feeds: dict[str, np.ndarray]) -> CompiledModel:
         while True:
@@ -71,11 +101,10 @@ class RammerBackendRep(BackendRep):
             try:
                 compiled = compile(_bind_inputs(self.model, values), backend=self.backend_name)
             except ShapeError as exc:
-                name = exc.needs_constant
-                if name not in self.input_names or name in self.bound_names or \
-                        len(self.bound_names) >= MAX_BOUND_INPUTS:
+                needed = [n for n in self._inputs_behind(exc) if n not in self.bound_names]
+                if not needed or len(self.bound_names) + len(needed) > MAX_BOUND_INPUTS:
                     raise
-                self.bound_names.append(name)
+                self.bound_names.extend(needed)
                 continue
             self._specialised[key] = compiled
             return compiled
