@@ -1,0 +1,37 @@
+"""Static rTask schedules: building, verifying, simulating and plotting them.
+
+    from rammer.schedule import build_problem, get_policy, simulate, verify
+    problem = build_problem(graph, get_preset("v100"))
+    schedule = get_policy("wavefront").schedule(problem)
+    verify(schedule, graph)
+    print(simulate(schedule).makespan_us)
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..vdevice import VDevice, get_preset
+from .policies import Policy, get_policy, policies
+from .problem import Problem, build_problem, op_names, op_predecessors
+from .schedule import BarrierEntry, RTaskEntry, Schedule, ScheduleBuilder, ScheduledOp
+from .simulate import SimResult, simulate
+from .verify import VerifyReport, verify
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..backend import Backend
+    from ..ir import Graph
+
+__all__ = [
+    "BarrierEntry", "Policy", "Problem", "RTaskEntry", "Schedule", "ScheduleBuilder", "ScheduledOp", "SimResult",
+    "VerifyReport", "build_problem", "get_policy", "op_names", "op_predecessors", "policies", "schedule_graph",
+    "simulate", "verify",
+]
+
+
+def schedule_graph(graph: Graph, policy: str = "wavefront", vdevice: str | VDevice = "v100",
+                   backend: Backend | None = None) -> Schedule:
+    """Schedule ``graph`` with a registered policy on a vDevice (preset name or object)."""
+    vd = vdevice if isinstance(vdevice, VDevice) else (
+        backend.vdevice(vdevice) if backend is not None else get_preset(vdevice))
+    return get_policy(policy).schedule(build_problem(graph, vd, backend))

@@ -1,0 +1,255 @@
+"""The static schedule: for each vEU, an ordered program of rTasks and
+barrier rTasks.  Plain data with stable integer ids and a JSON round trip.
+
+Ids: the rTasks of op ``i`` (in graph order) using a kernel with ``n``
+rTasks have ids ``first_rtask[i] .. first_rtask[i] + n - 1``, in
+``rtask_id`` order, so an rTask's id depends only on the kernels chosen.
+Barriers have ids ``num_rtasks ..``, numbered by (vEU, position).
+
+Semantics (see docs/scheduling.md): a vEU runs its program in order, one
+entry at a time; an rTask entry runs ``rtask_id`` of its op's kernel; a
+barrier on vEU ``v`` blocks ``v`` until every rTask it lists has completed.
+Program order on one vEU implies completion order, so a barrier need list
+only the last rTask it depends on per other vEU.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any, Iterable, Mapping, Sequence
+
+import numpy as np
+
+from ..errors import ScheduleError
+from ..rtask import RKernel, RTask
+from ..vdevice import VDevice
+from .problem import Problem
+
+FORMAT = "rammer.schedule/1"
+
+
+@dataclass(frozen=True)
+class ScheduledOp:
+    """One operator of a schedule: the kernel chosen and its first rTask id."""
+
+    name: str
+    op_type: str
+    kernel: RKernel
+    first_rtask: int
+    #: Indices of the ops it depends on (all their rTasks before any of its own).
+    preds: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class RTaskEntry:
+    id: int
+    op: str
+    kernel: str
+    rtask_id: int
+
+
+@dataclass(frozen=True)
+class BarrierEntry:
+    id: int
+    waits: tuple[int, ...]
+
+
+@dataclass(eq=False)
+class Schedule:
+    policy: str
+    graph_name: str
+    vdevice: VDevice
+    ops: list[ScheduledOp]
+    #: Entry ids per vEU, in program order.
+    programs: list[list[int]]
+    #: The rTask ids barrier ``num_rtasks + b`` waits for.
+    barrier_waits: list[tuple[int, ...]]
+    #: Cost of one barrier once its rTasks are done (a kernel launch gap for op-by-op).
+    barrier_cost_us: float
+    options: dict[str, Any] = field(default_factory=dict)
+
+    # -- sizes and lookups --------------------------------------------------
+    @cached_property
+    def num_rtasks(self) -> int:
+        return sum(op.kernel.num_rtasks for op in self.ops)
+
+    @property
+    def num_barriers(self) -> int:
+        return len(self.barrier_waits)
+
+    @cached_property
+    def rtask_op(self) -> np.ndarray:
+        """Op index of every rTask id."""
+        counts = [op.kernel.num_rtasks for op in self.ops]
+        return np.repeat(np.arange(len(self.ops), dtype=np.int64), counts)
+
+    @cached_property
+    def op_durations(self) -> np.ndarray:
+        return np.array([op.kernel.duration_us for op in self.ops], dtype=np.float64)
+
+    def is_barrier(self, entry: int) -> bool:
+        return entry >= self.num_rtasks
+
+    def entry(self, entry: int) -> RTaskEntry | BarrierEntry:
+        if entry >= self.num_rtasks:
+            return BarrierEntry(entry, self.barrier_waits[entry - self.num_rtasks])
+        op = self.ops[int(self.rtask_op[entry])]
+        return RTaskEntry(entry, op.name, op.kernel.kernel_id, entry - op.first_rtask)
+
+    def entries(self, veu: int) -> list[RTaskEntry | BarrierEntry]:
+        """vEU ``veu``'s program as typed entries."""
+        return [self.entry(e) for e in self.programs[veu]]
+
+    def describe_rtask(self, rtask: int) -> str:
+        if rtask < 0 or rtask >= self.num_rtasks:
+            return f"rTask {rtask} (no such rTask)"
+        e = self.entry(rtask)
+        return f"rTask {rtask} ('{e.op}' #{e.rtask_id})"
+
+    # -- plain data ------------------------------------------------------------
+    def to_dict(self, summary: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """The schedule as JSON-ready data; ``summary`` (e.g. simulated
+        makespan, utilization, barriers) is merged in at the top level."""
+        programs = []
+        for prog in self.programs:
+            out = []
+            for e in prog:
+                if e >= self.num_rtasks:
+                    out.append({"id": e, "barrier": list(self.barrier_waits[e - self.num_rtasks])})
+                else:
+                    r = self.entry(e)
+                    out.append({"id": e, "op": r.op, "kernel": r.kernel, "rtask_id": r.rtask_id})
+            programs.append(out)
+        data: dict[str, Any] = {
+            "format": FORMAT, "policy": self.policy, "graph": self.graph_name,
+            "vdevice": self.vdevice.to_dict(), "barrier_cost_us": self.barrier_cost_us,
+            "granularity": "op", "options": dict(self.options),
+            "num_rtasks": self.num_rtasks, "num_barriers": self.num_barriers,
+        }
+        data.update(summary or {})
+        data["operators"] = [
+            {"name": op.name, "op_type": op.op_type, "first_rtask": op.first_rtask,
+             "preds": [self.ops[p].name for p in op.preds], **op.kernel.describe()}
+            for op in self.ops
+        ]
+        data["programs"] = programs
+        return data
+
+    def to_json(self, path: str, summary: Mapping[str, Any] | None = None) -> None:
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(self.to_dict(summary), f, separators=(",", ":"))
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Schedule:
+        if data.get("format") != FORMAT:
+            raise ScheduleError(f"not a rammer schedule (format {data.get('format')!r}, expected {FORMAT!r})")
+        try:
+            index = {op["name"]: i for i, op in enumerate(data["operators"])}
+            ops = [ScheduledOp(op["name"], op["op_type"], RKernel.from_description(op), int(op["first_rtask"]),
+                               tuple(index[p] for p in op["preds"])) for op in data["operators"]]
+            num_rtasks = sum(op.kernel.num_rtasks for op in ops)
+            programs: list[list[int]] = []
+            waits: dict[int, tuple[int, ...]] = {}
+            for prog in data["programs"]:
+                ids = []
+                for e in prog:
+                    ids.append(int(e["id"]))
+                    if "barrier" in e:
+                        waits[int(e["id"])] = tuple(int(w) for w in e["barrier"])
+                programs.append(ids)
+            barrier_waits = [waits[num_rtasks + b] for b in range(len(waits))]
+            return cls(data["policy"], data.get("graph", ""), VDevice.from_dict(data["vdevice"]), ops, programs,
+                       barrier_waits, float(data["barrier_cost_us"]), dict(data.get("options", {})))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ScheduleError(f"malformed schedule data: {type(exc).__name__}: {exc}") from None
+
+    @classmethod
+    def from_json(cls, path: str) -> Schedule:
+        with open(path, encoding="utf-8") as f:
+            return cls.from_dict(json.load(f))
+
+
+class ScheduleBuilder:
+    """Builds a schedule with the paper's interface: :meth:`append` an rTask
+    to a vEU, :meth:`wait` (append a barrier rTask) for a set of rTasks.
+
+    Policies that place many rTasks use the integer forms
+    (:meth:`append_rtask`, :meth:`wait_ids`): an rTask is then named by a
+    *handle* returned when it was appended.
+    """
+
+    def __init__(self, problem: Problem, policy: str, barrier_cost_us: float,
+                 options: Mapping[str, Any] | None = None) -> None:
+        self.problem = problem
+        self.policy = policy
+        self.barrier_cost_us = barrier_cost_us
+        self.options = dict(options or {})
+        self.kernels: list[RKernel | None] = [None] * len(problem.rops)
+        self.programs: list[list[int]] = [[] for _ in range(problem.vdevice.num_veus)]
+        # Handle h >= 0 is an rTask; -(b + 1) is barrier b.
+        self._handle_op: list[int] = []
+        self._handle_local: list[int] = []
+        self._waits: list[list[int]] = []
+        self._placed: set[tuple[int, int]] = set()
+
+    def choose(self, op: int, kernel: RKernel) -> None:
+        """Fix the kernel of op ``op`` (before appending its rTasks)."""
+        current = self.kernels[op]
+        if current is not None and current is not kernel:
+            raise ScheduleError(f"op '{self.problem.names[op]}' already uses {current.kernel_id}")
+        self.kernels[op] = kernel
+
+    def append_rtask(self, op: int, rtask_id: int, veu: int) -> int:
+        kernel = self.kernels[op]
+        if kernel is None:
+            raise ScheduleError(f"choose a kernel for op '{self.problem.names[op]}' before appending its rTasks")
+        if not 0 <= rtask_id < kernel.num_rtasks or (op, rtask_id) in self._placed:
+            raise ScheduleError(f"rTask {rtask_id} of op '{self.problem.names[op]}' is out of range or placed twice")
+        self._placed.add((op, rtask_id))
+        handle = len(self._handle_op)
+        self._handle_op.append(op)
+        self._handle_local.append(rtask_id)
+        self.programs[veu].append(handle)
+        return handle
+
+    def wait_ids(self, handles: Sequence[int], veu: int) -> None:
+        self._waits.append(list(handles))
+        self.programs[veu].append(-len(self._waits))
+
+    # The paper's interface.
+    def append(self, rtask: RTask, veu: int) -> int:
+        self.choose(rtask.rop.index, rtask.kernel)
+        return self.append_rtask(rtask.rop.index, rtask.rtask_id, veu)
+
+    def wait(self, handles: Iterable[int], veu: int) -> None:
+        """Append to ``veu`` a barrier rTask waiting for the rTasks with these handles."""
+        self.wait_ids(list(handles), veu)
+
+    def finish(self) -> Schedule:
+        """The schedule with stable ids (see the module docstring)."""
+        p = self.problem
+        missing = [p.names[i] for i, k in enumerate(self.kernels) if k is None]
+        if missing:
+            raise ScheduleError(f"the policy left {len(missing)} op(s) without a kernel, e.g. '{missing[0]}'")
+        firsts = np.concatenate([[0], np.cumsum([k.num_rtasks for k in self.kernels])])
+        num_rtasks = int(firsts[-1])
+        stable = firsts[np.asarray(self._handle_op, dtype=np.int64)] + np.asarray(self._handle_local, dtype=np.int64) \
+            if self._handle_op else np.zeros(0, dtype=np.int64)
+        stable_list = stable.tolist()
+        programs: list[list[int]] = []
+        barrier_waits: list[tuple[int, ...]] = []
+        for prog in self.programs:
+            out = []
+            for h in prog:
+                if h >= 0:
+                    out.append(stable_list[h])
+                else:
+                    out.append(num_rtasks + len(barrier_waits))
+                    barrier_waits.append(tuple(stable_list[w] for w in self._waits[-h - 1]))
+            programs.append(out)
+        ops = [ScheduledOp(p.names[i], rop.node.op_type, self.kernels[i], int(firsts[i]), p.preds[i])
+               for i, rop in enumerate(p.rops)]
+        return Schedule(self.policy, p.graph_name, p.vdevice, ops, programs, barrier_waits, self.barrier_cost_us,
+                        self.options)
