@@ -318,3 +318,19 @@ def test_folding_keeps_onnx_dtypes():
     assert compiled.graph.op_counts() == {"Add": 1}
     assert got[0].dtype == np.float32
     np.testing.assert_array_equal(got[0], ref[0])
+
+
+def test_subgraphs_read_aliased_outer_tensors():
+    # 'a' is an Identity of 'x' (dropped at import); both branches of a run-time If read it.
+    then = h.make_graph([h.make_node("Add", ["a", "a"], ["t"])], "then", [], [_vi("t", [3])])
+    other = h.make_graph([h.make_node("Identity", ["a"], ["e"])], "else", [], [_vi("e", [3])])
+    nodes = [h.make_node("Identity", ["x"], ["a"]),
+             h.make_node("ReduceSum", ["x"], ["s"], keepdims=0),
+             h.make_node("Greater", ["s", "zero"], ["cond"]),
+             h.make_node("If", ["cond"], ["y"], then_branch=then, else_branch=other)]
+    model = _model(nodes, [_vi("x", [3])], [_vi("y", [3])],
+                   [numpy_helper.from_array(np.array(0.0, np.float32), "zero")])
+    for x in (np.array([1, 2, 3], np.float32), np.array([-1, -2, 0.5], np.float32)):
+        compiled, got, ref = _run_both(model, {"x": x})
+        assert "Identity" not in [n.op_type for n in compiled.graph.nodes]
+        np.testing.assert_array_equal(got[0], ref[0])
