@@ -86,7 +86,10 @@ def _all_names(g: onnx.GraphProto, into: set[str]) -> set[str]:
 
 def _import_graph(g: onnx.GraphProto, input_shapes: InputShapes, parent: GraphBuilder | None, where: str,
                   opset: Mapping[str, int] | None = None, fold: bool = True) -> Graph:
-    scope = Scope(parent.scope if parent else None, opset if opset is not None else parent.scope.opset)  # type: ignore[union-attr]
+    if opset is None:
+        assert parent is not None, "the top-level graph needs the model's opsets"
+        opset = parent.scope.opset
+    scope = Scope(parent.scope if parent else None, opset)
     taken = parent._taken if parent else _all_names(g, set())
     b = GraphBuilder(scope, {vi.name for vi in g.output}, fold, taken)
     _add_initializers(b, g, where)
