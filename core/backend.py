@@ -9,11 +9,15 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass, field
-from typing import Any, Mapping, Protocol
+from typing import TYPE_CHECKING, Any, Mapping, Protocol
 
 import numpy as np
 
 from .ir import Graph, Node
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .rtask import RKernel
+    from .vdevice import VDevice
 
 
 @dataclass(frozen=True)
@@ -112,3 +116,37 @@ class Backend(ABC):
 
     def __repr__(self) -> str:
         return f"<backend {self.name!r}>"
+
+    # -- rTask scheduling (rammer.schedule); defaults suit any backend ---------
+    def vdevice(self, preset: str | None = None) -> VDevice:
+        """The vDevice to schedule for: ``preset`` (a name of
+        :data:`rammer.vdevice.PRESETS` or a ``.json`` file), by default the
+        first of ``capabilities.vdevice_presets``, else ``"cpu"``."""
+        from .vdevice import get_preset
+
+        presets = self.capabilities.vdevice_presets
+        return get_preset(preset or (presets[0] if presets else "cpu"))
+
+    def rkernel_families(self) -> list[Any]:
+        """rKernel families for this backend: those plugins register through
+        ``rammer_register_rkernels`` for it, then the generic ones of
+        :mod:`rammer.kernels_generic`."""
+        from . import plugins
+        from .kernels_generic import generic_families
+
+        pm = plugins.plugin_manager()
+        cached = getattr(self, "_rkernel_families", None)
+        if cached is not None and cached[0] is pm:
+            return cached[1]
+        found: list[Any] = []
+        pm.hook.rammer_register_rkernels(backend=self.name, register=found.append)
+        families = found + generic_families()
+        self._rkernel_families = (pm, families)
+        return families
+
+    def rkernels(self, node: Node, graph: Graph, vdevice: VDevice) -> list[RKernel]:
+        """Candidate rKernels for ``node`` on ``vdevice`` (every family's
+        offer; the whole op as one rTask when no family applies)."""
+        from .kernels_generic import candidates_from
+
+        return candidates_from(self.rkernel_families(), node, graph, vdevice)

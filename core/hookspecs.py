@@ -54,8 +54,13 @@ def rammer_register_backends(register: Callable[[Backend], None]) -> None:
 def rammer_register_policies(register: Callable[[Any], None]) -> None:
     """Register scheduling policies (``--policy``) by calling ``register(policy)``.
 
-    ``policy`` is an object with a unique ``name`` and the scheduling-policy
-    interface of :mod:`rammer.schedule`.
+    ``policy`` is an object with a unique ``name`` (letters, digits, ``_``,
+    ``-``), a one-line ``description`` and a method
+    ``schedule(problem: rammer.schedule.Problem) -> rammer.schedule.Schedule``
+    (see :mod:`rammer.schedule.policies`; build the schedule with
+    :class:`rammer.schedule.ScheduleBuilder`).  The built-in ``wavefront``,
+    ``wavefront-fastest`` and ``op-by-op`` are registered through this hook
+    by :mod:`rammer.schedule.builtin`.
     """
 
 
@@ -63,7 +68,12 @@ def rammer_register_policies(register: Callable[[Any], None]) -> None:
 def rammer_register_rkernels(backend: str, register: Callable[[Any], None]) -> None:
     """Add rKernels for the backend named ``backend``.
 
-    Called once per backend when its kernel table is built, so third-party
-    plugins can add kernels to existing backends.  ``register(kernel_family)``
-    takes an rKernel family as defined in :mod:`rammer.rtask`.
+    Called once per backend when its kernel table is built
+    (``Backend.rkernel_families``), so third-party plugins can add kernels to
+    existing backends.  ``register(kernel_family)`` takes an rKernel family
+    as defined in :mod:`rammer.rtask`: an object with a ``name``, the
+    ``op_types`` it handles (a frozenset, or None for any op) and
+    ``candidates(node, graph, vdevice) -> list[RKernel]``.  Its candidates
+    are offered next to the generic families' ones, and the scheduler
+    picks among them by estimated (or profiled) ``duration_us``.
     """

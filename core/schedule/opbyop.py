@@ -21,7 +21,7 @@ class OpByOpPolicy:
     def schedule(self, problem: Problem) -> Schedule:
         vd = problem.vdevice
         num_veus = vd.num_veus
-        builder = ScheduleBuilder(problem, self.name, vd.kernel_launch_us)
+        builder = ScheduleBuilder(problem, self.name, vd.kernel_launch_us, {"launch_per_op": True})
         previous: dict[int, int] = {}  # vEU -> handle of the previous op's last rTask there
         for i, rop in enumerate(problem.rops):
             kernel = rop.fastest(num_veus)
