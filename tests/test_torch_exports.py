@@ -131,3 +131,14 @@ def test_raw_dynamo_export_folds_to_the_optimized_size(exports: Exports) -> None
     raw_graph, opt_graph = rammer.load(raw), rammer.load(optimized)
     assert len(onnx.load(str(raw)).graph.node) > 1.5 * len(raw_graph.nodes)
     assert len(raw_graph.nodes) <= len(opt_graph.nodes) + 4  # two extra Transposes per layer at most
+
+
+def test_initializers_kept_as_inputs_are_constants(tmp_path: Path) -> None:
+    # keep_initializers_as_inputs=True lists every weight among the graph inputs (as IR < 4 did).
+    path = tmp_path / "resnet18-weights-as-inputs.onnx"
+    try:
+        feeds = torch_models.export_torchscript("resnet18", str(path), initializers_as_inputs=True)
+    except Exception as exc:
+        pytest.skip(f"torch's TorchScript exporter failed: {type(exc).__name__}: {exc}")
+    assert len(onnx.load(str(path)).graph.input) > len(feeds)
+    _compare(path, feeds, lambda: rammer.compile(path, backend="reference"))

@@ -10,6 +10,7 @@ are random with a fixed seed; every model is returned in eval mode.
 
 from __future__ import annotations
 
+import inspect
 import math
 import warnings
 from dataclasses import dataclass
@@ -352,8 +353,6 @@ def export_dynamo(name: str, raw_path: str, optimized_path: str, dynamic: bool =
 
 
 def _forward_arg_names(model: nn.Module) -> list[str]:
-    import inspect
-
     return [p for p in inspect.signature(model.forward).parameters]
 
 
