@@ -1,0 +1,15 @@
+"""The ``cpu`` backend: the CPU as a vDevice of persistent numba workers.
+
+Registered through the ``rammer.backends`` entry point like every backend.
+"""
+
+from __future__ import annotations
+
+from rammer.hookspecs import hookimpl
+
+from .device import CpuBackend
+
+
+@hookimpl
+def rammer_register_backends(register) -> None:
+    register(CpuBackend())

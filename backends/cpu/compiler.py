@@ -1,0 +1,134 @@
+"""The CPU backend's compile pipeline: graph -> Program (+ report, + emitted files).
+
+lower (views, fusion, CpuOps) -> cut into segments at host ops -> plan the
+arena -> schedule each segment with a policy -> task tables -> driver.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from rammer.ir import Graph
+from rammer.schedule import Schedule
+
+from .codegen import Tables, build_tables, driver_source
+from .lowering import Lowered, Lowerer
+from .ops import CostModel, CpuOp
+from .planner import plan
+from .runtime import CompiledSegment, HostStep, Program, view_placement
+from .scheduling import available_cores, cpu_vdevice, schedule_segment
+
+
+@dataclass
+class Compiled:
+    program: Program
+    lowered: Lowered
+    schedules: list[Schedule]
+    tables: Tables
+    source: str
+
+
+def compile_program(graph: Graph, num_veus: int | None = None, policy: str = "wavefront",
+                    pin: bool = True, cost: CostModel | None = None) -> Compiled:
+    t0 = time.perf_counter()
+    cost = cost or CostModel()
+    cores = available_cores()
+    n = int(num_veus or len(cores))
+    lowered = Lowerer(graph, cost).run()
+    t_lower = time.perf_counter()
+
+    # Segments: runs of compiled ops between host ops.
+    groups: list[list[CpuOp] | CpuOp] = []
+    for op in lowered.ops:
+        if op.host:
+            groups.append(op)
+        elif groups and isinstance(groups[-1], list):
+            groups[-1].append(op)
+        else:
+            groups.append([op])
+
+    keep = {lowered.views[t.name].buffer for t in graph.outputs if t.name in lowered.views}
+    arena = plan(lowered.buffers, lowered.ops, keep, 0)
+    t_plan = time.perf_counter()
+
+    vdevice = cpu_vdevice(n, cost)
+    seg_ops = [g for g in groups if isinstance(g, list)]
+    schedules = [schedule_segment(ops, vdevice, policy, cost, f"{graph.name}/segment{k}")
+                 for k, ops in enumerate(seg_ops)]
+    t_sched = time.perf_counter()
+    tables = build_tables(seg_ops, schedules, lowered.buffers, n, arena.scratch_offset)
+    total = arena.scratch_offset + tables.scratch_bytes + 64
+    t_tables = time.perf_counter()
+
+    steps: list[Any] = []
+    node_index = {id(nd): i for i, nd in enumerate(graph.nodes)}
+    seg_iter = iter(tables.segments)
+    for g in groups:
+        if isinstance(g, list):
+            seg = next(seg_iter)
+            steps.append(CompiledSegment(seg.starts, seg.ends))
+        else:
+            steps.append(HostStep(node_index[id(g.nodes[0])], g.host_reason))
+
+    const_blob = np.zeros(arena.const_bytes, dtype=np.uint8)
+    for b in lowered.buffers:
+        if b.kind == "const":
+            data = np.ascontiguousarray(b.data).reshape(-1)
+            if b.dtype == "bool":
+                data = data.astype(np.uint8)
+            raw = data.view(np.uint8)
+            const_blob[b.byte_offset:b.byte_offset + raw.size] = raw
+
+    # Tensors the runtime touches by name: graph inputs/outputs and host-op operands.
+    wanted = {t.name for t in graph.inputs} | {t.name for t in graph.outputs}
+    for op in lowered.ops:
+        if op.host:
+            wanted |= {x for x in op.nodes[0].inputs if x} | {x for x in op.nodes[0].outputs if x}
+    tensors = {}
+    for name in wanted:
+        v = lowered.views.get(name)
+        if v is not None:
+            tensors[name] = view_placement(v, lowered.buffers[v.buffer].byte_offset)
+
+    source = driver_source(tables.kernel_names)
+    report = _report(graph, lowered, schedules, tables, arena, policy, n, {
+        "lower": t_lower - t0, "plan": t_plan - t_lower, "schedule": t_sched - t_plan,
+        "tables": t_tables - t_sched})
+    program = Program(
+        arena_bytes=total, const_bytes=arena.const_bytes, const_blob=const_blob,
+        T=tables.T, X=tables.X, R=tables.R, kernel_names=tables.kernel_names, steps=steps, tensors=tensors,
+        host_tensors=sorted(lowered.host_tensors), num_veus=n,
+        cores=[cores[v % len(cores)] for v in range(n)] if pin else [-1] * n, report=report)
+    return Compiled(program, lowered, schedules, tables, source)
+
+
+def _report(graph: Graph, lowered: Lowered, schedules: list[Schedule], tables: Tables, arena, policy: str,
+            num_veus: int, times: dict[str, float]) -> dict[str, Any]:
+    families: dict[str, int] = {}
+    for op in lowered.ops:
+        families[op.family] = families.get(op.family, 0) + 1
+    compiled_nodes = sum(len(op.nodes) for op in lowered.ops if not op.host)
+    return {
+        "model": graph.name,
+        "nodes": len(graph.nodes),
+        "policy": policy,
+        "veus": num_veus,
+        "cpu_ops": len(lowered.ops),
+        "ops_by_family": dict(sorted(families.items())),
+        "fused_groups": lowered.fused_groups,
+        "compiled_nodes": compiled_nodes,
+        "view_nodes": len(graph.nodes) - compiled_nodes - len(lowered.fallbacks),
+        "fallbacks": [{"node": n.name, "op": n.op_type, "reason": r} for n, r in lowered.fallbacks],
+        "segments": len(schedules),
+        "rtasks": sum(s.num_rtasks for s in schedules),
+        "barrier_rows": sum(seg.barrier_rows for seg in tables.segments),
+        "task_rows": int(tables.stats["rows"]),
+        "kernels": tables.kernel_names[1:],
+        "arena": {"constant_bytes": arena.const_bytes, "peak_intermediate_bytes": arena.dynamic_bytes,
+                  "without_reuse_bytes": arena.unshared_bytes, "scratch_bytes": tables.scratch_bytes},
+        "compile_seconds": {k: round(v, 4) for k, v in times.items()},
+    }

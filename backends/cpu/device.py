@@ -1,0 +1,118 @@
+"""The ``cpu`` backend's declaration: capabilities, vDevice, rKernels, compile."""
+
+from __future__ import annotations
+
+import os
+
+from typing import Any, Iterable, Mapping
+
+from rammer.backend import Availability, Backend, Capabilities
+from rammer.errors import RammerError
+from rammer.ir import Graph, Node
+
+from .ops import CostModel
+
+#: Ops the CPU backend compiles itself (everything else falls back to the reference).
+CPU_OPS = frozenset({
+    # views
+    "Identity", "Dropout", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "Slice", "Split", "Expand",
+    # GEMM-like
+    "MatMul", "Gemm", "Conv",
+    # others
+    "Concat", "Pad", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "Softmax", "LogSoftmax",
+    "LayerNormalization", "Gather", "ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd",
+    "ReduceSumSquare", "ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp",
+}) | __import__("rammer.backends.cpu.lower_ew", fromlist=["EW_OPS"]).EW_OPS
+
+OPTIONS = {"veus", "policy", "pin", "cache", "cache_dir", "emit", "max_wait_s"}
+
+
+class CpuBackend(Backend):
+    name = "cpu"
+    description = ("the CPU as a vDevice: one persistent numba worker per core walking a static rTask "
+                   "program; fused elementwise groups, GEMM epilogues, an arena with liveness reuse")
+    capabilities = Capabilities(
+        ops=CPU_OPS,
+        reference_fallback=True,
+        dtypes=frozenset({"float32", "int64", "int32", "bool"}),
+        rtol=1e-4,
+        atol=1e-5,
+        device="cpu",
+        schedules=True,
+        emits_source="python",
+        compile_cache=True,
+        vdevice_presets=("cpu",),
+        extra={"policies": ["wavefront", "op-by-op"]},
+    )
+    default_priority = 10
+
+    def availability(self) -> Availability:
+        try:
+            import numba  # noqa: F401
+            import llvmlite  # noqa: F401
+        except ImportError as exc:  # pragma: no cover - numba is a dependency
+            return Availability(False, f"needs numba and llvmlite ({exc})")
+        return Availability(True)
+
+    # -- what the scheduler asks a backend ------------------------------------------
+    def vdevice(self, preset: str | None = None, num_veus: int | None = None):
+        from .scheduling import cpu_vdevice
+
+        if preset not in (None, "cpu", "auto", ""):
+            from rammer.vdevice import get_preset
+
+            return get_preset(preset)
+        return cpu_vdevice(num_veus)
+
+    def rkernels(self, node: Node, graph: Graph, vdevice) -> Iterable:
+        """Candidate rKernels of one node of an original graph (for ``rammer schedule --backend cpu``)."""
+        from .lowering import Lowerer
+        from .scheduling import kernel_candidates
+
+        one = _single_node_graph(node, graph)
+        lowered = Lowerer(one, CostModel()).run()
+        ops = [op for op in lowered.ops if not op.host]
+        if not ops:
+            from rammer.rtask import RKernel
+
+            return [RKernel(family="cpu.host", params={}, num_rtasks=1, duration_us=100.0)]
+        # The node's dominant op (by work) stands for it.
+        main = max(range(len(ops)), key=lambda i: ops[i].flops + ops[i].nbytes)
+        from rammer.ir import Node as IRNode
+
+        probe = IRNode("Cpu", (), (), attrs={"cpu_op": main})
+        return kernel_candidates(ops, CostModel())(probe, one, vdevice)
+
+    # -- compiling --------------------------------------------------------------------
+    def compile(self, graph: Graph, options: Mapping[str, Any]):
+        unknown = set(options) - OPTIONS
+        if unknown:
+            raise TypeError(f"unknown option(s) for the cpu backend: {sorted(unknown)} (known: {sorted(OPTIONS)})")
+        from .cache import compile_cached
+
+        veus = options.get("veus")
+        if veus is not None and int(veus) < 1:
+            raise RammerError(f"--veus must be at least 1, got {veus}")
+        return compile_cached(
+            graph,
+            num_veus=int(veus) if veus else None,
+            policy=str(options.get("policy", "wavefront")),
+            pin=bool(options.get("pin", True)),
+            use_cache=bool(options.get("cache", True)),
+            cache_dir=options.get("cache_dir") or os.environ.get("RAMMER_CACHE_DIR"),
+            emit_dir=options.get("emit"),
+            max_wait_s=float(options.get("max_wait_s", 60.0)),
+        )
+
+
+def _single_node_graph(node: Node, graph: Graph) -> Graph:
+    names = [i for i in node.inputs if i]
+    inits = {n: graph.initializers[n] for n in names if n in graph.initializers}
+    inputs = tuple(graph.value_info[n] for n in dict.fromkeys(names) if n not in inits)
+    outputs = tuple(graph.value_info[o] for o in node.outputs if o)
+    vi = {t.name: t for t in inputs + outputs}
+    vi.update({n: graph.value_info[n] for n in inits})
+    return Graph(node.name or "node", inputs, outputs, (node,), inits, vi, graph.opset)
+
+
+

@@ -1,0 +1,155 @@
+"""Fusion of elementwise nodes into groups (FusionStitching-style loop fusion).
+
+A group is a set of elementwise nodes of one output shape, optionally headed
+by a GEMM-like node (MatMul, Gemm, Conv) whose output the group consumes:
+then the group runs as that GEMM's epilogue on each output tile.  Values
+that only group members read never reach memory.
+
+A node joins the groups of its elementwise producers when all have its
+shape and merging cannot create a cycle (no path from a group out through a
+non-member and back in).  Cycles are found with ancestor bitsets: bit ``j``
+of ``anc[i]`` says node ``j`` is a (transitive) producer of node ``i``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from rammer.ir import Graph
+
+
+@dataclass
+class Group:
+    id: int
+    shape: tuple[int, ...]
+    head: int | None = None
+    members: list[int] = field(default_factory=list)
+    mask: int = 0
+    #: Union over the group's external producers p of anc[p] | bit(p).
+    ext_anc: int = 0
+
+
+def ancestors(graph: Graph) -> list[int]:
+    producer = graph.producer
+    index = {id(n): i for i, n in enumerate(graph.nodes)}
+    anc: list[int] = []
+    for node in graph.nodes:
+        acc = 0
+        for t in set(node.inputs):
+            p = producer.get(t) if t else None
+            if p is not None:
+                j = index[id(p)]
+                acc |= anc[j] | (1 << j)
+        anc.append(acc)
+    return anc
+
+
+def build_groups(graph: Graph, kinds: list[str], anc: list[int] | None = None) -> tuple[list[Group], dict[int, int]]:
+    """Groups over nodes of kind "ew" and "head"; returns groups and node -> group id.
+
+    ``kinds[i]`` is "ew" (fusible elementwise), "head" (GEMM-like that takes
+    an epilogue) or anything else (not fused).
+    """
+    if anc is None:
+        anc = ancestors(graph)
+    producer = graph.producer
+    consumers = graph.consumers
+    outputs = {t.name for t in graph.outputs}
+    index = {id(n): i for i, n in enumerate(graph.nodes)}
+    groups: dict[int, Group] = {}
+    group_of: dict[int, int] = {}
+    ids = iter(range(len(graph.nodes)))
+
+    def shape_of(i: int) -> tuple[int, ...]:
+        return graph.value_info[graph.nodes[i].outputs[0]].shape
+
+    for i, node in enumerate(graph.nodes):
+        kind = kinds[i]
+        if kind == "head":
+            g = Group(next(ids), shape_of(i), head=i, mask=1 << i, ext_anc=anc[i])
+            groups[g.id] = g
+            group_of[i] = g.id
+            continue
+        if kind != "ew":
+            continue
+        shape = shape_of(i)
+        candidates: list[int] = []
+        externals: list[int] = []
+        for t in dict.fromkeys(x for x in node.inputs if x):
+            p = producer.get(t)
+            if p is None:
+                continue
+            j = index[id(p)]
+            gid = group_of.get(j)
+            fusible = gid is not None and groups[gid].shape == shape
+            if fusible and groups[gid].head == j:
+                # A GEMM's raw output feeds the epilogue only if nothing else reads it.
+                fusible = t not in outputs and all(index[id(c)] == i for c in consumers.get(t, ()))
+            if fusible:
+                if gid not in candidates:
+                    candidates.append(gid)
+            else:
+                externals.append(j)
+        # At most one GEMM head per group: keep the latest (the one most
+        # likely on the critical path, e.g. h @ R rather than x @ W in an RNN).
+        heads = sorted((g for g in candidates if groups[g].head is not None), key=lambda g: -groups[g].head)
+        for extra in heads[1:]:
+            candidates.remove(extra)
+            externals.extend(m for m in _members(groups[extra]))
+        ext = 0
+        for j in externals:
+            ext |= anc[j] | (1 << j)
+        merged = _try_merge([groups[g] for g in candidates], ext)
+        if merged is None and candidates:
+            # Fall back to joining the single best candidate alone.
+            for gid in sorted(candidates, key=lambda g: groups[g].head is None):
+                others = [j for g in candidates if g != gid for j in _members(groups[g])]
+                ext2 = ext
+                for j in others:
+                    ext2 |= anc[j] | (1 << j)
+                if _try_merge([groups[gid]], ext2) is not None:
+                    merged = [groups[gid]]
+                    ext = ext2
+                    break
+        if not merged:
+            g = Group(next(ids), shape, members=[i], mask=1 << i, ext_anc=ext)
+            groups[g.id] = g
+            group_of[i] = g.id
+            continue
+        keep = merged[0]
+        for other in merged[1:]:
+            keep.members.extend(other.members)
+            if other.head is not None:
+                keep.head = other.head
+            keep.mask |= other.mask
+            keep.ext_anc |= other.ext_anc
+            for m in _members(other):
+                group_of[m] = keep.id
+            del groups[other.id]
+        keep.members.append(i)
+        keep.mask |= 1 << i
+        keep.ext_anc |= ext
+        group_of[i] = keep.id
+    for g in groups.values():
+        g.members.sort()
+    return list(groups.values()), group_of
+
+
+def _members(g: Group) -> list[int]:
+    return ([g.head] if g.head is not None else []) + g.members
+
+
+def _try_merge(cands: list[Group], ext: int) -> list[Group] | None:
+    """The groups, if merging them with a node whose external producers'
+    ancestry is ``ext`` creates no cycle; else None."""
+    if not cands:
+        return None
+    mask = 0
+    for g in cands:
+        mask |= g.mask
+    if ext & mask:
+        return None
+    for g in cands:
+        if g.ext_anc & (mask & ~g.mask):
+            return None
+    return cands

@@ -1,0 +1,60 @@
+"""The CPU rKernels, by name, as the code generator and the report see them.
+
+Every kernel has the signature ``k(F, B, I, J, X, R, p, sbase)``: the arena
+viewed as float32 / uint8 (bool) / int64 / int32, the side tables ``X``
+(int64) and ``R`` (float32), the task row's parameters ``p`` and the float
+offset of the vEU's scratch space.  Kernels listed in :data:`MAY_FAIL`
+return a status (non-zero: the runtime reports an error, e.g. a Gather
+index out of range).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+from types import ModuleType
+
+from . import atomics, blas, ewops, fastmath, kernels_data, kernels_ew, kernels_gemm, kernels_nn
+
+#: kernel name -> module defining it.
+KERNELS: dict[str, ModuleType] = {
+    "k_ew": kernels_ew,
+    "k_gemm": kernels_gemm,
+    "k_copy": kernels_data,
+    "k_pad": kernels_data,
+    "k_gather": kernels_data,
+    "k_im2col": kernels_nn,
+    "k_dwconv": kernels_nn,
+    "k_pool": kernels_nn,
+    "k_reduce": kernels_nn,
+    "k_softmax": kernels_nn,
+    "k_layernorm": kernels_nn,
+}
+
+MAY_FAIL = frozenset({"k_gather"})
+
+#: What each kernel does, for ``rammer compile --report``.
+DESCRIPTIONS = {
+    "k_ew": "fused elementwise program (register blocks of 256)",
+    "k_gemm": "GEMM tile (OpenBLAS sgemm or vectorized loops) + fused epilogue",
+    "k_copy": "strided copy (views made dense, Concat)",
+    "k_pad": "constant padding",
+    "k_gather": "Gather rows by run-time indices",
+    "k_im2col": "im2col rows for convolution",
+    "k_dwconv": "direct depthwise convolution + fused epilogue",
+    "k_pool": "max/average pooling planes",
+    "k_reduce": "reductions over adjacent axes",
+    "k_softmax": "softmax / log-softmax lines",
+    "k_layernorm": "layer normalization rows",
+}
+
+_SOURCES = (atomics, blas, ewops, fastmath, kernels_data, kernels_ew, kernels_gemm, kernels_nn)
+
+
+def kernels_fingerprint() -> str:
+    """Hash of the kernel sources: part of the driver's name and of cache keys,
+    because numba does not notice when a cached caller's callees change."""
+    h = hashlib.sha256()
+    for mod in _SOURCES:
+        h.update(inspect.getsource(mod).encode())
+    return h.hexdigest()[:16]

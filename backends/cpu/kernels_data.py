@@ -1,0 +1,151 @@
+"""Data-movement rKernels: strided copy, pad, gather.
+
+They move elements by size (1, 4 or 8 bytes) through the arena view of
+that width, so they work for every arena dtype and never touch the bits of
+the values (a float NaN payload is copied as is).
+
+Strided copy descriptor (``X[d:]``)::
+
+    [esize, src_off, s0, s1, s2, s3, dst_off, t0, t1, t2, t3, d0, d1, d2, d3]
+
+Task rows cover flattened rows ``[r0, r1)`` of ``d0*d1*d2``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+_JIT = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
+
+
+@njit(**_JIT)
+def _copy_row(A, src, s, dst, t, n):
+    if s == 1 and t == 1:
+        for j in range(n):
+            A[dst + j] = A[src + j]
+    else:
+        for j in range(n):
+            A[dst + j * t] = A[src + j * s]
+
+
+@njit(**_JIT)
+def copy_rows(B, J, I, X, d, r0, r1):
+    esize = X[d]
+    d1 = X[d + 12]
+    d2 = X[d + 13]
+    n = X[d + 14]
+    for r in range(r0, r1):
+        i2 = r % d2
+        q = r // d2
+        i1 = q % d1
+        i0 = q // d1
+        src = X[d + 1] + i0 * X[d + 2] + i1 * X[d + 3] + i2 * X[d + 4]
+        dst = X[d + 6] + i0 * X[d + 7] + i1 * X[d + 8] + i2 * X[d + 9]
+        if esize == 4:
+            _copy_row(J, src, X[d + 5], dst, X[d + 10], n)
+        elif esize == 8:
+            _copy_row(I, src, X[d + 5], dst, X[d + 10], n)
+        else:
+            _copy_row(B, src, X[d + 5], dst, X[d + 10], n)
+
+
+@njit(**_JIT)
+def k_copy(F, B, I, J, X, R, p, sbase):
+    """Task row: [desc, r0, r1]."""
+    copy_rows(B, J, I, X, p[0], p[1], p[2])
+
+
+@njit(**_JIT)
+def _fill(A, off, n, t, v):
+    for j in range(n):
+        A[off + j * t] = v
+
+
+# Pad descriptor: [esize, src_off, s0..s3, dst_off, (dense output) D0..D3,
+#                  begin0..begin3, S0..S3 (source dims), value_int, value_f32_imm]
+@njit(**_JIT)
+def k_pad(F, B, I, J, X, R, p, sbase):
+    """Constant-mode Pad, one output row (last dim) at a time.  Row: [desc, r0, r1]."""
+    d = p[0]
+    esize = X[d]
+    D1 = X[d + 8]
+    D2 = X[d + 9]
+    D3 = X[d + 10]
+    b3 = X[d + 14]
+    S3 = X[d + 18]
+    ivalue = X[d + 19]
+    fvalue = R[X[d + 20]]
+    for r in range(p[1], p[2]):
+        o2 = r % D2
+        q = r // D2
+        o1 = q % D1
+        o0 = q // D1
+        dst = X[d + 6] + r * D3
+        i0 = o0 - X[d + 11]
+        i1 = o1 - X[d + 12]
+        i2 = o2 - X[d + 13]
+        inside = 0 <= i0 < X[d + 15] and 0 <= i1 < X[d + 16] and 0 <= i2 < X[d + 17]
+        lo = min(max(b3, 0), D3)
+        hi = min(max(b3 + S3, 0), D3)
+        if not inside:
+            lo = 0
+            hi = 0
+        src = X[d + 1] + i0 * X[d + 2] + i1 * X[d + 3] + i2 * X[d + 4]
+        s3 = X[d + 5]
+        # [0, lo) and [hi, D3) are padding; [lo, hi) copies source columns lo-b3...
+        if esize == 4:
+            if X[d + 21] == 1:
+                _fill(F, dst, lo, 1, fvalue)
+                _fill(F, dst + hi, D3 - hi, 1, fvalue)
+            else:
+                _fill(J, dst, lo, 1, np.int32(ivalue))
+                _fill(J, dst + hi, D3 - hi, 1, np.int32(ivalue))
+            if hi > lo:
+                _copy_row(J, src + (lo - b3) * s3, s3, dst + lo, 1, hi - lo)
+        elif esize == 8:
+            _fill(I, dst, lo, 1, ivalue)
+            _fill(I, dst + hi, D3 - hi, 1, ivalue)
+            if hi > lo:
+                _copy_row(I, src + (lo - b3) * s3, s3, dst + lo, 1, hi - lo)
+        else:
+            _fill(B, dst, lo, 1, np.uint8(ivalue))
+            _fill(B, dst + hi, D3 - hi, 1, np.uint8(ivalue))
+            if hi > lo:
+                _copy_row(B, src + (lo - b3) * s3, s3, dst + lo, 1, hi - lo)
+
+
+# Gather descriptor: [esize, data_off, axis_len, inner, data_outer_stride,
+#                     idx_off, n_idx, out_off, idx_dtype(8|4)]
+@njit(**_JIT)
+def k_gather(F, B, I, J, X, R, p, sbase):
+    """Gather along one axis of dense data; rows r = outer * n_idx + i.  Row: [desc, r0, r1].
+
+    Returns 1 (an error the runtime reports) on an out-of-range index.
+    """
+    d = p[0]
+    esize = X[d]
+    data = X[d + 1]
+    axis_len = X[d + 2]
+    inner = X[d + 3]
+    outer_stride = X[d + 4]
+    idx = X[d + 5]
+    n_idx = X[d + 6]
+    out = X[d + 7]
+    for r in range(p[1], p[2]):
+        i = r % n_idx
+        o = r // n_idx
+        k = I[idx + i] if X[d + 8] == 8 else np.int64(J[idx + i])
+        if k < 0:
+            k += axis_len
+        if k < 0 or k >= axis_len:
+            return 1
+        src = data + o * outer_stride + k * inner
+        dst = out + r * inner
+        if esize == 4:
+            _copy_row(J, src, 1, dst, 1, inner)
+        elif esize == 8:
+            _copy_row(I, src, 1, dst, 1, inner)
+        else:
+            _copy_row(B, src, 1, dst, 1, inner)
+    return 0

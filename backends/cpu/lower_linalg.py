@@ -1,0 +1,379 @@
+"""MatMul, Gemm and Conv as GEMM rOperators with fused epilogues.
+
+* MatMul/Gemm: one GEMM over (broadcast) batch matrices; operands are any
+  strided views (a transposed weight is a BLAS ``'T'``), so no copies.
+* Conv: depthwise convolutions run the direct depthwise kernel; 1x1
+  stride-1 convolutions are GEMMs on the input itself; the rest are an
+  im2col rOperator followed by a GEMM over (batch, group) blocks.
+
+The elementwise nodes fused after the head (bias, BatchNorm, residual add,
+activation) become a program run on every output tile by the same rTask.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from rammer.ir import Node
+from rammer.ops.conv import window_geometry
+from rammer.ops.registry import OpContext
+
+from .ewops import BLOCK
+from .ops import CpuOp, EmitContext, Row, grid_split, split_range
+from .program import EwProgram
+from .views import View, broadcast_view
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .lowering import Lowerer
+
+HEAD_OPS = frozenset({"MatMul", "Gemm", "Conv"})
+
+
+def head_reason(lw: Lowerer, node: Node) -> str | None:
+    g = lw.graph
+    ins = [g.value_info[i] for i in node.inputs if i]
+    if any(t.dtype != "float32" for t in ins) or g.value_info[node.outputs[0]].dtype != "float32":
+        return "non-float32 operands"
+    if node.op_type == "Conv":
+        x, w = ins[0], ins[1]
+        if len(x.shape) not in (3, 4):
+            return f"{len(x.shape) - 2}-D convolution (the CPU kernels do 1-D and 2-D)"
+        if node.inputs[1] not in g.initializers:
+            return "convolution weights computed at run time"
+    if node.op_type == "MatMul" and min(len(t.shape) for t in ins) < 1:
+        return "scalar operand"
+    return None
+
+
+@dataclass
+class GemmSpec:
+    """C[b] = alpha * A[b] @ B[b] for every batch matrix b (element strides)."""
+
+    M: int
+    N: int
+    K: int
+    a: View
+    a_rs: int
+    a_cs: int
+    b: View
+    b_rs: int
+    b_cs: int
+    c: View
+    c_rs: int
+    #: Per batch matrix: element deltas from the views' offsets.
+    batches: list[tuple[int, int, int]]
+    alpha: float = 1.0
+
+
+def gemm_op(lw: Lowerer, name: str, nodes: tuple[Node, ...], spec: GemmSpec, epilogue: EwProgram | None,
+            space: tuple, extra_reads: tuple[int, ...] = ()) -> CpuOp:
+    nb = len(spec.batches)
+    M, N, K = spec.M, spec.N, spec.K
+    reads = {spec.a.buffer, spec.b.buffer, *extra_reads}
+    writes = {spec.c.buffer}
+    if epilogue is not None:
+        reads |= {v.buffer for v, _ in epilogue.inputs}
+        writes |= {v.buffer for _, v in epilogue.outputs}
+        reads -= writes
+    flops = 2.0 * M * N * K * nb
+    nbytes = 4.0 * nb * (M * K + K * N + M * N * (1 + (len(epilogue.inputs) if epilogue else 0)))
+
+    def partition(n: int) -> list:
+        if n <= nb:
+            return [(b0, b1, 0, M, 0, N) for b0, b1 in (split_range(nb, n, i) for i in range(n))]
+        per = max(1, n // nb)
+        tiles = grid_split(M, N, per, col_align=16)
+        if len(tiles) == 1 and n > nb:
+            return []
+        return [(b, b + 1, m0, m1, c0, c1) for b in range(nb) for m0, m1, c0, c1 in tiles]
+
+    def emit(ctx: EmitContext, parts: list) -> list[Row]:
+        table = []
+        a0, b0, c0 = ctx.locate(spec.a), ctx.locate(spec.b), ctx.locate(spec.c)
+        for da, db, dc in spec.batches:
+            table += [a0 + da, b0 + db, c0 + dc]
+        toff = ctx.side.add_ints(table)
+        epi = epilogue.emit(ctx.side, ctx.locate, space) if epilogue is not None else -1
+        alpha = ctx.side.add_floats([spec.alpha])
+        desc = ctx.side.add_ints([M, N, K, spec.a_rs, spec.a_cs, spec.b_rs, spec.b_cs, spec.c_rs, epi, alpha, toff])
+        return [("k_gemm", [desc, *part]) for part in parts]
+
+    blas = M >= 4 and M * N * K >= 32 * 1024
+    scratch = epilogue.n_registers() * BLOCK if epilogue is not None else 0
+    return CpuOp(name, "gemm", nodes, tuple(sorted(reads)), tuple(sorted(writes)), flops, nbytes, partition, emit,
+                 scratch=scratch, blas=blas, extra={"M": M, "N": N, "K": K, "batches": nb})
+
+
+def _matrix(v: View) -> tuple[int, int]:
+    """Row and column strides of the last two dims, with size-1 dims normalized."""
+    rows, cols = v.shape[-2], v.shape[-1]
+    rs, cs = v.strides[-2], v.strides[-1]
+    if cols == 1:
+        cs = 1 if rs != 1 else max(rows, 1)
+    if rows == 1:
+        rs = cols if cs == 1 else 1
+    return rs, cs
+
+
+def _matmul_spec(lw: Lowerer, node: Node, c: View) -> GemmSpec:
+    a, b = lw.view(node.inputs[0]), lw.view(node.inputs[1])
+    if a.rank == 1:
+        a = View(a.buffer, a.dtype, (1, a.shape[0]), (0, a.strides[0]), a.offset)
+    if b.rank == 1:
+        b = View(b.buffer, b.dtype, (b.shape[0], 1), (b.strides[0], 0), b.offset)
+    M, K = a.shape[-2:]
+    N = b.shape[-1]
+    batch = tuple(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]))
+    a = broadcast_view(a, batch + (M, K))
+    b = broadcast_view(b, batch + (K, N))
+    c = c.with_shape(batch + (M, N)) if c.is_dense() else c
+    a_rs, a_cs = _matrix(a)
+    b_rs, b_cs = _matrix(b)
+    batches = []
+    for idx in itertools.product(*(range(d) for d in batch)):
+        batches.append((sum(i * s for i, s in zip(idx, a.strides)), sum(i * s for i, s in zip(idx, b.strides)),
+                        sum(i * s for i, s in zip(idx, c.strides))))
+    return GemmSpec(M, N, K, a, a_rs, a_cs, b, b_rs, b_cs, c, N, batches or [(0, 0, 0)])
+
+
+def _gemm_spec(lw: Lowerer, node: Node, c: View) -> GemmSpec:
+    a, b = lw.view(node.inputs[0]), lw.view(node.inputs[1])
+    if node.attr("transA", 0):
+        a = View(a.buffer, a.dtype, a.shape[::-1], a.strides[::-1], a.offset)
+    if node.attr("transB", 0):
+        b = View(b.buffer, b.dtype, b.shape[::-1], b.strides[::-1], b.offset)
+    M, K = a.shape
+    N = b.shape[1]
+    a_rs, a_cs = _matrix(a)
+    b_rs, b_cs = _matrix(b)
+    return GemmSpec(M, N, K, a, a_rs, a_cs, b, b_rs, b_cs, c, N, [(0, 0, 0)], float(node.attr("alpha", 1.0)))
+
+
+def lower_head(lw: Lowerer, head: Node, members: list[Node], internal: set[str]) -> None:
+    """A GEMM-like head with its fused elementwise members."""
+    g = lw.graph
+    out = head.outputs[0]
+    shape = g.value_info[out].shape
+    # Where the GEMM writes its raw tile: its own output, or (when only the
+    # epilogue reads it) the first float32 output the epilogue stores.
+    target_name = out
+    if out in internal:
+        stored = [m.outputs[0] for m in members if m.outputs[0] not in internal
+                  and g.value_info[m.outputs[0]].dtype == "float32" and g.value_info[m.outputs[0]].shape == shape]
+        if stored:
+            target_name = stored[0]
+        else:
+            internal.discard(out)
+            lw.views[out] = lw.new_dense("float32", shape)
+    target = lw.views[target_name]
+    needs_program = bool(members) or (head.op_type == "Gemm" and len(head.inputs) > 2 and head.inputs[2])
+    if head.op_type == "Conv":
+        _lower_conv(lw, head, members, internal, target, needs_program, target_name=target_name)
+        return
+    space = ("matrix",)
+    prog = _epilogue(lw, head, members, internal, target, shape) if needs_program else None
+    if prog is not None and not prog.supported(space):
+        prog = None
+    if prog is None and needs_program:
+        _unfuse(lw, head, members, internal, target_name)
+        return
+    spec = _matmul_spec(lw, head, target) if head.op_type == "MatMul" else _gemm_spec(lw, head, target)
+    lw.add_op(gemm_op(lw, head.name or head.op_type, (head, *members), spec, prog, space))
+
+
+def _epilogue(lw: Lowerer, head: Node, members: list[Node], internal: set[str], target: View,
+              shape: tuple[int, ...]) -> EwProgram:
+    out = head.outputs[0]
+    prog = EwProgram(tuple(shape))
+    raw = prog.load(target)
+    value = raw
+    if head.op_type == "Gemm" and len(head.inputs) > 2 and head.inputs[2]:
+        bias = prog.load(lw.view(head.inputs[2]))
+        beta = float(head.attr("beta", 1.0))
+        if beta != 1.0:
+            bias = prog.op("AFFINE", bias, imms=(beta, 0.0))
+        value = prog.op("ADD", raw, bias)
+    elif head.op_type == "Conv" and len(head.inputs) > 2 and head.inputs[2]:
+        bias_view = lw.view(head.inputs[2])
+        rank = len(shape)
+        bias_view = View(bias_view.buffer, bias_view.dtype, (bias_view.shape[0],) + (1,) * (rank - 2),
+                         (bias_view.strides[0],) + (0,) * (rank - 2), bias_view.offset)
+        value = prog.op("ADD", raw, prog.load(bias_view))
+    regs = {out: value}
+    if out not in internal and value != raw:
+        prog.store(value, lw.views[out])
+    for node in members:
+        def operand(i: int, node: Node = node) -> int:
+            name = node.inputs[i]
+            return regs[name] if name in regs else prog.load(lw.view(name))
+
+        def constant(array: np.ndarray) -> int:
+            return prog.load(lw.const_view(array))
+
+        from .lower_ew import ew_translate
+
+        o = node.outputs[0]
+        regs[o] = ew_translate(node, lw.graph, prog, operand, constant)
+        if o not in internal:
+            prog.store(regs[o], lw.views[o])
+    return prog
+
+
+def _unfuse(lw: Lowerer, head: Node, members: list[Node], internal: set[str], target_name: str) -> None:
+    """The epilogue does not fit the GEMM's tile space: GEMM alone, members as an ew op."""
+    from .lowering import ew_op
+
+    g = lw.graph
+    out = head.outputs[0]
+    shape = g.value_info[out].shape
+    if out in internal or target_name != out:
+        internal.discard(out)
+        lw.views[out] = lw.new_dense("float32", shape)
+    target = lw.views[out]
+    bias = head.op_type in ("Gemm", "Conv") and len(head.inputs) > 2 and head.inputs[2]
+    prog = _epilogue(lw, head, [], internal, target, shape) if bias else None
+    if prog is not None and not prog.outputs:
+        prog.store(prog.instrs[-1].dst, target)
+    if head.op_type == "Conv":
+        _lower_conv(lw, head, [], internal, target, bias, prog_override=prog)
+    else:
+        spec = _matmul_spec(lw, head, target) if head.op_type == "MatMul" else _gemm_spec(lw, head, target)
+        lw.add_op(gemm_op(lw, head.name or head.op_type, (head,), spec, prog, ("matrix",)))
+    if members:
+        p, stored = lw.build_program(members, internal, g.value_info[members[0].outputs[0]].shape)
+        lw.add_op(ew_op(lw, members, p, stored))
+
+
+# -- convolution ------------------------------------------------------------------------------
+
+def _geometry(lw: Lowerer, node: Node) -> tuple:
+    g = lw.graph
+    x = g.value_info[node.inputs[0]]
+    w = g.value_info[node.inputs[1]]
+    ctx = OpContext(node, lw.opset, [x, w], [None, None])
+    spatial = x.shape[2:]
+    kernel = node.attr("kernel_shape") or w.shape[2:]
+    geo = window_geometry(ctx, spatial, kernel)
+    if len(spatial) == 1:
+        return ((1,) + spatial, (1,) + geo.kernel, (1,) + geo.strides, (0,) + geo.pad_begin, (1,) + geo.dilations,
+                (1,) + geo.out)
+    return spatial, geo.kernel, geo.strides, geo.pad_begin, geo.dilations, geo.out
+
+
+def _lower_conv(lw: Lowerer, node: Node, members: list[Node], internal: set[str], target: View,
+                needs_program: bool, prog_override: EwProgram | None = None, target_name: str = "") -> None:
+    g = lw.graph
+    x_info = g.value_info[node.inputs[0]]
+    n, c = x_info.shape[:2]
+    (H, W), (kh, kw), (sh, sw), (ph, pw), (dh, dw), (OH, OW) = _geometry(lw, node)
+    w_arr = g.initializers[node.inputs[1]]
+    m = w_arr.shape[0]
+    groups = int(node.attr("group", 1))
+    cg, mg = c // groups, m // groups
+    out_shape4 = (n, m, OH, OW)
+    target4 = View(target.buffer, target.dtype, out_shape4, (m * OH * OW, OH * OW, OW, 1), target.offset)
+    depthwise = groups == c and cg == 1
+    space = ("conv", m if depthwise else groups)
+    prog = prog_override
+    if prog is None and needs_program:
+        prog = _epilogue(lw, node, members, internal, target, g.value_info[node.outputs[0]].shape)
+    if prog is not None:
+        prog = _as_4d(prog, out_shape4)
+    if prog is not None and not prog.supported(space):
+        if prog_override is not None or not members:
+            raise AssertionError(f"{node.label}: bias epilogue does not fit the conv space")
+        _unfuse(lw, node, members, internal, target_name or node.outputs[0])
+        return
+    name = node.name or "Conv"
+    nodes = (node, *members)
+    x = lw.dense(node.inputs[0])
+    w = lw.view(node.inputs[1])
+    epi_reads = tuple(v.buffer for v, _ in prog.inputs) if prog is not None else ()
+    if depthwise:
+        lw.add_op(_dwconv_op(lw, name, nodes, x, w, target4, prog, space,
+                             (n, c, H, W, kh, kw, sh, sw, ph, pw, dh, dw, OH, OW), m // c))
+        return
+    kdim = cg * kh * kw
+    ohw = OH * OW
+    if kh == kw == 1 and sh == sw == 1 and ph == pw == 0 and (OH, OW) == (H, W):
+        b_view, b_rs, b_block = x, ohw, lambda nn, gg: (nn * c + gg * cg) * ohw
+    else:
+        col = lw.new_dense("float32", (n * groups, kdim, ohw))
+        lw.add_op(_im2col_op(lw, name + ":im2col", (node,), x, col,
+                             (n, c, H, W, kh, kw, sh, sw, ph, pw, dh, dw, OH, OW), groups, cg))
+        b_view, b_rs, b_block = col, ohw, lambda nn, gg: (nn * groups + gg) * kdim * ohw
+    batches = [(gg * mg * kdim, b_block(nn, gg), (nn * m + gg * mg) * ohw) for nn in range(n) for gg in range(groups)]
+    spec = GemmSpec(mg, ohw, kdim, w, kdim, 1, b_view, b_rs, 1, target4, ohw, batches)
+    lw.add_op(gemm_op(lw, name, nodes, spec, prog, space, extra_reads=epi_reads))
+
+
+def _as_4d(prog: EwProgram, shape4: tuple[int, ...]) -> EwProgram:
+    """A 1-D convolution's program ([N, M, L]) re-expressed over [N, M, 1, L]."""
+    if len(prog.shape) == 4:
+        return prog
+    def lift(v: View) -> View:
+        return View(v.buffer, v.dtype, shape4, v.strides[:2] + (0,) + v.strides[2:], v.offset)
+    prog.inputs = [(lift(v), dt) for v, dt in prog.inputs]
+    prog.outputs = [(r, lift(v)) for r, v in prog.outputs]
+    prog.shape = tuple(shape4)
+    return prog
+
+
+def _window_desc(x: View, out: View, geo: tuple) -> list:
+    n, c, H, W, kh, kw, sh, sw, ph, pw, dh, dw, OH, OW = geo
+    return [x, c, H, W, kh, kw, sh, sw, ph, pw, dh, dw, OH, OW, out]
+
+
+def _resolve(ctx: EmitContext, words: list) -> list[int]:
+    return [ctx.locate(w) if isinstance(w, View) else int(w) for w in words]
+
+
+def _im2col_op(lw: Lowerer, name: str, nodes: tuple[Node, ...], x: View, col: View, geo: tuple,
+               groups: int, cg: int) -> CpuOp:
+    n = geo[0]
+    kh, kw, OH, OW = geo[4], geo[5], geo[12], geo[13]
+    rows = cg * kh * kw
+    blocks = n * groups
+    nbytes = 8.0 * blocks * rows * OH * OW
+
+    def partition(k: int) -> list:
+        if k <= blocks:
+            return [split_range(blocks, k, i) + (0, rows) for i in range(k)]
+        per = min(max(1, k // blocks), rows)
+        return [(b, b + 1) + split_range(rows, per, i) for b in range(blocks) for i in range(per)]
+
+    def emit(ctx: EmitContext, parts: list) -> list[Row]:
+        desc = ctx.side.add_ints(_resolve(ctx, _window_desc(x, col, geo) + [groups, cg]))
+        return [("k_im2col", [desc, *p]) for p in parts]
+
+    return CpuOp(name, "conv.im2col", nodes, (x.buffer,), (col.buffer,), 0.0, nbytes, partition, emit)
+
+
+def _dwconv_op(lw: Lowerer, name: str, nodes: tuple[Node, ...], x: View, w: View, out: View,
+               prog: EwProgram | None, space: tuple, geo: tuple, mult: int) -> CpuOp:
+    n, c = geo[0], geo[1]
+    kh, kw, OH, OW = geo[4], geo[5], geo[12], geo[13]
+    flops = 2.0 * n * c * mult * OH * OW * kh * kw
+    nbytes = 4.0 * (x.size + out.size * (2 + (len(prog.inputs) if prog else 0)))
+    reads = {x.buffer, w.buffer} | ({v.buffer for v, _ in prog.inputs} if prog else set())
+    writes = {out.buffer} | ({v.buffer for _, v in prog.outputs} if prog else set())
+
+    def partition(k: int) -> list:
+        if k <= n:
+            return [split_range(n, k, i) + (0, c) for i in range(k)]
+        per = min(max(1, k // n), c)
+        return [(b, b + 1) + split_range(c, per, i) for b in range(n) for i in range(per)]
+
+    def emit(ctx: EmitContext, parts: list) -> list[Row]:
+        epi = prog.emit(ctx.side, ctx.locate, space) if prog is not None else -1
+        desc = ctx.side.add_ints(_resolve(ctx, _window_desc(x, out, geo) + [w, mult, epi]))
+        return [("k_dwconv", [desc, *p]) for p in parts]
+
+    scratch = prog.n_registers() * BLOCK if prog else 0
+    return CpuOp(name, "conv.depthwise", nodes, tuple(sorted(reads - writes)), tuple(sorted(writes)), flops, nbytes,
+                 partition, emit, scratch=scratch)
+

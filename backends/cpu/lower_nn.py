@@ -1,0 +1,357 @@
+"""Lowering of the non-GEMM, non-elementwise ops: Concat, Pad, pooling,
+reductions, softmax, layer normalization and Gather.
+
+Each entry of :data:`LOWERINGS` adds the op's :class:`CpuOp`; :func:`reason`
+says why a node cannot be lowered (then it runs on the host).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Callable
+
+from rammer.ir import Node
+from rammer.ops.conv import window_geometry
+from rammer.ops.registry import OpContext
+
+from . import kernels_nn as knn
+from .lower_views import copy_descriptors
+from .ops import CpuOp, EmitContext, Row, split_range
+from .views import ARENA_DTYPES, View
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .lowering import Lowerer
+
+
+def _info(lw: Lowerer, name: str):
+    return lw.graph.value_info[name]
+
+
+def _rows_partition(total: int, min_rows_per_task: int = 1) -> Callable[[int], list]:
+    def partition(n: int) -> list:
+        n = max(1, min(n, total // max(min_rows_per_task, 1) or 1))
+        return [split_range(total, n, i) for i in range(n)]
+    return partition
+
+
+# -- Concat --------------------------------------------------------------------------------
+
+def _concat(lw: Lowerer, node: Node) -> None:
+    out = lw.views[node.outputs[0]]
+    axis = int(node.attr("axis", 0)) % out.rank
+    pieces = []
+    start = 0
+    for name in node.inputs:
+        if not name:
+            continue
+        src = lw.view(name)
+        size = src.shape[axis]
+        if size:
+            shape = list(out.shape)
+            shape[axis] = size
+            dst = View(out.buffer, out.dtype, tuple(shape), out.strides, out.offset + start * out.strides[axis])
+            for d in copy_descriptors(src, dst):
+                pieces.append((src, dst, d))
+        start += size
+    rows = [d[12] * d[13] * d[14] for _, _, d in pieces]
+
+    def partition(n: int) -> list:
+        parts = []
+        per = max(1, n // max(len(pieces), 1))
+        for k, r in enumerate(rows):
+            m = min(per, r) if sum(rows) * 4 >= 8192 else 1
+            parts += [(k,) + split_range(r, m, i) for i in range(m)]
+        return parts
+
+    def emit(ctx: EmitContext, parts: list) -> list[Row]:
+        offs = []
+        for src, dst, d in pieces:
+            d = list(d)
+            d[1] += ctx.locate(src)
+            d[6] += ctx.locate(dst)
+            offs.append(ctx.side.add_ints(d))
+        return [("k_copy", [offs[k], r0, r1]) for k, r0, r1 in parts]
+
+    reads = tuple(sorted({p[0].buffer for p in pieces}))
+    nbytes = 2.0 * out.size * ARENA_DTYPES[out.dtype]
+    lw.add_op(CpuOp(node.name or "Concat", "copy.concat", (node,), reads, (out.buffer,), 0.0, nbytes,
+                    partition, emit))
+
+
+# -- Pad -----------------------------------------------------------------------------------
+
+def _pad_params(lw: Lowerer, node: Node) -> tuple[list[int], float] | None:
+    g = lw.graph
+    if lw.opset < 11:
+        pads = list(node.attr("pads", []))
+        value = float(node.attr("value", 0.0))
+        mode = node.attr("mode", "constant")
+    else:
+        mode = node.attr("mode", "constant")
+        pads_arr = g.initializers.get(node.inputs[1]) if len(node.inputs) > 1 else None
+        if pads_arr is None:
+            return None
+        pads = [int(p) for p in pads_arr.ravel()]
+        value = 0.0
+        if len(node.inputs) > 2 and node.inputs[2]:
+            v = g.initializers.get(node.inputs[2])
+            if v is None:
+                return None
+            value = float(v.ravel()[0]) if v.size else 0.0
+        if len(node.inputs) > 3 and node.inputs[3]:
+            axes_arr = g.initializers.get(node.inputs[3])
+            if axes_arr is None:
+                return None
+            rank = len(_info(lw, node.inputs[0]).shape)
+            full = [0] * (2 * rank)
+            axes = [int(a) % rank for a in axes_arr.ravel()]
+            for k, a in enumerate(axes):
+                full[a] = pads[k]
+                full[a + rank] = pads[k + len(axes)]
+            pads = full
+    if mode != "constant":
+        return None
+    return pads, value
+
+
+def _pad(lw: Lowerer, node: Node) -> None:
+    pads, value = _pad_params(lw, node)
+    src = lw.view(node.inputs[0])
+    out = lw.views[node.outputs[0]]
+    rank = src.rank
+    lead = 4 - rank
+    begins = [0] * lead + pads[:rank]
+    s_shape = (1,) * lead + src.shape
+    s_strides = (0,) * lead + src.strides
+    o_shape = (1,) * lead + out.shape
+    esize = ARENA_DTYPES[out.dtype]
+    rows = o_shape[0] * o_shape[1] * o_shape[2]
+    is_float = 1 if out.dtype == "float32" else 0
+
+    def emit(ctx: EmitContext, parts: list) -> list[Row]:
+        fimm = ctx.side.add_floats([value])
+        words = [esize, ctx.locate(src), *s_strides, ctx.locate(out), *o_shape, *begins, *s_shape,
+                 int(value), fimm, is_float]
+        desc = ctx.side.add_ints(words)
+        return [("k_pad", [desc, r0, r1]) for r0, r1 in parts]
+
+    nbytes = 1.0 * esize * (src.size + out.size)
+    lw.add_op(CpuOp(node.name or "Pad", "copy.pad", (node,), (src.buffer,), (out.buffer,), 0.0, nbytes,
+                    _rows_partition(rows, 64), emit))
+
+
+# -- pooling ---------------------------------------------------------------------------------
+
+def _pool(lw: Lowerer, node: Node) -> None:
+    x_info = _info(lw, node.inputs[0])
+    x = lw.dense(node.inputs[0])
+    out = lw.views[node.outputs[0]]
+    ctx = OpContext(node, lw.opset, [x_info], [None])
+    spatial = x_info.shape[2:]
+    geo = window_geometry(ctx, spatial, node.attr("kernel_shape"), ceil_mode=bool(node.attr("ceil_mode", 0)))
+    if len(spatial) == 1:
+        H, W = 1, spatial[0]
+        kh, kw, sh, sw, ph, pw, dh, dw = 1, geo.kernel[0], 1, geo.strides[0], 0, geo.pad_begin[0], 1, geo.dilations[0]
+        OH, OW = 1, geo.out[0]
+        pe = (0, geo.pad_end[0])
+        pb = (0, geo.pad_begin[0])
+        dims = (1, W)
+    else:
+        H, W = spatial
+        kh, kw = geo.kernel
+        sh, sw = geo.strides
+        ph, pw = geo.pad_begin
+        dh, dw = geo.dilations
+        OH, OW = geo.out
+        pb, pe, dims = geo.pad_begin, geo.pad_end, spatial
+    mode = 0 if node.op_type == "MaxPool" else 1
+    if int(node.attr("count_include_pad", 0)):
+        limits = [(0, d + b + e) for d, b, e in zip(dims, pb, pe)]
+    else:
+        limits = [(b, b + d) for d, b in zip(dims, pb)]
+    planes = x_info.shape[0] * x_info.shape[1]
+
+    def emit(ctx: EmitContext, parts: list) -> list[Row]:
+        words = [ctx.locate(x), x_info.shape[1], H, W, kh, kw, sh, sw, ph, pw, dh, dw, OH, OW, ctx.locate(out),
+                 mode, limits[0][0], limits[0][1], limits[1][0], limits[1][1]]
+        desc = ctx.side.add_ints(words)
+        return [("k_pool", [desc, q0, q1]) for q0, q1 in parts]
+
+    flops = 1.0 * planes * OH * OW * kh * kw
+    lw.add_op(CpuOp(node.name or node.op_type, "pool", (node,), (x.buffer,), (out.buffer,), flops,
+                    4.0 * (x.size + out.size), _rows_partition(planes), emit))
+
+
+# -- reductions --------------------------------------------------------------------------------
+
+_REDUCE_MODES = {
+    "ReduceSum": knn.RED_SUM, "ReduceMean": knn.RED_MEAN, "ReduceMax": knn.RED_MAX, "ReduceMin": knn.RED_MIN,
+    "ReduceProd": knn.RED_PROD, "ReduceSumSquare": knn.RED_SUMSQ, "ReduceL1": knn.RED_L1,
+    "ReduceL2": knn.RED_L2, "ReduceLogSum": knn.RED_LOGSUM, "ReduceLogSumExp": knn.RED_LOGSUMEXP,
+    "GlobalAveragePool": knn.RED_MEAN, "GlobalMaxPool": knn.RED_MAX,
+}
+
+
+def _reduce_axes(lw: Lowerer, node: Node) -> list[int] | None:
+    """Reduced axes (sorted, non-negative), or None if not known at compile time or a no-op."""
+    rank = len(_info(lw, node.inputs[0]).shape)
+    if node.op_type.startswith("Global"):
+        return list(range(2, rank))
+    takes_input = lw.opset >= 18 or (node.op_type == "ReduceSum" and lw.opset >= 13)
+    if takes_input:
+        if len(node.inputs) > 1 and node.inputs[1]:
+            arr = lw.graph.initializers.get(node.inputs[1])
+            if arr is None:
+                return None
+            axes = [int(a) for a in arr.ravel()]
+        else:
+            axes = []
+    else:
+        axes = [int(a) for a in node.attr("axes", [])]
+    if not axes:
+        if node.attr("noop_with_empty_axes", 0):
+            return None
+        axes = list(range(rank))
+    return sorted({a % rank for a in axes}) if rank else []
+
+
+def _reduce_space(shape: tuple[int, ...], axes: list[int]) -> tuple[int, int, int] | None:
+    kept_between = [d for i, d in enumerate(shape) if axes and axes[0] < i < axes[-1] and i not in axes]
+    if any(d != 1 for d in kept_between):
+        return None
+    outer = math.prod(shape[: axes[0]]) if axes else math.prod(shape)
+    red = math.prod(shape[a] for a in axes)
+    inner = math.prod(shape[axes[-1] + 1:]) if axes else 1
+    return outer, red, inner
+
+
+def _reduce(lw: Lowerer, node: Node) -> None:
+    x_info = _info(lw, node.inputs[0])
+    axes = _reduce_axes(lw, node)
+    outer, red, inner = _reduce_space(x_info.shape, axes)
+    x = lw.dense(node.inputs[0])
+    out = lw.views[node.outputs[0]]
+    mode = _REDUCE_MODES[node.op_type]
+
+    def emit(ctx: EmitContext, parts: list) -> list[Row]:
+        desc = ctx.side.add_ints([ctx.locate(x), outer, red, inner, ctx.locate(out), mode])
+        return [("k_reduce", [desc, e0, e1]) for e0, e1 in parts]
+
+    lines = outer * inner
+    lw.add_op(CpuOp(node.name or node.op_type, "reduce", (node,), (x.buffer,), (out.buffer,), float(x.size),
+                    4.0 * (x.size + out.size), _rows_partition(lines, max(1, 2048 // max(red, 1))), emit))
+
+
+# -- softmax, layer norm -------------------------------------------------------------------------
+
+def _softmax(lw: Lowerer, node: Node) -> None:
+    shape = _info(lw, node.inputs[0]).shape
+    rank = len(shape)
+    axis = int(node.attr("axis", -1 if lw.opset >= 13 else 1)) % max(rank, 1)
+    if lw.opset >= 13:
+        outer, n, inner = math.prod(shape[:axis]), shape[axis], math.prod(shape[axis + 1:])
+    else:
+        outer, n, inner = math.prod(shape[:axis]), math.prod(shape[axis:]), 1
+    x = lw.dense(node.inputs[0])
+    out = lw.views[node.outputs[0]]
+    log = 1 if node.op_type == "LogSoftmax" else 0
+
+    def emit(ctx: EmitContext, parts: list) -> list[Row]:
+        desc = ctx.side.add_ints([ctx.locate(x), outer, n, inner, ctx.locate(out), log])
+        return [("k_softmax", [desc, e0, e1]) for e0, e1 in parts]
+
+    lines = outer * inner
+    lw.add_op(CpuOp(node.name or node.op_type, "rows.softmax", (node,), (x.buffer,), (out.buffer,),
+                    5.0 * x.size, 8.0 * x.size, _rows_partition(lines, max(1, 2048 // max(n, 1))), emit))
+
+
+def _layernorm(lw: Lowerer, node: Node) -> None:
+    shape = _info(lw, node.inputs[0]).shape
+    axis = int(node.attr("axis", -1)) % len(shape)
+    rows, n = math.prod(shape[:axis]), math.prod(shape[axis:])
+    x = lw.dense(node.inputs[0])
+    scale = lw.dense(node.inputs[1])
+    bias = lw.dense(node.inputs[2]) if len(node.inputs) > 2 and node.inputs[2] else None
+    out = lw.views[node.outputs[0]]
+    eps = float(node.attr("epsilon", 1e-5))
+
+    def emit(ctx: EmitContext, parts: list) -> list[Row]:
+        epsi = ctx.side.add_floats([eps])
+        desc = ctx.side.add_ints([ctx.locate(x), rows, n, ctx.locate(out), ctx.locate(scale),
+                                  ctx.locate(bias) if bias is not None else -1, epsi])
+        return [("k_layernorm", [desc, r0, r1]) for r0, r1 in parts]
+
+    reads = tuple(sorted({x.buffer, scale.buffer} | ({bias.buffer} if bias is not None else set())))
+    lw.add_op(CpuOp(node.name or node.op_type, "rows.layernorm", (node,), reads, (out.buffer,), 8.0 * x.size,
+                    8.0 * x.size, _rows_partition(rows, max(1, 2048 // max(n, 1))), emit))
+
+
+# -- Gather ----------------------------------------------------------------------------------------
+
+def _gather(lw: Lowerer, node: Node) -> None:
+    shape = _info(lw, node.inputs[0]).shape
+    axis = int(node.attr("axis", 0)) % len(shape)
+    data = lw.dense(node.inputs[0])
+    idx = lw.dense(node.inputs[1])
+    out = lw.views[node.outputs[0]]
+    outer, axis_len, inner = math.prod(shape[:axis]), shape[axis], math.prod(shape[axis + 1:])
+    n_idx = idx.size
+    esize = ARENA_DTYPES[data.dtype]
+    idx_size = ARENA_DTYPES[idx.dtype]
+
+    def emit(ctx: EmitContext, parts: list) -> list[Row]:
+        desc = ctx.side.add_ints([esize, ctx.locate(data), axis_len, inner, axis_len * inner, ctx.locate(idx),
+                                  n_idx, ctx.locate(out), idx_size])
+        return [("k_gather", [desc, r0, r1]) for r0, r1 in parts]
+
+    lw.add_op(CpuOp(node.name or "Gather", "gather", (node,), (data.buffer, idx.buffer), (out.buffer,), 0.0,
+                    2.0 * esize * out.size, _rows_partition(outer * n_idx, 16), emit))
+
+
+LOWERINGS: dict[str, Callable[[Lowerer, Node], None]] = {
+    "Concat": _concat, "Pad": _pad, "MaxPool": _pool, "AveragePool": _pool,
+    "Softmax": _softmax, "LogSoftmax": _softmax, "LayerNormalization": _layernorm, "Gather": _gather,
+    **{op: _reduce for op in _REDUCE_MODES},
+}
+
+
+def reason(lw: Lowerer, node: Node) -> str | None:
+    """None if :data:`LOWERINGS` can lower the node, else why not."""
+    op = node.op_type
+    ins = [_info(lw, i) for i in node.inputs if i]
+    dt = ins[0].dtype
+    if op == "Concat" or op == "Gather":
+        if op == "Gather" and ins[1].dtype not in ("int64", "int32"):
+            return "Gather indices are not integers"
+        return None
+    if op == "Pad":
+        return None if len(ins[0].shape) <= 4 and _pad_params(lw, node) is not None else \
+            "Pad with non-constant mode/pads or rank > 4"
+    if dt != "float32":
+        return f"{dt} input (the CPU kernel is float32)"
+    if op in ("MaxPool", "AveragePool"):
+        if len([o for o in node.outputs if o]) > 1:
+            return "MaxPool with Indices output"
+        if len(ins[0].shape) not in (3, 4):
+            return f"{len(ins[0].shape) - 2}-D pooling"
+        return None
+    if op in _REDUCE_MODES:
+        axes = _reduce_axes(lw, node)
+        if axes is None:
+            return "axes computed at run time or empty with noop_with_empty_axes"
+        if not axes or _reduce_space(ins[0].shape, axes) is None:
+            return f"reduction over non-adjacent axes {axes}"
+        return None
+    if op == "LayerNormalization":
+        if len([o for o in node.outputs if o]) > 1:
+            return "LayerNormalization with Mean/InvStdDev outputs"
+        axis = int(node.attr("axis", -1)) % len(ins[0].shape)
+        norm_shape = ins[0].shape[axis:]
+        for t in ins[1:]:
+            if t.shape != norm_shape and math.prod(t.shape) != math.prod(norm_shape):
+                return "broadcast scale/bias"
+        return None
+    if op in ("Softmax", "LogSoftmax"):
+        return None
+    return "no CPU rKernel for this op"
+

@@ -1,0 +1,318 @@
+"""Lowering a graph to CPU rOperators over arena buffers.
+
+Steps:
+
+1. classify every node: a *view* (Reshape, Split, Transpose... become
+   strided views, no work), *ew* (fusible elementwise), *head* (GEMM-like,
+   takes an epilogue), *op* (another CPU kernel) or *host* (runs on the
+   reference implementation, with the reason recorded for the report);
+2. fuse ew nodes into groups, GEMM epilogues included (:mod:`.fusion`);
+3. give every stored tensor a buffer, every view tensor its view;
+4. build one :class:`CpuOp` per group, op and host node;
+5. order the ops topologically by the buffers they read and write.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from rammer.ir import Graph, Node
+
+from . import lower_linalg, lower_nn, lower_views
+from .fusion import Group, ancestors, build_groups
+from .lower_ew import ew_reason, ew_translate
+from .ops import CostModel, CpuOp, EmitContext, Row, grid_split
+from .program import EwProgram
+from .views import ARENA_DTYPES, Buffer, View, dense_strides
+
+HEAD_OPS = lower_linalg.HEAD_OPS
+
+
+@dataclass
+class Lowered:
+    graph: Graph
+    buffers: list[Buffer]
+    views: dict[str, View]
+    ops: list[CpuOp]
+    #: (node, reason) for every node that runs on the reference implementation.
+    fallbacks: list[tuple[Node, str]]
+    #: Tensors that live outside the arena (non-arena dtypes), by name.
+    host_tensors: set[str] = field(default_factory=set)
+    fused_groups: int = 0
+
+
+class Lowerer:
+    def __init__(self, graph: Graph, cost: CostModel | None = None):
+        self.graph = graph
+        self.cost = cost or CostModel()
+        self.opset = graph.opset.get("", 1)
+        self.buffers: list[Buffer] = []
+        self.views: dict[str, View] = {}
+        self.ops: list[CpuOp] = []
+        self.fallbacks: list[tuple[Node, str]] = []
+        self.host_tensors: set[str] = set()
+        self._dense: dict[str, View] = {}
+        self._const_ids: dict[int, View] = {}
+
+    # -- buffers and views --------------------------------------------------
+    def new_buffer(self, dtype: str, size: int, kind: str = "temp", data: np.ndarray | None = None) -> int:
+        b = Buffer(len(self.buffers), dtype, max(int(size), 1), kind, data)
+        self.buffers.append(b)
+        return b.id
+
+    def new_dense(self, dtype: str, shape: tuple[int, ...]) -> View:
+        size = int(np.prod(shape)) if shape else 1
+        return View(self.new_buffer(dtype, size), dtype, tuple(shape), dense_strides(tuple(shape)))
+
+    def const_view(self, array: np.ndarray) -> View:
+        """A compile-time constant (e.g. folded BatchNorm scales) as a view."""
+        array = np.ascontiguousarray(array)
+        key = id(array)
+        found = self._const_ids.get(key)
+        if found is not None:
+            return found
+        b = self.new_buffer(array.dtype.name if array.dtype != np.bool_ else "bool", array.size, "const", array)
+        v = View(b, self.buffers[b].dtype, tuple(array.shape), dense_strides(tuple(array.shape)))
+        self._const_ids[key] = v
+        self._keep = getattr(self, "_keep", [])
+        self._keep.append(array)  # ids stay unique while the array lives
+        return v
+
+    def view(self, name: str) -> View:
+        found = self.views.get(name)
+        if found is not None:
+            return found
+        init = self.graph.initializers.get(name)
+        if init is None:
+            raise KeyError(f"tensor '{name}' has no buffer (lowering order bug)")
+        v = self.const_view(np.asarray(init))
+        self.views[name] = v
+        return v
+
+    def dense(self, name: str) -> View:
+        """``name``'s view, copied to a dense buffer first if it is strided."""
+        v = self.view(name)
+        if v.is_dense():
+            return v
+        found = self._dense.get(name)
+        if found is None:
+            found = self.new_dense(v.dtype, v.shape)
+            self.add_op(lower_views.copy_op(self, f"dense:{name}", (), v, found))
+            self._dense[name] = found
+        return found
+
+    def add_op(self, op: CpuOp) -> CpuOp:
+        op.index = len(self.ops)
+        self.ops.append(op)
+        return op
+
+    # -- the pipeline ---------------------------------------------------------
+    def run(self) -> Lowered:
+        g = self.graph
+        kinds, reasons = self._classify()
+        anc = ancestors(g)
+        groups, group_of = build_groups(g, kinds, anc)
+        by_id = {gr.id: gr for gr in groups}
+        internal = self._internal_tensors(groups, group_of)
+        for t in g.inputs:
+            if t.dtype in ARENA_DTYPES:
+                self.views[t.name] = View(self.new_buffer(t.dtype, t.size, "input"), t.dtype, t.shape,
+                                          dense_strides(t.shape))
+            else:
+                self.host_tensors.add(t.name)
+        for i, node in enumerate(g.nodes):
+            if kinds[i] == "view":
+                continue
+            for out in node.outputs:
+                if not out or out in internal:
+                    continue
+                info = g.value_info[out]
+                if info.dtype in ARENA_DTYPES:
+                    self.views[out] = self.new_dense(info.dtype, info.shape)
+                else:
+                    self.host_tensors.add(out)
+        last_member = {gr.id: max(([gr.head] if gr.head is not None else []) + gr.members) for gr in groups}
+        for i, node in enumerate(g.nodes):
+            kind = kinds[i]
+            if kind == "view":
+                lower_views.lower_view(self, node)
+            elif kind in ("ew", "head"):
+                gid = group_of[i]
+                if last_member[gid] == i:
+                    self._lower_group(by_id[gid], internal)
+            elif kind == "op":
+                lower_nn.LOWERINGS[node.op_type](self, node)
+            else:
+                self.add_op(self.host_op(node, reasons[i]))
+        ops = self._topological(self.ops)
+        n_groups = sum(1 for gr in groups if len(gr.members) + (gr.head is not None) > 1)
+        return Lowered(g, self.buffers, self.views, ops, self.fallbacks, self.host_tensors, n_groups)
+
+    def _classify(self) -> tuple[list[str], list[str]]:
+        g = self.graph
+        kinds: list[str] = []
+        reasons: list[str] = []
+        for node in g.nodes:
+            reason = self._host_reason(node)
+            if reason:
+                kinds.append("host")
+            elif lower_views.is_view(self, node):
+                kinds.append("view")
+            elif ew_reason(node, g) is None:
+                kinds.append("ew")
+            elif node.op_type in HEAD_OPS and lower_linalg.head_reason(self, node) is None:
+                kinds.append("head")
+            else:
+                why = lower_nn.reason(self, node) if node.op_type in lower_nn.LOWERINGS else (
+                    lower_linalg.head_reason(self, node) if node.op_type in HEAD_OPS else
+                    ew_reason(node, g) if node.op_type in lower_ew_ops() else
+                    "no CPU rKernel for this op")
+                if why is None:
+                    kinds.append("op")
+                else:
+                    kinds.append("host")
+                    reason = why
+            reasons.append(reason)
+        return kinds, reasons
+
+    def _host_reason(self, node: Node) -> str:
+        if node.domain not in ("", "ai.onnx"):
+            return f"domain {node.domain}"
+        if node.subgraphs():
+            return "control flow (subgraphs)"
+        for name in list(node.inputs) + list(node.outputs):
+            if name and self.graph.value_info[name].dtype not in ARENA_DTYPES:
+                return f"dtype {self.graph.value_info[name].dtype} of '{name}'"
+        return ""
+
+    def _internal_tensors(self, groups: list[Group], group_of: dict[int, int]) -> set[str]:
+        g = self.graph
+        index = {id(n): i for i, n in enumerate(g.nodes)}
+        outputs = {t.name for t in g.outputs}
+        internal: set[str] = set()
+        for gr in groups:
+            for m in ([gr.head] if gr.head is not None else []) + gr.members:
+                for t in g.nodes[m].outputs:
+                    if not t or t in outputs:
+                        continue
+                    users = g.consumers.get(t, ())
+                    if users and all(group_of.get(index[id(u)]) == gr.id for u in users):
+                        internal.add(t)
+        return internal
+
+    def _topological(self, ops: list[CpuOp]) -> list[CpuOp]:
+        writer = {}
+        for op in ops:
+            for b in op.writes:
+                writer[b] = op.index
+        preds = [sorted({writer[b] for b in op.reads if b in writer and writer[b] != op.index}) for op in ops]
+        succs: list[list[int]] = [[] for _ in ops]
+        remaining = [len(p) for p in preds]
+        for i, ps in enumerate(preds):
+            for p in ps:
+                succs[p].append(i)
+        heap = [i for i, r in enumerate(remaining) if r == 0]
+        heapq.heapify(heap)
+        order = []
+        while heap:
+            i = heapq.heappop(heap)
+            order.append(ops[i])
+            for s in succs[i]:
+                remaining[s] -= 1
+                if remaining[s] == 0:
+                    heapq.heappush(heap, s)
+        if len(order) != len(ops):
+            raise AssertionError("cycle among CPU ops (fusion bug)")
+        for k, op in enumerate(order):
+            op.index = k
+        return order
+
+    # -- host (reference) ops ---------------------------------------------------
+    def host_op(self, node: Node, reason: str) -> CpuOp:
+        self.fallbacks.append((node, reason))
+        reads = tuple(sorted({self.view(i).buffer for i in node.inputs
+                              if i and i not in self.host_tensors and (i in self.views or i in self.graph.initializers)}))
+        writes = tuple(sorted({self.views[o].buffer for o in node.outputs if o and o in self.views}))
+        return CpuOp(node.name or node.op_type, "host", (node,), reads, writes, 0.0, 0.0, None, None,
+                     host=True, host_reason=reason)
+
+    # -- fused groups -------------------------------------------------------------
+    def _lower_group(self, gr: Group, internal: set[str]) -> None:
+        g = self.graph
+        members = [g.nodes[m] for m in gr.members]
+        head = g.nodes[gr.head] if gr.head is not None else None
+        if head is not None:
+            lower_linalg.lower_head(self, head, members, internal)
+            return
+        prog, stored = self.build_program(members, internal, gr.shape)
+        self.add_op(ew_op(self, members, prog, stored))
+
+    def build_program(self, members: list[Node], internal: set[str], shape: tuple[int, ...],
+                      preset: dict[str, tuple[int, View]] | None = None,
+                      ) -> tuple[EwProgram, list[str]]:
+        """An elementwise program running ``members`` in order.
+
+        ``preset`` maps tensor names to (register, view) already loaded
+        (a GEMM epilogue's raw tile).  Returns the program and the names of
+        the tensors it stores.
+        """
+        g = self.graph
+        prog = EwProgram(tuple(shape))
+        regs: dict[str, int] = {}
+        for name, (_, view) in (preset or {}).items():
+            regs[name] = prog.load(view)
+        stored: list[str] = []
+        for node in members:
+            def operand(i: int, node: Node = node) -> int:
+                name = node.inputs[i]
+                if name in regs:
+                    return regs[name]
+                return prog.load(self.view(name))
+
+            def constant(array: np.ndarray) -> int:
+                return prog.load(self.const_view(array))
+
+            out = node.outputs[0]
+            regs[out] = ew_translate(node, g, prog, operand, constant)
+            if out not in internal:
+                prog.store(regs[out], self.views[out])
+                stored.append(out)
+        return prog, stored
+
+
+def lower_ew_ops() -> frozenset[str]:
+    from .lower_ew import EW_OPS
+
+    return EW_OPS
+
+
+def ew_op(lw: Lowerer, members: list[Node], prog: EwProgram, stored: list[str]) -> CpuOp:
+    """A standalone fused elementwise op over the program's 4-D space."""
+    space = prog.canonical()
+    if space is None:
+        raise ValueError("elementwise group needs more than 4 dims")
+    (d0, d1, d2, d3), _ = space
+    rows = d0 * d1 * d2
+    n_regs = prog.n_registers()
+    reads = tuple(sorted({v.buffer for v, _ in prog.inputs}))
+    writes = tuple(sorted({v.buffer for _, v in prog.outputs}))
+    elems = rows * d3
+    nbytes = elems * 4.0 * (len(prog.inputs) + len(prog.outputs))
+    flops = elems * max(len(prog.instrs), 1) * 2.0
+
+    def partition(n: int) -> list:
+        # Columns are cut in multiples of 64 elements so rTasks share no cache line.
+        return grid_split(rows, d3, n, col_align=64) if elems >= 4096 or n == 1 else []
+
+    def emit(ctx: EmitContext, parts: list) -> list[Row]:
+        off = prog.emit(ctx.side, ctx.locate)
+        return [("k_ew", [off, r0, r1, c0, c1]) for r0, r1, c0, c1 in parts]
+
+    from .ewops import BLOCK
+
+    name = members[-1].name or members[-1].op_type
+    return CpuOp(name, "ew", tuple(members), reads, writes, flops, nbytes, partition, emit,
+                 scratch=n_regs * BLOCK, extra={"program": prog})

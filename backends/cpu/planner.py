@@ -1,0 +1,151 @@
+"""The arena: one allocation for constants, inputs, intermediates and scratch.
+
+Constants are placed first and never move.  Every other buffer gets an
+offset in the *dynamic* region by a first-fit-decreasing-waste allocator that
+walks the ops in order and reuses the memory of dead buffers.
+
+Reuse must be safe under *any* schedule the scheduler may produce, not only
+the sequential order the planner walks: buffer ``X`` (written by op ``w``)
+may take the memory of a dead buffer ``Y`` only if every op that touched
+``Y`` is an ancestor of ``w`` in the op graph (or ran before a host op that
+precedes ``w``), so ``w`` cannot start before ``Y``'s last reader is done
+and no extra dependency is needed.  The check is a bitset inclusion over
+op ancestors.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .ops import CpuOp
+from .views import Buffer
+
+ALIGN = 64
+
+
+def _align(n: int) -> int:
+    return (n + ALIGN - 1) // ALIGN * ALIGN
+
+
+@dataclass
+class ArenaPlan:
+    const_bytes: int
+    dynamic_bytes: int  # peak of the intermediate region (inputs, temps)
+    scratch_offset: int  # start of the per-vEU scratch region
+    total_bytes: int
+    #: Sum of dynamic buffer sizes: what the region would need without reuse.
+    unshared_bytes: int
+
+
+def op_ancestors(ops: list[CpuOp]) -> list[int]:
+    """Bit p of result[i]: op p must finish before op i starts (host ops join everything)."""
+    writer: dict[int, int] = {}
+    anc: list[int] = []
+    joined = 0  # everything up to and including the latest host op
+    for i, op in enumerate(ops):
+        if op.host:
+            acc = (1 << i) - 1
+        else:
+            acc = joined
+            for b in op.reads:
+                p = writer.get(b)
+                if p is not None:
+                    acc |= anc[p] | (1 << p)
+        anc.append(acc)
+        for b in op.writes:
+            writer[b] = i
+        if op.host:
+            joined = acc | (1 << i)
+    return anc
+
+
+def plan(buffers: list[Buffer], ops: list[CpuOp], keep: set[int], scratch_bytes: int) -> ArenaPlan:
+    """Place every buffer; ``keep`` are buffers live to the end (graph outputs)."""
+    offset = 0
+    for b in buffers:
+        if b.kind == "const":
+            b.byte_offset = offset
+            offset += _align(b.nbytes)
+    const_bytes = offset
+    anc = op_ancestors(ops)
+    users: dict[int, int] = {}
+    first_write: dict[int, int] = {}
+    last_use: dict[int, int] = {}
+    for i, op in enumerate(ops):
+        for b in op.writes:
+            first_write.setdefault(b, i)
+            users[b] = users.get(b, 0) | (1 << i)
+            last_use[b] = i
+        for b in op.reads:
+            users[b] = users.get(b, 0) | (1 << i)
+            last_use[b] = i
+    dynamic = [b for b in buffers if b.kind != "const"]
+    for b in dynamic:
+        if b.kind == "input" or b.id in keep:
+            last_use[b.id] = len(ops) if b.id in keep else last_use.get(b.id, -1)
+    free: list[list[int]] = []  # [offset, size, users mask]
+    top = 0
+    unshared = 0
+
+    def allocate(b: Buffer, at: int, mask_ok: int) -> None:
+        nonlocal top
+        need = _align(b.nbytes)
+        best = -1
+        for k, (off, size, mask) in enumerate(free):
+            if size >= need and mask & ~mask_ok == 0 and (best < 0 or size < free[best][1]):
+                best = k
+        if best >= 0:
+            off, size, mask = free[best]
+            b.byte_offset = const_bytes + off
+            if size > need:
+                free[best] = [off + need, size - need, mask]
+            else:
+                free.pop(best)
+            return
+        b.byte_offset = const_bytes + top
+        top += need
+
+    # Graph inputs are written before any op runs.
+    releases: dict[int, list[Buffer]] = {}
+    for b in dynamic:
+        if b.kind == "input":
+            allocate(b, -1, 0)
+            unshared += _align(b.nbytes)
+        end = last_use.get(b.id, -1)
+        if end < len(ops) and b.id not in keep:
+            releases.setdefault(max(end, first_write.get(b.id, end)), []).append(b)
+    by_id = {b.id: b for b in dynamic}
+    for i, op in enumerate(ops):
+        for bid in op.writes:
+            b = by_id.get(bid)
+            if b is not None and b.byte_offset < 0 and first_write.get(bid) == i:
+                allocate(b, i, anc[i])
+                unshared += _align(b.nbytes)
+        for b in releases.get(i, ()):
+            if b.byte_offset >= 0:
+                free.append([b.byte_offset - const_bytes, _align(b.nbytes), users.get(b.id, 0)])
+        _coalesce(free)
+    # Buffers nobody writes (unused outputs of host ops...) still need a place.
+    for b in dynamic:
+        if b.byte_offset < 0:
+            b.byte_offset = const_bytes + top
+            top += _align(b.nbytes)
+            unshared += _align(b.nbytes)
+    scratch_offset = const_bytes + top
+    return ArenaPlan(const_bytes, top, scratch_offset, scratch_offset + _align(scratch_bytes), unshared)
+
+
+def _coalesce(free: list[list[int]]) -> None:
+    """Merge adjacent free blocks (their user masks merge too)."""
+    if len(free) < 2:
+        return
+    free.sort()
+    out = [free[0]]
+    for off, size, mask in free[1:]:
+        last = out[-1]
+        if last[0] + last[1] == off:
+            last[1] += size
+            last[2] |= mask
+        else:
+            out.append([off, size, mask])
+    free[:] = out

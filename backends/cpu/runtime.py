@@ -1,0 +1,176 @@
+"""The CPU executable: the arena, the workers, and host (fallback) segments.
+
+An inference copies the feeds into their arena buffers, then runs the
+program: each compiled segment is one launch of the driver (every vEU
+worker starts, walks its rows and is joined), each host op runs the
+reference implementation on numpy views of the arena in between.  Outputs
+are copied out of their views, so callers own them.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+import numba
+import numpy as np
+
+from rammer.errors import FeedError, OpExecutionError
+from rammer.interpreter import run_graph
+from rammer.ir import Graph, Node, TensorInfo, dtype_name
+
+from .codegen import STATUS, STRIDE
+from .views import ARENA_DTYPES, View
+
+
+@dataclass
+class HostStep:
+    """A node run on the reference implementation."""
+
+    node_index: int
+    reason: str
+
+
+@dataclass
+class CompiledSegment:
+    starts: np.ndarray
+    ends: np.ndarray
+
+
+@dataclass
+class Program:
+    """Everything an executable needs, as plain data (what the disk cache stores)."""
+
+    arena_bytes: int
+    const_bytes: int
+    const_blob: np.ndarray  # uint8, the constant region
+    T: np.ndarray
+    X: np.ndarray
+    R: np.ndarray
+    kernel_names: list[str]
+    steps: list[Any]  # CompiledSegment | HostStep
+    #: tensor name -> (dtype, byte offset of element 0, shape, strides in elements)
+    tensors: dict[str, tuple[str, int, tuple[int, ...], tuple[int, ...]]]
+    host_tensors: list[str]
+    num_veus: int
+    cores: list[int]
+    report: dict[str, Any] = field(default_factory=dict)
+
+
+def view_placement(view: View, byte_offset: int) -> tuple[str, int, tuple[int, ...], tuple[int, ...]]:
+    return view.dtype, byte_offset + view.offset * ARENA_DTYPES[view.dtype], view.shape, view.strides
+
+
+class CpuExecutable:
+    """Runs a :class:`Program`; one inference at a time (a lock serializes callers)."""
+
+    def __init__(self, graph: Graph, program: Program, driver: Any, max_wait_s: float = 60.0):
+        if program.num_veus > numba.config.NUMBA_NUM_THREADS:
+            raise OpExecutionError(
+                f"the CPU backend was asked for {program.num_veus} vEUs but numba runs at most "
+                f"{numba.config.NUMBA_NUM_THREADS} threads; compile with fewer --veus or set NUMBA_NUM_THREADS")
+        self.graph = graph
+        self.program = program
+        self._driver = driver
+        self._lock = threading.Lock()
+        # 64-byte aligned arena
+        raw = np.empty(program.arena_bytes + 64, dtype=np.uint8)
+        start = (-raw.ctypes.data) % 64
+        self._raw = raw
+        self.arena = raw[start:start + program.arena_bytes]
+        self.arena[:program.const_bytes] = program.const_blob
+        n = program.arena_bytes // 8 * 8
+        self.F = self.arena[:n].view(np.float32)
+        self.I = self.arena[:n].view(np.int64)
+        self.J = self.arena[:n].view(np.int32)
+        self.B = self.arena
+        self.counters = np.zeros((program.num_veus + 1) * STRIDE, dtype=np.int64)
+        self.status = np.zeros(program.num_veus, dtype=np.int64)
+        self.cores = np.array(program.cores, dtype=np.int64)
+        self.max_sleeps = int(max_wait_s * 1e6 / 50)
+        self._inputs = {t.name: t for t in graph.inputs}
+
+    # -- views of the arena -----------------------------------------------------------
+    def tensor(self, name: str) -> np.ndarray:
+        dtype, off, shape, strides = self.program.tensors[name]
+        dt = np.dtype(dtype)
+        return np.ndarray(shape, dtype=dt, buffer=self.arena, offset=off,
+                          strides=tuple(s * dt.itemsize for s in strides))
+
+    def _write(self, name: str, value: np.ndarray) -> None:
+        dst = self.tensor(name)
+        np.copyto(dst, value, casting="no")
+
+    # -- running ------------------------------------------------------------------------
+    def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        with self._lock:
+            host_values: dict[str, np.ndarray] = {}
+            for name, info in self._inputs.items():
+                if name not in feeds:
+                    raise FeedError(f"missing feed for input '{name}' ({info})")
+                value = np.asarray(feeds[name])
+                if dtype_name(value.dtype) != info.dtype or tuple(value.shape) != info.shape:
+                    raise FeedError(
+                        f"input '{name}' is {dtype_name(value.dtype)}{list(value.shape)} but the model was compiled "
+                        f"for {info.dtype}{list(info.shape)}")
+                if name in self.program.tensors:
+                    self._write(name, value)
+                else:
+                    host_values[name] = value
+            for step in self.program.steps:
+                if isinstance(step, HostStep):
+                    self._run_host(step, host_values)
+                else:
+                    self._launch(step)
+            out = {}
+            for t in self.graph.outputs:
+                if t.name in self.program.tensors:
+                    out[t.name] = np.array(self.tensor(t.name), copy=True)
+                elif t.name in host_values:
+                    out[t.name] = np.array(host_values[t.name], copy=True)
+                else:
+                    out[t.name] = np.array(self.graph.initializers[t.name], copy=True)
+            return out
+
+    def _launch(self, seg: CompiledSegment) -> None:
+        self.counters[:] = 0
+        numba.set_num_threads(self.program.num_veus)
+        self._driver(self.F, self.B, self.I, self.J, self.program.X, self.program.R, self.program.T,
+                     seg.starts, seg.ends, self.counters, self.status, self.cores, self.max_sleeps)
+        if self.status.any():
+            codes = sorted({int(s) for s in self.status if s})
+            worst = max(codes, key=lambda c: c != 1)
+            raise OpExecutionError(f"CPU backend: {STATUS.get(worst, f'status {worst}')} "
+                                   f"(vEU status codes {self.status.tolist()})")
+
+    def _run_host(self, step: HostStep, host_values: dict[str, np.ndarray]) -> None:
+        g = self.graph
+        node: Node = g.nodes[step.node_index]
+        feeds: dict[str, np.ndarray] = {}
+        inputs: list[TensorInfo] = []
+        inits = {}
+        for name in dict.fromkeys(i for i in node.inputs if i):
+            if name in g.initializers:
+                inits[name] = g.initializers[name]
+                continue
+            inputs.append(g.value_info[name])
+            feeds[name] = host_values[name] if name in host_values else np.array(self.tensor(name))
+        from rammer.ir import outer_names
+
+        for name in sorted(outer_names(node)):
+            if name in g.initializers:
+                inits[name] = g.initializers[name]
+            elif name not in feeds:
+                inputs.append(g.value_info[name])
+                feeds[name] = host_values[name] if name in host_values else np.array(self.tensor(name))
+        outputs = [g.value_info[o] for o in node.outputs if o]
+        value_info = {t.name: t for t in inputs + outputs}
+        value_info.update({k: TensorInfo(k, dtype_name(v.dtype), v.shape) for k, v in inits.items()})
+        one = Graph(f"host:{node.name}", tuple(inputs), tuple(outputs), (node,), inits, value_info, g.opset)
+        results = run_graph(one, feeds, check=True)
+        for info, value in zip(outputs, results):
+            if info.name in self.program.tensors:
+                self._write(info.name, np.asarray(value))
+            else:
+                host_values[info.name] = np.asarray(value)
