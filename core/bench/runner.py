@@ -206,7 +206,9 @@ def compare(expected: Mapping[str, np.ndarray], actual: Mapping[str, np.ndarray]
             err = float(diff.max())
             if err >= worst:
                 worst, worst_name = err, name
-            bad = diff > atol + rtol * np.abs(np.where(nan_e, 0.0, e64))
+            with np.errstate(invalid="ignore"):  # 0 * inf where rtol is 0
+                bound = atol + rtol * np.abs(np.where(nan_e, 0.0, e64))
+            bad = (diff > np.where(np.isnan(bound), atol, bound)) | (np.isinf(e64) & (g64 != e64))
             if bad.any():
                 return Comparison(False, err, name,
                                   f"output '{name}': {int(bad.sum())} of {diff.size} elements outside "
