@@ -170,7 +170,8 @@ def lower_head(lw: Lowerer, head: Node, members: list[Node], internal: set[str])
             internal.discard(out)
             lw.views[out] = lw.new_dense("float32", shape)
     target = lw.views[target_name]
-    needs_program = bool(members) or (head.op_type == "Gemm" and len(head.inputs) > 2 and head.inputs[2])
+    needs_program = bool(members) or (head.op_type in ("Gemm", "Conv") and len(head.inputs) > 2
+                                      and bool(head.inputs[2]))
     if head.op_type == "Conv":
         _lower_conv(lw, head, members, internal, target, needs_program, target_name=target_name)
         return
