@@ -2,7 +2,8 @@
 
 Only for backends that declare ``capabilities.schedules``.  The contract:
 the executable returned by ``Backend.compile`` exposes the rTask schedule
-it runs as ``executable.schedule``; ``rammer.schedule.verify(schedule)``
+it runs as ``executable.schedule``, or as ``executable.schedules`` (a list,
+e.g. one per compiled segment); ``rammer.schedule.verify(schedule)``
 raises :class:`~rammer.errors.ScheduleError` (or returns a non-empty list
 of problems) when an rTask is lost, a dependency is broken, or two rTasks
 overlap on one vEU.  These checks compile only, so they also run for GPU
@@ -52,16 +53,24 @@ def test_compiled_schedule_verifies(schedule_model: str, conformance_target: Tar
     target.skip_unless_dtypes(graph)
     target.skip_unless_compilable(graph)
     compiled = target.compile(graph)
-    schedule = getattr(compiled.executable, "schedule", None)
-    assert schedule is not None, (
+    schedules = _schedules_of(compiled.executable)
+    assert schedules, (
         f"backend '{target.name}' declares capabilities.schedules but its executable "
-        f"({type(compiled.executable).__name__}) has no .schedule to verify")
-    try:
-        result = verify(schedule)
-    except ScheduleError as exc:
-        pytest.fail(f"the schedule of {schedule_model} is invalid: {exc}", pytrace=False)
-    if isinstance(result, (list, tuple)):
-        assert not result, f"the schedule of {schedule_model} is invalid: " + "; ".join(map(str, result[:10]))
-    else:
-        assert result is None or result is True or bool(result), \
-            f"rammer.schedule.verify rejected the schedule of {schedule_model}: {result!r}"
+        f"({type(compiled.executable).__name__}) has no .schedule or .schedules to verify")
+    for i, schedule in enumerate(schedules):
+        where = f"{schedule_model}" + (f" (schedule {i + 1} of {len(schedules)})" if len(schedules) > 1 else "")
+        try:
+            result = verify(schedule)
+        except ScheduleError as exc:
+            pytest.fail(f"the schedule of {where} is invalid: {exc}", pytrace=False)
+        if isinstance(result, (list, tuple)):
+            assert not result, f"the schedule of {where} is invalid: " + "; ".join(map(str, result[:10]))
+        else:
+            assert result is not False, f"rammer.schedule.verify rejected the schedule of {where}"
+
+
+def _schedules_of(executable: Any) -> list[Any]:
+    one = getattr(executable, "schedule", None)
+    if one is not None:
+        return [one]
+    return list(getattr(executable, "schedules", None) or [])
