@@ -89,7 +89,7 @@ def _grouped_bars(doc: dict[str, Any], cols: list[tuple[str, str]], value_of: An
         ax.set_xlim(lo / log_base, hi * log_base ** 1.2)
     # Plain numbers on the axis (0.1, 1, 10 ms; 0.25x, 1x, 4x), not powers.
     ax.xaxis.set_major_locator(LogLocator(base=log_base))
-    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:.2g}{tick_unit}"))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: _tick(v) + tick_unit))
     if ref_line is not None:
         ax.axvline(ref_line, color="#333333", linewidth=1, linestyle="--")
     ax.set_yticks(range(len(row_keys)))
@@ -98,11 +98,18 @@ def _grouped_bars(doc: dict[str, Any], cols: list[tuple[str, str]], value_of: An
     ax.set_xlabel(xlabel)
     ax.set_title(f"{title}\n{_subtitle(doc)}", fontsize=10)
     ax.grid(axis="x", which="major", alpha=0.3)
-    ax.legend(loc="lower right", fontsize=8, framealpha=0.9)
+    ax.legend(loc="best", fontsize=8, framealpha=0.9)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+def _tick(v: float) -> str:
+    """0.01, 0.12, 1, 10, 100, 1000: plain numbers, two significant digits below 1."""
+    if v >= 10:
+        return f"{v:.0f}"
+    return f"{v:g}" if v >= 1 else f"{v:.2g}"
 
 
 def _latency_ms(cell: dict[str, Any] | None) -> float | None:
