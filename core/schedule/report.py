@@ -1,10 +1,12 @@
 """The scheduler benchmark table of docs/benchmarks.md.
 
     python -m rammer.schedule.report [--vdevice v100] [MODEL ...]
+    python -m rammer.schedule.report --presets a100,h100,mi250x,gc200 [MODEL ...]
 
-schedules each zoo model with ``wavefront``, ``wavefront-fastest`` and
-``op-by-op``, verifies every schedule, simulates it, and prints a Markdown
-table next to the Rammer paper's figures (V100, batch 1).
+The first form schedules each zoo model with ``wavefront``,
+``wavefront-fastest`` and ``op-by-op``, verifies every schedule, simulates
+it, and prints a Markdown table next to the Rammer paper's figures (V100,
+batch 1).  The second prints wavefront / op-by-op makespans per preset.
 """
 
 from __future__ import annotations
@@ -65,12 +67,34 @@ def markdown(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def preset_table(models: list[str], presets: list[str]) -> str:
+    """wavefront / op-by-op simulated makespans (ms) of each model on each preset."""
+    from .. import zoo
+
+    lines = ["| model | " + " | ".join(presets) + " |", "|---|" + "---|" * len(presets)]
+    for model in models:
+        graph = load(zoo.build(model))
+        cells = []
+        for preset in presets:
+            problem = build_problem(graph, get_preset(preset))
+            wf, obo = (simulate(get_policy(p).schedule(problem)).makespan_us / 1e3 for p in ("wavefront", "op-by-op"))
+            cells.append(f"{wf:.3g} / {obo:.3g} ({obo / wf:.1f}x)")
+        lines.append(f"| {model} | " + " | ".join(cells) + " |")
+        print(f"done {model}", file=sys.stderr)
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m rammer.schedule.report", description=__doc__.split("\n\n")[0])
     parser.add_argument("models", nargs="*", default=MODELS)
     parser.add_argument("--vdevice", default="v100")
     parser.add_argument("--no-verify", action="store_true")
+    parser.add_argument("--presets", metavar="P1,P2,...",
+                        help="instead: a table of wavefront / op-by-op makespans per preset (not verified)")
     args = parser.parse_args(argv)
+    if args.presets:
+        print(preset_table(args.models, args.presets.split(",")))
+        return 0
     rows = []
     for model in args.models:
         rows.append(measure(model, args.vdevice, check=not args.no_verify))
