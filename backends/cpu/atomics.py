@@ -225,3 +225,37 @@ def pin_to_core(typingctx, core):
         return builder.sext(res, i64)
 
     return types.int64(core), codegen
+
+
+# -- calling compiled kernels through their addresses ----------------------------------
+
+@intrinsic
+def data_ptr(typingctx, arr, index):
+    """Address of ``arr[index]`` as a void pointer (no bounds check)."""
+    if not (isinstance(arr, types.Array) and isinstance(index, types.Integer)):
+        return None
+
+    def codegen(context, builder, sig, args):
+        ptr = _element_pointer(context, builder, sig.args[0], args[0], args[1], sig.args[1])
+        return builder.bitcast(ptr, ir.IntType(8).as_pointer())
+
+    return types.voidptr(arr, index), codegen
+
+
+@intrinsic
+def call_kernel(typingctx, addr, arena, nbytes, side_i, n_i, side_f, n_f, row, sbase):
+    """Call the kernel entry at address ``addr``:
+    ``int64 entry(void* arena, int64 nbytes, void* X, int64 nX, void* R, int64 nR, void* row, int64 sbase)``."""
+    sig = types.int64(addr, arena, nbytes, side_i, n_i, side_f, n_f, row, sbase)
+
+    def codegen(context, builder, signature, args):
+        i64 = ir.IntType(64)
+        vp = ir.IntType(8).as_pointer()
+        fnty = ir.FunctionType(i64, [vp, i64, vp, i64, vp, i64, vp, i64])
+        target = builder.inttoptr(context.cast(builder, args[0], signature.args[0], types.int64), fnty.as_pointer())
+        vals = []
+        for v, t in zip(args[1:], signature.args[1:]):
+            vals.append(v if t == types.voidptr else context.cast(builder, v, t, types.int64))
+        return builder.call(target, vals)
+
+    return sig, codegen

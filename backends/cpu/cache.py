@@ -97,7 +97,7 @@ def _digest(data: bytes) -> str:
     return hashlib.blake2b(data, digest_size=16).hexdigest()
 
 
-def save(folder: str, program: Program, source: str) -> None:
+def save(folder: str, program: Program) -> None:
     """Write an entry atomically (temporary folder, then rename)."""
     parent = os.path.dirname(folder)
     os.makedirs(parent, exist_ok=True)
@@ -110,8 +110,7 @@ def save(folder: str, program: Program, source: str) -> None:
             arrays[f"starts{k}"] = s.starts
             arrays[f"ends{k}"] = s.ends
         np.savez(buf, **arrays)
-        files = {"tables.npz": buf.getvalue(), "consts.bin": program.const_blob.tobytes(),
-                 "driver.py": source.encode()}
+        files = {"tables.npz": buf.getvalue(), "consts.bin": program.const_blob.tobytes()}
         steps = [{"host": s.node_index, "reason": s.reason} if isinstance(s, HostStep) else {"segment": k}
                  for k, s in enumerate(program.steps)]
         seg_no = 0
@@ -144,7 +143,7 @@ class CorruptEntry(Exception):
     pass
 
 
-def load(folder: str) -> tuple[Program, str]:
+def load(folder: str) -> Program:
     """Read and verify an entry; :class:`CorruptEntry` if anything is off."""
     try:
         with open(os.path.join(folder, "meta.json"), encoding="utf-8") as f:
@@ -174,7 +173,7 @@ def load(folder: str) -> tuple[Program, str]:
             tensors={k: (v[0], int(v[1]), tuple(v[2]), tuple(v[3])) for k, v in meta["tensors"].items()},
             host_tensors=list(meta["host_tensors"]), num_veus=int(meta["num_veus"]), cores=list(meta["cores"]),
             report=dict(meta["report"]))
-        return program, blobs["driver.py"].decode()
+        return program
     except CorruptEntry:
         raise
     except (OSError, ValueError, KeyError, TypeError, json.JSONDecodeError) as exc:
@@ -183,16 +182,13 @@ def load(folder: str) -> tuple[Program, str]:
 
 def compile_cached(graph: Graph, num_veus: int | None, policy: str, pin: bool, use_cache: bool,
                    cache_dir: str | None, emit_dir: str | None, max_wait_s: float) -> CpuExecutable:
-    from .codegen import load_driver
     from .scheduling import available_cores
 
     n = num_veus or len(available_cores())
     folder = os.path.join(cache_root(cache_dir), cache_key(graph, n, policy, pin)) if use_cache else None
     if folder and not emit_dir and os.path.isdir(folder):
         try:
-            program, _ = load(folder)
-            driver, _ = load_driver(program.kernel_names)
-            exe = CpuExecutable(graph, program, driver, max_wait_s)
+            exe = CpuExecutable(graph, load(folder), max_wait_s)
             exe.cache_status = "hit"
             return exe
         except CorruptEntry as exc:
@@ -205,14 +201,13 @@ def compile_cached(graph: Graph, num_veus: int | None, policy: str, pin: bool, u
     from .compiler import compile_program
 
     compiled = compile_program(graph, n, policy, pin)
-    driver, source = load_driver(compiled.program.kernel_names)
     if folder:
-        save(folder, compiled.program, source)
+        save(folder, compiled.program)
     if emit_dir:
         from .emit import emit
 
-        emit(emit_dir, compiled, source)
-    exe = CpuExecutable(graph, compiled.program, driver, max_wait_s)
+        emit(emit_dir, compiled)
+    exe = CpuExecutable(graph, compiled.program, max_wait_s)
     exe.cache_status = rebuilt
     exe.compiled = compiled
     return exe

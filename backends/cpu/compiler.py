@@ -15,7 +15,7 @@ import numpy as np
 from rammer.ir import Graph
 from rammer.schedule import Schedule
 
-from .codegen import Tables, build_tables, driver_source
+from .codegen import Tables, build_tables, program_source
 from .lowering import Lowered, Lowerer
 from .ops import CostModel, CpuOp
 from .planner import plan
@@ -94,7 +94,6 @@ def compile_program(graph: Graph, num_veus: int | None = None, policy: str = "wa
         if v is not None:
             tensors[name] = view_placement(v, lowered.buffers[v.buffer].byte_offset)
 
-    source = driver_source(tables.kernel_names)
     report = _report(graph, lowered, schedules, tables, arena, policy, n, {
         "lower": t_lower - t0, "plan": t_plan - t_lower, "schedule": t_sched - t_plan,
         "tables": t_tables - t_sched})
@@ -103,7 +102,7 @@ def compile_program(graph: Graph, num_veus: int | None = None, policy: str = "wa
         T=tables.T, X=tables.X, R=tables.R, kernel_names=tables.kernel_names, steps=steps, tensors=tensors,
         host_tensors=sorted(lowered.host_tensors), num_veus=n,
         cores=[cores[v % len(cores)] for v in range(n)] if pin else [-1] * n, report=report)
-    return Compiled(program, lowered, schedules, tables, source)
+    return Compiled(program, lowered, schedules, tables, program_source(program))
 
 
 def _report(graph: Graph, lowered: Lowered, schedules: list[Schedule], tables: Tables, arena, policy: str,
@@ -114,6 +113,8 @@ def _report(graph: Graph, lowered: Lowered, schedules: list[Schedule], tables: T
     compiled_nodes = sum(len(op.nodes) for op in lowered.ops if not op.host)
     return {
         "model": graph.name,
+        "inputs": [t.name for t in graph.inputs],
+        "outputs": [t.name for t in graph.outputs],
         "nodes": len(graph.nodes),
         "policy": policy,
         "veus": num_veus,

@@ -8,8 +8,8 @@ import os
 import numpy as np
 
 
-def emit(folder: str, compiled, source: str) -> list[str]:
-    """Write the driver source, one schedule JSON per segment, the task tables and the report."""
+def emit(folder: str, compiled) -> list[str]:
+    """Write the generated program, one schedule JSON per segment, the task tables, constants and report."""
     os.makedirs(folder, exist_ok=True)
     written = []
 
@@ -19,13 +19,22 @@ def emit(folder: str, compiled, source: str) -> list[str]:
             f.write(text)
         written.append(path)
 
-    put("driver.py", source)
+    put("program.py", compiled.source)
     for k, sched in enumerate(compiled.schedules):
         put(f"schedule{k}.json" if len(compiled.schedules) > 1 else "schedule.json",
             json.dumps(sched.to_dict(), separators=(",", ":")))
     put("report.json", json.dumps(compiled.program.report, indent=2))
-    path = os.path.join(folder, "tables.npz")
+    from .runtime import CompiledSegment
+
     p = compiled.program
-    np.savez(path, T=p.T, X=p.X, R=p.R)
+    arrays = {"T": p.T, "X": p.X, "R": p.R}
+    for k, seg in enumerate(s for s in p.steps if isinstance(s, CompiledSegment)):
+        arrays[f"starts{k}"] = seg.starts
+        arrays[f"ends{k}"] = seg.ends
+    path = os.path.join(folder, "tables.npz")
+    np.savez(path, **arrays)
+    written.append(path)
+    path = os.path.join(folder, "consts.bin")
+    p.const_blob.tofile(path)
     written.append(path)
     return written

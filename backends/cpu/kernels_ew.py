@@ -94,247 +94,249 @@ def _round_half_even(x):
 
 
 @njit(**_JIT)
-def _unary(op, S, d, a, n, p0, p1):
-    """S[d:d+n] = op(S[a:a+n]) for one-input opcodes."""
+def _unary(op, D, A, n, p0, p1):
+    """D[:n] = op(A[:n]) for one-input opcodes (D and A are distinct registers)."""
     if op == COPY:
         for j in range(n):
-            S[d + j] = S[a + j]
+            D[j] = A[j]
     elif op == NEG:
         for j in range(n):
-            S[d + j] = -S[a + j]
+            D[j] = -A[j]
     elif op == ABS:
         for j in range(n):
-            S[d + j] = abs(S[a + j])
+            D[j] = abs(A[j])
     elif op == RELU:
         for j in range(n):
-            x = S[a + j]
-            S[d + j] = x if (x > f32(0.0) or x != x) else f32(0.0)
+            x = A[j]
+            D[j] = x if (x > f32(0.0) or x != x) else f32(0.0)
     elif op == SIGMOID:
         for j in range(n):
-            S[d + j] = sigmoid32(S[a + j])
+            D[j] = sigmoid32(A[j])
     elif op == TANH:
         for j in range(n):
-            S[d + j] = tanh32(S[a + j])
+            D[j] = tanh32(A[j])
     elif op == EXP:
         for j in range(n):
-            S[d + j] = exp32(S[a + j])
+            D[j] = exp32(A[j])
     elif op == LOG:
         for j in range(n):
-            x = S[a + j]
+            x = A[j]
             if x > f32(0.0):
-                S[d + j] = f32(math.log(x))
+                D[j] = f32(math.log(x))
             elif x == f32(0.0):
-                S[d + j] = f32(-np.inf)
+                D[j] = f32(-np.inf)
             elif x != x:
-                S[d + j] = x
+                D[j] = x
             else:
-                S[d + j] = f32(np.nan)
+                D[j] = f32(np.nan)
     elif op == SQRT:
         for j in range(n):
-            x = S[a + j]
-            S[d + j] = f32(math.sqrt(x)) if x >= f32(0.0) else f32(np.nan)
+            x = A[j]
+            D[j] = f32(math.sqrt(x)) if x >= f32(0.0) else f32(np.nan)
     elif op == RECIP:
         for j in range(n):
-            S[d + j] = f32(1.0) / S[a + j]
+            D[j] = f32(1.0) / A[j]
     elif op == FLOOR:
         for j in range(n):
-            S[d + j] = f32(math.floor(S[a + j]))
+            D[j] = f32(math.floor(A[j]))
     elif op == CEIL:
         for j in range(n):
-            S[d + j] = f32(math.ceil(S[a + j]))
+            D[j] = f32(math.ceil(A[j]))
     elif op == ROUND:
         for j in range(n):
-            S[d + j] = _round_half_even(S[a + j])
+            D[j] = _round_half_even(A[j])
     elif op == ERF:
         for j in range(n):
-            S[d + j] = erf32(S[a + j])
+            D[j] = erf32(A[j])
     elif op == SIN:
         for j in range(n):
-            S[d + j] = f32(math.sin(S[a + j]))
+            D[j] = f32(math.sin(A[j]))
     elif op == COS:
         for j in range(n):
-            S[d + j] = f32(math.cos(S[a + j]))
+            D[j] = f32(math.cos(A[j]))
     elif op == TAN:
         for j in range(n):
-            S[d + j] = f32(math.tan(S[a + j]))
+            D[j] = f32(math.tan(A[j]))
     elif op == ATAN:
         for j in range(n):
-            S[d + j] = f32(math.atan(S[a + j]))
+            D[j] = f32(math.atan(A[j]))
     elif op == SOFTPLUS:
         for j in range(n):
-            x = S[a + j]
+            x = A[j]
             # log(1 + e**x) = max(x, 0) + log1p(e**-|x|), stable for any x
-            S[d + j] = f32(max(np.float64(x), 0.0) + math.log1p(math.exp(-abs(np.float64(x))))) if x == x else x
+            D[j] = f32(max(np.float64(x), 0.0) + math.log1p(math.exp(-abs(np.float64(x))))) if x == x else x
     elif op == SOFTSIGN:
         for j in range(n):
-            x = S[a + j]
-            S[d + j] = x / (f32(1.0) + abs(x))
+            x = A[j]
+            D[j] = x / (f32(1.0) + abs(x))
     elif op == SIGN:
         for j in range(n):
-            x = S[a + j]
-            S[d + j] = f32(1.0) if x > 0 else (f32(-1.0) if x < 0 else x)
+            x = A[j]
+            D[j] = f32(1.0) if x > 0 else (f32(-1.0) if x < 0 else x)
     elif op == NOT:
         for j in range(n):
-            S[d + j] = f32(1.0) if S[a + j] == f32(0.0) else f32(0.0)
+            D[j] = f32(1.0) if A[j] == f32(0.0) else f32(0.0)
     elif op == ISNAN:
         for j in range(n):
-            x = S[a + j]
-            S[d + j] = f32(1.0) if x != x else f32(0.0)
+            x = A[j]
+            D[j] = f32(1.0) if x != x else f32(0.0)
     elif op == LEAKY:
         for j in range(n):
-            x = S[a + j]
-            S[d + j] = x if x >= f32(0.0) else x * p0
+            x = A[j]
+            D[j] = x if x >= f32(0.0) else x * p0
     elif op == ELU:
         for j in range(n):
-            x = S[a + j]
-            S[d + j] = x if x > f32(0.0) else f32(p0 * math.expm1(np.float64(x)))
+            x = A[j]
+            D[j] = x if x > f32(0.0) else f32(p0 * math.expm1(np.float64(x)))
     elif op == CELU:
         for j in range(n):
-            x = S[a + j]
-            S[d + j] = x if x > f32(0.0) else f32(p0 * math.expm1(np.float64(x) / p0))
+            x = A[j]
+            D[j] = x if x > f32(0.0) else f32(p0 * math.expm1(np.float64(x) / p0))
     elif op == SELU:
         for j in range(n):
-            x = S[a + j]
-            S[d + j] = f32(p1 * x) if x > f32(0.0) else f32(p1 * p0 * math.expm1(np.float64(x)))
+            x = A[j]
+            D[j] = f32(p1 * x) if x > f32(0.0) else f32(p1 * p0 * math.expm1(np.float64(x)))
     elif op == HARDSIGMOID:
         for j in range(n):
-            y = S[a + j] * p0 + p1
+            y = A[j] * p0 + p1
             y = y if y > f32(0.0) or y != y else f32(0.0)
-            S[d + j] = y if y < f32(1.0) or y != y else f32(1.0)
+            D[j] = y if y < f32(1.0) or y != y else f32(1.0)
     elif op == CLIP:
         for j in range(n):
-            y = S[a + j]
+            y = A[j]
             y = y if y > p0 or y != y else p0
-            S[d + j] = y if y < p1 or y != y else p1
+            D[j] = y if y < p1 or y != y else p1
     elif op == AFFINE:
         for j in range(n):
-            S[d + j] = S[a + j] * p0 + p1
+            D[j] = A[j] * p0 + p1
     elif op == THRESHOLDED:
         for j in range(n):
-            x = S[a + j]
-            S[d + j] = x if x > p0 else f32(0.0)
+            x = A[j]
+            D[j] = x if x > p0 else f32(0.0)
     elif op == HARDSWISH:
         for j in range(n):
-            x = S[a + j]
+            x = A[j]
             y = x * f32(1.0 / 6.0) + f32(0.5)
             y = y if y > f32(0.0) or y != y else f32(0.0)
             y = y if y < f32(1.0) or y != y else f32(1.0)
-            S[d + j] = x * y
+            D[j] = x * y
     elif op == GELU_TANH:
         for j in range(n):
-            x = S[a + j]
-            S[d + j] = f32(0.5) * x * (f32(1.0) + tanh32(_SQRT_2_OVER_PI * (x + f32(0.044715) * x * x * x)))
+            x = A[j]
+            D[j] = f32(0.5) * x * (f32(1.0) + tanh32(_SQRT_2_OVER_PI * (x + f32(0.044715) * x * x * x)))
     elif op == GELU_ERF:
         for j in range(n):
-            x = S[a + j]
-            S[d + j] = f32(0.5) * x * (f32(1.0) + erf32(x * _INV_SQRT2))
+            x = A[j]
+            D[j] = f32(0.5) * x * (f32(1.0) + erf32(x * _INV_SQRT2))
 
 
 @njit(**_JIT)
-def _binary(op, S, d, a, b, n):
-    """S[d:d+n] = op(S[a:a+n], S[b:b+n]) for two-input opcodes."""
+def _binary(op, D, A, Bv, n):
+    """D[:n] = op(A[:n], Bv[:n]) for two-input opcodes."""
     if op == ADD:
         for j in range(n):
-            S[d + j] = S[a + j] + S[b + j]
+            D[j] = A[j] + Bv[j]
     elif op == SUB:
         for j in range(n):
-            S[d + j] = S[a + j] - S[b + j]
+            D[j] = A[j] - Bv[j]
     elif op == MUL:
         for j in range(n):
-            S[d + j] = S[a + j] * S[b + j]
+            D[j] = A[j] * Bv[j]
     elif op == DIV:
         for j in range(n):
-            S[d + j] = S[a + j] / S[b + j]
+            D[j] = A[j] / Bv[j]
     elif op == POW:
         for j in range(n):
-            S[d + j] = f32(S[a + j] ** S[b + j])
+            D[j] = f32(A[j] ** Bv[j])
     elif op == MAX:
         for j in range(n):
-            x = S[a + j]
-            y = S[b + j]
-            S[d + j] = x if (x > y or x != x) else y
+            x = A[j]
+            y = Bv[j]
+            D[j] = x if (x > y or x != x) else y
     elif op == MIN:
         for j in range(n):
-            x = S[a + j]
-            y = S[b + j]
-            S[d + j] = x if (x < y or x != x) else y
+            x = A[j]
+            y = Bv[j]
+            D[j] = x if (x < y or x != x) else y
     elif op == PRELU:
         for j in range(n):
-            x = S[a + j]
-            S[d + j] = x if x >= f32(0.0) else x * S[b + j]
+            x = A[j]
+            D[j] = x if x >= f32(0.0) else x * Bv[j]
     elif op == FMOD:
         for j in range(n):
-            S[d + j] = f32(np.fmod(S[a + j], S[b + j]))
+            D[j] = f32(np.fmod(A[j], Bv[j]))
     elif op == EQ:
         for j in range(n):
-            S[d + j] = f32(1.0) if S[a + j] == S[b + j] else f32(0.0)
+            D[j] = f32(1.0) if A[j] == Bv[j] else f32(0.0)
     elif op == LT:
         for j in range(n):
-            S[d + j] = f32(1.0) if S[a + j] < S[b + j] else f32(0.0)
+            D[j] = f32(1.0) if A[j] < Bv[j] else f32(0.0)
     elif op == LE:
         for j in range(n):
-            S[d + j] = f32(1.0) if S[a + j] <= S[b + j] else f32(0.0)
+            D[j] = f32(1.0) if A[j] <= Bv[j] else f32(0.0)
     elif op == GT:
         for j in range(n):
-            S[d + j] = f32(1.0) if S[a + j] > S[b + j] else f32(0.0)
+            D[j] = f32(1.0) if A[j] > Bv[j] else f32(0.0)
     elif op == GE:
         for j in range(n):
-            S[d + j] = f32(1.0) if S[a + j] >= S[b + j] else f32(0.0)
+            D[j] = f32(1.0) if A[j] >= Bv[j] else f32(0.0)
     elif op == AND:
         for j in range(n):
-            S[d + j] = f32(1.0) if (S[a + j] != f32(0.0) and S[b + j] != f32(0.0)) else f32(0.0)
+            D[j] = f32(1.0) if (A[j] != f32(0.0) and Bv[j] != f32(0.0)) else f32(0.0)
     elif op == OR:
         for j in range(n):
-            S[d + j] = f32(1.0) if (S[a + j] != f32(0.0) or S[b + j] != f32(0.0)) else f32(0.0)
+            D[j] = f32(1.0) if (A[j] != f32(0.0) or Bv[j] != f32(0.0)) else f32(0.0)
     elif op == XOR:
         for j in range(n):
-            S[d + j] = f32(1.0) if ((S[a + j] != f32(0.0)) != (S[b + j] != f32(0.0))) else f32(0.0)
+            D[j] = f32(1.0) if ((A[j] != f32(0.0)) != (Bv[j] != f32(0.0))) else f32(0.0)
 
 
 @njit(**_JIT)
-def _load(F, B, I, J, dt, off, s, S, d, n):
-    """S[d:d+n] = source[off + j*s] converted to float32."""
+def _load(F, B, I, J, dt, off, s, D, n):
+    """D[:n] = source[off + j*s] converted to float32."""
     if dt == DT_F32:
         if s == 1:
+            src = F[off:off + n]
             for j in range(n):
-                S[d + j] = F[off + j]
+                D[j] = src[j]
         elif s == 0:
             v = F[off]
             for j in range(n):
-                S[d + j] = v
+                D[j] = v
         else:
             for j in range(n):
-                S[d + j] = F[off + j * s]
+                D[j] = F[off + j * s]
     elif dt == DT_BOOL:
         for j in range(n):
-            S[d + j] = f32(B[off + j * s])
+            D[j] = f32(B[off + j * s])
     elif dt == DT_I64:
         for j in range(n):
-            S[d + j] = f32(I[off + j * s])
+            D[j] = f32(I[off + j * s])
     else:
         for j in range(n):
-            S[d + j] = f32(J[off + j * s])
+            D[j] = f32(J[off + j * s])
 
 
 @njit(**_JIT)
-def _store(F, B, I, J, dt, off, s, S, a, n):
-    """target[off + j*s] = S[a:a+n] converted from float32."""
+def _store(F, B, I, J, dt, off, s, A, n):
+    """target[off + j*s] = A[:n] converted from float32."""
     if dt == DT_F32:
         if s == 1:
+            dst = F[off:off + n]
             for j in range(n):
-                F[off + j] = S[a + j]
+                dst[j] = A[j]
         else:
             for j in range(n):
-                F[off + j * s] = S[a + j]
+                F[off + j * s] = A[j]
     elif dt == DT_BOOL:
         for j in range(n):
-            B[off + j * s] = 1 if S[a + j] != f32(0.0) else 0
+            B[off + j * s] = 1 if A[j] != f32(0.0) else 0
     elif dt == DT_I64:
         for j in range(n):
-            I[off + j * s] = np.int64(S[a + j])
+            I[off + j * s] = np.int64(A[j])
     else:
         for j in range(n):
-            J[off + j * s] = np.int32(S[a + j])
+            J[off + j * s] = np.int32(A[j])
 
 
 @njit(**_JIT)
@@ -363,30 +365,36 @@ def ew_run(F, B, I, J, X, R, prog, r0, r1, c0, c1, sbase):
                 q = ins + k * IN_LEN
                 s3 = X[q + 5]
                 off = X[q + 1] + i0 * X[q + 2] + i1 * X[q + 3] + i2 * X[q + 4] + c * s3
-                _load(F, B, I, J, X[q], off, s3, F, sbase + k * BLOCK, n)
+                reg = sbase + k * BLOCK
+                _load(F, B, I, J, X[q], off, s3, F[reg:reg + n], n)
             for k in range(ninstr):
                 q = code + k * INSTR_LEN
                 op = X[q]
                 dst = sbase + X[q + 1] * BLOCK
                 a = sbase + X[q + 2] * BLOCK
+                D = F[dst:dst + n]
+                A = F[a:a + n]
                 if op >= ADD:
                     b = sbase + X[q + 3] * BLOCK
+                    Bv = F[b:b + n]
                     if op == WHERE:
                         e = sbase + X[q + 4] * BLOCK
+                        E = F[e:e + n]
                         for j in range(n):
-                            F[dst + j] = F[b + j] if F[a + j] != f32(0.0) else F[e + j]
+                            D[j] = Bv[j] if A[j] != f32(0.0) else E[j]
                     else:
-                        _binary(op, F, dst, a, b, n)
+                        _binary(op, D, A, Bv, n)
                 else:
                     imm = X[q + 5]
                     p0 = R[imm] if imm >= 0 else f32(0.0)
                     p1 = R[imm + 1] if imm >= 0 else f32(0.0)
-                    _unary(op, F, dst, a, n, p0, p1)
+                    _unary(op, D, A, n, p0, p1)
             for k in range(nout):
                 q = outs + k * OUT_LEN
                 s3 = X[q + 6]
                 off = X[q + 2] + i0 * X[q + 3] + i1 * X[q + 4] + i2 * X[q + 5] + c * s3
-                _store(F, B, I, J, X[q + 1], off, s3, F, sbase + X[q] * BLOCK, n)
+                reg = sbase + X[q] * BLOCK
+                _store(F, B, I, J, X[q + 1], off, s3, F[reg:reg + n], n)
             c += n
 
 

@@ -32,7 +32,7 @@ _JIT_REASSOC = dict(_JIT, fastmath={"reassoc", "contract", "nsz"})
 USE_BLAS = HAVE_BLAS
 #: Tiles with fewer multiply-adds than this (or fewer rows) use the loops.
 BLAS_MIN_MACS = 32 * 1024
-BLAS_MIN_ROWS = 4
+BLAS_MIN_ROWS = 12
 
 D_M, D_N, D_K, D_ARS, D_ACS, D_BRS, D_BCS, D_CRS, D_EPI, D_ALPHA, D_TABLE = range(11)
 DESC_LEN = 11
@@ -40,46 +40,102 @@ DESC_LEN = 11
 
 @njit(**_JIT)
 def _rows_times_b(F, a_off, a_rs, a_cs, b_off, b_rs, c_off, c_rs, K, m0, m1, n0, n1, alpha):
-    """C[m, n0:n1] = alpha * sum_k A[m, k] B[k, n0:n1] with unit column stride in B and C."""
-    for m in range(m0, m1):
-        cb = c_off + m * c_rs
-        ab = a_off + m * a_rs
-        for n in range(n0, n1):
-            F[cb + n] = f32(0.0)
-        k = 0
-        while k + 4 <= K:
-            a0 = F[ab + k * a_cs]
-            a1 = F[ab + (k + 1) * a_cs]
-            a2 = F[ab + (k + 2) * a_cs]
-            a3 = F[ab + (k + 3) * a_cs]
-            b0 = b_off + k * b_rs
-            b1 = b0 + b_rs
-            b2 = b1 + b_rs
-            b3 = b2 + b_rs
-            for n in range(n0, n1):
-                F[cb + n] += a0 * F[b0 + n] + a1 * F[b1 + n] + a2 * F[b2 + n] + a3 * F[b3 + n]
-            k += 4
-        while k < K:
-            a0 = F[ab + k * a_cs]
-            b0 = b_off + k * b_rs
-            for n in range(n0, n1):
-                F[cb + n] += a0 * F[b0 + n]
-            k += 1
+    """C[m, n0:n1] = alpha * sum_k A[m, k] B[k, n0:n1] with unit column stride in B and C.
+
+    Four rows of C share each row of B read (the skinny GEMMs of batch-1
+    RNNs are bound by reading B).  Loops index slices from 0, so numba emits
+    no negative-index wrap-around and LLVM vectorizes them.
+    """
+    nt = n1 - n0
+    m = m0
+    while m < m1:
+        rows = min(4, m1 - m)
+        c0 = F[c_off + m * c_rs + n0:c_off + m * c_rs + n0 + nt]
+        c1 = F[c_off + (m + 1) * c_rs + n0:c_off + (m + 1) * c_rs + n0 + nt] if rows > 1 else c0
+        c2 = F[c_off + (m + 2) * c_rs + n0:c_off + (m + 2) * c_rs + n0 + nt] if rows > 2 else c0
+        c3 = F[c_off + (m + 3) * c_rs + n0:c_off + (m + 3) * c_rs + n0 + nt] if rows > 3 else c0
+        for j in range(nt):
+            c0[j] = f32(0.0)
+            c1[j] = f32(0.0)
+            c2[j] = f32(0.0)
+            c3[j] = f32(0.0)
+        if rows == 1:
+            ab = a_off + m * a_rs
+            k = 0
+            while k + 4 <= K:
+                a0 = F[ab + k * a_cs]
+                a1 = F[ab + (k + 1) * a_cs]
+                a2 = F[ab + (k + 2) * a_cs]
+                a3 = F[ab + (k + 3) * a_cs]
+                r0 = b_off + k * b_rs + n0
+                b0 = F[r0:r0 + nt]
+                b1 = F[r0 + b_rs:r0 + b_rs + nt]
+                b2 = F[r0 + 2 * b_rs:r0 + 2 * b_rs + nt]
+                b3 = F[r0 + 3 * b_rs:r0 + 3 * b_rs + nt]
+                for j in range(nt):
+                    c0[j] += a0 * b0[j] + a1 * b1[j] + a2 * b2[j] + a3 * b3[j]
+                k += 4
+            while k < K:
+                a0 = F[ab + k * a_cs]
+                r0 = b_off + k * b_rs + n0
+                b0 = F[r0:r0 + nt]
+                for j in range(nt):
+                    c0[j] += a0 * b0[j]
+                k += 1
+        else:
+            for k in range(K):
+                r0 = b_off + k * b_rs + n0
+                bk = F[r0:r0 + nt]
+                x0 = F[a_off + m * a_rs + k * a_cs]
+                x1 = F[a_off + (m + 1) * a_rs + k * a_cs] if rows > 1 else f32(0.0)
+                x2 = F[a_off + (m + 2) * a_rs + k * a_cs] if rows > 2 else f32(0.0)
+                x3 = F[a_off + (m + 3) * a_rs + k * a_cs] if rows > 3 else f32(0.0)
+                if rows == 4:
+                    for j in range(nt):
+                        v = bk[j]
+                        c0[j] += x0 * v
+                        c1[j] += x1 * v
+                        c2[j] += x2 * v
+                        c3[j] += x3 * v
+                elif rows == 3:
+                    for j in range(nt):
+                        v = bk[j]
+                        c0[j] += x0 * v
+                        c1[j] += x1 * v
+                        c2[j] += x2 * v
+                else:
+                    for j in range(nt):
+                        v = bk[j]
+                        c0[j] += x0 * v
+                        c1[j] += x1 * v
         if alpha != f32(1.0):
-            for n in range(n0, n1):
-                F[cb + n] *= alpha
+            for j in range(nt):
+                c0[j] *= alpha
+                if rows > 1:
+                    c1[j] *= alpha
+                if rows > 2:
+                    c2[j] *= alpha
+                if rows > 3:
+                    c3[j] *= alpha
+        m += rows
 
 
 @njit(**_JIT_REASSOC)
 def _dot_tiles(F, a_off, a_rs, a_cs, b_off, b_rs, b_cs, c_off, c_rs, K, m0, m1, n0, n1, alpha):
-    """Generic strides: one dot product per output element."""
+    """Generic strides: one dot product per output element (vectorized when both K strides are 1)."""
     for m in range(m0, m1):
+        ab = a_off + m * a_rs
         for n in range(n0, n1):
-            acc = f32(0.0)
-            ab = a_off + m * a_rs
             bb = b_off + n * b_cs
-            for k in range(K):
-                acc += F[ab + k * a_cs] * F[bb + k * b_rs]
+            acc = f32(0.0)
+            if a_cs == 1 and b_rs == 1:
+                av = F[ab:ab + K]
+                bv = F[bb:bb + K]
+                for k in range(K):
+                    acc += av[k] * bv[k]
+            else:
+                for k in range(K):
+                    acc += F[ab + k * a_cs] * F[bb + k * b_rs]
             F[c_off + m * c_rs + n] = acc * alpha
 
 

@@ -102,7 +102,7 @@ def gemm_op(lw: Lowerer, name: str, nodes: tuple[Node, ...], spec: GemmSpec, epi
         desc = ctx.side.add_ints([M, N, K, spec.a_rs, spec.a_cs, spec.b_rs, spec.b_cs, spec.c_rs, epi, alpha, toff])
         return [("k_gemm", [desc, *part]) for part in parts]
 
-    blas = M >= 4 and M * N * K >= 32 * 1024
+    blas = M >= 12 and M * N * K >= 32 * 1024
     scratch = epilogue.n_registers() * BLOCK if epilogue is not None else 0
     return CpuOp(name, "gemm", nodes, tuple(sorted(reads)), tuple(sorted(writes)), flops, nbytes, partition, emit,
                  scratch=scratch, blas=blas, extra={"M": M, "N": N, "K": K, "batches": nb})

@@ -184,14 +184,15 @@ class EwProgram:
         free: list[int] = []
         next_reg = len(self.inputs)
         for i, ins in enumerate(self.instrs):
-            # Reads happen before the write within one instruction's loop
-            # element by element, so the destination may reuse an operand.
-            for a in set(ins.args):
-                if last_use.get(a) == i and a not in stored:
-                    free.append(regs[a])
+            # The destination never shares a register with an operand of the
+            # same instruction: distinct registers let LLVM vectorize the
+            # kernel's loops without falling back on a possible overlap.
             if free:
                 regs[ins.dst] = free.pop()
             else:
                 regs[ins.dst] = next_reg
                 next_reg += 1
+            for a in set(ins.args):
+                if last_use.get(a) == i and a not in stored:
+                    free.append(regs[a])
         return regs

@@ -20,7 +20,7 @@ from rammer.errors import FeedError, OpExecutionError
 from rammer.interpreter import run_graph
 from rammer.ir import Graph, Node, TensorInfo, dtype_name
 
-from .codegen import STATUS, STRIDE
+from .driver import STATUS, STRIDE
 from .views import ARENA_DTYPES, View
 
 
@@ -65,14 +65,18 @@ def view_placement(view: View, byte_offset: int) -> tuple[str, int, tuple[int, .
 class CpuExecutable:
     """Runs a :class:`Program`; one inference at a time (a lock serializes callers)."""
 
-    def __init__(self, graph: Graph, program: Program, driver: Any, max_wait_s: float = 60.0):
+    def __init__(self, graph: Graph, program: Program, max_wait_s: float = 60.0):
         if program.num_veus > numba.config.NUMBA_NUM_THREADS:
             raise OpExecutionError(
                 f"the CPU backend was asked for {program.num_veus} vEUs but numba runs at most "
                 f"{numba.config.NUMBA_NUM_THREADS} threads; compile with fewer --veus or set NUMBA_NUM_THREADS")
         self.graph = graph
         self.program = program
-        self._driver = driver
+        from .codegen import entry_table
+        from .driver import run
+
+        self._driver = run
+        self._entries = entry_table(program.kernel_names)
         self._lock = threading.Lock()
         # 64-byte aligned arena
         raw = np.empty(program.arena_bytes + 64, dtype=np.uint8)
@@ -80,11 +84,6 @@ class CpuExecutable:
         self._raw = raw
         self.arena = raw[start:start + program.arena_bytes]
         self.arena[:program.const_bytes] = program.const_blob
-        n = program.arena_bytes // 8 * 8
-        self.F = self.arena[:n].view(np.float32)
-        self.I = self.arena[:n].view(np.int64)
-        self.J = self.arena[:n].view(np.int32)
-        self.B = self.arena
         self.counters = np.zeros((program.num_veus + 1) * STRIDE, dtype=np.int64)
         self.status = np.zeros(program.num_veus, dtype=np.int64)
         self.cores = np.array(program.cores, dtype=np.int64)
@@ -136,8 +135,8 @@ class CpuExecutable:
     def _launch(self, seg: CompiledSegment) -> None:
         self.counters[:] = 0
         numba.set_num_threads(self.program.num_veus)
-        self._driver(self.F, self.B, self.I, self.J, self.program.X, self.program.R, self.program.T,
-                     seg.starts, seg.ends, self.counters, self.status, self.cores, self.max_sleeps)
+        self._driver(self.arena, self.program.X, self.program.R, self.program.T, seg.starts, seg.ends,
+                     self._entries, self.counters, self.status, self.cores, self.max_sleeps)
         if self.status.any():
             codes = sorted({int(s) for s in self.status if s})
             worst = max(codes, key=lambda c: c != 1)

@@ -1,0 +1,53 @@
+"""The driver: persistent vEU workers walking their task-table rows.
+
+``run`` starts one worker per vEU (a ``prange`` over vEU ids, so every
+worker starts at once on numba's thread pool and is joined at the end) and
+each ``walk`` s its rows in order: a barrier row waits (acquire) until the
+named vEU has published enough progress; any other row calls its rKernel
+through the kernel's entry address, then publishes this vEU's progress
+(release).  The driver never changes with the model or with the kernels it
+uses, so numba compiles it once and loads it from its disk cache afterwards.
+"""
+
+from __future__ import annotations
+
+from numba import njit, prange
+
+from .atomics import atomic_add, call_kernel, data_ptr, pin_to_core, store_release, wait_at_least
+
+#: Progress counters sit 64 bytes apart (one cache line per vEU).
+STRIDE = 8
+BARRIER = 0
+#: walk status codes
+STATUS = {0: "ok", 1: "aborted because another vEU failed", 2: "barrier timed out (a scheduling bug?)",
+          3: "a kernel reported an error (e.g. a Gather index out of range)"}
+
+
+@njit(nogil=True, cache=True, boundscheck=False)
+def walk(v, arena, X, R, T, start, end, entries, counters, abort, max_sleeps):
+    nbytes = arena.shape[0]
+    a = data_ptr(arena, 0)
+    xp = data_ptr(X, 0)
+    rp = data_ptr(R, 0)
+    for r in range(start, end):
+        k = T[r, 0]
+        if k == BARRIER:
+            st = wait_at_least(counters, T[r, 2] * STRIDE, T[r, 3], abort, max_sleeps)
+            if st != 0:
+                atomic_add(counters, abort, 1)
+                return st
+        elif call_kernel(entries[k], a, nbytes, xp, X.shape[0], rp, R.shape[0], data_ptr(T[r], 2), T[r, 1]) != 0:
+            atomic_add(counters, abort, 1)
+            return 3
+        store_release(counters, v * STRIDE, r - start + 1)
+    return 0
+
+
+@njit(parallel=True, nogil=True, cache=True)
+def run(arena, X, R, T, starts, ends, entries, counters, status, cores, max_sleeps):
+    n = starts.shape[0]
+    abort = n * STRIDE
+    for v in prange(n):
+        if cores[v] >= 0:
+            pin_to_core(cores[v])
+        status[v] = walk(v, arena, X, R, T, starts[v], ends[v], entries, counters, abort, max_sleeps)

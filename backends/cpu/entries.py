@@ -1,0 +1,167 @@
+"""C-callable entry points of the rKernels, for the driver's indirect calls.
+
+Each entry has the one signature the driver calls through a function
+pointer (arena, side tables and task row as raw pointers plus sizes) and
+rebuilds the typed arena views before calling its kernel.  Entries are
+compiled lazily (:func:`entry_address`), each once, and cached on disk by
+numba, so a model only ever pays for the kernels it uses the first time any
+model uses them.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import carray, cfunc, types
+
+from .kernels_data import k_copy, k_gather, k_pad
+from .kernels_ew import k_ew
+from .kernels_gemm import k_gemm
+from .kernels_nn import k_dwconv, k_im2col, k_layernorm, k_pool, k_reduce, k_softmax
+
+SIGNATURE = types.int64(types.voidptr, types.int64, types.voidptr, types.int64, types.voidptr, types.int64,
+                        types.voidptr, types.int64)
+#: Parameters per task row after the kernel id and scratch offset.
+ROW_PARAMS = 8
+
+
+def entry_k_ew(arena, nbytes, x, nx, r, nr, row, sbase):
+    F = carray(arena, (nbytes // 4,), np.float32)
+    B = carray(arena, (nbytes,), np.uint8)
+    I = carray(arena, (nbytes // 8,), np.int64)
+    J = carray(arena, (nbytes // 4,), np.int32)
+    X = carray(x, (nx,), np.int64)
+    R = carray(r, (nr,), np.float32)
+    p = carray(row, (ROW_PARAMS,), np.int64)
+    k_ew(F, B, I, J, X, R, p, sbase)
+    return 0
+
+
+def entry_k_gemm(arena, nbytes, x, nx, r, nr, row, sbase):
+    F = carray(arena, (nbytes // 4,), np.float32)
+    B = carray(arena, (nbytes,), np.uint8)
+    I = carray(arena, (nbytes // 8,), np.int64)
+    J = carray(arena, (nbytes // 4,), np.int32)
+    X = carray(x, (nx,), np.int64)
+    R = carray(r, (nr,), np.float32)
+    p = carray(row, (ROW_PARAMS,), np.int64)
+    k_gemm(F, B, I, J, X, R, p, sbase)
+    return 0
+
+
+def entry_k_copy(arena, nbytes, x, nx, r, nr, row, sbase):
+    F = carray(arena, (nbytes // 4,), np.float32)
+    B = carray(arena, (nbytes,), np.uint8)
+    I = carray(arena, (nbytes // 8,), np.int64)
+    J = carray(arena, (nbytes // 4,), np.int32)
+    X = carray(x, (nx,), np.int64)
+    R = carray(r, (nr,), np.float32)
+    p = carray(row, (ROW_PARAMS,), np.int64)
+    k_copy(F, B, I, J, X, R, p, sbase)
+    return 0
+
+
+def entry_k_pad(arena, nbytes, x, nx, r, nr, row, sbase):
+    F = carray(arena, (nbytes // 4,), np.float32)
+    B = carray(arena, (nbytes,), np.uint8)
+    I = carray(arena, (nbytes // 8,), np.int64)
+    J = carray(arena, (nbytes // 4,), np.int32)
+    X = carray(x, (nx,), np.int64)
+    R = carray(r, (nr,), np.float32)
+    p = carray(row, (ROW_PARAMS,), np.int64)
+    k_pad(F, B, I, J, X, R, p, sbase)
+    return 0
+
+
+def entry_k_gather(arena, nbytes, x, nx, r, nr, row, sbase):
+    F = carray(arena, (nbytes // 4,), np.float32)
+    B = carray(arena, (nbytes,), np.uint8)
+    I = carray(arena, (nbytes // 8,), np.int64)
+    J = carray(arena, (nbytes // 4,), np.int32)
+    X = carray(x, (nx,), np.int64)
+    R = carray(r, (nr,), np.float32)
+    p = carray(row, (ROW_PARAMS,), np.int64)
+    return k_gather(F, B, I, J, X, R, p, sbase)
+
+
+def entry_k_im2col(arena, nbytes, x, nx, r, nr, row, sbase):
+    F = carray(arena, (nbytes // 4,), np.float32)
+    B = carray(arena, (nbytes,), np.uint8)
+    I = carray(arena, (nbytes // 8,), np.int64)
+    J = carray(arena, (nbytes // 4,), np.int32)
+    X = carray(x, (nx,), np.int64)
+    R = carray(r, (nr,), np.float32)
+    p = carray(row, (ROW_PARAMS,), np.int64)
+    k_im2col(F, B, I, J, X, R, p, sbase)
+    return 0
+
+
+def entry_k_dwconv(arena, nbytes, x, nx, r, nr, row, sbase):
+    F = carray(arena, (nbytes // 4,), np.float32)
+    B = carray(arena, (nbytes,), np.uint8)
+    I = carray(arena, (nbytes // 8,), np.int64)
+    J = carray(arena, (nbytes // 4,), np.int32)
+    X = carray(x, (nx,), np.int64)
+    R = carray(r, (nr,), np.float32)
+    p = carray(row, (ROW_PARAMS,), np.int64)
+    k_dwconv(F, B, I, J, X, R, p, sbase)
+    return 0
+
+
+def entry_k_pool(arena, nbytes, x, nx, r, nr, row, sbase):
+    F = carray(arena, (nbytes // 4,), np.float32)
+    B = carray(arena, (nbytes,), np.uint8)
+    I = carray(arena, (nbytes // 8,), np.int64)
+    J = carray(arena, (nbytes // 4,), np.int32)
+    X = carray(x, (nx,), np.int64)
+    R = carray(r, (nr,), np.float32)
+    p = carray(row, (ROW_PARAMS,), np.int64)
+    k_pool(F, B, I, J, X, R, p, sbase)
+    return 0
+
+
+def entry_k_reduce(arena, nbytes, x, nx, r, nr, row, sbase):
+    F = carray(arena, (nbytes // 4,), np.float32)
+    B = carray(arena, (nbytes,), np.uint8)
+    I = carray(arena, (nbytes // 8,), np.int64)
+    J = carray(arena, (nbytes // 4,), np.int32)
+    X = carray(x, (nx,), np.int64)
+    R = carray(r, (nr,), np.float32)
+    p = carray(row, (ROW_PARAMS,), np.int64)
+    k_reduce(F, B, I, J, X, R, p, sbase)
+    return 0
+
+
+def entry_k_softmax(arena, nbytes, x, nx, r, nr, row, sbase):
+    F = carray(arena, (nbytes // 4,), np.float32)
+    B = carray(arena, (nbytes,), np.uint8)
+    I = carray(arena, (nbytes // 8,), np.int64)
+    J = carray(arena, (nbytes // 4,), np.int32)
+    X = carray(x, (nx,), np.int64)
+    R = carray(r, (nr,), np.float32)
+    p = carray(row, (ROW_PARAMS,), np.int64)
+    k_softmax(F, B, I, J, X, R, p, sbase)
+    return 0
+
+
+def entry_k_layernorm(arena, nbytes, x, nx, r, nr, row, sbase):
+    F = carray(arena, (nbytes // 4,), np.float32)
+    B = carray(arena, (nbytes,), np.uint8)
+    I = carray(arena, (nbytes // 8,), np.int64)
+    J = carray(arena, (nbytes // 4,), np.int32)
+    X = carray(x, (nx,), np.int64)
+    R = carray(r, (nr,), np.float32)
+    p = carray(row, (ROW_PARAMS,), np.int64)
+    k_layernorm(F, B, I, J, X, R, p, sbase)
+    return 0
+
+
+_COMPILED: dict[str, object] = {}
+
+
+def entry_address(name: str) -> int:
+    """The address of kernel ``name``'s entry, compiling (or loading) it on first use."""
+    found = _COMPILED.get(name)
+    if found is None:
+        found = cfunc(SIGNATURE, nopython=True, nogil=True, cache=True)(globals()[f"entry_{name}"])
+        _COMPILED[name] = found
+    return found.address
