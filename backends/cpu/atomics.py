@@ -21,6 +21,8 @@ hyper-thread and from flooding the memory system with speculative loads.
 
 from __future__ import annotations
 
+from . import _numba_cache  # noqa: F401  (drops stale numba caches first)
+
 import ctypes
 import platform
 

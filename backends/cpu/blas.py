@@ -12,6 +12,8 @@ the cores, and a BLAS call inside a vEU must not start threads of its own.
 
 from __future__ import annotations
 
+from . import _numba_cache  # noqa: F401  (drops stale numba caches first)
+
 import ctypes
 import glob
 import os

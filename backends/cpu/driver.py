@@ -11,6 +11,8 @@ uses, so numba compiles it once and loads it from its disk cache afterwards.
 
 from __future__ import annotations
 
+from . import _numba_cache  # noqa: F401  (drops stale numba caches first)
+
 from numba import njit, prange
 
 from .atomics import atomic_add, call_kernel, data_ptr, pin_to_core, store_release, wait_at_least

@@ -10,6 +10,8 @@ model uses them.
 
 from __future__ import annotations
 
+from . import _numba_cache  # noqa: F401  (drops stale numba caches first)
+
 import numpy as np
 from numba import carray, cfunc, types
 

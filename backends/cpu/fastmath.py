@@ -13,6 +13,8 @@ caller's loop.
 
 from __future__ import annotations
 
+from . import _numba_cache  # noqa: F401  (drops stale numba caches first)
+
 import math
 
 import numpy as np

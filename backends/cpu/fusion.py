@@ -53,8 +53,6 @@ def build_groups(graph: Graph, kinds: list[str], anc: list[int] | None = None) -
     if anc is None:
         anc = ancestors(graph)
     producer = graph.producer
-    consumers = graph.consumers
-    outputs = {t.name for t in graph.outputs}
     index = {id(n): i for i, n in enumerate(graph.nodes)}
     groups: dict[int, Group] = {}
     group_of: dict[int, int] = {}
@@ -82,9 +80,6 @@ def build_groups(graph: Graph, kinds: list[str], anc: list[int] | None = None) -
             j = index[id(p)]
             gid = group_of.get(j)
             fusible = gid is not None and groups[gid].shape == shape
-            if fusible and groups[gid].head == j:
-                # A GEMM's raw output feeds the epilogue only if nothing else reads it.
-                fusible = t not in outputs and all(index[id(c)] == i for c in consumers.get(t, ()))
             if fusible:
                 if gid not in candidates:
                     candidates.append(gid)

@@ -10,11 +10,9 @@ index out of range).
 
 from __future__ import annotations
 
-import hashlib
-import inspect
 from types import ModuleType
 
-from . import atomics, blas, ewops, fastmath, kernels_data, kernels_ew, kernels_gemm, kernels_nn
+from . import kernels_data, kernels_ew, kernels_gemm, kernels_nn
 
 #: kernel name -> module defining it.
 KERNELS: dict[str, ModuleType] = {
@@ -48,13 +46,8 @@ DESCRIPTIONS = {
     "k_layernorm": "layer normalization rows",
 }
 
-_SOURCES = (atomics, blas, ewops, fastmath, kernels_data, kernels_ew, kernels_gemm, kernels_nn)
-
-
 def kernels_fingerprint() -> str:
-    """Hash of the kernel sources: part of the driver's name and of cache keys,
-    because numba does not notice when a cached caller's callees change."""
-    h = hashlib.sha256()
-    for mod in _SOURCES:
-        h.update(inspect.getsource(mod).encode())
-    return h.hexdigest()[:16]
+    """Hash of the kernel sources (see :mod:`._numba_cache`)."""
+    from ._numba_cache import fingerprint
+
+    return fingerprint()

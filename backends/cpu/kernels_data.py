@@ -13,6 +13,8 @@ Task rows cover flattened rows ``[r0, r1)`` of ``d0*d1*d2``.
 
 from __future__ import annotations
 
+from . import _numba_cache  # noqa: F401  (drops stale numba caches first)
+
 import numpy as np
 from numba import njit
 

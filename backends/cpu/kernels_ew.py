@@ -14,6 +14,8 @@ activation) over the tile the GEMM just wrote.
 
 from __future__ import annotations
 
+from . import _numba_cache  # noqa: F401  (drops stale numba caches first)
+
 import math
 
 import numpy as np
@@ -86,7 +88,7 @@ _INV_SQRT2 = f32(1.0 / math.sqrt(2.0))
 
 @njit(inline="always", error_model="numpy")
 def _round_half_even(x):
-    r = f32(math.floor(x))
+    r = f32(np.floor(x))
     d = x - r
     if d > f32(0.5) or (d == f32(0.5) and np.fmod(r, 2.0) != 0.0):
         r += f32(1.0)
@@ -138,10 +140,10 @@ def _unary(op, D, A, n, p0, p1):
             D[j] = f32(1.0) / A[j]
     elif op == FLOOR:
         for j in range(n):
-            D[j] = f32(math.floor(A[j]))
+            D[j] = f32(np.floor(A[j]))
     elif op == CEIL:
         for j in range(n):
-            D[j] = f32(math.ceil(A[j]))
+            D[j] = f32(np.ceil(A[j]))
     elif op == ROUND:
         for j in range(n):
             D[j] = _round_half_even(A[j])

@@ -19,6 +19,8 @@ C is loaded once per four rows of B); and a generic strided loop.
 
 from __future__ import annotations
 
+from . import _numba_cache  # noqa: F401  (drops stale numba caches first)
+
 import numpy as np
 from numba import njit
 

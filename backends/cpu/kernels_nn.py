@@ -8,6 +8,8 @@ to the exact result than numpy's float32 pairwise sums are.
 
 from __future__ import annotations
 
+from . import _numba_cache  # noqa: F401  (drops stale numba caches first)
+
 import numpy as np
 from numba import njit
 

@@ -90,6 +90,11 @@ class CpuExecutable:
         self.max_sleeps = int(max_wait_s * 1e6 / 50)
         self._inputs = {t.name: t for t in graph.inputs}
 
+    @property
+    def report(self) -> dict[str, Any]:
+        """What the compiler did (see ``rammer compile --report``)."""
+        return self.program.report
+
     # -- views of the arena -----------------------------------------------------------
     def tensor(self, name: str) -> np.ndarray:
         dtype, off, shape, strides = self.program.tensors[name]

@@ -1,0 +1,171 @@
+"""Single-op and small-graph models on the cpu backend against the reference."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from cpu_helpers import compare, model, node, rand
+
+UNARY = ["Relu", "Sigmoid", "Tanh", "Exp", "Log", "Sqrt", "Neg", "Abs", "Reciprocal", "Floor", "Ceil", "Round",
+         "Erf", "Sin", "Cos", "Softplus", "Softsign", "Sign", "HardSwish"]
+
+
+@pytest.mark.parametrize("op", UNARY)
+def test_unary_ops_including_nan_and_inf(op):
+    x = rand(3, 70) * 3
+    x[0, :6] = [np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-30]
+    compare(model([node(op, ["x"])], {"x": x}, ["y"]), {"x": x})
+
+
+@pytest.mark.parametrize("op,attrs", [("LeakyRelu", {"alpha": 0.2}), ("Elu", {"alpha": 0.7}), ("Selu", {}),
+                                      ("HardSigmoid", {"alpha": 0.3, "beta": 0.4}), ("Celu", {"alpha": 1.5}),
+                                      ("ThresholdedRelu", {"alpha": 0.5}), ("Gelu", {}),
+                                      ("Gelu", {"approximate": "tanh"})])
+def test_unary_ops_with_attributes(op, attrs):
+    x = rand(4, 33) * 2
+    compare(model([node(op, ["x"], **attrs)], {"x": x}, ["y"], opset=20), {"x": x})
+
+
+@pytest.mark.parametrize("op", ["Add", "Sub", "Mul", "Div", "Max", "Min", "Pow", "PRelu"])
+def test_binary_ops_with_broadcasting(op):
+    a = rand(2, 3, 5)
+    b = rand(3, 1, seed=1)
+    if op == "Pow":
+        a = np.abs(a) + 0.1
+    compare(model([node(op, ["a", "b"])], {"a": a, "b": b}, ["y"]), {"a": a, "b": b})
+
+
+def test_comparisons_logic_where_and_casts_fuse():
+    a, b = rand(4, 8), rand(4, 8, seed=1)
+    a[0, 0] = np.nan
+    nodes = [node("Less", ["a", "b"], ["lt"]), node("Greater", ["a", "b"], ["gt"]), node("Or", ["lt", "gt"], ["ne"]),
+             node("Not", ["ne"], ["eq"]), node("Where", ["lt", "a", "b"], ["mn"]),
+             node("Cast", ["lt"], ["ltf"], to=1), node("Add", ["mn", "ltf"], ["y"]),
+             node("Cast", ["y"], ["yi"], to=7), node("IsNaN", ["a"], ["nan"])]
+    report = compare(model(nodes, {"a": a, "b": b}, ["y", "eq", "yi", "nan"]), {"a": a, "b": b})
+    assert report["ops_by_family"] == {"ew": 2}, report["ops_by_family"]  # IsNaN starts its own group
+
+
+def test_lstm_cell_fuses_into_gemm_epilogue_and_one_group():
+    h = 16
+    x, hp, cp = rand(1, 8), rand(1, h, seed=1), rand(1, h, seed=2)
+    consts = {"W": rand(8, 4 * h, seed=3), "R": rand(h, 4 * h, seed=4), "B": rand(4 * h, seed=5),
+              "split": np.array([h] * 4, np.int64)}
+    nodes = [node("MatMul", ["x", "W"], ["xw"]), node("MatMul", ["h", "R"], ["hr"]), node("Add", ["xw", "hr"], ["p"]),
+             node("Add", ["p", "B"], ["g"]), node("Split", ["g", "split"], ["i", "f", "c", "o"], axis=1),
+             node("Sigmoid", ["i"], ["si"]), node("Sigmoid", ["f"], ["sf"]), node("Tanh", ["c"], ["tc"]),
+             node("Sigmoid", ["o"], ["so"]), node("Mul", ["sf", "cp"], ["fc"]), node("Mul", ["si", "tc"], ["ic"]),
+             node("Add", ["fc", "ic"], ["c2"]), node("Tanh", ["c2"], ["t2"]), node("Mul", ["so", "t2"], ["h2"])]
+    feeds = {"x": x, "h": hp, "cp": cp}
+    report = compare(model(nodes, feeds, ["h2", "c2"], consts), feeds)
+    # x@W, h@R (+ both Adds as its epilogue), and the gate group
+    assert report["ops_by_family"] == {"gemm": 2, "ew": 1}, report["ops_by_family"]
+    assert report["fused_groups"] == 2
+
+
+@pytest.mark.parametrize("a_shape,b_shape", [((1, 64), (64, 96)), ((3, 20), (20, 7)), ((40, 64), (64, 48)),
+                                             ((2, 3, 4, 5), (5, 6)), ((2, 1, 4, 5), (3, 5, 2)), ((7,), (7, 3)),
+                                             ((4, 7), (7,))])
+def test_matmul_shapes(a_shape, b_shape):
+    a, b = rand(*a_shape), rand(*b_shape, seed=1)
+    compare(model([node("MatMul", ["a", "b"])], {"a": a, "b": b}, ["y"]), {"a": a, "b": b})
+
+
+def test_matmul_with_transposed_view_operand():
+    a, b = rand(30, 16), rand(24, 16, seed=1)
+    nodes = [node("Transpose", ["b"], ["bt"], perm=[1, 0]), node("MatMul", ["a", "bt"], ["y"])]
+    compare(model(nodes, {"a": a, "b": b}, ["y"]), {"a": a, "b": b})
+
+
+@pytest.mark.parametrize("ta,tb,alpha,beta", [(0, 0, 1.0, 1.0), (1, 0, 0.5, 2.0), (0, 1, 1.0, 0.0), (1, 1, 2.0, 1.0)])
+def test_gemm_attributes_and_bias(ta, tb, alpha, beta):
+    a = rand(12, 9) if ta else rand(9, 12)
+    b = rand(20, 12, seed=1) if tb else rand(12, 20, seed=1)
+    c = rand(20, seed=2)
+    n = node("Gemm", ["a", "b", "c"], transA=ta, transB=tb, alpha=alpha, beta=beta)
+    compare(model([n], {"a": a, "b": b}, ["y"], {"c": c}), {"a": a, "b": b})
+
+
+@pytest.mark.parametrize("cin,cout,k,stride,pad,group,dil", [
+    (3, 8, 3, 1, 1, 1, 1), (4, 8, 3, 2, 1, 2, 1), (8, 8, 3, 1, 1, 8, 1), (8, 16, 3, 1, 0, 8, 1),
+    (6, 10, 1, 1, 0, 1, 1), (4, 6, 3, 1, 2, 1, 2), (4, 4, 5, 2, 2, 4, 1),
+])
+def test_conv_variants_with_bias_relu_and_residual(cin, cout, k, stride, pad, group, dil):
+    x = rand(2, cin, 11, 10)
+    w = rand(cout, cin // group, k, k, seed=1)
+    b = rand(cout, seed=2)
+    conv = node("Conv", ["x", "w", "b"], ["c"], kernel_shape=[k, k], strides=[stride, stride], pads=[pad] * 4,
+                group=group, dilations=[dil, dil])
+    nodes = [conv, node("Relu", ["c"], ["r"]), node("Add", ["r", "c"], ["y"])]
+    report = compare(model(nodes, {"x": x}, ["y"], {"w": w, "b": b}), {"x": x})
+    assert "ew" not in report["ops_by_family"], "relu and add should run in the conv epilogue"
+
+
+def test_conv1d_and_batchnorm():
+    x = rand(1, 4, 17)
+    consts = {"w": rand(6, 4, 3, seed=1), "s": np.abs(rand(6, seed=2)) + 0.5, "b": rand(6, seed=3),
+              "m": rand(6, seed=4), "v": np.abs(rand(6, seed=5)) + 0.5}
+    nodes = [node("Conv", ["x", "w"], ["c"], kernel_shape=[3], pads=[1, 1]),
+             node("BatchNormalization", ["c", "s", "b", "m", "v"], ["y"])]
+    compare(model(nodes, {"x": x}, ["y"], consts), {"x": x})
+
+
+@pytest.mark.parametrize("op,attrs", [
+    ("MaxPool", {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}),
+    ("MaxPool", {"kernel_shape": [2, 2], "strides": [2, 2], "ceil_mode": 1}),
+    ("AveragePool", {"kernel_shape": [3, 3], "strides": [1, 1], "pads": [1, 1, 1, 1]}),
+    ("AveragePool", {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1], "count_include_pad": 1}),
+    ("AveragePool", {"kernel_shape": [3, 3], "strides": [2, 2], "ceil_mode": 1}),
+    ("GlobalAveragePool", {}), ("GlobalMaxPool", {}),
+])
+def test_pooling(op, attrs):
+    x = rand(2, 3, 9, 8)
+    x[0, 0, 0, 0] = np.nan
+    compare(model([node(op, ["x"], **attrs)], {"x": x}, ["y"]), {"x": x})
+
+
+@pytest.mark.parametrize("op", ["ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL2",
+                                "ReduceLogSumExp", "ReduceSumSquare"])
+@pytest.mark.parametrize("axes,keep", [([1], 1), ([2, 3], 0), ([-1], 1)])
+def test_reductions(op, axes, keep):
+    x = rand(2, 3, 4, 5) * 0.5
+    m = model([node(op, ["x", "axes"], keepdims=keep)], {"x": x}, ["y"], {"axes": np.array(axes, np.int64)},
+              opset=18)
+    compare(m, {"x": x})
+
+
+@pytest.mark.parametrize("opset,axis", [(13, -1), (13, 1), (11, 1)])
+@pytest.mark.parametrize("op", ["Softmax", "LogSoftmax"])
+def test_softmax(op, opset, axis):
+    x = rand(2, 5, 7) * 3
+    compare(model([node(op, ["x"], axis=axis)], {"x": x}, ["y"], opset=opset), {"x": x})
+
+
+def test_layernorm_gather_concat_pad_slice_split_transpose_expand():
+    x = rand(2, 6, 8)
+    ids = np.array([[0, 3, 1], [2, 2, 0]], np.int64)
+    consts = {"s": rand(8, seed=1), "b": rand(8, seed=2), "emb": rand(5, 8, seed=3),
+              "pads": np.array([0, 1, 0, 0, 2, 1], np.int64), "st": np.array([5, 1], np.int64),
+              "en": np.array([0, 8], np.int64), "ax": np.array([1, 2], np.int64), "sp": np.array([-2, 3], np.int64),
+              "shape": np.array([2, 2, 3, 8], np.int64)}
+    nodes = [node("LayerNormalization", ["x", "s", "b"], ["ln"], axis=-1, epsilon=1e-5),
+             node("Gather", ["emb", "ids"], ["g"]), node("Concat", ["ln", "g"], ["cat"], axis=1),
+             node("Pad", ["cat", "pads"], ["pad"]), node("Slice", ["x", "st", "en", "ax", "sp"], ["sl"]),
+             node("Transpose", ["sl"], ["tr"], perm=[2, 0, 1]), node("Split", ["x"], ["s1", "s2"], axis=1,
+                                                                     num_outputs=2),
+             node("Expand", ["s1", "shape"], ["ex"]), node("Relu", ["tr"], ["y"])]
+    feeds = {"x": x, "ids": ids}
+    compare(model(nodes, feeds, ["pad", "y", "s2", "ex"], consts, opset=18), feeds)
+
+
+def test_gather_out_of_range_is_a_clear_error():
+    import rammer
+    from rammer.errors import OpExecutionError
+
+    emb = rand(5, 4)
+    m = rammer.compile(model([node("Gather", ["emb", "ids"])], {"ids": np.zeros(2, np.int64)}, ["y"], {"emb": emb}),
+                       backend="cpu", cache=False)
+    assert m({"ids": np.array([1, -1], np.int64)})["y"].shape == (2, 4)
+    with pytest.raises(OpExecutionError, match="Gather index"):
+        m({"ids": np.array([1, 7], np.int64)})
