@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from .ir import Graph, Node
 from .kernels_generic import (Tiling, box_size, itemsize, make_kernel, map_broadcast, pareto, shape_of,
                               tile_efficiency, whole)
-from .rtask import Box, RKernel, RTaskAccess
+from .rtask import RKernel, RTaskAccess
 
 if TYPE_CHECKING:  # pragma: no cover
     from .vdevice import VDevice
@@ -115,8 +115,9 @@ def _halvings(n: int) -> list[int]:
 
 
 class ConvFamily:
-    """2-D Conv cut into blocks of output channels (never splitting a group's
-    input channels) and output rows; each rTask reads its input rows."""
+    """Conv (1-D, 2-D, 3-D...) cut into blocks of output channels (never
+    splitting a group's input channels) and of the first spatial axis
+    ("rows"); each rTask reads the input rows its window covers."""
 
     name = "conv.tile"
     op_types = frozenset(["Conv"])
@@ -124,17 +125,19 @@ class ConvFamily:
     def candidates(self, node: Node, graph: Graph, vd: VDevice) -> list[RKernel]:
         x, w = shape_of(graph, node.inputs[0]), shape_of(graph, node.inputs[1])
         out = shape_of(graph, node.outputs[0])
-        if x is None or w is None or out is None or len(x) != 4:
+        if x is None or w is None or out is None or len(x) < 3 or len(out) != len(x):
             return []
         has_bias = len(node.inputs) > 2 and bool(node.inputs[2])
         groups = int(node.attr("group", 1))
-        channels_out, oh, ow = out[1], out[2], out[3]
+        rank = len(x) - 2
+        channels_out, oh = out[1], out[2]
+        ow = math.prod(out[3:])  # everything after the rows: one row's worth of outputs
         per_group = channels_out // groups
         in_per_group = w[1]
         kernel = tuple(w[2:])
-        strides = tuple(node.attr("strides", [1, 1]))
-        dilations = tuple(node.attr("dilations", [1, 1]))
-        pads = _window_pads(node, tuple(x[2:]), (oh, ow), kernel, strides, dilations)
+        strides = tuple(node.attr("strides", [1] * rank))
+        dilations = tuple(node.attr("dilations", [1] * rank))
+        pads = _window_pads(node, tuple(x[2:]), tuple(out[2:]), kernel, strides, dilations)
         size = itemsize(graph, node.inputs[0])
         if groups == 1:
             channel_blocks = {min(channels_out, b) for b in (8, 16, 32, 64, 128)}
@@ -144,14 +147,14 @@ class ConvFamily:
         kernels = []
         for cb in sorted(channel_blocks):
             for rb in _halvings(oh):
-                tiling = Tiling(out, (1, cb, rb, ow))
+                tiling = Tiling(out, (1, cb, rb) + tuple(out[3:]))
 
                 def access(i: int, tiling: Tiling = tiling) -> RTaskAccess:
                     box = tiling.box(i)
                     (c0, c1), (r0, r1) = box[1], box[2]
                     g0, g1 = c0 // per_group, -(-c1 // per_group)
                     rows = _window_rows(r0, r1, strides[0], pads[0], kernel[0], dilations[0], x[2])
-                    reads = [(0, (box[0], (g0 * in_per_group, g1 * in_per_group), rows, (0, x[3]))),
+                    reads = [(0, (box[0], (g0 * in_per_group, g1 * in_per_group), rows) + whole(x[3:])),
                              (1, ((c0, c1),) + whole(w[1:]))]
                     if has_bias:
                         reads.append((2, ((c0, c1),)))
@@ -170,8 +173,8 @@ class ConvFamily:
 
 
 class PoolFamily:
-    """Max/Average/Lp pooling by channel and output-row blocks; global pools
-    by channel blocks."""
+    """Max/Average/Lp pooling (any spatial rank) by channel blocks and blocks
+    of the first spatial axis; global pools by channel blocks."""
 
     name = "pool.tile"
     op_types = frozenset(["MaxPool", "AveragePool", "LpPool", "GlobalAveragePool", "GlobalMaxPool",
@@ -182,23 +185,24 @@ class PoolFamily:
         if x is None or out is None or len(x) < 3:
             return []
         glob = node.op_type.startswith("Global")
-        if not glob and len(x) != 4:
+        if len(out) != len(x):
             return []
         size = itemsize(graph, node.inputs[0])
         channels = x[1]
+        rank = len(x) - 2
         if glob:
-            kernel, strides, dilations, pads = tuple(x[2:]), (1,) * (len(x) - 2), (1,) * (len(x) - 2), [0] * 2
+            kernel, strides, dilations, pads = tuple(x[2:]), (1,) * rank, (1,) * rank, [0] * rank
         else:
             kernel = tuple(node.attr("kernel_shape"))
-            strides = tuple(node.attr("strides", [1, 1]))
-            dilations = tuple(node.attr("dilations", [1, 1]))
+            strides = tuple(node.attr("strides", [1] * rank))
+            dilations = tuple(node.attr("dilations", [1] * rank))
             pads = _window_pads(node, tuple(x[2:]), tuple(out[2:]), kernel, strides, dilations)
         extra_outputs = [j for j, o in enumerate(node.outputs) if o and j > 0]
         row_blocks = [1] if glob else _halvings(out[2])
         kernels = []
         for cb in sorted({min(channels, b) for b in (8, 16, 32, 64, 128)}):
             for rb in row_blocks:
-                block = (1, cb) + ((1,) * (len(x) - 2) if glob else (rb, out[3]))
+                block = (1, cb) + ((1,) * rank if glob else (rb,) + tuple(out[3:]))
                 tiling = Tiling(out, block)
 
                 def access(i: int, tiling: Tiling = tiling) -> RTaskAccess:
@@ -208,7 +212,7 @@ class PoolFamily:
                     else:
                         rows = _window_rows(box[2][0], box[2][1], strides[0], pads[0], kernel[0], dilations[0],
                                             x[2])
-                        in_box = box[:2] + (rows, (0, x[3]))
+                        in_box = box[:2] + (rows,) + whole(x[3:])
                     writes = ((0, box),) + tuple((j, box) for j in extra_outputs)
                     return RTaskAccess(((0, in_box),), writes)
 

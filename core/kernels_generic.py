@@ -131,7 +131,7 @@ def make_kernel(
         resources=RTaskResources(threads=vd.veu.threads, local_mem_bytes=local),
         flops=float(flops), bytes=float(nbytes), access_fn=access,
         input_shapes=tuple(shape_of(graph, i) for i in node.inputs),
-        output_shapes=tuple(shape_of(graph, o) or () for o in node.outputs),
+        output_shapes=tuple(shape_of(graph, o) for o in node.outputs),
     )
 
 
@@ -251,6 +251,8 @@ class ElementwiseFamily(TiledOutputFamily):
         return float(_ELEMENTWISE_WEIGHT.get(node.op_type, 1))
 
     def reads(self, node, graph, box, in_shapes):
+        if node.op_type == "CastLike":  # the second input only lends its dtype
+            in_shapes = in_shapes[:1]
         return [(s, map_broadcast(box, sh)) for s, sh in enumerate(in_shapes) if sh is not None]
 
 
@@ -369,8 +371,8 @@ class RowFamily:
         if src is None or not src or None in outs or math.prod(src) == 0:
             return []
         axes = reduced_axes(node, graph, len(src))
-        if axes is None:
-            return []
+        if axes is None or (node.op_type == "BatchNormalization" and sum(1 for o in node.outputs if o) > 1):
+            return []  # unknown axes; training-mode BatchNormalization also reduces to running stats
         kept = [a for a in range(len(src)) if a not in axes]
         row = math.prod(src[a] for a in axes)
         weight = 5.0 if node.op_type in ("Softmax", "LogSoftmax", "LayerNormalization",

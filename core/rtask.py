@@ -75,10 +75,11 @@ class RKernel:
     flops: float = 0.0
     bytes: float = 0.0
     #: ``rtask_id -> RTaskAccess``; None means every rTask reads all inputs
-    #: and writes all outputs (then ``num_rtasks`` should be 1).
+    #: and writes all outputs (then ``num_rtasks`` should be 1).  The shapes
+    #: below (None for omitted optional tensors) give those whole boxes.
     access_fn: Callable[[int], RTaskAccess] | None = field(default=None, repr=False, compare=False)
     input_shapes: tuple[tuple[int, ...] | None, ...] = field(default=(), repr=False)
-    output_shapes: tuple[tuple[int, ...], ...] = field(default=(), repr=False)
+    output_shapes: tuple[tuple[int, ...] | None, ...] = field(default=(), repr=False)
 
     def __post_init__(self) -> None:
         if self.num_rtasks < 1:
@@ -106,7 +107,7 @@ class RKernel:
         if self.access_fn is not None:
             return self.access_fn(rtask_id)
         reads = tuple((i, whole_box(s)) for i, s in enumerate(self.input_shapes) if s is not None)
-        writes = tuple((i, whole_box(s)) for i, s in enumerate(self.output_shapes))
+        writes = tuple((i, whole_box(s)) for i, s in enumerate(self.output_shapes) if s is not None)
         return RTaskAccess(reads, writes)
 
     def describe(self) -> dict[str, Any]:
