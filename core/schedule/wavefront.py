@@ -60,6 +60,9 @@ def select_kernels(problem: Problem, wave: list[int], fastest_only: bool = False
             break  # the wave is bound by its total work (or an op that cannot go faster)
         i = heapq.heappop(heap)[1]
         faster = [k for k in problem.rops[i].kernels if k.latency_us(num_veus) < latency]
+        if not faster:  # tied with its fastest kernel: it cannot go faster
+            longest_fixed = max(longest_fixed, latency)
+            continue
         step = min(faster, key=lambda k: (k.work_us(num_veus), k.latency_us(num_veus)))
         new_work = work - choice[i].work_us(num_veus) + step.work_us(num_veus)
         if new_work / num_veus > latency:

@@ -174,3 +174,27 @@ def test_backend_defaults_for_vdevice_and_rkernels():
     backend = plugins.get_backend("reference")
     assert backend.vdevice(None).name == "cpu"
     assert backend.vdevice("mi250x").num_veus == 110
+
+
+def test_kernel_selection_handles_kernels_tied_with_the_fastest():
+    class Rop:
+        def __init__(self, fastest, efficient):
+            self.kernels = [fastest, efficient]
+
+        def fastest(self, v):
+            return self.kernels[0]
+
+        def most_efficient(self, v):
+            return self.kernels[1]
+
+    # Op 0's efficient kernel ties its fastest one (another object, same figures) and is the
+    # wave's bottleneck; the small ops' 16 fine rTasks do not fit 8 vEUs.
+    rops = [Rop(_kernel(1, 10.0), _kernel(1, 10.0))] + [Rop(_kernel(8, 0.1), _kernel(1, 0.5)) for _ in range(2)]
+
+    class P:
+        vdevice = get_preset("v100").with_veus(8)
+
+    P.rops = rops
+    choice = select_kernels(P(), [0, 1, 2])
+    assert choice[0] is rops[0].kernels[1]
+    assert choice[1] is rops[1].kernels[1] and choice[2] is rops[2].kernels[1]
