@@ -10,6 +10,8 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Callable
 
+import numpy as np
+
 from rammer.ir import Node
 from rammer.ops.conv import window_geometry
 from rammer.ops.registry import OpContext
@@ -53,7 +55,7 @@ def _concat(lw: Lowerer, node: Node) -> None:
             for d in copy_descriptors(src, dst):
                 pieces.append((src, dst, d))
         start += size
-    rows = [d[12] * d[13] * d[14] for _, _, d in pieces]
+    rows = [d[11] * d[12] * d[13] for _, _, d in pieces]
 
     def partition(n: int) -> list:
         parts = []
@@ -130,8 +132,9 @@ def _pad(lw: Lowerer, node: Node) -> None:
 
     def emit(ctx: EmitContext, parts: list) -> list[Row]:
         fimm = ctx.side.add_floats([value])
+        ivalue = int(value) if np.isfinite(value) else 0  # only integer pads use it
         words = [esize, ctx.locate(src), *s_strides, ctx.locate(out), *o_shape, *begins, *s_shape,
-                 int(value), fimm, is_float]
+                 ivalue, fimm, is_float]
         desc = ctx.side.add_ints(words)
         return [("k_pad", [desc, r0, r1]) for r0, r1 in parts]
 

@@ -32,6 +32,12 @@ def is_view(lw: Lowerer, node: Node) -> bool:
         return False
     g = lw.graph
     if op == "Dropout":
+        # Inference: an identity.  A training_mode input that is not a constant false drops values.
+        training = node.inputs[2] if len(node.inputs) > 2 else ""
+        if training:
+            flag = g.initializers.get(training)
+            if flag is None or bool(np.asarray(flag).ravel()[0]):
+                return False
         return len([o for o in node.outputs if o]) == 1
     if op == "Slice":
         if lw.opset < 10:
@@ -208,7 +214,7 @@ def copy_op(lw: Lowerer, name: str, nodes: tuple[Node, ...], src: View, dst: Vie
             family: str = "copy") -> CpuOp:
     """Copy ``src`` into ``dst`` (same shape, any strides)."""
     descs = copy_descriptors(src, dst)
-    rows_per = [d[12] * d[13] * d[14] for d in descs]
+    rows_per = [d[11] * d[12] * d[13] for d in descs]
     total_rows = sum(rows_per)
     nbytes = 2.0 * src.size * ARENA_DTYPES[src.dtype]
 

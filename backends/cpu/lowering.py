@@ -69,7 +69,8 @@ class Lowerer:
 
     def const_view(self, array: np.ndarray) -> View:
         """A compile-time constant (e.g. folded BatchNorm scales) as a view."""
-        array = np.ascontiguousarray(array)
+        # (np.ascontiguousarray would turn a 0-d array into shape (1,))
+        array = array if array.flags.c_contiguous else array.copy(order="C")
         key = id(array)
         found = self._const_ids.get(key)
         if found is not None:
@@ -147,9 +148,21 @@ class Lowerer:
                 lower_nn.LOWERINGS[node.op_type](self, node)
             else:
                 self.add_op(self.host_op(node, reasons[i]))
+        self._check_views()
         ops = self._topological(self.ops)
         n_groups = sum(1 for gr in groups if len(gr.members) + (gr.head is not None) > 1)
         return Lowered(g, self.buffers, self.views, ops, self.fallbacks, self.host_tensors, n_groups)
+
+    def _check_views(self) -> None:
+        """Every view must stay inside its buffer: a lowering bug here would
+        otherwise be a silent out-of-bounds access in compiled code."""
+        for name, v in self.views.items():
+            if v.size == 0:
+                continue
+            lo = v.offset + sum(s * (d - 1) for s, d in zip(v.strides, v.shape) if s < 0)
+            hi = v.offset + sum(s * (d - 1) for s, d in zip(v.strides, v.shape) if s > 0)
+            if lo < 0 or hi >= self.buffers[v.buffer].size:
+                raise AssertionError(f"view of '{name}' ({v}) leaves its buffer of {self.buffers[v.buffer].size}")
 
     def _classify(self) -> tuple[list[str], list[str]]:
         g = self.graph
@@ -233,8 +246,12 @@ class Lowerer:
     # -- host (reference) ops ---------------------------------------------------
     def host_op(self, node: Node, reason: str) -> CpuOp:
         self.fallbacks.append((node, reason))
-        reads = tuple(sorted({self.view(i).buffer for i in node.inputs
-                              if i and i not in self.host_tensors and (i in self.views or i in self.graph.initializers)}))
+        # The host reads initializers straight from the graph; arena reads are
+        # the tensors computed (or fed) before it.
+        from rammer.ir import outer_names
+
+        reads = tuple(sorted({self.views[i].buffer for i in set(node.inputs) | outer_names(node)
+                              if i and i in self.views}))
         writes = tuple(sorted({self.views[o].buffer for o in node.outputs if o and o in self.views}))
         return CpuOp(node.name or node.op_type, "host", (node,), reads, writes, 0.0, 0.0, None, None,
                      host=True, host_reason=reason)
