@@ -22,6 +22,8 @@ CPU_OPS = frozenset({
     "Concat", "Pad", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "Softmax", "LogSoftmax",
     "LayerNormalization", "Gather", "ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd",
     "ReduceSumSquare", "ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp",
+    # recurrent layers (input GEMM + per-step GEMM with fused epilogue + fused cell)
+    "LSTM", "GRU", "RNN",
 }) | __import__("rammer.backends.cpu.lower_ew", fromlist=["EW_OPS"]).EW_OPS
 
 OPTIONS = {"veus", "policy", "pin", "cache", "cache_dir", "emit", "max_wait_s"}

@@ -59,6 +59,15 @@ def k_copy(F, B, I, J, X, R, p, sbase):
 
 
 @njit(**_JIT)
+def k_copy_many(F, B, I, J, X, R, p, sbase):
+    """Task row: [table, count]; the table lists ``count`` copy descriptors, then their row counts."""
+    t = p[0]
+    n = p[1]
+    for k in range(n):
+        copy_rows(B, J, I, X, X[t + k], 0, X[t + n + k])
+
+
+@njit(**_JIT)
 def _fill(A, off, n, t, v):
     for j in range(n):
         A[off + j * t] = v

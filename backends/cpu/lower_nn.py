@@ -17,6 +17,7 @@ from rammer.ops.conv import window_geometry
 from rammer.ops.registry import OpContext
 
 from . import kernels_nn as knn
+from . import lower_rnn
 from .lower_views import copy_descriptors
 from .ops import CpuOp, EmitContext, Row, split_range
 from .views import ARENA_DTYPES, View
@@ -315,12 +316,15 @@ LOWERINGS: dict[str, Callable[[Lowerer, Node], None]] = {
     "Concat": _concat, "Pad": _pad, "MaxPool": _pool, "AveragePool": _pool,
     "Softmax": _softmax, "LogSoftmax": _softmax, "LayerNormalization": _layernorm, "Gather": _gather,
     **{op: _reduce for op in _REDUCE_MODES},
+    **{op: lower_rnn.lower_rnn for op in lower_rnn.RNN_OPS},
 }
 
 
 def reason(lw: Lowerer, node: Node) -> str | None:
     """None if :data:`LOWERINGS` can lower the node, else why not."""
     op = node.op_type
+    if op in lower_rnn.RNN_OPS:
+        return lower_rnn.reason(lw, node)
     ins = [_info(lw, i) for i in node.inputs if i]
     dt = ins[0].dtype
     if op == "Concat" or op == "Gather":

@@ -169,3 +169,46 @@ def test_gather_out_of_range_is_a_clear_error():
     assert m({"ids": np.array([1, -1], np.int64)})["y"].shape == (2, 4)
     with pytest.raises(OpExecutionError, match="Gather index"):
         m({"ids": np.array([1, 7], np.int64)})
+
+
+def _rnn_model(op, gates, dirs, layout, extra_inputs=(), **attrs):
+    seq, batch, isz, hid = 5, 3, 4, 6
+    x = rand(seq, batch, isz) if layout == 0 else rand(batch, seq, isz)
+    consts = {"W": rand(dirs, gates * hid, isz, seed=1) * 0.5, "R": rand(dirs, gates * hid, hid, seed=2) * 0.5,
+              "B": rand(dirs, 2 * gates * hid, seed=3) * 0.2}
+    feeds = {"x": x}
+    state_shape = (dirs, batch, hid) if layout == 0 else (batch, dirs, hid)
+    inputs = ["x", "W", "R", "B", "", "", "", ""]  # ..., sequence_lens, initial_h, initial_c, P
+    for name, slot in (("h0", 5), ("c0", 6)):
+        if name in extra_inputs:
+            feeds[name] = rand(*state_shape, seed=slot)
+            inputs[slot] = name
+    if "P" in extra_inputs:
+        consts["P"] = rand(dirs, 3 * hid, seed=4) * 0.3
+        inputs[7] = "P"
+    while inputs[-1] == "":
+        inputs.pop()
+    outs = ["y", "yh", "yc"][: 3 if op == "LSTM" else 2]
+    direction = attrs.pop("direction", "forward")
+    n = node(op, inputs, outs, hidden_size=hid, layout=layout,
+             direction="bidirectional" if dirs == 2 else direction, **attrs)
+    return model([n], feeds, outs, consts), feeds
+
+
+@pytest.mark.parametrize("op,gates,attrs", [
+    ("LSTM", 4, {}), ("LSTM", 4, {"clip": 0.5}), ("LSTM", 4, {"input_forget": 1}),
+    ("GRU", 3, {"linear_before_reset": 1}), ("GRU", 3, {}), ("RNN", 1, {}),
+    ("RNN", 1, {"activations": ["Relu"]}), ("GRU", 3, {"activations": ["HardSigmoid", "Softsign"]}),
+    ("LSTM", 4, {"direction": "reverse"}),
+])
+@pytest.mark.parametrize("dirs,layout,states", [(1, 0, ()), (2, 0, ("h0", "c0")), (1, 1, ("h0", "c0"))])
+def test_recurrent_layers_compile_without_fallback(op, gates, attrs, dirs, layout, states):
+    if op != "LSTM":
+        states = tuple(s for s in states if s != "c0")
+    m, feeds = _rnn_model(op, gates, dirs, layout, states, **dict(attrs))
+    compare(m, feeds)
+
+
+def test_lstm_with_peepholes():
+    m, feeds = _rnn_model("LSTM", 4, 1, 0, ("h0", "c0", "P"))
+    compare(m, feeds)
