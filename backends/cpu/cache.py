@@ -97,7 +97,7 @@ def _digest(data: bytes) -> str:
     return hashlib.blake2b(data, digest_size=16).hexdigest()
 
 
-def save(folder: str, program: Program) -> None:
+def save(folder: str, program: Program, schedules: list | None = None) -> None:
     """Write an entry atomically (temporary folder, then rename)."""
     parent = os.path.dirname(folder)
     os.makedirs(parent, exist_ok=True)
@@ -110,7 +110,9 @@ def save(folder: str, program: Program) -> None:
             arrays[f"starts{k}"] = s.starts
             arrays[f"ends{k}"] = s.ends
         np.savez(buf, **arrays)
-        files = {"tables.npz": buf.getvalue(), "consts.bin": program.const_blob.tobytes()}
+        files = {"tables.npz": buf.getvalue(), "consts.bin": program.const_blob.tobytes(),
+                 "schedules.json": json.dumps([s.to_dict() for s in schedules or []],
+                                              separators=(",", ":")).encode()}
         steps = [{"host": s.node_index, "reason": s.reason} if isinstance(s, HostStep) else {"segment": k}
                  for k, s in enumerate(program.steps)]
         seg_no = 0
@@ -152,11 +154,15 @@ def load(folder: str) -> Program:
             raise CorruptEntry(f"format {meta.get('format')!r}")
         blobs = {}
         for name, digest in meta["digests"].items():
+            if name == "schedules.json":
+                continue  # read (and checked) only when someone asks for the schedules
             with open(os.path.join(folder, name), "rb") as f:
                 data = f.read()
             if _digest(data) != digest:
                 raise CorruptEntry(f"{name} does not match its digest")
             blobs[name] = data
+        if "schedules.json" not in meta["digests"] or not os.path.isfile(os.path.join(folder, "schedules.json")):
+            raise CorruptEntry("schedules.json is missing")
         with np.load(io.BytesIO(blobs["tables.npz"]), allow_pickle=False) as z:
             arrays = {k: z[k] for k in z.files}
         steps = []
@@ -180,6 +186,20 @@ def load(folder: str) -> Program:
         raise CorruptEntry(f"{type(exc).__name__}: {exc}") from None
 
 
+def load_schedules(folder: str) -> list:
+    """The schedules of a cache entry (checked against their digest)."""
+    from rammer.errors import RammerError
+    from rammer.schedule import Schedule
+
+    with open(os.path.join(folder, "meta.json"), encoding="utf-8") as f:
+        digest = json.load(f)["digests"]["schedules.json"]
+    with open(os.path.join(folder, "schedules.json"), "rb") as f:
+        data = f.read()
+    if _digest(data) != digest:
+        raise RammerError(f"the cached schedules in {folder} are corrupt; delete the folder to rebuild it")
+    return [Schedule.from_dict(d) for d in json.loads(data)]
+
+
 def compile_cached(graph: Graph, num_veus: int | None, policy: str, pin: bool, use_cache: bool,
                    cache_dir: str | None, emit_dir: str | None, max_wait_s: float) -> CpuExecutable:
     from .scheduling import available_cores
@@ -188,7 +208,7 @@ def compile_cached(graph: Graph, num_veus: int | None, policy: str, pin: bool, u
     folder = os.path.join(cache_root(cache_dir), cache_key(graph, n, policy, pin)) if use_cache else None
     if folder and not emit_dir and os.path.isdir(folder):
         try:
-            exe = CpuExecutable(graph, load(folder), max_wait_s)
+            exe = CpuExecutable(graph, load(folder), max_wait_s, schedules_loader=lambda: load_schedules(folder))
             exe.cache_status = "hit"
             return exe
         except CorruptEntry as exc:
@@ -202,12 +222,12 @@ def compile_cached(graph: Graph, num_veus: int | None, policy: str, pin: bool, u
 
     compiled = compile_program(graph, n, policy, pin)
     if folder:
-        save(folder, compiled.program)
+        save(folder, compiled.program, compiled.schedules)
     if emit_dir:
         from .emit import emit
 
         emit(emit_dir, compiled)
-    exe = CpuExecutable(graph, compiled.program, max_wait_s)
+    exe = CpuExecutable(graph, compiled.program, max_wait_s, schedules=compiled.schedules)
     exe.cache_status = rebuilt
     exe.compiled = compiled
     return exe

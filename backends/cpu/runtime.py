@@ -65,13 +65,16 @@ def view_placement(view: View, byte_offset: int) -> tuple[str, int, tuple[int, .
 class CpuExecutable:
     """Runs a :class:`Program`; one inference at a time (a lock serializes callers)."""
 
-    def __init__(self, graph: Graph, program: Program, max_wait_s: float = 60.0):
+    def __init__(self, graph: Graph, program: Program, max_wait_s: float = 60.0, schedules: list | None = None,
+                 schedules_loader: Any = None):
         if program.num_veus > numba.config.NUMBA_NUM_THREADS:
             raise OpExecutionError(
                 f"the CPU backend was asked for {program.num_veus} vEUs but numba runs at most "
                 f"{numba.config.NUMBA_NUM_THREADS} threads; compile with fewer --veus or set NUMBA_NUM_THREADS")
         self.graph = graph
         self.program = program
+        self._schedules = schedules
+        self._schedules_loader = schedules_loader
         from .codegen import entry_table
         from .driver import run
 
@@ -89,6 +92,20 @@ class CpuExecutable:
         self.cores = np.array(program.cores, dtype=np.int64)
         self.max_sleeps = int(max_wait_s * 1e6 / 50)
         self._inputs = {t.name: t for t in graph.inputs}
+
+    @property
+    def schedules(self) -> list:
+        """The rTask schedule of every compiled segment (:class:`rammer.schedule.Schedule`)."""
+        if self._schedules is None and self._schedules_loader is not None:
+            self._schedules = self._schedules_loader()
+        return list(self._schedules or [])
+
+    @property
+    def source(self) -> str:
+        """The generated Python program (what ``--emit`` writes as program.py)."""
+        from .codegen import program_source
+
+        return program_source(self.program)
 
     @property
     def report(self) -> dict[str, Any]:

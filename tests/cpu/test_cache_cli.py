@@ -29,6 +29,12 @@ def test_second_compile_hits_the_cache_and_gives_the_same_results(cache_dir):
     assert second.compile_seconds < 1.0
     feeds = first.random_feeds()
     np.testing.assert_array_equal(first(feeds)["h_final"], second(feeds)["h_final"])
+    # the schedules come back from the cache too, and verify
+    from rammer.schedule import verify
+
+    [sched] = second.executable.schedules
+    assert sched.num_rtasks == first.executable.schedules[0].num_rtasks
+    verify(sched)
     # other options are other entries
     third = rammer.compile(g, backend="cpu", policy="op-by-op")
     assert third.executable.cache_status == "miss"
