@@ -14,7 +14,7 @@ import os
 from typing import Any
 
 from .machine import describe
-from .report import cell_index, rows, series, series_label
+from .report import cell_index, fmt_speedup, fmt_time, rows, series, series_label
 
 _STATUS_TEXT = {"wrong": "WRONG", "n/a": "n/a", "error": "error", "unchecked": "unchecked", "pending": "?"}
 
@@ -108,7 +108,7 @@ def _grouped_bars(doc: dict[str, Any], cols: list[tuple[str, str]], value_of: An
 def _tick(v: float) -> str:
     """0.01, 0.12, 1, 10, 100, 1000: plain numbers, two significant digits below 1."""
     if v >= 10:
-        return f"{v:.0f}"
+        return f"{v:,.0f}"
     return f"{v:g}" if v >= 1 else f"{v:.2g}"
 
 
@@ -125,11 +125,7 @@ def _speedup(cell: dict[str, Any] | None) -> float | None:
 
 
 def _fmt_ms(v: float) -> str:
-    return f"{v:.3g} ms"
-
-
-def _fmt_x(v: float) -> str:
-    return f"{v:.2f}x"
+    return fmt_time(v / 1e3)
 
 
 def write_charts(doc: dict[str, Any], out_dir: str) -> list[str]:
@@ -146,5 +142,5 @@ def write_charts(doc: dict[str, Any], out_dir: str) -> list[str]:
                                    f"speedup over {baseline} on the same machine (log scale; right of the "
                                    "dashed line is faster)",
                                    f"Speedup over {baseline} (longer is faster)",
-                                   os.path.join(out_dir, "speedup.png"), 2.0, 1.0, _fmt_x, "x"))
+                                   os.path.join(out_dir, "speedup.png"), 2.0, 1.0, fmt_speedup, "x"))
     return paths

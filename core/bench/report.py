@@ -43,6 +43,11 @@ def fmt_time(seconds: float | None) -> str:
     return f"{seconds:.3g} s"
 
 
+def fmt_speedup(x: float) -> str:
+    """2.80x, 0.21x, 0.0034x: two decimals, or two significant digits when tiny."""
+    return f"{x:.2f}x" if x >= 0.1 else f"{x:.2g}x"
+
+
 def series(doc: dict[str, Any]) -> list[tuple[str, str]]:
     """(backend, machine) columns in first-seen order."""
     return list(dict.fromkeys((c["backend"], c["machine"]) for c in doc["cells"]))
@@ -70,7 +75,7 @@ def short_cell(cell: dict[str, Any] | None, baseline: str | None) -> str:
         if cell["backend"] == baseline:
             return f"{text} (baseline)"
         if cell.get("speedup") is not None:
-            return f"{text} ({cell['speedup']:.2f}x)"
+            return f"{text} ({fmt_speedup(cell['speedup'])})"
         return text
     if status == "wrong":
         err = cell.get("max_abs_err")
@@ -140,7 +145,7 @@ def details_table(doc: dict[str, Any]) -> list[str]:
     for c in doc["cells"]:
         body.append([c["model"], str(c["batch"]), c["backend"], c["machine"], c["status"],
                      fmt_time(c["median_s"]), fmt_time(c["min_s"]), fmt_time(c["max_s"]), str(c["runs"]),
-                     "-" if c.get("speedup") is None else f"{c['speedup']:.2f}x",
+                     "-" if c.get("speedup") is None else fmt_speedup(c["speedup"]),
                      "-" if c.get("compile_s") is None else f"{c['compile_s']:.2f} s",
                      "-" if c.get("max_abs_err") is None else f"{c['max_abs_err']:.2g}",
                      c["reason"] or ""])
