@@ -158,43 +158,21 @@ def _run_row(case: ModelCase, runners: list[BenchRunner], avail: dict[str, Any],
 
     live: list[tuple[BenchRunner, Any]] = []
     for runner in runners:
-        cell = cells[runner.name]
-        progress.advance(1, f"{label}: checking {runner.name}")
-        a = avail[runner.name]
-        if not a.ok:
-            cell.update(status="n/a", reason=a.reason)
-            continue
-        try:
-            if runner.name == REFERENCE and ref_prepared is not None:
-                prepared, cell["compile_s"] = ref_prepared, ref_compile_s
-            else:
-                prepared, cell["compile_s"] = _timed(lambda: runner.prepare(case))
-        except Exception as exc:
-            cell.update(status="error", reason=f"compile: {_first_line(exc)}")
-            continue
-        try:
-            outputs = prepared.run(case.feeds)
-            for _ in range(cfg.warmup):
-                prepared.run(case.feeds)
-        except Exception as exc:
-            cell.update(status="error", reason=f"run: {_first_line(exc)}")
-            continue
-        if expected is None:
-            cell.update(status="unchecked", reason=f"not timed: {expected_problem}")
-            continue
-        cmp = compare(expected, outputs, runner.rtol, runner.atol)
-        # JSON has no Infinity: an unbounded error (NaN where a number was due) is left blank.
-        finite = cmp.max_abs_err is not None and cmp.max_abs_err != float("inf")
-        cell["max_abs_err"] = cmp.max_abs_err if finite else None
-        if not cmp.ok:
-            cell.update(status="wrong", reason=cmp.problem)
-            continue
-        live.append((runner, prepared))
+        step = f"{label}: checking {runner.name}"
+        progress.show(step)
+        reuse = (ref_prepared, ref_compile_s) if runner.name == REFERENCE and ref_prepared is not None else None
+        prepared = _check_one(runner, cells[runner.name], case, avail[runner.name], cfg, expected,
+                              expected_problem, reuse)
+        if prepared is not None:
+            live.append((runner, prepared))
+        progress.advance(1, step)
 
     times: dict[str, list[float]] = {r.name: [] for r, _ in live}
     for round_no in range(cfg.repeat):
-        progress.advance(1, f"{label}: timing round {round_no + 1}/{cfg.repeat}")
+        step = f"{label}: timing round {round_no + 1}/{cfg.repeat}"
+        progress.show(step)
         if not live:
+            progress.advance(1, step)
             continue
         shift = round_no % len(live)
         for runner, prepared in live[shift:] + live[:shift]:
@@ -206,12 +184,50 @@ def _run_row(case: ModelCase, runners: list[BenchRunner], avail: dict[str, Any],
                 cells[runner.name].update(status="error", reason=f"run: {_first_line(exc)}")
                 continue
             times[runner.name].append(dt)
+        progress.advance(1, step)
     for name, ts in times.items():
         cell = cells[name]
         if cell["status"] == "error" or not ts:
             continue
         cell.update(status="ok", median_s=statistics.median(ts), min_s=min(ts), max_s=max(ts), runs=len(ts))
     return list(cells.values())
+
+
+def _check_one(runner: BenchRunner, cell: dict[str, Any], case: ModelCase, avail: Any, cfg: MatrixConfig,
+               expected: dict[str, Any] | None, expected_problem: str,
+               reuse: tuple[Any, float] | None) -> Any | None:
+    """Prepare ``runner``, run it once (plus warm-ups) and check it against
+    ``expected``; the prepared model when it may be timed, else None with
+    ``cell`` saying why."""
+    if not avail.ok:
+        cell.update(status="n/a", reason=avail.reason)
+        return None
+    try:
+        if reuse is not None:
+            prepared, cell["compile_s"] = reuse
+        else:
+            prepared, cell["compile_s"] = _timed(lambda: runner.prepare(case))
+    except Exception as exc:
+        cell.update(status="error", reason=f"compile: {_first_line(exc)}")
+        return None
+    try:
+        outputs = prepared.run(case.feeds)
+        for _ in range(cfg.warmup):
+            prepared.run(case.feeds)
+    except Exception as exc:
+        cell.update(status="error", reason=f"run: {_first_line(exc)}")
+        return None
+    if expected is None:
+        cell.update(status="unchecked", reason=f"not timed: {expected_problem}")
+        return None
+    cmp = compare(expected, outputs, runner.rtol, runner.atol)
+    # JSON has no Infinity: an unbounded error (NaN where a number was due) is left blank.
+    finite = cmp.max_abs_err is not None and cmp.max_abs_err != float("inf")
+    cell["max_abs_err"] = cmp.max_abs_err if finite else None
+    if not cmp.ok:
+        cell.update(status="wrong", reason=cmp.problem)
+        return None
+    return prepared
 
 
 def add_speedups(cells: list[dict[str, Any]], baseline: str | None) -> None:
