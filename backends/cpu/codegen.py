@@ -42,6 +42,8 @@ class Segment:
     schedule: Schedule | None = None
     rtasks: int = 0
     barrier_rows: int = 0
+    #: Op index (in the segment) of every row of the table; -1 for barrier rows.
+    row_op: dict[int, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -110,6 +112,7 @@ def build_tables(segment_ops: list[list[CpuOp]], schedules: list[Schedule], buff
         starts = np.zeros(num_veus, np.int64)
         ends = np.zeros(num_veus, np.int64)
         barrier_rows = 0
+        row_op: dict[int, int] = {}
         for v, prog in enumerate(sched.programs):
             starts[v] = len(rows)
             for q, e in enumerate(prog):
@@ -125,13 +128,14 @@ def build_tables(segment_ops: list[list[CpuOp]], schedules: list[Schedule], buff
                     kid = kernel_ids.setdefault(name, len(kernel_ids) + 1)
                     if len(params) > ROW - 2:
                         raise AssertionError(f"{name}: {len(params)} parameters do not fit a task row")
+                    row_op[len(rows)] = i
                     rows.append([kid, scratch_at[v]] + list(params) + [0] * (ROW - 2 - len(params)))
                 else:
                     for u, uq in waits_per_entry[v][q]:
                         rows.append([BARRIER, 0, u, done_after[u][uq]] + [0] * (ROW - 4))
                         barrier_rows += 1
             ends[v] = len(rows)
-        segments.append(Segment(starts, ends, sched, n_rt, barrier_rows))
+        segments.append(Segment(starts, ends, sched, n_rt, barrier_rows, row_op))
     T = np.array(rows, dtype=np.int64).reshape(-1, ROW) if rows else np.zeros((1, ROW), np.int64)
     X, R = side.arrays()
     names = [None] * (len(kernel_ids) + 1)

@@ -33,12 +33,12 @@ class Compiled:
 
 
 def compile_program(graph: Graph, num_veus: int | None = None, policy: str = "wavefront",
-                    pin: bool = True, cost: CostModel | None = None) -> Compiled:
+                    pin: bool = True, cost: CostModel | None = None, batch_rows: int = 16) -> Compiled:
     t0 = time.perf_counter()
     cost = cost or CostModel()
     cores = available_cores()
     n = int(num_veus or len(cores))
-    lowered = Lowerer(graph, cost).run()
+    lowered = Lowerer(graph, cost, batch_rows).run()
     t_lower = time.perf_counter()
 
     # Segments: runs of compiled ops between host ops.

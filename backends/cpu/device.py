@@ -47,6 +47,8 @@ class CpuBackend(Backend):
         extra={"policies": ["wavefront", "op-by-op"]},
     )
     default_priority = 10
+    #: Scheduling policy when the caller names none.
+    default_policy = "wavefront"
 
     def availability(self) -> Availability:
         try:
@@ -98,13 +100,23 @@ class CpuBackend(Backend):
         return compile_cached(
             graph,
             num_veus=int(veus) if veus else None,
-            policy=str(options.get("policy", "wavefront")),
+            policy=str(options.get("policy", self.default_policy)),
             pin=bool(options.get("pin", True)),
             use_cache=bool(options.get("cache", True)),
             cache_dir=options.get("cache_dir") or os.environ.get("RAMMER_CACHE_DIR"),
             emit_dir=options.get("emit"),
             max_wait_s=float(options.get("max_wait_s", 60.0)),
         )
+
+
+class CpuOpByOpBackend(CpuBackend):
+    """The cpu backend scheduling one operator at a time with a barrier after each
+    (the two-layer execution of today's frameworks), for comparisons."""
+
+    name = "cpu-op-by-op"
+    description = "the cpu backend with the op-by-op policy (every op spread on all vEUs, a barrier after each)"
+    default_priority = 1
+    default_policy = "op-by-op"
 
 
 def _single_node_graph(node: Node, graph: Graph) -> Graph:

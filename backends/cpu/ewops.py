@@ -82,8 +82,10 @@ N_IMM: dict[str, int] = {name: n for name, _, n in _TABLE}
 # Module-level constants the numba kernel compares against (frozen at compile time).
 globals().update({f"OP_{name}": code for name, code in OPCODE.items()})
 
-#: Elements per register block.  Small enough that a dozen registers stay in L1.
-BLOCK = 256
+#: Elements per register block: long enough that the per-block dispatch is
+#: amortized (a GEMM epilogue runs one block per tile row), small enough that
+#: a dozen registers (48 KiB) stay in L1/L2.
+BLOCK = 1024
 
 # Layout of a program in the int64 side array (all offsets relative to its start).
 HDR_NIN = 0

@@ -89,11 +89,32 @@ def k_im2col(F, B, I, J, X, R, p, sbase):
 
 
 @njit(**_JIT)
+def _padded_plane(F, src, H, W, ph, pw, Hp, Wp, P, fill):
+    """P[:Hp*Wp] = the H x W plane at F[src:] placed at (ph, pw) in a Hp x Wp field of ``fill``."""
+    for q in range(Hp * Wp):
+        P[q] = fill
+    for ih in range(H):
+        r = ih + ph
+        if r < 0 or r >= Hp:
+            continue
+        lo = max(0, -pw)
+        hi = min(W, Wp - pw)
+        if hi <= lo:
+            continue
+        row = P[r * Wp + pw + lo:r * Wp + pw + hi]
+        inp = F[src + ih * W + lo:src + ih * W + hi]
+        for j in range(hi - lo):
+            row[j] = inp[j]
+
+
+@njit(**_JIT)
 def k_dwconv(F, B, I, J, X, R, p, sbase):
     """Depthwise convolution (groups == C) of channel planes [c0, c1) of batch items [n0, n1).
 
     Row: [desc, n0, n1, c0, c1].  Output channel m = c * mult + k reads input
-    channel c.  Descriptor tail: [w_off, mult, epilogue, bias_or_-1].
+    channel c.  Each input plane is copied once into zero-padded scratch, then
+    every kernel tap is one vectorized sweep over the output plane (no bounds
+    tests in the inner loop).  Descriptor tail: [w_off, mult, epilogue].
     """
     d = p[0]
     C = X[d + W_C]
@@ -113,37 +134,72 @@ def k_dwconv(F, B, I, J, X, R, p, sbase):
     mult = X[d + WIN_LEN + 1]
     epi = X[d + WIN_LEN + 2]
     M = C * mult
+    Hp = (OH - 1) * sh + (kh - 1) * dh + 1
+    Wp = (OW - 1) * sw + (kw - 1) * dw + 1
+    # scratch: the padded plane (plus a row of slack), then the wide output, after the epilogue's registers
+    pbase = sbase + X[d + WIN_LEN + 3]
+    P = F[pbase:pbase + (Hp + 1) * Wp]
+    wide = F[pbase + (Hp + 1) * Wp:pbase + (Hp + 1) * Wp + OH * Wp]
+    unit = sh == 1 and sw == 1
     for n in range(p[1], p[2]):
         for c in range(p[3], p[4]):
-            src = X[d + W_X] + (n * C + c) * H * W
+            _padded_plane(F, X[d + W_X] + (n * C + c) * H * W, H, W, ph, pw, Hp + 1, Wp, P, f32(0.0))
             for k in range(mult):
                 m = c * mult + k
                 dst = X[d + W_OUT] + (n * M + m) * OH * OW
+                out = F[dst:dst + OH * OW]
                 wb = w_off + m * kh * kw
+                if unit:
+                    # Stride 1: compute OH rows of the padded width at once, one
+                    # flat sweep per tap; columns past OW are junk, dropped after.
+                    for q in range(OH * Wp):
+                        wide[q] = f32(0.0)
+                    L = OH * Wp
+                    for i in range(kh):
+                        j = 0
+                        # Four taps per sweep: the accumulator is loaded and stored once per four FMAs.
+                        while j + 4 <= kw:
+                            b0 = i * dh * Wp + j * dw
+                            s0 = P[b0:b0 + L]
+                            s1 = P[b0 + dw:b0 + dw + L]
+                            s2 = P[b0 + 2 * dw:b0 + 2 * dw + L]
+                            s3 = P[b0 + 3 * dw:b0 + 3 * dw + L]
+                            w0 = F[wb + i * kw + j]
+                            w1 = F[wb + i * kw + j + 1]
+                            w2 = F[wb + i * kw + j + 2]
+                            w3 = F[wb + i * kw + j + 3]
+                            for q in range(L):
+                                wide[q] += w0 * s0[q] + w1 * s1[q] + w2 * s2[q] + w3 * s3[q]
+                            j += 4
+                        while j < kw:
+                            wv = F[wb + i * kw + j]
+                            src = P[i * dh * Wp + j * dw:i * dh * Wp + j * dw + L]
+                            for q in range(L):
+                                wide[q] += wv * src[q]
+                            j += 1
+                    for oh in range(OH):
+                        orow = out[oh * OW:oh * OW + OW]
+                        wrow = wide[oh * Wp:oh * Wp + OW]
+                        for ow in range(OW):
+                            orow[ow] = wrow[ow]
+                    if epi >= 0:
+                        ew_run(F, B, I, J, X, R, epi, n * M + m, n * M + m + 1, 0, OH * OW, sbase)
+                    continue
                 for q in range(OH * OW):
-                    F[dst + q] = f32(0.0)
+                    out[q] = f32(0.0)
                 for i in range(kh):
                     for j in range(kw):
                         wv = F[wb + i * kw + j]
                         for oh in range(OH):
-                            ih = oh * sh - ph + i * dh
-                            if ih < 0 or ih >= H:
-                                continue
-                            o = dst + oh * OW
-                            s = src + ih * W - pw + j * dw
-                            lo = 0
-                            hi = OW
-                            # clip ow so that 0 <= ow*sw - pw + j*dw < W
-                            while lo < hi and lo * sw - pw + j * dw < 0:
-                                lo += 1
-                            while hi > lo and (hi - 1) * sw - pw + j * dw >= W:
-                                hi -= 1
+                            orow = out[oh * OW:oh * OW + OW]
+                            base = (oh * sh + i * dh) * Wp + j * dw
                             if sw == 1:
-                                for ow in range(lo, hi):
-                                    F[o + ow] += wv * F[s + ow]
+                                irow = P[base:base + OW]
+                                for ow in range(OW):
+                                    orow[ow] += wv * irow[ow]
                             else:
-                                for ow in range(lo, hi):
-                                    F[o + ow] += wv * F[s + ow * sw]
+                                for ow in range(OW):
+                                    orow[ow] += wv * P[base + ow * sw]
                 if epi >= 0:
                     ew_run(F, B, I, J, X, R, epi, n * M + m, n * M + m + 1, 0, OH * OW, sbase)
 
@@ -152,8 +208,10 @@ def k_dwconv(F, B, I, J, X, R, p, sbase):
 def k_pool(F, B, I, J, X, R, p, sbase):
     """Max (mode 0) or average (mode 1) pooling of planes [q0, q1) (q = n * C + c).
 
-    Row: [desc, q0, q1].  Descriptor tail: [mode, lo_h, hi_h, lo_w, hi_w]: taps
-    whose padded coordinate falls in [lo, hi) count towards the average.
+    Row: [desc, q0, q1].  Descriptor tail: [mode, lo_h, hi_h, lo_w, hi_w,
+    scratch]: taps whose padded coordinate falls in [lo, hi) count towards
+    the average.  Like depthwise convolution: a padded copy of the plane in
+    scratch, then one vectorized sweep per tap.
     """
     d = p[0]
     H = X[d + W_H]
@@ -173,39 +231,85 @@ def k_pool(F, B, I, J, X, R, p, sbase):
     hi_h = X[d + WIN_LEN + 2]
     lo_w = X[d + WIN_LEN + 3]
     hi_w = X[d + WIN_LEN + 4]
-    for q in range(p[1], p[2]):
-        src = X[d + W_X] + q * H * W
-        dst = X[d + W_OUT] + q * OH * OW
+    Hp = (OH - 1) * sh + (kh - 1) * dh + 1
+    Wp = (OW - 1) * sw + (kw - 1) * dw + 1
+    pbase = sbase + X[d + WIN_LEN + 5]
+    P = F[pbase:pbase + (Hp + 1) * Wp]
+    inv_h = F[pbase + (Hp + 1) * Wp:pbase + (Hp + 1) * Wp + OH]
+    inv_w = F[pbase + (Hp + 1) * Wp + OH:pbase + (Hp + 1) * Wp + OH + OW]
+    wb0 = pbase + (Hp + 1) * Wp + OH + OW
+    wide = F[wb0:wb0 + OH * Wp]
+    unit = sh == 1 and sw == 1
+    if mode == 1:
+        # 1 / (taps counted along each axis): the count is separable.
         for oh in range(OH):
-            for ow in range(OW):
+            cnt = 0
+            for i in range(kh):
+                if lo_h <= oh * sh + i * dh < hi_h:
+                    cnt += 1
+            inv_h[oh] = f32(1.0) / f32(cnt) if cnt > 0 else f32(np.nan)
+        for ow in range(OW):
+            cnt = 0
+            for j in range(kw):
+                if lo_w <= ow * sw + j * dw < hi_w:
+                    cnt += 1
+            inv_w[ow] = f32(1.0) / f32(cnt) if cnt > 0 else f32(np.nan)
+    fill = f32(-np.inf) if mode == 0 else f32(0.0)
+    for q in range(p[1], p[2]):
+        _padded_plane(F, X[d + W_X] + q * H * W, H, W, ph, pw, Hp + 1, Wp, P, fill)
+        dst = X[d + W_OUT] + q * OH * OW
+        out = F[dst:dst + OH * OW]
+        if unit:
+            # Stride 1: flat sweeps over OH rows of the padded width (see k_dwconv).
+            for t in range(OH * Wp):
+                wide[t] = fill
+            for i in range(kh):
+                for j in range(kw):
+                    src = P[i * dh * Wp + j * dw:i * dh * Wp + j * dw + OH * Wp]
+                    if mode == 0:
+                        for t in range(OH * Wp):
+                            v = src[t]
+                            a = wide[t]
+                            wide[t] = v if (v > a or v != v) else a
+                    else:
+                        for t in range(OH * Wp):
+                            wide[t] += src[t]
+            for oh in range(OH):
+                orow = out[oh * OW:oh * OW + OW]
+                wrow = wide[oh * Wp:oh * Wp + OW]
                 if mode == 0:
-                    acc = f32(-np.inf)
-                    for i in range(kh):
-                        ih = oh * sh - ph + i * dh
-                        if ih < 0 or ih >= H:
-                            continue
-                        for j in range(kw):
-                            iw = ow * sw - pw + j * dw
-                            if 0 <= iw < W:
-                                v = F[src + ih * W + iw]
-                                if v > acc or v != v:
-                                    acc = v
-                    F[dst + oh * OW + ow] = acc
+                    for ow in range(OW):
+                        orow[ow] = wrow[ow]
                 else:
-                    tot = f64(0.0)
-                    cnt = 0
-                    for i in range(kh):
-                        hp = oh * sh + i * dh
-                        ih = hp - ph
-                        in_h = lo_h <= hp < hi_h
-                        for j in range(kw):
-                            wp = ow * sw + j * dw
-                            iw = wp - pw
-                            if in_h and lo_w <= wp < hi_w:
-                                cnt += 1
-                            if 0 <= ih < H and 0 <= iw < W:
-                                tot += F[src + ih * W + iw]
-                    F[dst + oh * OW + ow] = f32(tot / cnt) if cnt > 0 else f32(np.nan)
+                    s = inv_h[oh]
+                    for ow in range(OW):
+                        orow[ow] = wrow[ow] * (s * inv_w[ow])
+            continue
+        for t in range(OH * OW):
+            out[t] = fill
+        for i in range(kh):
+            for j in range(kw):
+                for oh in range(OH):
+                    orow = out[oh * OW:oh * OW + OW]
+                    base = (oh * sh + i * dh) * Wp + j * dw
+                    if mode == 0:
+                        for ow in range(OW):
+                            v = P[base + ow * sw]
+                            a = orow[ow]
+                            orow[ow] = v if (v > a or v != v) else a
+                    elif sw == 1:
+                        irow = P[base:base + OW]
+                        for ow in range(OW):
+                            orow[ow] += irow[ow]
+                    else:
+                        for ow in range(OW):
+                            orow[ow] += P[base + ow * sw]
+        if mode == 1:
+            for oh in range(OH):
+                orow = out[oh * OW:oh * OW + OW]
+                s = inv_h[oh]
+                for ow in range(OW):
+                    orow[ow] *= s * inv_w[ow]
 
 
 # Reduction descriptor: [x_off, outer, red, inner, out_off, mode]

@@ -369,12 +369,17 @@ def _dwconv_op(lw: Lowerer, name: str, nodes: tuple[Node, ...], x: View, w: View
         per = min(max(1, k // n), c)
         return [(b, b + 1) + split_range(c, per, i) for b in range(n) for i in range(per)]
 
+    regs = prog.n_registers() * BLOCK if prog else 0
+    sh, sw, dh, dw = geo[6], geo[7], geo[10], geo[11]
+    wp = (OW - 1) * sw + (kw - 1) * dw + 1
+    padded = ((OH - 1) * sh + (kh - 1) * dh + 2) * wp + OH * wp  # padded plane + slack row + wide output
+
     def emit(ctx: EmitContext, parts: list) -> list[Row]:
         epi = prog.emit(ctx.side, ctx.locate, space) if prog is not None else -1
-        desc = ctx.side.add_ints(_resolve(ctx, _window_desc(x, out, geo) + [w, mult, epi]))
+        desc = ctx.side.add_ints(_resolve(ctx, _window_desc(x, out, geo) + [w, mult, epi, regs]))
         return [("k_dwconv", [desc, *p]) for p in parts]
 
-    scratch = prog.n_registers() * BLOCK if prog else 0
+    scratch = regs + padded
     return CpuOp(name, "conv.depthwise", nodes, tuple(sorted(reads - writes)), tuple(sorted(writes)), flops, nbytes,
                  partition, emit, scratch=scratch)
 

@@ -177,13 +177,15 @@ def _pool(lw: Lowerer, node: Node) -> None:
 
     def emit(ctx: EmitContext, parts: list) -> list[Row]:
         words = [ctx.locate(x), x_info.shape[1], H, W, kh, kw, sh, sw, ph, pw, dh, dw, OH, OW, ctx.locate(out),
-                 mode, limits[0][0], limits[0][1], limits[1][0], limits[1][1]]
+                 mode, limits[0][0], limits[0][1], limits[1][0], limits[1][1], 0]
         desc = ctx.side.add_ints(words)
         return [("k_pool", [desc, q0, q1]) for q0, q1 in parts]
 
     flops = 1.0 * planes * OH * OW * kh * kw
+    wp = (OW - 1) * sw + (kw - 1) * dw + 1
+    padded = ((OH - 1) * sh + (kh - 1) * dh + 2) * wp + OH * wp  # padded plane + slack row + wide output
     lw.add_op(CpuOp(node.name or node.op_type, "pool", (node,), (x.buffer,), (out.buffer,), flops,
-                    4.0 * (x.size + out.size), _rows_partition(planes), emit))
+                    4.0 * (x.size + out.size), _rows_partition(planes), emit, scratch=padded + OH + OW + 16))
 
 
 # -- reductions --------------------------------------------------------------------------------

@@ -19,8 +19,7 @@ import numpy as np
 from rammer.ir import Node
 
 from .lower_linalg import GemmSpec, gemm_op
-from .lower_views import copy_descriptors
-from .ops import CpuOp, EmitContext, Row, split_range
+from .lower_views import multi_copy_op
 from .program import EwProgram
 from .views import View
 
@@ -327,29 +326,4 @@ def _assemble(lw: Lowerer, node: Node, layout: int, seq: int, batch: int, hid: i
                 pieces.append((h, dst))
     if not pieces:
         return
-    descs = [(src, dst, dsc) for src, dst in pieces for dsc in copy_descriptors(src, dst)]
-    rows = [dsc[11] * dsc[12] * dsc[13] for _, _, dsc in descs]
-
-    def partition(n: int) -> list:
-        groups = min(n, len(descs))
-        return [split_range(len(descs), groups, i) for i in range(groups)]
-
-    def emit(ctx: EmitContext, parts: list) -> list[Row]:
-        offs = []
-        for src, dst, dsc in descs:
-            dsc = list(dsc)
-            dsc[1] += ctx.locate(src)
-            dsc[6] += ctx.locate(dst)
-            offs.append(ctx.side.add_ints(dsc))
-        rows_out = []
-        for lo, hi in parts:
-            # k_copy_many walks a run of descriptors: [desc offsets..., row counts...]
-            table = ctx.side.add_ints([offs[k] for k in range(lo, hi)] + [rows[k] for k in range(lo, hi)])
-            rows_out.append(("k_copy_many", [table, hi - lo]))
-        return rows_out
-
-    reads = tuple(sorted({src.buffer for src, _, _ in descs}))
-    writes = tuple(sorted({lw.views[o].buffer for o in outs[:3] if o}))
-    lw.add_op(CpuOp(f"{node.name or node.op_type}:outputs", "copy.rnn", (node,), reads, writes, 0.0,
-                    8.0 * len(descs) * batch * hid, partition, emit))
-
+    lw.add_op(multi_copy_op(lw, f"{node.name or node.op_type}:outputs", (node,), pieces, family="copy.rnn"))

@@ -238,3 +238,32 @@ def copy_op(lw: Lowerer, name: str, nodes: tuple[Node, ...], src: View, dst: Vie
 
     return CpuOp(name, family, nodes, (src.buffer,), (dst.buffer,), 0.0, nbytes, partition, emit,
                  extra={"rows": total_rows})
+
+
+def multi_copy_op(lw: Lowerer, name: str, nodes: tuple[Node, ...], pieces: list[tuple[View, View]],
+                  family: str = "copy.many") -> CpuOp:
+    """Several (src -> dst) copies as one rOperator; rTasks take runs of descriptors."""
+    descs = [(src, dst, d) for src, dst in pieces for d in copy_descriptors(src, dst)]
+    rows = [d[11] * d[12] * d[13] for _, _, d in descs]
+
+    def partition(n: int) -> list:
+        groups = min(n, len(descs))
+        return [split_range(len(descs), groups, i) for i in range(groups)]
+
+    def emit(ctx: EmitContext, parts: list) -> list[Row]:
+        offs = []
+        for src, dst, d in descs:
+            d = list(d)
+            d[1] += ctx.locate(src)
+            d[6] += ctx.locate(dst)
+            offs.append(ctx.side.add_ints(d))
+        out = []
+        for lo, hi in parts:
+            table = ctx.side.add_ints(offs[lo:hi] + rows[lo:hi])
+            out.append(("k_copy_many", [table, hi - lo]))
+        return out
+
+    reads = tuple(sorted({src.buffer for src, _, _ in descs}))
+    writes = tuple(sorted({dst.buffer for _, dst, _ in descs}))
+    nbytes = 2.0 * sum(src.size * ARENA_DTYPES[src.dtype] for src, _ in pieces)
+    return CpuOp(name, family, nodes, reads, writes, 0.0, nbytes, partition, emit)

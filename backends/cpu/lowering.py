@@ -22,6 +22,7 @@ import numpy as np
 from rammer.ir import Graph, Node
 
 from . import lower_linalg, lower_nn, lower_views
+from .batching import find_chunks
 from .fusion import Group, ancestors, build_groups
 from .lower_ew import ew_reason, ew_translate
 from .ops import CostModel, CpuOp, EmitContext, Row, grid_split
@@ -45,8 +46,10 @@ class Lowered:
 
 
 class Lowerer:
-    def __init__(self, graph: Graph, cost: CostModel | None = None):
+    def __init__(self, graph: Graph, cost: CostModel | None = None, batch_rows: int = 0):
         self.graph = graph
+        #: Largest stacked row count of batched shared-weight MatMuls (0: off); see batching.py.
+        self.batch_rows = batch_rows
         self.cost = cost or CostModel()
         self.opset = graph.opset.get("", 1)
         self.buffers: list[Buffer] = []
@@ -115,6 +118,10 @@ class Lowerer:
         g = self.graph
         kinds, reasons = self._classify()
         anc = ancestors(g)
+        chunks = [c for c in find_chunks(g, anc, self.batch_rows) if all(kinds[i] == "head" for i in c)]
+        chunk_of = {i: k for k, c in enumerate(chunks) for i in c}
+        for i in chunk_of:
+            kinds[i] = "batched"
         groups, group_of = build_groups(g, kinds, anc)
         by_id = {gr.id: gr for gr in groups}
         internal = self._internal_tensors(groups, group_of)
@@ -124,8 +131,9 @@ class Lowerer:
                                           dense_strides(t.shape))
             else:
                 self.host_tensors.add(t.name)
+        chunk_out = [self._chunk_outputs(c) for c in chunks]
         for i, node in enumerate(g.nodes):
-            if kinds[i] == "view":
+            if kinds[i] in ("view", "batched"):
                 continue
             for out in node.outputs:
                 if not out or out in internal:
@@ -144,6 +152,10 @@ class Lowerer:
                 gid = group_of[i]
                 if last_member[gid] == i:
                     self._lower_group(by_id[gid], internal)
+            elif kind == "batched":
+                k = chunk_of[i]
+                if chunks[k][-1] == i:
+                    self._lower_chunk(chunks[k], chunk_out[k])
             elif kind == "op":
                 lower_nn.LOWERINGS[node.op_type](self, node)
             else:
@@ -243,6 +255,37 @@ class Lowerer:
             op.index = k
         return order
 
+    # -- batched shared-weight MatMuls ------------------------------------------------
+    def _chunk_outputs(self, chunk: list[int]) -> View:
+        """The stacked output of a chunk; each member's output is a row block of it."""
+        g = self.graph
+        first = g.nodes[chunk[0]]
+        m, _ = g.value_info[first.inputs[0]].shape
+        n = g.value_info[first.inputs[1]].shape[1]
+        out = self.new_dense("float32", (len(chunk) * m, n))
+        for k, i in enumerate(chunk):
+            self.views[g.nodes[i].outputs[0]] = View(out.buffer, "float32", (m, n), (n, 1), k * m * n)
+        return out
+
+    def _lower_chunk(self, chunk: list[int], out: View) -> None:
+        from .lower_linalg import GemmSpec, gemm_op
+
+        g = self.graph
+        nodes = [g.nodes[i] for i in chunk]
+        m, k = g.value_info[nodes[0].inputs[0]].shape
+        rows = [self.view(nd.inputs[0]) for nd in nodes]
+        a = _stacked(rows, m, k)
+        if a is None:
+            a = self.new_dense("float32", (len(rows) * m, k))
+            pieces = [(v, View(a.buffer, "float32", (m, k), (k, 1), j * m * k)) for j, v in enumerate(rows)]
+            self.add_op(lower_views.multi_copy_op(self, f"{nodes[-1].name or 'MatMul'}:stack", tuple(nodes), pieces))
+        b = self.view(nodes[0].inputs[1])
+        b_rs, b_cs = b.strides
+        spec = GemmSpec(len(rows) * m, out.shape[1], k, a, a.strides[0], a.strides[1], b, b_rs, b_cs, out,
+                        out.shape[1], [(0, 0, 0)])
+        self.add_op(gemm_op(self, f"{nodes[-1].name or 'MatMul'}:batched{len(rows)}", tuple(nodes), spec, None,
+                            ("matrix",)))
+
     # -- host (reference) ops ---------------------------------------------------
     def host_op(self, node: Node, reason: str) -> CpuOp:
         self.fallbacks.append((node, reason))
@@ -298,6 +341,21 @@ class Lowerer:
                 prog.store(regs[out], self.views[out])
                 stored.append(out)
         return prog, stored
+
+
+def _stacked(rows: list[View], m: int, k: int) -> View | None:
+    """The rows as one strided [len * m, k] matrix view, if they already are one."""
+    first = rows[0]
+    if any(v.buffer != first.buffer for v in rows) or any(v.strides[-1] != 1 for v in rows):
+        return None
+    if m > 1 and any(v.strides[0] != k for v in rows):
+        return None
+    step = (rows[1].offset - first.offset) if len(rows) > 1 else m * k
+    if step < m * k or any(v.offset != first.offset + j * step for j, v in enumerate(rows)):
+        return None
+    if m > 1 and step != m * k:
+        return None
+    return View(first.buffer, "float32", (len(rows) * m, k), (step if m == 1 else k, 1), first.offset)
 
 
 def lower_ew_ops() -> frozenset[str]:
