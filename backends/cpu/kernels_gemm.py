@@ -142,6 +142,35 @@ def _dot_tiles(F, a_off, a_rs, a_cs, b_off, b_rs, b_cs, c_off, c_rs, K, m0, m1, 
 
 
 @njit(**_JIT)
+def gemm_acc(F, a_off, a_rs, a_cs, b_off, b_rs, c_off, c_rs, K, m0, m1, n0, n1, acc):
+    """C[m0:m1, n0:n1] (+)= A[m0:m1, :] @ B[:, n0:n1] with unit column strides in A, B and C.
+
+    ``acc`` = 0 overwrites C, 1 adds to it (K-chunked convolutions).
+    """
+    mt = m1 - m0
+    nt = n1 - n0
+    if mt <= 0 or nt <= 0:
+        return
+    if USE_BLAS and mt >= 4 and mt * nt * K >= BLAS_MIN_MACS:
+        sgemm(0, 0, nt, mt, K, f32(1.0), F, b_off + n0, b_rs, F, a_off + m0 * a_rs, a_rs,
+              f32(acc), F, c_off + m0 * c_rs + n0, c_rs)
+        return
+    for m in range(m0, m1):
+        cb = c_off + m * c_rs + n0
+        c = F[cb:cb + nt]
+        if acc == 0:
+            for j in range(nt):
+                c[j] = f32(0.0)
+        ab = a_off + m * a_rs
+        for k in range(K):
+            a0 = F[ab + k * a_cs]
+            r0 = b_off + k * b_rs + n0
+            bk = F[r0:r0 + nt]
+            for j in range(nt):
+                c[j] += a0 * bk[j]
+
+
+@njit(**_JIT)
 def gemm_tile(F, a_off, a_rs, a_cs, b_off, b_rs, b_cs, c_off, c_rs, K, m0, m1, n0, n1, alpha):
     """C[m0:m1, n0:n1] = alpha * A[m0:m1, :] @ B[:, n0:n1] (C has unit column stride)."""
     mt = m1 - m0

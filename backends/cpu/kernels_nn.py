@@ -15,6 +15,7 @@ from numba import njit
 
 from .fastmath import exp32
 from .kernels_ew import ew_run
+from .kernels_gemm import gemm_acc
 
 f32 = np.float32
 f64 = np.float64
@@ -86,6 +87,108 @@ def k_im2col(F, B, I, J, X, R, p, sbase):
                     for ow in range(OW):
                         iw = ow * sw - pw + j * dw
                         F[o + ow] = F[s + ow * sw] if 0 <= iw < W else f32(0.0)
+
+
+@njit(**_JIT)
+def _col_block(F, xb, H, W, kh, kw, sh, sw, ph, pw, dh, dw, OW, c0, nch, q0, q1, col):
+    """col[(c*kh + i)*kw + j, q - q0] = x[c0 + c, ih, iw] (0 outside) for output pixels q in [q0, q1)."""
+    nt = q1 - q0
+    for c in range(nch):
+        src = xb + (c0 + c) * H * W
+        for i in range(kh):
+            for j in range(kw):
+                row = col[((c * kh + i) * kw + j) * nt:((c * kh + i) * kw + j + 1) * nt]
+                q = q0
+                while q < q1:
+                    oh = q // OW
+                    ow0 = q - oh * OW
+                    ow1 = min(OW, ow0 + (q1 - q))
+                    seg = row[q - q0:q - q0 + (ow1 - ow0)]
+                    ih = oh * sh - ph + i * dh
+                    if ih < 0 or ih >= H:
+                        for t in range(ow1 - ow0):
+                            seg[t] = f32(0.0)
+                    elif sw == 1:
+                        # valid ow: 0 <= ow - pw + j*dw < W
+                        lo = min(max(pw - j * dw, ow0), ow1)
+                        hi = max(min(W + pw - j * dw, ow1), lo)
+                        for t in range(lo - ow0):
+                            seg[t] = f32(0.0)
+                        base = src + ih * W - pw + j * dw
+                        inp = F[base + lo:base + hi]
+                        for t in range(hi - lo):
+                            seg[lo - ow0 + t] = inp[t]
+                        for t in range(hi - ow0, ow1 - ow0):
+                            seg[t] = f32(0.0)
+                    else:
+                        for t in range(ow1 - ow0):
+                            iw = (ow0 + t) * sw - pw + j * dw
+                            seg[t] = F[src + ih * W + iw] if 0 <= iw < W else f32(0.0)
+                    q += ow1 - ow0
+
+
+@njit(**_JIT)
+def k_conv(F, B, I, J, X, R, p, sbase):
+    """Convolution tile: output channels [m0, m1) of one group x output pixels [q0, q1) of blocks [b0, b1).
+
+    Row: [desc, b0, b1, m0, m1, q0, q1] with block b = n * groups + g.  The
+    input channels are taken in chunks; each chunk's im2col block (chunk
+    rows x tile pixels) is built in scratch and multiplied in by sgemm, so
+    the column matrix never exists as a whole.  Then the fused epilogue runs
+    on the tile.  Descriptor tail: [groups, cg, mg, w_off, chunk_channels,
+    epilogue, col_scratch_offset, pixel_tile].
+    """
+    d = p[0]
+    C = X[d + W_C]
+    H = X[d + W_H]
+    W = X[d + W_W]
+    kh = X[d + W_KH]
+    kw = X[d + W_KW]
+    sh = X[d + W_SH]
+    sw = X[d + W_SW]
+    ph = X[d + W_PH]
+    pw = X[d + W_PW]
+    dh = X[d + W_DH]
+    dw = X[d + W_DW]
+    OH = X[d + W_OH]
+    OW = X[d + W_OW]
+    groups = X[d + WIN_LEN]
+    cg = X[d + WIN_LEN + 1]
+    mg = X[d + WIN_LEN + 2]
+    w_off = X[d + WIN_LEN + 3]
+    chunk = X[d + WIN_LEN + 4]
+    epi = X[d + WIN_LEN + 5]
+    cbase = sbase + X[d + WIN_LEN + 6]
+    qt = X[d + WIN_LEN + 7]
+    m0 = p[3]
+    m1 = p[4]
+    ohw = OH * OW
+    kdim = cg * kh * kw
+    M = groups * mg
+    for b in range(p[1], p[2]):
+        n = b // groups
+        g = b % groups
+        xb = X[d + W_X] + (n * C + g * cg) * H * W
+        out = X[d + W_OUT] + (n * M + g * mg) * ohw
+        wg = w_off + g * mg * kdim
+        # pixel sub-tiles of at most qt columns keep the im2col block in L2
+        q0 = p[5]
+        while q0 < p[6]:
+            q1 = min(p[6], q0 + qt)
+            nt = q1 - q0
+            c0 = 0
+            while c0 < cg:
+                nch = min(chunk, cg - c0)
+                rows = nch * kh * kw
+                col = F[cbase:cbase + rows * nt]
+                _col_block(F, xb, H, W, kh, kw, sh, sw, ph, pw, dh, dw, OW, c0, nch, q0, q1, col)
+                # out[m, q0:q1] (+)= W[g, m, chunk rows] @ col
+                gemm_acc(F, wg + c0 * kh * kw, kdim, 1, cbase - q0, nt, out, ohw, rows, m0, m1, q0, q1,
+                         0 if c0 == 0 else 1)
+                c0 += nch
+            if epi >= 0:
+                ew_run(F, B, I, J, X, R, epi, b * mg + m0, b * mg + m1, q0, q1, sbase)
+            q0 = q1
 
 
 @njit(**_JIT)

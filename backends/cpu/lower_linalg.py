@@ -277,7 +277,9 @@ def _lower_conv(lw: Lowerer, node: Node, members: list[Node], internal: set[str]
     cg, mg = c // groups, m // groups
     out_shape4 = (n, m, OH, OW)
     target4 = View(target.buffer, target.dtype, out_shape4, (m * OH * OW, OH * OW, OW, 1), target.offset)
-    depthwise = groups == c and cg == 1
+    # The direct depthwise kernel for true depthwise convolutions; a single
+    # input channel with many outputs (a speech model's first layer) is a GEMM.
+    depthwise = groups == c and cg == 1 and (c > 1 or m == 1)
     space = ("conv", m if depthwise else groups)
     prog = prog_override
     if prog is None and needs_program:
@@ -301,15 +303,77 @@ def _lower_conv(lw: Lowerer, node: Node, members: list[Node], internal: set[str]
     kdim = cg * kh * kw
     ohw = OH * OW
     if kh == kw == 1 and sh == sw == 1 and ph == pw == 0 and (OH, OW) == (H, W):
-        b_view, b_rs, b_block = x, ohw, lambda nn, gg: (nn * c + gg * cg) * ohw
-    else:
-        col = lw.new_dense("float32", (n * groups, kdim, ohw))
-        lw.add_op(_im2col_op(lw, name + ":im2col", (node,), x, col,
-                             (n, c, H, W, kh, kw, sh, sw, ph, pw, dh, dw, OH, OW), groups, cg))
-        b_view, b_rs, b_block = col, ohw, lambda nn, gg: (nn * groups + gg) * kdim * ohw
-    batches = [(gg * mg * kdim, b_block(nn, gg), (nn * m + gg * mg) * ohw) for nn in range(n) for gg in range(groups)]
-    spec = GemmSpec(mg, ohw, kdim, w, kdim, 1, b_view, b_rs, 1, target4, ohw, batches)
+        # 1x1: a GEMM straight on the input planes
+        batches = [(gg * mg * kdim, (nn * c + gg * cg) * ohw, (nn * m + gg * mg) * ohw)
+                   for nn in range(n) for gg in range(groups)]
+        spec = GemmSpec(mg, ohw, kdim, w, kdim, 1, x, ohw, 1, target4, ohw, batches)
+        lw.add_op(gemm_op(lw, name, nodes, spec, prog, space, extra_reads=epi_reads))
+        return
+    geo = (n, c, H, W, kh, kw, sh, sw, ph, pw, dh, dw, OH, OW)
+    if 4 * n * groups * kdim * ohw > CONV_TILED_ABOVE_BYTES:
+        # A column matrix this large would dominate the arena: build it by tiles instead.
+        lw.add_op(_conv_op(lw, name, nodes, x, w, target4, prog, space, geo, groups, cg, mg))
+        return
+    # im2col rOperator, then one GEMM over (batch, group) blocks (measured faster than
+    # tiled im2col for every zoo convolution: OpenBLAS gets whole panels).
+    col = lw.new_dense("float32", (n * groups, kdim, ohw))
+    lw.add_op(_im2col_op(lw, name + ":im2col", (node,), x, col, geo, groups, cg))
+    batches = [(gg * mg * kdim, (nn * groups + gg) * kdim * ohw, (nn * m + gg * mg) * ohw)
+               for nn in range(n) for gg in range(groups)]
+    spec = GemmSpec(mg, ohw, kdim, w, kdim, 1, col, ohw, 1, target4, ohw, batches)
     lw.add_op(gemm_op(lw, name, nodes, spec, prog, space, extra_reads=epi_reads))
+
+
+#: Pixels per im2col block and the rows (channels x taps) per K chunk of the tiled convolution.
+CONV_PIXEL_TILE = 1024
+CONV_CHUNK_ROWS = 1024
+#: Column matrices above this size are built tile by tile (k_conv) instead of whole.
+CONV_TILED_ABOVE_BYTES = 256 * 1024 * 1024
+
+
+def _conv_op(lw: Lowerer, name: str, nodes: tuple[Node, ...], x: View, w: View, out: View, prog: EwProgram | None,
+             space: tuple, geo: tuple, groups: int, cg: int, mg: int) -> CpuOp:
+    """Convolution as tiles of (group block, output channels, output pixels), im2col fused (k_conv)."""
+    n = geo[0]
+    kh, kw, OH, OW = geo[4], geo[5], geo[12], geo[13]
+    ohw = OH * OW
+    blocks = n * groups
+    taps = kh * kw
+    chunk = max(1, min(cg, CONV_CHUNK_ROWS // taps))
+    qt = min(ohw, CONV_PIXEL_TILE)
+    regs = prog.n_registers() * BLOCK if prog is not None else 0
+    flops = 2.0 * blocks * mg * ohw * cg * taps
+    nbytes = 4.0 * (x.size + w.size + out.size * (1 + (len(prog.inputs) if prog else 0)))
+    reads = {x.buffer, w.buffer} | ({v.buffer for v, _ in prog.inputs} if prog else set())
+    writes = {out.buffer} | ({v.buffer for _, v in prog.outputs} if prog else set())
+
+    def partition(k: int) -> list:
+        if k <= blocks:
+            return [split_range(blocks, k, i) + (0, mg) + (0, ohw) for i in range(k)]
+        per = k // blocks
+        q_parts = min(per, max(1, ohw // 64))
+        m_parts = min(max(1, per // q_parts), max(1, mg // 8))
+        if q_parts * m_parts == 1:
+            return []
+        out_parts = []
+        for b in range(blocks):
+            for mi in range(m_parts):
+                for qi in range(q_parts):
+                    q0, q1 = split_range(ohw // 16, q_parts, qi) if ohw >= 16 * q_parts else split_range(ohw, q_parts, qi)
+                    if ohw >= 16 * q_parts:
+                        q0, q1 = q0 * 16, (q1 * 16 if qi < q_parts - 1 else ohw)
+                    out_parts.append((b, b + 1) + split_range(mg, m_parts, mi) + (q0, q1))
+        return out_parts
+
+    def emit(ctx: EmitContext, parts: list) -> list[Row]:
+        epi = prog.emit(ctx.side, ctx.locate, space) if prog is not None else -1
+        words = _resolve(ctx, _window_desc(x, out, geo) + [groups, cg, mg, w, chunk, epi, regs, qt])
+        desc = ctx.side.add_ints(words)
+        return [("k_conv", [desc, *part]) for part in parts]
+
+    return CpuOp(name, "conv", nodes, tuple(sorted(reads - writes)), tuple(sorted(writes)), flops, nbytes,
+                 partition, emit, scratch=regs + chunk * taps * qt, blas=True,
+                 extra={"M": mg, "N": ohw, "K": cg * taps, "batches": blocks})
 
 
 def _as_4d(prog: EwProgram, shape4: tuple[int, ...]) -> EwProgram:

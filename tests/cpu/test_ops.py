@@ -212,3 +212,18 @@ def test_recurrent_layers_compile_without_fallback(op, gates, attrs, dirs, layou
 def test_lstm_with_peepholes():
     m, feeds = _rnn_model("LSTM", 4, 1, 0, ("h0", "c0", "P"))
     compare(m, feeds)
+
+
+def test_tiled_convolution_kernel(monkeypatch):
+    # Force the tile-by-tile im2col path (used for huge column matrices) on a small case.
+    from rammer.backends.cpu import lower_linalg
+
+    monkeypatch.setattr(lower_linalg, "CONV_TILED_ABOVE_BYTES", 0)
+    monkeypatch.setattr(lower_linalg, "CONV_PIXEL_TILE", 40)
+    monkeypatch.setattr(lower_linalg, "CONV_CHUNK_ROWS", 20)
+    x = rand(2, 6, 11, 9)
+    consts = {"w": rand(8, 3, 3, 3, seed=1), "b": rand(8, seed=2)}
+    nodes = [node("Conv", ["x", "w", "b"], ["c"], kernel_shape=[3, 3], pads=[1, 1, 1, 1], group=2, strides=[1, 2]),
+             node("Relu", ["c"], ["y"])]
+    report = compare(model(nodes, {"x": x}, ["y"], consts), {"x": x})
+    assert report["ops_by_family"] == {"conv": 1}
