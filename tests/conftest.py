@@ -3,5 +3,10 @@ from __future__ import annotations
 import os
 import sys
 
-# tests/helpers.py is imported as a plain module by the tests.
-sys.path.insert(0, os.path.dirname(__file__))
+# Tests import shared helper modules (helpers.py, cpu/cpu_helpers.py,
+# schedule/sched_util.py) as plain modules; with --import-mode=importlib their
+# folders are not on sys.path by themselves.
+_HERE = os.path.dirname(os.path.abspath(__file__))
+for _folder in (_HERE, os.path.join(_HERE, "cpu"), os.path.join(_HERE, "schedule")):
+    if _folder not in sys.path:
+        sys.path.insert(0, _folder)

@@ -43,7 +43,9 @@ def _suite_class(backend: str) -> type[unittest.TestCase]:
     if failing:
         runner.xfail("^(" + "|".join(re.escape(n) for n in failing) + ")_cpu$")
     cls = runner.test_cases["OnnxBackendNodeModelTest"]
-    return type(f"TestOnnxNodeSuite_{backend}", (cls,), {})
+    # Each case also exists for the CUDA device; rammer's ONNX adapter is CPU-only.
+    hidden = {name: None for name in dir(cls) if name.startswith("test_") and not name.endswith("_cpu")}
+    return type(f"TestOnnxNodeSuite_{backend}", (cls,), hidden)
 
 
 for _backend in SUITE_BACKENDS:
