@@ -79,7 +79,7 @@ def graph_digest(graph: Graph) -> str:
     return h.hexdigest()
 
 
-def cache_key(graph: Graph, num_veus: int, policy: str, pin: bool) -> str:
+def cache_key(graph: Graph, num_veus: int, policy: str, pin: bool, batch_rows: int = 16) -> str:
     import numba
     import llvmlite
 
@@ -87,7 +87,8 @@ def cache_key(graph: Graph, num_veus: int, policy: str, pin: bool) -> str:
 
     h = hashlib.sha256()
     h.update(graph_digest(graph).encode())
-    h.update(json.dumps({"veus": num_veus, "policy": policy, "pin": pin, "rammer": __version__,
+    h.update(json.dumps({"veus": num_veus, "policy": policy, "pin": pin, "batch_rows": batch_rows,
+                         "rammer": __version__,
                          "numpy": np.__version__, "numba": numba.__version__, "llvmlite": llvmlite.__version__,
                          "backend": _backend_fingerprint(), "format": FORMAT}, sort_keys=True).encode())
     return h.hexdigest()[:32]
@@ -201,11 +202,12 @@ def load_schedules(folder: str) -> list:
 
 
 def compile_cached(graph: Graph, num_veus: int | None, policy: str, pin: bool, use_cache: bool,
-                   cache_dir: str | None, emit_dir: str | None, max_wait_s: float) -> CpuExecutable:
-    from .scheduling import available_cores
+                   cache_dir: str | None, emit_dir: str | None, max_wait_s: float,
+                   batch_rows: int = 16) -> CpuExecutable:
+    from .scheduling import default_veus
 
-    n = num_veus or len(available_cores())
-    folder = os.path.join(cache_root(cache_dir), cache_key(graph, n, policy, pin)) if use_cache else None
+    n = num_veus or default_veus()
+    folder = os.path.join(cache_root(cache_dir), cache_key(graph, n, policy, pin, batch_rows)) if use_cache else None
     if folder and not emit_dir and os.path.isdir(folder):
         try:
             exe = CpuExecutable(graph, load(folder), max_wait_s, schedules_loader=lambda: load_schedules(folder))
@@ -220,7 +222,7 @@ def compile_cached(graph: Graph, num_veus: int | None, policy: str, pin: bool, u
         rebuilt = "miss" if folder else "off"
     from .compiler import compile_program
 
-    compiled = compile_program(graph, n, policy, pin)
+    compiled = compile_program(graph, n, policy, pin, batch_rows=batch_rows)
     if folder:
         save(folder, compiled.program, compiled.schedules)
     if emit_dir:

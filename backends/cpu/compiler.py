@@ -20,7 +20,7 @@ from .lowering import Lowered, Lowerer
 from .ops import CostModel, CpuOp
 from .planner import plan
 from .runtime import CompiledSegment, HostStep, Program, view_placement
-from .scheduling import available_cores, cpu_vdevice, schedule_segment
+from .scheduling import available_cores, cpu_vdevice, default_veus, schedule_segment
 
 
 @dataclass
@@ -37,7 +37,7 @@ def compile_program(graph: Graph, num_veus: int | None = None, policy: str = "wa
     t0 = time.perf_counter()
     cost = cost or CostModel()
     cores = available_cores()
-    n = int(num_veus or len(cores))
+    n = int(num_veus or default_veus())
     lowered = Lowerer(graph, cost, batch_rows).run()
     t_lower = time.perf_counter()
 

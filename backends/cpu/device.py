@@ -26,7 +26,9 @@ CPU_OPS = frozenset({
     "LSTM", "GRU", "RNN",
 }) | __import__("rammer.backends.cpu.lower_ew", fromlist=["EW_OPS"]).EW_OPS
 
-OPTIONS = {"veus", "policy", "pin", "cache", "cache_dir", "emit", "max_wait_s"}
+OPTIONS = {"veus", "policy", "pin", "cache", "cache_dir", "emit", "max_wait_s", "batch_rows"}
+#: Default stacked-row limit for batching shared-weight MatMuls (see batching.py).
+DEFAULT_BATCH_ROWS = 16
 
 
 class CpuBackend(Backend):
@@ -106,6 +108,7 @@ class CpuBackend(Backend):
             cache_dir=options.get("cache_dir") or os.environ.get("RAMMER_CACHE_DIR"),
             emit_dir=options.get("emit"),
             max_wait_s=float(options.get("max_wait_s", 60.0)),
+            batch_rows=int(options.get("batch_rows", DEFAULT_BATCH_ROWS)),
         )
 
 

@@ -28,10 +28,18 @@ def available_cores() -> list[int]:
         return list(range(os.cpu_count() or 1))
 
 
+def default_veus() -> int:
+    """One vEU per core this process may use, but no more than numba's thread
+    count (so ``NUMBA_NUM_THREADS`` / ``numba.set_num_threads`` limit it)."""
+    import numba
+
+    return max(1, min(len(available_cores()), numba.get_num_threads()))
+
+
 def cpu_vdevice(num_veus: int | None = None, cost: CostModel | None = None) -> VDevice:
     """The local CPU as a vDevice: one vEU per core (or ``num_veus``)."""
     cost = cost or CostModel()
-    n = num_veus or len(available_cores())
+    n = num_veus or default_veus()
     return VDevice(
         name="cpu", kind="cpu", num_veus=n,
         veu=VEUResources(threads=1, local_mem_bytes=2 * 1024 * 1024),
