@@ -7,8 +7,8 @@ backend with the op-by-op policy (``cpu-op-by-op``) and ``reference``, and an
 onnxruntime session with ``intra_op_num_threads = --threads``; checks every
 output against ``reference``; then times them two ways:
 
-* **alternating**: one run of each in turn, ``--rounds x 5`` rounds (the
-  protocol of ``rammer bench``);
+* **alternating**: one run of each in turn, the order rotated every round,
+  ``--rounds x 5`` rounds (the protocol of ``rammer bench``);
 * **blocks**: five runs of one, then five of the next, ``--rounds`` times.
 
 and prints the medians (and minimums) in milliseconds, the cpu/onnxruntime
@@ -99,9 +99,11 @@ def main(argv: list[str] | None = None) -> int:
         for fn in runners.values():
             fn()
         alt = {k: [] for k in runners}
-        for _ in range(args.rounds * 5):
-            for k, fn in runners.items():
-                alt[k] += _times(fn, 1)
+        order = list(runners)
+        for r in range(args.rounds * 5):
+            # rotated every round, as rammer bench does: nobody always runs right after a spinning neighbour
+            for k in order[r % len(order):] + order[:r % len(order)]:
+                alt[k] += _times(runners[k], 1)
         blk = {k: [] for k in runners}
         for _ in range(args.rounds):
             for k, fn in runners.items():

@@ -33,7 +33,7 @@ class Compiled:
 
 
 def compile_program(graph: Graph, num_veus: int | None = None, policy: str = "wavefront",
-                    pin: bool = True, cost: CostModel | None = None, batch_rows: int = 16) -> Compiled:
+                    pin: bool = False, cost: CostModel | None = None, batch_rows: int = 16) -> Compiled:
     t0 = time.perf_counter()
     cost = cost or CostModel()
     cores = available_cores()

@@ -103,7 +103,7 @@ class CpuBackend(Backend):
             graph,
             num_veus=int(veus) if veus else None,
             policy=str(options.get("policy", self.default_policy)),
-            pin=bool(options.get("pin", True)),
+            pin=bool(options.get("pin", False)),
             use_cache=bool(options.get("cache", True)),
             cache_dir=options.get("cache_dir") or os.environ.get("RAMMER_CACHE_DIR"),
             emit_dir=options.get("emit"),
