@@ -17,7 +17,7 @@ import os
 _HERE = os.path.dirname(os.path.abspath(__file__))
 #: Modules holding numba-compiled code (their cached functions call each other).
 SOURCES = ("atomics", "blas", "ewops", "fastmath", "kernels_ew", "kernels_gemm", "kernels_data", "kernels_nn",
-           "entries", "driver")
+           "entries", "driver", "ukernel")
 
 
 def fingerprint() -> str:

@@ -85,12 +85,16 @@ def cache_key(graph: Graph, num_veus: int, policy: str, pin: bool, batch_rows: i
 
     from rammer import __version__
 
+    from .ukernel import CPU_NAME, MR, NR
+
     h = hashlib.sha256()
     h.update(graph_digest(graph).encode())
     h.update(json.dumps({"veus": num_veus, "policy": policy, "pin": pin, "batch_rows": batch_rows,
                          "rammer": __version__,
                          "numpy": np.__version__, "numba": numba.__version__, "llvmlite": llvmlite.__version__,
-                         "backend": _backend_fingerprint(), "format": FORMAT}, sort_keys=True).encode())
+                         "backend": _backend_fingerprint(), "format": FORMAT,
+                         # scratch sizes depend on the micro-kernel chosen for this CPU
+                         "cpu": CPU_NAME, "ukernel": [MR, NR]}, sort_keys=True).encode())
     return h.hexdigest()[:32]
 
 

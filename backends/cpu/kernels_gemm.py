@@ -7,12 +7,13 @@ residual add, activation...) over that tile while it is still in cache.
 
 Descriptor layout (element offsets into the float32 arena)::
 
-    [M, N, K, a_rs, a_cs, b_rs, b_cs, c_rs, epilogue_prog, alpha_imm, table]
+    [M, N, K, a_rs, a_cs, b_rs, b_cs, c_rs, epilogue_prog, alpha_imm, table, pack_scratch]
 
 and ``table`` holds, per batch matrix, ``(a_off, b_off, c_off)``.
 
-Three inner paths: OpenBLAS ``sgemm`` on the tile when it is large enough
-and both operands have a unit stride; a row-broadcast loop for the skinny
+Four inner paths: the packed SIMD micro-kernel of :mod:`.ukernel` for tiles
+with enough rows and work; OpenBLAS ``sgemm`` (when the micro-kernel is
+switched off) on a large tile whose operands have a unit stride; a row-broadcast loop for the skinny
 GEMV-like tiles of batch-1 RNNs (vectorized over N, four K steps per pass so
 C is loaded once per four rows of B); and a generic strided loop.
 """
@@ -26,18 +27,125 @@ from numba import njit
 
 from .blas import HAVE_BLAS, sgemm
 from .kernels_ew import ew_run
+from .ukernel import MR, NR, ukernel
 
 f32 = np.float32
 _JIT = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
 _JIT_REASSOC = dict(_JIT, fastmath={"reassoc", "contract", "nsz"})
 
 USE_BLAS = HAVE_BLAS
+#: The packed micro-kernel GEMM (ukernel.py) instead of OpenBLAS for tiles big enough.
+USE_PACKED = True
 #: Tiles with fewer multiply-adds than this (or fewer rows) use the loops.
 BLAS_MIN_MACS = 32 * 1024
 BLAS_MIN_ROWS = 12
 
-D_M, D_N, D_K, D_ARS, D_ACS, D_BRS, D_BCS, D_CRS, D_EPI, D_ALPHA, D_TABLE = range(11)
-DESC_LEN = 11
+D_M, D_N, D_K, D_ARS, D_ACS, D_BRS, D_BCS, D_CRS, D_EPI, D_ALPHA, D_TABLE, D_PACK = range(12)
+DESC_LEN = 12
+
+#: Blocking of the packed GEMM: a KC x NC panel of B (L2) against MC x KC blocks of A.
+KC = 256
+NC = 512
+MC = 8 * MR
+#: Float32 scratch the packed GEMM needs: packed A, packed B and one edge tile.
+PACK_FLOATS = MC * KC + KC * ((NC + NR - 1) // NR) * NR + MR * NR + 64
+#: Tiles below these sizes keep to the vectorized loops (bandwidth-bound GEMVs).
+PACKED_MIN_ROWS = 4
+PACKED_MIN_MACS = 16 * 1024
+#: Above this depth OpenBLAS's blocking beat ours in measurements (deep, skinny
+#: convolution GEMMs such as DeepSpeech2's 32 x 3075 x 7392), so it keeps them.
+PACKED_MAX_K = 1536
+
+
+@njit(**_JIT)
+def _pack_a(F, a_off, a_rs, a_cs, i0, mc, p0, kc, alpha, P):
+    """P[(mp * kc + k) * MR + r] = alpha * A[i0 + mp*MR + r, p0 + k], zero-padded to whole MR panels."""
+    panels = (mc + MR - 1) // MR
+    for mp in range(panels):
+        base = mp * kc * MR
+        rows = min(MR, mc - mp * MR)
+        for r in range(rows):
+            src = a_off + (i0 + mp * MR + r) * a_rs + p0 * a_cs
+            if a_cs == 1:
+                row = F[src:src + kc]
+                for k in range(kc):
+                    P[base + k * MR + r] = row[k] * alpha
+            else:
+                for k in range(kc):
+                    P[base + k * MR + r] = F[src + k * a_cs] * alpha
+        for r in range(rows, MR):
+            for k in range(kc):
+                P[base + k * MR + r] = f32(0.0)
+
+
+@njit(**_JIT)
+def _pack_b(F, b_off, b_rs, b_cs, p0, kc, j0, nc, P):
+    """P[(jp * kc + k) * NR + j] = B[p0 + k, j0 + jp*NR + j], zero-padded to whole NR panels."""
+    panels = (nc + NR - 1) // NR
+    for jp in range(panels):
+        base = jp * kc * NR
+        cols = min(NR, nc - jp * NR)
+        if b_cs == 1:
+            for k in range(kc):
+                src = b_off + (p0 + k) * b_rs + j0 + jp * NR
+                row = F[src:src + cols]
+                dst = P[base + k * NR:base + k * NR + NR]
+                for j in range(cols):
+                    dst[j] = row[j]
+                for j in range(cols, NR):
+                    dst[j] = f32(0.0)
+        else:
+            for k in range(kc):
+                dst = P[base + k * NR:base + k * NR + NR]
+                for j in range(cols):
+                    dst[j] = F[b_off + (p0 + k) * b_rs + (j0 + jp * NR + j) * b_cs]
+                for j in range(cols, NR):
+                    dst[j] = f32(0.0)
+
+
+@njit(**_JIT)
+def gemm_packed(F, a_off, a_rs, a_cs, b_off, b_rs, b_cs, c_off, c_rs, K, m0, m1, n0, n1, alpha, acc, pack):
+    """C[m0:m1, n0:n1] (+)= alpha A B with the SIMD micro-kernel on packed panels.
+
+    ``pack`` is the float offset in F of PACK_FLOATS of scratch; C has a unit
+    column stride.  Tiles cut by the matrix edge go through a scratch tile.
+    """
+    pa = pack
+    pb = pack + MC * KC
+    pt = pb + KC * ((NC + NR - 1) // NR) * NR
+    tile = F[pt:pt + MR * NR]
+    for jc in range(n0, n1, NC):
+        nc = min(NC, n1 - jc)
+        for pc in range(0, K, KC):
+            kc = min(KC, K - pc)
+            first = pc == 0 and acc == 0
+            _pack_b(F, b_off, b_rs, b_cs, pc, kc, jc, nc, F[pb:pt])
+            for ic in range(m0, m1, MC):
+                mc = min(MC, m1 - ic)
+                _pack_a(F, a_off, a_rs, a_cs, ic, mc, pc, kc, alpha, F[pa:pb])
+                for ir in range(0, mc, MR):
+                    rows = min(MR, mc - ir)
+                    for jr in range(0, nc, NR):
+                        cols = min(NR, nc - jr)
+                        cp = c_off + (ic + ir) * c_rs + jc + jr
+                        if rows == MR and cols == NR:
+                            ukernel(kc, F, pa + ir * kc, F, pb + jr * kc, F, cp, c_rs, 0 if first else 1)
+                        else:
+                            ukernel(kc, F, pa + ir * kc, F, pb + jr * kc, F, pt, NR, 0)
+                            for r in range(rows):
+                                crow = F[cp + r * c_rs:cp + r * c_rs + cols]
+                                trow = tile[r * NR:r * NR + cols]
+                                if first:
+                                    for j in range(cols):
+                                        crow[j] = trow[j]
+                                else:
+                                    for j in range(cols):
+                                        crow[j] += trow[j]
+
+
+def packed_ok(mt: int, nt: int, k: int) -> bool:
+    """Whether a tile may go to the packed micro-kernel (the same test as in the kernels)."""
+    return mt >= PACKED_MIN_ROWS and mt * nt * k >= PACKED_MIN_MACS
 
 
 @njit(**_JIT)
@@ -142,14 +250,18 @@ def _dot_tiles(F, a_off, a_rs, a_cs, b_off, b_rs, b_cs, c_off, c_rs, K, m0, m1, 
 
 
 @njit(**_JIT)
-def gemm_acc(F, a_off, a_rs, a_cs, b_off, b_rs, c_off, c_rs, K, m0, m1, n0, n1, acc):
+def gemm_acc(F, a_off, a_rs, a_cs, b_off, b_rs, c_off, c_rs, K, m0, m1, n0, n1, acc, pack):
     """C[m0:m1, n0:n1] (+)= A[m0:m1, :] @ B[:, n0:n1] with unit column strides in A, B and C.
 
-    ``acc`` = 0 overwrites C, 1 adds to it (K-chunked convolutions).
+    ``acc`` = 0 overwrites C, 1 adds to it (K-chunked convolutions); ``pack``
+    is the scratch offset for the packed micro-kernel path.
     """
     mt = m1 - m0
     nt = n1 - n0
     if mt <= 0 or nt <= 0:
+        return
+    if USE_PACKED and mt >= PACKED_MIN_ROWS and mt * nt * K >= PACKED_MIN_MACS and K <= PACKED_MAX_K:
+        gemm_packed(F, a_off, a_rs, 1, b_off, b_rs, 1, c_off, c_rs, K, m0, m1, n0, n1, f32(1.0), acc, pack)
         return
     if USE_BLAS and mt >= 4 and mt * nt * K >= BLAS_MIN_MACS:
         sgemm(0, 0, nt, mt, K, f32(1.0), F, b_off + n0, b_rs, F, a_off + m0 * a_rs, a_rs,
@@ -171,8 +283,11 @@ def gemm_acc(F, a_off, a_rs, a_cs, b_off, b_rs, c_off, c_rs, K, m0, m1, n0, n1, 
 
 
 @njit(**_JIT)
-def gemm_tile(F, a_off, a_rs, a_cs, b_off, b_rs, b_cs, c_off, c_rs, K, m0, m1, n0, n1, alpha):
-    """C[m0:m1, n0:n1] = alpha * A[m0:m1, :] @ B[:, n0:n1] (C has unit column stride)."""
+def gemm_tile(F, a_off, a_rs, a_cs, b_off, b_rs, b_cs, c_off, c_rs, K, m0, m1, n0, n1, alpha, pack):
+    """C[m0:m1, n0:n1] = alpha * A[m0:m1, :] @ B[:, n0:n1] (C has unit column stride).
+
+    ``pack`` is the float offset of PACK_FLOATS scratch for the packed path.
+    """
     mt = m1 - m0
     nt = n1 - n0
     if mt <= 0 or nt <= 0:
@@ -181,6 +296,9 @@ def gemm_tile(F, a_off, a_rs, a_cs, b_off, b_rs, b_cs, c_off, c_rs, K, m0, m1, n
         for m in range(m0, m1):
             for n in range(n0, n1):
                 F[c_off + m * c_rs + n] = f32(0.0)
+        return
+    if USE_PACKED and mt >= PACKED_MIN_ROWS and mt * nt * K >= PACKED_MIN_MACS and K <= PACKED_MAX_K:
+        gemm_packed(F, a_off, a_rs, a_cs, b_off, b_rs, b_cs, c_off, c_rs, K, m0, m1, n0, n1, alpha, 0, pack)
         return
     a_unit = a_cs == 1 or a_rs == 1
     b_unit = b_cs == 1 or b_rs == 1
@@ -212,12 +330,13 @@ def k_gemm(F, B, I, J, X, R, p, sbase):
     epi = X[d + D_EPI]
     alpha = R[X[d + D_ALPHA]]
     table = X[d + D_TABLE]
+    pack = sbase + X[d + D_PACK]
     m0 = p[3]
     m1 = p[4]
     n0 = p[5]
     n1 = p[6]
     for b in range(p[1], p[2]):
         t = table + 3 * b
-        gemm_tile(F, X[t], a_rs, a_cs, X[t + 1], b_rs, b_cs, X[t + 2], c_rs, K, m0, m1, n0, n1, alpha)
+        gemm_tile(F, X[t], a_rs, a_cs, X[t + 1], b_rs, b_cs, X[t + 2], c_rs, K, m0, m1, n0, n1, alpha, pack)
         if epi >= 0:
             ew_run(F, B, I, J, X, R, epi, b * M + m0, b * M + m1, n0, n1, sbase)

@@ -136,7 +136,7 @@ def k_conv(F, B, I, J, X, R, p, sbase):
     rows x tile pixels) is built in scratch and multiplied in by sgemm, so
     the column matrix never exists as a whole.  Then the fused epilogue runs
     on the tile.  Descriptor tail: [groups, cg, mg, w_off, chunk_channels,
-    epilogue, col_scratch_offset, pixel_tile].
+    epilogue, col_scratch_offset, pixel_tile, pack_offset (from the col)].
     """
     d = p[0]
     C = X[d + W_C]
@@ -184,7 +184,7 @@ def k_conv(F, B, I, J, X, R, p, sbase):
                 _col_block(F, xb, H, W, kh, kw, sh, sw, ph, pw, dh, dw, OW, c0, nch, q0, q1, col)
                 # out[m, q0:q1] (+)= W[g, m, chunk rows] @ col
                 gemm_acc(F, wg + c0 * kh * kw, kdim, 1, cbase - q0, nt, out, ohw, rows, m0, m1, q0, q1,
-                         0 if c0 == 0 else 1)
+                         0 if c0 == 0 else 1, cbase + X[d + WIN_LEN + 8])
                 c0 += nch
             if epi >= 0:
                 ew_run(F, B, I, J, X, R, epi, b * mg + m0, b * mg + m1, q0, q1, sbase)

@@ -23,6 +23,7 @@ from rammer.ops.conv import window_geometry
 from rammer.ops.registry import OpContext
 
 from .ewops import BLOCK
+from .kernels_gemm import PACK_FLOATS, packed_ok
 from .ops import CpuOp, EmitContext, Row, grid_split, split_range
 from .program import EwProgram
 from .views import View, broadcast_view
@@ -99,11 +100,13 @@ def gemm_op(lw: Lowerer, name: str, nodes: tuple[Node, ...], spec: GemmSpec, epi
         toff = ctx.side.add_ints(table)
         epi = epilogue.emit(ctx.side, ctx.locate, space) if epilogue is not None else -1
         alpha = ctx.side.add_floats([spec.alpha])
-        desc = ctx.side.add_ints([M, N, K, spec.a_rs, spec.a_cs, spec.b_rs, spec.b_cs, spec.c_rs, epi, alpha, toff])
+        desc = ctx.side.add_ints([M, N, K, spec.a_rs, spec.a_cs, spec.b_rs, spec.b_cs, spec.c_rs, epi, alpha, toff,
+                                  regs])
         return [("k_gemm", [desc, *part]) for part in parts]
 
     blas = M >= 12 and M * N * K >= 32 * 1024
-    scratch = epilogue.n_registers() * BLOCK if epilogue is not None else 0
+    regs = epilogue.n_registers() * BLOCK if epilogue is not None else 0
+    scratch = regs + (PACK_FLOATS if packed_ok(M, N, K) else 0)
     return CpuOp(name, "gemm", nodes, tuple(sorted(reads)), tuple(sorted(writes)), flops, nbytes, partition, emit,
                  scratch=scratch, blas=blas, extra={"M": M, "N": N, "K": K, "batches": nb})
 
@@ -367,12 +370,13 @@ def _conv_op(lw: Lowerer, name: str, nodes: tuple[Node, ...], x: View, w: View, 
 
     def emit(ctx: EmitContext, parts: list) -> list[Row]:
         epi = prog.emit(ctx.side, ctx.locate, space) if prog is not None else -1
-        words = _resolve(ctx, _window_desc(x, out, geo) + [groups, cg, mg, w, chunk, epi, regs, qt])
+        words = _resolve(ctx, _window_desc(x, out, geo) + [groups, cg, mg, w, chunk, epi, regs, qt,
+                                                           chunk * taps * qt])
         desc = ctx.side.add_ints(words)
         return [("k_conv", [desc, *part]) for part in parts]
 
     return CpuOp(name, "conv", nodes, tuple(sorted(reads - writes)), tuple(sorted(writes)), flops, nbytes,
-                 partition, emit, scratch=regs + chunk * taps * qt, blas=True,
+                 partition, emit, scratch=regs + chunk * taps * qt + PACK_FLOATS, blas=True,
                  extra={"M": mg, "N": ohw, "K": cg * taps, "batches": blocks})
 
 
