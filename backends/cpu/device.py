@@ -10,6 +10,7 @@ from rammer.backend import Availability, Backend, Capabilities
 from rammer.errors import RammerError
 from rammer.ir import Graph, Node
 
+from .lower_ew import EW_OPS
 from .ops import CostModel
 
 #: Ops the CPU backend compiles itself (everything else falls back to the reference).
@@ -24,7 +25,7 @@ CPU_OPS = frozenset({
     "ReduceSumSquare", "ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp",
     # recurrent layers (input GEMM + per-step GEMM with fused epilogue + fused cell)
     "LSTM", "GRU", "RNN",
-}) | __import__("rammer.backends.cpu.lower_ew", fromlist=["EW_OPS"]).EW_OPS
+}) | EW_OPS
 
 OPTIONS = {"veus", "policy", "pin", "cache", "cache_dir", "emit", "max_wait_s", "batch_rows"}
 #: Default stacked-row limit for batching shared-weight MatMuls (see batching.py).

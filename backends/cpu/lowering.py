@@ -24,7 +24,7 @@ from rammer.ir import Graph, Node
 from . import lower_linalg, lower_nn, lower_views
 from .batching import find_chunks
 from .fusion import Group, ancestors, build_groups
-from .lower_ew import ew_reason, ew_translate
+from .lower_ew import EW_OPS, ew_reason, ew_translate
 from .ops import CostModel, CpuOp, EmitContext, Row, grid_split
 from .program import EwProgram
 from .views import ARENA_DTYPES, Buffer, View, dense_strides
@@ -59,6 +59,8 @@ class Lowerer:
         self.host_tensors: set[str] = set()
         self._dense: dict[str, View] = {}
         self._const_ids: dict[int, View] = {}
+        #: Arrays behind _const_ids, kept alive so that their ids stay unique.
+        self._const_arrays: list[np.ndarray] = []
 
     # -- buffers and views --------------------------------------------------
     def new_buffer(self, dtype: str, size: int, kind: str = "temp", data: np.ndarray | None = None) -> int:
@@ -81,8 +83,7 @@ class Lowerer:
         b = self.new_buffer(array.dtype.name if array.dtype != np.bool_ else "bool", array.size, "const", array)
         v = View(b, self.buffers[b].dtype, tuple(array.shape), dense_strides(tuple(array.shape)))
         self._const_ids[key] = v
-        self._keep = getattr(self, "_keep", [])
-        self._keep.append(array)  # ids stay unique while the array lives
+        self._const_arrays.append(array)
         return v
 
     def view(self, name: str) -> View:
@@ -193,7 +194,7 @@ class Lowerer:
             else:
                 why = lower_nn.reason(self, node) if node.op_type in lower_nn.LOWERINGS else (
                     lower_linalg.head_reason(self, node) if node.op_type in HEAD_OPS else
-                    ew_reason(node, g) if node.op_type in lower_ew_ops() else
+                    ew_reason(node, g) if node.op_type in EW_OPS else
                     "no CPU rKernel for this op")
                 if why is None:
                     kinds.append("op")
@@ -356,12 +357,6 @@ def _stacked(rows: list[View], m: int, k: int) -> View | None:
     if m > 1 and step != m * k:
         return None
     return View(first.buffer, "float32", (len(rows) * m, k), (step if m == 1 else k, 1), first.offset)
-
-
-def lower_ew_ops() -> frozenset[str]:
-    from .lower_ew import EW_OPS
-
-    return EW_OPS
 
 
 def ew_op(lw: Lowerer, members: list[Node], prog: EwProgram, stored: list[str]) -> CpuOp:
