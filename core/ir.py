@@ -117,7 +117,8 @@ class Node:
     @property
     def label(self) -> str:
         """How errors name this node: ``'name' (OpType)``."""
-        return f"node '{self.name or self.outputs[0] if self.outputs else '?'}' ({self.op_type})"
+        shown = self.name or (self.outputs[0] if self.outputs else "?")
+        return f"node '{shown}' ({self.op_type})"
 
     def subgraphs(self) -> list[Graph]:
         found: list[Graph] = []
