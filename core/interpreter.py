@@ -9,6 +9,7 @@ against the dtype and shape inferred at import, so an op whose ``infer`` and
 
 from __future__ import annotations
 
+import weakref
 from typing import Mapping
 
 import numpy as np
@@ -16,6 +17,18 @@ import numpy as np
 from .errors import OpExecutionError, RammerError
 from .ir import Graph, Node, dtype_name, outer_names
 from .ops.registry import OpContext, get_op
+
+
+#: Free plans by graph: graphs are immutable, so a plan holds for every run
+#: (and every iteration of a Loop body); weak keys let graphs be collected.
+_FREE_PLANS: "weakref.WeakKeyDictionary[Graph, dict[int, list[str]]]" = weakref.WeakKeyDictionary()
+
+
+def _free_plan(graph: Graph) -> dict[int, list[str]]:
+    plan = _FREE_PLANS.get(graph)
+    if plan is None:
+        plan = _FREE_PLANS[graph] = _last_uses(graph)
+    return plan
 
 
 def _last_uses(graph: Graph) -> dict[int, list[str]]:
@@ -95,7 +108,7 @@ def run_graph(graph: Graph, feeds: Mapping[str, np.ndarray], check: bool = True,
     for t in graph.inputs:
         if t.name in feeds:
             env.values[t.name] = feeds[t.name]
-    frees = _last_uses(graph)
+    frees = _free_plan(graph)
     with np.errstate(all="ignore"):  # NaN/Inf propagate as in ONNX, silently
         for i, node in enumerate(graph.nodes):
             run_node(node, graph, env, check)

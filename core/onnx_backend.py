@@ -69,8 +69,8 @@ class RammerBackendRep(BackendRep):
     def __init__(self, model: onnx.ModelProto, backend_name: str):
         self.model = model
         self.backend_name = backend_name
-        self.input_names = [vi.name for vi in model.graph.input
-                            if vi.name not in {t.name for t in model.graph.initializer}]
+        initialized = {t.name for t in model.graph.initializer}
+        self.input_names = [vi.name for vi in model.graph.input if vi.name not in initialized]
         #: Inputs that must be bound to values before compiling.
         self.bound_names: list[str] = []
         self.compiled: CompiledModel | None = None
