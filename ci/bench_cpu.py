@@ -8,16 +8,18 @@ onnxruntime session with ``intra_op_num_threads = --threads``; checks every
 output against ``reference``; then times them two ways:
 
 * **alternating**: one run of each in turn, the order rotated every round,
-  ``--rounds x 5`` rounds (the protocol of ``rammer bench``);
+  ``--rounds x 5`` rounds, each run starting once the process is idle again
+  (the protocol of ``rammer bench``; ``--no-settle`` runs them back to back);
 * **blocks**: five runs of one, then five of the next, ``--rounds`` times;
 * ``reference`` is timed apart (three runs), since numpy's BLAS threads spin
   after each call too;
 
 and prints the medians (and minimums) in milliseconds, the cpu/onnxruntime
-ratio, and the single-vEU work per kernel family from the profiler.  The
-two protocols differ on a 2-core machine because onnxruntime's workers spin
-for ~35 ms after each run and numba's OpenMP workers for ~10 ms: whoever runs
-next shares a core with a spinning thread (see docs/benchmarks.md).
+ratio, and the single-vEU work per kernel family from the profiler.
+onnxruntime's workers spin for ~30 ms after each run and numba's OpenMP
+workers for a few ms: back to back on a 2-core machine, whoever runs next
+shares a core with a spinning thread (see docs/benchmarks.md), hence the
+settling (:mod:`rammer.bench.quiet`).
 ``--torch`` adds the torch.onnx exports of tests/torch_models.py.
 """
 
@@ -65,6 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--torch", action="store_true", help="add the torch.onnx exports (needs torch, onnxscript)")
     ap.add_argument("--rounds", type=int, default=8)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--no-settle", action="store_true", help="alternate back to back, without waiting for idle cores")
     ap.add_argument("--no-reference", action="store_true", help="skip timing the reference backend")
     args = ap.parse_args(argv)
     warnings.simplefilter("ignore")
@@ -72,6 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     import onnxruntime as ort
 
     import rammer
+    from rammer.bench.quiet import wait_until_idle
     from rammer.backends.cpu.compiler import compile_program
     from rammer.backends.cpu.profile import by_family, profile_ops
     from rammer.backends.cpu.runtime import CpuExecutable
@@ -103,6 +107,8 @@ def main(argv: list[str] | None = None) -> int:
         for r in range(args.rounds * 5):
             # rotated every round, as rammer bench does: nobody always runs right after a spinning neighbour
             for k in order[r % len(order):] + order[:r % len(order)]:
+                if not args.no_settle:
+                    wait_until_idle()
                 alt[k] += _times(runners[k], 1)
         blk = {k: [] for k in runners}
         for _ in range(args.rounds):

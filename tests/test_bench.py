@@ -332,3 +332,36 @@ def test_progress_bar_only_on_a_terminal() -> None:
     assert "\r[" in loud.getvalue() and "1/2" in loud.getvalue() and "model-a" in loud.getvalue()
     p.close()
     assert loud.getvalue().endswith("\r")
+
+
+def test_settle_waits_out_a_spinning_thread_then_returns() -> None:
+    import threading
+    import time
+
+    from rammer.bench.quiet import wait_until_idle
+
+    assert wait_until_idle(limit_s=0.2) < 0.1  # an idle process: about one window
+    stop = threading.Event()
+
+    def spin() -> None:  # a thread pool's worker spinning after its run
+        end = time.perf_counter() + 0.06
+        while time.perf_counter() < end and not stop.is_set():
+            pass
+
+    t = threading.Thread(target=spin)
+    t.start()
+    try:
+        waited = wait_until_idle(limit_s=1.0)
+    finally:
+        stop.set()
+        t.join()
+    assert waited >= 0.04  # it waited for the spinner, not just one window
+
+
+def test_matrix_config_settle_key(tmp_path: Path) -> None:
+    cfg = tmp_path / "m.toml"
+    cfg.write_text('[matrix.quick]\nmodels = ["alexnet-small"]\nbackends = ["reference"]\nsettle = false\n')
+    assert load_matrix(str(cfg), None)["settle"] is False
+    cfg.write_text('[matrix.quick]\nmodels = ["alexnet-small"]\nbackends = ["reference"]\nsettle = 1\n')
+    with pytest.raises(RammerError, match="'settle' must be a bool"):
+        load_matrix(str(cfg), None)

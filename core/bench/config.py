@@ -23,7 +23,7 @@ from ..errors import RammerError
 #: Keys a matrix table may have, and their types.
 _KEYS: dict[str, type | tuple[type, ...]] = {
     "models": list, "backends": list, "batch": list, "repeat": int, "warmup": int,
-    "threads": int, "baseline": str, "seed": int, "description": str,
+    "threads": int, "baseline": str, "seed": int, "description": str, "settle": bool,
 }
 
 #: Model keywords: every full-size zoo model, or every ``-small`` one.
@@ -53,7 +53,7 @@ def load_matrix(path: str, name: str | None) -> dict[str, Any]:
     for key, value in table.items():
         if key not in _KEYS:
             raise RammerError(f"matrix '{name}' in '{path}': unknown key '{key}' (known: {', '.join(_KEYS)})")
-        if not isinstance(value, _KEYS[key]) or isinstance(value, bool):
+        if not isinstance(value, _KEYS[key]) or (isinstance(value, bool) and _KEYS[key] is not bool):
             raise RammerError(f"matrix '{name}' in '{path}': '{key}' must be a {_KEYS[key].__name__}")
     # Model paths in the file are relative to the file, like any config.
     base = os.path.dirname(os.path.abspath(path))

@@ -12,7 +12,9 @@ For each (model, batch) row:
    line of the message;
 4. the runners that passed are timed in rounds, one run each per round, in
    an order rotated every round, so that drift (thermal, noisy neighbours)
-   hits every runner alike.
+   hits every runner alike; before each timed run the process waits until
+   the previous runner's threads stop spinning (:mod:`.quiet`), unless
+   ``settle`` is off.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import onnx
 
 from .machine import machine_facts
 from .progress import Progress
+from .quiet import wait_until_idle
 from .runner import BenchRunner, ModelCase, RammerRunner, compare, limit_threads, make_runner
 
 SCHEMA = "rammer-bench/1"
@@ -44,6 +47,8 @@ class MatrixConfig:
     threads: int | None = None
     baseline: str | None = None
     seed: int = 0
+    #: Wait for idle cores before every timed run (see :mod:`.quiet`).
+    settle: bool = True
     machine_name: str | None = None
 
     def validate(self) -> None:
@@ -178,6 +183,8 @@ def _run_row(case: ModelCase, runners: list[BenchRunner], avail: dict[str, Any],
         for runner, prepared in live[shift:] + live[:shift]:
             if cells[runner.name]["status"] == "error":
                 continue
+            if cfg.settle:
+                wait_until_idle()
             try:
                 _, dt = _timed(lambda: prepared.run(case.feeds))
             except Exception as exc:

@@ -172,7 +172,9 @@ def to_markdown(doc: dict[str, Any], title: str = "Benchmark results") -> str:
     lines.append("")
     if "repeat" in cfg:
         lines.append(f"Median latency of {cfg['repeat']} timed runs after {cfg.get('warmup', 0)} warm-up run(s) "
-                     f"(threads: {threads}); runners alternate run by run.")
+                     f"(threads: {threads}); runners alternate run by run"
+                     + (", each run starting on idle cores (the previous runner's spinning threads waited out)."
+                        if cfg.get("settle", True) else ", back to back (--no-settle)."))
     lines.append("Every result was checked against the `reference` backend before it was timed: "
                  "`WRONG` means outputs outside the runner's tolerance, `n/a` an unavailable runner, "
                  "`error` a failure to compile or run (see the details table).")
