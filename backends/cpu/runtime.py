@@ -92,6 +92,13 @@ class CpuExecutable:
         self.cores = np.array(program.cores, dtype=np.int64)
         self.max_sleeps = int(max_wait_s * 1e6 / 50)
         self._inputs = {t.name: t for t in graph.inputs}
+        # Per input: (name, info, numpy dtype, shape, arena view or None for host-only
+        # inputs); built once, so a run does no dtype-name or view construction.
+        self._feed_plan = [(t.name, t, np.dtype(t.dtype), tuple(t.shape),
+                            self.tensor(t.name) if t.name in program.tensors else None) for t in graph.inputs]
+        self._out_views = [(t.name, self.tensor(t.name) if t.name in program.tensors else None)
+                           for t in graph.outputs]
+        self._segments_only = all(isinstance(s, CompiledSegment) for s in program.steps)
 
     @property
     def schedules(self) -> list:
@@ -127,31 +134,37 @@ class CpuExecutable:
     def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         with self._lock:
             host_values: dict[str, np.ndarray] = {}
-            for name, info in self._inputs.items():
+            for name, info, dt, shape, view in self._feed_plan:
                 if name not in feeds:
                     raise FeedError(f"missing feed for input '{name}' ({info})")
-                value = np.asarray(feeds[name])
-                if dtype_name(value.dtype) != info.dtype or tuple(value.shape) != info.shape:
+                value = feeds[name]
+                if not isinstance(value, np.ndarray):
+                    value = np.asarray(value)
+                if value.dtype != dt or value.shape != shape:
                     raise FeedError(
                         f"input '{name}' is {dtype_name(value.dtype)}{list(value.shape)} but the model was compiled "
                         f"for {info.dtype}{list(info.shape)}")
-                if name in self.program.tensors:
-                    self._write(name, value)
+                if view is not None:
+                    np.copyto(view, value)
                 else:
                     host_values[name] = value
-            for step in self.program.steps:
-                if isinstance(step, HostStep):
-                    self._run_host(step, host_values)
-                else:
+            if self._segments_only:
+                for step in self.program.steps:
                     self._launch(step)
+            else:
+                for step in self.program.steps:
+                    if isinstance(step, HostStep):
+                        self._run_host(step, host_values)
+                    else:
+                        self._launch(step)
             out = {}
-            for t in self.graph.outputs:
-                if t.name in self.program.tensors:
-                    out[t.name] = np.array(self.tensor(t.name), copy=True)
-                elif t.name in host_values:
-                    out[t.name] = np.array(host_values[t.name], copy=True)
+            for name, view in self._out_views:
+                if view is not None:
+                    out[name] = view.copy()
+                elif name in host_values:
+                    out[name] = np.array(host_values[name], copy=True)
                 else:
-                    out[t.name] = np.array(self.graph.initializers[t.name], copy=True)
+                    out[name] = np.array(self.graph.initializers[name], copy=True)
             return out
 
     def _launch(self, seg: CompiledSegment) -> None:
