@@ -16,8 +16,10 @@ import os
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 #: Modules holding numba-compiled code (their cached functions call each other).
-SOURCES = ("atomics", "blas", "ewops", "fastmath", "kernels_ew", "kernels_gemm", "kernels_data", "kernels_nn",
-           "entries", "driver", "ukernel")
+#: Every ``kernels_*`` and ``ukernel*`` module is included by name pattern, so a new one cannot be forgotten.
+SOURCES = tuple(sorted({"atomics", "blas", "ewops", "fastmath", "entries", "driver"}
+                       | {os.path.basename(p)[:-3] for pattern in ("kernels_*.py", "ukernel*.py")
+                          for p in glob.glob(os.path.join(_HERE, pattern))}))
 
 
 def fingerprint() -> str:
