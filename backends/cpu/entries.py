@@ -15,6 +15,7 @@ from . import _numba_cache  # noqa: F401  (drops stale numba caches first)
 import numpy as np
 from numba import carray, cfunc, types
 
+from .kernels_conv import k_convp
 from .kernels_data import k_copy, k_copy_many, k_gather, k_pad
 from .kernels_ew import k_ew
 from .kernels_gemm import k_gemm
@@ -178,6 +179,18 @@ def entry_k_conv(arena, nbytes, x, nx, r, nr, row, sbase):
     R = carray(r, (nr,), np.float32)
     p = carray(row, (ROW_PARAMS,), np.int64)
     k_conv(F, B, I, J, X, R, p, sbase)
+    return 0
+
+
+def entry_k_convp(arena, nbytes, x, nx, r, nr, row, sbase):
+    F = carray(arena, (nbytes // 4,), np.float32)
+    B = carray(arena, (nbytes,), np.uint8)
+    I = carray(arena, (nbytes // 8,), np.int64)
+    J = carray(arena, (nbytes // 4,), np.int32)
+    X = carray(x, (nx,), np.int64)
+    R = carray(r, (nr,), np.float32)
+    p = carray(row, (ROW_PARAMS,), np.int64)
+    k_convp(F, B, I, J, X, R, p, sbase)
     return 0
 
 

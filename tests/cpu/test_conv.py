@@ -1,0 +1,130 @@
+"""The implicit-GEMM convolution (k_convp, weights packed at compile time) against the reference."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from cpu_helpers import compare, model, node, rand
+
+from rammer.backends.cpu import lower_conv
+from rammer.backends.cpu.kernels_conv import pack_weights
+from rammer.backends.cpu.ukernel import MR
+
+
+def _conv(x_shape, w_shape, n_bias=True, epilogue=(), **attrs):
+    x = rand(*x_shape)
+    consts = {"w": rand(*w_shape, seed=1)}
+    ins = ["x", "w"]
+    if n_bias:
+        consts["b"] = rand(w_shape[0], seed=2)
+        ins.append("b")
+    nodes = [node("Conv", ins, ["c"], **attrs)]
+    last = "c"
+    feeds = {"x": x}
+    for k, op in enumerate(epilogue):
+        out = f"e{k}"
+        if op == "Add":
+            # residual: another graph input with the output's shape
+            nodes.append(node("Add", [last, "r"], [out]))
+        else:
+            nodes.append(node(op, [last], [out]))
+        last = out
+    if "Add" in epilogue:
+        import onnx
+
+        probe = model(nodes[:1], {"x": x}, ["c"], consts)
+        shape = [d.dim_value for d in onnx.shape_inference.infer_shapes(probe).graph.output[0].type.tensor_type.shape.dim]
+        feeds["r"] = rand(*shape, seed=3)
+    return model(nodes, feeds, [last], consts), feeds
+
+
+CASES = [
+    # x shape, w shape, attrs
+    ((1, 3, 9, 11), (8, 3, 3, 3), dict(pads=[1, 1, 1, 1])),
+    ((2, 5, 10, 7), (13, 5, 3, 2), dict(strides=[2, 1], pads=[1, 0, 2, 1])),
+    ((1, 4, 17, 19), (7, 4, 5, 5), dict(strides=[3, 2], pads=[2, 2, 2, 2])),
+    ((1, 6, 12, 12), (12, 3, 3, 3), dict(group=2, pads=[1, 1, 1, 1], dilations=[2, 2])),
+    ((1, 8, 9, 9), (16, 2, 3, 3), dict(group=4, strides=[2, 2], pads=[1, 1, 1, 1])),
+    ((1, 16, 6, 6), (40, 16, 1, 1), {}),                       # 1x1 stride 1 (pointwise gather)
+    ((2, 16, 7, 9), (24, 8, 1, 1), dict(group=2)),            # grouped 1x1, batch 2
+    ((1, 16, 9, 9), (20, 16, 1, 1), dict(strides=[2, 2])),     # 1x1 stride 2
+    ((1, 3, 20, 20), (5, 3, 4, 4), dict(auto_pad="SAME_UPPER", strides=[2, 2])),
+    ((1, 1, 30, 25), (32, 1, 7, 5), dict(strides=[2, 2], pads=[3, 2, 3, 2])),  # one input channel
+    ((1, 64, 9, 40), (33, 64, 5, 5), dict(pads=[2, 2, 2, 2])),  # several K blocks, odd M
+]
+
+
+@pytest.mark.parametrize("x_shape,w_shape,attrs", CASES)
+def test_conv_matches_reference(x_shape, w_shape, attrs):
+    m, feeds = _conv(x_shape, w_shape, **attrs)
+    # float32 sums of K products of unit normals differ by about sqrt(K) ulps of their terms
+    report = compare(m, feeds, atol=1e-6 * int(np.prod(w_shape[1:])))
+    assert report["ops_by_family"].get("conv") == 1, report["ops_by_family"]
+
+
+@pytest.mark.parametrize("x_shape,w_shape,attrs", [
+    ((1, 4, 50), (6, 4, 3), dict(pads=[1, 1])),
+    ((2, 3, 41), (8, 3, 5), dict(strides=[2], pads=[2, 1], dilations=[2])),
+    ((1, 6, 33), (10, 3, 1), dict(group=2)),
+])
+def test_conv1d_matches_reference(x_shape, w_shape, attrs):
+    m, feeds = _conv(x_shape, w_shape, **attrs)
+    compare(m, feeds)
+
+
+@pytest.mark.parametrize("epilogue", [("Relu",), ("Add", "Relu"), ("Sigmoid",)])
+def test_conv_fused_epilogues(epilogue):
+    m, feeds = _conv((2, 8, 11, 13), (20, 4, 3, 3), epilogue=epilogue, group=2, pads=[1, 1, 1, 1])
+    report = compare(m, feeds)
+    assert report["ops_by_family"] == {"conv": 1}, report["ops_by_family"]
+
+
+def test_conv_without_bias_and_tiny_k():
+    m, feeds = _conv((1, 1, 5, 6), (3, 1, 1, 1), n_bias=False)
+    compare(m, feeds)
+
+
+def test_conv_split_into_many_rtasks(monkeypatch):
+    # Small blocks force several K blocks, pixel chunks and output-channel tiles per rTask.
+    monkeypatch.setattr(lower_conv, "IMPLICIT_KC", 24)
+    monkeypatch.setattr(lower_conv, "IMPLICIT_NC", 64)
+    monkeypatch.setattr(lower_conv, "IMPLICIT_MIN_PIXELS", 32)
+    m, feeds = _conv((1, 10, 23, 21), (50, 10, 3, 3), epilogue=("Relu",), pads=[1, 1, 1, 1])
+    compare(m, feeds, veus=2)
+
+
+@pytest.mark.parametrize("k", [1, 2, 3, 4, 8, 16])
+def test_conv_partition_covers_output_once(k):
+    from rammer.backends.cpu.compiler import compile_program
+    from rammer.frontend import load
+
+    m, _ = _conv((2, 8, 20, 20), (36, 4, 3, 3), group=2, pads=[1, 1, 1, 1])
+    (op,) = [o for o in compile_program(load(m)).lowered.ops if o.family == "conv"]
+    parts = op.partition(k)
+    if not parts:
+        return
+    seen = np.zeros((4, 18, 400), np.int64)  # blocks x channels of a group x pixels
+    for b0, b1, m0, m1, q0, q1 in parts:
+        assert m0 % MR == 0  # the kernel reads whole packed A panels from m0
+        seen[b0:b1, m0:m1, q0:q1] += 1
+    assert (seen == 1).all()
+
+
+def test_pack_weights_layout():
+    w = rand(2 * 14, 3, 2, 2)
+    kc = 5
+    packed = pack_weights(w, 2, kc)
+    K, mg, mpad = 12, 14, 2 * MR
+    assert packed.size == 2 * mpad * K
+    flat = w.reshape(2, mg, K)
+    for g in range(2):
+        for pc in range(0, K, kc):
+            kcb = min(kc, K - pc)
+            for mp in range(mpad // MR):
+                base = g * mpad * K + pc * mpad + mp * MR * kcb
+                panel = packed[base:base + kcb * MR].reshape(kcb, MR)
+                for r in range(MR):
+                    row = mp * MR + r
+                    want = flat[g, row, pc:pc + kcb] if row < mg else np.zeros(kcb, np.float32)
+                    np.testing.assert_array_equal(panel[:, r], want)
