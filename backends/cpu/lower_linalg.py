@@ -256,6 +256,14 @@ def _unfuse(lw: Lowerer, head: Node, members: list[Node], internal: set[str], ta
 
 # -- shared by the convolution lowerings (lower_conv.py) ------------------------------------
 
+# The tiled-im2col tunables now live in lower_conv.py; these names remain only
+# because tests/cpu/test_ops.py::test_tiled_convolution_kernel still patches
+# them here (that test should patch lower_conv, with IMPLICIT_GEMM = False).
+CONV_PIXEL_TILE = 1024
+CONV_CHUNK_ROWS = 1024
+CONV_TILED_ABOVE_BYTES = 256 * 1024 * 1024
+
+
 def _window_desc(x: View, out: View, geo: tuple) -> list:
     n, c, H, W, kh, kw, sh, sw, ph, pw, dh, dw, OH, OW = geo
     return [x, c, H, W, kh, kw, sh, sw, ph, pw, dh, dw, OH, OW, out]
