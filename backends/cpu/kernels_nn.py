@@ -191,23 +191,159 @@ def k_conv(F, B, I, J, X, R, p, sbase):
             q0 = q1
 
 
+# -- depthwise convolution and pooling: sweeps over phase planes ------------------------------------
+#
+# Output pixel (oh, ow) of a window op reads the padded input at
+# (oh*sh + i*dh, ow*sw + j*dw).  Splitting the padded plane into sh x sw
+# *phase planes* (phase (a, b) holds the rows = a and columns = b modulo the
+# stride) turns every stride into stride 1: tap (i, j) reads phase
+# ((i*dh) % sh, (j*dw) % sw) at row oh + (i*dh)//sh, column ow + (j*dw)//sw.
+# With the output laid out at the phase planes' row pitch Wq, a tap is then a
+# flat shift, and one loop over q = oh*Wq + ow (columns past OW are junk,
+# dropped when the result is copied out) covers the whole plane: long
+# contiguous loops that LLVM vectorizes even for 8x8 planes.  Each sweep
+# applies up to 2 kernel rows x 5 taps with the weights in scalars, so the
+# accumulator is loaded and stored once per up to 10 FMAs.
+
+#: Taps per row in one sweep (the sweeps below are written out for 1..5).
+_MAX_RUN = 5
+#: Sweeps run over L rounded up to a multiple of this: a vectorized loop with a
+#: scalar remainder of up to 15 iterations costs as much as the vector part on
+#: an 8x8 plane.  The extra lanes read up to _SLACK elements past the planes.
+_SLACK = 16
+
+
+def window_scratch(OH: int, OW: int, kh: int, kw: int, sh: int, sw: int, dh: int, dw: int) -> int:
+    """Float32 scratch elements the phase planes and the accumulator of one plane need."""
+    hq = ((OH - 1) * sh + (kh - 1) * dh + sh) // sh
+    wq = ((OW - 1) * sw + (kw - 1) * dw + sw) // sw
+    # planes + slack read by the rounded-up sweeps, accumulator (rounded up), 1/counts of pooling
+    return sh * sw * hq * wq + _SLACK + OH * wq + _SLACK + OH + OW + 16
+
+
 @njit(**_JIT)
-def _padded_plane(F, src, H, W, ph, pw, Hp, Wp, P, fill):
-    """P[:Hp*Wp] = the H x W plane at F[src:] placed at (ph, pw) in a Hp x Wp field of ``fill``."""
-    for q in range(Hp * Wp):
+def _phase_dims(OH, OW, kh, kw, sh, sw, dh, dw):
+    hp = (OH - 1) * sh + (kh - 1) * dh + 1
+    wp = (OW - 1) * sw + (kw - 1) * dw + 1
+    return (hp + sh - 1) // sh, (wp + sw - 1) // sw
+
+
+@njit(**_JIT)
+def _phase_planes(F, src, H, W, ph, pw, sh, sw, Hq, Wq, P, fill):
+    """P[(a*sw + b)*Hq*Wq + r*Wq + t] = x[r*sh + a - ph, t*sw + b - pw] (``fill`` outside the H x W plane at F[src:])."""
+    # One fill of everything, then only the rows' inside parts: per-row edge
+    # handling costs more than the whole memset on planes this small.
+    for q in range(P.size):  # (the slack past the planes too)
         P[q] = fill
-    for ih in range(H):
-        r = ih + ph
-        if r < 0 or r >= Hp:
-            continue
-        lo = max(0, -pw)
-        hi = min(W, Wp - pw)
-        if hi <= lo:
-            continue
-        row = P[r * Wp + pw + lo:r * Wp + pw + hi]
-        inp = F[src + ih * W + lo:src + ih * W + hi]
-        for j in range(hi - lo):
-            row[j] = inp[j]
+    for a in range(sh):
+        # rows r with 0 <= r*sh + a - ph < H
+        r_lo = min((ph - a + sh - 1) // sh if ph > a else 0, Hq)
+        r_hi = min(Hq, (H + ph - a + sh - 1) // sh) if H + ph > a else 0
+        for b in range(sw):
+            base = (a * sw + b) * Hq * Wq
+            # columns t with 0 <= t*sw + b - pw < W
+            t_lo = min((pw - b + sw - 1) // sw if pw > b else 0, Wq)
+            t_hi = max(min(Wq, (W + pw - b + sw - 1) // sw) if W + pw > b else 0, t_lo)
+            n = t_hi - t_lo
+            for r in range(r_lo, r_hi):
+                row = P[base + r * Wq + t_lo:base + r * Wq + t_hi]
+                s0 = src + (r * sh + a - ph) * W + t_lo * sw + b - pw
+                if sw == 1:
+                    inp = F[s0:s0 + n]
+                    for t in range(n):
+                        row[t] = inp[t]
+                else:
+                    inp = F[s0:s0 + (n - 1) * sw + 1]
+                    for t in range(n):
+                        row[t] = inp[t * sw]
+
+
+@njit(**dict(_JIT, fastmath={"contract"}))
+def _mac_run(acc, sa, sb, F, wa, wb, ws, c, L, two):
+    """acc[q] += sum_t F[wa + t*ws] * sa[q + t]  (+ the same with sb, wb if ``two``) for q < L, 1 <= c <= 5."""
+    a0 = F[wa]
+    a1 = F[wa + ws] if c > 1 else f32(0.0)
+    a2 = F[wa + 2 * ws] if c > 2 else f32(0.0)
+    a3 = F[wa + 3 * ws] if c > 3 else f32(0.0)
+    a4 = F[wa + 4 * ws] if c > 4 else f32(0.0)
+    if two:
+        b0 = F[wb]
+        b1 = F[wb + ws] if c > 1 else f32(0.0)
+        b2 = F[wb + 2 * ws] if c > 2 else f32(0.0)
+        b3 = F[wb + 3 * ws] if c > 3 else f32(0.0)
+        b4 = F[wb + 4 * ws] if c > 4 else f32(0.0)
+        if c == 1:
+            for q in range(L):
+                acc[q] += a0 * sa[q] + b0 * sb[q]
+        elif c == 2:
+            for q in range(L):
+                acc[q] += a0 * sa[q] + a1 * sa[q + 1] + b0 * sb[q] + b1 * sb[q + 1]
+        elif c == 3:
+            for q in range(L):
+                acc[q] += (a0 * sa[q] + a1 * sa[q + 1] + a2 * sa[q + 2]
+                           + b0 * sb[q] + b1 * sb[q + 1] + b2 * sb[q + 2])
+        elif c == 4:
+            for q in range(L):
+                acc[q] += (a0 * sa[q] + a1 * sa[q + 1] + a2 * sa[q + 2] + a3 * sa[q + 3]
+                           + b0 * sb[q] + b1 * sb[q + 1] + b2 * sb[q + 2] + b3 * sb[q + 3])
+        else:
+            for q in range(L):
+                acc[q] += (a0 * sa[q] + a1 * sa[q + 1] + a2 * sa[q + 2] + a3 * sa[q + 3] + a4 * sa[q + 4]
+                           + b0 * sb[q] + b1 * sb[q + 1] + b2 * sb[q + 2] + b3 * sb[q + 3] + b4 * sb[q + 4])
+        return
+    if c == 1:
+        for q in range(L):
+            acc[q] += a0 * sa[q]
+    elif c == 2:
+        for q in range(L):
+            acc[q] += a0 * sa[q] + a1 * sa[q + 1]
+    elif c == 3:
+        for q in range(L):
+            acc[q] += a0 * sa[q] + a1 * sa[q + 1] + a2 * sa[q + 2]
+    elif c == 4:
+        for q in range(L):
+            acc[q] += a0 * sa[q] + a1 * sa[q + 1] + a2 * sa[q + 2] + a3 * sa[q + 3]
+    else:
+        for q in range(L):
+            acc[q] += a0 * sa[q] + a1 * sa[q + 1] + a2 * sa[q + 2] + a3 * sa[q + 3] + a4 * sa[q + 4]
+
+
+@njit(**_JIT)
+def _run_split(n):
+    """Taps per sweep for a run of n consecutive taps: balanced pieces of at most _MAX_RUN."""
+    pieces = (n + _MAX_RUN - 1) // _MAX_RUN
+    return (n + pieces - 1) // pieces
+
+
+@njit(**_JIT)
+def _window_sweeps(F, acc, P, wrow, kh, kw, sh, sw, dh, dw, Hq, Wq, L):
+    """acc[q] += sum over taps (i, j) of F[wrow + i*kw + j] * tap (i, j) of the phase planes at P."""
+    plane = Hq * Wq
+    i = 0
+    while i < kh:
+        two = i + 1 < kh
+        ra = (i * dh) % sh * sw * plane + (i * dh) // sh * Wq
+        rb = ((i + 1) * dh) % sh * sw * plane + ((i + 1) * dh) // sh * Wq if two else ra
+        wa = wrow + i * kw
+        wb = wa + kw if two else wa
+        if dw == 1:
+            # phase b holds taps j = b, b + sw, ...: consecutive columns of that phase plane
+            for b in range(min(sw, kw)):
+                n = (kw - b + sw - 1) // sw
+                step = _run_split(n)
+                t = 0
+                while t < n:
+                    c = min(step, n - t)
+                    oa = ra + b * plane + t
+                    ob = rb + b * plane + t
+                    _mac_run(acc, P[oa:oa + L + c - 1], P[ob:ob + L + c - 1], F, wa + b + t * sw, wb + b + t * sw,
+                             sw, c, L, two)
+                    t += c
+        else:
+            for j in range(kw):
+                off = (j * dw) % sw * plane + (j * dw) // sw
+                _mac_run(acc, P[ra + off:ra + off + L], P[rb + off:rb + off + L], F, wa + j, wb + j, 1, 1, L, two)
+        i += 2
 
 
 @njit(**_JIT)
@@ -215,9 +351,10 @@ def k_dwconv(F, B, I, J, X, R, p, sbase):
     """Depthwise convolution (groups == C) of channel planes [c0, c1) of batch items [n0, n1).
 
     Row: [desc, n0, n1, c0, c1].  Output channel m = c * mult + k reads input
-    channel c.  Each input plane is copied once into zero-padded scratch, then
-    every kernel tap is one vectorized sweep over the output plane (no bounds
-    tests in the inner loop).  Descriptor tail: [w_off, mult, epilogue].
+    channel c.  Each input plane is split once into zero-padded phase planes
+    in scratch (or read in place: stride 1, no padding), then swept (see
+    above); the fused epilogue runs on each output plane while it is in
+    cache.  Descriptor tail: [w_off, mult, epilogue, scratch offset].
     """
     d = p[0]
     C = X[d + W_C]
@@ -237,74 +374,76 @@ def k_dwconv(F, B, I, J, X, R, p, sbase):
     mult = X[d + WIN_LEN + 1]
     epi = X[d + WIN_LEN + 2]
     M = C * mult
-    Hp = (OH - 1) * sh + (kh - 1) * dh + 1
-    Wp = (OW - 1) * sw + (kw - 1) * dw + 1
-    # scratch: the padded plane (plus a row of slack), then the wide output, after the epilogue's registers
+    Hq, Wq = _phase_dims(OH, OW, kh, kw, sh, sw, dh, dw)
+    # The input plane is already the (single) phase plane when nothing is padded.
+    direct = sh == 1 and sw == 1 and ph == 0 and pw == 0 and Wq == W and Hq <= H
+    nplanes = 0 if direct else sh * sw * Hq * Wq + _SLACK
     pbase = sbase + X[d + WIN_LEN + 3]
-    P = F[pbase:pbase + (Hp + 1) * Wp]
-    wide = F[pbase + (Hp + 1) * Wp:pbase + (Hp + 1) * Wp + OH * Wp]
-    unit = sh == 1 and sw == 1
+    L = (OH - 1) * Wq + OW
+    Lr = (L + _SLACK - 1) // _SLACK * _SLACK
+    acc = F[pbase + nplanes:pbase + nplanes + Lr]
     for n in range(p[1], p[2]):
         for c in range(p[3], p[4]):
-            _padded_plane(F, X[d + W_X] + (n * C + c) * H * W, H, W, ph, pw, Hp + 1, Wp, P, f32(0.0))
+            src = X[d + W_X] + (n * C + c) * H * W
+            if direct:
+                # (the rounded-up lanes read a little of what follows the plane: junk columns only)
+                P = F[src:src + H * W + _SLACK]
+            else:
+                P = F[pbase:pbase + nplanes]
+                _phase_planes(F, src, H, W, ph, pw, sh, sw, Hq, Wq, P, f32(0.0))
             for k in range(mult):
                 m = c * mult + k
+                for q in range(Lr):
+                    acc[q] = f32(0.0)
+                _window_sweeps(F, acc, P, w_off + m * kh * kw, kh, kw, sh, sw, dh, dw, Hq, Wq, Lr)
                 dst = X[d + W_OUT] + (n * M + m) * OH * OW
-                out = F[dst:dst + OH * OW]
-                wb = w_off + m * kh * kw
-                if unit:
-                    # Stride 1: compute OH rows of the padded width at once, one
-                    # flat sweep per tap; columns past OW are junk, dropped after.
-                    for q in range(OH * Wp):
-                        wide[q] = f32(0.0)
-                    L = OH * Wp
-                    for i in range(kh):
-                        j = 0
-                        # Four taps per sweep: the accumulator is loaded and stored once per four FMAs.
-                        while j + 4 <= kw:
-                            b0 = i * dh * Wp + j * dw
-                            s0 = P[b0:b0 + L]
-                            s1 = P[b0 + dw:b0 + dw + L]
-                            s2 = P[b0 + 2 * dw:b0 + 2 * dw + L]
-                            s3 = P[b0 + 3 * dw:b0 + 3 * dw + L]
-                            w0 = F[wb + i * kw + j]
-                            w1 = F[wb + i * kw + j + 1]
-                            w2 = F[wb + i * kw + j + 2]
-                            w3 = F[wb + i * kw + j + 3]
-                            for q in range(L):
-                                wide[q] += w0 * s0[q] + w1 * s1[q] + w2 * s2[q] + w3 * s3[q]
-                            j += 4
-                        while j < kw:
-                            wv = F[wb + i * kw + j]
-                            src = P[i * dh * Wp + j * dw:i * dh * Wp + j * dw + L]
-                            for q in range(L):
-                                wide[q] += wv * src[q]
-                            j += 1
-                    for oh in range(OH):
-                        orow = out[oh * OW:oh * OW + OW]
-                        wrow = wide[oh * Wp:oh * Wp + OW]
-                        for ow in range(OW):
-                            orow[ow] = wrow[ow]
-                    if epi >= 0:
-                        ew_run(F, B, I, J, X, R, epi, n * M + m, n * M + m + 1, 0, OH * OW, sbase)
-                    continue
-                for q in range(OH * OW):
-                    out[q] = f32(0.0)
-                for i in range(kh):
-                    for j in range(kw):
-                        wv = F[wb + i * kw + j]
-                        for oh in range(OH):
-                            orow = out[oh * OW:oh * OW + OW]
-                            base = (oh * sh + i * dh) * Wp + j * dw
-                            if sw == 1:
-                                irow = P[base:base + OW]
-                                for ow in range(OW):
-                                    orow[ow] += wv * irow[ow]
-                            else:
-                                for ow in range(OW):
-                                    orow[ow] += wv * P[base + ow * sw]
+                for oh in range(OH):
+                    orow = F[dst + oh * OW:dst + oh * OW + OW]
+                    arow = acc[oh * Wq:oh * Wq + OW]
+                    for ow in range(OW):
+                        orow[ow] = arow[ow]
                 if epi >= 0:
                     ew_run(F, B, I, J, X, R, epi, n * M + m, n * M + m + 1, 0, OH * OW, sbase)
+
+
+@njit(**_JIT)
+def _max_run(acc, s, c, L):
+    """acc[q] = max(acc[q], s[q], ..., s[q + c - 1]) with NaN winning, c <= 3 (larger runs: call again)."""
+    if c == 1:
+        for q in range(L):
+            a = acc[q]
+            v = s[q]
+            acc[q] = v if (v > a or v != v) else a
+    elif c == 2:
+        for q in range(L):
+            a = acc[q]
+            v = s[q]
+            a = v if (v > a or v != v) else a
+            v = s[q + 1]
+            acc[q] = v if (v > a or v != v) else a
+    else:
+        for q in range(L):
+            a = acc[q]
+            v = s[q]
+            a = v if (v > a or v != v) else a
+            v = s[q + 1]
+            a = v if (v > a or v != v) else a
+            v = s[q + 2]
+            acc[q] = v if (v > a or v != v) else a
+
+
+@njit(**_JIT)
+def _sum_run(acc, s, c, L):
+    """acc[q] += s[q] + ... + s[q + c - 1], c <= 3."""
+    if c == 1:
+        for q in range(L):
+            acc[q] += s[q]
+    elif c == 2:
+        for q in range(L):
+            acc[q] += s[q] + s[q + 1]
+    else:
+        for q in range(L):
+            acc[q] += s[q] + s[q + 1] + s[q + 2]
 
 
 @njit(**_JIT)
@@ -313,8 +452,8 @@ def k_pool(F, B, I, J, X, R, p, sbase):
 
     Row: [desc, q0, q1].  Descriptor tail: [mode, lo_h, hi_h, lo_w, hi_w,
     scratch]: taps whose padded coordinate falls in [lo, hi) count towards
-    the average.  Like depthwise convolution: a padded copy of the plane in
-    scratch, then one vectorized sweep per tap.
+    the average.  Like depthwise convolution: phase planes padded with -inf
+    (max) or 0 (average), then flat sweeps of up to 3 taps.
     """
     d = p[0]
     H = X[d + W_H]
@@ -334,15 +473,16 @@ def k_pool(F, B, I, J, X, R, p, sbase):
     hi_h = X[d + WIN_LEN + 2]
     lo_w = X[d + WIN_LEN + 3]
     hi_w = X[d + WIN_LEN + 4]
-    Hp = (OH - 1) * sh + (kh - 1) * dh + 1
-    Wp = (OW - 1) * sw + (kw - 1) * dw + 1
+    Hq, Wq = _phase_dims(OH, OW, kh, kw, sh, sw, dh, dw)
+    plane = Hq * Wq
+    nplanes = sh * sw * plane + _SLACK
     pbase = sbase + X[d + WIN_LEN + 5]
-    P = F[pbase:pbase + (Hp + 1) * Wp]
-    inv_h = F[pbase + (Hp + 1) * Wp:pbase + (Hp + 1) * Wp + OH]
-    inv_w = F[pbase + (Hp + 1) * Wp + OH:pbase + (Hp + 1) * Wp + OH + OW]
-    wb0 = pbase + (Hp + 1) * Wp + OH + OW
-    wide = F[wb0:wb0 + OH * Wp]
-    unit = sh == 1 and sw == 1
+    L = (OH - 1) * Wq + OW
+    Lr = (L + _SLACK - 1) // _SLACK * _SLACK
+    acc = F[pbase + nplanes:pbase + nplanes + Lr]
+    cnt0 = pbase + nplanes + OH * Wq + _SLACK
+    inv_h = F[cnt0:cnt0 + OH]
+    inv_w = F[cnt0 + OH:cnt0 + OH + OW]
     if mode == 1:
         # 1 / (taps counted along each axis): the count is separable.
         for oh in range(OH):
@@ -358,61 +498,52 @@ def k_pool(F, B, I, J, X, R, p, sbase):
                     cnt += 1
             inv_w[ow] = f32(1.0) / f32(cnt) if cnt > 0 else f32(np.nan)
     fill = f32(-np.inf) if mode == 0 else f32(0.0)
+    # A single tap inside the plane (1x1 kernel, no padding): a strided subsample.
+    subsample = kh == 1 and kw == 1 and ph == 0 and pw == 0 and (OH - 1) * sh < H and (OW - 1) * sw < W
+    P = F[pbase:pbase + nplanes]
     for q in range(p[1], p[2]):
-        _padded_plane(F, X[d + W_X] + q * H * W, H, W, ph, pw, Hp + 1, Wp, P, fill)
+        src = X[d + W_X] + q * H * W
         dst = X[d + W_OUT] + q * OH * OW
-        out = F[dst:dst + OH * OW]
-        if unit:
-            # Stride 1: flat sweeps over OH rows of the padded width (see k_dwconv).
-            for t in range(OH * Wp):
-                wide[t] = fill
-            for i in range(kh):
-                for j in range(kw):
-                    src = P[i * dh * Wp + j * dw:i * dh * Wp + j * dw + OH * Wp]
-                    if mode == 0:
-                        for t in range(OH * Wp):
-                            v = src[t]
-                            a = wide[t]
-                            wide[t] = v if (v > a or v != v) else a
-                    else:
-                        for t in range(OH * Wp):
-                            wide[t] += src[t]
+        if subsample:
             for oh in range(OH):
-                orow = out[oh * OW:oh * OW + OW]
-                wrow = wide[oh * Wp:oh * Wp + OW]
-                if mode == 0:
-                    for ow in range(OW):
-                        orow[ow] = wrow[ow]
-                else:
-                    s = inv_h[oh]
-                    for ow in range(OW):
-                        orow[ow] = wrow[ow] * (s * inv_w[ow])
+                s = inv_h[oh] * inv_w[0] if mode == 1 else f32(1.0)
+                for ow in range(OW):
+                    F[dst + oh * OW + ow] = F[src + oh * sh * W + ow * sw] * s
             continue
-        for t in range(OH * OW):
-            out[t] = fill
+        _phase_planes(F, src, H, W, ph, pw, sh, sw, Hq, Wq, P, fill)
+        for t in range(Lr):
+            acc[t] = fill
         for i in range(kh):
-            for j in range(kw):
-                for oh in range(OH):
-                    orow = out[oh * OW:oh * OW + OW]
-                    base = (oh * sh + i * dh) * Wp + j * dw
+            r = (i * dh) % sh * sw * plane + (i * dh) // sh * Wq
+            if dw == 1:
+                for b in range(min(sw, kw)):
+                    n = (kw - b + sw - 1) // sw
+                    t = 0
+                    while t < n:
+                        c = min(3, n - t)
+                        o = r + b * plane + t
+                        if mode == 0:
+                            _max_run(acc, P[o:o + Lr + c - 1], c, Lr)
+                        else:
+                            _sum_run(acc, P[o:o + Lr + c - 1], c, Lr)
+                        t += c
+            else:
+                for j in range(kw):
+                    o = r + (j * dw) % sw * plane + (j * dw) // sw
                     if mode == 0:
-                        for ow in range(OW):
-                            v = P[base + ow * sw]
-                            a = orow[ow]
-                            orow[ow] = v if (v > a or v != v) else a
-                    elif sw == 1:
-                        irow = P[base:base + OW]
-                        for ow in range(OW):
-                            orow[ow] += irow[ow]
+                        _max_run(acc, P[o:o + Lr], 1, Lr)
                     else:
-                        for ow in range(OW):
-                            orow[ow] += P[base + ow * sw]
-        if mode == 1:
-            for oh in range(OH):
-                orow = out[oh * OW:oh * OW + OW]
+                        _sum_run(acc, P[o:o + Lr], 1, Lr)
+        for oh in range(OH):
+            orow = F[dst + oh * OW:dst + oh * OW + OW]
+            arow = acc[oh * Wq:oh * Wq + OW]
+            if mode == 0:
+                for ow in range(OW):
+                    orow[ow] = arow[ow]
+            else:
                 s = inv_h[oh]
                 for ow in range(OW):
-                    orow[ow] *= s * inv_w[ow]
+                    orow[ow] = arow[ow] * (s * inv_w[ow])
 
 
 # Reduction descriptor: [x_off, outer, red, inner, out_off, mode]

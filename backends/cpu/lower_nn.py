@@ -39,10 +39,32 @@ def _rows_partition(total: int, min_rows_per_task: int = 1) -> Callable[[int], l
 
 # -- Concat --------------------------------------------------------------------------------
 
+def _aliased_buffers(lw: Lowerer) -> set[int]:
+    """Buffers an earlier Concat already placed inside its output."""
+    return {a[0] for op in lw.ops for a in op.extra.get("aliases", ())}
+
+
+def _can_alias(lw: Lowerer, src: View, dst: View, taken: set[int]) -> bool:
+    """Whether ``src``'s whole buffer can live at ``dst`` (a dense slice of the Concat output).
+
+    The producer then writes its slice of the output directly.  The buffer
+    must be exactly this one tensor (no other tensor's data in it), a
+    temporary (not a graph input or constant), not placed elsewhere already,
+    and the slice contiguous (axis 0, or leading dimensions of size 1).
+    """
+    b = lw.buffers[src.buffer]
+    return (b.kind == "temp" and src.buffer not in taken and src.buffer != dst.buffer and src.offset == 0
+            and b.size == src.size and src.size > 0 and src.is_dense() and dst.is_dense()
+            and b.dtype == lw.buffers[dst.buffer].dtype)
+
+
 def _concat(lw: Lowerer, node: Node) -> None:
     out = lw.views[node.outputs[0]]
     axis = int(node.attr("axis", 0)) % out.rank
     pieces = []
+    # (input buffer, output buffer, element offset): planned inside the output, no copy (planner.py)
+    aliases: list[tuple[int, int, int]] = []
+    taken = _aliased_buffers(lw)
     start = 0
     for name in node.inputs:
         if not name:
@@ -53,12 +75,18 @@ def _concat(lw: Lowerer, node: Node) -> None:
             shape = list(out.shape)
             shape[axis] = size
             dst = View(out.buffer, out.dtype, tuple(shape), out.strides, out.offset + start * out.strides[axis])
-            for d in copy_descriptors(src, dst):
-                pieces.append((src, dst, d))
+            if _can_alias(lw, src, dst, taken):
+                aliases.append((src.buffer, dst.buffer, dst.offset))
+                taken.add(src.buffer)
+            else:
+                for d in copy_descriptors(src, dst):
+                    pieces.append((src, dst, d))
         start += size
     rows = [d[11] * d[12] * d[13] for _, _, d in pieces]
 
     def partition(n: int) -> list:
+        if not pieces:
+            return [(-1, 0, 0)]
         parts = []
         per = max(1, n // max(len(pieces), 1))
         for k, r in enumerate(rows):
@@ -67,6 +95,10 @@ def _concat(lw: Lowerer, node: Node) -> None:
         return parts
 
     def emit(ctx: EmitContext, parts: list) -> list[Row]:
+        if not pieces:
+            # Every input is already in place: an empty copy row, so that the
+            # op still orders the producers before the output's readers.
+            return [("k_copy", [ctx.side.add_ints([4] + [0] * 10 + [0, 1, 1, 0]), 0, 0])]
         offs = []
         for src, dst, d in pieces:
             d = list(d)
@@ -75,10 +107,10 @@ def _concat(lw: Lowerer, node: Node) -> None:
             offs.append(ctx.side.add_ints(d))
         return [("k_copy", [offs[k], r0, r1]) for k, r0, r1 in parts]
 
-    reads = tuple(sorted({p[0].buffer for p in pieces}))
-    nbytes = 2.0 * out.size * ARENA_DTYPES[out.dtype]
+    reads = tuple(sorted({p[0].buffer for p in pieces} | {a[0] for a in aliases}))
+    nbytes = 2.0 * sum(p[2][11] * p[2][12] * p[2][13] * p[2][14] for p in pieces) * ARENA_DTYPES[out.dtype]
     lw.add_op(CpuOp(node.name or "Concat", "copy.concat", (node,), reads, (out.buffer,), 0.0, nbytes,
-                    partition, emit))
+                    partition, emit, extra={"aliases": aliases}))
 
 
 # -- Pad -----------------------------------------------------------------------------------
@@ -182,10 +214,9 @@ def _pool(lw: Lowerer, node: Node) -> None:
         return [("k_pool", [desc, q0, q1]) for q0, q1 in parts]
 
     flops = 1.0 * planes * OH * OW * kh * kw
-    wp = (OW - 1) * sw + (kw - 1) * dw + 1
-    padded = ((OH - 1) * sh + (kh - 1) * dh + 2) * wp + OH * wp  # padded plane + slack row + wide output
+    scratch = knn.window_scratch(OH, OW, kh, kw, sh, sw, dh, dw)  # phase planes, accumulator, 1/counts
     lw.add_op(CpuOp(node.name or node.op_type, "pool", (node,), (x.buffer,), (out.buffer,), flops,
-                    4.0 * (x.size + out.size), _rows_partition(planes), emit, scratch=padded + OH + OW + 16))
+                    4.0 * (x.size + out.size), _rows_partition(planes), emit, scratch=scratch))
 
 
 # -- reductions --------------------------------------------------------------------------------

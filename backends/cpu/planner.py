@@ -11,6 +11,13 @@ may take the memory of a dead buffer ``Y`` only if every op that touched
 precedes ``w``), so ``w`` cannot start before ``Y``'s last reader is done
 and no extra dependency is needed.  The check is a bitset inclusion over
 op ancestors.
+
+A buffer may also live *inside* another one: a Concat whose input buffer
+is placed at its slice of the output (``op.extra["aliases"]``: (inner,
+outer, element offset)), so the producer writes the output directly.  Such
+a group is planned as its outermost buffer, live from the first write of any
+member to the last use of any, and reusable memory must be safe for every
+op that writes a member.
 """
 
 from __future__ import annotations
@@ -18,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .ops import CpuOp
-from .views import Buffer
+from .views import ARENA_DTYPES, Buffer
 
 ALIGN = 64
 
@@ -59,6 +66,19 @@ def op_ancestors(ops: list[CpuOp]) -> list[int]:
     return anc
 
 
+def alias_roots(ops: list[CpuOp]) -> dict[int, tuple[int, int]]:
+    """Buffer -> (outermost buffer it lives in, element offset there), for aliased buffers only."""
+    parent = {inner: (outer, off) for op in ops for inner, outer, off in op.extra.get("aliases", ())}
+    roots: dict[int, tuple[int, int]] = {}
+    for b in parent:
+        root, off = b, 0
+        while root in parent:
+            root, step = parent[root]
+            off += step
+        roots[b] = (root, off)
+    return roots
+
+
 def plan(buffers: list[Buffer], ops: list[CpuOp], keep: set[int], scratch_bytes: int) -> ArenaPlan:
     """Place every buffer; ``keep`` are buffers live to the end (graph outputs)."""
     offset = 0
@@ -68,18 +88,30 @@ def plan(buffers: list[Buffer], ops: list[CpuOp], keep: set[int], scratch_bytes:
             offset += _align(b.nbytes)
     const_bytes = offset
     anc = op_ancestors(ops)
+    roots = alias_roots(ops)
+
+    def root(b: int) -> int:
+        return roots[b][0] if b in roots else b
+
+    keep = {root(b) for b in keep}
     users: dict[int, int] = {}
     first_write: dict[int, int] = {}
     last_use: dict[int, int] = {}
+    #: Root -> AND of the ancestors of every op writing a member: memory reused
+    #: for the group must be dead for all of them, not only the first writer.
+    safe: dict[int, int] = {}
     for i, op in enumerate(ops):
         for b in op.writes:
+            b = root(b)
             first_write.setdefault(b, i)
             users[b] = users.get(b, 0) | (1 << i)
             last_use[b] = i
+            safe[b] = safe.get(b, anc[i]) & anc[i]
         for b in op.reads:
+            b = root(b)
             users[b] = users.get(b, 0) | (1 << i)
             last_use[b] = i
-    dynamic = [b for b in buffers if b.kind != "const"]
+    dynamic = [b for b in buffers if b.kind != "const" and b.id not in roots]
     for b in dynamic:
         if b.kind == "input" or b.id in keep:
             last_use[b.id] = len(ops) if b.id in keep else last_use.get(b.id, -1)
@@ -117,9 +149,10 @@ def plan(buffers: list[Buffer], ops: list[CpuOp], keep: set[int], scratch_bytes:
     by_id = {b.id: b for b in dynamic}
     for i, op in enumerate(ops):
         for bid in op.writes:
+            bid = root(bid)
             b = by_id.get(bid)
             if b is not None and b.byte_offset < 0 and first_write.get(bid) == i:
-                allocate(b, i, anc[i])
+                allocate(b, i, safe.get(bid, anc[i]))
                 unshared += _align(b.nbytes)
         for b in releases.get(i, ()):
             if b.byte_offset >= 0:
@@ -131,6 +164,8 @@ def plan(buffers: list[Buffer], ops: list[CpuOp], keep: set[int], scratch_bytes:
             b.byte_offset = const_bytes + top
             top += _align(b.nbytes)
             unshared += _align(b.nbytes)
+    for b, (r, off) in roots.items():
+        buffers[b].byte_offset = buffers[r].byte_offset + off * ARENA_DTYPES[buffers[b].dtype]
     scratch_offset = const_bytes + top
     return ArenaPlan(const_bytes, top, scratch_offset, scratch_offset + _align(scratch_bytes), unshared)
 

@@ -1,0 +1,172 @@
+"""Depthwise convolution, pooling and Concat written in place, on the cpu backend against the reference.
+
+The depthwise and pooling kernels split a padded plane into stride-phase
+planes and sweep them flat (backends/cpu/kernels_nn.py); these cases cover
+the geometry that path has to get right: kernel sizes, strides, asymmetric
+pads, dilations, channel multipliers, batches and fused epilogues.  Concat
+inputs may be planned inside the Concat output (the producer writes its
+slice directly); the last cases check that aliasing with other consumers,
+graph outputs and nested Concats.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from cpu_helpers import compare, model, node, rand
+
+
+def _dw_model(c: int, mult: int, hw: tuple[int, int], k: int, stride: tuple[int, int], pads: list[int],
+              dil: tuple[int, int], n: int = 1, epilogue: bool = False, bias: bool = True):
+    x = rand(n, c, *hw)
+    consts = {"w": rand(c * mult, 1, k, k, seed=1)}
+    ins = ["x", "w"]
+    if bias:
+        consts["b"] = rand(c * mult, seed=2)
+        ins.append("b")
+    nodes = [node("Conv", ins, ["c"], kernel_shape=[k, k], strides=list(stride), pads=pads, dilations=list(dil),
+                  group=c)]
+    out = "c"
+    if epilogue:
+        consts["s"] = rand(1, c * mult, 1, 1, seed=3)
+        nodes += [node("Relu", ["c"], ["r"]), node("Mul", ["r", "s"], ["y"])]
+        out = "y"
+    return model(nodes, {"x": x}, [out], consts), {"x": x}
+
+
+@pytest.mark.parametrize("k", [3, 5, 7])
+@pytest.mark.parametrize("stride", [1, 2])
+def test_depthwise_kernel_sizes_and_strides(k, stride):
+    m, feeds = _dw_model(6, 1, (13, 16), k, (stride, stride), [k // 2] * 4, (1, 1))
+    report = compare(m, feeds)
+    assert report["ops_by_family"].get("conv.depthwise") == 1, report["ops_by_family"]
+
+
+@pytest.mark.parametrize("case", [
+    dict(k=3, stride=(1, 1), pads=[0, 0, 0, 0], dil=(1, 1)),          # valid: input read in place
+    dict(k=3, stride=(2, 1), pads=[1, 0, 2, 1], dil=(1, 1)),          # asymmetric pads, mixed strides
+    dict(k=5, stride=(1, 2), pads=[2, 1, 0, 2], dil=(1, 1)),
+    dict(k=3, stride=(1, 1), pads=[2, 2, 2, 2], dil=(2, 2)),          # dilated
+    dict(k=3, stride=(2, 2), pads=[2, 1, 2, 1], dil=(2, 1)),          # dilation with stride 2
+    dict(k=5, stride=(3, 3), pads=[1, 1, 1, 1], dil=(1, 1)),          # stride 3: three phases
+    dict(k=7, stride=(1, 1), pads=[3, 3, 3, 3], dil=(1, 1), hw=(5, 4)),  # kernel larger than the plane
+    dict(k=1, stride=(2, 2), pads=[0, 0, 0, 0], dil=(1, 1)),
+])
+def test_depthwise_geometry(case):
+    hw = case.pop("hw", (11, 9))
+    m, feeds = _dw_model(4, 1, hw, case["k"], case["stride"], case["pads"], case["dil"])
+    compare(m, feeds)
+
+
+@pytest.mark.parametrize("mult,n", [(2, 1), (3, 2), (1, 3)])
+def test_depthwise_channel_multiplier_and_batch(mult, n):
+    m, feeds = _dw_model(5, mult, (9, 10), 3, (2, 2), [1, 1, 1, 1], (1, 1), n=n)
+    compare(m, feeds)
+
+
+@pytest.mark.parametrize("stride", [1, 2])
+def test_depthwise_fused_epilogue(stride):
+    m, feeds = _dw_model(8, 1, (16, 16), 5, (stride, stride), [2, 2, 2, 2], (1, 1), n=2, epilogue=True)
+    report = compare(m, feeds)
+    assert report["ops_by_family"] == {"conv.depthwise": 1}, report["ops_by_family"]
+
+
+def test_depthwise_1d():
+    x = rand(2, 6, 20)
+    consts = {"w": rand(6, 1, 5, seed=1)}
+    m = model([node("Conv", ["x", "w"], ["y"], kernel_shape=[5], strides=[2], pads=[2, 1], group=6)],
+              {"x": x}, ["y"], consts)
+    compare(m, {"x": x})
+
+
+POOLS = [
+    ("MaxPool", dict(kernel_shape=[3, 3], strides=[1, 1], pads=[1, 1, 1, 1])),
+    ("MaxPool", dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])),
+    ("MaxPool", dict(kernel_shape=[3, 3], strides=[2, 2], ceil_mode=1)),
+    ("MaxPool", dict(kernel_shape=[2, 3], strides=[2, 1], pads=[0, 1, 1, 0], dilations=[2, 1])),
+    ("MaxPool", dict(kernel_shape=[5, 5], strides=[3, 3], pads=[2, 2, 2, 2], ceil_mode=1)),
+    ("AveragePool", dict(kernel_shape=[3, 3], strides=[1, 1], pads=[1, 1, 1, 1])),
+    ("AveragePool", dict(kernel_shape=[3, 3], strides=[1, 1], pads=[1, 1, 1, 1], count_include_pad=1)),
+    ("AveragePool", dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])),
+    ("AveragePool", dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1], count_include_pad=1)),
+    ("AveragePool", dict(kernel_shape=[3, 3], strides=[2, 2], ceil_mode=1)),
+    ("AveragePool", dict(kernel_shape=[3, 3], strides=[2, 2], ceil_mode=1, count_include_pad=1, pads=[1, 0, 1, 0])),
+    ("AveragePool", dict(kernel_shape=[1, 1], strides=[2, 2])),
+    ("AveragePool", dict(kernel_shape=[7, 7], strides=[1, 1], pads=[3, 3, 3, 3])),
+]
+
+
+@pytest.mark.parametrize("op,attrs", POOLS)
+def test_pooling(op, attrs):
+    x = rand(2, 3, 11, 12)
+    x[0, 0, 3, 4] = np.nan  # max pooling propagates NaN
+    x[1, 2, 0, 0] = -np.inf
+    report = compare(model([node(op, ["x"], **attrs)], {"x": x}, ["y"], opset=19), {"x": x})
+    assert report["ops_by_family"] == {"pool": 1}, report["ops_by_family"]
+
+
+def test_pooling_1d():
+    x = rand(2, 3, 17)
+    compare(model([node("MaxPool", ["x"], kernel_shape=[3], strides=[2], pads=[1, 1])], {"x": x}, ["y"]), {"x": x})
+    compare(model([node("AveragePool", ["x"], kernel_shape=[4], strides=[3], pads=[1, 2])], {"x": x}, ["y"]),
+            {"x": x})
+
+
+def _concat_ops(report):
+    return report["ops_by_family"].get("copy.concat", 0)
+
+
+def test_concat_inputs_written_in_place():
+    """Branches of a cell write their slices of the Concat output; nothing is copied."""
+    x = rand(1, 4, 6, 6)
+    consts = {"w": rand(4, 1, 3, 3, seed=1), "s": rand(1, 4, 1, 1, seed=2)}
+    nodes = [node("Conv", ["x", "w"], ["a"], kernel_shape=[3, 3], pads=[1, 1, 1, 1], group=4),
+             node("MaxPool", ["x"], ["b"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+             node("Relu", ["x"], ["r"]), node("Mul", ["r", "s"], ["c"]),
+             node("Concat", ["a", "b", "c"], ["cat"], axis=1), node("Sigmoid", ["cat"], ["y"])]
+    m = model(nodes, {"x": x}, ["y"], consts)
+    compare(m, {"x": x})
+    import rammer
+    from rammer.backends.cpu.compiler import compile_program
+
+    lowered = compile_program(rammer.load(m)).lowered
+    concat = [op for op in lowered.ops if op.family == "copy.concat"]
+    assert len(concat) == 1 and len(concat[0].extra["aliases"]) == 3 and concat[0].nbytes == 0
+
+
+def test_concat_input_also_read_by_another_op_and_graph_output():
+    x = rand(1, 3, 5, 5)
+    nodes = [node("Relu", ["x"], ["a"]), node("Sigmoid", ["x"], ["b"]),
+             node("Concat", ["a", "b", "a", "x"], ["cat"], axis=1),   # a twice, x is a graph input
+             node("Tanh", ["a"], ["t"]), node("Add", ["cat", "cat"], ["y"])]
+    compare(model(nodes, {"x": x}, ["y", "t", "a", "b"]), {"x": x})
+
+
+def test_concat_output_is_a_graph_output_and_nested_concats():
+    x = rand(1, 2, 4, 4)
+    nodes = [node("Relu", ["x"], ["a"]), node("Neg", ["x"], ["b"]), node("Exp", ["x"], ["c"]),
+             node("Concat", ["a", "b"], ["ab"], axis=1), node("Concat", ["c", "ab", "b"], ["y"], axis=1),
+             node("Abs", ["ab"], ["z"])]
+    compare(model(nodes, {"x": x}, ["y", "z", "ab"]), {"x": x})
+
+
+def test_concat_batched_and_inner_axis_fall_back_to_copies():
+    x = rand(2, 3, 4, 4)
+    nodes = [node("Relu", ["x"], ["a"]), node("Neg", ["x"], ["b"]),
+             node("Concat", ["a", "b"], ["c1"], axis=1), node("Concat", ["a", "b"], ["c2"], axis=3),
+             node("Concat", ["a", "b"], ["c0"], axis=0)]
+    compare(model(nodes, {"x": x}, ["c1", "c2", "c0"]), {"x": x})
+
+
+def test_concat_in_place_with_memory_reuse_in_a_chain():
+    """Long chains reuse arena memory; the in-place groups must not overlap live buffers."""
+    x = rand(1, 4, 8, 8)
+    nodes, prev = [], "x"
+    for k in range(6):
+        nodes += [node("Relu", [prev], [f"r{k}"]), node("Neg", [prev], [f"n{k}"]),
+                  node("AveragePool", [f"r{k}"], [f"p{k}"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+                  node("Concat", [f"p{k}", f"n{k}"], [f"c{k}"], axis=1),
+                  node("Conv", [f"c{k}", "w"], [f"o{k}"], kernel_shape=[1, 1])]
+        prev = f"o{k}"
+    compare(model(nodes, {"x": x}, [prev], {"w": rand(4, 8, 1, 1, seed=3) * 0.5}), {"x": x})
