@@ -258,20 +258,41 @@ def _phase_planes(F, src, H, W, ph, pw, sh, sw, Hq, Wq, P, fill):
                         row[t] = inp[t * sw]
 
 
+@njit(**_JIT)
+def _weights5(F, w, ws, c):
+    """The first c (<= 5) of the weights F[w], F[w + ws], ...; zeros after."""
+    z = f32(0.0)
+    return (F[w], F[w + ws] if c > 1 else z, F[w + 2 * ws] if c > 2 else z, F[w + 3 * ws] if c > 3 else z,
+            F[w + 4 * ws] if c > 4 else z)
+
+
 @njit(**dict(_JIT, fastmath={"contract"}))
-def _mac_run(acc, sa, sb, F, wa, wb, ws, c, L, two):
-    """acc[q] += sum_t F[wa + t*ws] * sa[q + t]  (+ the same with sb, wb if ``two``) for q < L, 1 <= c <= 5."""
-    a0 = F[wa]
-    a1 = F[wa + ws] if c > 1 else f32(0.0)
-    a2 = F[wa + 2 * ws] if c > 2 else f32(0.0)
-    a3 = F[wa + 3 * ws] if c > 3 else f32(0.0)
-    a4 = F[wa + 4 * ws] if c > 4 else f32(0.0)
-    if two:
-        b0 = F[wb]
-        b1 = F[wb + ws] if c > 1 else f32(0.0)
-        b2 = F[wb + 2 * ws] if c > 2 else f32(0.0)
-        b3 = F[wb + 3 * ws] if c > 3 else f32(0.0)
-        b4 = F[wb + 4 * ws] if c > 4 else f32(0.0)
+def _mac_run(acc, sa, sb, sc, F, wa, wb, wc, ws, c, L, rows):
+    """acc[q] += sum_t F[wa + t*ws] * sa[q + t] (+ the same for sb/wb, sc/wc as ``rows`` says) for q < L.
+
+    1 <= c <= 5 taps per row, 1 <= rows <= 3: written out, so that the
+    weights sit in registers and every loop vectorizes over q.
+    """
+    a0, a1, a2, a3, a4 = _weights5(F, wa, ws, c)
+    if rows == 1:
+        if c == 1:
+            for q in range(L):
+                acc[q] += a0 * sa[q]
+        elif c == 2:
+            for q in range(L):
+                acc[q] += a0 * sa[q] + a1 * sa[q + 1]
+        elif c == 3:
+            for q in range(L):
+                acc[q] += a0 * sa[q] + a1 * sa[q + 1] + a2 * sa[q + 2]
+        elif c == 4:
+            for q in range(L):
+                acc[q] += a0 * sa[q] + a1 * sa[q + 1] + a2 * sa[q + 2] + a3 * sa[q + 3]
+        else:
+            for q in range(L):
+                acc[q] += a0 * sa[q] + a1 * sa[q + 1] + a2 * sa[q + 2] + a3 * sa[q + 3] + a4 * sa[q + 4]
+        return
+    b0, b1, b2, b3, b4 = _weights5(F, wb, ws, c)
+    if rows == 2:
         if c == 1:
             for q in range(L):
                 acc[q] += a0 * sa[q] + b0 * sb[q]
@@ -291,21 +312,28 @@ def _mac_run(acc, sa, sb, F, wa, wb, ws, c, L, two):
                 acc[q] += (a0 * sa[q] + a1 * sa[q + 1] + a2 * sa[q + 2] + a3 * sa[q + 3] + a4 * sa[q + 4]
                            + b0 * sb[q] + b1 * sb[q + 1] + b2 * sb[q + 2] + b3 * sb[q + 3] + b4 * sb[q + 4])
         return
+    c0, c1, c2, c3, c4 = _weights5(F, wc, ws, c)
     if c == 1:
         for q in range(L):
-            acc[q] += a0 * sa[q]
+            acc[q] += a0 * sa[q] + b0 * sb[q] + c0 * sc[q]
     elif c == 2:
         for q in range(L):
-            acc[q] += a0 * sa[q] + a1 * sa[q + 1]
+            acc[q] += a0 * sa[q] + a1 * sa[q + 1] + b0 * sb[q] + b1 * sb[q + 1] + c0 * sc[q] + c1 * sc[q + 1]
     elif c == 3:
         for q in range(L):
-            acc[q] += a0 * sa[q] + a1 * sa[q + 1] + a2 * sa[q + 2]
+            acc[q] += (a0 * sa[q] + a1 * sa[q + 1] + a2 * sa[q + 2]
+                       + b0 * sb[q] + b1 * sb[q + 1] + b2 * sb[q + 2]
+                       + c0 * sc[q] + c1 * sc[q + 1] + c2 * sc[q + 2])
     elif c == 4:
         for q in range(L):
-            acc[q] += a0 * sa[q] + a1 * sa[q + 1] + a2 * sa[q + 2] + a3 * sa[q + 3]
+            acc[q] += (a0 * sa[q] + a1 * sa[q + 1] + a2 * sa[q + 2] + a3 * sa[q + 3]
+                       + b0 * sb[q] + b1 * sb[q + 1] + b2 * sb[q + 2] + b3 * sb[q + 3]
+                       + c0 * sc[q] + c1 * sc[q + 1] + c2 * sc[q + 2] + c3 * sc[q + 3])
     else:
         for q in range(L):
-            acc[q] += a0 * sa[q] + a1 * sa[q + 1] + a2 * sa[q + 2] + a3 * sa[q + 3] + a4 * sa[q + 4]
+            acc[q] += (a0 * sa[q] + a1 * sa[q + 1] + a2 * sa[q + 2] + a3 * sa[q + 3] + a4 * sa[q + 4]
+                       + b0 * sb[q] + b1 * sb[q + 1] + b2 * sb[q + 2] + b3 * sb[q + 3] + b4 * sb[q + 4]
+                       + c0 * sc[q] + c1 * sc[q + 1] + c2 * sc[q + 2] + c3 * sc[q + 3] + c4 * sc[q + 4])
 
 
 @njit(**_JIT)
@@ -316,16 +344,25 @@ def _run_split(n):
 
 
 @njit(**_JIT)
+def _row_offset(i, dh, sh, sw, plane, Wq):
+    """Where kernel row i's taps start in the phase planes (for output row 0)."""
+    return (i * dh) % sh * sw * plane + (i * dh) // sh * Wq
+
+
+@njit(**_JIT)
 def _window_sweeps(F, acc, P, wrow, kh, kw, sh, sw, dh, dw, Hq, Wq, L):
     """acc[q] += sum over taps (i, j) of F[wrow + i*kw + j] * tap (i, j) of the phase planes at P."""
     plane = Hq * Wq
     i = 0
     while i < kh:
-        two = i + 1 < kh
-        ra = (i * dh) % sh * sw * plane + (i * dh) // sh * Wq
-        rb = ((i + 1) * dh) % sh * sw * plane + ((i + 1) * dh) // sh * Wq if two else ra
+        # up to three kernel rows per sweep (5 x 5: rows 0-2, then 3-4)
+        rows = min(3, kh - i) if kh - i != 4 else 2
+        ra = _row_offset(i, dh, sh, sw, plane, Wq)
+        rb = _row_offset(i + 1, dh, sh, sw, plane, Wq) if rows > 1 else ra
+        rc = _row_offset(i + 2, dh, sh, sw, plane, Wq) if rows > 2 else ra
         wa = wrow + i * kw
-        wb = wa + kw if two else wa
+        wb = wa + kw if rows > 1 else wa
+        wc = wa + 2 * kw if rows > 2 else wa
         if dw == 1:
             # phase b holds taps j = b, b + sw, ...: consecutive columns of that phase plane
             for b in range(min(sw, kw)):
@@ -334,16 +371,17 @@ def _window_sweeps(F, acc, P, wrow, kh, kw, sh, sw, dh, dw, Hq, Wq, L):
                 t = 0
                 while t < n:
                     c = min(step, n - t)
-                    oa = ra + b * plane + t
-                    ob = rb + b * plane + t
-                    _mac_run(acc, P[oa:oa + L + c - 1], P[ob:ob + L + c - 1], F, wa + b + t * sw, wb + b + t * sw,
-                             sw, c, L, two)
+                    o = b * plane + t
+                    e = o + L + c - 1
+                    _mac_run(acc, P[ra + o:ra + e], P[rb + o:rb + e], P[rc + o:rc + e], F,
+                             wa + b + t * sw, wb + b + t * sw, wc + b + t * sw, sw, c, L, rows)
                     t += c
         else:
             for j in range(kw):
-                off = (j * dw) % sw * plane + (j * dw) // sw
-                _mac_run(acc, P[ra + off:ra + off + L], P[rb + off:rb + off + L], F, wa + j, wb + j, 1, 1, L, two)
-        i += 2
+                o = (j * dw) % sw * plane + (j * dw) // sw
+                _mac_run(acc, P[ra + o:ra + o + L], P[rb + o:rb + o + L], P[rc + o:rc + o + L], F,
+                         wa + j, wb + j, wc + j, 1, 1, L, rows)
+        i += rows
 
 
 @njit(**_JIT)
