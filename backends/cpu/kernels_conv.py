@@ -17,7 +17,11 @@ reads (:func:`pack_weights`):
 Descriptor (int64 side table), after the shared window words of
 :mod:`.kernels_nn` (x, C, H, W, kh, kw, sh, sw, ph, pw, dh, dw, OH, OW, out)::
 
-    [groups, cg, mg, w_packed, Mpad, KC, NC, epilogue, panel_scratch]
+    [groups, cg, mg, w_packed, Mpad, KC, NC, epilogue, panel_scratch, padded_width]
+
+Scratch from ``panel_scratch``: the B panels (KC x NC rounded up to NR
+columns), one MR x NR edge tile, NR floats of slack, then the zero-padded
+input rows of the task (cg x rows x padded_width, plus NR floats of slack).
 
 Task row: ``[desc, b0, b1, m0, m1, q0, q1]`` with m0 a multiple of MR.
 """
@@ -37,7 +41,7 @@ from .ukernel import MR, NR, ukernel
 f32 = np.float32
 _JIT = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
 
-(C_GROUPS, C_CG, C_MG, C_WPACK, C_MPAD, C_KC, C_NC, C_EPI, C_PANEL) = range(WIN_LEN, WIN_LEN + 9)
+(C_GROUPS, C_CG, C_MG, C_WPACK, C_MPAD, C_KC, C_NC, C_EPI, C_PANEL, C_WP) = range(WIN_LEN, WIN_LEN + 10)
 
 
 def pack_weights(w: np.ndarray, groups: int, kc: int) -> np.ndarray:
@@ -62,77 +66,100 @@ def pack_weights(w: np.ndarray, groups: int, kc: int) -> np.ndarray:
 
 
 @njit(**_JIT)
-def _gather_panel(F, xb, H, W, kh, kw, sh, sw, ph, pw, dh, dw, OW, p0, kc, q0, nc, pb):
-    """F[pb + jp*kc*NR + k*NR + t] = col[p0 + k, q0 + jp*NR + t] for the nc pixels from q0.
-
-    ``col[(c*kh + i)*kw + j, oh*OW + ow] = x[c, oh*sh - ph + i*dh, ow*sw - pw + j*dw]``
-    (0 outside the input).  Pixels are walked in runs that stay inside one
-    output row and one NR panel, so each run is one contiguous copy when the
-    stride is 1.  Columns past nc in the last panel are left as they are:
-    their products only reach the discarded part of an edge tile.
-    """
-    taps = kh * kw
+def _gather_pointwise(F, xb, H, W, p0, kc, q0, nc, pb):
+    """The B panel of a 1x1 stride-1 convolution: col row k is input plane p0 + k itself."""
     hw = H * W
     qe = q0 + nc
-    pointwise = taps == 1 and sh == 1 and sw == 1 and ph == 0 and pw == 0 and OW == W
     for k in range(kc):
-        r = p0 + k
-        c = r // taps
-        t = r - c * taps
-        i = t // kw
-        j = t - i * kw
-        src = xb + c * hw
+        src = xb + (p0 + k) * hw
         row = pb + k * NR
-        if pointwise:
-            # a 1x1 stride-1 convolution: col row k is the input plane itself
-            q = q0
-            while q < qe:
-                rel = q - q0
-                jp = rel // NR
-                jj = rel - jp * NR
-                run = min(qe - q, NR - jj)
-                dst = F[row + jp * kc * NR + jj:row + jp * kc * NR + jj + run]
-                inp = F[src + q:src + q + run]
-                for u in range(run):
-                    dst[u] = inp[u]
-                q += run
-            continue
         q = q0
-        oh = q0 // OW
-        ow = q0 - oh * OW
         while q < qe:
             rel = q - q0
             jp = rel // NR
             jj = rel - jp * NR
-            run = min(qe - q, OW - ow, NR - jj)
+            run = min(qe - q, NR - jj)
             dst = F[row + jp * kc * NR + jj:row + jp * kc * NR + jj + run]
-            ih = oh * sh - ph + i * dh
-            if ih < 0 or ih >= H:
-                for u in range(run):
-                    dst[u] = f32(0.0)
-            elif sw == 1:
-                # input column of ow is ow - pw + j*dw; valid where it lies in [0, W)
-                shift = j * dw - pw
-                lo = min(max(-shift, ow), ow + run)
-                hi = max(min(W - shift, ow + run), lo)
-                for u in range(lo - ow):
-                    dst[u] = f32(0.0)
-                base = src + ih * W + shift
-                inp = F[base + lo:base + hi]
-                for u in range(hi - lo):
-                    dst[lo - ow + u] = inp[u]
-                for u in range(hi - ow, run):
-                    dst[u] = f32(0.0)
-            else:
-                rowbase = src + ih * W
-                for u in range(run):
-                    iw = (ow + u) * sw - pw + j * dw
-                    dst[u] = F[rowbase + iw] if 0 <= iw < W else f32(0.0)
+            inp = F[src + q:src + q + run]
+            for u in range(run):
+                dst[u] = inp[u]
             q += run
-            ow += run
-            if ow == OW:
+
+
+@njit(**_JIT)
+def _pad_rows(F, xb, cg, H, W, ph, pw, r0, rows, Wp, P):
+    """P[c, r, w] = x[c, r0 + r - ph, w - pw] (0 outside) for rows [0, rows) of a zero-padded input."""
+    plane = rows * Wp
+    for c in range(cg):
+        base = c * plane
+        for r in range(rows):
+            ih = r0 + r - ph
+            dst = P[base + r * Wp:base + (r + 1) * Wp]
+            if ih < 0 or ih >= H:
+                for u in range(Wp):
+                    dst[u] = f32(0.0)
+                continue
+            for u in range(pw):
+                dst[u] = f32(0.0)
+            src = F[xb + (c * H + ih) * W:xb + (c * H + ih + 1) * W]
+            for u in range(W):
+                dst[pw + u] = src[u]
+            for u in range(pw + W, Wp):
+                dst[u] = f32(0.0)
+
+
+@njit(**_JIT)
+def _gather_padded(F, pp, rows, Wp, kh, kw, sh, sw, dh, dw, OW, r0, p0, kc, q0, nc, pb):
+    """F[pb + jp*kc*NR + k*NR + t] = col[p0 + k, q0 + jp*NR + t] from the padded rows at F[pp:].
+
+    ``col[(c*kh + i)*kw + j, oh*OW + ow] = Xpad[c, oh*sh + i*dh - r0, ow*sw + j*dw]``.
+    Each panel's pixels are walked in runs inside one output row; with unit
+    stride a run is copied as one whole NR-float vector block (the excess
+    lands in slots written later, or in the slack after the panels), so no
+    run pays for a scalar remainder loop.  Columns past nc in the last panel
+    hold junk: their products only reach the discarded part of an edge tile.
+    """
+    taps = kh * kw
+    plane = rows * Wp
+    qe = q0 + nc
+    for jp in range((nc + NR - 1) // NR):
+        qa = q0 + jp * NR
+        qb = min(qa + NR, qe)
+        oh0 = qa // OW
+        ow0 = qa - oh0 * OW
+        panel = pb + jp * kc * NR
+        c = p0 // taps
+        t = p0 - c * taps
+        i = t // kw
+        j = t - i * kw
+        for k in range(kc):
+            src = pp + c * plane + (i * dh - r0) * Wp + j * dw
+            dst = panel + k * NR
+            q = qa
+            oh = oh0
+            ow = ow0
+            while q < qb:
+                run = min(qb - q, OW - ow)
+                s = src + oh * sh * Wp + ow * sw
+                d = dst + q - qa
+                if sw == 1:
+                    out = F[d:d + NR]
+                    inp = F[s:s + NR]
+                    for u in range(NR):
+                        out[u] = inp[u]
+                else:
+                    for u in range(run):
+                        F[d + u] = F[s + u * sw]
+                q += run
                 ow = 0
                 oh += 1
+            j += 1
+            if j == kw:
+                j = 0
+                i += 1
+                if i == kh:
+                    i = 0
+                    c += 1
 
 
 @njit(**_JIT)
@@ -163,24 +190,35 @@ def k_convp(F, B, I, J, X, R, p, sbase):
     pb = sbase + X[d + C_PANEL]
     pt = pb + KC * ((NC + NR - 1) // NR) * NR
     tile = F[pt:pt + MR * NR]
+    pp = pt + MR * NR + NR  # padded input rows (after the tile and the panels' overrun slack)
     m0 = p[3]
     m1 = p[4]
     ohw = OH * OW
     K = cg * kh * kw
     M = groups * mg
+    pointwise = kh == 1 and kw == 1 and sh == 1 and sw == 1 and ph == 0 and pw == 0 and OW == W and OH == H
+    Wp = X[d + C_WP]
+    # padded input rows the task's pixels reach
+    r0 = (p[5] // OW) * sh
+    r1 = ((p[6] - 1) // OW) * sh + (kh - 1) * dh + 1
     for b in range(p[1], p[2]):
         n = b // groups
         g = b - n * groups
         xb = X[d + W_X] + (n * C + g * cg) * H * W
         out = X[d + W_OUT] + (n * M + g * mg) * ohw
         wg = wpack + g * mpad * K
+        if not pointwise:
+            _pad_rows(F, xb, cg, H, W, ph, pw, r0, r1 - r0, Wp, F[pp:pp + cg * (r1 - r0) * Wp])
         qc = p[5]
         while qc < p[6]:
             nc = min(NC, p[6] - qc)
             pc = 0
             while pc < K:
                 kc = min(KC, K - pc)
-                _gather_panel(F, xb, H, W, kh, kw, sh, sw, ph, pw, dh, dw, OW, pc, kc, qc, nc, pb)
+                if pointwise:
+                    _gather_pointwise(F, xb, H, W, pc, kc, qc, nc, pb)
+                else:
+                    _gather_padded(F, pp, r1 - r0, Wp, kh, kw, sh, sw, dh, dw, OW, r0, pc, kc, qc, nc, pb)
                 first = pc == 0
                 for ir in range(m0, m1, MR):
                     rows = min(MR, m1 - ir)

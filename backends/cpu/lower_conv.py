@@ -137,7 +137,13 @@ def implicit_conv_op(lw: Lowerer, name: str, nodes: tuple[Node, ...], x: View, w
     mpad = -(-mg // MR) * MR
     wp = lw.const_view(pack_weights(np.asarray(w_arr), groups, kc))
     regs = prog.n_registers() * BLOCK if prog is not None else 0
-    panel = kc * (-(-nc // NR)) * NR + MR * NR
+    sh, sw, pw, dh, dw = geo[6], geo[7], geo[9], geo[10], geo[11]
+    wp_width = max(geo[3] + pw, (OW - 1) * sw + (kw - 1) * dw + 1)
+    pad_rows = (OH - 1) * sh + (kh - 1) * dh + 1
+    if kh == kw == 1 and sh == sw == 1 and geo[8] == pw == 0 and (OH, OW) == (geo[2], geo[3]):
+        pad_rows = 0  # the pointwise gather reads the input planes directly
+    # B panels, edge tile, overrun slack, zero-padded input rows of one group, slack (kernels_conv.py)
+    panel = kc * (-(-nc // NR)) * NR + MR * NR + NR + cg * pad_rows * wp_width + NR
     flops = 2.0 * blocks * mg * ohw * K
     nbytes = 4.0 * (x.size + wp.size + out.size * (1 + (len(prog.inputs) if prog else 0)))
     reads = {x.buffer, wp.buffer} | ({v.buffer for v, _ in prog.inputs} if prog else set())
@@ -166,7 +172,8 @@ def implicit_conv_op(lw: Lowerer, name: str, nodes: tuple[Node, ...], x: View, w
 
     def emit(ctx: EmitContext, parts: list) -> list[Row]:
         epi = prog.emit(ctx.side, ctx.locate, space) if prog is not None else -1
-        words = _resolve(ctx, _window_desc(x, out, geo) + [groups, cg, mg, wp, mpad, kc, nc, epi, regs])
+        words = _resolve(ctx, _window_desc(x, out, geo) + [groups, cg, mg, wp, mpad, kc, nc, epi, regs,
+                                                           wp_width])
         desc = ctx.side.add_ints(words)
         return [("k_convp", [desc, *part]) for part in parts]
 
