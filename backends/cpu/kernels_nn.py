@@ -211,6 +211,10 @@ _MAX_RUN = 5
 #: scalar remainder of up to 15 iterations costs as much as the vector part on
 #: an 8x8 plane.  The extra lanes read up to _SLACK elements past the planes.
 _SLACK = 16
+#: Output planes up to this many pixels are computed tap by tap (see k_dwconv).
+_TINY_PLANE = 4
+#: Output floats per epilogue call of the depthwise kernel (16 KiB: still in L1).
+_EPI_GROUP = 4096
 
 
 def window_scratch(OH: int, OW: int, kh: int, kw: int, sh: int, sw: int, dh: int, dw: int) -> int:
@@ -349,9 +353,17 @@ def _row_offset(i, dh, sh, sw, plane, Wq):
     return (i * dh) % sh * sw * plane + (i * dh) // sh * Wq
 
 
+#: Columns of a sweep plan row: start of each row's slice in the planes, its weights
+#: (relative to the channel's), weight step, taps per row, rows.
+_PLAN_COLS = 9
+
+
 @njit(**_JIT)
-def _window_sweeps(F, acc, P, wrow, kh, kw, sh, sw, dh, dw, Hq, Wq, L):
-    """acc[q] += sum over taps (i, j) of F[wrow + i*kw + j] * tap (i, j) of the phase planes at P."""
+def _sweep_plan(kh, kw, sh, sw, dh, dw, Hq, Wq):
+    """The sweeps covering every tap, computed once per task (the index arithmetic
+    divides by strides and dilations: too slow to redo for every small plane)."""
+    plan = np.empty((kh * kw, _PLAN_COLS), np.int64)
+    k = 0
     plane = Hq * Wq
     i = 0
     while i < kh:
@@ -360,7 +372,7 @@ def _window_sweeps(F, acc, P, wrow, kh, kw, sh, sw, dh, dw, Hq, Wq, L):
         ra = _row_offset(i, dh, sh, sw, plane, Wq)
         rb = _row_offset(i + 1, dh, sh, sw, plane, Wq) if rows > 1 else ra
         rc = _row_offset(i + 2, dh, sh, sw, plane, Wq) if rows > 2 else ra
-        wa = wrow + i * kw
+        wa = i * kw
         wb = wa + kw if rows > 1 else wa
         wc = wa + 2 * kw if rows > 2 else wa
         if dw == 1:
@@ -372,16 +384,32 @@ def _window_sweeps(F, acc, P, wrow, kh, kw, sh, sw, dh, dw, Hq, Wq, L):
                 while t < n:
                     c = min(step, n - t)
                     o = b * plane + t
-                    e = o + L + c - 1
-                    _mac_run(acc, P[ra + o:ra + e], P[rb + o:rb + e], P[rc + o:rc + e], F,
-                             wa + b + t * sw, wb + b + t * sw, wc + b + t * sw, sw, c, L, rows)
+                    j = b + t * sw
+                    plan[k, 0], plan[k, 1], plan[k, 2] = ra + o, rb + o, rc + o
+                    plan[k, 3], plan[k, 4], plan[k, 5] = wa + j, wb + j, wc + j
+                    plan[k, 6], plan[k, 7], plan[k, 8] = sw, c, rows
+                    k += 1
                     t += c
         else:
             for j in range(kw):
                 o = (j * dw) % sw * plane + (j * dw) // sw
-                _mac_run(acc, P[ra + o:ra + o + L], P[rb + o:rb + o + L], P[rc + o:rc + o + L], F,
-                         wa + j, wb + j, wc + j, 1, 1, L, rows)
+                plan[k, 0], plan[k, 1], plan[k, 2] = ra + o, rb + o, rc + o
+                plan[k, 3], plan[k, 4], plan[k, 5] = wa + j, wb + j, wc + j
+                plan[k, 6], plan[k, 7], plan[k, 8] = 1, 1, rows
+                k += 1
         i += rows
+    return plan[:k]
+
+
+@njit(**_JIT)
+def _window_sweeps(F, acc, P, wrow, plan, L):
+    """acc[q] += sum over taps (i, j) of F[wrow + i*kw + j] * tap (i, j) of the phase planes at P."""
+    for k in range(plan.shape[0]):
+        c = plan[k, 7]
+        e = L + c - 1
+        oa, ob, oc = plan[k, 0], plan[k, 1], plan[k, 2]
+        _mac_run(acc, P[oa:oa + e], P[ob:ob + e], P[oc:oc + e], F, wrow + plan[k, 3], wrow + plan[k, 4],
+                 wrow + plan[k, 5], plan[k, 6], c, L, plan[k, 8])
 
 
 @njit(**_JIT)
@@ -420,28 +448,73 @@ def k_dwconv(F, B, I, J, X, R, p, sbase):
     L = (OH - 1) * Wq + OW
     Lr = (L + _SLACK - 1) // _SLACK * _SLACK
     acc = F[pbase + nplanes:pbase + nplanes + Lr]
+    # Tiny planes (late MobileNet stages): per-plane sweep set-up would cost
+    # more than the arithmetic, so each output is a plain loop over its taps.
+    tiny = OH * OW <= _TINY_PLANE
+    plan = _sweep_plan(kh, kw, sh, sw, dh, dw, Hq, Wq)
     for n in range(p[1], p[2]):
+        # The epilogue runs over groups of finished planes that are still in L1 (one call per plane is
+        # costly on small planes).
+        pending = n * M + p[3] * mult
         for c in range(p[3], p[4]):
             src = X[d + W_X] + (n * C + c) * H * W
-            if direct:
-                # (the rounded-up lanes read a little of what follows the plane: junk columns only)
-                P = F[src:src + H * W + _SLACK]
+            if tiny:
+                for k in range(mult):
+                    m = c * mult + k
+                    _direct_plane(F, src, H, W, kh, kw, sh, sw, ph, pw, dh, dw, OH, OW, w_off + m * kh * kw,
+                                  X[d + W_OUT] + (n * M + m) * OH * OW)
             else:
-                P = F[pbase:pbase + nplanes]
-                _phase_planes(F, src, H, W, ph, pw, sh, sw, Hq, Wq, P, f32(0.0))
-            for k in range(mult):
-                m = c * mult + k
-                for q in range(Lr):
-                    acc[q] = f32(0.0)
-                _window_sweeps(F, acc, P, w_off + m * kh * kw, kh, kw, sh, sw, dh, dw, Hq, Wq, Lr)
-                dst = X[d + W_OUT] + (n * M + m) * OH * OW
-                for oh in range(OH):
-                    orow = F[dst + oh * OW:dst + oh * OW + OW]
-                    arow = acc[oh * Wq:oh * Wq + OW]
-                    for ow in range(OW):
-                        orow[ow] = arow[ow]
-                if epi >= 0:
-                    ew_run(F, B, I, J, X, R, epi, n * M + m, n * M + m + 1, 0, OH * OW, sbase)
+                if direct:
+                    # (the rounded-up lanes read a little of what follows the plane: junk columns only)
+                    P = F[src:src + H * W + _SLACK]
+                else:
+                    P = F[pbase:pbase + nplanes]
+                    _phase_planes(F, src, H, W, ph, pw, sh, sw, Hq, Wq, P, f32(0.0))
+                for k in range(mult):
+                    m = c * mult + k
+                    for q in range(Lr):
+                        acc[q] = f32(0.0)
+                    _window_sweeps(F, acc, P, w_off + m * kh * kw, plan, Lr)
+                    dst = X[d + W_OUT] + (n * M + m) * OH * OW
+                    for oh in range(OH):
+                        orow = F[dst + oh * OW:dst + oh * OW + OW]
+                        arow = acc[oh * Wq:oh * Wq + OW]
+                        for ow in range(OW):
+                            orow[ow] = arow[ow]
+            done = n * M + (c + 1) * mult
+            if epi >= 0 and ((done - pending) * OH * OW >= _EPI_GROUP or c == p[4] - 1):
+                ew_run(F, B, I, J, X, R, epi, pending, done, 0, OH * OW, sbase)
+                pending = done
+
+
+@njit(**_JIT)
+def _direct_plane(F, src, H, W, kh, kw, sh, sw, ph, pw, dh, dw, OH, OW, wb, dst):
+    """One output plane, each pixel a loop over its taps inside the input (for tiny planes)."""
+    for oh in range(OH):
+        h0 = oh * sh - ph
+        # kernel rows i with 0 <= h0 + i*dh < H
+        # (integer divisions only with dilation: they would cost more than the taps)
+        if dh == 1:
+            i_lo = max(0, -h0)
+            i_hi = min(kh, H - h0)
+        else:
+            i_lo = (-h0 + dh - 1) // dh if h0 < 0 else 0
+            i_hi = min(kh, (H - 1 - h0) // dh + 1) if H - 1 - h0 >= 0 else 0
+        for ow in range(OW):
+            w0 = ow * sw - pw
+            if dw == 1:
+                j_lo = max(0, -w0)
+                j_hi = min(kw, W - w0)
+            else:
+                j_lo = (-w0 + dw - 1) // dw if w0 < 0 else 0
+                j_hi = min(kw, (W - 1 - w0) // dw + 1) if W - 1 - w0 >= 0 else 0
+            s = f32(0.0)
+            for i in range(i_lo, i_hi):
+                row = src + (h0 + i * dh) * W + w0
+                wr = wb + i * kw
+                for j in range(j_lo, j_hi):
+                    s += F[wr + j] * F[row + j * dw]
+            F[dst + oh * OW + ow] = s
 
 
 @njit(**_JIT)
