@@ -222,7 +222,7 @@ def window_scratch(OH: int, OW: int, kh: int, kw: int, sh: int, sw: int, dh: int
     hq = ((OH - 1) * sh + (kh - 1) * dh + sh) // sh
     wq = ((OW - 1) * sw + (kw - 1) * dw + sw) // sw
     # planes + slack read by the rounded-up sweeps, accumulator (rounded up), 1/counts of pooling
-    return sh * sw * hq * wq + _SLACK + OH * wq + _SLACK + OH + OW + 16
+    return sh * sw * hq * wq + _SLACK + OH * wq + _SLACK + OH + OW + kh * kw + 16
 
 
 @njit(**_JIT)
@@ -544,27 +544,14 @@ def _max_run(acc, s, c, L):
 
 
 @njit(**_JIT)
-def _sum_run(acc, s, c, L):
-    """acc[q] += s[q] + ... + s[q + c - 1], c <= 3."""
-    if c == 1:
-        for q in range(L):
-            acc[q] += s[q]
-    elif c == 2:
-        for q in range(L):
-            acc[q] += s[q] + s[q + 1]
-    else:
-        for q in range(L):
-            acc[q] += s[q] + s[q + 1] + s[q + 2]
-
-
-@njit(**_JIT)
 def k_pool(F, B, I, J, X, R, p, sbase):
     """Max (mode 0) or average (mode 1) pooling of planes [q0, q1) (q = n * C + c).
 
     Row: [desc, q0, q1].  Descriptor tail: [mode, lo_h, hi_h, lo_w, hi_w,
     scratch]: taps whose padded coordinate falls in [lo, hi) count towards
     the average.  Like depthwise convolution: phase planes padded with -inf
-    (max) or 0 (average), then flat sweeps of up to 3 taps.
+    (max) or 0 (average), then flat sweeps: the depthwise ones over weights of 1
+    (average), or runs of up to 3 taps (max).
     """
     d = p[0]
     H = X[d + W_H]
@@ -594,6 +581,11 @@ def k_pool(F, B, I, J, X, R, p, sbase):
     cnt0 = pbase + nplanes + OH * Wq + _SLACK
     inv_h = F[cnt0:cnt0 + OH]
     inv_w = F[cnt0 + OH:cnt0 + OH + OW]
+    # Average pooling sums with the depthwise sweeps over weights of one (exact products).
+    ones = cnt0 + OH + OW
+    for t in range(kh * kw):
+        F[ones + t] = f32(1.0)
+    plan = _sweep_plan(kh, kw, sh, sw, dh, dw, Hq, Wq)
     if mode == 1:
         # 1 / (taps counted along each axis): the count is separable.
         for oh in range(OH):
@@ -624,7 +616,9 @@ def k_pool(F, B, I, J, X, R, p, sbase):
         _phase_planes(F, src, H, W, ph, pw, sh, sw, Hq, Wq, P, fill)
         for t in range(Lr):
             acc[t] = fill
-        for i in range(kh):
+        if mode == 1:
+            _window_sweeps(F, acc, P, ones, plan, Lr)
+        for i in range(kh if mode == 0 else 0):
             r = (i * dh) % sh * sw * plane + (i * dh) // sh * Wq
             if dw == 1:
                 for b in range(min(sw, kw)):
@@ -633,18 +627,12 @@ def k_pool(F, B, I, J, X, R, p, sbase):
                     while t < n:
                         c = min(3, n - t)
                         o = r + b * plane + t
-                        if mode == 0:
-                            _max_run(acc, P[o:o + Lr + c - 1], c, Lr)
-                        else:
-                            _sum_run(acc, P[o:o + Lr + c - 1], c, Lr)
+                        _max_run(acc, P[o:o + Lr + c - 1], c, Lr)
                         t += c
             else:
                 for j in range(kw):
                     o = r + (j * dw) % sw * plane + (j * dw) // sw
-                    if mode == 0:
-                        _max_run(acc, P[o:o + Lr], 1, Lr)
-                    else:
-                        _sum_run(acc, P[o:o + Lr], 1, Lr)
+                    _max_run(acc, P[o:o + Lr], 1, Lr)
         for oh in range(OH):
             orow = F[dst + oh * OW:dst + oh * OW + OW]
             arow = acc[oh * Wq:oh * Wq + OW]
