@@ -85,12 +85,16 @@ def test_conv_without_bias_and_tiny_k():
     compare(m, feeds)
 
 
-def test_conv_split_into_many_rtasks(monkeypatch):
-    # Small blocks force several K blocks, pixel chunks and output-channel tiles per rTask.
+@pytest.mark.parametrize("x_shape,w_shape", [
+    ((1, 10, 23, 21), (50, 10, 3, 3)),  # two vEUs split the pixels (the second starts mid-row)
+    ((1, 10, 6, 6), (50, 10, 3, 3)),    # too few pixels: they split the output channels
+])
+def test_conv_split_into_many_rtasks(monkeypatch, x_shape, w_shape):
+    # Small blocks force several K blocks and pixel chunks per rTask.
     monkeypatch.setattr(lower_conv, "IMPLICIT_KC", 24)
     monkeypatch.setattr(lower_conv, "IMPLICIT_NC", 64)
     monkeypatch.setattr(lower_conv, "IMPLICIT_MIN_PIXELS", 32)
-    m, feeds = _conv((1, 10, 23, 21), (50, 10, 3, 3), epilogue=("Relu",), pads=[1, 1, 1, 1])
+    m, feeds = _conv(x_shape, w_shape, epilogue=("Relu",), pads=[1, 1, 1, 1])
     compare(m, feeds, veus=2)
 
 
