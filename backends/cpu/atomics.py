@@ -123,7 +123,7 @@ def cpu_relax(typingctx):
 # called through ctypes, whose pointers would stop numba from caching the
 # compiled workers); registering their addresses makes the JIT resolve them.
 _libc = ctypes.CDLL(None)
-for _name in ("sched_yield", "usleep"):
+for _name in ("sched_yield", "usleep", "sched_getcpu"):
     llvm_binding.add_symbol(_name, ctypes.cast(getattr(_libc, _name), ctypes.c_void_p).value)
 
 
@@ -227,6 +227,62 @@ def pin_to_core(typingctx, core):
         return builder.sext(res, i64)
 
     return types.int64(core), codegen
+
+
+@intrinsic
+def current_cpu(typingctx):
+    """``sched_getcpu()``: the core the calling thread runs on now (-1 on failure)."""
+
+    def codegen(context, builder, sig, args):
+        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.IntType(32), []), "sched_getcpu")
+        return builder.sext(builder.call(fn, []), ir.IntType(64))
+
+    return types.int64(), codegen
+
+
+@intrinsic
+def set_affinity(typingctx, words, skip_core):
+    """``sched_setaffinity(0, ...)`` for the calling thread: the cores whose bits are set in
+    ``words`` (an int64 array laid out as glibc's cpu_set_t), except ``skip_core`` when >= 0.
+
+    Returns the syscall's result (0 on success; an empty set fails and changes nothing).
+    """
+    if not (_is_i64_array(words) and isinstance(skip_core, types.Integer)):
+        return None
+
+    def codegen(context, builder, sig, args):
+        i64 = ir.IntType(64)
+        i32 = ir.IntType(32)
+        arr_t = ir.ArrayType(i64, _CPUSET_WORDS)
+        mask = cgutils.alloca_once(builder, arr_t)
+        ary = context.make_array(sig.args[0])(context, builder, args[0])
+        skip = context.cast(builder, args[1], sig.args[1], types.int64)
+        for w in range(_CPUSET_WORDS):
+            word = builder.load(builder.gep(ary.data, [ir.Constant(i64, w)]))
+            here = builder.icmp_signed("==", builder.lshr(skip, ir.Constant(i64, 6)), ir.Constant(i64, w))
+            here = builder.and_(here, builder.icmp_signed(">=", skip, ir.Constant(i64, 0)))
+            bit = builder.shl(ir.Constant(i64, 1), builder.and_(skip, ir.Constant(i64, 63)))
+            cleared = builder.and_(word, builder.not_(bit))
+            builder.store(builder.select(here, cleared, word), builder.gep(mask, [ir.Constant(i32, 0),
+                                                                                ir.Constant(i32, w)]))
+        fnty = ir.FunctionType(i32, [i32, i64, ir.IntType(8).as_pointer()])
+        fn = cgutils.get_or_insert_function(builder.module, fnty, "sched_setaffinity")
+        res = builder.call(fn, [ir.Constant(i32, 0), ir.Constant(i64, _CPUSET_WORDS * 8),
+                                builder.bitcast(mask, ir.IntType(8).as_pointer())])
+        return builder.sext(res, i64)
+
+    return types.int64(words, skip_core), codegen
+
+
+def cpuset_words(cores) -> "np.ndarray":
+    """The cores as an int64 array in glibc's cpu_set_t layout (for :func:`set_affinity`)."""
+    import numpy as np
+
+    words = np.zeros(_CPUSET_WORDS, dtype=np.int64)
+    for c in cores:
+        if 0 <= c < _CPUSET_WORDS * 64:
+            words[c // 64] |= np.int64(1) << np.int64(c % 64) if c % 64 < 63 else np.int64(-(1 << 63))
+    return words
 
 
 # -- calling compiled kernels through their addresses ----------------------------------

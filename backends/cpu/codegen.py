@@ -173,6 +173,7 @@ import os
 
 import numpy as np
 
+from rammer.backends.cpu.atomics import cpuset_words
 from rammer.backends.cpu.driver import run
 from rammer.backends.cpu.entries import entry_address
 
@@ -213,7 +214,7 @@ def main():
         k = step["segment"]
         counters[:] = 0
         run(arena, tables["X"], tables["R"], tables["T"], tables[f"starts{{k}}"], tables[f"ends{{k}}"], entries,
-            counters, status, cores, 1_000_000)
+            counters, status, cores, cpuset_words(sorted(os.sched_getaffinity(0))), 1_000_000)
         assert not status.any(), status
     for name, placement in OUTPUTS.items():
         out = view(arena, placement)

@@ -15,7 +15,8 @@ from . import _numba_cache  # noqa: F401  (drops stale numba caches first)
 
 from numba import njit, prange
 
-from .atomics import atomic_add, call_kernel, data_ptr, pin_to_core, store_release, wait_at_least
+from .atomics import (atomic_add, call_kernel, current_cpu, data_ptr, pin_to_core, set_affinity, store_release,
+                      wait_at_least)
 
 #: Progress counters sit 64 bytes apart (one cache line per vEU).
 STRIDE = 8
@@ -46,10 +47,24 @@ def walk(v, arena, X, R, T, start, end, entries, counters, abort, max_sleeps):
 
 
 @njit(parallel=True, nogil=True, cache=True)
-def run(arena, X, R, T, starts, ends, entries, counters, status, cores, max_sleeps):
+def run(arena, X, R, T, starts, ends, entries, counters, status, cores, allowed, max_sleeps):
+    """One launch: every vEU walks its rows.  ``cores[v]`` >= 0 pins vEU v there
+    for good; ``allowed`` is the process's cores (cpu_set_t words).
+
+    An unpinned worker that wakes on the caller's core moves off it for this
+    launch.  After an idle spell Linux tends to wake a pool worker on the
+    waker's core (wake-affine); two vEUs time-slicing one core through spin
+    barriers made a 3 ms model take 12 ms.
+    """
     n = starts.shape[0]
     abort = n * STRIDE
+    master = current_cpu()
     for v in prange(n):
+        moved = False
         if cores[v] >= 0:
             pin_to_core(cores[v])
+        elif v > 0 and master >= 0 and current_cpu() == master:
+            moved = set_affinity(allowed, master) == 0
         status[v] = walk(v, arena, X, R, T, starts[v], ends[v], entries, counters, abort, max_sleeps)
+        if moved:
+            set_affinity(allowed, -1)

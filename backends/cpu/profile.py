@@ -40,7 +40,7 @@ def profile_ops(exe: CpuExecutable, compiled: Compiled, feeds: Mapping[str, np.n
             for _ in range(repeat):
                 t = time.perf_counter()
                 driver_run(exe.arena, program.X, program.R, table, one * 0, ends, exe._entries, counters, status,
-                           cores, exe.max_sleeps)
+                           cores, exe.allowed, exe.max_sleeps)
                 best = min(best, time.perf_counter() - t)
             op = ops[i]
             out.append({"op": op.name, "family": op.family, "nodes": len(op.nodes), "tasks": len(rows),

@@ -20,7 +20,9 @@ from rammer.errors import FeedError, OpExecutionError
 from rammer.interpreter import run_graph
 from rammer.ir import Graph, Node, TensorInfo, dtype_name
 
+from .atomics import cpuset_words
 from .driver import STATUS, STRIDE
+from .scheduling import available_cores
 from .views import ARENA_DTYPES, View
 
 
@@ -90,6 +92,7 @@ class CpuExecutable:
         self.counters = np.zeros((program.num_veus + 1) * STRIDE, dtype=np.int64)
         self.status = np.zeros(program.num_veus, dtype=np.int64)
         self.cores = np.array(program.cores, dtype=np.int64)
+        self.allowed = cpuset_words(available_cores())
         self.max_sleeps = int(max_wait_s * 1e6 / 50)
         self._inputs = {t.name: t for t in graph.inputs}
         # Per input: (name, info, numpy dtype, shape, arena view or None for host-only
@@ -171,7 +174,7 @@ class CpuExecutable:
         self.counters[:] = 0
         numba.set_num_threads(self.program.num_veus)
         self._driver(self.arena, self.program.X, self.program.R, self.program.T, seg.starts, seg.ends,
-                     self._entries, self.counters, self.status, self.cores, self.max_sleeps)
+                     self._entries, self.counters, self.status, self.cores, self.allowed, self.max_sleeps)
         if self.status.any():
             codes = sorted({int(s) for s in self.status if s})
             worst = max(codes, key=lambda c: c != 1)
