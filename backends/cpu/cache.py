@@ -25,6 +25,7 @@ import numpy as np
 
 from rammer.ir import Graph
 
+from .batching import DEFAULT_BATCH_ROWS
 from .runtime import CompiledSegment, CpuExecutable, HostStep, Program
 
 FORMAT = "rammer.cpu.program/1"
@@ -79,7 +80,7 @@ def graph_digest(graph: Graph) -> str:
     return h.hexdigest()
 
 
-def cache_key(graph: Graph, num_veus: int, policy: str, pin: bool, batch_rows: int = 16) -> str:
+def cache_key(graph: Graph, num_veus: int, policy: str, pin: bool, batch_rows: int = DEFAULT_BATCH_ROWS) -> str:
     import numba
     import llvmlite
 
@@ -207,7 +208,7 @@ def load_schedules(folder: str) -> list:
 
 def compile_cached(graph: Graph, num_veus: int | None, policy: str, pin: bool, use_cache: bool,
                    cache_dir: str | None, emit_dir: str | None, max_wait_s: float,
-                   batch_rows: int = 16) -> CpuExecutable:
+                   batch_rows: int = DEFAULT_BATCH_ROWS) -> CpuExecutable:
     from .scheduling import default_veus
 
     n = num_veus or default_veus()

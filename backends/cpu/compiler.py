@@ -19,6 +19,7 @@ from .codegen import Tables, build_tables, program_source
 from .lowering import Lowered, Lowerer
 from .ops import CostModel, CpuOp
 from .planner import plan
+from .batching import DEFAULT_BATCH_ROWS
 from .runtime import CompiledSegment, HostStep, Program, view_placement
 from .scheduling import available_cores, cpu_vdevice, default_veus, schedule_segment
 
@@ -33,7 +34,7 @@ class Compiled:
 
 
 def compile_program(graph: Graph, num_veus: int | None = None, policy: str = "wavefront",
-                    pin: bool = False, cost: CostModel | None = None, batch_rows: int = 16) -> Compiled:
+                    pin: bool = False, cost: CostModel | None = None, batch_rows: int = DEFAULT_BATCH_ROWS) -> Compiled:
     t0 = time.perf_counter()
     cost = cost or CostModel()
     cores = available_cores()

@@ -10,6 +10,7 @@ from rammer.backend import Availability, Backend, Capabilities
 from rammer.errors import RammerError
 from rammer.ir import Graph, Node
 
+from .batching import DEFAULT_BATCH_ROWS
 from .lower_ew import EW_OPS
 from .ops import CostModel
 
@@ -28,8 +29,6 @@ CPU_OPS = frozenset({
 }) | EW_OPS
 
 OPTIONS = {"veus", "policy", "pin", "cache", "cache_dir", "emit", "max_wait_s", "batch_rows"}
-#: Default stacked-row limit for batching shared-weight MatMuls (see batching.py).
-DEFAULT_BATCH_ROWS = 16
 
 
 class CpuBackend(Backend):
