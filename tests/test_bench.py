@@ -340,7 +340,7 @@ def test_settle_waits_out_a_spinning_thread_then_returns() -> None:
 
     from rammer.bench.quiet import wait_until_idle
 
-    assert wait_until_idle(limit_s=0.2) < 0.1  # an idle process: about one window
+    assert wait_until_idle(limit_s=0.2) < 0.1  # an idle process: about two windows
     stop = threading.Event()
 
     def spin() -> None:  # a thread pool's worker spinning after its run
