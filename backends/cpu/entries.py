@@ -19,7 +19,8 @@ from .kernels_conv import k_convp
 from .kernels_data import k_copy, k_copy_many, k_gather, k_pad
 from .kernels_ew import k_ew
 from .kernels_gemm import k_gemm
-from .kernels_nn import k_conv, k_dwconv, k_im2col, k_layernorm, k_pool, k_reduce, k_softmax
+from .kernels_nn import k_layernorm, k_reduce, k_softmax
+from .kernels_window import k_dwconv, k_pool
 
 SIGNATURE = types.int64(types.voidptr, types.int64, types.voidptr, types.int64, types.voidptr, types.int64,
                         types.voidptr, types.int64)
@@ -85,17 +86,6 @@ def entry_k_gather(arena, nbytes, x, nx, r, nr, row, sbase):
     p = carray(row, (ROW_PARAMS,), np.int64)
     return k_gather(F, B, I, J, X, R, p, sbase)
 
-
-def entry_k_im2col(arena, nbytes, x, nx, r, nr, row, sbase):
-    F = carray(arena, (nbytes // 4,), np.float32)
-    B = carray(arena, (nbytes,), np.uint8)
-    I = carray(arena, (nbytes // 8,), np.int64)
-    J = carray(arena, (nbytes // 4,), np.int32)
-    X = carray(x, (nx,), np.int64)
-    R = carray(r, (nr,), np.float32)
-    p = carray(row, (ROW_PARAMS,), np.int64)
-    k_im2col(F, B, I, J, X, R, p, sbase)
-    return 0
 
 
 def entry_k_dwconv(arena, nbytes, x, nx, r, nr, row, sbase):
@@ -169,17 +159,6 @@ def entry_k_copy_many(arena, nbytes, x, nx, r, nr, row, sbase):
     k_copy_many(F, B, I, J, X, R, p, sbase)
     return 0
 
-
-def entry_k_conv(arena, nbytes, x, nx, r, nr, row, sbase):
-    F = carray(arena, (nbytes // 4,), np.float32)
-    B = carray(arena, (nbytes,), np.uint8)
-    I = carray(arena, (nbytes // 8,), np.int64)
-    J = carray(arena, (nbytes // 4,), np.int32)
-    X = carray(x, (nx,), np.int64)
-    R = carray(r, (nr,), np.float32)
-    p = carray(row, (ROW_PARAMS,), np.int64)
-    k_conv(F, B, I, J, X, R, p, sbase)
-    return 0
 
 
 def entry_k_convp(arena, nbytes, x, nx, r, nr, row, sbase):

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from . import kernels_conv, kernels_data, kernels_ew, kernels_gemm, kernels_nn
+from . import kernels_conv, kernels_data, kernels_ew, kernels_gemm, kernels_nn, kernels_window
 
 #: kernel name -> module defining it.
 KERNELS: dict[str, ModuleType] = {
@@ -22,11 +22,9 @@ KERNELS: dict[str, ModuleType] = {
     "k_copy_many": kernels_data,
     "k_pad": kernels_data,
     "k_gather": kernels_data,
-    "k_im2col": kernels_nn,
-    "k_conv": kernels_nn,
     "k_convp": kernels_conv,
-    "k_dwconv": kernels_nn,
-    "k_pool": kernels_nn,
+    "k_dwconv": kernels_window,
+    "k_pool": kernels_window,
     "k_reduce": kernels_nn,
     "k_softmax": kernels_nn,
     "k_layernorm": kernels_nn,
@@ -42,8 +40,6 @@ DESCRIPTIONS = {
     "k_copy_many": "several strided copies in one rTask (RNN outputs)",
     "k_pad": "constant padding",
     "k_gather": "Gather rows by run-time indices",
-    "k_im2col": "im2col rows for convolution",
-    "k_conv": "convolution tile: im2col blocks in scratch, sgemm accumulation over channel chunks, epilogue",
     "k_convp": "implicit-GEMM convolution tile: input gathered into packed panels, weights packed at compile time",
     "k_dwconv": "direct depthwise convolution + fused epilogue",
     "k_pool": "max/average pooling planes",

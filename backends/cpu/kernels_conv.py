@@ -15,7 +15,7 @@ reads (:func:`pack_weights`):
     at offset ``g * Mpad * K + pc * Mpad + mp * MR * kc``  (Mpad = mg rounded up to MR).
 
 Descriptor (int64 side table), after the shared window words of
-:mod:`.kernels_nn` (x, C, H, W, kh, kw, sh, sw, ph, pw, dh, dw, OH, OW, out)::
+:mod:`.kernels_window` (x, C, H, W, kh, kw, sh, sw, ph, pw, dh, dw, OH, OW, out)::
 
     [groups, cg, mg, w_packed, Mpad, KC, NC, epilogue, panel_scratch, padded_width]
 
@@ -34,7 +34,7 @@ import numpy as np
 from numba import njit
 
 from .kernels_ew import ew_run
-from .kernels_nn import W_C, W_DH, W_DW, W_H, W_KH, W_KW, W_OH, W_OUT, W_OW, W_PH, W_PW, W_SH, W_SW, W_W, W_X, \
+from .kernels_window import W_C, W_DH, W_DW, W_H, W_KH, W_KW, W_OH, W_OUT, W_OW, W_PH, W_PW, W_SH, W_SW, W_W, W_X, \
     WIN_LEN
 from .ukernel import MR, NR, ukernel
 

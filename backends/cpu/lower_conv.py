@@ -4,10 +4,8 @@ The default is the implicit GEMM of :mod:`.kernels_conv` (``k_convp``): the
 weights are packed at compile time into the micro-kernel's A-panel layout
 and stored as a constant buffer of the arena, and each rTask gathers its
 input windows straight into packed B panels in scratch, so no column matrix
-is ever written.  The older paths stay behind :data:`IMPLICIT_GEMM` = False
-for comparison: 1x1 stride-1 convolutions as a GEMM on the input planes, an
-im2col rOperator followed by a GEMM, or ``k_conv`` (im2col tiles in scratch)
-for column matrices too large for the arena.
+is ever written.  (It replaced im2col + GEMM: 1.5-2.3x less work on the
+zoo's convolutions, see docs/benchmarks.md.)
 
 The epilogue (bias, BatchNorm, residual add, activation) is the one built by
 :mod:`.lower_linalg` for every GEMM-like head, walked over the ``("conv", G)``
@@ -26,8 +24,7 @@ from rammer.ops.registry import OpContext
 
 from .ewops import BLOCK
 from .kernels_conv import pack_weights
-from .kernels_gemm import PACK_FLOATS
-from .lower_linalg import GemmSpec, _dwconv_op, _epilogue, _resolve, _unfuse, _window_desc, gemm_op
+from .lower_linalg import _dwconv_op, _epilogue, _resolve, _unfuse, _window_desc
 from .ops import CpuOp, EmitContext, Row, split_range
 from .program import EwProgram
 from .ukernel import MR, NR
@@ -36,8 +33,6 @@ from .views import View
 if TYPE_CHECKING:  # pragma: no cover
     from .lowering import Lowerer
 
-#: Implicit GEMM with packed weights for every non-depthwise convolution (False: im2col + GEMM).
-IMPLICIT_GEMM = True
 #: Depth of a K block (channels x taps) of the implicit GEMM: K is cut into
 #: near-equal blocks of at most this many rows.
 IMPLICIT_KC = 256
@@ -71,7 +66,7 @@ def lower_conv(lw: Lowerer, node: Node, members: list[Node], internal: set[str],
     w_arr = g.initializers[node.inputs[1]]
     m = w_arr.shape[0]
     groups = int(node.attr("group", 1))
-    cg, mg = c // groups, m // groups
+    cg = c // groups
     out_shape4 = (n, m, OH, OW)
     target4 = View(target.buffer, target.dtype, out_shape4, (m * OH * OW, OH * OW, OW, 1), target.offset)
     # The direct depthwise kernel for true depthwise convolutions; a single
@@ -95,32 +90,7 @@ def lower_conv(lw: Lowerer, node: Node, members: list[Node], internal: set[str],
     if depthwise:
         lw.add_op(_dwconv_op(lw, name, nodes, x, lw.view(node.inputs[1]), target4, prog, space, geo, m // c))
         return
-    if IMPLICIT_GEMM:
-        lw.add_op(implicit_conv_op(lw, name, nodes, x, w_arr, target4, prog, space, geo, groups))
-        return
-    w = lw.view(node.inputs[1])
-    epi_reads = tuple(v.buffer for v, _ in prog.inputs) if prog is not None else ()
-    kdim = cg * kh * kw
-    ohw = OH * OW
-    if kh == kw == 1 and sh == sw == 1 and ph == pw == 0 and (OH, OW) == (H, W):
-        # 1x1: a GEMM straight on the input planes
-        batches = [(gg * mg * kdim, (nn * c + gg * cg) * ohw, (nn * m + gg * mg) * ohw)
-                   for nn in range(n) for gg in range(groups)]
-        spec = GemmSpec(mg, ohw, kdim, w, kdim, 1, x, ohw, 1, target4, ohw, batches)
-        lw.add_op(gemm_op(lw, name, nodes, spec, prog, space, extra_reads=epi_reads))
-        return
-    if 4 * n * groups * kdim * ohw > CONV_TILED_ABOVE_BYTES:
-        # A column matrix this large would dominate the arena: build it by tiles instead.
-        lw.add_op(_conv_op(lw, name, nodes, x, w, target4, prog, space, geo, groups, cg, mg))
-        return
-    # im2col rOperator, then one GEMM over (batch, group) blocks (measured faster than
-    # tiled im2col for every zoo convolution: OpenBLAS gets whole panels).
-    col = lw.new_dense("float32", (n * groups, kdim, ohw))
-    lw.add_op(_im2col_op(lw, name + ":im2col", (node,), x, col, geo, groups, cg))
-    batches = [(gg * mg * kdim, (nn * groups + gg) * kdim * ohw, (nn * m + gg * mg) * ohw)
-               for nn in range(n) for gg in range(groups)]
-    spec = GemmSpec(mg, ohw, kdim, w, kdim, 1, col, ohw, 1, target4, ohw, batches)
-    lw.add_op(gemm_op(lw, name, nodes, spec, prog, space, extra_reads=epi_reads))
+    lw.add_op(implicit_conv_op(lw, name, nodes, x, w_arr, target4, prog, space, geo, groups))
 
 
 def implicit_conv_op(lw: Lowerer, name: str, nodes: tuple[Node, ...], x: View, w_arr: np.ndarray, out: View,
@@ -182,59 +152,6 @@ def implicit_conv_op(lw: Lowerer, name: str, nodes: tuple[Node, ...], x: View, w
                  extra={"M": mg, "N": ohw, "K": K, "batches": blocks, "kernel": "implicit"})
 
 
-#: Pixels per im2col block and the rows (channels x taps) per K chunk of the tiled convolution.
-CONV_PIXEL_TILE = 1024
-CONV_CHUNK_ROWS = 1024
-#: Column matrices above this size are built tile by tile (k_conv) instead of whole.
-CONV_TILED_ABOVE_BYTES = 256 * 1024 * 1024
-
-
-def _conv_op(lw: Lowerer, name: str, nodes: tuple[Node, ...], x: View, w: View, out: View, prog: EwProgram | None,
-             space: tuple, geo: tuple, groups: int, cg: int, mg: int) -> CpuOp:
-    """Convolution as tiles of (group block, output channels, output pixels), im2col fused (k_conv)."""
-    n = geo[0]
-    kh, kw, OH, OW = geo[4], geo[5], geo[12], geo[13]
-    ohw = OH * OW
-    blocks = n * groups
-    taps = kh * kw
-    chunk = max(1, min(cg, CONV_CHUNK_ROWS // taps))
-    qt = min(ohw, CONV_PIXEL_TILE)
-    regs = prog.n_registers() * BLOCK if prog is not None else 0
-    flops = 2.0 * blocks * mg * ohw * cg * taps
-    nbytes = 4.0 * (x.size + w.size + out.size * (1 + (len(prog.inputs) if prog else 0)))
-    reads = {x.buffer, w.buffer} | ({v.buffer for v, _ in prog.inputs} if prog else set())
-    writes = {out.buffer} | ({v.buffer for _, v in prog.outputs} if prog else set())
-
-    def partition(k: int) -> list:
-        if k <= blocks:
-            return [split_range(blocks, k, i) + (0, mg) + (0, ohw) for i in range(k)]
-        per = k // blocks
-        q_parts = min(per, max(1, ohw // 64))
-        m_parts = min(max(1, per // q_parts), max(1, mg // 8))
-        if q_parts * m_parts == 1:
-            return []
-        out_parts = []
-        for b in range(blocks):
-            for mi in range(m_parts):
-                for qi in range(q_parts):
-                    q0, q1 = split_range(ohw // 16, q_parts, qi) if ohw >= 16 * q_parts else split_range(ohw, q_parts, qi)
-                    if ohw >= 16 * q_parts:
-                        q0, q1 = q0 * 16, (q1 * 16 if qi < q_parts - 1 else ohw)
-                    out_parts.append((b, b + 1) + split_range(mg, m_parts, mi) + (q0, q1))
-        return out_parts
-
-    def emit(ctx: EmitContext, parts: list) -> list[Row]:
-        epi = prog.emit(ctx.side, ctx.locate, space) if prog is not None else -1
-        words = _resolve(ctx, _window_desc(x, out, geo) + [groups, cg, mg, w, chunk, epi, regs, qt,
-                                                           chunk * taps * qt])
-        desc = ctx.side.add_ints(words)
-        return [("k_conv", [desc, *part]) for part in parts]
-
-    return CpuOp(name, "conv", nodes, tuple(sorted(reads - writes)), tuple(sorted(writes)), flops, nbytes,
-                 partition, emit, scratch=regs + chunk * taps * qt + PACK_FLOATS, blas=True,
-                 extra={"M": mg, "N": ohw, "K": cg * taps, "batches": blocks})
-
-
 def _as_4d(prog: EwProgram, shape4: tuple[int, ...]) -> EwProgram:
     """A 1-D convolution's program ([N, M, L]) re-expressed over [N, M, 1, L]."""
     if len(prog.shape) == 4:
@@ -245,26 +162,3 @@ def _as_4d(prog: EwProgram, shape4: tuple[int, ...]) -> EwProgram:
     prog.outputs = [(r, lift(v)) for r, v in prog.outputs]
     prog.shape = tuple(shape4)
     return prog
-
-
-def _im2col_op(lw: Lowerer, name: str, nodes: tuple[Node, ...], x: View, col: View, geo: tuple,
-               groups: int, cg: int) -> CpuOp:
-    n = geo[0]
-    kh, kw, OH, OW = geo[4], geo[5], geo[12], geo[13]
-    rows = cg * kh * kw
-    blocks = n * groups
-    nbytes = 8.0 * blocks * rows * OH * OW
-
-    def partition(k: int) -> list:
-        if k <= blocks:
-            return [split_range(blocks, k, i) + (0, rows) for i in range(k)]
-        per = min(max(1, k // blocks), rows)
-        return [(b, b + 1) + split_range(rows, per, i) for b in range(blocks) for i in range(per)]
-
-    def emit(ctx: EmitContext, parts: list) -> list[Row]:
-        desc = ctx.side.add_ints(_resolve(ctx, _window_desc(x, col, geo) + [groups, cg]))
-        return [("k_im2col", [desc, *p]) for p in parts]
-
-    return CpuOp(name, "conv.im2col", nodes, (x.buffer,), (col.buffer,), 0.0, nbytes, partition, emit)
-
-

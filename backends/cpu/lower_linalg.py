@@ -256,13 +256,6 @@ def _unfuse(lw: Lowerer, head: Node, members: list[Node], internal: set[str], ta
 
 # -- shared by the convolution lowerings (lower_conv.py) ------------------------------------
 
-# The tiled-im2col tunables now live in lower_conv.py; these names remain only
-# because tests/cpu/test_ops.py::test_tiled_convolution_kernel still patches
-# them here (that test should patch lower_conv, with IMPLICIT_GEMM = False).
-CONV_PIXEL_TILE = 1024
-CONV_CHUNK_ROWS = 1024
-CONV_TILED_ABOVE_BYTES = 256 * 1024 * 1024
-
 
 def _window_desc(x: View, out: View, geo: tuple) -> list:
     n, c, H, W, kh, kw, sh, sw, ph, pw, dh, dw, OH, OW = geo
@@ -289,7 +282,7 @@ def _dwconv_op(lw: Lowerer, name: str, nodes: tuple[Node, ...], x: View, w: View
         return [(b, b + 1) + split_range(c, per, i) for b in range(n) for i in range(per)]
 
     regs = prog.n_registers() * BLOCK if prog else 0
-    from .kernels_nn import window_scratch
+    from .kernels_window import window_scratch
 
     sh, sw, dh, dw = geo[6], geo[7], geo[10], geo[11]
     padded = window_scratch(OH, OW, kh, kw, sh, sw, dh, dw)  # phase planes + accumulator

@@ -17,6 +17,7 @@ from rammer.ops.conv import window_geometry
 from rammer.ops.registry import OpContext
 
 from . import kernels_nn as knn
+from . import kernels_window as kwin
 from . import lower_rnn
 from .lower_views import copy_descriptors
 from .ops import CpuOp, EmitContext, Row, split_range
@@ -214,7 +215,7 @@ def _pool(lw: Lowerer, node: Node) -> None:
         return [("k_pool", [desc, q0, q1]) for q0, q1 in parts]
 
     flops = 1.0 * planes * OH * OW * kh * kw
-    scratch = knn.window_scratch(OH, OW, kh, kw, sh, sw, dh, dw)  # phase planes, accumulator, 1/counts
+    scratch = kwin.window_scratch(OH, OW, kh, kw, sh, sw, dh, dw)  # phase planes, accumulator, 1/counts
     lw.add_op(CpuOp(node.name or node.op_type, "pool", (node,), (x.buffer,), (out.buffer,), flops,
                     4.0 * (x.size + out.size), _rows_partition(planes), emit, scratch=scratch))
 

@@ -1,7 +1,7 @@
 """Depthwise convolution, pooling and Concat written in place, on the cpu backend against the reference.
 
 The depthwise and pooling kernels split a padded plane into stride-phase
-planes and sweep them flat (backends/cpu/kernels_nn.py); these cases cover
+planes and sweep them flat (backends/cpu/kernels_window.py); these cases cover
 the geometry that path has to get right: kernel sizes, strides, asymmetric
 pads, dilations, channel multipliers, batches and fused epilogues.  Concat
 inputs may be planned inside the Concat output (the producer writes its

@@ -214,13 +214,12 @@ def test_lstm_with_peepholes():
     compare(m, feeds)
 
 
-def test_tiled_convolution_kernel(monkeypatch):
-    # Force the tile-by-tile im2col path (used for huge column matrices) on a small case.
-    from rammer.backends.cpu import lower_linalg
+def test_convolution_with_small_k_blocks_and_pixel_panels(monkeypatch):
+    # Force several K blocks and pixel panels of the implicit GEMM on a small grouped, strided case.
+    from rammer.backends.cpu import lower_conv
 
-    monkeypatch.setattr(lower_linalg, "CONV_TILED_ABOVE_BYTES", 0)
-    monkeypatch.setattr(lower_linalg, "CONV_PIXEL_TILE", 40)
-    monkeypatch.setattr(lower_linalg, "CONV_CHUNK_ROWS", 20)
+    monkeypatch.setattr(lower_conv, "IMPLICIT_KC", 20)
+    monkeypatch.setattr(lower_conv, "IMPLICIT_NC", 40)
     x = rand(2, 6, 11, 9)
     consts = {"w": rand(8, 3, 3, 3, seed=1), "b": rand(8, seed=2)}
     nodes = [node("Conv", ["x", "w", "b"], ["c"], kernel_shape=[3, 3], pads=[1, 1, 1, 1], group=2, strides=[1, 2]),

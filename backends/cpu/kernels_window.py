@@ -1,0 +1,476 @@
+"""Window rKernels: depthwise convolution and pooling over NCHW planes.
+
+Both sweep *phase planes* (below) so that strides become flat shifts, and
+both read the window descriptor shared with :mod:`.kernels_conv`.  Every
+kernel works on dense float32 data (the lowering inserts a copy for a
+strided input).
+"""
+
+from __future__ import annotations
+
+from . import _numba_cache  # noqa: F401  (drops stale numba caches first)
+
+import numpy as np
+from numba import njit
+
+from .kernels_ew import ew_run
+
+f32 = np.float32
+_JIT = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
+
+# Window descriptor shared by convolutions, depthwise conv and pooling:
+W_X, W_C, W_H, W_W, W_KH, W_KW, W_SH, W_SW, W_PH, W_PW, W_DH, W_DW, W_OH, W_OW, W_OUT = range(15)
+# then: conv: see kernels_conv; dwconv: [.., w_off, mult, epi]; pool: [.., mode, lo_h, hi_h, lo_w, hi_w]
+WIN_LEN = 15
+
+
+# Output pixel (oh, ow) of a window op reads the padded input at
+# (oh*sh + i*dh, ow*sw + j*dw).  Splitting the padded plane into sh x sw
+# *phase planes* (phase (a, b) holds the rows = a and columns = b modulo the
+# stride) turns every stride into stride 1: tap (i, j) reads phase
+# ((i*dh) % sh, (j*dw) % sw) at row oh + (i*dh)//sh, column ow + (j*dw)//sw.
+# With the output laid out at the phase planes' row pitch Wq, a tap is then a
+# flat shift, and one loop over q = oh*Wq + ow (columns past OW are junk,
+# dropped when the result is copied out) covers the whole plane: long
+# contiguous loops that LLVM vectorizes even for 8x8 planes.  Each sweep
+# applies up to 2 kernel rows x 5 taps with the weights in scalars, so the
+# accumulator is loaded and stored once per up to 10 FMAs.
+
+#: Taps per row in one sweep (the sweeps below are written out for 1..5).
+_MAX_RUN = 5
+#: Sweeps run over L rounded up to a multiple of this: a vectorized loop with a
+#: scalar remainder of up to 15 iterations costs as much as the vector part on
+#: an 8x8 plane.  The extra lanes read up to _SLACK elements past the planes.
+_SLACK = 16
+#: Output planes up to this many pixels are computed tap by tap (see k_dwconv).
+_TINY_PLANE = 4
+#: Output floats per epilogue call of the depthwise kernel (16 KiB: still in L1).
+_EPI_GROUP = 4096
+
+
+def window_scratch(OH: int, OW: int, kh: int, kw: int, sh: int, sw: int, dh: int, dw: int) -> int:
+    """Float32 scratch elements the phase planes and the accumulator of one plane need."""
+    hq = ((OH - 1) * sh + (kh - 1) * dh + sh) // sh
+    wq = ((OW - 1) * sw + (kw - 1) * dw + sw) // sw
+    # planes + slack read by the rounded-up sweeps, accumulator (rounded up), 1/counts of pooling
+    return sh * sw * hq * wq + _SLACK + OH * wq + _SLACK + OH + OW + kh * kw + 16
+
+
+@njit(**_JIT)
+def _phase_dims(OH, OW, kh, kw, sh, sw, dh, dw):
+    hp = (OH - 1) * sh + (kh - 1) * dh + 1
+    wp = (OW - 1) * sw + (kw - 1) * dw + 1
+    return (hp + sh - 1) // sh, (wp + sw - 1) // sw
+
+
+@njit(**_JIT)
+def _phase_planes(F, src, H, W, ph, pw, sh, sw, Hq, Wq, P, fill):
+    """P[(a*sw + b)*Hq*Wq + r*Wq + t] = x[r*sh + a - ph, t*sw + b - pw] (``fill`` outside the H x W plane at F[src:])."""
+    # One fill of everything, then only the rows' inside parts: per-row edge
+    # handling costs more than the whole memset on planes this small.
+    for q in range(P.size):  # (the slack past the planes too)
+        P[q] = fill
+    for a in range(sh):
+        # rows r with 0 <= r*sh + a - ph < H
+        r_lo = min((ph - a + sh - 1) // sh if ph > a else 0, Hq)
+        r_hi = min(Hq, (H + ph - a + sh - 1) // sh) if H + ph > a else 0
+        for b in range(sw):
+            base = (a * sw + b) * Hq * Wq
+            # columns t with 0 <= t*sw + b - pw < W
+            t_lo = min((pw - b + sw - 1) // sw if pw > b else 0, Wq)
+            t_hi = max(min(Wq, (W + pw - b + sw - 1) // sw) if W + pw > b else 0, t_lo)
+            n = t_hi - t_lo
+            for r in range(r_lo, r_hi):
+                row = P[base + r * Wq + t_lo:base + r * Wq + t_hi]
+                s0 = src + (r * sh + a - ph) * W + t_lo * sw + b - pw
+                if sw == 1:
+                    inp = F[s0:s0 + n]
+                    for t in range(n):
+                        row[t] = inp[t]
+                else:
+                    inp = F[s0:s0 + (n - 1) * sw + 1]
+                    for t in range(n):
+                        row[t] = inp[t * sw]
+
+
+@njit(**_JIT)
+def _weights5(F, w, ws, c):
+    """The first c (<= 5) of the weights F[w], F[w + ws], ...; zeros after."""
+    z = f32(0.0)
+    return (F[w], F[w + ws] if c > 1 else z, F[w + 2 * ws] if c > 2 else z, F[w + 3 * ws] if c > 3 else z,
+            F[w + 4 * ws] if c > 4 else z)
+
+
+@njit(**dict(_JIT, fastmath={"contract"}))
+def _mac_run(acc, sa, sb, sc, F, wa, wb, wc, ws, c, L, rows):
+    """acc[q] += sum_t F[wa + t*ws] * sa[q + t] (+ the same for sb/wb, sc/wc as ``rows`` says) for q < L.
+
+    1 <= c <= 5 taps per row, 1 <= rows <= 3: written out, so that the
+    weights sit in registers and every loop vectorizes over q.
+    """
+    a0, a1, a2, a3, a4 = _weights5(F, wa, ws, c)
+    if rows == 1:
+        if c == 1:
+            for q in range(L):
+                acc[q] += a0 * sa[q]
+        elif c == 2:
+            for q in range(L):
+                acc[q] += a0 * sa[q] + a1 * sa[q + 1]
+        elif c == 3:
+            for q in range(L):
+                acc[q] += a0 * sa[q] + a1 * sa[q + 1] + a2 * sa[q + 2]
+        elif c == 4:
+            for q in range(L):
+                acc[q] += a0 * sa[q] + a1 * sa[q + 1] + a2 * sa[q + 2] + a3 * sa[q + 3]
+        else:
+            for q in range(L):
+                acc[q] += a0 * sa[q] + a1 * sa[q + 1] + a2 * sa[q + 2] + a3 * sa[q + 3] + a4 * sa[q + 4]
+        return
+    b0, b1, b2, b3, b4 = _weights5(F, wb, ws, c)
+    if rows == 2:
+        if c == 1:
+            for q in range(L):
+                acc[q] += a0 * sa[q] + b0 * sb[q]
+        elif c == 2:
+            for q in range(L):
+                acc[q] += a0 * sa[q] + a1 * sa[q + 1] + b0 * sb[q] + b1 * sb[q + 1]
+        elif c == 3:
+            for q in range(L):
+                acc[q] += (a0 * sa[q] + a1 * sa[q + 1] + a2 * sa[q + 2]
+                           + b0 * sb[q] + b1 * sb[q + 1] + b2 * sb[q + 2])
+        elif c == 4:
+            for q in range(L):
+                acc[q] += (a0 * sa[q] + a1 * sa[q + 1] + a2 * sa[q + 2] + a3 * sa[q + 3]
+                           + b0 * sb[q] + b1 * sb[q + 1] + b2 * sb[q + 2] + b3 * sb[q + 3])
+        else:
+            for q in range(L):
+                acc[q] += (a0 * sa[q] + a1 * sa[q + 1] + a2 * sa[q + 2] + a3 * sa[q + 3] + a4 * sa[q + 4]
+                           + b0 * sb[q] + b1 * sb[q + 1] + b2 * sb[q + 2] + b3 * sb[q + 3] + b4 * sb[q + 4])
+        return
+    c0, c1, c2, c3, c4 = _weights5(F, wc, ws, c)
+    if c == 1:
+        for q in range(L):
+            acc[q] += a0 * sa[q] + b0 * sb[q] + c0 * sc[q]
+    elif c == 2:
+        for q in range(L):
+            acc[q] += a0 * sa[q] + a1 * sa[q + 1] + b0 * sb[q] + b1 * sb[q + 1] + c0 * sc[q] + c1 * sc[q + 1]
+    elif c == 3:
+        for q in range(L):
+            acc[q] += (a0 * sa[q] + a1 * sa[q + 1] + a2 * sa[q + 2]
+                       + b0 * sb[q] + b1 * sb[q + 1] + b2 * sb[q + 2]
+                       + c0 * sc[q] + c1 * sc[q + 1] + c2 * sc[q + 2])
+    elif c == 4:
+        for q in range(L):
+            acc[q] += (a0 * sa[q] + a1 * sa[q + 1] + a2 * sa[q + 2] + a3 * sa[q + 3]
+                       + b0 * sb[q] + b1 * sb[q + 1] + b2 * sb[q + 2] + b3 * sb[q + 3]
+                       + c0 * sc[q] + c1 * sc[q + 1] + c2 * sc[q + 2] + c3 * sc[q + 3])
+    else:
+        for q in range(L):
+            acc[q] += (a0 * sa[q] + a1 * sa[q + 1] + a2 * sa[q + 2] + a3 * sa[q + 3] + a4 * sa[q + 4]
+                       + b0 * sb[q] + b1 * sb[q + 1] + b2 * sb[q + 2] + b3 * sb[q + 3] + b4 * sb[q + 4]
+                       + c0 * sc[q] + c1 * sc[q + 1] + c2 * sc[q + 2] + c3 * sc[q + 3] + c4 * sc[q + 4])
+
+
+@njit(**_JIT)
+def _run_split(n):
+    """Taps per sweep for a run of n consecutive taps: balanced pieces of at most _MAX_RUN."""
+    pieces = (n + _MAX_RUN - 1) // _MAX_RUN
+    return (n + pieces - 1) // pieces
+
+
+@njit(**_JIT)
+def _row_offset(i, dh, sh, sw, plane, Wq):
+    """Where kernel row i's taps start in the phase planes (for output row 0)."""
+    return (i * dh) % sh * sw * plane + (i * dh) // sh * Wq
+
+
+#: Columns of a sweep plan row: start of each row's slice in the planes, its weights
+#: (relative to the channel's), weight step, taps per row, rows.
+_PLAN_COLS = 9
+
+
+@njit(**_JIT)
+def _sweep_plan(kh, kw, sh, sw, dh, dw, Hq, Wq):
+    """The sweeps covering every tap, computed once per task (the index arithmetic
+    divides by strides and dilations: too slow to redo for every small plane)."""
+    plan = np.empty((kh * kw, _PLAN_COLS), np.int64)
+    k = 0
+    plane = Hq * Wq
+    i = 0
+    while i < kh:
+        # up to three kernel rows per sweep (5 x 5: rows 0-2, then 3-4)
+        rows = min(3, kh - i) if kh - i != 4 else 2
+        ra = _row_offset(i, dh, sh, sw, plane, Wq)
+        rb = _row_offset(i + 1, dh, sh, sw, plane, Wq) if rows > 1 else ra
+        rc = _row_offset(i + 2, dh, sh, sw, plane, Wq) if rows > 2 else ra
+        wa = i * kw
+        wb = wa + kw if rows > 1 else wa
+        wc = wa + 2 * kw if rows > 2 else wa
+        if dw == 1:
+            # phase b holds taps j = b, b + sw, ...: consecutive columns of that phase plane
+            for b in range(min(sw, kw)):
+                n = (kw - b + sw - 1) // sw
+                step = _run_split(n)
+                t = 0
+                while t < n:
+                    c = min(step, n - t)
+                    o = b * plane + t
+                    j = b + t * sw
+                    plan[k, 0], plan[k, 1], plan[k, 2] = ra + o, rb + o, rc + o
+                    plan[k, 3], plan[k, 4], plan[k, 5] = wa + j, wb + j, wc + j
+                    plan[k, 6], plan[k, 7], plan[k, 8] = sw, c, rows
+                    k += 1
+                    t += c
+        else:
+            for j in range(kw):
+                o = (j * dw) % sw * plane + (j * dw) // sw
+                plan[k, 0], plan[k, 1], plan[k, 2] = ra + o, rb + o, rc + o
+                plan[k, 3], plan[k, 4], plan[k, 5] = wa + j, wb + j, wc + j
+                plan[k, 6], plan[k, 7], plan[k, 8] = 1, 1, rows
+                k += 1
+        i += rows
+    return plan[:k]
+
+
+@njit(**_JIT)
+def _window_sweeps(F, acc, P, wrow, plan, L):
+    """acc[q] += sum over taps (i, j) of F[wrow + i*kw + j] * tap (i, j) of the phase planes at P."""
+    for k in range(plan.shape[0]):
+        c = plan[k, 7]
+        e = L + c - 1
+        oa, ob, oc = plan[k, 0], plan[k, 1], plan[k, 2]
+        _mac_run(acc, P[oa:oa + e], P[ob:ob + e], P[oc:oc + e], F, wrow + plan[k, 3], wrow + plan[k, 4],
+                 wrow + plan[k, 5], plan[k, 6], c, L, plan[k, 8])
+
+
+@njit(**_JIT)
+def k_dwconv(F, B, I, J, X, R, p, sbase):
+    """Depthwise convolution (groups == C) of channel planes [c0, c1) of batch items [n0, n1).
+
+    Row: [desc, n0, n1, c0, c1].  Output channel m = c * mult + k reads input
+    channel c.  Each input plane is split once into zero-padded phase planes
+    in scratch (or read in place: stride 1, no padding), then swept (see
+    above); the fused epilogue runs on each output plane while it is in
+    cache.  Descriptor tail: [w_off, mult, epilogue, scratch offset].
+    """
+    d = p[0]
+    C = X[d + W_C]
+    H = X[d + W_H]
+    W = X[d + W_W]
+    kh = X[d + W_KH]
+    kw = X[d + W_KW]
+    sh = X[d + W_SH]
+    sw = X[d + W_SW]
+    ph = X[d + W_PH]
+    pw = X[d + W_PW]
+    dh = X[d + W_DH]
+    dw = X[d + W_DW]
+    OH = X[d + W_OH]
+    OW = X[d + W_OW]
+    w_off = X[d + WIN_LEN]
+    mult = X[d + WIN_LEN + 1]
+    epi = X[d + WIN_LEN + 2]
+    M = C * mult
+    Hq, Wq = _phase_dims(OH, OW, kh, kw, sh, sw, dh, dw)
+    # The input plane is already the (single) phase plane when nothing is padded.
+    direct = sh == 1 and sw == 1 and ph == 0 and pw == 0 and Wq == W and Hq <= H
+    nplanes = 0 if direct else sh * sw * Hq * Wq + _SLACK
+    pbase = sbase + X[d + WIN_LEN + 3]
+    L = (OH - 1) * Wq + OW
+    Lr = (L + _SLACK - 1) // _SLACK * _SLACK
+    acc = F[pbase + nplanes:pbase + nplanes + Lr]
+    # Tiny planes (late MobileNet stages): per-plane sweep set-up would cost
+    # more than the arithmetic, so each output is a plain loop over its taps.
+    tiny = OH * OW <= _TINY_PLANE
+    plan = _sweep_plan(kh, kw, sh, sw, dh, dw, Hq, Wq)
+    for n in range(p[1], p[2]):
+        # The epilogue runs over groups of finished planes that are still in L1 (one call per plane is
+        # costly on small planes).
+        pending = n * M + p[3] * mult
+        for c in range(p[3], p[4]):
+            src = X[d + W_X] + (n * C + c) * H * W
+            if tiny:
+                for k in range(mult):
+                    m = c * mult + k
+                    _direct_plane(F, src, H, W, kh, kw, sh, sw, ph, pw, dh, dw, OH, OW, w_off + m * kh * kw,
+                                  X[d + W_OUT] + (n * M + m) * OH * OW)
+            else:
+                if direct:
+                    # (the rounded-up lanes read a little of what follows the plane: junk columns only)
+                    P = F[src:src + H * W + _SLACK]
+                else:
+                    P = F[pbase:pbase + nplanes]
+                    _phase_planes(F, src, H, W, ph, pw, sh, sw, Hq, Wq, P, f32(0.0))
+                for k in range(mult):
+                    m = c * mult + k
+                    for q in range(Lr):
+                        acc[q] = f32(0.0)
+                    _window_sweeps(F, acc, P, w_off + m * kh * kw, plan, Lr)
+                    dst = X[d + W_OUT] + (n * M + m) * OH * OW
+                    for oh in range(OH):
+                        orow = F[dst + oh * OW:dst + oh * OW + OW]
+                        arow = acc[oh * Wq:oh * Wq + OW]
+                        for ow in range(OW):
+                            orow[ow] = arow[ow]
+            done = n * M + (c + 1) * mult
+            if epi >= 0 and ((done - pending) * OH * OW >= _EPI_GROUP or c == p[4] - 1):
+                ew_run(F, B, I, J, X, R, epi, pending, done, 0, OH * OW, sbase)
+                pending = done
+
+
+@njit(**_JIT)
+def _direct_plane(F, src, H, W, kh, kw, sh, sw, ph, pw, dh, dw, OH, OW, wb, dst):
+    """One output plane, each pixel a loop over its taps inside the input (for tiny planes)."""
+    for oh in range(OH):
+        h0 = oh * sh - ph
+        # kernel rows i with 0 <= h0 + i*dh < H
+        # (integer divisions only with dilation: they would cost more than the taps)
+        if dh == 1:
+            i_lo = max(0, -h0)
+            i_hi = min(kh, H - h0)
+        else:
+            i_lo = (-h0 + dh - 1) // dh if h0 < 0 else 0
+            i_hi = min(kh, (H - 1 - h0) // dh + 1) if H - 1 - h0 >= 0 else 0
+        for ow in range(OW):
+            w0 = ow * sw - pw
+            if dw == 1:
+                j_lo = max(0, -w0)
+                j_hi = min(kw, W - w0)
+            else:
+                j_lo = (-w0 + dw - 1) // dw if w0 < 0 else 0
+                j_hi = min(kw, (W - 1 - w0) // dw + 1) if W - 1 - w0 >= 0 else 0
+            s = f32(0.0)
+            for i in range(i_lo, i_hi):
+                row = src + (h0 + i * dh) * W + w0
+                wr = wb + i * kw
+                for j in range(j_lo, j_hi):
+                    s += F[wr + j] * F[row + j * dw]
+            F[dst + oh * OW + ow] = s
+
+
+@njit(**_JIT)
+def _max_run(acc, s, c, L):
+    """acc[q] = max(acc[q], s[q], ..., s[q + c - 1]) with NaN winning, c <= 3 (larger runs: call again)."""
+    if c == 1:
+        for q in range(L):
+            a = acc[q]
+            v = s[q]
+            acc[q] = v if (v > a or v != v) else a
+    elif c == 2:
+        for q in range(L):
+            a = acc[q]
+            v = s[q]
+            a = v if (v > a or v != v) else a
+            v = s[q + 1]
+            acc[q] = v if (v > a or v != v) else a
+    else:
+        for q in range(L):
+            a = acc[q]
+            v = s[q]
+            a = v if (v > a or v != v) else a
+            v = s[q + 1]
+            a = v if (v > a or v != v) else a
+            v = s[q + 2]
+            acc[q] = v if (v > a or v != v) else a
+
+
+@njit(**_JIT)
+def k_pool(F, B, I, J, X, R, p, sbase):
+    """Max (mode 0) or average (mode 1) pooling of planes [q0, q1) (q = n * C + c).
+
+    Row: [desc, q0, q1].  Descriptor tail: [mode, lo_h, hi_h, lo_w, hi_w,
+    scratch]: taps whose padded coordinate falls in [lo, hi) count towards
+    the average.  Like depthwise convolution: phase planes padded with -inf
+    (max) or 0 (average), then flat sweeps: the depthwise ones over weights of 1
+    (average), or runs of up to 3 taps (max).
+    """
+    d = p[0]
+    H = X[d + W_H]
+    W = X[d + W_W]
+    kh = X[d + W_KH]
+    kw = X[d + W_KW]
+    sh = X[d + W_SH]
+    sw = X[d + W_SW]
+    ph = X[d + W_PH]
+    pw = X[d + W_PW]
+    dh = X[d + W_DH]
+    dw = X[d + W_DW]
+    OH = X[d + W_OH]
+    OW = X[d + W_OW]
+    mode = X[d + WIN_LEN]
+    lo_h = X[d + WIN_LEN + 1]
+    hi_h = X[d + WIN_LEN + 2]
+    lo_w = X[d + WIN_LEN + 3]
+    hi_w = X[d + WIN_LEN + 4]
+    Hq, Wq = _phase_dims(OH, OW, kh, kw, sh, sw, dh, dw)
+    plane = Hq * Wq
+    nplanes = sh * sw * plane + _SLACK
+    pbase = sbase + X[d + WIN_LEN + 5]
+    L = (OH - 1) * Wq + OW
+    Lr = (L + _SLACK - 1) // _SLACK * _SLACK
+    acc = F[pbase + nplanes:pbase + nplanes + Lr]
+    cnt0 = pbase + nplanes + OH * Wq + _SLACK
+    inv_h = F[cnt0:cnt0 + OH]
+    inv_w = F[cnt0 + OH:cnt0 + OH + OW]
+    # Average pooling sums with the depthwise sweeps over weights of one (exact products).
+    ones = cnt0 + OH + OW
+    for t in range(kh * kw):
+        F[ones + t] = f32(1.0)
+    plan = _sweep_plan(kh, kw, sh, sw, dh, dw, Hq, Wq)
+    if mode == 1:
+        # 1 / (taps counted along each axis): the count is separable.
+        for oh in range(OH):
+            cnt = 0
+            for i in range(kh):
+                if lo_h <= oh * sh + i * dh < hi_h:
+                    cnt += 1
+            inv_h[oh] = f32(1.0) / f32(cnt) if cnt > 0 else f32(np.nan)
+        for ow in range(OW):
+            cnt = 0
+            for j in range(kw):
+                if lo_w <= ow * sw + j * dw < hi_w:
+                    cnt += 1
+            inv_w[ow] = f32(1.0) / f32(cnt) if cnt > 0 else f32(np.nan)
+    fill = f32(-np.inf) if mode == 0 else f32(0.0)
+    # A single tap inside the plane (1x1 kernel, no padding): a strided subsample.
+    subsample = kh == 1 and kw == 1 and ph == 0 and pw == 0 and (OH - 1) * sh < H and (OW - 1) * sw < W
+    P = F[pbase:pbase + nplanes]
+    for q in range(p[1], p[2]):
+        src = X[d + W_X] + q * H * W
+        dst = X[d + W_OUT] + q * OH * OW
+        if subsample:
+            for oh in range(OH):
+                s = inv_h[oh] * inv_w[0] if mode == 1 else f32(1.0)
+                for ow in range(OW):
+                    F[dst + oh * OW + ow] = F[src + oh * sh * W + ow * sw] * s
+            continue
+        _phase_planes(F, src, H, W, ph, pw, sh, sw, Hq, Wq, P, fill)
+        for t in range(Lr):
+            acc[t] = fill
+        if mode == 1:
+            _window_sweeps(F, acc, P, ones, plan, Lr)
+        for i in range(kh if mode == 0 else 0):
+            r = (i * dh) % sh * sw * plane + (i * dh) // sh * Wq
+            if dw == 1:
+                for b in range(min(sw, kw)):
+                    n = (kw - b + sw - 1) // sw
+                    t = 0
+                    while t < n:
+                        c = min(3, n - t)
+                        o = r + b * plane + t
+                        _max_run(acc, P[o:o + Lr + c - 1], c, Lr)
+                        t += c
+            else:
+                for j in range(kw):
+                    o = r + (j * dw) % sw * plane + (j * dw) // sw
+                    _max_run(acc, P[o:o + Lr], 1, Lr)
+        for oh in range(OH):
+            orow = F[dst + oh * OW:dst + oh * OW + OW]
+            arow = acc[oh * Wq:oh * Wq + OW]
+            if mode == 0:
+                for ow in range(OW):
+                    orow[ow] = arow[ow]
+            else:
+                s = inv_h[oh]
+                for ow in range(OW):
+                    orow[ow] = arow[ow] * (s * inv_w[ow])
