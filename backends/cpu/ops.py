@@ -49,7 +49,7 @@ class EmitContext:
 @dataclass
 class CpuOp:
     name: str
-    #: Kernel family, e.g. "ew", "gemm", "conv.im2col", "copy", "host".
+    #: Kernel family, e.g. "ew", "gemm", "conv", "conv.depthwise", "copy", "host".
     family: str
     nodes: tuple[Node, ...]
     reads: tuple[int, ...]
