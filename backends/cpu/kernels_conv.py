@@ -2,8 +2,8 @@
 
 A convolution of block b = (image n, group g) is the GEMM
 ``out[m, q] = sum_k W[g, m, k] col[k, q]`` with ``k = (c, i, j)`` (input
-channel, kernel row, kernel column) and ``q`` an output pixel.  Where the
-im2col path writes the whole ``col`` to the arena and then packs it again
+channel, kernel row, kernel column) and ``q`` an output pixel.  Where an
+im2col convolution writes the whole ``col`` to memory and then packs it again
 for the micro-kernel, this kernel gathers ``col`` straight from the input
 into the micro-kernel's packed B layout, one KC x NC panel at a time in the
 vEU's scratch (L2-sized), and multiplies it with the weights, which the
