@@ -24,6 +24,8 @@ class CompiledModel:
         self.executable = executable
         self.options = dict(options)
         self.compile_seconds = compile_seconds
+        #: (name, dtype, shape) per input, for the fast feed check.
+        self._feed_plan = [(t.name, np.dtype(t.dtype), tuple(t.shape)) for t in graph.inputs]
 
     @property
     def inputs(self) -> list[TensorInfo]:
@@ -71,14 +73,10 @@ class CompiledModel:
     def _fast_feeds(self, feeds: Mapping[str, Any]) -> dict[str, np.ndarray] | None:
         """The feeds as given when every one is an array of the right dtype and shape (the
         common case, checked without building messages); None sends them to the full check."""
-        plan = self.__dict__.get("_feed_plan")
-        if plan is None:
-            plan = self.__dict__["_feed_plan"] = [(t.name, np.dtype(t.dtype), tuple(t.shape))
-                                                  for t in self.graph.inputs]
-        if len(feeds) != len(plan):
+        if len(feeds) != len(self._feed_plan):
             return None
         out = {}
-        for name, dt, shape in plan:
+        for name, dt, shape in self._feed_plan:
             arr = feeds.get(name)
             if not isinstance(arr, np.ndarray) or arr.dtype != dt or arr.shape != shape:
                 return None

@@ -101,7 +101,6 @@ class CpuExecutable:
                             self.tensor(t.name) if t.name in program.tensors else None) for t in graph.inputs]
         self._out_views = [(t.name, self.tensor(t.name) if t.name in program.tensors else None)
                            for t in graph.outputs]
-        self._segments_only = all(isinstance(s, CompiledSegment) for s in program.steps)
 
     @property
     def schedules(self) -> list:
@@ -151,15 +150,11 @@ class CpuExecutable:
                     np.copyto(view, value)
                 else:
                     host_values[name] = value
-            if self._segments_only:
-                for step in self.program.steps:
+            for step in self.program.steps:
+                if isinstance(step, HostStep):
+                    self._run_host(step, host_values)
+                else:
                     self._launch(step)
-            else:
-                for step in self.program.steps:
-                    if isinstance(step, HostStep):
-                        self._run_host(step, host_values)
-                    else:
-                        self._launch(step)
             out = {}
             for name, view in self._out_views:
                 if view is not None:
