@@ -34,8 +34,7 @@ import numpy as np
 from numba import njit
 
 from .kernels_ew import ew_run
-from .kernels_window import W_C, W_DH, W_DW, W_H, W_KH, W_KW, W_OH, W_OUT, W_OW, W_PH, W_PW, W_SH, W_SW, W_W, W_X, \
-    WIN_LEN
+from .kernels_window import W_OUT, W_X, WIN_LEN, read_window
 from .ukernel import MR, NR, ukernel
 
 f32 = np.float32
@@ -166,19 +165,7 @@ def _gather_padded(F, pp, rows, Wp, kh, kw, sh, sw, dh, dw, OW, r0, p0, kc, q0, 
 def k_convp(F, B, I, J, X, R, p, sbase):
     """Convolution tile: output channels [m0, m1) x pixels [q0, q1) of blocks [b0, b1)."""
     d = p[0]
-    C = X[d + W_C]
-    H = X[d + W_H]
-    W = X[d + W_W]
-    kh = X[d + W_KH]
-    kw = X[d + W_KW]
-    sh = X[d + W_SH]
-    sw = X[d + W_SW]
-    ph = X[d + W_PH]
-    pw = X[d + W_PW]
-    dh = X[d + W_DH]
-    dw = X[d + W_DW]
-    OH = X[d + W_OH]
-    OW = X[d + W_OW]
+    C, H, W, kh, kw, sh, sw, ph, pw, dh, dw, OH, OW = read_window(X, d)
     groups = X[d + C_GROUPS]
     cg = X[d + C_CG]
     mg = X[d + C_MG]

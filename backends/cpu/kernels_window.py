@@ -24,6 +24,13 @@ W_X, W_C, W_H, W_W, W_KH, W_KW, W_SH, W_SW, W_PH, W_PW, W_DH, W_DW, W_OH, W_OW, 
 WIN_LEN = 15
 
 
+@njit(**_JIT)
+def read_window(X, d):
+    """The shared words of window descriptor ``d``: (C, H, W, kh, kw, sh, sw, ph, pw, dh, dw, OH, OW)."""
+    return (X[d + W_C], X[d + W_H], X[d + W_W], X[d + W_KH], X[d + W_KW], X[d + W_SH], X[d + W_SW],
+            X[d + W_PH], X[d + W_PW], X[d + W_DH], X[d + W_DW], X[d + W_OH], X[d + W_OW])
+
+
 # Output pixel (oh, ow) of a window op reads the padded input at
 # (oh*sh + i*dh, ow*sw + j*dw).  Splitting the padded plane into sh x sw
 # *phase planes* (phase (a, b) holds the rows = a and columns = b modulo the
@@ -254,19 +261,7 @@ def k_dwconv(F, B, I, J, X, R, p, sbase):
     cache.  Descriptor tail: [w_off, mult, epilogue, scratch offset].
     """
     d = p[0]
-    C = X[d + W_C]
-    H = X[d + W_H]
-    W = X[d + W_W]
-    kh = X[d + W_KH]
-    kw = X[d + W_KW]
-    sh = X[d + W_SH]
-    sw = X[d + W_SW]
-    ph = X[d + W_PH]
-    pw = X[d + W_PW]
-    dh = X[d + W_DH]
-    dw = X[d + W_DW]
-    OH = X[d + W_OH]
-    OW = X[d + W_OW]
+    C, H, W, kh, kw, sh, sw, ph, pw, dh, dw, OH, OW = read_window(X, d)
     w_off = X[d + WIN_LEN]
     mult = X[d + WIN_LEN + 1]
     epi = X[d + WIN_LEN + 2]
@@ -385,18 +380,7 @@ def k_pool(F, B, I, J, X, R, p, sbase):
     (average), or runs of up to 3 taps (max).
     """
     d = p[0]
-    H = X[d + W_H]
-    W = X[d + W_W]
-    kh = X[d + W_KH]
-    kw = X[d + W_KW]
-    sh = X[d + W_SH]
-    sw = X[d + W_SW]
-    ph = X[d + W_PH]
-    pw = X[d + W_PW]
-    dh = X[d + W_DH]
-    dw = X[d + W_DW]
-    OH = X[d + W_OH]
-    OW = X[d + W_OW]
+    _, H, W, kh, kw, sh, sw, ph, pw, dh, dw, OH, OW = read_window(X, d)
     mode = X[d + WIN_LEN]
     lo_h = X[d + WIN_LEN + 1]
     hi_h = X[d + WIN_LEN + 2]
