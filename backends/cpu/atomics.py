@@ -159,8 +159,8 @@ def os_sleep_us(typingctx, micros):
 #: finishing its tile) is served by the first phase in well under a
 #: microsecond; the later phases keep a vEU that waits on a long task (or on a
 #: descheduled thread, when cores are oversubscribed) from burning its core.
-SPIN_PAUSES = 4096
-SPIN_YIELDS = 256
+SPIN_PAUSES = 1024
+SPIN_YIELDS = 1024
 SLEEP_US = 50
 
 

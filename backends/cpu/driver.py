@@ -51,20 +51,29 @@ def run(arena, X, R, T, starts, ends, entries, counters, status, cores, allowed,
     """One launch: every vEU walks its rows.  ``cores[v]`` >= 0 pins vEU v there
     for good; ``allowed`` is the process's cores (cpu_set_t words).
 
-    An unpinned worker that wakes on the caller's core moves off it for this
-    launch.  After an idle spell Linux tends to wake a pool worker on the
+    An unpinned worker that wakes on the caller's core moves off it and stays
+    off it.  After an idle spell Linux tends to wake a pool worker on the
     waker's core (wake-affine); two vEUs time-slicing one core through spin
-    barriers made a 3 ms model take 12 ms.
+    barriers made a 3 ms model take 12 ms.  When the worker's affinity was
+    restored after each launch, the next wake after an idle spell went to the
+    caller's core again in most launches (each move costs ~70 us in this VM).
     """
     n = starts.shape[0]
     abort = n * STRIDE
     master = current_cpu()
     for v in prange(n):
-        moved = False
         if cores[v] >= 0:
             pin_to_core(cores[v])
         elif v > 0 and master >= 0 and current_cpu() == master:
-            moved = set_affinity(allowed, master) == 0
-        status[v] = walk(v, arena, X, R, T, starts[v], ends[v], entries, counters, abort, max_sleeps)
-        if moved:
-            set_affinity(allowed, -1)
+            set_affinity(allowed, master)
+        st = walk(v, arena, X, R, T, starts[v], ends[v], entries, counters, abort, max_sleeps)
+        if st == 0:
+            # Join on our own counters before OpenMP's: its barrier spins for
+            # milliseconds without yielding, and a worker woken on this core
+            # waits behind that spin (3-5 ms seen after idle).  Ours yields.
+            for u in range(n):
+                if st == 0 and u != v:
+                    st = wait_at_least(counters, u * STRIDE, ends[u] - starts[u], abort, max_sleeps)
+            if st == 1:
+                st = 0  # the other vEU failed and reports it; this one finished
+        status[v] = st
