@@ -21,7 +21,8 @@ Descriptor (int64 side table), after the shared window words of
 
 Scratch from ``panel_scratch``: the B panels (KC x NC rounded up to NR
 columns), one MR x NR edge tile, NR floats of slack, then the zero-padded
-input rows of the task (cg x rows x padded_width, plus NR floats of slack).
+input rows of the task as stride-phase planes (cg x sh x sw x ceil(rows / sh) x
+ceil(padded_width / sw), plus NR floats of slack).
 
 Task row: ``[desc, b0, b1, m0, m1, q0, q1]`` with m0 a multiple of MR.
 """
@@ -86,40 +87,58 @@ def _gather_pointwise(F, xb, H, W, p0, kc, q0, nc, pb):
 
 
 @njit(**_JIT)
-def _pad_rows(F, xb, cg, H, W, ph, pw, r0, rows, Wp, P):
-    """P[c, r, w] = x[c, r0 + r - ph, w - pw] (0 outside) for rows [0, rows) of a zero-padded input."""
-    plane = rows * Wp
+def _pad_phases(F, xb, cg, H, W, ph, pw, r0, Rq, sh, sw, Wq, pp):
+    """The task's rows of the zero-padded input, split into stride-phase planes at F[pp:].
+
+    Phase plane (a, b) of channel c holds the padded rows r0 + a, r0 + a + sh, ...
+    and the padded columns b, b + sw, ...: element [rr, cc] at
+    ``pp + ((c*sh + a)*sw + b)*Rq*Wq + rr*Wq + cc`` is ``Xpad[c, r0 + rr*sh + a, cc*sw + b]``.
+    Every tap of a strided convolution then reads one phase plane with unit
+    stride (see :func:`_gather_padded`), so the strided reads are paid once per
+    input element here instead of once per tap and pixel in the gather.
+    """
+    phase = Rq * Wq
     for c in range(cg):
-        base = c * plane
-        for r in range(rows):
-            ih = r0 + r - ph
-            dst = P[base + r * Wp:base + (r + 1) * Wp]
-            if ih < 0 or ih >= H:
-                for u in range(Wp):
-                    dst[u] = f32(0.0)
-                continue
-            for u in range(pw):
-                dst[u] = f32(0.0)
-            src = F[xb + (c * H + ih) * W:xb + (c * H + ih + 1) * W]
-            for u in range(W):
-                dst[pw + u] = src[u]
-            for u in range(pw + W, Wp):
-                dst[u] = f32(0.0)
+        for a in range(sh):
+            for rr in range(Rq):
+                ih = r0 + rr * sh + a - ph
+                for b in range(sw):
+                    dst = F[pp + ((c * sh + a) * sw + b) * phase + rr * Wq:
+                            pp + ((c * sh + a) * sw + b) * phase + (rr + 1) * Wq]
+                    if ih < 0 or ih >= H:
+                        for u in range(Wq):
+                            dst[u] = f32(0.0)
+                        continue
+                    src = F[xb + (c * H + ih) * W:xb + (c * H + ih + 1) * W]
+                    if sw == 1:
+                        for u in range(pw):
+                            dst[u] = f32(0.0)
+                        for u in range(W):
+                            dst[pw + u] = src[u]
+                        for u in range(pw + W, Wq):
+                            dst[u] = f32(0.0)
+                    else:
+                        for cc in range(Wq):
+                            iw = cc * sw + b - pw
+                            dst[cc] = src[iw] if 0 <= iw < W else f32(0.0)
 
 
 @njit(**_JIT)
-def _gather_padded(F, pp, rows, Wp, kh, kw, sh, sw, dh, dw, OW, r0, p0, kc, q0, nc, pb):
-    """F[pb + jp*kc*NR + k*NR + t] = col[p0 + k, q0 + jp*NR + t] from the padded rows at F[pp:].
+def _gather_padded(F, pp, Rq, Wq, kh, kw, sh, sw, dh, dw, OW, oh0_task, p0, kc, q0, nc, pb):
+    """F[pb + jp*kc*NR + k*NR + t] = col[p0 + k, q0 + jp*NR + t] from the phase planes at F[pp:].
 
-    ``col[(c*kh + i)*kw + j, oh*OW + ow] = Xpad[c, oh*sh + i*dh - r0, ow*sw + j*dw]``.
-    Each panel's pixels are walked in runs inside one output row; with unit
-    stride a run is copied as one whole NR-float vector block (the excess
-    lands in slots written later, or in the slack after the panels), so no
-    run pays for a scalar remainder loop.  Columns past nc in the last panel
-    hold junk: their products only reach the discarded part of an edge tile.
+    ``col[(c*kh + i)*kw + j, oh*OW + ow] = Xpad[c, oh*sh + i*dh, ow*sw + j*dw]``, which
+    is phase plane ((i*dh) % sh, (j*dw) % sw) at row oh - oh0_task + (i*dh)//sh and
+    column ow + (j*dw)//sw (:func:`_pad_phases`): unit stride for every tap.
+    Each panel's pixels are walked in runs inside one output row, and every
+    run is copied as one whole NR-float vector block (the excess lands in
+    slots written later, or in the slack after the panels), so no run pays for
+    a scalar remainder loop.  Columns past nc in the last panel hold junk:
+    their products only reach the discarded part of an edge tile.
     """
     taps = kh * kw
-    plane = rows * Wp
+    phase = Rq * Wq
+    chan = sh * sw * phase
     qe = q0 + nc
     for jp in range((nc + NR - 1) // NR):
         qa = q0 + jp * NR
@@ -132,23 +151,21 @@ def _gather_padded(F, pp, rows, Wp, kh, kw, sh, sw, dh, dw, OW, r0, p0, kc, q0, 
         i = t // kw
         j = t - i * kw
         for k in range(kc):
-            src = pp + c * plane + (i * dh - r0) * Wp + j * dw
+            ii = i * dh
+            jj = j * dw
+            src = (pp + c * chan + ((ii % sh) * sw + jj % sw) * phase + (ii // sh - oh0_task) * Wq + jj // sw)
             dst = panel + k * NR
             q = qa
             oh = oh0
             ow = ow0
             while q < qb:
                 run = min(qb - q, OW - ow)
-                s = src + oh * sh * Wp + ow * sw
+                s = src + oh * Wq + ow
                 d = dst + q - qa
-                if sw == 1:
-                    out = F[d:d + NR]
-                    inp = F[s:s + NR]
-                    for u in range(NR):
-                        out[u] = inp[u]
-                else:
-                    for u in range(run):
-                        F[d + u] = F[s + u * sw]
+                out = F[d:d + NR]
+                inp = F[s:s + NR]
+                for u in range(NR):
+                    out[u] = inp[u]
                 q += run
                 ow = 0
                 oh += 1
@@ -185,9 +202,11 @@ def k_convp(F, B, I, J, X, R, p, sbase):
     M = groups * mg
     pointwise = kh == 1 and kw == 1 and sh == 1 and sw == 1 and ph == 0 and pw == 0 and OW == W and OH == H
     Wp = X[d + C_WP]
-    # padded input rows the task's pixels reach
+    # padded input rows the task's pixels reach, as stride-phase planes of Rq x Wq
     r0 = (p[5] // OW) * sh
     r1 = ((p[6] - 1) // OW) * sh + (kh - 1) * dh + 1
+    Rq = (r1 - r0 + sh - 1) // sh
+    Wq = (Wp + sw - 1) // sw
     for b in range(p[1], p[2]):
         n = b // groups
         g = b - n * groups
@@ -195,7 +214,7 @@ def k_convp(F, B, I, J, X, R, p, sbase):
         out = X[d + W_OUT] + (n * M + g * mg) * ohw
         wg = wpack + g * mpad * K
         if not pointwise:
-            _pad_rows(F, xb, cg, H, W, ph, pw, r0, r1 - r0, Wp, F[pp:pp + cg * (r1 - r0) * Wp])
+            _pad_phases(F, xb, cg, H, W, ph, pw, r0, Rq, sh, sw, Wq, pp)
         qc = p[5]
         while qc < p[6]:
             nc = min(NC, p[6] - qc)
@@ -205,7 +224,7 @@ def k_convp(F, B, I, J, X, R, p, sbase):
                 if pointwise:
                     _gather_pointwise(F, xb, H, W, pc, kc, qc, nc, pb)
                 else:
-                    _gather_padded(F, pp, r1 - r0, Wp, kh, kw, sh, sw, dh, dw, OW, r0, pc, kc, qc, nc, pb)
+                    _gather_padded(F, pp, Rq, Wq, kh, kw, sh, sw, dh, dw, OW, r0 // sh, pc, kc, qc, nc, pb)
                 first = pc == 0
                 for ir in range(m0, m1, MR):
                     rows = min(MR, m1 - ir)

@@ -112,8 +112,9 @@ def implicit_conv_op(lw: Lowerer, name: str, nodes: tuple[Node, ...], x: View, w
     pad_rows = (OH - 1) * sh + (kh - 1) * dh + 1
     if kh == kw == 1 and sh == sw == 1 and geo[8] == pw == 0 and (OH, OW) == (geo[2], geo[3]):
         pad_rows = 0  # the pointwise gather reads the input planes directly
-    # B panels, edge tile, overrun slack, zero-padded input rows of one group, slack (kernels_conv.py)
-    panel = kc * (-(-nc // NR)) * NR + MR * NR + NR + cg * pad_rows * wp_width + NR
+    # B panels, edge tile, overrun slack, the padded input rows of one group as phase planes, slack
+    phases = sh * sw * -(-pad_rows // sh) * -(-wp_width // sw)  # stride-phase planes of the padded rows
+    panel = kc * (-(-nc // NR)) * NR + MR * NR + NR + cg * phases + NR
     flops = 2.0 * blocks * mg * ohw * K
     nbytes = 4.0 * (x.size + wp.size + out.size * (1 + (len(prog.inputs) if prog else 0)))
     reads = {x.buffer, wp.buffer} | ({v.buffer for v, _ in prog.inputs} if prog else set())
