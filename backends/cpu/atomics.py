@@ -300,6 +300,36 @@ def data_ptr(typingctx, arr, index):
     return types.voidptr(arr, index), codegen
 
 
+@intrinsic(prefer_literal=True)
+def copy_block(typingctx, arr, dst, src, count):
+    """``arr[dst:dst + count] = arr[src:src + count]`` as one ``llvm.memcpy``.
+
+    A loop copying within one array is not vectorized (LLVM cannot tell that
+    the two ranges do not overlap; the caller guarantees they do not).  With a
+    constant ``count`` this is a few vector moves; otherwise a ``memcpy`` call.
+    """
+    if not (isinstance(arr, types.Array) and isinstance(dst, types.Integer) and isinstance(src, types.Integer)
+            and isinstance(count, types.Integer)):
+        return None
+    itemsize = arr.dtype.bitwidth // 8
+    literal = int(count.literal_value) if isinstance(count, types.IntegerLiteral) else None
+
+    def codegen(context, builder, sig, args):
+        i64 = ir.IntType(64)
+        d = builder.bitcast(_element_pointer(context, builder, sig.args[0], args[0], args[1], sig.args[1]),
+                            ir.IntType(8).as_pointer())
+        s = builder.bitcast(_element_pointer(context, builder, sig.args[0], args[0], args[2], sig.args[2]),
+                            ir.IntType(8).as_pointer())
+        if literal is not None:
+            n = ir.Constant(i64, literal * itemsize)
+        else:
+            n = builder.mul(context.cast(builder, args[3], sig.args[3], types.int64), ir.Constant(i64, itemsize))
+        cgutils.raw_memcpy(builder, d, s, n, 1)
+        return context.get_dummy_value()
+
+    return types.none(arr, dst, src, count), codegen
+
+
 @intrinsic
 def call_kernel(typingctx, addr, arena, nbytes, side_i, n_i, side_f, n_f, row, sbase):
     """Call the kernel entry at address ``addr``:

@@ -17,14 +17,20 @@ reads (:func:`pack_weights`):
 Descriptor (int64 side table), after the shared window words of
 :mod:`.kernels_window` (x, C, H, W, kh, kw, sh, sw, ph, pw, dh, dw, OH, OW, out)::
 
-    [groups, cg, mg, w_packed, Mpad, KC, NC, epilogue, panel_scratch, padded_width]
+    [groups, cg, mg, w_packed, Mpad, KC, NC, epilogue, panel_scratch, padded_width, transposed]
 
 Scratch from ``panel_scratch``: the B panels (KC x NC rounded up to NR
 columns), one MR x NR edge tile, NR floats of slack, then the zero-padded
 input rows of the task as stride-phase planes (cg x sh x sw x ceil(rows / sh) x
 ceil(padded_width / sw), plus NR floats of slack).
 
-Task row: ``[desc, b0, b1, m0, m1, q0, q1]`` with m0 a multiple of MR.
+Task row: ``[desc, b0, b1, m0, m1, q0, q1]`` with m0 a multiple of MR (of NR when
+transposed).
+
+*Transposed form*, for output planes of a few pixels: the micro-kernel's rows
+are pixels and its columns output channels (col panels gathered MR wide,
+weights packed NR wide, ``Mpad`` = mg rounded up to NR), and each tile is
+scattered into the output; see :func:`_transposed_block`.
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ from . import _numba_cache  # noqa: F401  (drops stale numba caches first)
 import numpy as np
 from numba import njit
 
+from .atomics import copy_block
 from .kernels_ew import ew_run
 from .kernels_window import W_OUT, W_X, WIN_LEN, read_window
 from .ukernel import MR, NR, ukernel
@@ -41,15 +48,20 @@ from .ukernel import MR, NR, ukernel
 f32 = np.float32
 _JIT = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
 
-(C_GROUPS, C_CG, C_MG, C_WPACK, C_MPAD, C_KC, C_NC, C_EPI, C_PANEL, C_WP) = range(WIN_LEN, WIN_LEN + 10)
+(C_GROUPS, C_CG, C_MG, C_WPACK, C_MPAD, C_KC, C_NC, C_EPI, C_PANEL, C_WP, C_TRANS) = range(WIN_LEN, WIN_LEN + 11)
 
 
-def pack_weights(w: np.ndarray, groups: int, kc: int) -> np.ndarray:
-    """Weights [M, Cg, kh, kw] in the A-panel layout above (K blocks of ``kc``)."""
+def pack_weights(w: np.ndarray, groups: int, kc: int, width: int = MR) -> np.ndarray:
+    """Weights [M, Cg, kh, kw] in the panel layout above (K blocks of ``kc``, panels of ``width`` rows).
+
+    ``width`` is MR for the A panels of the direct form; the transposed form
+    (small output planes, see :func:`k_convp`) reads the weights as B panels
+    of NR output channels, packed the same way with ``width = NR``.
+    """
     m = w.shape[0]
     mg = m // groups
     k = int(np.prod(w.shape[1:]))
-    mpad = -(-mg // MR) * MR
+    mpad = -(-mg // width) * width
     flat = np.zeros((groups, mpad, k), np.float32)
     flat[:, :mg] = np.asarray(w, np.float32).reshape(groups, mg, k)
     out = np.empty(groups * mpad * k, np.float32)
@@ -58,31 +70,36 @@ def pack_weights(w: np.ndarray, groups: int, kc: int) -> np.ndarray:
         for pc in range(0, k, kc):
             blk = flat[g, :, pc:pc + kc]  # mpad x kcb
             kcb = blk.shape[1]
-            # panels of MR rows, each stored k-major: (panel, k, r)
-            panels = blk.reshape(mpad // MR, MR, kcb).transpose(0, 2, 1)
+            # panels of `width` rows, each stored k-major: (panel, k, r)
+            panels = blk.reshape(mpad // width, width, kcb).transpose(0, 2, 1)
             out[pos:pos + mpad * kcb] = panels.reshape(-1)
             pos += mpad * kcb
     return out
 
 
+def panel_columns(nc: int) -> int:
+    """Floats per k row of the gathered panels of ``nc`` pixels (NR- or MR-wide panels)."""
+    return max(-(-nc // NR) * NR, -(-nc // MR) * MR)
+
+
 @njit(**_JIT)
-def _gather_pointwise(F, xb, H, W, p0, kc, q0, nc, pb):
-    """The B panel of a 1x1 stride-1 convolution: col row k is input plane p0 + k itself."""
+def _gather_pointwise(F, xb, H, W, p0, kc, q0, nc, pb, wd):
+    """The col panels (``wd`` pixels wide) of a 1x1 stride-1 convolution: col row k is input plane p0 + k."""
     hw = H * W
     qe = q0 + nc
     for k in range(kc):
         src = xb + (p0 + k) * hw
-        row = pb + k * NR
+        row = pb + k * wd
         q = q0
         while q < qe:
             rel = q - q0
-            jp = rel // NR
-            jj = rel - jp * NR
-            run = min(qe - q, NR - jj)
-            dst = F[row + jp * kc * NR + jj:row + jp * kc * NR + jj + run]
-            inp = F[src + q:src + q + run]
-            for u in range(run):
-                dst[u] = inp[u]
+            jp = rel // wd
+            jj = rel - jp * wd
+            run = min(qe - q, wd - jj)
+            if run == NR:
+                copy_block(F, row + jp * kc * wd + jj, src + q, NR)
+            else:
+                copy_block(F, row + jp * kc * wd + jj, src + q, run)
             q += run
 
 
@@ -113,8 +130,7 @@ def _pad_phases(F, xb, cg, H, W, ph, pw, r0, Rq, sh, sw, Wq, pp):
                     if sw == 1:
                         for u in range(pw):
                             dst[u] = f32(0.0)
-                        for u in range(W):
-                            dst[pw + u] = src[u]
+                        copy_block(F, pp + ((c * sh + a) * sw + b) * phase + rr * Wq + pw, xb + (c * H + ih) * W, W)
                         for u in range(pw + W, Wq):
                             dst[u] = f32(0.0)
                     else:
@@ -124,8 +140,9 @@ def _pad_phases(F, xb, cg, H, W, ph, pw, r0, Rq, sh, sw, Wq, pp):
 
 
 @njit(**_JIT)
-def _gather_padded(F, pp, Rq, Wq, kh, kw, sh, sw, dh, dw, OW, oh0_task, p0, kc, q0, nc, pb):
-    """F[pb + jp*kc*NR + k*NR + t] = col[p0 + k, q0 + jp*NR + t] from the phase planes at F[pp:].
+def _gather_padded(F, pp, Rq, Wq, kh, kw, sh, sw, dh, dw, OW, oh0_task, p0, kc, q0, nc, pb, wd):
+    """F[pb + jp*kc*wd + k*wd + t] = col[p0 + k, q0 + jp*wd + t] from the phase planes at F[pp:]
+    (panels ``wd`` = NR pixels wide for the direct form, MR for the transposed one).
 
     ``col[(c*kh + i)*kw + j, oh*OW + ow] = Xpad[c, oh*sh + i*dh, ow*sw + j*dw]``, which
     is phase plane ((i*dh) % sh, (j*dw) % sw) at row oh - oh0_task + (i*dh)//sh and
@@ -140,21 +157,30 @@ def _gather_padded(F, pp, Rq, Wq, kh, kw, sh, sw, dh, dw, OW, oh0_task, p0, kc, 
     phase = Rq * Wq
     chan = sh * sw * phase
     qe = q0 + nc
-    for jp in range((nc + NR - 1) // NR):
-        qa = q0 + jp * NR
-        qb = min(qa + NR, qe)
+    c0 = p0 // taps
+    t0 = p0 - c0 * taps
+    i0 = t0 // kw
+    j0 = t0 - i0 * kw
+    for jp in range((nc + wd - 1) // wd):
+        qa = q0 + jp * wd
+        qb = min(qa + wd, qe)
         oh0 = qa // OW
         ow0 = qa - oh0 * OW
-        panel = pb + jp * kc * NR
-        c = p0 // taps
-        t = p0 - c * taps
-        i = t // kw
-        j = t - i * kw
+        panel = pb + jp * kc * wd
+        # tap (i, j) of channel c reads phase (ra, cb) at row ri, column cj; all
+        # four are stepped without dividing (this loop runs once per k)
+        c = c0
+        i = i0
+        j = j0
+        ra = (i * dh) % sh
+        ri = (i * dh) // sh
+        cb0 = (j * dw) % sw
+        cj0 = (j * dw) // sw
+        cb = cb0
+        cj = cj0
         for k in range(kc):
-            ii = i * dh
-            jj = j * dw
-            src = (pp + c * chan + ((ii % sh) * sw + jj % sw) * phase + (ii // sh - oh0_task) * Wq + jj // sw)
-            dst = panel + k * NR
+            src = pp + c * chan + (ra * sw + cb) * phase + (ri - oh0_task) * Wq + cj
+            dst = panel + k * wd
             q = qa
             oh = oh0
             ow = ow0
@@ -162,20 +188,63 @@ def _gather_padded(F, pp, Rq, Wq, kh, kw, sh, sw, dh, dw, OW, oh0_task, p0, kc, 
                 run = min(qb - q, OW - ow)
                 s = src + oh * Wq + ow
                 d = dst + q - qa
-                out = F[d:d + NR]
-                inp = F[s:s + NR]
-                for u in range(NR):
-                    out[u] = inp[u]
+                # one fixed-size vector block per run (short runs: tiny planes)
+                if run <= 4:
+                    copy_block(F, d, s, 4)
+                elif run <= 8:
+                    copy_block(F, d, s, 8)
+                elif run <= 16:
+                    copy_block(F, d, s, 16)
+                else:
+                    copy_block(F, d, s, NR)
                 q += run
                 ow = 0
                 oh += 1
             j += 1
+            cb += dw
+            while cb >= sw:
+                cb -= sw
+                cj += 1
             if j == kw:
                 j = 0
+                cb = 0
+                cj = 0
                 i += 1
+                ra += dh
+                while ra >= sh:
+                    ra -= sh
+                    ri += 1
                 if i == kh:
                     i = 0
+                    ra = 0
+                    ri = 0
                     c += 1
+
+
+@njit(**_JIT)
+def _transposed_block(F, kc, pb, wb, out, ohw, qc, nc, m0, m1, pt, first):
+    """One K block of the transposed form: out[m, q] (+)= sum_k colT[q, k] W[m, k].
+
+    For planes of a few pixels the direct form's NR-pixel tiles are mostly
+    padding (a 2x2 plane fills 4 of 32 columns).  Here the micro-kernel's MR
+    rows are pixels (panels gathered MR wide at ``pb``) and its NR columns
+    output channels (weights packed NR wide at ``wb``), and each tile is
+    scattered into the NCHW output.
+    """
+    tile = F[pt:pt + MR * NR]
+    for jr in range(0, nc, MR):
+        rows = min(MR, nc - jr)
+        for ic in range(m0, m1, NR):
+            cols = min(NR, m1 - ic)
+            ukernel(kc, F, pb + jr * kc, F, wb + ic * kc, F, pt, NR, 0)
+            for t in range(cols):
+                dst = F[out + (ic + t) * ohw + qc + jr:out + (ic + t) * ohw + qc + jr + rows]
+                if first:
+                    for r in range(rows):
+                        dst[r] = tile[r * NR + t]
+                else:
+                    for r in range(rows):
+                        dst[r] += tile[r * NR + t]
 
 
 @njit(**_JIT)
@@ -192,7 +261,9 @@ def k_convp(F, B, I, J, X, R, p, sbase):
     NC = X[d + C_NC]
     epi = X[d + C_EPI]
     pb = sbase + X[d + C_PANEL]
-    pt = pb + KC * ((NC + NR - 1) // NR) * NR
+    trans = X[d + C_TRANS]
+    wd = MR if trans else NR
+    pt = pb + KC * max((NC + NR - 1) // NR * NR, (NC + MR - 1) // MR * MR)  # panel_columns(NC)
     tile = F[pt:pt + MR * NR]
     pp = pt + MR * NR + NR  # padded input rows (after the tile and the panels' overrun slack)
     m0 = p[3]
@@ -222,10 +293,14 @@ def k_convp(F, B, I, J, X, R, p, sbase):
             while pc < K:
                 kc = min(KC, K - pc)
                 if pointwise:
-                    _gather_pointwise(F, xb, H, W, pc, kc, qc, nc, pb)
+                    _gather_pointwise(F, xb, H, W, pc, kc, qc, nc, pb, wd)
                 else:
-                    _gather_padded(F, pp, Rq, Wq, kh, kw, sh, sw, dh, dw, OW, r0 // sh, pc, kc, qc, nc, pb)
+                    _gather_padded(F, pp, Rq, Wq, kh, kw, sh, sw, dh, dw, OW, r0 // sh, pc, kc, qc, nc, pb, wd)
                 first = pc == 0
+                if trans:
+                    _transposed_block(F, kc, pb, wg + pc * mpad, out, ohw, qc, nc, m0, m1, pt, first)
+                    pc += kc
+                    continue
                 for ir in range(m0, m1, MR):
                     rows = min(MR, m1 - ir)
                     a = wg + pc * mpad + ir * kc

@@ -23,7 +23,7 @@ from rammer.ops.conv import window_geometry
 from rammer.ops.registry import OpContext
 
 from .ewops import BLOCK
-from .kernels_conv import pack_weights
+from .kernels_conv import pack_weights, panel_columns
 from .lower_linalg import _dwconv_op, _epilogue, _resolve, _unfuse, _window_desc
 from .ops import CpuOp, EmitContext, Row, split_range
 from .program import EwProgram
@@ -39,6 +39,8 @@ IMPLICIT_KC = 256
 #: Pixels per B panel: KC x NC floats (256 KiB at the defaults) stay in the 1 MiB L2
 #: next to the C tile, while the 12-row A panel (12 KiB) stays in L1.
 IMPLICIT_NC = 256
+#: K block depth of the transposed form (small planes: its col panels are only MR pixels wide).
+IMPLICIT_KC_TRANSPOSED = 1024
 #: A pixel range is not cut below this many pixels per rTask (the B gather repeats per rTask otherwise).
 IMPLICIT_MIN_PIXELS = 64
 
@@ -102,10 +104,13 @@ def implicit_conv_op(lw: Lowerer, name: str, nodes: tuple[Node, ...], x: View, w
     K = cg * kh * kw
     ohw = OH * OW
     blocks = n * groups
-    kc = -(-K // -(-K // IMPLICIT_KC))  # near-equal K blocks
+    transposed = _use_transposed(mg, ohw)
+    kc_max = IMPLICIT_KC_TRANSPOSED if transposed else IMPLICIT_KC
+    kc = -(-K // -(-K // kc_max))  # near-equal K blocks
     nc = min(IMPLICIT_NC, -(-ohw // NR) * NR)
-    mpad = -(-mg // MR) * MR
-    wp = lw.const_view(pack_weights(np.asarray(w_arr), groups, kc))
+    unit = NR if transposed else MR  # rows of a packed weight panel; tasks cut output channels in these
+    mpad = -(-mg // unit) * unit
+    wp = lw.const_view(pack_weights(np.asarray(w_arr), groups, kc, unit))
     regs = prog.n_registers() * BLOCK if prog is not None else 0
     sh, sw, pw, dh, dw = geo[6], geo[7], geo[9], geo[10], geo[11]
     wp_width = max(geo[3] + pw, (OW - 1) * sw + (kw - 1) * dw + 1)
@@ -114,12 +119,12 @@ def implicit_conv_op(lw: Lowerer, name: str, nodes: tuple[Node, ...], x: View, w
         pad_rows = 0  # the pointwise gather reads the input planes directly
     # B panels, edge tile, overrun slack, the padded input rows of one group as phase planes, slack
     phases = sh * sw * -(-pad_rows // sh) * -(-wp_width // sw)  # stride-phase planes of the padded rows
-    panel = kc * (-(-nc // NR)) * NR + MR * NR + NR + cg * phases + NR
+    panel = kc * panel_columns(nc) + MR * NR + NR + cg * phases + NR
     flops = 2.0 * blocks * mg * ohw * K
     nbytes = 4.0 * (x.size + wp.size + out.size * (1 + (len(prog.inputs) if prog else 0)))
     reads = {x.buffer, wp.buffer} | ({v.buffer for v, _ in prog.inputs} if prog else set())
     writes = {out.buffer} | ({v.buffer for _, v in prog.outputs} if prog else set())
-    m_panels = -(-mg // MR)
+    m_panels = -(-mg // unit)
     q_panels = -(-ohw // NR)
 
     def partition(k: int) -> list:
@@ -138,19 +143,33 @@ def implicit_conv_op(lw: Lowerer, name: str, nodes: tuple[Node, ...], x: View, w
                 p0, p1 = split_range(m_panels, m_parts, mi)
                 for qi in range(q_parts):
                     j0, j1 = split_range(q_panels, q_parts, qi)
-                    parts.append((b, b + 1, p0 * MR, min(mg, p1 * MR), j0 * NR, min(ohw, j1 * NR)))
+                    parts.append((b, b + 1, p0 * unit, min(mg, p1 * unit), j0 * NR, min(ohw, j1 * NR)))
         return parts
 
     def emit(ctx: EmitContext, parts: list) -> list[Row]:
         epi = prog.emit(ctx.side, ctx.locate, space) if prog is not None else -1
         words = _resolve(ctx, _window_desc(x, out, geo) + [groups, cg, mg, wp, mpad, kc, nc, epi, regs,
-                                                           wp_width])
+                                                           wp_width, int(transposed)])
         desc = ctx.side.add_ints(words)
         return [("k_convp", [desc, *part]) for part in parts]
 
     return CpuOp(name, "conv", nodes, tuple(sorted(reads - writes)), tuple(sorted(writes)), flops, nbytes,
                  partition, emit, scratch=regs + panel, blas=True,
-                 extra={"M": mg, "N": ohw, "K": K, "batches": blocks, "kernel": "implicit"})
+                 extra={"M": mg, "N": ohw, "K": K, "batches": blocks,
+                        "kernel": "implicit-transposed" if transposed else "implicit"})
+
+
+def _use_transposed(mg: int, ohw: int) -> bool:
+    """Whether the micro-kernel should run with pixels as rows and output channels as columns.
+
+    Compares the useful fraction of the MR x NR tiles both ways: a 2x2 plane
+    with 64 channels fills 4 of 32 columns directly (11% with the row padding)
+    but 4 of 12 rows transposed (33%).  The transposed form scatters its tiles
+    into the output, so it must win clearly.
+    """
+    def used(rows: int, cols: int) -> float:
+        return rows / (-(-rows // MR) * MR) * cols / (-(-cols // NR) * NR)
+    return ohw <= IMPLICIT_NC and used(ohw, mg) > 1.25 * used(mg, ohw)
 
 
 def _as_4d(prog: EwProgram, shape4: tuple[int, ...]) -> EwProgram:
