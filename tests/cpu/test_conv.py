@@ -132,3 +132,59 @@ def test_pack_weights_layout():
                     row = mp * MR + r
                     want = flat[g, row, pc:pc + kcb] if row < mg else np.zeros(kcb, np.float32)
                     np.testing.assert_array_equal(panel[:, r], want)
+
+
+@pytest.mark.parametrize("x_shape,w_shape,attrs", [
+    ((2, 64, 2, 2), (64, 64, 3, 3), dict(pads=[1, 1, 1, 1])),             # 2x2 plane, ResNet's last stage
+    ((1, 32, 4, 4), (70, 32, 3, 3), dict(strides=[2, 2], pads=[1, 1, 1, 1])),  # 2x2 out, channels past NR
+    ((1, 96, 4, 4), (64, 96, 1, 1), {}),                                   # pointwise gather, MR-wide panels
+    ((1, 8, 3, 3), (40, 4, 3, 3), dict(group=2, pads=[1, 1, 1, 1])),
+])
+@pytest.mark.parametrize("veus", [1, 2])
+def test_conv_transposed_form_for_small_planes(monkeypatch, x_shape, w_shape, attrs, veus):
+    from rammer.backends.cpu.compiler import compile_program
+    from rammer.frontend import load
+
+    # several K blocks too, so that tiles are scattered with accumulation
+    monkeypatch.setattr(lower_conv, "IMPLICIT_KC_TRANSPOSED", 40)
+    m, feeds = _conv(x_shape, w_shape, epilogue=("Relu",), **attrs)
+    (op,) = [o for o in compile_program(load(m)).lowered.ops if o.family == "conv"]
+    assert op.extra["kernel"] == "implicit-transposed"
+    compare(m, feeds, veus=veus, atol=1e-6 * int(np.prod(w_shape[1:])))
+
+
+def test_transposed_form_only_where_it_fills_the_tile_better():
+    assert lower_conv._use_transposed(64, 4)       # 2x2 plane, 64 channels
+    assert lower_conv._use_transposed(32, 16)      # 4x4 plane
+    assert not lower_conv._use_transposed(8, 1024)  # few channels, large plane
+    assert not lower_conv._use_transposed(16, 64)
+
+
+def test_pack_weights_nr_wide_panels():
+    from rammer.backends.cpu.ukernel import NR
+
+    w = rand(40, 3, 2, 2)
+    packed = pack_weights(w, 1, 12, NR)
+    npad = 2 * NR
+    assert packed.size == npad * 12
+    panel = packed[NR * 12:2 * NR * 12].reshape(12, NR)  # second channel panel, k-major
+    np.testing.assert_array_equal(panel[:, :8], w.reshape(40, 12)[NR:].T)
+    assert not panel[:, 8:].any()
+
+
+def test_copy_block_constant_and_runtime_counts():
+    from numba import njit
+
+    from rammer.backends.cpu.atomics import copy_block
+
+    @njit
+    def copy(a, n):
+        copy_block(a, 40, 3, 16)
+        copy_block(a, 80, 7, n)
+
+    a = np.arange(100, dtype=np.float32)
+    want = a.copy()
+    want[40:56] = a[3:19]
+    want[80:85] = a[7:12]
+    copy(a, 5)
+    np.testing.assert_array_equal(a, want)
