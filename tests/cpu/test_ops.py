@@ -142,6 +142,35 @@ def test_softmax(op, opset, axis):
     compare(model([node(op, ["x"], axis=axis)], {"x": x}, ["y"], opset=opset), {"x": x})
 
 
+@pytest.mark.parametrize("op", ["Softmax", "LogSoftmax"])
+def test_softmax_rows_with_nan_and_inf_and_long_rows(op):
+    x = rand(5, 300) * 4
+    x[0, 7] = np.nan
+    x[1, 2] = np.inf
+    x[2, :] = -np.inf
+    x[3, 299] = -np.inf
+    compare(model([node(op, ["x"], axis=-1)], {"x": x}, ["y"], opset=13), {"x": x})
+
+
+def test_erf_matches_libm_closely():
+    import math
+
+    from numba import njit
+
+    from rammer.backends.cpu.fastmath import erf32
+
+    @njit
+    def erf_all(x, out):
+        for i in range(x.size):
+            out[i] = erf32(x[i])
+
+    x = np.concatenate([np.linspace(-6, 6, 200001), np.logspace(-30, 0.7, 2001)]).astype(np.float32)
+    got = np.empty_like(x)
+    erf_all(x, got)
+    want = np.array([math.erf(float(v)) for v in x])
+    assert (np.abs(got - want) <= 1e-6 * np.abs(want)).all()
+
+
 def test_layernorm_gather_concat_pad_slice_split_transpose_expand():
     x = rand(2, 6, 8)
     ids = np.array([[0, 3, 1], [2, 2, 0]], np.int64)
