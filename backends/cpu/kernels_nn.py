@@ -142,6 +142,35 @@ def _softmax_row(F, base, ob, n, log):
         _scale_row(D, n, f32(1.0) / s)
 
 
+@njit(nogil=True, cache=True, error_model="numpy", boundscheck=False, fastmath={"reassoc", "nsz"})
+def _row_sum64(A, n):
+    s = f64(0.0)
+    for r in range(n):
+        s += f64(A[r])
+    return s
+
+
+@njit(nogil=True, cache=True, error_model="numpy", boundscheck=False, fastmath={"reassoc", "nsz"})
+def _row_sqdev64(A, n, mean):
+    v = f64(0.0)
+    for r in range(n):
+        t = f64(A[r]) - mean
+        v += t * t
+    return v
+
+
+@njit(**_JIT)
+def _norm_row(D, A, n, m, inv, S, Bv):
+    for k in range(n):
+        D[k] = (A[k] - m) * inv * S[k] + Bv[k]
+
+
+@njit(**_JIT)
+def _norm_row_unbiased(D, A, n, m, inv, S):
+    for k in range(n):
+        D[k] = (A[k] - m) * inv * S[k]
+
+
 # Softmax descriptor: [x_off, outer, n, inner, out_off, log]
 @njit(**_JIT)
 def k_softmax(F, B, I, J, X, R, p, sbase):
@@ -208,22 +237,11 @@ def k_layernorm(F, B, I, J, X, R, p, sbase):
     bi = X[d + 5]
     eps = f64(R[X[d + 6]])
     for r in range(p[1], p[2]):
-        base = x + r * n
-        s = f64(0.0)
-        for k in range(n):
-            s += F[base + k]
-        mean = s / n
-        v = f64(0.0)
-        for k in range(n):
-            t = f64(F[base + k]) - mean
-            v += t * t
-        inv = 1.0 / np.sqrt(v / n + eps)
-        ob = out + r * n
-        m32 = f32(mean)
-        i32 = f32(inv)
+        A = F[x + r * n:x + (r + 1) * n]
+        D = F[out + r * n:out + (r + 1) * n]
+        mean = _row_sum64(A, n) / n
+        inv = 1.0 / np.sqrt(_row_sqdev64(A, n, mean) / n + eps)
         if bi >= 0:
-            for k in range(n):
-                F[ob + k] = (F[base + k] - m32) * i32 * F[sc + k] + F[bi + k]
+            _norm_row(D, A, n, f32(mean), f32(inv), F[sc:sc + n], F[bi:bi + n])
         else:
-            for k in range(n):
-                F[ob + k] = (F[base + k] - m32) * i32 * F[sc + k]
+            _norm_row_unbiased(D, A, n, f32(mean), f32(inv), F[sc:sc + n])
