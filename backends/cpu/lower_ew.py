@@ -146,10 +146,15 @@ def ew_translate(node: Node, graph: Graph, prog: EwProgram, operand: Operand, co
         return prog.op("CLIP", x, imms=(-math.inf if lo is None else lo, math.inf if hi is None else hi))
     if op in BINARY:
         if op == "Pow":
+            # small integer powers as products: POW is a libm call per element and keeps the loop scalar
             exponent = _const(graph, node.inputs[1])
-            if exponent is not None and exponent.size == 1 and float(exponent.ravel()[0]) == 2.0:
+            if exponent is not None and exponent.size == 1 and float(exponent.ravel()[0]) in (1.0, 2.0, 3.0):
                 x = operand(0)
-                return prog.op("MUL", x, x)
+                e = float(exponent.ravel()[0])
+                if e == 1.0:
+                    return prog.op("COPY", x)
+                sq = prog.op("MUL", x, x)
+                return sq if e == 2.0 else prog.op("MUL", sq, x)
         return prog.op(BINARY[op], operand(0), operand(1))
     if op == "Mod":
         return prog.op("FMOD", operand(0), operand(1))

@@ -36,6 +36,17 @@ def test_binary_ops_with_broadcasting(op):
     compare(model([node(op, ["a", "b"])], {"a": a, "b": b}, ["y"]), {"a": a, "b": b})
 
 
+@pytest.mark.parametrize("exponent", [1.0, 2.0, 3.0, 2.5])
+def test_pow_by_constant_exponents(exponent):
+    x = rand(3, 40) * 3
+    x[0, :5] = [np.nan, np.inf, -np.inf, 0.0, -0.0]
+    if exponent == 2.5:
+        x = np.abs(x)
+    m = model([node("Pow", ["x", "e"], ["y0"]), node("Relu", ["y0"], ["y"])], {"x": x}, ["y"],
+              {"e": np.array(exponent, np.float32)})
+    compare(m, {"x": x})
+
+
 def test_comparisons_logic_where_and_casts_fuse():
     a, b = rand(4, 8), rand(4, 8, seed=1)
     a[0, 0] = np.nan
