@@ -20,6 +20,7 @@ from .kernels_data import k_copy, k_copy_many, k_gather, k_pad
 from .kernels_ew import k_ew
 from .kernels_gemm import k_gemm
 from .kernels_nn import k_layernorm, k_reduce, k_softmax
+from .kernels_dwcl import k_dwconv_cl
 from .kernels_window import k_dwconv, k_pool
 
 SIGNATURE = types.int64(types.voidptr, types.int64, types.voidptr, types.int64, types.voidptr, types.int64,
@@ -97,6 +98,18 @@ def entry_k_dwconv(arena, nbytes, x, nx, r, nr, row, sbase):
     R = carray(r, (nr,), np.float32)
     p = carray(row, (ROW_PARAMS,), np.int64)
     k_dwconv(F, B, I, J, X, R, p, sbase)
+    return 0
+
+
+def entry_k_dwconv_cl(arena, nbytes, x, nx, r, nr, row, sbase):
+    F = carray(arena, (nbytes // 4,), np.float32)
+    B = carray(arena, (nbytes,), np.uint8)
+    I = carray(arena, (nbytes // 8,), np.int64)
+    J = carray(arena, (nbytes // 4,), np.int32)
+    X = carray(x, (nx,), np.int64)
+    R = carray(r, (nr,), np.float32)
+    p = carray(row, (ROW_PARAMS,), np.int64)
+    k_dwconv_cl(F, B, I, J, X, R, p, sbase)
     return 0
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from . import kernels_conv, kernels_data, kernels_ew, kernels_gemm, kernels_nn, kernels_window
+from . import kernels_conv, kernels_data, kernels_dwcl, kernels_ew, kernels_gemm, kernels_nn, kernels_window
 
 #: kernel name -> module defining it.
 KERNELS: dict[str, ModuleType] = {
@@ -24,6 +24,7 @@ KERNELS: dict[str, ModuleType] = {
     "k_gather": kernels_data,
     "k_convp": kernels_conv,
     "k_dwconv": kernels_window,
+    "k_dwconv_cl": kernels_dwcl,
     "k_pool": kernels_window,
     "k_reduce": kernels_nn,
     "k_softmax": kernels_nn,
@@ -42,6 +43,7 @@ DESCRIPTIONS = {
     "k_gather": "Gather rows by run-time indices",
     "k_convp": "implicit-GEMM convolution tile: input gathered into packed panels, weights packed at compile time",
     "k_dwconv": "direct depthwise convolution + fused epilogue",
+    "k_dwconv_cl": "depthwise convolution of small planes, channels innermost + fused epilogue",
     "k_pool": "max/average pooling planes",
     "k_reduce": "reductions over adjacent axes",
     "k_softmax": "softmax / log-softmax lines",

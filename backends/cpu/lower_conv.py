@@ -90,7 +90,8 @@ def lower_conv(lw: Lowerer, node: Node, members: list[Node], internal: set[str],
     x = lw.dense(node.inputs[0])
     geo = (n, c, H, W, kh, kw, sh, sw, ph, pw, dh, dw, OH, OW)
     if depthwise:
-        lw.add_op(_dwconv_op(lw, name, nodes, x, lw.view(node.inputs[1]), target4, prog, space, geo, m // c))
+        lw.add_op(_dwconv_op(lw, name, nodes, x, lw.view(node.inputs[1]), target4, prog, space, geo, m // c,
+                             w_arr=w_arr))
         return
     lw.add_op(implicit_conv_op(lw, name, nodes, x, w_arr, target4, prog, space, geo, groups))
 

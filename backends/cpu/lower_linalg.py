@@ -266,8 +266,13 @@ def _resolve(ctx: EmitContext, words: list) -> list[int]:
     return [ctx.locate(w) if isinstance(w, View) else int(w) for w in words]
 
 
+#: Depthwise convolutions with output planes up to this many pixels run channels innermost (k_dwconv_cl).
+DWCONV_CL_MAX_PIXELS = 36
+
+
 def _dwconv_op(lw: Lowerer, name: str, nodes: tuple[Node, ...], x: View, w: View, out: View,
-               prog: EwProgram | None, space: tuple, geo: tuple, mult: int) -> CpuOp:
+               prog: EwProgram | None, space: tuple, geo: tuple, mult: int,
+               w_arr: np.ndarray | None = None) -> CpuOp:
     n, c = geo[0], geo[1]
     kh, kw, OH, OW = geo[4], geo[5], geo[12], geo[13]
     flops = 2.0 * n * c * mult * OH * OW * kh * kw
@@ -282,15 +287,27 @@ def _dwconv_op(lw: Lowerer, name: str, nodes: tuple[Node, ...], x: View, w: View
         return [(b, b + 1) + split_range(c, per, i) for b in range(n) for i in range(per)]
 
     regs = prog.n_registers() * BLOCK if prog else 0
+    from .kernels_dwcl import dwcl_scratch
     from .kernels_window import window_scratch
 
     sh, sw, dh, dw = geo[6], geo[7], geo[10], geo[11]
-    padded = window_scratch(OH, OW, kh, kw, sh, sw, dh, dw)  # phase planes + accumulator
+    if mult == 1 and OH * OW <= DWCONV_CL_MAX_PIXELS and w_arr is not None:
+        # small planes: channels innermost (kernels_dwcl), weights tap-major
+        w_taps = lw.const_view(np.ascontiguousarray(np.asarray(w_arr, np.float32).reshape(c, kh * kw).T))
+        padded = dwcl_scratch(OH, OW, kh, kw, sh, sw, dh, dw)
 
-    def emit(ctx: EmitContext, parts: list) -> list[Row]:
-        epi = prog.emit(ctx.side, ctx.locate, space) if prog is not None else -1
-        desc = ctx.side.add_ints(_resolve(ctx, _window_desc(x, out, geo) + [w, mult, epi, regs]))
-        return [("k_dwconv", [desc, *p]) for p in parts]
+        def emit(ctx: EmitContext, parts: list) -> list[Row]:
+            epi = prog.emit(ctx.side, ctx.locate, space) if prog is not None else -1
+            desc = ctx.side.add_ints(_resolve(ctx, _window_desc(x, out, geo) + [w_taps, epi, regs]))
+            return [("k_dwconv_cl", [desc, *p]) for p in parts]
+        reads = (reads - {w.buffer}) | {w_taps.buffer}
+    else:
+        padded = window_scratch(OH, OW, kh, kw, sh, sw, dh, dw)  # phase planes + accumulator
+
+        def emit(ctx: EmitContext, parts: list) -> list[Row]:
+            epi = prog.emit(ctx.side, ctx.locate, space) if prog is not None else -1
+            desc = ctx.side.add_ints(_resolve(ctx, _window_desc(x, out, geo) + [w, mult, epi, regs]))
+            return [("k_dwconv", [desc, *p]) for p in parts]
 
     scratch = regs + padded
     return CpuOp(name, "conv.depthwise", nodes, tuple(sorted(reads - writes)), tuple(sorted(writes)), flops, nbytes,

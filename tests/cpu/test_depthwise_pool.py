@@ -72,6 +72,19 @@ def test_depthwise_fused_epilogue(stride):
     assert report["ops_by_family"] == {"conv.depthwise": 1}, report["ops_by_family"]
 
 
+@pytest.mark.parametrize("channels_last", [False, True])
+@pytest.mark.parametrize("c,hw,stride,veus", [(150, (4, 4), 1, 1), (150, (4, 4), 1, 2), (70, (3, 5), 2, 2),
+                                              (8, (2, 2), 1, 1)])
+def test_depthwise_small_planes_both_layouts(monkeypatch, channels_last, c, hw, stride, veus):
+    # channels innermost (k_dwconv_cl: blocks of 64 channels, the last one partial) or plane by plane
+    from rammer.backends.cpu import lower_linalg
+
+    monkeypatch.setattr(lower_linalg, "DWCONV_CL_MAX_PIXELS", 1000 if channels_last else 0)
+    m, feeds = _dw_model(c, 1, hw, 3, (stride, stride), [1, 1, 1, 1], (1, 1), n=2, epilogue=True)
+    report = compare(m, feeds, veus=veus)
+    assert report["ops_by_family"] == {"conv.depthwise": 1}, report["ops_by_family"]
+
+
 def test_depthwise_1d():
     x = rand(2, 6, 20)
     consts = {"w": rand(6, 1, 5, seed=1)}
