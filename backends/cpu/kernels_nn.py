@@ -99,11 +99,20 @@ def _row_max(A, n):
 
 
 @njit(nogil=True, cache=True, error_model="numpy", boundscheck=False, fastmath={"reassoc", "nsz"})
-def _row_sum(A, n):
-    s = f32(0.0)
+def _row_sum64(A, n):
+    s = f64(0.0)
     for r in range(n):
-        s += A[r]
+        s += f64(A[r])
     return s
+
+
+@njit(nogil=True, cache=True, error_model="numpy", boundscheck=False, fastmath={"reassoc", "nsz"})
+def _row_sqdev64(A, n, mean):
+    v = f64(0.0)
+    for r in range(n):
+        t = f64(A[r]) - mean
+        v += t * t
+    return v
 
 
 @njit(**_JIT)
@@ -135,28 +144,11 @@ def _softmax_row(F, base, ob, n, log):
     D = F[ob:ob + n]
     mx = _row_max(A, n)
     _exp_shifted(D, A, n, mx)
-    s = _row_sum(D, n)
+    s = f32(_row_sum64(D, n))
     if log == 1:
         _log_softmax_row(D, A, n, mx + f32(np.log(s)))
     else:
         _scale_row(D, n, f32(1.0) / s)
-
-
-@njit(nogil=True, cache=True, error_model="numpy", boundscheck=False, fastmath={"reassoc", "nsz"})
-def _row_sum64(A, n):
-    s = f64(0.0)
-    for r in range(n):
-        s += f64(A[r])
-    return s
-
-
-@njit(nogil=True, cache=True, error_model="numpy", boundscheck=False, fastmath={"reassoc", "nsz"})
-def _row_sqdev64(A, n, mean):
-    v = f64(0.0)
-    for r in range(n):
-        t = f64(A[r]) - mean
-        v += t * t
-    return v
 
 
 @njit(**_JIT)
