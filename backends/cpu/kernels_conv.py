@@ -77,6 +77,7 @@ def pack_weights(w: np.ndarray, groups: int, kc: int, width: int = MR) -> np.nda
     return out
 
 
+@njit(**_JIT)
 def panel_columns(nc: int) -> int:
     """Floats per k row of the gathered panels of ``nc`` pixels (NR- or MR-wide panels)."""
     return max(-(-nc // NR) * NR, -(-nc // MR) * MR)
@@ -120,23 +121,23 @@ def _pad_phases(F, xb, cg, H, W, ph, pw, r0, Rq, sh, sw, Wq, pp):
             for rr in range(Rq):
                 ih = r0 + rr * sh + a - ph
                 for b in range(sw):
-                    dst = F[pp + ((c * sh + a) * sw + b) * phase + rr * Wq:
-                            pp + ((c * sh + a) * sw + b) * phase + (rr + 1) * Wq]
+                    row = pp + ((c * sh + a) * sw + b) * phase + rr * Wq
+                    dst = F[row:row + Wq]
                     if ih < 0 or ih >= H:
                         for u in range(Wq):
                             dst[u] = f32(0.0)
                         continue
-                    src = F[xb + (c * H + ih) * W:xb + (c * H + ih + 1) * W]
+                    src = xb + (c * H + ih) * W
                     if sw == 1:
                         for u in range(pw):
                             dst[u] = f32(0.0)
-                        copy_block(F, pp + ((c * sh + a) * sw + b) * phase + rr * Wq + pw, xb + (c * H + ih) * W, W)
+                        copy_block(F, row + pw, src, W)
                         for u in range(pw + W, Wq):
                             dst[u] = f32(0.0)
                     else:
                         for cc in range(Wq):
                             iw = cc * sw + b - pw
-                            dst[cc] = src[iw] if 0 <= iw < W else f32(0.0)
+                            dst[cc] = F[src + iw] if 0 <= iw < W else f32(0.0)
 
 
 @njit(**_JIT)
@@ -174,10 +175,8 @@ def _gather_padded(F, pp, Rq, Wq, kh, kw, sh, sw, dh, dw, OW, oh0_task, p0, kc, 
         j = j0
         ra = (i * dh) % sh
         ri = (i * dh) // sh
-        cb0 = (j * dw) % sw
-        cj0 = (j * dw) // sw
-        cb = cb0
-        cj = cj0
+        cb = (j * dw) % sw
+        cj = (j * dw) // sw
         for k in range(kc):
             src = pp + c * chan + (ra * sw + cb) * phase + (ri - oh0_task) * Wq + cj
             dst = panel + k * wd
@@ -263,7 +262,7 @@ def k_convp(F, B, I, J, X, R, p, sbase):
     pb = sbase + X[d + C_PANEL]
     trans = X[d + C_TRANS]
     wd = MR if trans else NR
-    pt = pb + KC * max((NC + NR - 1) // NR * NR, (NC + MR - 1) // MR * MR)  # panel_columns(NC)
+    pt = pb + KC * panel_columns(NC)
     tile = F[pt:pt + MR * NR]
     pp = pt + MR * NR + NR  # padded input rows (after the tile and the panels' overrun slack)
     m0 = p[3]

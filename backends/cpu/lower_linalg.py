@@ -293,21 +293,18 @@ def _dwconv_op(lw: Lowerer, name: str, nodes: tuple[Node, ...], x: View, w: View
     sh, sw, dh, dw = geo[6], geo[7], geo[10], geo[11]
     if mult == 1 and OH * OW <= DWCONV_CL_MAX_PIXELS and w_arr is not None:
         # small planes: channels innermost (kernels_dwcl), weights tap-major
-        w_taps = lw.const_view(np.ascontiguousarray(np.asarray(w_arr, np.float32).reshape(c, kh * kw).T))
+        weights = lw.const_view(np.ascontiguousarray(np.asarray(w_arr, np.float32).reshape(c, kh * kw).T))
+        reads = (reads - {w.buffer}) | {weights.buffer}
+        kernel, tail = "k_dwconv_cl", ()
         padded = dwcl_scratch(OH, OW, kh, kw, sh, sw, dh, dw)
-
-        def emit(ctx: EmitContext, parts: list) -> list[Row]:
-            epi = prog.emit(ctx.side, ctx.locate, space) if prog is not None else -1
-            desc = ctx.side.add_ints(_resolve(ctx, _window_desc(x, out, geo) + [w_taps, epi, regs]))
-            return [("k_dwconv_cl", [desc, *p]) for p in parts]
-        reads = (reads - {w.buffer}) | {w_taps.buffer}
     else:
+        weights, kernel, tail = w, "k_dwconv", (mult,)
         padded = window_scratch(OH, OW, kh, kw, sh, sw, dh, dw)  # phase planes + accumulator
 
-        def emit(ctx: EmitContext, parts: list) -> list[Row]:
-            epi = prog.emit(ctx.side, ctx.locate, space) if prog is not None else -1
-            desc = ctx.side.add_ints(_resolve(ctx, _window_desc(x, out, geo) + [w, mult, epi, regs]))
-            return [("k_dwconv", [desc, *p]) for p in parts]
+    def emit(ctx: EmitContext, parts: list) -> list[Row]:
+        epi = prog.emit(ctx.side, ctx.locate, space) if prog is not None else -1
+        desc = ctx.side.add_ints(_resolve(ctx, _window_desc(x, out, geo) + [weights, *tail, epi, regs]))
+        return [(kernel, [desc, *p]) for p in parts]
 
     scratch = regs + padded
     return CpuOp(name, "conv.depthwise", nodes, tuple(sorted(reads - writes)), tuple(sorted(writes)), flops, nbytes,
