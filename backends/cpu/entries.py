@@ -17,7 +17,7 @@ from numba import carray, cfunc, types
 
 from .kernels_conv import k_convp
 from .kernels_data import k_copy, k_copy_many, k_gather, k_pad
-from .kernels_ew import k_ew
+from .kernels_ew import ensure_epilogue_symbol, k_ew
 from .kernels_gemm import k_gemm
 from .kernels_nn import k_layernorm, k_reduce, k_softmax
 from .kernels_dwcl import k_dwconv_cl
@@ -193,6 +193,7 @@ def entry_address(name: str) -> int:
     """The address of kernel ``name``'s entry, compiling (or loading) it on first use."""
     found = _COMPILED.get(name)
     if found is None:
+        ensure_epilogue_symbol()  # the kernels call the shared interpreter through this symbol
         found = cfunc(SIGNATURE, nopython=True, nogil=True, cache=True)(globals()[f"entry_{name}"])
         _COMPILED[name] = found
     return found.address

@@ -41,7 +41,7 @@ import numpy as np
 from numba import njit
 
 from .atomics import copy_block
-from .kernels_ew import ew_run
+from .kernels_ew import ew_epilogue
 from .kernels_window import W_OUT, W_X, WIN_LEN, read_window
 from .ukernel import MR, NR, ukernel
 
@@ -321,5 +321,5 @@ def k_convp(F, B, I, J, X, R, p, sbase):
                                         crow[u] += trow[u]
                 pc += kc
             if epi >= 0:
-                ew_run(F, B, I, J, X, R, epi, b * mg + m0, b * mg + m1, qc, qc + nc, sbase)
+                ew_epilogue(F, X, R, epi, b * mg + m0, b * mg + m1, qc, qc + nc, sbase)
             qc += nc

@@ -22,7 +22,7 @@ from . import _numba_cache  # noqa: F401  (drops stale numba caches first)
 import numpy as np
 from numba import njit
 
-from .kernels_ew import ew_run
+from .kernels_ew import ew_epilogue
 from .kernels_window import W_OUT, W_X, WIN_LEN, read_window
 
 f32 = np.float32
@@ -95,4 +95,4 @@ def k_dwconv_cl(F, B, I, J, X, R, p, sbase):
                     for c in range(nb):
                         F[q + c * ohw] = acc[c]
         if epi >= 0:
-            ew_run(F, B, I, J, X, R, epi, n * C + p[3], n * C + p[4], 0, ohw, sbase)
+            ew_epilogue(F, X, R, epi, n * C + p[3], n * C + p[4], 0, ohw, sbase)

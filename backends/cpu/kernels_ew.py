@@ -19,10 +19,15 @@ from . import _numba_cache  # noqa: F401  (drops stale numba caches first)
 import math
 
 import numpy as np
-from numba import njit
+from llvmlite import binding as llvm
+from llvmlite import ir
+from numba import carray, cfunc, njit, types
+from numba.core import cgutils
+from numba.extending import intrinsic
 
 from .ewops import (BLOCK, HDR_LEN, IN_LEN, INSTR_LEN, OUT_LEN, DT_BOOL, DT_F32, DT_I32, DT_I64,
                     OPCODE)
+from .atomics import copy_block
 from .fastmath import erf32, exp32, sigmoid32, tanh32
 
 f32 = np.float32
@@ -294,21 +299,24 @@ def _binary(op, D, A, Bv, n):
 
 
 @njit(**_JIT)
-def _load(F, B, I, J, dt, off, s, D, n):
-    """D[:n] = source[off + j*s] converted to float32."""
+def _load(F, B, I, J, dt, off, s, d, n):
+    """F[d:d + n] = source[off + j*s] converted to float32 (``d``: a register in F)."""
     if dt == DT_F32:
         if s == 1:
-            src = F[off:off + n]
-            for j in range(n):
-                D[j] = src[j]
-        elif s == 0:
+            # memcpy: a copy loop between two slices of F stays scalar (possible overlap)
+            copy_block(F, d, off, n)
+            return
+        D = F[d:d + n]
+        if s == 0:
             v = F[off]
             for j in range(n):
                 D[j] = v
         else:
             for j in range(n):
                 D[j] = F[off + j * s]
-    elif dt == DT_BOOL:
+        return
+    D = F[d:d + n]
+    if dt == DT_BOOL:
         for j in range(n):
             D[j] = f32(B[off + j * s])
     elif dt == DT_I64:
@@ -320,17 +328,17 @@ def _load(F, B, I, J, dt, off, s, D, n):
 
 
 @njit(**_JIT)
-def _store(F, B, I, J, dt, off, s, A, n):
-    """target[off + j*s] = A[:n] converted from float32."""
+def _store(F, B, I, J, dt, off, s, a, n):
+    """target[off + j*s] = F[a:a + n] converted from float32 (``a``: a register in F)."""
     if dt == DT_F32:
         if s == 1:
-            dst = F[off:off + n]
-            for j in range(n):
-                dst[j] = A[j]
-        else:
-            for j in range(n):
-                F[off + j * s] = A[j]
-    elif dt == DT_BOOL:
+            copy_block(F, off, a, n)
+            return
+        for j in range(n):
+            F[off + j * s] = F[a + j]
+        return
+    A = F[a:a + n]
+    if dt == DT_BOOL:
         for j in range(n):
             B[off + j * s] = 1 if A[j] != f32(0.0) else 0
     elif dt == DT_I64:
@@ -342,65 +350,224 @@ def _store(F, B, I, J, dt, off, s, A, n):
 
 
 @njit(**_JIT)
+def _exec(F, X, R, code, ninstr, sbase, n):
+    """Run the program's instructions over the first ``n`` elements of every register."""
+    for k in range(ninstr):
+        q = code + k * INSTR_LEN
+        op = X[q]
+        dst = sbase + X[q + 1] * BLOCK
+        a = sbase + X[q + 2] * BLOCK
+        D = F[dst:dst + n]
+        A = F[a:a + n]
+        if op >= ADD:
+            b = sbase + X[q + 3] * BLOCK
+            Bv = F[b:b + n]
+            if op == WHERE:
+                e = sbase + X[q + 4] * BLOCK
+                E = F[e:e + n]
+                for j in range(n):
+                    D[j] = Bv[j] if A[j] != f32(0.0) else E[j]
+            else:
+                _binary(op, D, A, Bv, n)
+        else:
+            imm = X[q + 5]
+            p0 = R[imm] if imm >= 0 else f32(0.0)
+            p1 = R[imm + 1] if imm >= 0 else f32(0.0)
+            _unary(op, D, A, n, p0, p1)
+
+
+@njit(**_JIT)
+def _row_linear(X, q, d0, d1, d2, d3):
+    """Whether operand strides ``X[q:q+4]`` place row r's columns at ``r * d3 + c`` (rows back to back)."""
+    return (X[q + 3] == 1 and (d2 == 1 or X[q + 2] == d3) and (d1 == 1 or X[q + 1] == d2 * d3)
+            and (d0 == 1 or X[q] == d1 * d2 * d3))
+
+
+@njit(**_JIT)
+def _flat_ok(X, ins, outs, nin, nout, d0, d1, d2, d3):
+    """Whether whole rows can share register blocks: every output and every
+    column-varying input lies row after row, the other inputs are constant along a row."""
+    for k in range(nin):
+        q = ins + k * IN_LEN + 2
+        if X[q + 3] != 0 and not _row_linear(X, q, d0, d1, d2, d3):
+            return False
+    for k in range(nout):
+        if not _row_linear(X, outs + k * OUT_LEN + 3, d0, d1, d2, d3):
+            return False
+    return True
+
+
+@njit(**_JIT)
+def _row_fill(F, B, I, J, X, q, reg, n, e, d1, d2, d3):
+    """Registers F[reg:reg + n] = input ``q`` (constant along a row) for elements [e, e + n) of a
+    whole-rows run: one value per row segment (a bias per output channel)."""
+    r = e // d3
+    c = e - r * d3
+    i2 = r % d2
+    t = r // d2
+    i1 = t % d1
+    i0 = t // d1
+    j = 0
+    f32_src = X[q] == DT_F32
+    while j < n:
+        seg = min(d3 - c, n - j)
+        off = X[q + 1] + i0 * X[q + 2] + i1 * X[q + 3] + i2 * X[q + 4]
+        if f32_src:
+            v = F[off]
+            for u in range(reg + j, reg + j + seg):
+                F[u] = v
+        else:
+            _load(F, B, I, J, X[q], off, 0, reg + j, seg)
+        j += seg
+        c = 0
+        i2 += 1
+        if i2 == d2:
+            i2 = 0
+            i1 += 1
+            if i1 == d1:
+                i1 = 0
+                i0 += 1
+
+
+@njit(**_JIT)
 def ew_run(F, B, I, J, X, R, prog, r0, r1, c0, c1, sbase):
     """Run program ``X[prog:]`` over rows [r0, r1) and columns [c0, c1).
 
     ``sbase`` is the float offset of this vEU's scratch registers in ``F``.
+
+    Blocks are normally row pieces.  When the task covers whole short rows
+    (a GEMM or convolution epilogue over a small output plane: a 2x2 plane
+    has rows of 4) and the operands allow it, a block spans many rows
+    instead (*whole-rows mode*): row-linear operands load and store as one
+    contiguous run of ``r * d3 + c`` elements, and operands constant along
+    a row are filled row segment by row segment (:func:`_row_fill`), so the
+    program's dispatch is paid per block rather than per row.
     """
     nin = X[prog]
     nout = X[prog + 1]
     ninstr = X[prog + 2]
+    d0 = X[prog + 4]
     d1 = X[prog + 5]
     d2 = X[prog + 6]
+    d3 = X[prog + 7]
     ins = prog + HDR_LEN
     code = ins + nin * IN_LEN
     outs = code + ninstr * INSTR_LEN
-    for r in range(r0, r1):
-        i2 = r % d2
-        t = r // d2
-        i1 = t % d1
-        i0 = t // d1
-        c = c0
-        while c < c1:
+    rows = (c0 == 0 and c1 == d3 and 2 * d3 <= BLOCK and r1 - r0 > 1
+            and _flat_ok(X, ins, outs, nin, nout, d0, d1, d2, d3))
+    # position: whole-rows mode walks elements e of [r0 * d3, r1 * d3); row mode walks (r, c)
+    e = r0 * d3
+    e1 = r1 * d3
+    r = r0
+    c = c0
+    i0 = i1 = i2 = 0
+    while (e < e1) if rows else (r < r1):
+        if rows:
+            n = min(BLOCK, e1 - e)
+        else:
+            if c == c0:
+                i2 = r % d2
+                t = r // d2
+                i1 = t % d1
+                i0 = t // d1
             n = min(BLOCK, c1 - c)
-            for k in range(nin):
-                q = ins + k * IN_LEN
-                s3 = X[q + 5]
+        for k in range(nin):
+            q = ins + k * IN_LEN
+            reg = sbase + k * BLOCK
+            s3 = X[q + 5]
+            if not rows:
                 off = X[q + 1] + i0 * X[q + 2] + i1 * X[q + 3] + i2 * X[q + 4] + c * s3
-                reg = sbase + k * BLOCK
-                _load(F, B, I, J, X[q], off, s3, F[reg:reg + n], n)
-            for k in range(ninstr):
-                q = code + k * INSTR_LEN
-                op = X[q]
-                dst = sbase + X[q + 1] * BLOCK
-                a = sbase + X[q + 2] * BLOCK
-                D = F[dst:dst + n]
-                A = F[a:a + n]
-                if op >= ADD:
-                    b = sbase + X[q + 3] * BLOCK
-                    Bv = F[b:b + n]
-                    if op == WHERE:
-                        e = sbase + X[q + 4] * BLOCK
-                        E = F[e:e + n]
-                        for j in range(n):
-                            D[j] = Bv[j] if A[j] != f32(0.0) else E[j]
-                    else:
-                        _binary(op, D, A, Bv, n)
-                else:
-                    imm = X[q + 5]
-                    p0 = R[imm] if imm >= 0 else f32(0.0)
-                    p1 = R[imm + 1] if imm >= 0 else f32(0.0)
-                    _unary(op, D, A, n, p0, p1)
-            for k in range(nout):
-                q = outs + k * OUT_LEN
+                _load(F, B, I, J, X[q], off, s3, reg, n)
+            elif s3 != 0:
+                _load(F, B, I, J, X[q], X[q + 1] + e, 1, reg, n)
+            else:
+                _row_fill(F, B, I, J, X, q, reg, n, e, d1, d2, d3)
+        _exec(F, X, R, code, ninstr, sbase, n)
+        for k in range(nout):
+            q = outs + k * OUT_LEN
+            reg = sbase + X[q] * BLOCK
+            if rows:
+                _store(F, B, I, J, X[q + 1], X[q + 2] + e, 1, reg, n)
+            else:
                 s3 = X[q + 6]
                 off = X[q + 2] + i0 * X[q + 3] + i1 * X[q + 4] + i2 * X[q + 5] + c * s3
-                reg = sbase + X[q] * BLOCK
-                _store(F, B, I, J, X[q + 1], off, s3, F[reg:reg + n], n)
-            c += n
+                _store(F, B, I, J, X[q + 1], off, s3, reg, n)
+        e += n
+        c += n
+        if c >= c1:
+            c = c0
+            r += 1
+
+
+# -- the interpreter as one C-callable function ------------------------------------------
+#
+# Every kernel with a fused epilogue (GEMM, convolutions, pooling) used to call
+# ew_run directly, and LLVM then inlined and re-optimized the whole interpreter
+# (one vectorized loop per opcode) into each of them: a fresh install compiled
+# it five times over.  Instead it is compiled once, as a cfunc whose address is
+# registered as an LLVM symbol, and the kernels call that symbol
+# (:func:`ew_epilogue`); the cost is one indirect call per epilogue block.
+
+EPILOGUE_SYMBOL = "rammer_cpu_ew_epilogue"
+_EPILOGUE_SIG = types.int64(types.voidptr, types.int64, types.voidptr, types.int64, types.voidptr, types.int64,
+                            types.int64, types.int64, types.int64, types.int64, types.int64, types.int64)
+_EPILOGUE: list = []
+
+
+def _epilogue_entry(arena, nbytes, x, nx, r, nr, prog, r0, r1, c0, c1, sbase):
+    F = carray(arena, (nbytes // 4,), np.float32)
+    B = carray(arena, (nbytes,), np.uint8)
+    I = carray(arena, (nbytes // 8,), np.int64)
+    J = carray(arena, (nbytes // 4,), np.int32)
+    X = carray(x, (nx,), np.int64)
+    R = carray(r, (nr,), np.float32)
+    ew_run(F, B, I, J, X, R, prog, r0, r1, c0, c1, sbase)
+    return 0
+
+
+def ensure_epilogue_symbol() -> int:
+    """Compile (or load from numba's cache) the interpreter's entry and register its address
+    as :data:`EPILOGUE_SYMBOL`.  Must run before any kernel that calls :func:`ew_epilogue` is
+    compiled or loaded from the cache (``entries.entry_address`` does it first)."""
+    if not _EPILOGUE:
+        fn = cfunc(_EPILOGUE_SIG, nopython=True, nogil=True, cache=True)(_epilogue_entry)
+        llvm.add_symbol(EPILOGUE_SYMBOL, fn.address)
+        _EPILOGUE.append(fn)
+    return _EPILOGUE[0].address
+
+
+@intrinsic
+def ew_epilogue(typingctx, F, X, R, prog, r0, r1, c0, c1, sbase):
+    """``ew_run(F, B, I, J, X, R, prog, r0, r1, c0, c1, sbase)`` through :data:`EPILOGUE_SYMBOL`
+    (B, I, J are rebuilt from the arena ``F``)."""
+    if not (isinstance(F, types.Array) and F.dtype == types.float32 and isinstance(X, types.Array)
+            and X.dtype == types.int64 and isinstance(R, types.Array) and R.dtype == types.float32):
+        return None
+    sig = types.none(F, X, R, prog, r0, r1, c0, c1, sbase)
+
+    def codegen(context, builder, signature, args):
+        i64 = ir.IntType(64)
+        vp = ir.IntType(8).as_pointer()
+        s = signature.args
+
+        def base_and_size(k, itemsize):
+            ary = context.make_array(s[k])(context, builder, args[k])
+            n = builder.extract_value(ary.shape, 0)
+            return builder.bitcast(ary.data, vp), builder.mul(n, ir.Constant(i64, itemsize)) if itemsize else n
+
+        fp, fbytes = base_and_size(0, 4)
+        xp, nx = base_and_size(1, 0)
+        rp, nr = base_and_size(2, 0)
+        scalars = [context.cast(builder, args[k], s[k], types.int64) for k in range(3, 9)]
+        fnty = ir.FunctionType(i64, [vp, i64, vp, i64, vp, i64] + [i64] * 6)
+        fn = cgutils.get_or_insert_function(builder.module, fnty, EPILOGUE_SYMBOL)
+        builder.call(fn, [fp, fbytes, xp, nx, rp, nr] + scalars)
+        return context.get_dummy_value()
+
+    return sig, codegen
 
 
 @njit(**_JIT)
 def k_ew(F, B, I, J, X, R, p, sbase):
     """Task row: [prog, r0, r1, c0, c1]."""
-    ew_run(F, B, I, J, X, R, p[0], p[1], p[2], p[3], p[4], sbase)
+    ew_epilogue(F, X, R, p[0], p[1], p[2], p[3], p[4], sbase)

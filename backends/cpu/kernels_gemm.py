@@ -26,7 +26,7 @@ import numpy as np
 from numba import njit
 
 from .blas import HAVE_BLAS, sgemm
-from .kernels_ew import ew_run
+from .kernels_ew import ew_epilogue
 from .ukernel import MR, NR, ukernel
 
 f32 = np.float32
@@ -339,4 +339,4 @@ def k_gemm(F, B, I, J, X, R, p, sbase):
         t = table + 3 * b
         gemm_tile(F, X[t], a_rs, a_cs, X[t + 1], b_rs, b_cs, X[t + 2], c_rs, K, m0, m1, n0, n1, alpha, pack)
         if epi >= 0:
-            ew_run(F, B, I, J, X, R, epi, b * M + m0, b * M + m1, n0, n1, sbase)
+            ew_epilogue(F, X, R, epi, b * M + m0, b * M + m1, n0, n1, sbase)

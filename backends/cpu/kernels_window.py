@@ -13,7 +13,7 @@ from . import _numba_cache  # noqa: F401  (drops stale numba caches first)
 import numpy as np
 from numba import njit
 
-from .kernels_ew import ew_run
+from .kernels_ew import ew_epilogue
 
 f32 = np.float32
 _JIT = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
@@ -309,7 +309,7 @@ def k_dwconv(F, B, I, J, X, R, p, sbase):
                             orow[ow] = arow[ow]
             done = n * M + (c + 1) * mult
             if epi >= 0 and ((done - pending) * OH * OW >= _EPI_GROUP or c == p[4] - 1):
-                ew_run(F, B, I, J, X, R, epi, pending, done, 0, OH * OW, sbase)
+                ew_epilogue(F, X, R, epi, pending, done, 0, OH * OW, sbase)
                 pending = done
 
 

@@ -47,6 +47,34 @@ def test_pow_by_constant_exponents(exponent):
     compare(m, {"x": x})
 
 
+def test_short_rows_share_register_blocks_across_rows():
+    # Rows of 3 elements (d3 = 3): the program runs over whole rows back to back, so a
+    # 1024-element block ends mid-row and the per-row operands (b, t, a bool mask
+    # and an int64 output) must pick up there.
+    x = rand(2, 700, 3)
+    b, t = rand(700, 1, seed=1), rand(700, 1, seed=2)
+    nodes = [node("Add", ["x", "b"], ["s"]), node("Greater", ["s", "t"], ["m"]), node("Where", ["m", "s", "x"], ["y"]),
+             node("Cast", ["m"], ["yi"], to=7), node("Mul", ["y", "k"], ["z"])]
+    k = (np.arange(2 * 700, dtype=np.float32).reshape(2, 700, 1) % 5) - 2
+    feeds = {"x": x, "b": b, "t": t, "k": k}
+    report = compare(model(nodes, feeds, ["z", "yi"]), feeds)
+    assert report["ops_by_family"] == {"ew": 1}, report["ops_by_family"]
+
+
+@pytest.mark.parametrize("plane", [1, 2, 3])
+def test_conv_epilogue_on_tiny_planes_with_bias_clip_and_residual(plane):
+    # 320 channels of 1-9 pixels: the epilogue's rows are shorter than a vector.
+    x = rand(2, 40, plane, plane)
+    w = rand(320, 40, 1, 1, seed=1)
+    b = rand(320, seed=2)
+    r = rand(2, 320, plane, plane, seed=3)
+    nodes = [node("Conv", ["x", "w", "b"], ["c"]), node("Add", ["c", "r"], ["a"]),
+             node("Clip", ["a", "lo", "hi"], ["y"])]
+    consts = {"w": w, "b": b, "lo": np.array(-0.5, np.float32), "hi": np.array(0.5, np.float32)}
+    report = compare(model(nodes, {"x": x, "r": r}, ["y"], consts), {"x": x, "r": r})
+    assert "ew" not in report["ops_by_family"], "add and clip should run in the conv epilogue"
+
+
 def test_comparisons_logic_where_and_casts_fuse():
     a, b = rand(4, 8), rand(4, 8, seed=1)
     a[0, 0] = np.nan
