@@ -37,7 +37,7 @@ class CompiledModel:
 
     def check_feeds(self, feeds: Mapping[str, Any]) -> dict[str, np.ndarray]:
         """Validated feeds, as arrays; a :class:`FeedError` naming every problem otherwise."""
-        if not isinstance(feeds, Mapping):
+        if type(feeds) is not dict and not isinstance(feeds, Mapping):  # (the ABC check is slow)
             raise FeedError("feeds must be a dict mapping input names to arrays")
         fast = self._fast_feeds(feeds)
         if fast is not None:

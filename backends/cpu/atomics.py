@@ -241,6 +241,24 @@ def current_cpu(typingctx):
 
 
 @intrinsic
+def set_pool_threads(typingctx, n):
+    """numba's ``set_num_threads(n)`` for the calling thread, as a direct call of the threading
+    layer's ``set_num_threads`` symbol.  (numba's own jit version refers to a ctypes pointer,
+    which keeps the function that calls it out of the disk cache; the symbol is registered
+    before any parallel function is compiled or loaded.)"""
+    if not isinstance(n, types.Integer):
+        return None
+
+    def codegen(context, builder, sig, args):
+        i32 = ir.IntType(32)
+        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), [i32]), "set_num_threads")
+        builder.call(fn, [builder.trunc(context.cast(builder, args[0], sig.args[0], types.int64), i32)])
+        return context.get_dummy_value()
+
+    return types.none(n), codegen
+
+
+@intrinsic
 def set_affinity(typingctx, words, skip_core):
     """``sched_setaffinity(0, ...)`` for the calling thread: the cores whose bits are set in
     ``words`` (an int64 array laid out as glibc's cpu_set_t), except ``skip_core`` when >= 0.

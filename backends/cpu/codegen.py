@@ -212,10 +212,9 @@ def main():
         if "host" in step:
             raise SystemExit(f"step {{step}} needs the reference implementation; run the model through rammer")
         k = step["segment"]
-        counters[:] = 0
-        run(arena, tables["X"], tables["R"], tables["T"], tables[f"starts{{k}}"], tables[f"ends{{k}}"], entries,
-            counters, status, cores, cpuset_words(sorted(os.sched_getaffinity(0))), 1_000_000)
-        assert not status.any(), status
+        worst = run(arena, tables["X"], tables["R"], tables["T"], tables[f"starts{{k}}"], tables[f"ends{{k}}"],
+                    entries, counters, status, cores, cpuset_words(sorted(os.sched_getaffinity(0))), 1_000_000)
+        assert worst == 0, status
     for name, placement in OUTPUTS.items():
         out = view(arena, placement)
         print(name, out.shape, out.dtype, "mean", float(out.mean()), "first", out.ravel()[:4])

@@ -15,8 +15,8 @@ from . import _numba_cache  # noqa: F401  (drops stale numba caches first)
 
 from numba import njit, prange
 
-from .atomics import (atomic_add, call_kernel, current_cpu, data_ptr, pin_to_core, set_affinity, store_release,
-                      wait_at_least)
+from .atomics import (atomic_add, call_kernel, current_cpu, data_ptr, pin_to_core, set_affinity, set_pool_threads,
+                      store_release, wait_at_least)
 
 #: Progress counters sit 64 bytes apart (one cache line per vEU).
 STRIDE = 8
@@ -48,8 +48,13 @@ def walk(v, arena, X, R, T, start, end, entries, counters, abort, max_sleeps):
 
 @njit(parallel=True, nogil=True, cache=True)
 def run(arena, X, R, T, starts, ends, entries, counters, status, cores, allowed, max_sleeps):
-    """One launch: every vEU walks its rows.  ``cores[v]`` >= 0 pins vEU v there
-    for good; ``allowed`` is the process's cores (cpu_set_t words).
+    """One launch: every vEU walks its rows; returns the worst vEU status (0: ok).
+
+    ``cores[v]`` >= 0 pins vEU v there for good; ``allowed`` is the process's
+    cores (cpu_set_t words).  The counters are zeroed and numba's thread count
+    set here rather than by the caller: after an idle spell every Python call
+    on the launch path runs from cold caches.  One vEU walks on the calling
+    thread without opening a parallel region.
 
     An unpinned worker that wakes on the caller's core moves off it and stays
     off it.  After an idle spell Linux tends to wake a pool worker on the
@@ -60,6 +65,13 @@ def run(arena, X, R, T, starts, ends, entries, counters, status, cores, allowed,
     """
     n = starts.shape[0]
     abort = n * STRIDE
+    for i in range(counters.shape[0]):
+        counters[i] = 0
+    if n == 1 and cores[0] < 0:
+        st = walk(0, arena, X, R, T, starts[0], ends[0], entries, counters, abort, max_sleeps)
+        status[0] = st
+        return st
+    set_pool_threads(n)
     master = current_cpu()
     for v in prange(n):
         if cores[v] >= 0:
@@ -77,3 +89,9 @@ def run(arena, X, R, T, starts, ends, entries, counters, status, cores, allowed,
             if st == 1:
                 st = 0  # the other vEU failed and reports it; this one finished
         status[v] = st
+    worst = 0
+    for v in range(n):
+        # a real failure outranks "aborted because another vEU failed"
+        if status[v] != 0 and (worst == 0 or worst == 1):
+            worst = status[v]
+    return worst

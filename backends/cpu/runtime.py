@@ -166,11 +166,8 @@ class CpuExecutable:
             return out
 
     def _launch(self, seg: CompiledSegment) -> None:
-        self.counters[:] = 0
-        numba.set_num_threads(self.program.num_veus)
-        self._driver(self.arena, self.program.X, self.program.R, self.program.T, seg.starts, seg.ends,
-                     self._entries, self.counters, self.status, self.cores, self.allowed, self.max_sleeps)
-        if self.status.any():
+        if self._driver(self.arena, self.program.X, self.program.R, self.program.T, seg.starts, seg.ends,
+                        self._entries, self.counters, self.status, self.cores, self.allowed, self.max_sleeps):
             codes = sorted({int(s) for s in self.status if s})
             worst = max(codes, key=lambda c: c != 1)
             raise OpExecutionError(f"CPU backend: {STATUS.get(worst, f'status {worst}')} "

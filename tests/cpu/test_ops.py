@@ -227,16 +227,19 @@ def test_layernorm_gather_concat_pad_slice_split_transpose_expand():
     compare(model(nodes, feeds, ["pad", "y", "s2", "ex"], consts, opset=18), feeds)
 
 
-def test_gather_out_of_range_is_a_clear_error():
+@pytest.mark.parametrize("veus", [1, 2])
+def test_gather_out_of_range_is_a_clear_error(veus):
+    # one vEU walks on the calling thread, two in a parallel region: both report the kernel's error
     import rammer
     from rammer.errors import OpExecutionError
 
     emb = rand(5, 4)
     m = rammer.compile(model([node("Gather", ["emb", "ids"])], {"ids": np.zeros(2, np.int64)}, ["y"], {"emb": emb}),
-                       backend="cpu", cache=False)
+                       backend="cpu", cache=False, veus=veus)
     assert m({"ids": np.array([1, -1], np.int64)})["y"].shape == (2, 4)
     with pytest.raises(OpExecutionError, match="Gather index"):
         m({"ids": np.array([1, 7], np.int64)})
+    np.testing.assert_array_equal(m({"ids": np.array([4, 0], np.int64)})["y"], emb[[4, 0]])  # and recovers
 
 
 def _rnn_model(op, gates, dirs, layout, extra_inputs=(), **attrs):
