@@ -17,7 +17,7 @@ from numba import carray, cfunc, types
 
 from .kernels_conv import k_convp
 from .kernels_data import k_copy, k_copy_many, k_gather, k_pad
-from .kernels_ew import ensure_epilogue_symbol, k_ew
+from .kernels_ew import arena_views, ensure_epilogue_symbol, k_ew
 from .kernels_gemm import k_gemm
 from .kernels_nn import k_layernorm, k_reduce, k_softmax
 from .kernels_dwcl import k_dwconv_cl
@@ -30,144 +30,84 @@ ROW_PARAMS = 8
 
 
 def entry_k_ew(arena, nbytes, x, nx, r, nr, row, sbase):
-    F = carray(arena, (nbytes // 4,), np.float32)
-    B = carray(arena, (nbytes,), np.uint8)
-    I = carray(arena, (nbytes // 8,), np.int64)
-    J = carray(arena, (nbytes // 4,), np.int32)
-    X = carray(x, (nx,), np.int64)
-    R = carray(r, (nr,), np.float32)
+    F, B, I, J, X, R = arena_views(arena, nbytes, x, nx, r, nr)
     p = carray(row, (ROW_PARAMS,), np.int64)
     k_ew(F, B, I, J, X, R, p, sbase)
     return 0
 
 
 def entry_k_gemm(arena, nbytes, x, nx, r, nr, row, sbase):
-    F = carray(arena, (nbytes // 4,), np.float32)
-    B = carray(arena, (nbytes,), np.uint8)
-    I = carray(arena, (nbytes // 8,), np.int64)
-    J = carray(arena, (nbytes // 4,), np.int32)
-    X = carray(x, (nx,), np.int64)
-    R = carray(r, (nr,), np.float32)
+    F, B, I, J, X, R = arena_views(arena, nbytes, x, nx, r, nr)
     p = carray(row, (ROW_PARAMS,), np.int64)
     k_gemm(F, B, I, J, X, R, p, sbase)
     return 0
 
 
 def entry_k_copy(arena, nbytes, x, nx, r, nr, row, sbase):
-    F = carray(arena, (nbytes // 4,), np.float32)
-    B = carray(arena, (nbytes,), np.uint8)
-    I = carray(arena, (nbytes // 8,), np.int64)
-    J = carray(arena, (nbytes // 4,), np.int32)
-    X = carray(x, (nx,), np.int64)
-    R = carray(r, (nr,), np.float32)
+    F, B, I, J, X, R = arena_views(arena, nbytes, x, nx, r, nr)
     p = carray(row, (ROW_PARAMS,), np.int64)
     k_copy(F, B, I, J, X, R, p, sbase)
     return 0
 
 
 def entry_k_pad(arena, nbytes, x, nx, r, nr, row, sbase):
-    F = carray(arena, (nbytes // 4,), np.float32)
-    B = carray(arena, (nbytes,), np.uint8)
-    I = carray(arena, (nbytes // 8,), np.int64)
-    J = carray(arena, (nbytes // 4,), np.int32)
-    X = carray(x, (nx,), np.int64)
-    R = carray(r, (nr,), np.float32)
+    F, B, I, J, X, R = arena_views(arena, nbytes, x, nx, r, nr)
     p = carray(row, (ROW_PARAMS,), np.int64)
     k_pad(F, B, I, J, X, R, p, sbase)
     return 0
 
 
 def entry_k_gather(arena, nbytes, x, nx, r, nr, row, sbase):
-    F = carray(arena, (nbytes // 4,), np.float32)
-    B = carray(arena, (nbytes,), np.uint8)
-    I = carray(arena, (nbytes // 8,), np.int64)
-    J = carray(arena, (nbytes // 4,), np.int32)
-    X = carray(x, (nx,), np.int64)
-    R = carray(r, (nr,), np.float32)
+    F, B, I, J, X, R = arena_views(arena, nbytes, x, nx, r, nr)
     p = carray(row, (ROW_PARAMS,), np.int64)
     return k_gather(F, B, I, J, X, R, p, sbase)
 
 
 
 def entry_k_dwconv(arena, nbytes, x, nx, r, nr, row, sbase):
-    F = carray(arena, (nbytes // 4,), np.float32)
-    B = carray(arena, (nbytes,), np.uint8)
-    I = carray(arena, (nbytes // 8,), np.int64)
-    J = carray(arena, (nbytes // 4,), np.int32)
-    X = carray(x, (nx,), np.int64)
-    R = carray(r, (nr,), np.float32)
+    F, B, I, J, X, R = arena_views(arena, nbytes, x, nx, r, nr)
     p = carray(row, (ROW_PARAMS,), np.int64)
     k_dwconv(F, B, I, J, X, R, p, sbase)
     return 0
 
 
 def entry_k_dwconv_cl(arena, nbytes, x, nx, r, nr, row, sbase):
-    F = carray(arena, (nbytes // 4,), np.float32)
-    B = carray(arena, (nbytes,), np.uint8)
-    I = carray(arena, (nbytes // 8,), np.int64)
-    J = carray(arena, (nbytes // 4,), np.int32)
-    X = carray(x, (nx,), np.int64)
-    R = carray(r, (nr,), np.float32)
+    F, B, I, J, X, R = arena_views(arena, nbytes, x, nx, r, nr)
     p = carray(row, (ROW_PARAMS,), np.int64)
     k_dwconv_cl(F, B, I, J, X, R, p, sbase)
     return 0
 
 
 def entry_k_pool(arena, nbytes, x, nx, r, nr, row, sbase):
-    F = carray(arena, (nbytes // 4,), np.float32)
-    B = carray(arena, (nbytes,), np.uint8)
-    I = carray(arena, (nbytes // 8,), np.int64)
-    J = carray(arena, (nbytes // 4,), np.int32)
-    X = carray(x, (nx,), np.int64)
-    R = carray(r, (nr,), np.float32)
+    F, B, I, J, X, R = arena_views(arena, nbytes, x, nx, r, nr)
     p = carray(row, (ROW_PARAMS,), np.int64)
     k_pool(F, B, I, J, X, R, p, sbase)
     return 0
 
 
 def entry_k_reduce(arena, nbytes, x, nx, r, nr, row, sbase):
-    F = carray(arena, (nbytes // 4,), np.float32)
-    B = carray(arena, (nbytes,), np.uint8)
-    I = carray(arena, (nbytes // 8,), np.int64)
-    J = carray(arena, (nbytes // 4,), np.int32)
-    X = carray(x, (nx,), np.int64)
-    R = carray(r, (nr,), np.float32)
+    F, B, I, J, X, R = arena_views(arena, nbytes, x, nx, r, nr)
     p = carray(row, (ROW_PARAMS,), np.int64)
     k_reduce(F, B, I, J, X, R, p, sbase)
     return 0
 
 
 def entry_k_softmax(arena, nbytes, x, nx, r, nr, row, sbase):
-    F = carray(arena, (nbytes // 4,), np.float32)
-    B = carray(arena, (nbytes,), np.uint8)
-    I = carray(arena, (nbytes // 8,), np.int64)
-    J = carray(arena, (nbytes // 4,), np.int32)
-    X = carray(x, (nx,), np.int64)
-    R = carray(r, (nr,), np.float32)
+    F, B, I, J, X, R = arena_views(arena, nbytes, x, nx, r, nr)
     p = carray(row, (ROW_PARAMS,), np.int64)
     k_softmax(F, B, I, J, X, R, p, sbase)
     return 0
 
 
 def entry_k_layernorm(arena, nbytes, x, nx, r, nr, row, sbase):
-    F = carray(arena, (nbytes // 4,), np.float32)
-    B = carray(arena, (nbytes,), np.uint8)
-    I = carray(arena, (nbytes // 8,), np.int64)
-    J = carray(arena, (nbytes // 4,), np.int32)
-    X = carray(x, (nx,), np.int64)
-    R = carray(r, (nr,), np.float32)
+    F, B, I, J, X, R = arena_views(arena, nbytes, x, nx, r, nr)
     p = carray(row, (ROW_PARAMS,), np.int64)
     k_layernorm(F, B, I, J, X, R, p, sbase)
     return 0
 
 
 def entry_k_copy_many(arena, nbytes, x, nx, r, nr, row, sbase):
-    F = carray(arena, (nbytes // 4,), np.float32)
-    B = carray(arena, (nbytes,), np.uint8)
-    I = carray(arena, (nbytes // 8,), np.int64)
-    J = carray(arena, (nbytes // 4,), np.int32)
-    X = carray(x, (nx,), np.int64)
-    R = carray(r, (nr,), np.float32)
+    F, B, I, J, X, R = arena_views(arena, nbytes, x, nx, r, nr)
     p = carray(row, (ROW_PARAMS,), np.int64)
     k_copy_many(F, B, I, J, X, R, p, sbase)
     return 0
@@ -175,12 +115,7 @@ def entry_k_copy_many(arena, nbytes, x, nx, r, nr, row, sbase):
 
 
 def entry_k_convp(arena, nbytes, x, nx, r, nr, row, sbase):
-    F = carray(arena, (nbytes // 4,), np.float32)
-    B = carray(arena, (nbytes,), np.uint8)
-    I = carray(arena, (nbytes // 8,), np.int64)
-    J = carray(arena, (nbytes // 4,), np.int32)
-    X = carray(x, (nx,), np.int64)
-    R = carray(r, (nr,), np.float32)
+    F, B, I, J, X, R = arena_views(arena, nbytes, x, nx, r, nr)
     p = carray(row, (ROW_PARAMS,), np.int64)
     k_convp(F, B, I, J, X, R, p, sbase)
     return 0

@@ -514,13 +514,17 @@ _EPILOGUE_SIG = types.int64(types.voidptr, types.int64, types.voidptr, types.int
 _EPILOGUE: list = []
 
 
+@njit(**_JIT)
+def arena_views(arena, nbytes, x, nx, r, nr):
+    """The typed views every kernel takes, from the raw pointers of a C entry:
+    the arena as float32 ``F``, bool ``B``, int64 ``I`` and int32 ``J``, the side tables ``X`` and ``R``."""
+    return (carray(arena, (nbytes // 4,), np.float32), carray(arena, (nbytes,), np.uint8),
+            carray(arena, (nbytes // 8,), np.int64), carray(arena, (nbytes // 4,), np.int32),
+            carray(x, (nx,), np.int64), carray(r, (nr,), np.float32))
+
+
 def _epilogue_entry(arena, nbytes, x, nx, r, nr, prog, r0, r1, c0, c1, sbase):
-    F = carray(arena, (nbytes // 4,), np.float32)
-    B = carray(arena, (nbytes,), np.uint8)
-    I = carray(arena, (nbytes // 8,), np.int64)
-    J = carray(arena, (nbytes // 4,), np.int32)
-    X = carray(x, (nx,), np.int64)
-    R = carray(r, (nr,), np.float32)
+    F, B, I, J, X, R = arena_views(arena, nbytes, x, nx, r, nr)
     ew_run(F, B, I, J, X, R, prog, r0, r1, c0, c1, sbase)
     return 0
 
