@@ -91,7 +91,8 @@ def run(arena, X, R, T, starts, ends, entries, counters, status, cores, allowed,
         status[v] = st
     worst = 0
     for v in range(n):
-        # a real failure outranks "aborted because another vEU failed"
-        if status[v] != 0 and (worst == 0 or worst == 1):
-            worst = status[v]
+        # a real failure (the smallest code) outranks 1, "aborted because another vEU failed"
+        s = status[v]
+        if s != 0 and (worst == 0 or worst == 1 or (s != 1 and s < worst)):
+            worst = s
     return worst

@@ -384,7 +384,7 @@ def _row_linear(X, q, d0, d1, d2, d3):
 
 
 @njit(**_JIT)
-def _flat_ok(X, ins, outs, nin, nout, d0, d1, d2, d3):
+def _whole_rows_ok(X, ins, outs, nin, nout, d0, d1, d2, d3):
     """Whether whole rows can share register blocks: every output and every
     column-varying input lies row after row, the other inputs are constant along a row."""
     for k in range(nin):
@@ -398,21 +398,27 @@ def _flat_ok(X, ins, outs, nin, nout, d0, d1, d2, d3):
 
 
 @njit(**_JIT)
+def _row_index(r, d1, d2):
+    """Row ``r`` of the flattened (d0, d1, d2) space as its indices (i0, i1, i2)."""
+    t = r // d2
+    return t // d1, t % d1, r % d2
+
+
+@njit(**_JIT)
 def _row_fill(F, B, I, J, X, q, reg, n, e, d1, d2, d3):
     """Registers F[reg:reg + n] = input ``q`` (constant along a row) for elements [e, e + n) of a
     whole-rows run: one value per row segment (a bias per output channel)."""
     r = e // d3
     c = e - r * d3
-    i2 = r % d2
-    t = r // d2
-    i1 = t % d1
-    i0 = t // d1
+    i0, i1, i2 = _row_index(r, d1, d2)
     j = 0
     f32_src = X[q] == DT_F32
     while j < n:
         seg = min(d3 - c, n - j)
         off = X[q + 1] + i0 * X[q + 2] + i1 * X[q + 3] + i2 * X[q + 4]
         if f32_src:
+            # inline rather than _load(..., s=0): a call per 1-4 element segment
+            # costs 2.5x on a 2x2 plane's epilogue
             v = F[off]
             for u in range(reg + j, reg + j + seg):
                 F[u] = v
@@ -454,7 +460,7 @@ def ew_run(F, B, I, J, X, R, prog, r0, r1, c0, c1, sbase):
     code = ins + nin * IN_LEN
     outs = code + ninstr * INSTR_LEN
     rows = (c0 == 0 and c1 == d3 and 2 * d3 <= BLOCK and r1 - r0 > 1
-            and _flat_ok(X, ins, outs, nin, nout, d0, d1, d2, d3))
+            and _whole_rows_ok(X, ins, outs, nin, nout, d0, d1, d2, d3))
     # position: whole-rows mode walks elements e of [r0 * d3, r1 * d3); row mode walks (r, c)
     e = r0 * d3
     e1 = r1 * d3
@@ -466,10 +472,7 @@ def ew_run(F, B, I, J, X, R, prog, r0, r1, c0, c1, sbase):
             n = min(BLOCK, e1 - e)
         else:
             if c == c0:
-                i2 = r % d2
-                t = r // d2
-                i1 = t % d1
-                i0 = t // d1
+                i0, i1, i2 = _row_index(r, d1, d2)
             n = min(BLOCK, c1 - c)
         for k in range(nin):
             q = ins + k * IN_LEN

@@ -166,10 +166,9 @@ class CpuExecutable:
             return out
 
     def _launch(self, seg: CompiledSegment) -> None:
-        if self._driver(self.arena, self.program.X, self.program.R, self.program.T, seg.starts, seg.ends,
-                        self._entries, self.counters, self.status, self.cores, self.allowed, self.max_sleeps):
-            codes = sorted({int(s) for s in self.status if s})
-            worst = max(codes, key=lambda c: c != 1)
+        worst = self._driver(self.arena, self.program.X, self.program.R, self.program.T, seg.starts, seg.ends,
+                             self._entries, self.counters, self.status, self.cores, self.allowed, self.max_sleeps)
+        if worst:
             raise OpExecutionError(f"CPU backend: {STATUS.get(worst, f'status {worst}')} "
                                    f"(vEU status codes {self.status.tolist()})")
 
