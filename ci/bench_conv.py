@@ -19,6 +19,10 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 import rammer
+from rammer.backends.cpu import lower_conv
+from rammer.backends.cpu.kernels_conv import FORM_DIRECT, FORM_PIXEL_ROWS, FORM_TRANSPOSED
+
+FORMS = {"direct": FORM_DIRECT, "transposed": FORM_TRANSPOSED, "pixel-rows": FORM_PIXEL_ROWS}
 
 
 def conv_model(c: int, m: int, h: int, w: int, k: int, stride: int, pad: int, groups: int = 1) -> onnx.ModelProto:
@@ -49,7 +53,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("shapes", nargs="+", help="(C, M, H, W, k, stride, pad[, groups])")
     ap.add_argument("--runs", type=int, default=20)
+    ap.add_argument("--form", choices=sorted(FORMS), help="force one implicit-GEMM form (default: the lowering's choice)")
     args = ap.parse_args()
+    if args.form:
+        lower_conv.FORCE_FORM = FORMS[args.form]
     import onnxruntime as ort
 
     warnings.simplefilter("ignore")

@@ -23,11 +23,12 @@ from rammer.ops.conv import window_geometry
 from rammer.ops.registry import OpContext
 
 from .ewops import BLOCK
-from .kernels_conv import pack_weights, panel_columns
+from .kernels_conv import (FORM_DIRECT, FORM_PIXEL_ROWS, FORM_TRANSPOSED, WEIGHTS_IN_L2, pack_weights,
+                           panel_columns)
 from .lower_linalg import _dwconv_op, _epilogue, _resolve, _unfuse, _window_desc
 from .ops import CpuOp, EmitContext, Row, split_range
 from .program import EwProgram
-from .ukernel import MR, NR
+from .ukernel import MR, NR, PX_MR, PX_NR
 from .views import View
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -105,13 +106,15 @@ def implicit_conv_op(lw: Lowerer, name: str, nodes: tuple[Node, ...], x: View, w
     K = cg * kh * kw
     ohw = OH * OW
     blocks = n * groups
-    transposed = _use_transposed(mg, ohw)
-    kc_max = IMPLICIT_KC_TRANSPOSED if transposed else IMPLICIT_KC
+    form = conv_form(mg, ohw, K, kh * kw)
+    kc_max = IMPLICIT_KC_TRANSPOSED if form == FORM_TRANSPOSED else IMPLICIT_KC
     kc = -(-K // -(-K // kc_max))  # near-equal K blocks
     nc = min(IMPLICIT_NC, -(-ohw // NR) * NR)
-    unit = NR if transposed else MR  # rows of a packed weight panel; tasks cut output channels in these
+    # rows of a packed weight panel; tasks cut output channels in these
+    unit = {FORM_DIRECT: MR, FORM_TRANSPOSED: NR, FORM_PIXEL_ROWS: PX_NR}[form]
     mpad = -(-mg // unit) * unit
-    wp = lw.const_view(pack_weights(np.asarray(w_arr), groups, kc, unit))
+    # the pixel-row form reads each panel's K rows in order: one K block
+    wp = lw.const_view(pack_weights(np.asarray(w_arr), groups, K if form == FORM_PIXEL_ROWS else kc, unit))
     regs = prog.n_registers() * BLOCK if prog is not None else 0
     sh, sw, pw, dh, dw = geo[6], geo[7], geo[9], geo[10], geo[11]
     wp_width = max(geo[3] + pw, (OW - 1) * sw + (kw - 1) * dw + 1)
@@ -120,7 +123,10 @@ def implicit_conv_op(lw: Lowerer, name: str, nodes: tuple[Node, ...], x: View, w
         pad_rows = 0  # the pointwise gather reads the input planes directly
     # B panels, edge tile, overrun slack, the padded input rows of one group as phase planes, slack
     phases = sh * sw * -(-pad_rows // sh) * -(-wp_width // sw)  # stride-phase planes of the padded rows
-    panel = kc * panel_columns(nc) + MR * NR + NR + cg * phases + NR
+    if form == FORM_PIXEL_ROWS:  # k and row tables (int64), edge tile, slack, phase planes, slack
+        panel = 2 * (K + PX_MR + 1) + PX_MR * PX_NR + NR + cg * phases + NR
+    else:
+        panel = kc * panel_columns(nc) + MR * NR + NR + cg * phases + NR
     flops = 2.0 * blocks * mg * ohw * K
     nbytes = 4.0 * (x.size + wp.size + out.size * (1 + (len(prog.inputs) if prog else 0)))
     reads = {x.buffer, wp.buffer} | ({v.buffer for v, _ in prog.inputs} if prog else set())
@@ -150,27 +156,44 @@ def implicit_conv_op(lw: Lowerer, name: str, nodes: tuple[Node, ...], x: View, w
     def emit(ctx: EmitContext, parts: list) -> list[Row]:
         epi = prog.emit(ctx.side, ctx.locate, space) if prog is not None else -1
         words = _resolve(ctx, _window_desc(x, out, geo) + [groups, cg, mg, wp, mpad, kc, nc, epi, regs,
-                                                           wp_width, int(transposed)])
+                                                           wp_width, form])
         desc = ctx.side.add_ints(words)
         return [("k_convp", [desc, *part]) for part in parts]
 
     return CpuOp(name, "conv", nodes, tuple(sorted(reads - writes)), tuple(sorted(writes)), flops, nbytes,
                  partition, emit, scratch=regs + panel, blas=True,
                  extra={"M": mg, "N": ohw, "K": K, "batches": blocks,
-                        "kernel": "implicit-transposed" if transposed else "implicit"})
+                        "kernel": FORM_NAMES[form]})
 
 
-def _use_transposed(mg: int, ohw: int) -> bool:
-    """Whether the micro-kernel should run with pixels as rows and output channels as columns.
+FORM_NAMES = {FORM_DIRECT: "implicit", FORM_TRANSPOSED: "implicit-transposed", FORM_PIXEL_ROWS: "pixel-rows"}
+#: Force one form for every convolution (None: chosen by :func:`conv_form`); for tests and benchmarks.
+FORCE_FORM: int | None = None
 
-    Compares the useful fraction of the MR x NR tiles both ways: a 2x2 plane
-    with 64 channels fills 4 of 32 columns directly (11% with the row padding)
-    but 4 of 12 rows transposed (33%).  The transposed form scatters its tiles
-    into the output, so it must win clearly.
+
+def conv_form(mg: int, ohw: int, K: int = 0, taps: int = 1) -> int:
+    """The form of the implicit GEMM for ``mg`` output channels per group, ``ohw`` pixels and
+    depth ``K`` (``taps`` kernel positions per input channel).
+
+    The pixel-row form needs no gather but pays a transposed store per tile,
+    so it needs depth: measured (docs/benchmarks.md) it wins on every 3x3 or
+    larger conv with K >= 64 (15-40%), and on 1x1 convs whose weights stay in
+    L2 (tiles are then walked outermost and each tile's input read once); big
+    1x1 convs keep the direct form, whose packed pixel panel serves all rows.
+    Among the eligible forms the one that fills its tiles best wins.
     """
-    def used(rows: int, cols: int) -> float:
-        return rows / (-(-rows // MR) * MR) * cols / (-(-cols // NR) * NR)
-    return ohw <= IMPLICIT_NC and used(ohw, mg) > 1.25 * used(mg, ohw)
+    if FORCE_FORM is not None:
+        return FORCE_FORM
+    def used(rows: int, cols: int, mr: int, nr: int) -> float:
+        return rows / (-(-rows // mr) * mr) * cols / (-(-cols // nr) * nr)
+    # the transposed form scatters its tiles into the output, so it must win clearly
+    fills = {FORM_DIRECT: used(mg, ohw, MR, NR), FORM_TRANSPOSED: used(ohw, mg, MR, NR) / 1.25}
+    if ohw > IMPLICIT_NC:
+        del fills[FORM_TRANSPOSED]
+    pointwise_fits = taps == 1 and K >= 96 and -(-mg // PX_NR) * PX_NR * K <= WEIGHTS_IN_L2
+    if (taps > 1 and K >= 64) or pointwise_fits:
+        fills[FORM_PIXEL_ROWS] = used(ohw, mg, PX_MR, PX_NR) * 1.15
+    return max(fills, key=lambda f: (fills[f], f == FORM_DIRECT))
 
 
 def _as_4d(prog: EwProgram, shape4: tuple[int, ...]) -> EwProgram:

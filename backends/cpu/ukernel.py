@@ -16,6 +16,14 @@ around it are ordinary numba code (:mod:`.kernels_gemm`).
 
 With AVX-512 the tile is 12 x 32 (24 zmm accumulators); elsewhere 6 x 16
 (AVX2: 12 ymm accumulators).
+
+A second kernel, the *pixel-row* kernel (:func:`ukernel_rows`), serves
+convolutions without any packing of the input: its PX_MR rows are output
+pixels read straight from the (padded) input planes through two offset
+tables, one per k (channel and tap) and one per row (pixel), and its PX_NR
+columns are output channels (packed weights).  It stores the tile
+transposed, PX_MR consecutive pixels per output channel, which is the NCHW
+layout of the output.  8 x 32 with AVX-512 (16 accumulators), 4 x 16 otherwise.
 """
 
 from __future__ import annotations
@@ -29,6 +37,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 SYMBOL = "rammer_cpu_ukernel"
+ROWS_SYMBOL = "rammer_cpu_ukernel_rows"
 
 
 def _host_features() -> tuple[str, str, set[str]]:
@@ -43,10 +52,118 @@ def _host_features() -> tuple[str, str, set[str]]:
 CPU_NAME, CPU_FEATURES, _ENABLED = _host_features()
 WIDTH = 16 if "avx512f" in _ENABLED else 8
 MR, NR = (12, 32) if WIDTH == 16 else (6, 16)
+PX_MR, PX_NR = (8, 32) if WIDTH == 16 else (4, 16)
 
 
 def _module() -> ir.Module:
     mod = ir.Module(name="rammer_ukernel")
+    _add_packed_kernel(mod)
+    _add_pixel_row_kernel(mod, PX_MR, PX_NR, WIDTH)
+    return mod
+
+
+def _fma(mod: ir.Module, vec: ir.VectorType) -> ir.Function:
+    name = f"llvm.fma.v{vec.count}f32"
+    found = mod.globals.get(name)
+    return found if found is not None else ir.Function(mod, ir.FunctionType(vec, [vec, vec, vec]), name=name)
+
+
+def _splat(bld: ir.IRBuilder, value: ir.Value, vec: ir.VectorType) -> ir.Value:
+    undef = ir.Constant(vec, ir.Undefined)
+    mask = ir.Constant(ir.VectorType(ir.IntType(32), vec.count), [0] * vec.count)
+    return bld.shuffle_vector(bld.insert_element(undef, value, ir.Constant(ir.IntType(32), 0)), undef, mask)
+
+
+def _add_pixel_row_kernel(mod: ir.Module, rows: int, cols: int, width: int) -> None:
+    """``(k, a, aoff, rowoff, b, c, ldc, acc)``:
+    ``C[j*ldc + r] (+)= sum_k a[aoff[k] + rowoff[r]] * b[k*cols + j]`` for r < rows, j < cols."""
+    f32 = ir.FloatType()
+    i64 = ir.IntType(64)
+    i32 = ir.IntType(32)
+    vec = ir.VectorType(f32, width)
+    nv = cols // width
+    fp = f32.as_pointer()
+    ip = i64.as_pointer()
+    fn = ir.Function(mod, ir.FunctionType(ir.VoidType(), [i64, fp, ip, ip, fp, fp, i64, i64]), name=ROWS_SYMBOL)
+    k, a, aoff, rowoff, b, c, ldc, acc = fn.args
+    for arg, name in zip(fn.args, ("k", "a", "aoff", "rowoff", "b", "c", "ldc", "acc")):
+        arg.name = name
+    fma = _fma(mod, vec)
+    entry, head, body, done = (fn.append_basic_block(n) for n in ("entry", "head", "body", "done"))
+
+    bld = ir.IRBuilder(entry)
+    row_offsets = [bld.load(bld.gep(rowoff, [ir.Constant(i64, r)]), align=8) for r in range(rows)]
+    tile = bld.alloca(ir.ArrayType(f32, rows * cols))  # the row-major tile, transposed on the way out
+    zero = ir.Constant(vec, [0.0] * width)
+    bld.branch(head)
+
+    bld = ir.IRBuilder(head)
+    kk = bld.phi(i64, name="kk")
+    kk.add_incoming(ir.Constant(i64, 0), entry)
+    accs = [[bld.phi(vec, name=f"c{r}_{v}") for v in range(nv)] for r in range(rows)]
+    for row in accs:
+        for ph in row:
+            ph.add_incoming(zero, entry)
+    bld.cbranch(bld.icmp_signed("<", kk, k), body, done)
+
+    bld = ir.IRBuilder(body)
+    bbase = bld.gep(b, [bld.mul(kk, ir.Constant(i64, cols))])
+    bvals = [bld.load(bld.bitcast(bld.gep(bbase, [ir.Constant(i64, v * width)]), vec.as_pointer()), align=4)
+             for v in range(nv)]
+    abase = bld.gep(a, [bld.load(bld.gep(aoff, [kk]), align=8)])
+    new_accs = []
+    for r in range(rows):
+        splat = _splat(bld, bld.load(bld.gep(abase, [row_offsets[r]]), align=4), vec)
+        new_accs.append([bld.call(fma, [splat, bvals[v], accs[r][v]]) for v in range(nv)])
+    nxt = bld.add(kk, ir.Constant(i64, 1))
+    bld.branch(head)
+    kk.add_incoming(nxt, body)
+    for r in range(rows):
+        for v in range(nv):
+            accs[r][v].add_incoming(new_accs[r][v], body)
+
+    # The tile goes to the stack row-major, and a separate function transposes
+    # it: built inline from the accumulators, the transpose made LLVM spill
+    # them inside the k loop; read back element by element, every load missed
+    # store forwarding (about 10 cycles each, 256 of them per call).
+    bld = ir.IRBuilder(done)
+    tp = bld.bitcast(tile, fp)
+    for r in range(rows):
+        for v in range(nv):
+            ptr = bld.bitcast(bld.gep(tp, [ir.Constant(i64, r * cols + v * width)]), vec.as_pointer())
+            bld.store(accs[r][v], ptr, align=4)
+    bld.call(_add_transpose_store(mod, rows, cols, width), [tp, c, ldc, acc])
+    bld.ret_void()
+
+
+def _add_transpose_store(mod: ir.Module, rows: int, cols: int, width: int) -> ir.Function:
+    """``(tile, c, ldc, acc)``: ``c[j*ldc + r] (+)= tile[r*cols + j]``, loaded and shuffled as vectors."""
+    f32 = ir.FloatType()
+    i64 = ir.IntType(64)
+    i32 = ir.IntType(32)
+    fp = f32.as_pointer()
+    vec = ir.VectorType(f32, width)
+    fn = ir.Function(mod, ir.FunctionType(ir.VoidType(), [fp, fp, i64, i64]), name=ROWS_SYMBOL + "_store")
+    fn.attributes.add("noinline")
+    tp, c, ldc, acc = fn.args
+    bld = ir.IRBuilder(fn.append_basic_block("entry"))
+    loaded = [[bld.load(bld.bitcast(bld.gep(tp, [ir.Constant(i64, r * cols + v * width)]), vec.as_pointer()),
+                        align=4) for v in range(cols // width)] for r in range(rows)]
+    pvec = ir.VectorType(f32, rows)
+    accumulate = bld.icmp_signed("!=", acc, ir.Constant(i64, 0))
+    for j in range(cols):
+        v, e = divmod(j, width)
+        col = ir.Constant(pvec, ir.Undefined)
+        for r in range(rows):
+            col = bld.insert_element(col, bld.extract_element(loaded[r][v], ir.Constant(i32, e)), ir.Constant(i32, r))
+        ptr = bld.bitcast(bld.gep(c, [bld.mul(ir.Constant(i64, j), ldc)]), pvec.as_pointer())
+        old = bld.load(ptr, align=4)
+        bld.store(bld.select(accumulate, bld.fadd(old, col), col), ptr, align=4)
+    bld.ret_void()
+    return fn
+
+
+def _add_packed_kernel(mod: ir.Module) -> None:
     f32 = ir.FloatType()
     i64 = ir.IntType(64)
     vec = ir.VectorType(f32, WIDTH)
@@ -56,7 +173,7 @@ def _module() -> ir.Module:
     k, a, b, c, ldc, acc = fn.args
     for arg, name in zip(fn.args, ("k", "a", "b", "c", "ldc", "acc")):
         arg.name = name
-    fma = ir.Function(mod, ir.FunctionType(vec, [vec, vec, vec]), name=f"llvm.fma.v{WIDTH}f32")
+    fma = _fma(mod, vec)
     entry = fn.append_basic_block("entry")
     head = fn.append_basic_block("head")
     body = fn.append_basic_block("body")
@@ -88,12 +205,10 @@ def _module() -> ir.Module:
         ptr = bld.bitcast(bld.gep(bbase, [ir.Constant(i64, v * WIDTH)]), vec.as_pointer())
         bvals.append(bld.load(ptr, align=4))
     abase = bld.gep(a, [bld.mul(kk, ir.Constant(i64, MR))])
-    undef = ir.Constant(vec, ir.Undefined)
-    mask = ir.Constant(ir.VectorType(ir.IntType(32), WIDTH), [0] * WIDTH)
     new_accs = []
     for r in range(MR):
         av = bld.load(bld.gep(abase, [ir.Constant(i64, r)]), align=4)
-        splat = bld.shuffle_vector(bld.insert_element(undef, av, ir.Constant(ir.IntType(32), 0)), undef, mask)
+        splat = _splat(bld, av, vec)
         new_accs.append([bld.call(fma, [splat, bvals[v], accs[r][v]]) for v in range(nv)])
     nxt = bld.add(kk, ir.Constant(i64, 1))
     bld.branch(head)
@@ -115,56 +230,86 @@ def _module() -> ir.Module:
                     val = bld.fadd(bld.load(ptr, align=4), val)
                 bld.store(val, ptr, align=4)
         bld.ret_void()
-    return mod
 
 
-def _compile() -> tuple[object, int]:
+def compile_module(mod: ir.Module) -> object:
+    """An MCJIT engine holding ``mod`` compiled for this CPU (keep it alive while its code is used)."""
     target = llvm.Target.from_default_triple()
     tm = target.create_target_machine(cpu=CPU_NAME, features=CPU_FEATURES, opt=3)
-    parsed = llvm.parse_assembly(str(_module()))
+    parsed = llvm.parse_assembly(str(mod))
     parsed.verify()
     try:
         pto = llvm.create_pipeline_tuning_options(speed_level=3)
+        pto.loop_unrolling = False  # unrolled by 2, the pixel-row kernel's loop spills its accumulators
         pb = llvm.create_pass_builder(tm, pto)
         pb.getModulePassManager().run(parsed, pb)
     except AttributeError:  # older llvmlite: the phi form needs no optimisation to be register-resident
         pass
     engine = llvm.create_mcjit_compiler(parsed, tm)
     engine.finalize_object()
-    return engine, engine.get_function_address(SYMBOL)
+    return engine
 
 
-_ENGINE, ADDRESS = _compile()
+def pixel_row_module(rows: int, cols: int, width: int) -> ir.Module:
+    """A module with only the pixel-row kernel at the given shape (tests run the AVX2 shape here too)."""
+    mod = ir.Module(name="rammer_ukernel_rows")
+    _add_pixel_row_kernel(mod, rows, cols, width)
+    return mod
+
+
+_ENGINE = compile_module(_module())
+ADDRESS = _ENGINE.get_function_address(SYMBOL)
+ROWS_ADDRESS = _ENGINE.get_function_address(ROWS_SYMBOL)
 llvm.add_symbol(SYMBOL, ADDRESS)
+llvm.add_symbol(ROWS_SYMBOL, ROWS_ADDRESS)
 #: The kernel as a ctypes function, for tests.
 CFUNC = ctypes.CFUNCTYPE(None, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
                          ctypes.c_int64)(ADDRESS)
+#: ctypes type of the pixel-row kernel: (k, a, aoff, rowoff, b, c, ldc, acc).
+ROWS_CFUNCTYPE = ctypes.CFUNCTYPE(None, ctypes.c_int64, *[ctypes.c_void_p] * 5, ctypes.c_int64, ctypes.c_int64)
+
+
+def _call_codegen(symbol: str, kinds: str):
+    """Codegen calling ``symbol`` with the intrinsic's arguments: per letter of ``kinds``, ``i`` an
+    integer passed as i64, ``f``/``q`` an (array, offset) pair passed as a float/i64 pointer."""
+    def codegen(context, builder, signature, args):
+        i64 = ir.IntType(64)
+        params, values, pos = [], [], 0
+        s = signature.args
+        for kind in kinds:
+            if kind == "i":
+                params.append(i64)
+                values.append(context.cast(builder, args[pos], s[pos], types.int64))
+                pos += 1
+                continue
+            ary = context.make_array(s[pos])(context, builder, args[pos])
+            ptr = builder.gep(ary.data, [context.cast(builder, args[pos + 1], s[pos + 1], types.intp)])
+            params.append(ptr.type)
+            values.append(ptr)
+            pos += 2
+        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), params), symbol)
+        builder.call(fn, values)
+        return context.get_dummy_value()
+    return codegen
+
+
+def _arrays_are(dtype, *arrays) -> bool:
+    return all(isinstance(a, types.Array) and a.dtype == dtype for a in arrays)
 
 
 @intrinsic
 def ukernel(typingctx, k, A, a_off, Bp, b_off, C, c_off, ldc, acc):
     """C[c_off + r*ldc + j] (+)= sum_k A[a_off + k*MR + r] * Bp[b_off + k*NR + j] for the MR x NR tile."""
-    for arr in (A, Bp, C):
-        if not (isinstance(arr, types.Array) and arr.dtype == types.float32):
-            return None
-    sig = types.none(k, A, a_off, Bp, b_off, C, c_off, ldc, acc)
+    if not _arrays_are(types.float32, A, Bp, C):
+        return None
+    return types.none(k, A, a_off, Bp, b_off, C, c_off, ldc, acc), _call_codegen(SYMBOL, "ifffii")
 
-    def codegen(context, builder, signature, args):
-        i64 = ir.IntType(64)
-        f32p = ir.FloatType().as_pointer()
 
-        def as_i64(v, t):
-            return context.cast(builder, v, t, types.int64)
-
-        def ptr(arr, arrty, off, offty):
-            ary = context.make_array(arrty)(context, builder, arr)
-            return builder.gep(ary.data, [context.cast(builder, off, offty, types.intp)])
-
-        s = signature.args
-        fnty = ir.FunctionType(ir.VoidType(), [i64, f32p, f32p, f32p, i64, i64])
-        fn = cgutils.get_or_insert_function(builder.module, fnty, SYMBOL)
-        builder.call(fn, [as_i64(args[0], s[0]), ptr(args[1], s[1], args[2], s[2]), ptr(args[3], s[3], args[4], s[4]),
-                          ptr(args[5], s[5], args[6], s[6]), as_i64(args[7], s[7]), as_i64(args[8], s[8])])
-        return context.get_dummy_value()
-
-    return sig, codegen
+@intrinsic
+def ukernel_rows(typingctx, k, A, a_off, T, t_off, T2, r_off, Bp, b_off, C, c_off, ldc, acc):
+    """The pixel-row tile: for r < PX_MR and j < PX_NR,
+    ``C[c_off + j*ldc + r] (+)= sum_k A[a_off + T[t_off + k] + T2[r_off + r]] * Bp[b_off + k*PX_NR + j]``."""
+    if not (_arrays_are(types.float32, A, Bp, C) and _arrays_are(types.int64, T, T2)):
+        return None
+    sig = types.none(k, A, a_off, T, t_off, T2, r_off, Bp, b_off, C, c_off, ldc, acc)
+    return sig, _call_codegen(ROWS_SYMBOL, "ifqqffii")

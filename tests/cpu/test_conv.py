@@ -145,19 +145,30 @@ def test_conv_transposed_form_for_small_planes(monkeypatch, x_shape, w_shape, at
     from rammer.backends.cpu.compiler import compile_program
     from rammer.frontend import load
 
+    from rammer.backends.cpu.kernels_conv import FORM_TRANSPOSED
+
     # several K blocks too, so that tiles are scattered with accumulation
     monkeypatch.setattr(lower_conv, "IMPLICIT_KC_TRANSPOSED", 40)
+    monkeypatch.setattr(lower_conv, "FORCE_FORM", FORM_TRANSPOSED)
     m, feeds = _conv(x_shape, w_shape, epilogue=("Relu",), **attrs)
     (op,) = [o for o in compile_program(load(m)).lowered.ops if o.family == "conv"]
     assert op.extra["kernel"] == "implicit-transposed"
     compare(m, feeds, veus=veus, atol=1e-6 * int(np.prod(w_shape[1:])))
 
 
-def test_transposed_form_only_where_it_fills_the_tile_better():
-    assert lower_conv._use_transposed(64, 4)       # 2x2 plane, 64 channels
-    assert lower_conv._use_transposed(32, 16)      # 4x4 plane
-    assert not lower_conv._use_transposed(8, 1024)  # few channels, large plane
-    assert not lower_conv._use_transposed(16, 64)
+def test_conv_form_choice():
+    from rammer.backends.cpu.kernels_conv import FORM_DIRECT, FORM_PIXEL_ROWS, FORM_TRANSPOSED
+
+    form = lower_conv.conv_form
+    assert form(64, 4, 64, 1) == FORM_TRANSPOSED           # 2x2 plane, shallow 1x1: too shallow for pixel rows
+    assert form(32, 16, 32, 1) == FORM_TRANSPOSED          # 4x4 plane
+    assert form(8, 1024, 27, 9) == FORM_DIRECT            # few channels, large plane, K too small
+    assert form(64, 1024, 576, 9) == FORM_PIXEL_ROWS      # ResNeXt's grouped 3x3
+    assert form(256, 64, 2304, 9) == FORM_PIXEL_ROWS      # ... on an 8x8 plane
+    assert form(64, 4, 576, 9) == FORM_PIXEL_ROWS         # deep 3x3 on a 2x2 plane: half of each 8-pixel tile
+    assert form(1024, 1024, 256, 1) == FORM_DIRECT        # big 1x1: its weights do not stay in L2
+    assert form(32, 1024, 192, 1) == FORM_PIXEL_ROWS      # small 1x1 (NASNet's projections)
+    assert form(32, 1024, 32, 1) == FORM_DIRECT           # too shallow
 
 
 def test_pack_weights_nr_wide_panels():
@@ -188,3 +199,25 @@ def test_copy_block_constant_and_runtime_counts():
     want[80:85] = a[7:12]
     copy(a, 5)
     np.testing.assert_array_equal(a, want)
+
+
+PIXEL_ROW_CASES = CASES + [
+    ((1, 64, 8, 8), (64, 16, 3, 3), dict(group=4, pads=[1, 1, 1, 1])),       # full 8-pixel rows and 32-channel panels
+    ((1, 16, 7, 7), (40, 16, 3, 3), dict(pads=[1, 1, 1, 1])),                 # tiles across rows, partial channel panel
+    ((1, 32, 16, 16), (64, 16, 3, 3), dict(group=2, strides=[2, 2], pads=[1, 1, 1, 1])),  # phase planes
+    ((1, 24, 5, 13), (32, 24, 1, 1), {}),                                      # pointwise, partial last tile
+]
+
+
+@pytest.mark.parametrize("x_shape,w_shape,attrs", PIXEL_ROW_CASES)
+@pytest.mark.parametrize("veus", [1, 2])
+def test_conv_pixel_row_form_matches_reference(monkeypatch, x_shape, w_shape, attrs, veus):
+    from rammer.backends.cpu.compiler import compile_program
+    from rammer.backends.cpu.kernels_conv import FORM_PIXEL_ROWS
+    from rammer.frontend import load
+
+    monkeypatch.setattr(lower_conv, "FORCE_FORM", FORM_PIXEL_ROWS)
+    m, feeds = _conv(x_shape, w_shape, epilogue=("Relu",), **attrs)
+    (op,) = [o for o in compile_program(load(m)).lowered.ops if o.family == "conv"]
+    assert op.extra["kernel"] == "pixel-rows"
+    compare(m, feeds, veus=veus, atol=1e-6 * int(np.prod(w_shape[1:])))

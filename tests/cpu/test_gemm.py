@@ -46,3 +46,27 @@ def test_packed_gemm_edges_and_transposes(m, n, k, ta, tb):
     # accumulate into what is there
     kg.gemm_packed(F, a_off, a_rs, a_cs, b_off, b_rs, b_cs, c_off, n, k, 0, m, 0, n, np.float32(0.5), 1, pack)
     np.testing.assert_allclose(F[c_off:c_off + m * n].reshape(m, n), 2 * want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("rows,cols,width", [(uk.PX_MR, uk.PX_NR, uk.WIDTH), (4, 16, 8)])
+@pytest.mark.parametrize("accumulate", [0, 1])
+def test_pixel_row_microkernel_reads_through_tables_and_stores_transposed(rows, cols, width, accumulate):
+    """Both shapes (AVX-512 and AVX2) run here: AVX2 code runs on an AVX-512 CPU too."""
+    rng = np.random.default_rng(2)
+    k, ldc = 29, 50
+    plane = rng.standard_normal(4000).astype(np.float32)
+    aoff = rng.integers(0, 3000, k).astype(np.int64)            # one offset per k
+    rowoff = np.array([0, 1, 2, 40, 41, 7, 900, 3][:rows], np.int64)  # rows need not be contiguous
+    b = rng.standard_normal(k * cols).astype(np.float32)
+    c = rng.standard_normal(cols * ldc).astype(np.float32)
+    before = c.copy()
+    engine = uk.compile_module(uk.pixel_row_module(rows, cols, width))
+    fn = uk.ROWS_CFUNCTYPE(engine.get_function_address(uk.ROWS_SYMBOL))
+    fn(k, plane.ctypes.data, aoff.ctypes.data, rowoff.ctypes.data, b.ctypes.data, c.ctypes.data, ldc, accumulate)
+    a = plane[aoff[:, None] + rowoff[None, :]].astype(np.float64)   # k x rows
+    want = (a.T @ b.reshape(k, cols).astype(np.float64)).T           # cols x rows
+    got = c.reshape(cols, ldc)
+    if accumulate:
+        want += before.reshape(cols, ldc)[:, :rows]
+    np.testing.assert_allclose(got[:, :rows], want, rtol=1e-5, atol=1e-4)
+    np.testing.assert_array_equal(got[:, rows:], before.reshape(cols, ldc)[:, rows:])  # only the tile is written
