@@ -79,7 +79,6 @@ def _add_pixel_row_kernel(mod: ir.Module, rows: int, cols: int, width: int) -> N
     ``C[j*ldc + r] (+)= sum_k a[aoff[k] + rowoff[r]] * b[k*cols + j]`` for r < rows, j < cols."""
     f32 = ir.FloatType()
     i64 = ir.IntType(64)
-    i32 = ir.IntType(32)
     vec = ir.VectorType(f32, width)
     nv = cols // width
     fp = f32.as_pointer()
