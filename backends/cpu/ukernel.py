@@ -32,6 +32,7 @@ import ctypes
 
 from llvmlite import binding as llvm
 from llvmlite import ir
+from typing import Callable
 from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
@@ -74,6 +75,47 @@ def _splat(bld: ir.IRBuilder, value: ir.Value, vec: ir.VectorType) -> ir.Value:
     return bld.shuffle_vector(bld.insert_element(undef, value, ir.Constant(ir.IntType(32), 0)), undef, mask)
 
 
+def _k_loop(fn: ir.Function, entry: ir.IRBuilder, k: ir.Value, rows: int, width: int, cols: int,
+            b: ir.Value, a_row: "Callable[[ir.IRBuilder, ir.Value, int], ir.Value]") -> tuple[ir.IRBuilder, list]:
+    """The register-blocked loop both kernels share: for kk < k, ``acc[r][v] += splat(*a_row(kk, r))
+    * b[kk*cols + v*width:...]``, the rows x cols accumulators held in registers as phi nodes.
+
+    ``entry`` is the builder at the end of the entry block (it is terminated here); returns the
+    builder positioned in the block after the loop, and the final accumulators."""
+    i64 = ir.IntType(64)
+    vec = ir.VectorType(ir.FloatType(), width)
+    nv = cols // width
+    fma = _fma(fn.module, vec)
+    head, body, done = (fn.append_basic_block(n) for n in ("head", "body", "done"))
+    zero = ir.Constant(vec, [0.0] * width)
+    start = entry.block
+    entry.branch(head)
+
+    bld = ir.IRBuilder(head)
+    kk = bld.phi(i64, name="kk")
+    kk.add_incoming(ir.Constant(i64, 0), start)
+    accs = [[bld.phi(vec, name=f"c{r}_{v}") for v in range(nv)] for r in range(rows)]
+    for row in accs:
+        for ph in row:
+            ph.add_incoming(zero, start)
+    bld.cbranch(bld.icmp_signed("<", kk, k), body, done)
+
+    bld = ir.IRBuilder(body)
+    bbase = bld.gep(b, [bld.mul(kk, ir.Constant(i64, cols))])
+    bvals = [bld.load(bld.bitcast(bld.gep(bbase, [ir.Constant(i64, v * width)]), vec.as_pointer()), align=4)
+             for v in range(nv)]
+    new_accs = []
+    for r in range(rows):
+        splat = _splat(bld, bld.load(a_row(bld, kk, r), align=4), vec)
+        new_accs.append([bld.call(fma, [splat, bvals[v], accs[r][v]]) for v in range(nv)])
+    kk.add_incoming(bld.add(kk, ir.Constant(i64, 1)), body)
+    bld.branch(head)
+    for r in range(rows):
+        for v in range(nv):
+            accs[r][v].add_incoming(new_accs[r][v], body)
+    return ir.IRBuilder(done), accs
+
+
 def _add_pixel_row_kernel(mod: ir.Module, rows: int, cols: int, width: int) -> None:
     """``(k, a, aoff, rowoff, b, c, ldc, acc)``:
     ``C[j*ldc + r] (+)= sum_k a[aoff[k] + rowoff[r]] * b[k*cols + j]`` for r < rows, j < cols."""
@@ -87,45 +129,19 @@ def _add_pixel_row_kernel(mod: ir.Module, rows: int, cols: int, width: int) -> N
     k, a, aoff, rowoff, b, c, ldc, acc = fn.args
     for arg, name in zip(fn.args, ("k", "a", "aoff", "rowoff", "b", "c", "ldc", "acc")):
         arg.name = name
-    fma = _fma(mod, vec)
-    entry, head, body, done = (fn.append_basic_block(n) for n in ("entry", "head", "body", "done"))
-
-    bld = ir.IRBuilder(entry)
+    bld = ir.IRBuilder(fn.append_basic_block("entry"))
     row_offsets = [bld.load(bld.gep(rowoff, [ir.Constant(i64, r)]), align=8) for r in range(rows)]
     tile = bld.alloca(ir.ArrayType(f32, rows * cols))  # the row-major tile, transposed on the way out
-    zero = ir.Constant(vec, [0.0] * width)
-    bld.branch(head)
 
-    bld = ir.IRBuilder(head)
-    kk = bld.phi(i64, name="kk")
-    kk.add_incoming(ir.Constant(i64, 0), entry)
-    accs = [[bld.phi(vec, name=f"c{r}_{v}") for v in range(nv)] for r in range(rows)]
-    for row in accs:
-        for ph in row:
-            ph.add_incoming(zero, entry)
-    bld.cbranch(bld.icmp_signed("<", kk, k), body, done)
+    def a_row(bld: ir.IRBuilder, kk: ir.Value, r: int) -> ir.Value:  # a + aoff[kk] + rowoff[r]
+        return bld.gep(bld.gep(a, [bld.load(bld.gep(aoff, [kk]), align=8)]), [row_offsets[r]])
 
-    bld = ir.IRBuilder(body)
-    bbase = bld.gep(b, [bld.mul(kk, ir.Constant(i64, cols))])
-    bvals = [bld.load(bld.bitcast(bld.gep(bbase, [ir.Constant(i64, v * width)]), vec.as_pointer()), align=4)
-             for v in range(nv)]
-    abase = bld.gep(a, [bld.load(bld.gep(aoff, [kk]), align=8)])
-    new_accs = []
-    for r in range(rows):
-        splat = _splat(bld, bld.load(bld.gep(abase, [row_offsets[r]]), align=4), vec)
-        new_accs.append([bld.call(fma, [splat, bvals[v], accs[r][v]]) for v in range(nv)])
-    nxt = bld.add(kk, ir.Constant(i64, 1))
-    bld.branch(head)
-    kk.add_incoming(nxt, body)
-    for r in range(rows):
-        for v in range(nv):
-            accs[r][v].add_incoming(new_accs[r][v], body)
+    bld, accs = _k_loop(fn, bld, k, rows, width, cols, b, a_row)
 
     # The tile goes to the stack row-major, and a separate function transposes
     # it: built inline from the accumulators, the transpose made LLVM spill
     # them inside the k loop; read back element by element, every load missed
     # store forwarding (about 10 cycles each, 256 of them per call).
-    bld = ir.IRBuilder(done)
     tp = bld.bitcast(tile, fp)
     for r in range(rows):
         for v in range(nv):
@@ -172,51 +188,11 @@ def _add_packed_kernel(mod: ir.Module) -> None:
     k, a, b, c, ldc, acc = fn.args
     for arg, name in zip(fn.args, ("k", "a", "b", "c", "ldc", "acc")):
         arg.name = name
-    fma = _fma(mod, vec)
-    entry = fn.append_basic_block("entry")
-    head = fn.append_basic_block("head")
-    body = fn.append_basic_block("body")
-    done = fn.append_basic_block("done")
+    bld = ir.IRBuilder(fn.append_basic_block("entry"))
+    bld, accs = _k_loop(fn, bld, k, MR, WIDTH, NR, b,
+                        lambda bld, kk, r: bld.gep(a, [bld.add(bld.mul(kk, ir.Constant(i64, MR)), ir.Constant(i64, r))]))
     add = fn.append_basic_block("add")
     put = fn.append_basic_block("put")
-
-    bld = ir.IRBuilder(entry)
-    zero = ir.Constant(vec, [0.0] * WIDTH)
-    bld.branch(head)
-
-    bld = ir.IRBuilder(head)
-    kk = bld.phi(i64, name="kk")
-    kk.add_incoming(ir.Constant(i64, 0), entry)
-    accs = []
-    for r in range(MR):
-        row = []
-        for v in range(nv):
-            ph = bld.phi(vec, name=f"c{r}_{v}")
-            ph.add_incoming(zero, entry)
-            row.append(ph)
-        accs.append(row)
-    bld.cbranch(bld.icmp_signed("<", kk, k), body, done)
-
-    bld = ir.IRBuilder(body)
-    bvals = []
-    bbase = bld.gep(b, [bld.mul(kk, ir.Constant(i64, NR))])
-    for v in range(nv):
-        ptr = bld.bitcast(bld.gep(bbase, [ir.Constant(i64, v * WIDTH)]), vec.as_pointer())
-        bvals.append(bld.load(ptr, align=4))
-    abase = bld.gep(a, [bld.mul(kk, ir.Constant(i64, MR))])
-    new_accs = []
-    for r in range(MR):
-        av = bld.load(bld.gep(abase, [ir.Constant(i64, r)]), align=4)
-        splat = _splat(bld, av, vec)
-        new_accs.append([bld.call(fma, [splat, bvals[v], accs[r][v]]) for v in range(nv)])
-    nxt = bld.add(kk, ir.Constant(i64, 1))
-    bld.branch(head)
-    kk.add_incoming(nxt, body)
-    for r in range(MR):
-        for v in range(nv):
-            accs[r][v].add_incoming(new_accs[r][v], body)
-
-    bld = ir.IRBuilder(done)
     bld.cbranch(bld.icmp_signed("!=", acc, ir.Constant(i64, 0)), add, put)
     for block, accumulate in ((add, True), (put, False)):
         bld = ir.IRBuilder(block)
