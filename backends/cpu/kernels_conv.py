@@ -54,6 +54,7 @@ from numba import njit
 
 from .atomics import copy_block
 from .kernels_ew import ew_epilogue
+from .kernels_gemm import tile_into
 from .kernels_window import W_OUT, W_X, WIN_LEN, read_window
 from .ukernel import MR, NR, PX_MR, PX_NR, ukernel, ukernel_rows
 
@@ -277,7 +278,6 @@ def k_convp(F, B, I, J, X, R, p, sbase):
     trans = form == FORM_TRANSPOSED
     wd = MR if trans else NR
     pt = pb + KC * panel_columns(NC)
-    tile = F[pt:pt + MR * NR]
     pp = pt + MR * NR + NR  # padded input rows (after the tile and the panels' overrun slack)
     m0 = p[3]
     m1 = p[4]
@@ -324,19 +324,7 @@ def k_convp(F, B, I, J, X, R, p, sbase):
                     for jr in range(0, nc, NR):
                         cols = min(NR, nc - jr)
                         cp = out + ir * ohw + qc + jr
-                        if rows == MR and cols == NR:
-                            ukernel(kc, F, a, F, pb + jr * kc, F, cp, ohw, 0 if first else 1)
-                        else:
-                            ukernel(kc, F, a, F, pb + jr * kc, F, pt, NR, 0)
-                            for r in range(rows):
-                                crow = F[cp + r * ohw:cp + r * ohw + cols]
-                                trow = tile[r * NR:r * NR + cols]
-                                if first:
-                                    for u in range(cols):
-                                        crow[u] = trow[u]
-                                else:
-                                    for u in range(cols):
-                                        crow[u] += trow[u]
+                        tile_into(F, kc, a, pb + jr * kc, cp, ohw, rows, cols, first, pt)
                 pc += kc
             if epi >= 0:
                 ew_epilogue(F, X, R, epi, b * mg + m0, b * mg + m1, qc, qc + nc, sbase)
@@ -430,9 +418,7 @@ def _pixel_rows(F, I, X, R, p, sbase, pb, pointwise, C, H, W, kh, kw, sh, sw, ph
                 cols = min(PX_NR, m1 - ic)
                 wb = wg + ic * K
                 rows = min(PX_MR, qe - q)
-                if tiles_outer and ip > 0:
-                    pass  # the row table of this tile is already written
-                else:
+                if ip == 0 or not tiles_outer:  # tiles outer: one row table serves all its panels
                     _row_table(I, ri, q, rows, OW, Wq, oh_task, pointwise)
                 if rows == PX_MR and cols == PX_NR:
                     ukernel_rows(K, F, base, I, ti, I, ri, F, wb, F, out + ic * ohw + q, ohw, 0)

@@ -104,6 +104,26 @@ def _pack_b(F, b_off, b_rs, b_cs, p0, kc, j0, nc, P):
 
 
 @njit(**_JIT)
+def tile_into(F, kc, a, b, cp, ldc, rows, cols, first, pt):
+    """One micro-kernel tile into C at ``cp`` (row stride ``ldc``): in place when it is whole,
+    else through the scratch tile at ``pt``, copying (``first``) or adding its ``rows x cols`` corner."""
+    if rows == MR and cols == NR:
+        ukernel(kc, F, a, F, b, F, cp, ldc, 0 if first else 1)
+        return
+    ukernel(kc, F, a, F, b, F, pt, NR, 0)
+    tile = F[pt:pt + MR * NR]
+    for r in range(rows):
+        crow = F[cp + r * ldc:cp + r * ldc + cols]
+        trow = tile[r * NR:r * NR + cols]
+        if first:
+            for j in range(cols):
+                crow[j] = trow[j]
+        else:
+            for j in range(cols):
+                crow[j] += trow[j]
+
+
+@njit(**_JIT)
 def gemm_packed(F, a_off, a_rs, a_cs, b_off, b_rs, b_cs, c_off, c_rs, K, m0, m1, n0, n1, alpha, acc, pack):
     """C[m0:m1, n0:n1] (+)= alpha A B with the SIMD micro-kernel on packed panels.
 
@@ -113,7 +133,6 @@ def gemm_packed(F, a_off, a_rs, a_cs, b_off, b_rs, b_cs, c_off, c_rs, K, m0, m1,
     pa = pack
     pb = pack + MC * KC
     pt = pb + KC * ((NC + NR - 1) // NR) * NR
-    tile = F[pt:pt + MR * NR]
     for jc in range(n0, n1, NC):
         nc = min(NC, n1 - jc)
         for pc in range(0, K, KC):
@@ -128,19 +147,7 @@ def gemm_packed(F, a_off, a_rs, a_cs, b_off, b_rs, b_cs, c_off, c_rs, K, m0, m1,
                     for jr in range(0, nc, NR):
                         cols = min(NR, nc - jr)
                         cp = c_off + (ic + ir) * c_rs + jc + jr
-                        if rows == MR and cols == NR:
-                            ukernel(kc, F, pa + ir * kc, F, pb + jr * kc, F, cp, c_rs, 0 if first else 1)
-                        else:
-                            ukernel(kc, F, pa + ir * kc, F, pb + jr * kc, F, pt, NR, 0)
-                            for r in range(rows):
-                                crow = F[cp + r * c_rs:cp + r * c_rs + cols]
-                                trow = tile[r * NR:r * NR + cols]
-                                if first:
-                                    for j in range(cols):
-                                        crow[j] = trow[j]
-                                else:
-                                    for j in range(cols):
-                                        crow[j] += trow[j]
+                        tile_into(F, kc, pa + ir * kc, pb + jr * kc, cp, c_rs, rows, cols, first, pt)
 
 
 def packed_ok(mt: int, nt: int, k: int) -> bool:
