@@ -151,7 +151,9 @@ def build_tables(segment_ops: list[list[CpuOp]], schedules: list[Schedule], buff
 def entry_table(kernel_names: list[str]) -> np.ndarray:
     """Addresses of the kernels' entries, indexed by kernel id (0, the barrier, has none)."""
     from .entries import entry_address
+    from .warmup import warm
 
+    warm(kernel_names[1:])
     return np.array([0] + [entry_address(n) for n in kernel_names[1:]], dtype=np.int64)
 
 

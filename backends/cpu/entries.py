@@ -124,11 +124,16 @@ def entry_k_convp(arena, nbytes, x, nx, r, nr, row, sbase):
 _COMPILED: dict[str, object] = {}
 
 
+def compile_entry(name: str) -> object:
+    """Kernel ``name``'s entry as a numba cfunc, compiled or loaded from numba's cache.  The
+    interpreter's symbol must be registered first (see :func:`entry_address`)."""
+    return cfunc(SIGNATURE, nopython=True, nogil=True, cache=True)(globals()[f"entry_{name}"])
+
+
 def entry_address(name: str) -> int:
     """The address of kernel ``name``'s entry, compiling (or loading) it on first use."""
     found = _COMPILED.get(name)
     if found is None:
         ensure_epilogue_symbol()  # the kernels call the shared interpreter through this symbol
-        found = cfunc(SIGNATURE, nopython=True, nogil=True, cache=True)(globals()[f"entry_{name}"])
-        _COMPILED[name] = found
+        found = _COMPILED[name] = compile_entry(name)
     return found.address
