@@ -427,7 +427,7 @@ def _pixel_rows(F, I, X, R, p, sbase, pb, pointwise, C, H, W, kh, kw, sh, sw, ph
                 for t in range(cols):
                     dst = out + (ic + t) * ohw + q
                     for r in range(rows):
-                        F[dst + r] = F[pt + t * PX_MR + r]
+                        F[np.uint64(dst + r)] = F[np.uint64(pt + t * PX_MR + r)]
             if epi >= 0:
                 ew_epilogue(F, X, R, epi, b * mg + m0, b * mg + m1, qc, qe, sbase)
             qc = qe

@@ -21,14 +21,20 @@ from numba import njit
 _JIT = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
 
 
+# Indices are arena offsets, never negative: as unsigned integers numba skips its
+# negative-index wraparound, which otherwise keeps LLVM from vectorizing the row
+# loops (measured: a 768 KiB row copy 125 -> 11 us).
+_u = np.uint64
+
+
 @njit(**_JIT)
 def _copy_row(A, src, s, dst, t, n):
     if s == 1 and t == 1:
         for j in range(n):
-            A[dst + j] = A[src + j]
+            A[_u(dst + j)] = A[_u(src + j)]
     else:
         for j in range(n):
-            A[dst + j * t] = A[src + j * s]
+            A[_u(dst + j * t)] = A[_u(src + j * s)]
 
 
 @njit(**_JIT)
@@ -37,19 +43,29 @@ def copy_rows(B, J, I, X, d, r0, r1):
     d1 = X[d + 12]
     d2 = X[d + 13]
     n = X[d + 14]
+    s0, s1, s2, s3 = X[d + 2], X[d + 3], X[d + 4], X[d + 5]
+    t0, t1, t2, t3 = X[d + 7], X[d + 8], X[d + 9], X[d + 10]
+    # Row r = (i0, i1, i2): divided out once, then stepped (a division per row cost
+    # as much as copying a 32-element row).
+    i2 = r0 % d2
+    i1 = (r0 // d2) % d1
+    i0 = r0 // d2 // d1
     for r in range(r0, r1):
-        i2 = r % d2
-        q = r // d2
-        i1 = q % d1
-        i0 = q // d1
-        src = X[d + 1] + i0 * X[d + 2] + i1 * X[d + 3] + i2 * X[d + 4]
-        dst = X[d + 6] + i0 * X[d + 7] + i1 * X[d + 8] + i2 * X[d + 9]
+        src = X[d + 1] + i0 * s0 + i1 * s1 + i2 * s2
+        dst = X[d + 6] + i0 * t0 + i1 * t1 + i2 * t2
         if esize == 4:
-            _copy_row(J, src, X[d + 5], dst, X[d + 10], n)
+            _copy_row(J, src, s3, dst, t3, n)
         elif esize == 8:
-            _copy_row(I, src, X[d + 5], dst, X[d + 10], n)
+            _copy_row(I, src, s3, dst, t3, n)
         else:
-            _copy_row(B, src, X[d + 5], dst, X[d + 10], n)
+            _copy_row(B, src, s3, dst, t3, n)
+        i2 += 1
+        if i2 == d2:
+            i2 = 0
+            i1 += 1
+            if i1 == d1:
+                i1 = 0
+                i0 += 1
 
 
 @njit(**_JIT)
@@ -70,7 +86,7 @@ def k_copy_many(F, B, I, J, X, R, p, sbase):
 @njit(**_JIT)
 def _fill(A, off, n, t, v):
     for j in range(n):
-        A[off + j * t] = v
+        A[_u(off + j * t)] = v
 
 
 # Pad descriptor: [esize, src_off, s0..s3, dst_off, (dense output) D0..D3,
@@ -87,16 +103,25 @@ def k_pad(F, B, I, J, X, R, p, sbase):
     S3 = X[d + 18]
     ivalue = X[d + 19]
     fvalue = R[X[d + 20]]
-    for r in range(p[1], p[2]):
-        o2 = r % D2
-        q = r // D2
-        o1 = q % D1
-        o0 = q // D1
+    b0, b1, b2 = X[d + 11], X[d + 12], X[d + 13]
+    S0, S1, S2 = X[d + 15], X[d + 16], X[d + 17]
+    r0 = p[1]
+    o2 = r0 % D2
+    o1 = (r0 // D2) % D1
+    o0 = r0 // D2 // D1
+    for r in range(r0, p[2]):
         dst = X[d + 6] + r * D3
-        i0 = o0 - X[d + 11]
-        i1 = o1 - X[d + 12]
-        i2 = o2 - X[d + 13]
-        inside = 0 <= i0 < X[d + 15] and 0 <= i1 < X[d + 16] and 0 <= i2 < X[d + 17]
+        i0 = o0 - b0
+        i1 = o1 - b1
+        i2 = o2 - b2
+        o2 += 1  # (the next row's coordinates; this row's are in i0..i2)
+        if o2 == D2:
+            o2 = 0
+            o1 += 1
+            if o1 == D1:
+                o1 = 0
+                o0 += 1
+        inside = 0 <= i0 < S0 and 0 <= i1 < S1 and 0 <= i2 < S2
         lo = min(max(b3, 0), D3)
         hi = min(max(b3 + S3, 0), D3)
         if not inside:

@@ -78,7 +78,7 @@ def k_dwconv_cl(F, B, I, J, X, R, p, sbase):
                     if 0 <= ih < H and 0 <= iw < W:
                         s = src + ih * W + iw
                         for c in range(nb):
-                            F[dst + c] = F[s + c * hw]
+                            F[np.uint64(dst + c)] = F[np.uint64(s + c * hw)]
                     else:
                         for c in range(nb):
                             F[dst + c] = f32(0.0)
@@ -93,6 +93,6 @@ def k_dwconv_cl(F, B, I, J, X, R, p, sbase):
                             _fma(acc, F[wo:wo + nb], F[xo:xo + nb], nb)
                     q = out + oh * OW + ow
                     for c in range(nb):
-                        F[q + c * ohw] = acc[c]
+                        F[np.uint64(q + c * ohw)] = acc[c]
         if epi >= 0:
             ew_epilogue(F, X, R, epi, n * C + p[3], n * C + p[4], 0, ohw, sbase)

@@ -313,18 +313,18 @@ def _load(F, B, I, J, dt, off, s, d, n):
                 D[j] = v
         else:
             for j in range(n):
-                D[j] = F[off + j * s]
+                D[j] = F[np.uint64(off + j * s)]
         return
     D = F[d:d + n]
     if dt == DT_BOOL:
         for j in range(n):
-            D[j] = f32(B[off + j * s])
+            D[j] = f32(B[np.uint64(off + j * s)])
     elif dt == DT_I64:
         for j in range(n):
-            D[j] = f32(I[off + j * s])
+            D[j] = f32(I[np.uint64(off + j * s)])
     else:
         for j in range(n):
-            D[j] = f32(J[off + j * s])
+            D[j] = f32(J[np.uint64(off + j * s)])
 
 
 @njit(**_JIT)
@@ -335,18 +335,18 @@ def _store(F, B, I, J, dt, off, s, a, n):
             copy_block(F, off, a, n)
             return
         for j in range(n):
-            F[off + j * s] = F[a + j]
+            F[np.uint64(off + j * s)] = F[np.uint64(a + j)]
         return
     A = F[a:a + n]
     if dt == DT_BOOL:
         for j in range(n):
-            B[off + j * s] = 1 if A[j] != f32(0.0) else 0
+            B[np.uint64(off + j * s)] = 1 if A[j] != f32(0.0) else 0
     elif dt == DT_I64:
         for j in range(n):
-            I[off + j * s] = np.int64(A[j])
+            I[np.uint64(off + j * s)] = np.int64(A[j])
     else:
         for j in range(n):
-            J[off + j * s] = np.int32(A[j])
+            J[np.uint64(off + j * s)] = np.int32(A[j])
 
 
 @njit(**_JIT)

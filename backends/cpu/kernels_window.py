@@ -16,6 +16,8 @@ from numba import njit
 from .kernels_ew import ew_epilogue
 
 f32 = np.float32
+#: Arena offsets as unsigned indices: numba then skips negative-index wraparound (see kernels_data).
+_u = np.uint64
 _JIT = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
 
 # Window descriptor shared by convolutions, depthwise conv and pooling:
@@ -339,8 +341,8 @@ def _direct_plane(F, src, H, W, kh, kw, sh, sw, ph, pw, dh, dw, OH, OW, wb, dst)
                 row = src + (h0 + i * dh) * W + w0
                 wr = wb + i * kw
                 for j in range(j_lo, j_hi):
-                    s += F[wr + j] * F[row + j * dw]
-            F[dst + oh * OW + ow] = s
+                    s += F[_u(wr + j)] * F[_u(row + j * dw)]
+            F[_u(dst + oh * OW + ow)] = s
 
 
 @njit(**_JIT)
@@ -426,7 +428,7 @@ def k_pool(F, B, I, J, X, R, p, sbase):
             for oh in range(OH):
                 s = inv_h[oh] * inv_w[0] if mode == 1 else f32(1.0)
                 for ow in range(OW):
-                    F[dst + oh * OW + ow] = F[src + oh * sh * W + ow * sw] * s
+                    F[_u(dst + oh * OW + ow)] = F[_u(src + oh * sh * W + ow * sw)] * s
             continue
         _phase_planes(F, src, H, W, ph, pw, sh, sw, Hq, Wq, P, fill)
         for t in range(Lr):

@@ -227,6 +227,31 @@ def test_layernorm_gather_concat_pad_slice_split_transpose_expand():
     compare(model(nodes, feeds, ["pad", "y", "s2", "ex"], consts, opset=18), feeds)
 
 
+_SPLIT_OPS = {
+    "pad": ([node("Pad", ["x", "pads"], ["y"])], "copy.pad"),
+    # a reversed, strided slice that the pool needs dense: a strided copy
+    "slice": ([node("Slice", ["x", "st", "en", "ax", "sp"], ["sl"]), node("MaxPool", ["sl"], ["y"], kernel_shape=[1, 1])],
+              "copy"),
+    "subsample": ([node("AveragePool", ["x"], ["y"], kernel_shape=[1, 1], strides=[2, 3])], "pool"),
+}
+
+
+@pytest.mark.parametrize("veus", [1, 2])
+@pytest.mark.parametrize("case", sorted(_SPLIT_OPS))
+def test_data_movement_split_across_tasks(case, veus):
+    # Big enough to be cut into rTasks that start mid-plane: the copy and pad kernels
+    # divide a task's first row into coordinates once and then step them.
+    nodes, family = _SPLIT_OPS[case]
+    x = rand(4, 5, 41, 50) - 0.5
+    consts = {"pads": np.array([0, 1, 2, 3, 1, 0, 1, 2], np.int64),
+              "st": np.array([39, 1], np.int64), "en": np.array([0, 50], np.int64),
+              "ax": np.array([2, 3], np.int64), "sp": np.array([-1, 2], np.int64)}
+    used = {k: v for k, v in consts.items() if any(k in n.input for n in nodes)}
+    report = compare(model(nodes, {"x": x}, ["y"], used, opset=18), {"x": x}, veus=veus)
+    assert family in report["ops_by_family"], report["ops_by_family"]
+    assert report["rtasks"] >= len(nodes) * veus, report["rtasks"]
+
+
 @pytest.mark.parametrize("veus", [1, 2])
 def test_gather_out_of_range_is_a_clear_error(veus):
     # one vEU walks on the calling thread, two in a parallel region: both report the kernel's error
