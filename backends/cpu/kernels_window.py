@@ -57,12 +57,25 @@ _TINY_PLANE = 4
 _EPI_GROUP = 4096
 
 
-def window_scratch(OH: int, OW: int, kh: int, kw: int, sh: int, sw: int, dh: int, dw: int) -> int:
-    """Float32 scratch elements the phase planes and the accumulator of one plane need."""
+#: Stride-1 pooling stacks planes into one sweep up to this many floats of phase planes (L1-sized).
+STACK_FLOATS = 4096
+
+
+def pool_stack(OH: int, OW: int, kh: int, kw: int, sh: int, sw: int, dh: int, dw: int) -> int:
+    """Planes one stride-1 pooling sweep covers at once (1 for strided pooling)."""
+    if sh != 1 or sw != 1:
+        return 1
+    hq = OH + (kh - 1) * dh
+    wq = OW + (kw - 1) * dw
+    return max(1, STACK_FLOATS // (hq * wq))
+
+
+def window_scratch(OH: int, OW: int, kh: int, kw: int, sh: int, sw: int, dh: int, dw: int, planes: int = 1) -> int:
+    """Float32 scratch elements the phase planes and the accumulator of ``planes`` stacked planes need."""
     hq = ((OH - 1) * sh + (kh - 1) * dh + sh) // sh
     wq = ((OW - 1) * sw + (kw - 1) * dw + sw) // sw
     # planes + slack read by the rounded-up sweeps, accumulator (rounded up), 1/counts of pooling
-    return sh * sw * hq * wq + _SLACK + OH * wq + _SLACK + OH + OW + kh * kw + 16
+    return planes * (sh * sw * hq * wq + hq * wq) + 2 * _SLACK + OH + OW + kh * kw + 16
 
 
 @njit(**_JIT)
@@ -376,7 +389,7 @@ def k_pool(F, B, I, J, X, R, p, sbase):
     """Max (mode 0) or average (mode 1) pooling of planes [q0, q1) (q = n * C + c).
 
     Row: [desc, q0, q1].  Descriptor tail: [mode, lo_h, hi_h, lo_w, hi_w,
-    scratch]: taps whose padded coordinate falls in [lo, hi) count towards
+    scratch, planes per sweep (:func:`pool_stack`)]: taps whose padded coordinate falls in [lo, hi) count towards
     the average.  Like depthwise convolution: phase planes padded with -inf
     (max) or 0 (average), then flat sweeps: the depthwise ones over weights of 1
     (average), or runs of up to 3 taps (max).
@@ -390,12 +403,14 @@ def k_pool(F, B, I, J, X, R, p, sbase):
     hi_w = X[d + WIN_LEN + 4]
     Hq, Wq = _phase_dims(OH, OW, kh, kw, sh, sw, dh, dw)
     plane = Hq * Wq
-    nplanes = sh * sw * plane + _SLACK
+    # Stride 1: G planes stacked one under the other are swept as one tall plane (the
+    # rows between them are junk, dropped on the way out): per-plane set-up cost more
+    # than the arithmetic on 8x8 and 16x16 planes.
+    G = X[d + WIN_LEN + 6]
+    nplanes = G * sh * sw * plane + _SLACK
     pbase = sbase + X[d + WIN_LEN + 5]
-    L = (OH - 1) * Wq + OW
-    Lr = (L + _SLACK - 1) // _SLACK * _SLACK
-    acc = F[pbase + nplanes:pbase + nplanes + Lr]
-    cnt0 = pbase + nplanes + OH * Wq + _SLACK
+    acc = F[pbase + nplanes:pbase + nplanes + G * plane + _SLACK]
+    cnt0 = pbase + nplanes + G * plane + _SLACK
     inv_h = F[cnt0:cnt0 + OH]
     inv_w = F[cnt0 + OH:cnt0 + OH + OW]
     # Average pooling sums with the depthwise sweeps over weights of one (exact products).
@@ -421,16 +436,26 @@ def k_pool(F, B, I, J, X, R, p, sbase):
     # A single tap inside the plane (1x1 kernel, no padding): a strided subsample.
     subsample = kh == 1 and kw == 1 and ph == 0 and pw == 0 and (OH - 1) * sh < H and (OW - 1) * sw < W
     P = F[pbase:pbase + nplanes]
-    for q in range(p[1], p[2]):
+    for q in range(p[1], p[2], G):
+        g = min(G, p[2] - q)
         src = X[d + W_X] + q * H * W
         dst = X[d + W_OUT] + q * OH * OW
         if subsample:
-            for oh in range(OH):
-                s = inv_h[oh] * inv_w[0] if mode == 1 else f32(1.0)
-                for ow in range(OW):
-                    F[_u(dst + oh * OW + ow)] = F[_u(src + oh * sh * W + ow * sw)] * s
+            for k in range(g):
+                for oh in range(OH):
+                    s = inv_h[oh] * inv_w[0] if mode == 1 else f32(1.0)
+                    so = src + k * H * W + oh * sh * W
+                    do = dst + k * OH * OW + oh * OW
+                    for ow in range(OW):
+                        F[_u(do + ow)] = F[_u(so + ow * sw)] * s
             continue
-        _phase_planes(F, src, H, W, ph, pw, sh, sw, Hq, Wq, P, fill)
+        for k in range(g):
+            P_k = P[k * sh * sw * plane:(k + 1) * sh * sw * plane]
+            _phase_planes(F, src + k * H * W, H, W, ph, pw, sh, sw, Hq, Wq, P_k, fill)
+        for t in range(g * sh * sw * plane, nplanes):
+            P[t] = fill
+        L = (g - 1) * plane + (OH - 1) * Wq + OW
+        Lr = (L + _SLACK - 1) // _SLACK * _SLACK
         for t in range(Lr):
             acc[t] = fill
         if mode == 1:
@@ -450,13 +475,20 @@ def k_pool(F, B, I, J, X, R, p, sbase):
                 for j in range(kw):
                     o = r + (j * dw) % sw * plane + (j * dw) // sw
                     _max_run(acc, P[o:o + Lr], 1, Lr)
-        for oh in range(OH):
-            orow = F[dst + oh * OW:dst + oh * OW + OW]
-            arow = acc[oh * Wq:oh * Wq + OW]
-            if mode == 0:
-                for ow in range(OW):
-                    orow[ow] = arow[ow]
-            else:
-                s = inv_h[oh]
-                for ow in range(OW):
-                    orow[ow] = arow[ow] * (s * inv_w[ow])
+        for k in range(g):
+            _pool_out(F, acc, k * plane, dst + k * OH * OW, OH, OW, Wq, mode, inv_h, inv_w)
+
+
+@njit(**_JIT)
+def _pool_out(F, acc, a0, dst, OH, OW, Wq, mode, inv_h, inv_w):
+    """One output plane from the accumulator rows at acc[a0:] (pitch Wq), scaled by 1/counts (average)."""
+    for oh in range(OH):
+        orow = F[dst + oh * OW:dst + oh * OW + OW]
+        arow = acc[a0 + oh * Wq:a0 + oh * Wq + OW]
+        if mode == 0:
+            for ow in range(OW):
+                orow[ow] = arow[ow]
+        else:
+            s = inv_h[oh]
+            for ow in range(OW):
+                orow[ow] = arow[ow] * (s * inv_w[ow])

@@ -207,15 +207,17 @@ def _pool(lw: Lowerer, node: Node) -> None:
     else:
         limits = [(b, b + d) for d, b in zip(dims, pb)]
     planes = x_info.shape[0] * x_info.shape[1]
+    stack = min(planes, kwin.pool_stack(OH, OW, kh, kw, sh, sw, dh, dw))
 
     def emit(ctx: EmitContext, parts: list) -> list[Row]:
         words = [ctx.locate(x), x_info.shape[1], H, W, kh, kw, sh, sw, ph, pw, dh, dw, OH, OW, ctx.locate(out),
-                 mode, limits[0][0], limits[0][1], limits[1][0], limits[1][1], 0]
+                 mode, limits[0][0], limits[0][1], limits[1][0], limits[1][1], 0, stack]
         desc = ctx.side.add_ints(words)
         return [("k_pool", [desc, q0, q1]) for q0, q1 in parts]
 
     flops = 1.0 * planes * OH * OW * kh * kw
-    scratch = kwin.window_scratch(OH, OW, kh, kw, sh, sw, dh, dw)  # phase planes, accumulator, 1/counts
+    # phase planes and accumulator of ``stack`` planes swept at once, 1/counts
+    scratch = kwin.window_scratch(OH, OW, kh, kw, sh, sw, dh, dw, stack)
     lw.add_op(CpuOp(node.name or node.op_type, "pool", (node,), (x.buffer,), (out.buffer,), flops,
                     4.0 * (x.size + out.size), _rows_partition(planes), emit, scratch=scratch))
 

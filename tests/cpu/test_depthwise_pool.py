@@ -119,6 +119,23 @@ def test_pooling(op, attrs):
     assert report["ops_by_family"] == {"pool": 1}, report["ops_by_family"]
 
 
+STACKED_POOLS = [
+    ("MaxPool", dict(kernel_shape=[3, 3], strides=[1, 1], pads=[1, 1, 1, 1])),
+    ("AveragePool", dict(kernel_shape=[3, 3], strides=[1, 1], pads=[2, 1, 2, 0], dilations=[2, 1])),
+    ("AveragePool", dict(kernel_shape=[2, 2], strides=[1, 1])),
+]
+
+
+@pytest.mark.parametrize("veus", [1, 2])
+@pytest.mark.parametrize("op,attrs", STACKED_POOLS)
+def test_stride_one_pooling_stacks_planes(op, attrs, veus):
+    # 80 small planes: stride-1 pooling sweeps dozens of them stacked at once, with a
+    # partial last stack; a plane's rows must neither leak into its neighbours nor move.
+    x = rand(2, 40, 9, 7) - 0.5
+    x[1, 17, 4, 3] = np.nan
+    compare(model([node(op, ["x"], **attrs)], {"x": x}, ["y"], opset=19), {"x": x}, veus=veus)
+
+
 def test_pooling_1d():
     x = rand(2, 3, 17)
     compare(model([node("MaxPool", ["x"], kernel_shape=[3], strides=[2], pads=[1, 1])], {"x": x}, ["y"]), {"x": x})
