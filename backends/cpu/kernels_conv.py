@@ -149,9 +149,19 @@ def _pad_phases(F, xb, cg, H, W, ph, pw, r0, Rq, sh, sw, Wq, pp):
                         for u in range(pw + W, Wq):
                             dst[u] = f32(0.0)
                     else:
-                        for cc in range(Wq):
-                            iw = cc * sw + b - pw
-                            dst[cc] = F[src + iw] if 0 <= iw < W else f32(0.0)
+                        # columns cc with 0 <= cc*sw + b - pw < W read the row; the rest are padding
+                        c_lo = min((pw - b + sw - 1) // sw if pw > b else 0, Wq)
+                        c_hi = max(min(Wq, (W + pw - b + sw - 1) // sw) if W + pw > b else 0, c_lo)
+                        for u in range(c_lo):
+                            dst[u] = f32(0.0)
+                        for u in range(c_hi, Wq):
+                            dst[u] = f32(0.0)
+                        n = c_hi - c_lo
+                        if n > 0:
+                            s0 = src + c_lo * sw + b - pw
+                            inp = F[s0:s0 + (n - 1) * sw + 1]
+                            for t in range(n):
+                                dst[c_lo + t] = inp[t * sw]
 
 
 @njit(**_JIT)
