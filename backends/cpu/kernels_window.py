@@ -14,6 +14,7 @@ import numpy as np
 from numba import njit
 
 from .kernels_ew import ew_epilogue
+from .ukernel import WIDTH, tap_sweep
 
 f32 = np.float32
 #: Arena offsets as unsigned indices: numba then skips negative-index wraparound (see kernels_data).
@@ -41,12 +42,12 @@ def read_window(X, d):
 # With the output laid out at the phase planes' row pitch Wq, a tap is then a
 # flat shift, and one loop over q = oh*Wq + ow (columns past OW are junk,
 # dropped when the result is copied out) covers the whole plane: long
-# contiguous loops that LLVM vectorizes even for 8x8 planes.  Each sweep
-# applies up to 2 kernel rows x 5 taps with the weights in scalars, so the
-# accumulator is loaded and stored once per up to 10 FMAs.
+# contiguous loops even for 8x8 planes.  The sweep is an LLVM kernel
+# (``ukernel.tap_sweep``) that keeps blocks of up to 8 vectors of the
+# accumulator in registers across all taps: one broadcast weight and one load
+# per tap and vector (in numba, the accumulator went through memory every few
+# taps and the sweeps took half of a depthwise convolution).
 
-#: Taps per row in one sweep (the sweeps below are written out for 1..5).
-_MAX_RUN = 5
 #: Sweeps run over L rounded up to a multiple of this: a vectorized loop with a
 #: scalar remainder of up to 15 iterations costs as much as the vector part on
 #: an 8x8 plane.  The extra lanes read up to _SLACK elements past the planes.
@@ -74,8 +75,9 @@ def window_scratch(OH: int, OW: int, kh: int, kw: int, sh: int, sw: int, dh: int
     """Float32 scratch elements the phase planes and the accumulator of ``planes`` stacked planes need."""
     hq = ((OH - 1) * sh + (kh - 1) * dh + sh) // sh
     wq = ((OW - 1) * sw + (kw - 1) * dw + sw) // sw
-    # planes + slack read by the rounded-up sweeps, accumulator (rounded up), 1/counts of pooling
-    return planes * (sh * sw * hq * wq + hq * wq) + 2 * _SLACK + OH + OW + kh * kw + 16
+    # planes + slack read by the rounded-up sweeps, accumulator (rounded up), 1/counts and ones of
+    # pooling, the int64 tap table
+    return planes * (sh * sw * hq * wq + hq * wq) + 2 * _SLACK + OH + OW + kh * kw + 16 + 2 * kh * kw + 2
 
 
 @njit(**_JIT)
@@ -116,153 +118,14 @@ def _phase_planes(F, src, H, W, ph, pw, sh, sw, Hq, Wq, P, fill):
 
 
 @njit(**_JIT)
-def _weights5(F, w, ws, c):
-    """The first c (<= 5) of the weights F[w], F[w + ws], ...; zeros after."""
-    z = f32(0.0)
-    return (F[w], F[w + ws] if c > 1 else z, F[w + 2 * ws] if c > 2 else z, F[w + 3 * ws] if c > 3 else z,
-            F[w + 4 * ws] if c > 4 else z)
-
-
-@njit(**dict(_JIT, fastmath={"contract"}))
-def _mac_run(acc, sa, sb, sc, F, wa, wb, wc, ws, c, L, rows):
-    """acc[q] += sum_t F[wa + t*ws] * sa[q + t] (+ the same for sb/wb, sc/wc as ``rows`` says) for q < L.
-
-    1 <= c <= 5 taps per row, 1 <= rows <= 3: written out, so that the
-    weights sit in registers and every loop vectorizes over q.
-    """
-    a0, a1, a2, a3, a4 = _weights5(F, wa, ws, c)
-    if rows == 1:
-        if c == 1:
-            for q in range(L):
-                acc[q] += a0 * sa[q]
-        elif c == 2:
-            for q in range(L):
-                acc[q] += a0 * sa[q] + a1 * sa[q + 1]
-        elif c == 3:
-            for q in range(L):
-                acc[q] += a0 * sa[q] + a1 * sa[q + 1] + a2 * sa[q + 2]
-        elif c == 4:
-            for q in range(L):
-                acc[q] += a0 * sa[q] + a1 * sa[q + 1] + a2 * sa[q + 2] + a3 * sa[q + 3]
-        else:
-            for q in range(L):
-                acc[q] += a0 * sa[q] + a1 * sa[q + 1] + a2 * sa[q + 2] + a3 * sa[q + 3] + a4 * sa[q + 4]
-        return
-    b0, b1, b2, b3, b4 = _weights5(F, wb, ws, c)
-    if rows == 2:
-        if c == 1:
-            for q in range(L):
-                acc[q] += a0 * sa[q] + b0 * sb[q]
-        elif c == 2:
-            for q in range(L):
-                acc[q] += a0 * sa[q] + a1 * sa[q + 1] + b0 * sb[q] + b1 * sb[q + 1]
-        elif c == 3:
-            for q in range(L):
-                acc[q] += (a0 * sa[q] + a1 * sa[q + 1] + a2 * sa[q + 2]
-                           + b0 * sb[q] + b1 * sb[q + 1] + b2 * sb[q + 2])
-        elif c == 4:
-            for q in range(L):
-                acc[q] += (a0 * sa[q] + a1 * sa[q + 1] + a2 * sa[q + 2] + a3 * sa[q + 3]
-                           + b0 * sb[q] + b1 * sb[q + 1] + b2 * sb[q + 2] + b3 * sb[q + 3])
-        else:
-            for q in range(L):
-                acc[q] += (a0 * sa[q] + a1 * sa[q + 1] + a2 * sa[q + 2] + a3 * sa[q + 3] + a4 * sa[q + 4]
-                           + b0 * sb[q] + b1 * sb[q + 1] + b2 * sb[q + 2] + b3 * sb[q + 3] + b4 * sb[q + 4])
-        return
-    c0, c1, c2, c3, c4 = _weights5(F, wc, ws, c)
-    if c == 1:
-        for q in range(L):
-            acc[q] += a0 * sa[q] + b0 * sb[q] + c0 * sc[q]
-    elif c == 2:
-        for q in range(L):
-            acc[q] += a0 * sa[q] + a1 * sa[q + 1] + b0 * sb[q] + b1 * sb[q + 1] + c0 * sc[q] + c1 * sc[q + 1]
-    elif c == 3:
-        for q in range(L):
-            acc[q] += (a0 * sa[q] + a1 * sa[q + 1] + a2 * sa[q + 2]
-                       + b0 * sb[q] + b1 * sb[q + 1] + b2 * sb[q + 2]
-                       + c0 * sc[q] + c1 * sc[q + 1] + c2 * sc[q + 2])
-    elif c == 4:
-        for q in range(L):
-            acc[q] += (a0 * sa[q] + a1 * sa[q + 1] + a2 * sa[q + 2] + a3 * sa[q + 3]
-                       + b0 * sb[q] + b1 * sb[q + 1] + b2 * sb[q + 2] + b3 * sb[q + 3]
-                       + c0 * sc[q] + c1 * sc[q + 1] + c2 * sc[q + 2] + c3 * sc[q + 3])
-    else:
-        for q in range(L):
-            acc[q] += (a0 * sa[q] + a1 * sa[q + 1] + a2 * sa[q + 2] + a3 * sa[q + 3] + a4 * sa[q + 4]
-                       + b0 * sb[q] + b1 * sb[q + 1] + b2 * sb[q + 2] + b3 * sb[q + 3] + b4 * sb[q + 4]
-                       + c0 * sc[q] + c1 * sc[q + 1] + c2 * sc[q + 2] + c3 * sc[q + 3] + c4 * sc[q + 4])
-
-
-@njit(**_JIT)
-def _run_split(n):
-    """Taps per sweep for a run of n consecutive taps: balanced pieces of at most _MAX_RUN."""
-    pieces = (n + _MAX_RUN - 1) // _MAX_RUN
-    return (n + pieces - 1) // pieces
-
-
-@njit(**_JIT)
-def _row_offset(i, dh, sh, sw, plane, Wq):
-    """Where kernel row i's taps start in the phase planes (for output row 0)."""
-    return (i * dh) % sh * sw * plane + (i * dh) // sh * Wq
-
-
-#: Columns of a sweep plan row: start of each row's slice in the planes, its weights
-#: (relative to the channel's), weight step, taps per row, rows.
-_PLAN_COLS = 9
-
-
-@njit(**_JIT)
-def _sweep_plan(kh, kw, sh, sw, dh, dw, Hq, Wq):
-    """The sweeps covering every tap, computed once per task (the index arithmetic
-    divides by strides and dilations: too slow to redo for every small plane)."""
-    plan = np.empty((kh * kw, _PLAN_COLS), np.int64)
-    k = 0
-    plane = Hq * Wq
-    i = 0
-    while i < kh:
-        # up to three kernel rows per sweep (5 x 5: rows 0-2, then 3-4)
-        rows = min(3, kh - i) if kh - i != 4 else 2
-        ra = _row_offset(i, dh, sh, sw, plane, Wq)
-        rb = _row_offset(i + 1, dh, sh, sw, plane, Wq) if rows > 1 else ra
-        rc = _row_offset(i + 2, dh, sh, sw, plane, Wq) if rows > 2 else ra
-        wa = i * kw
-        wb = wa + kw if rows > 1 else wa
-        wc = wa + 2 * kw if rows > 2 else wa
-        if dw == 1:
-            # phase b holds taps j = b, b + sw, ...: consecutive columns of that phase plane
-            for b in range(min(sw, kw)):
-                n = (kw - b + sw - 1) // sw
-                step = _run_split(n)
-                t = 0
-                while t < n:
-                    c = min(step, n - t)
-                    o = b * plane + t
-                    j = b + t * sw
-                    plan[k, 0], plan[k, 1], plan[k, 2] = ra + o, rb + o, rc + o
-                    plan[k, 3], plan[k, 4], plan[k, 5] = wa + j, wb + j, wc + j
-                    plan[k, 6], plan[k, 7], plan[k, 8] = sw, c, rows
-                    k += 1
-                    t += c
-        else:
-            for j in range(kw):
-                o = (j * dw) % sw * plane + (j * dw) // sw
-                plan[k, 0], plan[k, 1], plan[k, 2] = ra + o, rb + o, rc + o
-                plan[k, 3], plan[k, 4], plan[k, 5] = wa + j, wb + j, wc + j
-                plan[k, 6], plan[k, 7], plan[k, 8] = 1, 1, rows
-                k += 1
-        i += rows
-    return plan[:k]
-
-
-@njit(**_JIT)
-def _window_sweeps(F, acc, P, wrow, plan, L):
-    """acc[q] += sum over taps (i, j) of F[wrow + i*kw + j] * tap (i, j) of the phase planes at P."""
-    for k in range(plan.shape[0]):
-        c = plan[k, 7]
-        e = L + c - 1
-        oa, ob, oc = plan[k, 0], plan[k, 1], plan[k, 2]
-        _mac_run(acc, P[oa:oa + e], P[ob:ob + e], P[oc:oc + e], F, wrow + plan[k, 3], wrow + plan[k, 4],
-                 wrow + plan[k, 5], plan[k, 6], c, L, plan[k, 8])
+def _tap_table(I, ti, kh, kw, sh, sw, dh, dw, plane, Wq):
+    """I[ti + i*kw + j] = where tap (i, j) starts in the phase planes, for output pixel 0:
+    phase ((i*dh) % sh, (j*dw) % sw), row (i*dh) // sh, column (j*dw) // sw.  Computed once
+    per task (the divisions would cost more than the taps on small planes)."""
+    for i in range(kh):
+        r = (i * dh) % sh * sw * plane + (i * dh) // sh * Wq
+        for j in range(kw):
+            I[ti + i * kw + j] = r + (j * dw) % sw * plane + (j * dw) // sw
 
 
 @njit(**_JIT)
@@ -288,11 +151,13 @@ def k_dwconv(F, B, I, J, X, R, p, sbase):
     pbase = sbase + X[d + WIN_LEN + 3]
     L = (OH - 1) * Wq + OW
     Lr = (L + _SLACK - 1) // _SLACK * _SLACK
-    acc = F[pbase + nplanes:pbase + nplanes + Lr]
+    a0 = pbase + nplanes
+    acc = F[a0:a0 + Lr]
     # Tiny planes (late MobileNet stages): per-plane sweep set-up would cost
     # more than the arithmetic, so each output is a plain loop over its taps.
     tiny = OH * OW <= _TINY_PLANE
-    plan = _sweep_plan(kh, kw, sh, sw, dh, dw, Hq, Wq)
+    ti = (a0 + Hq * Wq + _SLACK + 1) // 2  # the int64 tap table, after the accumulator
+    _tap_table(I, ti, kh, kw, sh, sw, dh, dw, Hq * Wq, Wq)
     for n in range(p[1], p[2]):
         # The epilogue runs over groups of finished planes that are still in L1 (one call per plane is
         # costly on small planes).
@@ -307,15 +172,13 @@ def k_dwconv(F, B, I, J, X, R, p, sbase):
             else:
                 if direct:
                     # (the rounded-up lanes read a little of what follows the plane: junk columns only)
-                    P = F[src:src + H * W + _SLACK]
+                    planes_at = src
                 else:
-                    P = F[pbase:pbase + nplanes]
-                    _phase_planes(F, src, H, W, ph, pw, sh, sw, Hq, Wq, P, f32(0.0))
+                    planes_at = pbase
+                    _phase_planes(F, src, H, W, ph, pw, sh, sw, Hq, Wq, F[pbase:pbase + nplanes], f32(0.0))
                 for k in range(mult):
                     m = c * mult + k
-                    for q in range(Lr):
-                        acc[q] = f32(0.0)
-                    _window_sweeps(F, acc, P, w_off + m * kh * kw, plan, Lr)
+                    tap_sweep(F, planes_at, I, ti, F, w_off + m * kh * kw, kh * kw, Lr // WIDTH, F, a0)
                     dst = X[d + W_OUT] + (n * M + m) * OH * OW
                     for oh in range(OH):
                         orow = F[dst + oh * OW:dst + oh * OW + OW]
@@ -417,7 +280,8 @@ def k_pool(F, B, I, J, X, R, p, sbase):
     ones = cnt0 + OH + OW
     for t in range(kh * kw):
         F[ones + t] = f32(1.0)
-    plan = _sweep_plan(kh, kw, sh, sw, dh, dw, Hq, Wq)
+    ti = (ones + kh * kw + 1) // 2  # the int64 tap table
+    _tap_table(I, ti, kh, kw, sh, sw, dh, dw, plane, Wq)
     if mode == 1:
         # 1 / (taps counted along each axis): the count is separable.
         for oh in range(OH):
@@ -456,10 +320,11 @@ def k_pool(F, B, I, J, X, R, p, sbase):
             P[t] = fill
         L = (g - 1) * plane + (OH - 1) * Wq + OW
         Lr = (L + _SLACK - 1) // _SLACK * _SLACK
-        for t in range(Lr):
-            acc[t] = fill
         if mode == 1:
-            _window_sweeps(F, acc, P, ones, plan, Lr)
+            tap_sweep(F, pbase, I, ti, F, ones, kh * kw, Lr // WIDTH, F, pbase + nplanes)
+        else:
+            for t in range(Lr):
+                acc[t] = fill
         for i in range(kh if mode == 0 else 0):
             r = (i * dh) % sh * sw * plane + (i * dh) // sh * Wq
             if dw == 1:

@@ -39,6 +39,7 @@ from numba.extending import intrinsic
 
 SYMBOL = "rammer_cpu_ukernel"
 ROWS_SYMBOL = "rammer_cpu_ukernel_rows"
+SWEEP_SYMBOL = "rammer_cpu_tap_sweep"
 
 
 def _host_features() -> tuple[str, str, set[str]]:
@@ -60,6 +61,7 @@ def _module() -> ir.Module:
     mod = ir.Module(name="rammer_ukernel")
     _add_packed_kernel(mod)
     _add_pixel_row_kernel(mod, PX_MR, PX_NR, WIDTH)
+    _add_tap_sweep(mod, WIDTH)
     return mod
 
 
@@ -178,6 +180,86 @@ def _add_transpose_store(mod: ir.Module, rows: int, cols: int, width: int) -> ir
     return fn
 
 
+#: Vectors per block of the tap sweep, largest first (the accumulators of a block stay in registers).
+SWEEP_BLOCKS = (8, 4, 2, 1)
+
+
+def _add_tap_sweep(mod: ir.Module, width: int) -> None:
+    """``(p, toff, w, ntaps, nvec, acc)``: ``acc[q] = sum_t w[t] * p[toff[t] + q]`` for q < nvec*width.
+
+    The flat sweep of depthwise convolution and average pooling over
+    stride-phase planes (:mod:`.kernels_window`): every tap is a shift of the
+    planes.  The q range is cut into blocks of 8, 4, 2 and 1 vectors; a block's
+    accumulators stay in registers across all taps, so each tap costs one
+    broadcast weight and one (unaligned) load per vector, and the block is
+    stored once."""
+    f32 = ir.FloatType()
+    i64 = ir.IntType(64)
+    vec = ir.VectorType(f32, width)
+    fp = f32.as_pointer()
+    ip = i64.as_pointer()
+    fn = ir.Function(mod, ir.FunctionType(ir.VoidType(), [fp, ip, fp, i64, i64, fp]), name=SWEEP_SYMBOL)
+    p, toff, w, ntaps, nvec, acc = fn.args
+    for arg, name in zip(fn.args, ("p", "toff", "w", "ntaps", "nvec", "acc")):
+        arg.name = name
+    fma = _fma(mod, vec)
+    zero = ir.Constant(vec, [0.0] * width)
+    entry = fn.append_basic_block("entry")
+    bld = ir.IRBuilder(entry)
+    v0 = ir.Constant(i64, 0)
+    prev_block, prev_v = entry, v0
+    exit_block = fn.append_basic_block("exit")
+    for nv in SWEEP_BLOCKS:
+        # while nvec - v >= nv: one block of nv vectors at v
+        head, taps_head, taps_body, store = (fn.append_basic_block(f"{n}{nv}") for n in ("head", "taps", "tap", "store"))
+        bld.branch(head)
+        bld = ir.IRBuilder(head)
+        v = bld.phi(i64, name=f"v{nv}")
+        v.add_incoming(prev_v, prev_block)
+        after = fn.append_basic_block(f"after{nv}")
+        bld.cbranch(bld.icmp_signed("<=", bld.add(v, ir.Constant(i64, nv)), nvec), taps_head, after)
+
+        bld = ir.IRBuilder(taps_head)
+        t = bld.phi(i64, name=f"t{nv}")
+        t.add_incoming(ir.Constant(i64, 0), head)
+        accs = [bld.phi(vec, name=f"a{nv}_{k}") for k in range(nv)]
+        for a in accs:
+            a.add_incoming(zero, head)
+        bld.cbranch(bld.icmp_signed("<", t, ntaps), taps_body, store)
+
+        bld = ir.IRBuilder(taps_body)
+        weight = _splat(bld, bld.load(bld.gep(w, [t]), align=4), vec)
+        q0 = bld.add(bld.load(bld.gep(toff, [t]), align=8), bld.mul(v, ir.Constant(i64, width)))
+        base = bld.gep(p, [q0])
+        new = []
+        for k in range(nv):
+            x = bld.load(bld.bitcast(bld.gep(base, [ir.Constant(i64, k * width)]), vec.as_pointer()), align=4)
+            new.append(bld.call(fma, [weight, x, accs[k]]))
+        t.add_incoming(bld.add(t, ir.Constant(i64, 1)), taps_body)
+        for a, n in zip(accs, new):
+            a.add_incoming(n, taps_body)
+        bld.branch(taps_head)
+
+        bld = ir.IRBuilder(store)
+        out = bld.gep(acc, [bld.mul(v, ir.Constant(i64, width))])
+        for k in range(nv):
+            bld.store(accs[k], bld.bitcast(bld.gep(out, [ir.Constant(i64, k * width)]), vec.as_pointer()), align=4)
+        v.add_incoming(bld.add(v, ir.Constant(i64, nv)), store)
+        bld.branch(head)
+
+        bld = ir.IRBuilder(after)
+        prev_block, prev_v = after, v
+    bld.branch(exit_block)
+    ir.IRBuilder(exit_block).ret_void()
+
+
+def tap_sweep_module(width: int) -> ir.Module:
+    """A module with only the tap sweep at the given vector width (tests run the AVX2 width too)."""
+    mod = ir.Module(name="rammer_tap_sweep")
+    _add_tap_sweep(mod, width)
+    return mod
+
+
 def _add_packed_kernel(mod: ir.Module) -> None:
     f32 = ir.FloatType()
     i64 = ir.IntType(64)
@@ -235,13 +317,17 @@ def pixel_row_module(rows: int, cols: int, width: int) -> ir.Module:
 _ENGINE = compile_module(_module())
 ADDRESS = _ENGINE.get_function_address(SYMBOL)
 ROWS_ADDRESS = _ENGINE.get_function_address(ROWS_SYMBOL)
+SWEEP_ADDRESS = _ENGINE.get_function_address(SWEEP_SYMBOL)
 llvm.add_symbol(SYMBOL, ADDRESS)
 llvm.add_symbol(ROWS_SYMBOL, ROWS_ADDRESS)
+llvm.add_symbol(SWEEP_SYMBOL, SWEEP_ADDRESS)
 #: The kernel as a ctypes function, for tests.
 CFUNC = ctypes.CFUNCTYPE(None, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
                          ctypes.c_int64)(ADDRESS)
 #: ctypes type of the pixel-row kernel: (k, a, aoff, rowoff, b, c, ldc, acc).
 ROWS_CFUNCTYPE = ctypes.CFUNCTYPE(None, ctypes.c_int64, *[ctypes.c_void_p] * 5, ctypes.c_int64, ctypes.c_int64)
+#: ctypes type of the tap sweep: (p, toff, w, ntaps, nvec, acc).
+SWEEP_CFUNCTYPE = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * 3, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p)
 
 
 def _call_codegen(symbol: str, kinds: str):
@@ -288,3 +374,12 @@ def ukernel_rows(typingctx, k, A, a_off, T, t_off, T2, r_off, Bp, b_off, C, c_of
         return None
     sig = types.none(k, A, a_off, T, t_off, T2, r_off, Bp, b_off, C, c_off, ldc, acc)
     return sig, _call_codegen(ROWS_SYMBOL, "ifqqffii")
+
+
+@intrinsic
+def tap_sweep(typingctx, P, p_off, T, t_off, Wt, w_off, ntaps, nvec, A, a_off):
+    """``A[a_off + q] = sum_t Wt[w_off + t] * P[p_off + T[t_off + t] + q]`` for q < nvec * WIDTH."""
+    if not (_arrays_are(types.float32, P, Wt, A) and _arrays_are(types.int64, T)):
+        return None
+    sig = types.none(P, p_off, T, t_off, Wt, w_off, ntaps, nvec, A, a_off)
+    return sig, _call_codegen(SWEEP_SYMBOL, "fqfiif")

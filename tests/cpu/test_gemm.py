@@ -70,3 +70,23 @@ def test_pixel_row_microkernel_reads_through_tables_and_stores_transposed(rows, 
         want += before.reshape(cols, ldc)[:, :rows]
     np.testing.assert_allclose(got[:, :rows], want, rtol=1e-5, atol=1e-4)
     np.testing.assert_array_equal(got[:, rows:], before.reshape(cols, ldc)[:, rows:])  # only the tile is written
+
+
+@pytest.mark.parametrize("width", sorted({uk.WIDTH, 8}))
+@pytest.mark.parametrize("nvec", [1, 3, 6, 15, 23])
+def test_tap_sweep_sums_shifted_planes(width, nvec):
+    """Every block size (8, 4, 2, 1 vectors) and the AVX2 width; nothing past nvec vectors is written."""
+    rng = np.random.default_rng(nvec)
+    ntaps = 11
+    p = rng.standard_normal(nvec * width + 400).astype(np.float32)
+    toff = rng.integers(0, 390, ntaps).astype(np.int64)
+    w = rng.standard_normal(ntaps).astype(np.float32)
+    acc = rng.standard_normal(nvec * width + 16).astype(np.float32)
+    before = acc.copy()
+    engine = uk.compile_module(uk.tap_sweep_module(width))
+    fn = uk.SWEEP_CFUNCTYPE(engine.get_function_address(uk.SWEEP_SYMBOL))
+    fn(p.ctypes.data, toff.ctypes.data, w.ctypes.data, ntaps, nvec, acc.ctypes.data)
+    L = nvec * width
+    want = sum(w[t].astype(np.float64) * p[toff[t]:toff[t] + L] for t in range(ntaps))
+    np.testing.assert_allclose(acc[:L], want, rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(acc[L:], before[L:])
