@@ -77,8 +77,16 @@ def lower_conv(lw: Lowerer, node: Node, members: list[Node], internal: set[str],
     depthwise = groups == c and cg == 1 and (c > 1 or m == 1)
     space = ("conv", m if depthwise else groups)
     prog = prog_override
+    # The implicit-GEMM kernel adds the bias and applies a ReLU that only reads its output itself.
+    in_kernel = not depthwise and prog_override is None
+    has_bias = len(node.inputs) > 2 and bool(node.inputs[2])
+    bias = lw.view(node.inputs[2]) if in_kernel and has_bias else None
+    relu = _kernel_relu(node, members, internal) if in_kernel else None
     if prog is None and needs_program:
-        prog = _epilogue(lw, node, members, internal, target, g.value_info[node.outputs[0]].shape)
+        prog = _epilogue(lw, node, members, internal, target, g.value_info[node.outputs[0]].shape,
+                         bias_in_kernel=bias is not None, relu_in_kernel=relu)
+        if not prog.instrs and not prog.outputs:
+            prog = None
     if prog is not None:
         prog = _as_4d(prog, out_shape4)
     if prog is not None and not prog.supported(space):
@@ -94,12 +102,28 @@ def lower_conv(lw: Lowerer, node: Node, members: list[Node], internal: set[str],
         lw.add_op(_dwconv_op(lw, name, nodes, x, lw.view(node.inputs[1]), target4, prog, space, geo, m // c,
                              w_arr=w_arr))
         return
-    lw.add_op(implicit_conv_op(lw, name, nodes, x, w_arr, target4, prog, space, geo, groups))
+    lw.add_op(implicit_conv_op(lw, name, nodes, x, w_arr, target4, prog, space, geo, groups, bias, relu is not None))
+
+
+def _kernel_relu(node: Node, members: list[Node], internal: set[str]) -> Node | None:
+    """The fused Relu the conv kernel can apply itself: the first member, reading only the conv's
+    output, which nothing else reads (the kernel overwrites it)."""
+    out = node.outputs[0]
+    if not members or out not in internal:
+        return None
+    first = members[0]
+    if first.op_type != "Relu" or list(first.inputs) != [out]:
+        return None
+    if any(out in m.inputs for m in members[1:]):
+        return None
+    return first
 
 
 def implicit_conv_op(lw: Lowerer, name: str, nodes: tuple[Node, ...], x: View, w_arr: np.ndarray, out: View,
-                     prog: EwProgram | None, space: tuple, geo: tuple, groups: int) -> CpuOp:
-    """Convolution tiles (block, output-channel range, pixel range) with packed weights (``k_convp``)."""
+                     prog: EwProgram | None, space: tuple, geo: tuple, groups: int, bias: View | None = None,
+                     relu: bool = False) -> CpuOp:
+    """Convolution tiles (block, output-channel range, pixel range) with packed weights (``k_convp``);
+    ``bias`` and ``relu`` are applied by the kernel (see :mod:`.kernels_conv`)."""
     n, c, kh, kw, OH, OW = geo[0], geo[1], geo[4], geo[5], geo[12], geo[13]
     m = w_arr.shape[0]
     cg, mg = c // groups, m // groups
@@ -129,7 +153,8 @@ def implicit_conv_op(lw: Lowerer, name: str, nodes: tuple[Node, ...], x: View, w
         panel = kc * panel_columns(nc) + MR * NR + NR + cg * phases + NR
     flops = 2.0 * blocks * mg * ohw * K
     nbytes = 4.0 * (x.size + wp.size + out.size * (1 + (len(prog.inputs) if prog else 0)))
-    reads = {x.buffer, wp.buffer} | ({v.buffer for v, _ in prog.inputs} if prog else set())
+    reads = ({x.buffer, wp.buffer} | ({v.buffer for v, _ in prog.inputs} if prog else set())
+             | ({bias.buffer} if bias is not None else set()))
     writes = {out.buffer} | ({v.buffer for _, v in prog.outputs} if prog else set())
     m_panels = -(-mg // unit)
     q_panels = -(-ohw // NR)
@@ -156,7 +181,8 @@ def implicit_conv_op(lw: Lowerer, name: str, nodes: tuple[Node, ...], x: View, w
     def emit(ctx: EmitContext, parts: list) -> list[Row]:
         epi = prog.emit(ctx.side, ctx.locate, space) if prog is not None else -1
         words = _resolve(ctx, _window_desc(x, out, geo) + [groups, cg, mg, wp, mpad, kc, nc, epi, regs,
-                                                           wp_width, form])
+                                                           wp_width, form, -1 if bias is None else bias,
+                                                           int(relu)])
         desc = ctx.side.add_ints(words)
         return [("k_convp", [desc, *part]) for part in parts]
 

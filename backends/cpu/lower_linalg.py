@@ -190,7 +190,10 @@ def lower_head(lw: Lowerer, head: Node, members: list[Node], internal: set[str])
 
 
 def _epilogue(lw: Lowerer, head: Node, members: list[Node], internal: set[str], target: View,
-              shape: tuple[int, ...]) -> EwProgram:
+              shape: tuple[int, ...], bias_in_kernel: bool = False, relu_in_kernel: Node | None = None) -> EwProgram:
+    """The fused elementwise program after a GEMM-like head.  ``bias_in_kernel``: the head's
+    kernel adds the bias itself; ``relu_in_kernel``: that member (a Relu of the head's output)
+    is applied by the kernel too, so its output is the raw tile."""
     out = head.outputs[0]
     prog = EwProgram(tuple(shape))
     raw = prog.load(target)
@@ -201,7 +204,7 @@ def _epilogue(lw: Lowerer, head: Node, members: list[Node], internal: set[str], 
         if beta != 1.0:
             bias = prog.op("AFFINE", bias, imms=(beta, 0.0))
         value = prog.op("ADD", raw, bias)
-    elif head.op_type == "Conv" and len(head.inputs) > 2 and head.inputs[2]:
+    elif head.op_type == "Conv" and len(head.inputs) > 2 and head.inputs[2] and not bias_in_kernel:
         bias_view = lw.view(head.inputs[2])
         rank = len(shape)
         bias_view = View(bias_view.buffer, bias_view.dtype, (bias_view.shape[0],) + (1,) * (rank - 2),
@@ -210,7 +213,14 @@ def _epilogue(lw: Lowerer, head: Node, members: list[Node], internal: set[str], 
     regs = {out: value}
     if out not in internal and value != raw:
         prog.store(value, lw.views[out])
+    if relu_in_kernel is not None:
+        relu_out = relu_in_kernel.outputs[0]
+        regs[relu_out] = raw
+        if relu_out not in internal and lw.views[relu_out] != target:
+            prog.store(raw, lw.views[relu_out])
     for node in members:
+        if node is relu_in_kernel:
+            continue
         def operand(i: int, node: Node = node) -> int:
             name = node.inputs[i]
             return regs[name] if name in regs else prog.load(lw.view(name))

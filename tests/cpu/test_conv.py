@@ -8,7 +8,7 @@ import pytest
 from cpu_helpers import compare, model, node, rand
 
 from rammer.backends.cpu import lower_conv
-from rammer.backends.cpu.kernels_conv import pack_weights
+from rammer.backends.cpu.kernels_conv import FORM_DIRECT, FORM_PIXEL_ROWS, FORM_TRANSPOSED, pack_weights
 from rammer.backends.cpu.ukernel import MR
 
 
@@ -221,3 +221,26 @@ def test_conv_pixel_row_form_matches_reference(monkeypatch, x_shape, w_shape, at
     (op,) = [o for o in compile_program(load(m)).lowered.ops if o.family == "conv"]
     assert op.extra["kernel"] == "pixel-rows"
     compare(m, feeds, veus=veus, atol=1e-6 * int(np.prod(w_shape[1:])))
+
+
+@pytest.mark.parametrize("form", [None, FORM_DIRECT, FORM_TRANSPOSED, FORM_PIXEL_ROWS])
+@pytest.mark.parametrize("chain", ["relu", "relu_add_raw", "bias_only", "relu_then_sigmoid"])
+def test_conv_bias_and_relu_in_the_kernel(monkeypatch, form, chain):
+    # The kernel adds the bias and applies a ReLU that is the only reader of the conv output;
+    # a ReLU whose input another member also reads must stay in the interpreter.
+    monkeypatch.setattr(lower_conv, "FORCE_FORM", form)
+    x = rand(1, 16, 10, 11)
+    consts = {"w": rand(40, 16, 3, 3, seed=1), "b": rand(40, seed=2)}
+    nodes = [node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1])]
+    out = "c"
+    if chain != "bias_only":
+        nodes.append(node("Relu", ["c"], ["r"]))
+        out = "r"
+    if chain == "relu_add_raw":
+        nodes.append(node("Add", ["r", "c"], ["y"]))
+        out = "y"
+    if chain == "relu_then_sigmoid":
+        nodes.append(node("Sigmoid", ["r"], ["y"]))
+        out = "y"
+    report = compare(model(nodes, {"x": x}, [out], consts), {"x": x}, atol=2e-4)
+    assert report["ops_by_family"] == {"conv": 1}, report["ops_by_family"]
