@@ -62,7 +62,7 @@ f32 = np.float32
 _JIT = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
 
 (C_GROUPS, C_CG, C_MG, C_WPACK, C_MPAD, C_KC, C_NC, C_EPI, C_PANEL, C_WP, C_FORM, C_BIAS,
- C_RELU) = range(WIN_LEN, WIN_LEN + 13)
+ C_RELU, C_RES) = range(WIN_LEN, WIN_LEN + 14)
 FORM_DIRECT, FORM_TRANSPOSED, FORM_PIXEL_ROWS = 0, 1, 2
 
 
@@ -271,21 +271,27 @@ def _transposed_block(F, kc, pb, wb, out, ohw, qc, nc, m0, m1, pt, first):
                         dst[r] += tile[r * NR + t]
 
 
-# Bias and a following ReLU run inside the kernel (descriptor words C_BIAS: the
-# bias's offset or -1, C_RELU): the output rows start as the bias and every K
-# block accumulates onto them, and the ReLU is one in-place pass while the rows
-# are in cache.  Through the elementwise interpreter, a bias cost as much as
-# the GEMM itself on small convolutions (32 -> 32 channels at 32x32: 16.8 us
-# without, 26.6 us with).
+# Bias, a residual Add and a ReLU run inside the kernel (descriptor words C_BIAS
+# and C_RES: offsets or -1, C_RELU): the output rows start as bias + residual
+# and every K block accumulates onto them, and the ReLU is one in-place pass
+# while the rows are in cache.  Through the elementwise interpreter a bias
+# cost as much as the GEMM itself on small convolutions (32 -> 32 channels at
+# 32x32: 16.8 us without, 26.6 us with).
 
 @njit(**_JIT)
-def _bias_rows(F, out, ohw, bias, m0, m1, q0, q1):
-    """out[m, q0:q1] = bias[m] for m in [m0, m1) (rows of ohw pixels)."""
+def _init_rows(F, out, ohw, bias, res, m0, m1, q0, q1):
+    """out[m, q0:q1] = bias[m] (if bias >= 0) + res[m, q0:q1] (if res >= 0), m in [m0, m1)."""
+    n = q1 - q0
     for m in range(m0, m1):
-        v = F[bias + m]
+        v = F[bias + m] if bias >= 0 else f32(0.0)
         row = F[out + m * ohw + q0:out + m * ohw + q1]
-        for j in range(q1 - q0):
-            row[j] = v
+        if res >= 0:
+            rrow = F[res + m * ohw + q0:res + m * ohw + q1]
+            for j in range(n):
+                row[j] = rrow[j] + v
+        else:
+            for j in range(n):
+                row[j] = v
 
 
 @njit(**_JIT)
@@ -315,6 +321,8 @@ def k_convp(F, B, I, J, X, R, p, sbase):
     form = X[d + C_FORM]
     bias = X[d + C_BIAS]
     relu = X[d + C_RELU]
+    res = X[d + C_RES]
+    init = bias >= 0 or res >= 0
     trans = form == FORM_TRANSPOSED
     wd = MR if trans else NR
     pt = pb + KC * panel_columns(NC)
@@ -333,7 +341,7 @@ def k_convp(F, B, I, J, X, R, p, sbase):
     Wq = (Wp + sw - 1) // sw
     if form == FORM_PIXEL_ROWS:
         _pixel_rows(F, I, X, R, p, sbase, pb, pointwise, C, H, W, kh, kw, sh, sw, ph, pw, dh, dw, OW, ohw,
-                    groups, cg, mg, wpack, mpad, NC, epi, r0, Rq, Wq, bias, relu)
+                    groups, cg, mg, wpack, mpad, NC, epi, r0, Rq, Wq, bias, relu, res)
         return
     for b in range(p[1], p[2]):
         n = b // groups
@@ -346,8 +354,9 @@ def k_convp(F, B, I, J, X, R, p, sbase):
         qc = p[5]
         while qc < p[6]:
             nc = min(NC, p[6] - qc)
-            if bias >= 0:
-                _bias_rows(F, out, ohw, bias + g * mg, m0, m1, qc, qc + nc)
+            if init:
+                _init_rows(F, out, ohw, bias + g * mg if bias >= 0 else -1,
+                           res + (n * M + g * mg) * ohw if res >= 0 else -1, m0, m1, qc, qc + nc)
             pc = 0
             while pc < K:
                 kc = min(KC, K - pc)
@@ -355,7 +364,7 @@ def k_convp(F, B, I, J, X, R, p, sbase):
                     _gather_pointwise(F, xb, H, W, pc, kc, qc, nc, pb, wd)
                 else:
                     _gather_padded(F, pp, Rq, Wq, kh, kw, sh, sw, dh, dw, OW, r0 // sh, pc, kc, qc, nc, pb, wd)
-                first = pc == 0 and bias < 0
+                first = pc == 0 and not init
                 if trans:
                     _transposed_block(F, kc, pb, wg + pc * mpad, out, ohw, qc, nc, m0, m1, pt, first)
                     pc += kc
@@ -419,7 +428,7 @@ def _row_table(I, ri, q, rows, OW, Wq, oh_task, pointwise):
 
 @njit(**_JIT)
 def _pixel_rows(F, I, X, R, p, sbase, pb, pointwise, C, H, W, kh, kw, sh, sw, ph, pw, dh, dw, OW, ohw,
-                groups, cg, mg, wpack, mpad, NC, epi, r0, Rq, Wq, bias, relu):
+                groups, cg, mg, wpack, mpad, NC, epi, r0, Rq, Wq, bias, relu, res):
     """The pixel-row form of :func:`k_convp` for one task row ``p``."""
     d = p[0]
     K = cg * kh * kw
@@ -443,11 +452,12 @@ def _pixel_rows(F, I, X, R, p, sbase, pb, pointwise, C, H, W, kh, kw, sh, sw, ph
             _pad_phases(F, xb, cg, H, W, ph, pw, r0, Rq, sh, sw, Wq, pp)
         base = xb if pointwise else pp
         qc = p[5]
-        acc = 1 if bias >= 0 else 0
+        acc = 1 if bias >= 0 or res >= 0 else 0
         while qc < p[6]:
             qe = min(qc + NC, p[6])
-            if bias >= 0:
-                _bias_rows(F, out, ohw, bias + g * mg, m0, m1, qc, qe)
+            if acc:
+                _init_rows(F, out, ohw, bias + g * mg if bias >= 0 else -1,
+                           res + (n * M + g * mg) * ohw if res >= 0 else -1, m0, m1, qc, qe)
             # tiles outer when the group's weights stay in L2 (each tile's input rows are then
             # read from L1 for every channel panel), channel panels outer otherwise
             nq = (qe - qc + PX_MR - 1) // PX_MR

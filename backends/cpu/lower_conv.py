@@ -81,10 +81,10 @@ def lower_conv(lw: Lowerer, node: Node, members: list[Node], internal: set[str],
     in_kernel = not depthwise and prog_override is None
     has_bias = len(node.inputs) > 2 and bool(node.inputs[2])
     bias = lw.view(node.inputs[2]) if in_kernel and has_bias else None
-    relu = _kernel_relu(node, members, internal) if in_kernel else None
+    residual, relu, taken = _kernel_members(lw, node, members, internal, out_shape4) if in_kernel else (None, False, ())
     if prog is None and needs_program:
         prog = _epilogue(lw, node, members, internal, target, g.value_info[node.outputs[0]].shape,
-                         bias_in_kernel=bias is not None, relu_in_kernel=relu)
+                         bias_in_kernel=bias is not None, kernel_members=taken)
         if not prog.instrs and not prog.outputs:
             prog = None
     if prog is not None:
@@ -102,28 +102,48 @@ def lower_conv(lw: Lowerer, node: Node, members: list[Node], internal: set[str],
         lw.add_op(_dwconv_op(lw, name, nodes, x, lw.view(node.inputs[1]), target4, prog, space, geo, m // c,
                              w_arr=w_arr))
         return
-    lw.add_op(implicit_conv_op(lw, name, nodes, x, w_arr, target4, prog, space, geo, groups, bias, relu is not None))
+    lw.add_op(implicit_conv_op(lw, name, nodes, x, w_arr, target4, prog, space, geo, groups, bias, relu,
+                               residual))
 
 
-def _kernel_relu(node: Node, members: list[Node], internal: set[str]) -> Node | None:
-    """The fused Relu the conv kernel can apply itself: the first member, reading only the conv's
-    output, which nothing else reads (the kernel overwrites it)."""
-    out = node.outputs[0]
-    if not members or out not in internal:
-        return None
-    first = members[0]
-    if first.op_type != "Relu" or list(first.inputs) != [out]:
-        return None
-    if any(out in m.inputs for m in members[1:]):
-        return None
-    return first
+def _kernel_members(lw: Lowerer, node: Node, members: list[Node], internal: set[str],
+                    shape4: tuple[int, ...]) -> tuple[View | None, bool, tuple[Node, ...]]:
+    """The leading fused members the conv kernel applies itself: ``Add(conv, r)`` with ``r`` a
+    dense float32 tensor of the output's shape (the rows start as bias + r), then ``Relu``.
+    Each taken member's input must be internal and read by no later member (the kernel
+    replaces it).  Returns (the residual's view or None, relu, the members taken)."""
+    value = node.outputs[0]
+    residual, relu, taken = None, False, []
+    dense4 = (shape4[1] * shape4[2] * shape4[3], shape4[2] * shape4[3], shape4[3], 1)
+    for k, member in enumerate(members[:2]):
+        if value not in internal or any(value in m.inputs for m in members[k + 1:]):
+            break
+        ins = list(member.inputs)
+        if member.op_type == "Add" and not taken and len(ins) == 2 and value in ins and ins[0] != ins[1]:
+            other = ins[1] if ins[0] == value else ins[0]
+            info = lw.graph.value_info.get(other)
+            if info is None or info.dtype != "float32" or len(info.shape) != 4:
+                break  # (1-D convs run over 4-D views of 3-D tensors)
+            v = lw.view(other)
+            if v.dtype != "float32" or tuple(v.shape) != tuple(shape4) or tuple(v.strides) != dense4:
+                break
+            residual = v
+        elif member.op_type == "Relu" and ins == [value]:
+            relu = True
+        else:
+            break
+        taken.append(member)
+        value = member.outputs[0]
+        if relu:
+            break
+    return residual, relu, tuple(taken)
 
 
 def implicit_conv_op(lw: Lowerer, name: str, nodes: tuple[Node, ...], x: View, w_arr: np.ndarray, out: View,
                      prog: EwProgram | None, space: tuple, geo: tuple, groups: int, bias: View | None = None,
-                     relu: bool = False) -> CpuOp:
+                     relu: bool = False, residual: View | None = None) -> CpuOp:
     """Convolution tiles (block, output-channel range, pixel range) with packed weights (``k_convp``);
-    ``bias`` and ``relu`` are applied by the kernel (see :mod:`.kernels_conv`)."""
+    ``bias``, a ``residual`` added and ``relu`` are applied by the kernel (see :mod:`.kernels_conv`)."""
     n, c, kh, kw, OH, OW = geo[0], geo[1], geo[4], geo[5], geo[12], geo[13]
     m = w_arr.shape[0]
     cg, mg = c // groups, m // groups
@@ -154,7 +174,7 @@ def implicit_conv_op(lw: Lowerer, name: str, nodes: tuple[Node, ...], x: View, w
     flops = 2.0 * blocks * mg * ohw * K
     nbytes = 4.0 * (x.size + wp.size + out.size * (1 + (len(prog.inputs) if prog else 0)))
     reads = ({x.buffer, wp.buffer} | ({v.buffer for v, _ in prog.inputs} if prog else set())
-             | ({bias.buffer} if bias is not None else set()))
+             | {v.buffer for v in (bias, residual) if v is not None})
     writes = {out.buffer} | ({v.buffer for _, v in prog.outputs} if prog else set())
     m_panels = -(-mg // unit)
     q_panels = -(-ohw // NR)
@@ -182,7 +202,7 @@ def implicit_conv_op(lw: Lowerer, name: str, nodes: tuple[Node, ...], x: View, w
         epi = prog.emit(ctx.side, ctx.locate, space) if prog is not None else -1
         words = _resolve(ctx, _window_desc(x, out, geo) + [groups, cg, mg, wp, mpad, kc, nc, epi, regs,
                                                            wp_width, form, -1 if bias is None else bias,
-                                                           int(relu)])
+                                                           int(relu), -1 if residual is None else residual])
         desc = ctx.side.add_ints(words)
         return [("k_convp", [desc, *part]) for part in parts]
 

@@ -190,10 +190,11 @@ def lower_head(lw: Lowerer, head: Node, members: list[Node], internal: set[str])
 
 
 def _epilogue(lw: Lowerer, head: Node, members: list[Node], internal: set[str], target: View,
-              shape: tuple[int, ...], bias_in_kernel: bool = False, relu_in_kernel: Node | None = None) -> EwProgram:
+              shape: tuple[int, ...], bias_in_kernel: bool = False,
+              kernel_members: tuple[Node, ...] = ()) -> EwProgram:
     """The fused elementwise program after a GEMM-like head.  ``bias_in_kernel``: the head's
-    kernel adds the bias itself; ``relu_in_kernel``: that member (a Relu of the head's output)
-    is applied by the kernel too, so its output is the raw tile."""
+    kernel adds the bias itself; ``kernel_members``: leading members the kernel applies too
+    (a residual Add, a ReLU), so their outputs are the raw tile."""
     out = head.outputs[0]
     prog = EwProgram(tuple(shape))
     raw = prog.load(target)
@@ -213,13 +214,13 @@ def _epilogue(lw: Lowerer, head: Node, members: list[Node], internal: set[str], 
     regs = {out: value}
     if out not in internal and value != raw:
         prog.store(value, lw.views[out])
-    if relu_in_kernel is not None:
-        relu_out = relu_in_kernel.outputs[0]
-        regs[relu_out] = raw
-        if relu_out not in internal and lw.views[relu_out] != target:
-            prog.store(raw, lw.views[relu_out])
+    for node in kernel_members:
+        done = node.outputs[0]
+        regs[done] = raw
+        if done not in internal and lw.views[done] != target:
+            prog.store(raw, lw.views[done])
     for node in members:
-        if node is relu_in_kernel:
+        if node in kernel_members:
             continue
         def operand(i: int, node: Node = node) -> int:
             name = node.inputs[i]

@@ -224,23 +224,30 @@ def test_conv_pixel_row_form_matches_reference(monkeypatch, x_shape, w_shape, at
 
 
 @pytest.mark.parametrize("form", [None, FORM_DIRECT, FORM_TRANSPOSED, FORM_PIXEL_ROWS])
-@pytest.mark.parametrize("chain", ["relu", "relu_add_raw", "bias_only", "relu_then_sigmoid"])
-def test_conv_bias_and_relu_in_the_kernel(monkeypatch, form, chain):
-    # The kernel adds the bias and applies a ReLU that is the only reader of the conv output;
-    # a ReLU whose input another member also reads must stay in the interpreter.
+@pytest.mark.parametrize("chain", ["relu", "relu_add_raw", "bias_only", "relu_then_sigmoid", "add_relu",
+                                   "add_relu_add_raw", "add_broadcast_relu", "add_relu_both_outputs"])
+def test_conv_bias_residual_and_relu_in_the_kernel(monkeypatch, form, chain):
+    # The kernel adds the bias and a dense residual and applies a ReLU when the value it replaces
+    # has no other reader; otherwise (a later member reads it, a broadcast residual) the
+    # interpreter does the rest.
     monkeypatch.setattr(lower_conv, "FORCE_FORM", form)
     x = rand(1, 16, 10, 11)
-    consts = {"w": rand(40, 16, 3, 3, seed=1), "b": rand(40, seed=2)}
+    consts = {"w": rand(40, 16, 3, 3, seed=1), "b": rand(40, seed=2), "zb": rand(1, 40, 1, 1, seed=4)}
+    feeds = {"x": x, "z": rand(1, 40, 10, 11, seed=3)}
+    steps = {
+        "relu": [("Relu", ["c"], "r")],
+        "relu_add_raw": [("Relu", ["c"], "r"), ("Add", ["r", "c"], "y")],
+        "bias_only": [],
+        "relu_then_sigmoid": [("Relu", ["c"], "r"), ("Sigmoid", ["r"], "y")],
+        "add_relu": [("Add", ["z", "c"], "a"), ("Relu", ["a"], "y")],
+        "add_relu_add_raw": [("Add", ["c", "z"], "a"), ("Relu", ["a"], "r"), ("Add", ["r", "a"], "y")],
+        "add_broadcast_relu": [("Add", ["c", "zb"], "a"), ("Relu", ["a"], "y")],
+        "add_relu_both_outputs": [("Add", ["c", "z"], "a"), ("Relu", ["a"], "y")],
+    }[chain]
     nodes = [node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1])]
-    out = "c"
-    if chain != "bias_only":
-        nodes.append(node("Relu", ["c"], ["r"]))
-        out = "r"
-    if chain == "relu_add_raw":
-        nodes.append(node("Add", ["r", "c"], ["y"]))
-        out = "y"
-    if chain == "relu_then_sigmoid":
-        nodes.append(node("Sigmoid", ["r"], ["y"]))
-        out = "y"
-    report = compare(model(nodes, {"x": x}, [out], consts), {"x": x}, atol=2e-4)
+    nodes += [node(op, ins, [out]) for op, ins, out in steps]
+    outputs = [steps[-1][2] if steps else "c"] + (["a"] if chain == "add_relu_both_outputs" else [])
+    used = {k: v for k, v in consts.items() if any(k in n.input for n in nodes)}
+    used_feeds = {k: v for k, v in feeds.items() if any(k in n.input for n in nodes)}
+    report = compare(model(nodes, used_feeds, outputs, used), used_feeds, atol=2e-4)
     assert report["ops_by_family"] == {"conv": 1}, report["ops_by_family"]
