@@ -125,7 +125,9 @@ def _kernel_members(lw: Lowerer, node: Node, members: list[Node], internal: set[
             if info is None or info.dtype != "float32" or len(info.shape) != 4:
                 break  # (1-D convs run over 4-D views of 3-D tensors)
             v = lw.view(other)
-            if v.dtype != "float32" or tuple(v.shape) != tuple(shape4) or tuple(v.strides) != dense4:
+            # rows read as the output's: dense per image (the batch stride only matters for n > 1)
+            if v.dtype != "float32" or tuple(v.shape) != tuple(shape4) or tuple(v.strides[1:]) != dense4[1:] \
+                    or (shape4[0] > 1 and v.strides[0] != dense4[0]):
                 break
             residual = v
         elif member.op_type == "Relu" and ins == [value]:
