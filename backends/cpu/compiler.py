@@ -1,7 +1,8 @@
 """The CPU backend's compile pipeline: graph -> Program (+ report, + emitted files).
 
-lower (views, fusion, CpuOps) -> cut into segments at host ops -> plan the
-arena -> schedule each segment with a policy -> task tables -> driver.
+lower (views, fusion, CpuOps) -> cut into segments at host ops -> schedule
+each segment with a policy -> plan the arena by the schedule's order -> task
+tables -> driver.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from rammer.schedule import Schedule
 from .codegen import Tables, build_tables, program_source
 from .lowering import Lowered, Lowerer
 from .ops import CostModel, CpuOp
+from .ordering import schedule_order
 from .planner import plan
 from .batching import DEFAULT_BATCH_ROWS
 from .runtime import CompiledSegment, HostStep, Program, view_placement
@@ -52,15 +54,18 @@ def compile_program(graph: Graph, num_veus: int | None = None, policy: str = "wa
         else:
             groups.append([op])
 
-    keep = {lowered.views[t.name].buffer for t in graph.outputs if t.name in lowered.views}
-    arena = plan(lowered.buffers, lowered.ops, keep, 0)
-    t_plan = time.perf_counter()
-
+    # Schedule first: the memory planner reuses a buffer's memory once the schedule has
+    # certainly finished with it (ordering.py), not only once every op graph order has.
     vdevice = cpu_vdevice(n, cost)
     seg_ops = [g for g in groups if isinstance(g, list)]
     schedules = [schedule_segment(ops, vdevice, policy, cost, f"{graph.name}/segment{k}")
                  for k, ops in enumerate(seg_ops)]
     t_sched = time.perf_counter()
+
+    keep = {lowered.views[t.name].buffer for t in graph.outputs if t.name in lowered.views}
+    walk, done_before = schedule_order(groups, schedules)
+    arena = plan(lowered.buffers, walk, keep, 0, done_before)
+    t_plan = time.perf_counter()
     tables = build_tables(seg_ops, schedules, lowered.buffers, n, arena.scratch_offset)
     total = arena.scratch_offset + tables.scratch_bytes + 64
     t_tables = time.perf_counter()
@@ -96,8 +101,8 @@ def compile_program(graph: Graph, num_veus: int | None = None, policy: str = "wa
             tensors[name] = view_placement(v, lowered.buffers[v.buffer].byte_offset)
 
     report = _report(graph, lowered, schedules, tables, arena, policy, n, {
-        "lower": t_lower - t0, "plan": t_plan - t_lower, "schedule": t_sched - t_plan,
-        "tables": t_tables - t_sched})
+        "lower": t_lower - t0, "schedule": t_sched - t_lower, "plan": t_plan - t_sched,
+        "tables": t_tables - t_plan})
     program = Program(
         arena_bytes=total, const_bytes=arena.const_bytes, const_blob=const_blob,
         T=tables.T, X=tables.X, R=tables.R, kernel_names=tables.kernel_names, steps=steps, tensors=tensors,

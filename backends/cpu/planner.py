@@ -4,13 +4,14 @@ Constants are placed first and never move.  Every other buffer gets an
 offset in the *dynamic* region by a first-fit-decreasing-waste allocator that
 walks the ops in order and reuses the memory of dead buffers.
 
-Reuse must be safe under *any* schedule the scheduler may produce, not only
-the sequential order the planner walks: buffer ``X`` (written by op ``w``)
-may take the memory of a dead buffer ``Y`` only if every op that touched
-``Y`` is an ancestor of ``w`` in the op graph (or ran before a host op that
-precedes ``w``), so ``w`` cannot start before ``Y``'s last reader is done
-and no extra dependency is needed.  The check is a bitset inclusion over
-op ancestors.
+Reuse must be safe under the schedule that runs the program, not only in
+the order the planner walks: buffer ``X`` (written by op ``w``) may take the
+memory of a dead buffer ``Y`` only if every op that touched ``Y`` is certain
+to be done before ``w`` starts, so no extra dependency is needed.  The
+compiler passes that relation from the compiled schedule (:mod:`.ordering`:
+vEU program order plus barriers); without it, the default is "an ancestor
+of ``w`` in the op graph (or before a host op that precedes ``w``)", which
+is safe for any schedule.  The check is a bitset inclusion.
 
 A buffer may also live *inside* another one: a Concat whose input buffer
 is placed at its slice of the output (``op.extra["aliases"]``: (inner,
@@ -79,15 +80,19 @@ def alias_roots(ops: list[CpuOp]) -> dict[int, tuple[int, int]]:
     return roots
 
 
-def plan(buffers: list[Buffer], ops: list[CpuOp], keep: set[int], scratch_bytes: int) -> ArenaPlan:
-    """Place every buffer; ``keep`` are buffers live to the end (graph outputs)."""
+def plan(buffers: list[Buffer], ops: list[CpuOp], keep: set[int], scratch_bytes: int,
+         ancestors: list[int] | None = None) -> ArenaPlan:
+    """Place every buffer, walking ``ops`` in order; ``keep`` are buffers live to the end (graph
+    outputs).  ``ancestors[i]``: bitmask of the ops certainly done before op i starts (default:
+    its ancestors in the op graph, safe for any schedule; :mod:`.ordering` derives them from
+    the compiled schedule)."""
     offset = 0
     for b in buffers:
         if b.kind == "const":
             b.byte_offset = offset
             offset += _align(b.nbytes)
     const_bytes = offset
-    anc = op_ancestors(ops)
+    anc = op_ancestors(ops) if ancestors is None else ancestors
     roots = alias_roots(ops)
 
     def root(b: int) -> int:
