@@ -14,7 +14,7 @@ import numpy as np
 from numba import njit
 
 from .kernels_ew import ew_epilogue
-from .ukernel import WIDTH, tap_sweep
+from .ukernel import WIDTH, row_sweep, tap_sweep
 
 f32 = np.float32
 #: Arena offsets as unsigned indices: numba then skips negative-index wraparound (see kernels_data).
@@ -158,6 +158,10 @@ def k_dwconv(F, B, I, J, X, R, p, sbase):
     tiny = OH * OW <= _TINY_PLANE
     ti = (a0 + Hq * Wq + _SLACK + 1) // 2  # the int64 tap table, after the accumulator
     _tap_table(I, ti, kh, kw, sh, sw, dh, dw, Hq * Wq, Wq)
+    # 3x3 and 5x5 at stride 1: output rows blocked in registers (ukernel.row_sweep); its last
+    # column vector may run past OW (junk columns, and at most WIDTH - 1 floats past the planes)
+    rows_sweep = sh == 1 and sw == 1 and dh == 1 and dw == 1 and kh == kw and (kh == 3 or kh == 5)
+    ncv = (OW + WIDTH - 1) // WIDTH
     for n in range(p[1], p[2]):
         # The epilogue runs over groups of finished planes that are still in L1 (one call per plane is
         # costly on small planes).
@@ -178,7 +182,10 @@ def k_dwconv(F, B, I, J, X, R, p, sbase):
                     _phase_planes(F, src, H, W, ph, pw, sh, sw, Hq, Wq, F[pbase:pbase + nplanes], f32(0.0))
                 for k in range(mult):
                     m = c * mult + k
-                    tap_sweep(F, planes_at, I, ti, F, w_off + m * kh * kw, kh * kw, Lr // WIDTH, F, a0)
+                    if rows_sweep:
+                        row_sweep(kh, F, planes_at, F, w_off + m * kh * kw, Wq, OH, ncv, F, a0)
+                    else:
+                        tap_sweep(F, planes_at, I, ti, F, w_off + m * kh * kw, kh * kw, Lr // WIDTH, F, a0)
                     dst = X[d + W_OUT] + (n * M + m) * OH * OW
                     for oh in range(OH):
                         orow = F[dst + oh * OW:dst + oh * OW + OW]
@@ -282,6 +289,8 @@ def k_pool(F, B, I, J, X, R, p, sbase):
         F[ones + t] = f32(1.0)
     ti = (ones + kh * kw + 1) // 2  # the int64 tap table
     _tap_table(I, ti, kh, kw, sh, sw, dh, dw, plane, Wq)
+    rows_sweep = sh == 1 and sw == 1 and dh == 1 and dw == 1 and kh == kw and (kh == 3 or kh == 5)
+    ncv = (OW + WIDTH - 1) // WIDTH
     if mode == 1:
         # 1 / (taps counted along each axis): the count is separable.
         for oh in range(OH):
@@ -320,7 +329,10 @@ def k_pool(F, B, I, J, X, R, p, sbase):
             P[t] = fill
         L = (g - 1) * plane + (OH - 1) * Wq + OW
         Lr = (L + _SLACK - 1) // _SLACK * _SLACK
-        if mode == 1:
+        if mode == 1 and rows_sweep:
+            # the stacked planes as one tall plane (the junk rows between them included)
+            row_sweep(kh, F, pbase, F, ones, Wq, (g - 1) * Hq + OH, ncv, F, pbase + nplanes)
+        elif mode == 1:
             tap_sweep(F, pbase, I, ti, F, ones, kh * kw, Lr // WIDTH, F, pbase + nplanes)
         else:
             for t in range(Lr):

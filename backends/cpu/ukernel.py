@@ -40,6 +40,7 @@ from numba.extending import intrinsic
 SYMBOL = "rammer_cpu_ukernel"
 ROWS_SYMBOL = "rammer_cpu_ukernel_rows"
 SWEEP_SYMBOL = "rammer_cpu_tap_sweep"
+ROWSWEEP_SYMBOL = "rammer_cpu_row_sweep"
 
 
 def _host_features() -> tuple[str, str, set[str]]:
@@ -62,6 +63,7 @@ def _module() -> ir.Module:
     _add_packed_kernel(mod)
     _add_pixel_row_kernel(mod, PX_MR, PX_NR, WIDTH)
     _add_tap_sweep(mod, WIDTH)
+    _add_row_sweep(mod, WIDTH)
     return mod
 
 
@@ -253,6 +255,90 @@ def _add_tap_sweep(mod: ir.Module, width: int) -> None:
     ir.IRBuilder(exit_block).ret_void()
 
 
+#: Square kernels the row sweep is specialised for, and the output rows each block keeps in registers
+#: (the k*k broadcast weights stay in registers too: 25 + 4 of the 32 zmm for 5x5).
+ROW_SWEEP_ROWS = {3: 8, 5: 4}
+
+
+def _add_row_sweep(mod: ir.Module, width: int) -> None:
+    """``(k, p, w, wq, oh, ncv, acc)``: for a stride-1 k x k window (k in ROW_SWEEP_ROWS) over
+    planes of row pitch ``wq``: ``acc[r*wq + c*width + l] = sum_ij w[i*k + j] * p[(r + i)*wq + c*width + l + j]``
+    for output rows r < oh and column vectors c < ncv.
+
+    Where :func:`_add_tap_sweep` loads one shifted vector per tap, this keeps R output rows
+    of one column vector in registers and loads each input vector once for up to k of them:
+    (R + k - 1) * k loads for R * k * k multiply-adds.  The loads of shifted planes split
+    cache lines, so the tap sweep was bound by them on 32x32 planes."""
+    f32 = ir.FloatType()
+    i64 = ir.IntType(64)
+    vec = ir.VectorType(f32, width)
+    fp = f32.as_pointer()
+    fn = ir.Function(mod, ir.FunctionType(ir.VoidType(), [i64, fp, fp, i64, i64, i64, fp]), name=ROWSWEEP_SYMBOL)
+    k_arg, p, w, wq, oh, ncv, acc = fn.args
+    for arg, name in zip(fn.args, ("k", "p", "w", "wq", "oh", "ncv", "acc")):
+        arg.name = name
+    fma = _fma(mod, vec)
+    zero = ir.Constant(vec, [0.0] * width)
+    entry = fn.append_basic_block("entry")
+    done = fn.append_basic_block("done")
+    bld = ir.IRBuilder(entry)
+    is3 = bld.icmp_signed("==", k_arg, ir.Constant(i64, 3))
+    blocks = {k: fn.append_basic_block(f"k{k}") for k in ROW_SWEEP_ROWS}
+    bld.cbranch(is3, blocks[3], blocks[5])
+    for k, R in ROW_SWEEP_ROWS.items():
+        bld = ir.IRBuilder(blocks[k])
+        wv = [_splat(bld, bld.load(bld.gep(w, [ir.Constant(i64, t)]), align=4), vec) for t in range(k * k)]
+        nb = bld.sdiv(bld.add(oh, ir.Constant(i64, R - 1)), ir.Constant(i64, R))  # row blocks per column
+        total = bld.mul(nb, ncv)
+        head = fn.append_basic_block(f"head{k}")
+        body = fn.append_basic_block(f"body{k}")
+        start = bld.block
+        bld.branch(head)
+        hb = ir.IRBuilder(head)
+        idx = hb.phi(i64, name=f"blk{k}")
+        idx.add_incoming(ir.Constant(i64, 0), start)
+        hb.cbranch(hb.icmp_signed("<", idx, total), body, done)
+        bb = ir.IRBuilder(body)
+        c = bb.sdiv(idx, nb)
+        row0 = bb.mul(bb.sub(idx, bb.mul(c, nb)), ir.Constant(i64, R))
+        rem = bb.sub(oh, row0)
+        base_off = bb.add(bb.mul(row0, wq), bb.mul(c, ir.Constant(i64, width)))
+        src = bb.gep(p, [base_off])
+        dst = bb.gep(acc, [base_off])
+        nxt = fn.append_basic_block(f"next{k}")
+        # rows in this block: R, or the remainder (one variant per count)
+        variants = {r: fn.append_basic_block(f"r{k}_{r}") for r in range(1, R + 1)}
+        sw = bb.switch(rem, variants[R])
+        for r in range(1, R):
+            sw.add_case(ir.Constant(i64, r), variants[r])
+        for rows, block in variants.items():
+            vb = ir.IRBuilder(block)
+            accs = [zero] * rows
+            for s_row in range(rows + k - 1):
+                row_ptr = vb.gep(src, [vb.mul(ir.Constant(i64, s_row), wq)])
+                for j in range(k):
+                    x = vb.load(vb.bitcast(vb.gep(row_ptr, [ir.Constant(i64, j)]), vec.as_pointer()), align=4)
+                    for i in range(k):
+                        r = s_row - i
+                        if 0 <= r < rows:
+                            accs[r] = vb.call(fma, [wv[i * k + j], x, accs[r]])
+            for r in range(rows):
+                out = vb.gep(dst, [vb.mul(ir.Constant(i64, r), wq)])
+                vb.store(accs[r], vb.bitcast(out, vec.as_pointer()), align=4)
+            vb.branch(nxt)
+        nb_ = ir.IRBuilder(nxt)
+        idx.add_incoming(nb_.add(idx, ir.Constant(i64, 1)), nxt)
+        nb_.branch(head)
+    ir.IRBuilder(done).ret_void()
+
+
+def row_sweep_module(width: int) -> ir.Module:
+    """A module with only the row sweep at the given vector width (tests run the AVX2 width too)."""
+    mod = ir.Module(name="rammer_row_sweep")
+    _add_row_sweep(mod, width)
+    return mod
+
+
 def tap_sweep_module(width: int) -> ir.Module:
     """A module with only the tap sweep at the given vector width (tests run the AVX2 width too)."""
     mod = ir.Module(name="rammer_tap_sweep")
@@ -318,9 +404,11 @@ _ENGINE = compile_module(_module())
 ADDRESS = _ENGINE.get_function_address(SYMBOL)
 ROWS_ADDRESS = _ENGINE.get_function_address(ROWS_SYMBOL)
 SWEEP_ADDRESS = _ENGINE.get_function_address(SWEEP_SYMBOL)
+ROWSWEEP_ADDRESS = _ENGINE.get_function_address(ROWSWEEP_SYMBOL)
 llvm.add_symbol(SYMBOL, ADDRESS)
 llvm.add_symbol(ROWS_SYMBOL, ROWS_ADDRESS)
 llvm.add_symbol(SWEEP_SYMBOL, SWEEP_ADDRESS)
+llvm.add_symbol(ROWSWEEP_SYMBOL, ROWSWEEP_ADDRESS)
 #: The kernel as a ctypes function, for tests.
 CFUNC = ctypes.CFUNCTYPE(None, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
                          ctypes.c_int64)(ADDRESS)
@@ -328,6 +416,9 @@ CFUNC = ctypes.CFUNCTYPE(None, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p,
 ROWS_CFUNCTYPE = ctypes.CFUNCTYPE(None, ctypes.c_int64, *[ctypes.c_void_p] * 5, ctypes.c_int64, ctypes.c_int64)
 #: ctypes type of the tap sweep: (p, toff, w, ntaps, nvec, acc).
 SWEEP_CFUNCTYPE = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * 3, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p)
+#: ctypes type of the row sweep: (k, p, w, wq, oh, ncv, acc).
+ROWSWEEP_CFUNCTYPE = ctypes.CFUNCTYPE(None, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
+                                      ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p)
 
 
 def _call_codegen(symbol: str, kinds: str):
@@ -383,3 +474,13 @@ def tap_sweep(typingctx, P, p_off, T, t_off, Wt, w_off, ntaps, nvec, A, a_off):
         return None
     sig = types.none(P, p_off, T, t_off, Wt, w_off, ntaps, nvec, A, a_off)
     return sig, _call_codegen(SWEEP_SYMBOL, "fqfiif")
+
+
+@intrinsic
+def row_sweep(typingctx, k, P, p_off, Wt, w_off, wq, oh, ncv, A, a_off):
+    """The stride-1 k x k window of :func:`_add_row_sweep` (k in ROW_SWEEP_ROWS) from planes at
+    ``P[p_off:]`` with weights ``Wt[w_off:]`` into ``A[a_off:]``."""
+    if not _arrays_are(types.float32, P, Wt, A):
+        return None
+    sig = types.none(k, P, p_off, Wt, w_off, wq, oh, ncv, A, a_off)
+    return sig, _call_codegen(ROWSWEEP_SYMBOL, "iffiiif")

@@ -52,6 +52,8 @@ def test_depthwise_kernel_sizes_and_strides(k, stride):
     dict(k=5, stride=(3, 3), pads=[1, 1, 1, 1], dil=(1, 1)),          # stride 3: three phases
     dict(k=7, stride=(1, 1), pads=[3, 3, 3, 3], dil=(1, 1), hw=(5, 4)),  # kernel larger than the plane
     dict(k=1, stride=(2, 2), pads=[0, 0, 0, 0], dil=(1, 1)),
+    dict(k=5, stride=(1, 1), pads=[2, 1, 2, 3], dil=(1, 1), hw=(9, 21)),  # row sweep: a partial column vector
+    dict(k=3, stride=(1, 1), pads=[1, 1, 1, 1], dil=(1, 1), hw=(17, 40)),  # row sweep: 17 rows, 3 vectors
 ])
 def test_depthwise_geometry(case):
     hw = case.pop("hw", (11, 9))
@@ -123,6 +125,8 @@ STACKED_POOLS = [
     ("MaxPool", dict(kernel_shape=[3, 3], strides=[1, 1], pads=[1, 1, 1, 1])),
     ("AveragePool", dict(kernel_shape=[3, 3], strides=[1, 1], pads=[2, 1, 2, 0], dilations=[2, 1])),
     ("AveragePool", dict(kernel_shape=[2, 2], strides=[1, 1])),
+    ("AveragePool", dict(kernel_shape=[5, 5], strides=[1, 1], pads=[2, 2, 2, 2])),
+    ("AveragePool", dict(kernel_shape=[3, 3], strides=[1, 1], pads=[1, 0, 1, 2], count_include_pad=1)),
 ]
 
 
