@@ -13,6 +13,7 @@ from . import _numba_cache  # noqa: F401  (drops stale numba caches first)
 import numpy as np
 from numba import njit
 
+from .atomics import copy_block
 from .kernels_ew import ew_epilogue
 from .ukernel import WIDTH, row_sweep, tap_sweep
 
@@ -76,8 +77,9 @@ def window_scratch(OH: int, OW: int, kh: int, kw: int, sh: int, sw: int, dh: int
     hq = ((OH - 1) * sh + (kh - 1) * dh + sh) // sh
     wq = ((OW - 1) * sw + (kw - 1) * dw + sw) // sw
     # planes + slack read by the rounded-up sweeps, accumulator (rounded up), 1/counts and ones of
-    # pooling, the int64 tap table
-    return planes * (sh * sw * hq * wq + hq * wq) + 2 * _SLACK + OH + OW + kh * kw + 16 + 2 * kh * kw + 2
+    # pooling, the int64 tap table, pooling's 1/count plane
+    return (planes * (sh * sw * hq * wq + hq * wq) + 2 * _SLACK + OH + OW + kh * kw + 16 + 2 * kh * kw + 2
+            + OH * OW + 2)
 
 
 @njit(**_JIT)
@@ -88,12 +90,34 @@ def _phase_dims(OH, OW, kh, kw, sh, sw, dh, dw):
 
 
 @njit(**_JIT)
-def _phase_planes(F, src, H, W, ph, pw, sh, sw, Hq, Wq, P, fill):
-    """P[(a*sw + b)*Hq*Wq + r*Wq + t] = x[r*sh + a - ph, t*sw + b - pw] (``fill`` outside the H x W plane at F[src:])."""
+def copy_run(F, dst, src, n):
+    """F[dst:dst + n] = F[src:src + n] for disjoint ranges: rows of 8, 16 or 32 floats (small
+    planes' rows) as a few vector moves, others through ``memcpy``."""
+    if n == 8:
+        copy_block(F, dst, src, 8)
+    elif n == 16:
+        copy_block(F, dst, src, 16)
+    elif n == 32:
+        copy_block(F, dst, src, 32)
+    else:
+        copy_block(F, dst, src, n)
+
+
+@njit(**_JIT)
+def _phase_planes(F, src, H, W, ph, pw, sh, sw, Hq, Wq, P, fill, p0):
+    """P[(a*sw + b)*Hq*Wq + r*Wq + t] = x[r*sh + a - ph, t*sw + b - pw] (``fill`` outside the H x W
+    plane at F[src:]); P is F[p0:]."""
     # One fill of everything, then only the rows' inside parts: per-row edge
     # handling costs more than the whole memset on planes this small.
     for q in range(P.size):  # (the slack past the planes too)
         P[q] = fill
+    if sh == 1 and sw == 1:
+        # one plane: rows [ph, ph + H) and columns [pw, pw + W) hold the input (no divisions:
+        # per plane they cost as much as the copies on 8x8 planes)
+        n = min(W, Wq - pw)
+        for r in range(ph, min(Hq, H + ph) if n > 0 else ph):
+            copy_run(F, p0 + r * Wq + pw, src + (r - ph) * W, n)
+        return
     for a in range(sh):
         # rows r with 0 <= r*sh + a - ph < H
         r_lo = min((ph - a + sh - 1) // sh if ph > a else 0, Hq)
@@ -108,9 +132,7 @@ def _phase_planes(F, src, H, W, ph, pw, sh, sw, Hq, Wq, P, fill):
                 row = P[base + r * Wq + t_lo:base + r * Wq + t_hi]
                 s0 = src + (r * sh + a - ph) * W + t_lo * sw + b - pw
                 if sw == 1:
-                    inp = F[s0:s0 + n]
-                    for t in range(n):
-                        row[t] = inp[t]
+                    copy_run(F, p0 + base + r * Wq + t_lo, s0, n)
                 else:
                     inp = F[s0:s0 + (n - 1) * sw + 1]
                     for t in range(n):
@@ -152,7 +174,6 @@ def k_dwconv(F, B, I, J, X, R, p, sbase):
     L = (OH - 1) * Wq + OW
     Lr = (L + _SLACK - 1) // _SLACK * _SLACK
     a0 = pbase + nplanes
-    acc = F[a0:a0 + Lr]
     # Tiny planes (late MobileNet stages): per-plane sweep set-up would cost
     # more than the arithmetic, so each output is a plain loop over its taps.
     tiny = OH * OW <= _TINY_PLANE
@@ -179,7 +200,7 @@ def k_dwconv(F, B, I, J, X, R, p, sbase):
                     planes_at = src
                 else:
                     planes_at = pbase
-                    _phase_planes(F, src, H, W, ph, pw, sh, sw, Hq, Wq, F[pbase:pbase + nplanes], f32(0.0))
+                    _phase_planes(F, src, H, W, ph, pw, sh, sw, Hq, Wq, F[pbase:pbase + nplanes], f32(0.0), pbase)
                 for k in range(mult):
                     m = c * mult + k
                     if rows_sweep:
@@ -188,10 +209,7 @@ def k_dwconv(F, B, I, J, X, R, p, sbase):
                         tap_sweep(F, planes_at, I, ti, F, w_off + m * kh * kw, kh * kw, Lr // WIDTH, F, a0)
                     dst = X[d + W_OUT] + (n * M + m) * OH * OW
                     for oh in range(OH):
-                        orow = F[dst + oh * OW:dst + oh * OW + OW]
-                        arow = acc[oh * Wq:oh * Wq + OW]
-                        for ow in range(OW):
-                            orow[ow] = arow[ow]
+                        copy_run(F, dst + oh * OW, a0 + oh * Wq, OW)
             done = n * M + (c + 1) * mult
             if epi >= 0 and ((done - pending) * OH * OW >= _EPI_GROUP or c == p[4] - 1):
                 ew_epilogue(F, X, R, epi, pending, done, 0, OH * OW, sbase)
@@ -305,6 +323,12 @@ def k_pool(F, B, I, J, X, R, p, sbase):
                 if lo_w <= ow * sw + j * dw < hi_w:
                     cnt += 1
             inv_w[ow] = f32(1.0) / f32(cnt) if cnt > 0 else f32(np.nan)
+    # 1/count per output pixel, after the tap table
+    scale = F[2 * (ti + kh * kw) + 2:2 * (ti + kh * kw) + 2 + OH * OW]
+    if mode == 1:
+        for oh in range(OH):
+            for ow in range(OW):
+                scale[oh * OW + ow] = inv_h[oh] * inv_w[ow]
     fill = f32(-np.inf) if mode == 0 else f32(0.0)
     # A single tap inside the plane (1x1 kernel, no padding): a strided subsample.
     subsample = kh == 1 and kw == 1 and ph == 0 and pw == 0 and (OH - 1) * sh < H and (OW - 1) * sw < W
@@ -324,7 +348,7 @@ def k_pool(F, B, I, J, X, R, p, sbase):
             continue
         for k in range(g):
             P_k = P[k * sh * sw * plane:(k + 1) * sh * sw * plane]
-            _phase_planes(F, src + k * H * W, H, W, ph, pw, sh, sw, Hq, Wq, P_k, fill)
+            _phase_planes(F, src + k * H * W, H, W, ph, pw, sh, sw, Hq, Wq, P_k, fill, pbase + k * sh * sw * plane)
         for t in range(g * sh * sw * plane, nplanes):
             P[t] = fill
         L = (g - 1) * plane + (OH - 1) * Wq + OW
@@ -353,19 +377,16 @@ def k_pool(F, B, I, J, X, R, p, sbase):
                     o = r + (j * dw) % sw * plane + (j * dw) // sw
                     _max_run(acc, P[o:o + Lr], 1, Lr)
         for k in range(g):
-            _pool_out(F, acc, k * plane, dst + k * OH * OW, OH, OW, Wq, mode, inv_h, inv_w)
+            _pool_out(F, pbase + nplanes + k * plane, dst + k * OH * OW, OH, OW, Wq, mode, scale)
 
 
 @njit(**_JIT)
-def _pool_out(F, acc, a0, dst, OH, OW, Wq, mode, inv_h, inv_w):
-    """One output plane from the accumulator rows at acc[a0:] (pitch Wq), scaled by 1/counts (average)."""
+def _pool_out(F, a0, dst, OH, OW, Wq, mode, scale):
+    """One output plane from the accumulator rows at F[a0:] (pitch Wq); average pooling then
+    multiplies the plane by ``scale`` (1/counts per output pixel) in one flat pass."""
     for oh in range(OH):
-        orow = F[dst + oh * OW:dst + oh * OW + OW]
-        arow = acc[a0 + oh * Wq:a0 + oh * Wq + OW]
-        if mode == 0:
-            for ow in range(OW):
-                orow[ow] = arow[ow]
-        else:
-            s = inv_h[oh]
-            for ow in range(OW):
-                orow[ow] = arow[ow] * (s * inv_w[ow])
+        copy_run(F, dst + oh * OW, a0 + oh * Wq, OW)
+    if mode == 1:
+        out = F[dst:dst + OH * OW]
+        for e in range(OH * OW):
+            out[e] *= scale[e]
