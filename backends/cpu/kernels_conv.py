@@ -360,7 +360,9 @@ def k_convp(F, B, I, J, X, R, p, sbase):
             pc = 0
             while pc < K:
                 kc = min(KC, K - pc)
-                if pointwise:
+                if pointwise and not trans:
+                    pass  # the micro-kernel reads B's rows straight from the input planes
+                elif pointwise:
                     _gather_pointwise(F, xb, H, W, pc, kc, qc, nc, pb, wd)
                 else:
                     _gather_padded(F, pp, Rq, Wq, kh, kw, sh, sw, dh, dw, OW, r0 // sh, pc, kc, qc, nc, pb, wd)
@@ -375,7 +377,12 @@ def k_convp(F, B, I, J, X, R, p, sbase):
                     for jr in range(0, nc, NR):
                         cols = min(NR, nc - jr)
                         cp = out + ir * ohw + qc + jr
-                        tile_into(F, kc, a, pb + jr * kc, cp, ohw, rows, cols, first, pt)
+                        if pointwise:
+                            # (an edge tile's B rows run up to NR - 1 floats past the row: junk
+                            # columns of the scratch tile only)
+                            tile_into(F, kc, a, xb + pc * H * W + qc + jr, cp, ohw, rows, cols, first, pt, H * W)
+                        else:
+                            tile_into(F, kc, a, pb + jr * kc, cp, ohw, rows, cols, first, pt)
                 pc += kc
             if relu:
                 _relu_rows(F, out, ohw, m0, m1, qc, qc + nc)

@@ -23,7 +23,7 @@ from rammer.ops.conv import window_geometry
 from rammer.ops.registry import OpContext
 
 from .ewops import BLOCK
-from .kernels_conv import (FORM_DIRECT, FORM_PIXEL_ROWS, FORM_TRANSPOSED, WEIGHTS_IN_L2, pack_weights,
+from .kernels_conv import (FORM_DIRECT, FORM_PIXEL_ROWS, FORM_TRANSPOSED, pack_weights,
                            panel_columns)
 from .lower_linalg import _dwconv_op, _epilogue, _resolve, _unfuse, _window_desc
 from .ops import CpuOp, EmitContext, Row, split_range
@@ -225,9 +225,9 @@ def conv_form(mg: int, ohw: int, K: int = 0, taps: int = 1) -> int:
 
     The pixel-row form needs no gather but pays a transposed store per tile,
     so it needs depth: measured (docs/benchmarks.md) it wins on every 3x3 or
-    larger conv with K >= 64 (15-40%), and on 1x1 convs whose weights stay in
-    L2 (tiles are then walked outermost and each tile's input read once); big
-    1x1 convs keep the direct form, whose packed pixel panel serves all rows.
+    larger conv with K >= 64 (15-40%).  1x1 convs keep the direct form: at
+    stride 1 its micro-kernel reads the input planes in place (no gather
+    either), and it was as fast or faster on every 1x1 measured, strided too.
     Among the eligible forms the one that fills its tiles best wins.
     """
     if FORCE_FORM is not None:
@@ -238,8 +238,7 @@ def conv_form(mg: int, ohw: int, K: int = 0, taps: int = 1) -> int:
     fills = {FORM_DIRECT: used(mg, ohw, MR, NR), FORM_TRANSPOSED: used(ohw, mg, MR, NR) / 1.25}
     if ohw > IMPLICIT_NC:
         del fills[FORM_TRANSPOSED]
-    pointwise_fits = taps == 1 and K >= 96 and -(-mg // PX_NR) * PX_NR * K <= WEIGHTS_IN_L2
-    if (taps > 1 and K >= 64) or pointwise_fits:
+    if taps > 1 and K >= 64:
         fills[FORM_PIXEL_ROWS] = used(ohw, mg, PX_MR, PX_NR) * 1.15
     return max(fills, key=lambda f: (fills[f], f == FORM_DIRECT))
 

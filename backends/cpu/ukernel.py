@@ -41,6 +41,7 @@ SYMBOL = "rammer_cpu_ukernel"
 ROWS_SYMBOL = "rammer_cpu_ukernel_rows"
 SWEEP_SYMBOL = "rammer_cpu_tap_sweep"
 ROWSWEEP_SYMBOL = "rammer_cpu_row_sweep"
+LDB_SYMBOL = "rammer_cpu_ukernel_ldb"
 
 
 def _host_features() -> tuple[str, str, set[str]]:
@@ -61,6 +62,7 @@ PX_MR, PX_NR = (8, 32) if WIDTH == 16 else (4, 16)
 def _module() -> ir.Module:
     mod = ir.Module(name="rammer_ukernel")
     _add_packed_kernel(mod)
+    _add_packed_kernel(mod, strided_b=True)
     _add_pixel_row_kernel(mod, PX_MR, PX_NR, WIDTH)
     _add_tap_sweep(mod, WIDTH)
     _add_row_sweep(mod, WIDTH)
@@ -80,7 +82,8 @@ def _splat(bld: ir.IRBuilder, value: ir.Value, vec: ir.VectorType) -> ir.Value:
 
 
 def _k_loop(fn: ir.Function, entry: ir.IRBuilder, k: ir.Value, rows: int, width: int, cols: int,
-            b: ir.Value, a_row: "Callable[[ir.IRBuilder, ir.Value, int], ir.Value]") -> tuple[ir.IRBuilder, list]:
+            b: ir.Value, a_row: "Callable[[ir.IRBuilder, ir.Value, int], ir.Value]",
+            ldb: ir.Value | None = None) -> tuple[ir.IRBuilder, list]:
     """The register-blocked loop both kernels share: for kk < k, ``acc[r][v] += splat(*a_row(kk, r))
     * b[kk*cols + v*width:...]``, the rows x cols accumulators held in registers as phi nodes.
 
@@ -105,7 +108,7 @@ def _k_loop(fn: ir.Function, entry: ir.IRBuilder, k: ir.Value, rows: int, width:
     bld.cbranch(bld.icmp_signed("<", kk, k), body, done)
 
     bld = ir.IRBuilder(body)
-    bbase = bld.gep(b, [bld.mul(kk, ir.Constant(i64, cols))])
+    bbase = bld.gep(b, [bld.mul(kk, ir.Constant(i64, cols) if ldb is None else ldb)])
     bvals = [bld.load(bld.bitcast(bld.gep(bbase, [ir.Constant(i64, v * width)]), vec.as_pointer()), align=4)
              for v in range(nv)]
     new_accs = []
@@ -346,19 +349,26 @@ def tap_sweep_module(width: int) -> ir.Module:
     return mod
 
 
-def _add_packed_kernel(mod: ir.Module) -> None:
+def _add_packed_kernel(mod: ir.Module, strided_b: bool = False) -> None:
+    """``(k, a, b, c, ldc, acc)``, or with ``strided_b`` ``(k, a, b, ldb, c, ldc, acc)``: B's k-th
+    row at ``b + k*ldb`` instead of packed NR wide (a pointwise convolution reads its input
+    planes in place)."""
     f32 = ir.FloatType()
     i64 = ir.IntType(64)
     vec = ir.VectorType(f32, WIDTH)
     nv = NR // WIDTH
     fp = f32.as_pointer()
-    fn = ir.Function(mod, ir.FunctionType(ir.VoidType(), [i64, fp, fp, fp, i64, i64]), name=SYMBOL)
-    k, a, b, c, ldc, acc = fn.args
-    for arg, name in zip(fn.args, ("k", "a", "b", "c", "ldc", "acc")):
+    names = ("k", "a", "b", "ldb", "c", "ldc", "acc") if strided_b else ("k", "a", "b", "c", "ldc", "acc")
+    types_ = [{"k": i64, "ldb": i64, "ldc": i64, "acc": i64}.get(n, fp) for n in names]
+    fn = ir.Function(mod, ir.FunctionType(ir.VoidType(), types_), name=LDB_SYMBOL if strided_b else SYMBOL)
+    for arg, name in zip(fn.args, names):
         arg.name = name
+    args = dict(zip(names, fn.args))
+    k, a, b, c, ldc, acc = (args[n] for n in ("k", "a", "b", "c", "ldc", "acc"))
     bld = ir.IRBuilder(fn.append_basic_block("entry"))
     bld, accs = _k_loop(fn, bld, k, MR, WIDTH, NR, b,
-                        lambda bld, kk, r: bld.gep(a, [bld.add(bld.mul(kk, ir.Constant(i64, MR)), ir.Constant(i64, r))]))
+                        lambda bld, kk, r: bld.gep(a, [bld.add(bld.mul(kk, ir.Constant(i64, MR)), ir.Constant(i64, r))]),
+                        args.get("ldb"))
     add = fn.append_basic_block("add")
     put = fn.append_basic_block("put")
     bld.cbranch(bld.icmp_signed("!=", acc, ir.Constant(i64, 0)), add, put)
@@ -405,10 +415,12 @@ ADDRESS = _ENGINE.get_function_address(SYMBOL)
 ROWS_ADDRESS = _ENGINE.get_function_address(ROWS_SYMBOL)
 SWEEP_ADDRESS = _ENGINE.get_function_address(SWEEP_SYMBOL)
 ROWSWEEP_ADDRESS = _ENGINE.get_function_address(ROWSWEEP_SYMBOL)
+LDB_ADDRESS = _ENGINE.get_function_address(LDB_SYMBOL)
 llvm.add_symbol(SYMBOL, ADDRESS)
 llvm.add_symbol(ROWS_SYMBOL, ROWS_ADDRESS)
 llvm.add_symbol(SWEEP_SYMBOL, SWEEP_ADDRESS)
 llvm.add_symbol(ROWSWEEP_SYMBOL, ROWSWEEP_ADDRESS)
+llvm.add_symbol(LDB_SYMBOL, LDB_ADDRESS)
 #: The kernel as a ctypes function, for tests.
 CFUNC = ctypes.CFUNCTYPE(None, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
                          ctypes.c_int64)(ADDRESS)
@@ -416,6 +428,9 @@ CFUNC = ctypes.CFUNCTYPE(None, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p,
 ROWS_CFUNCTYPE = ctypes.CFUNCTYPE(None, ctypes.c_int64, *[ctypes.c_void_p] * 5, ctypes.c_int64, ctypes.c_int64)
 #: ctypes type of the tap sweep: (p, toff, w, ntaps, nvec, acc).
 SWEEP_CFUNCTYPE = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * 3, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p)
+#: The strided-B kernel as a ctypes function, for tests: (k, a, b, ldb, c, ldc, acc).
+LDB_CFUNC = ctypes.CFUNCTYPE(None, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p,
+                             ctypes.c_int64, ctypes.c_int64)(LDB_ADDRESS)
 #: ctypes type of the row sweep: (k, p, w, wq, oh, ncv, acc).
 ROWSWEEP_CFUNCTYPE = ctypes.CFUNCTYPE(None, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
                                       ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p)
@@ -484,3 +499,11 @@ def row_sweep(typingctx, k, P, p_off, Wt, w_off, wq, oh, ncv, A, a_off):
         return None
     sig = types.none(k, P, p_off, Wt, w_off, wq, oh, ncv, A, a_off)
     return sig, _call_codegen(ROWSWEEP_SYMBOL, "iffiiif")
+
+
+@intrinsic
+def ukernel_ldb(typingctx, k, A, a_off, B, b_off, ldb, C, c_off, ldc, acc):
+    """:func:`ukernel` with B's k-th row at ``B[b_off + k*ldb]`` (unpacked)."""
+    if not _arrays_are(types.float32, A, B, C):
+        return None
+    return types.none(k, A, a_off, B, b_off, ldb, C, c_off, ldc, acc), _call_codegen(LDB_SYMBOL, "iffifii")

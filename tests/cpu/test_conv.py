@@ -166,9 +166,9 @@ def test_conv_form_choice():
     assert form(64, 1024, 576, 9) == FORM_PIXEL_ROWS      # ResNeXt's grouped 3x3
     assert form(256, 64, 2304, 9) == FORM_PIXEL_ROWS      # ... on an 8x8 plane
     assert form(64, 4, 576, 9) == FORM_PIXEL_ROWS         # deep 3x3 on a 2x2 plane: half of each 8-pixel tile
-    assert form(1024, 1024, 256, 1) == FORM_DIRECT        # big 1x1: its weights do not stay in L2
-    assert form(32, 1024, 192, 1) == FORM_PIXEL_ROWS      # small 1x1 (NASNet's projections)
-    assert form(32, 1024, 32, 1) == FORM_DIRECT           # too shallow
+    assert form(1024, 1024, 256, 1) == FORM_DIRECT        # 1x1 convs: the direct form reads their input in place
+    assert form(32, 1024, 192, 1) == FORM_DIRECT
+    assert form(32, 1024, 32, 1) == FORM_DIRECT
 
 
 def test_pack_weights_nr_wide_panels():

@@ -117,3 +117,22 @@ def test_row_sweep_is_a_stride_one_window(width, k, oh, ncv):
     for r in range(oh):
         untouched[r * wq:r * wq + cols] = False
     assert (acc[untouched] == 7.0).all()
+
+
+@pytest.mark.parametrize("accumulate", [0, 1])
+def test_strided_b_microkernel_reads_rows_in_place(accumulate):
+    """The 1x1-conv kernel: B's k-th row ``ldb`` floats after the previous one, not packed."""
+    rng = np.random.default_rng(5)
+    k, ldb, ldc = 19, 70, 45
+    a = rng.standard_normal(k * uk.MR).astype(np.float32)            # packed MR wide
+    b = rng.standard_normal(k * ldb + uk.NR).astype(np.float32)
+    c = rng.standard_normal(uk.MR * ldc).astype(np.float32)
+    before = c.copy()
+    uk.LDB_CFUNC(k, a.ctypes.data, b[3:].ctypes.data, ldb, c.ctypes.data, ldc, accumulate)
+    bm = np.stack([b[3 + kk * ldb:3 + kk * ldb + uk.NR] for kk in range(k)]).astype(np.float64)
+    want = a.reshape(k, uk.MR).T.astype(np.float64) @ bm
+    got = c.reshape(uk.MR, ldc)
+    if accumulate:
+        want += before.reshape(uk.MR, ldc)[:, :uk.NR]
+    np.testing.assert_allclose(got[:, :uk.NR], want, rtol=1e-5, atol=1e-4)
+    np.testing.assert_array_equal(got[:, uk.NR:], before.reshape(uk.MR, ldc)[:, uk.NR:])
