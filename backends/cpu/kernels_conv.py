@@ -62,7 +62,7 @@ f32 = np.float32
 _JIT = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
 
 (C_GROUPS, C_CG, C_MG, C_WPACK, C_MPAD, C_KC, C_NC, C_EPI, C_PANEL, C_WP, C_FORM, C_BIAS,
- C_RELU, C_RES) = range(WIN_LEN, WIN_LEN + 14)
+ C_RELU, C_RES, C_INPLACE) = range(WIN_LEN, WIN_LEN + 15)
 FORM_DIRECT, FORM_TRANSPOSED, FORM_PIXEL_ROWS = 0, 1, 2
 
 
@@ -322,6 +322,8 @@ def k_convp(F, B, I, J, X, R, p, sbase):
     bias = X[d + C_BIAS]
     relu = X[d + C_RELU]
     res = X[d + C_RES]
+    # a 1x1 stride-1 conv's micro-kernel may read B's rows from the input planes in place
+    inplace = X[d + C_INPLACE] != 0
     init = bias >= 0 or res >= 0
     trans = form == FORM_TRANSPOSED
     wd = MR if trans else NR
@@ -360,7 +362,7 @@ def k_convp(F, B, I, J, X, R, p, sbase):
             pc = 0
             while pc < K:
                 kc = min(KC, K - pc)
-                if pointwise and not trans:
+                if inplace:
                     pass  # the micro-kernel reads B's rows straight from the input planes
                 elif pointwise:
                     _gather_pointwise(F, xb, H, W, pc, kc, qc, nc, pb, wd)
@@ -377,7 +379,7 @@ def k_convp(F, B, I, J, X, R, p, sbase):
                     for jr in range(0, nc, NR):
                         cols = min(NR, nc - jr)
                         cp = out + ir * ohw + qc + jr
-                        if pointwise:
+                        if inplace:
                             # (an edge tile's B rows run up to NR - 1 floats past the row: junk
                             # columns of the scratch tile only)
                             tile_into(F, kc, a, xb + pc * H * W + qc + jr, cp, ohw, rows, cols, first, pt, H * W)
