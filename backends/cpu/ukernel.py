@@ -385,20 +385,67 @@ def _add_packed_kernel(mod: ir.Module, strided_b: bool = False) -> None:
         bld.ret_void()
 
 
-def compile_module(mod: ir.Module) -> object:
-    """An MCJIT engine holding ``mod`` compiled for this CPU (keep it alive while its code is used)."""
+def _object_cache_path(text: str) -> str | None:
+    """Where the machine code of module ``text`` for this CPU is cached (beside numba's cache)."""
+    import hashlib
+    import os
+
+    import llvmlite
+    from numba.core import config
+
+    key = hashlib.sha256("\n".join((text, CPU_NAME, CPU_FEATURES, llvmlite.__version__)).encode()).hexdigest()[:24]
+    folder = config.CACHE_DIR or os.path.join(os.path.dirname(os.path.abspath(__file__)), "__pycache__")
+    return os.path.join(folder, f"rammer-ukernel-{key}.o")
+
+
+def compile_module(mod: ir.Module, cache: bool = False) -> object:
+    """An MCJIT engine holding ``mod`` compiled for this CPU (keep it alive while its code is used).
+
+    With ``cache``, the machine code is kept on disk keyed by the module's text, the CPU and
+    llvmlite's version, and loaded instead of optimising and compiling again (about 0.3 s at
+    every start of a process otherwise).  A missing, unreadable or unwritable cache only costs
+    the compile."""
+    import hashlib
+    import os
+    import tempfile
+
     target = llvm.Target.from_default_triple()
     tm = target.create_target_machine(cpu=CPU_NAME, features=CPU_FEATURES, opt=3)
-    parsed = llvm.parse_assembly(str(mod))
+    text = str(mod)
+    parsed = llvm.parse_assembly(text)
     parsed.verify()
-    try:
-        pto = llvm.create_pipeline_tuning_options(speed_level=3)
-        pto.loop_unrolling = False  # unrolled by 2, the pixel-row kernel's loop spills its accumulators
-        pb = llvm.create_pass_builder(tm, pto)
-        pb.getModulePassManager().run(parsed, pb)
-    except AttributeError:  # older llvmlite: the phi form needs no optimisation to be register-resident
-        pass
+    path = _object_cache_path(text) if cache else None
+    cached = None
+    if path is not None:
+        try:
+            with open(path, "rb") as f:
+                blob = f.read()
+            # the file ends with the SHA-256 of the code: a damaged file is compiled over, never loaded
+            if len(blob) > 32 and hashlib.sha256(blob[:-32]).digest() == blob[-32:]:
+                cached = blob[:-32]
+        except OSError:
+            cached = None
+    if cached is None:
+        try:
+            pto = llvm.create_pipeline_tuning_options(speed_level=3)
+            pto.loop_unrolling = False  # unrolled by 2, the pixel-row kernel's loop spills its accumulators
+            pb = llvm.create_pass_builder(tm, pto)
+            pb.getModulePassManager().run(parsed, pb)
+        except AttributeError:  # older llvmlite: the phi form needs no optimisation to be register-resident
+            pass
     engine = llvm.create_mcjit_compiler(parsed, tm)
+    if path is not None:
+        def notify(module: object, data: bytes) -> None:
+            try:  # atomically: a concurrent reader sees the old file or the whole new one
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".ukernel-")
+                with os.fdopen(fd, "wb") as f:
+                    f.write(bytes(data) + hashlib.sha256(bytes(data)).digest())
+                os.replace(tmp, path)
+            except OSError:
+                pass
+
+        engine.set_object_cache(notify, lambda module: cached)
     engine.finalize_object()
     return engine
 
@@ -410,7 +457,7 @@ def pixel_row_module(rows: int, cols: int, width: int) -> ir.Module:
     return mod
 
 
-_ENGINE = compile_module(_module())
+_ENGINE = compile_module(_module(), cache=True)
 ADDRESS = _ENGINE.get_function_address(SYMBOL)
 ROWS_ADDRESS = _ENGINE.get_function_address(ROWS_SYMBOL)
 SWEEP_ADDRESS = _ENGINE.get_function_address(SWEEP_SYMBOL)

@@ -136,3 +136,31 @@ def test_strided_b_microkernel_reads_rows_in_place(accumulate):
         want += before.reshape(uk.MR, ldc)[:, :uk.NR]
     np.testing.assert_allclose(got[:, :uk.NR], want, rtol=1e-5, atol=1e-4)
     np.testing.assert_array_equal(got[:, uk.NR:], before.reshape(uk.MR, ldc)[:, uk.NR:])
+
+
+def test_machine_code_cache_is_used_and_damage_is_ignored(tmp_path, monkeypatch):
+    """compile_module(cache=True) keeps the machine code on disk; a damaged file is compiled over."""
+    from numba.core import config
+
+    monkeypatch.setattr(config, "CACHE_DIR", str(tmp_path))
+    mod = uk.tap_sweep_module(8)
+    path = uk._object_cache_path(str(mod))
+    rng = np.random.default_rng(0)
+    p = rng.standard_normal(200).astype(np.float32)
+    toff = np.array([0, 3, 17], np.int64)
+    w = rng.standard_normal(3).astype(np.float32)
+    want = sum(w[t].astype(np.float64) * p[toff[t]:toff[t] + 16] for t in range(3))
+
+    def run(engine):
+        acc = np.zeros(16, np.float32)
+        fn = uk.SWEEP_CFUNCTYPE(engine.get_function_address(uk.SWEEP_SYMBOL))
+        fn(p.ctypes.data, toff.ctypes.data, w.ctypes.data, 3, 2, acc.ctypes.data)
+        np.testing.assert_allclose(acc, want, rtol=1e-5, atol=1e-5)
+
+    run(uk.compile_module(mod, cache=True))   # compiles and writes
+    written = open(path, "rb").read()
+    run(uk.compile_module(mod, cache=True))   # loads
+    with open(path, "wb") as f:               # damaged: one byte of the code flipped
+        f.write(bytes([written[0] ^ 0xFF]) + written[1:])
+    run(uk.compile_module(mod, cache=True))   # compiled again, file rewritten
+    assert open(path, "rb").read() == written
