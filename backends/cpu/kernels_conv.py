@@ -56,7 +56,8 @@ from .atomics import copy_block
 from .kernels_ew import ew_epilogue
 from .kernels_gemm import tile_into
 from .kernels_window import W_OUT, W_X, WIN_LEN, read_window
-from .ukernel import MR, NR, PX_MR, PX_NR, ukernel, ukernel_rows
+from .ukernel import (EPI_ACCUMULATE, EPI_BIAS, EPI_RELU, EPI_RESIDUAL, MR, NR, PX_MR, PX_NR, ukernel, ukernel_ldb,
+                      ukernel_rows)
 
 f32 = np.float32
 _JIT = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
@@ -295,6 +296,32 @@ def _init_rows(F, out, ohw, bias, res, m0, m1, q0, q1):
 
 
 @njit(**_JIT)
+def _pointwise_tile(F, kc, a, b, hw, cp, ohw, rows, cols, flags, bias_at, res_at, pt):
+    """One tile of a 1x1 stride-1 conv, B's rows read in place from the input planes (row
+    stride ``hw``), the EPI_* epilogue ``flags`` applied as it is stored; an edge tile goes
+    through the scratch tile at ``pt`` and gets its epilogue here.  (Its B rows run up to
+    NR - 1 floats past a plane's row: junk columns of the scratch tile only.)"""
+    if rows == MR and cols == NR:
+        ukernel_ldb(kc, F, a, F, b, hw, F, cp, ohw, flags, F, bias_at if flags & EPI_BIAS else cp,
+                    F, res_at if flags & EPI_RESIDUAL else cp, ohw)
+        return
+    ukernel_ldb(kc, F, a, F, b, hw, F, pt, NR, 0, F, pt, F, pt, NR)
+    for r in range(rows):
+        crow = F[cp + r * ohw:cp + r * ohw + cols]
+        trow = F[pt + r * NR:pt + r * NR + cols]
+        bv = F[bias_at + r] if flags & EPI_BIAS else f32(0.0)
+        for j in range(cols):
+            v = trow[j] + bv
+            if flags & EPI_ACCUMULATE:
+                v += crow[j]
+            if flags & EPI_RESIDUAL:
+                v += F[np.uint64(res_at + r * ohw + j)]
+            if flags & EPI_RELU:
+                v = v if (v > f32(0.0) or v != v) else f32(0.0)
+            crow[j] = v
+
+
+@njit(**_JIT)
 def _relu_rows(F, out, ohw, m0, m1, q0, q1):
     """ReLU in place over out[m0:m1, q0:q1] (NaN stays NaN, as in the interpreter)."""
     for m in range(m0, m1):
@@ -356,7 +383,7 @@ def k_convp(F, B, I, J, X, R, p, sbase):
         qc = p[5]
         while qc < p[6]:
             nc = min(NC, p[6] - qc)
-            if init:
+            if init and not inplace:
                 _init_rows(F, out, ohw, bias + g * mg if bias >= 0 else -1,
                            res + (n * M + g * mg) * ohw if res >= 0 else -1, m0, m1, qc, qc + nc)
             pc = 0
@@ -380,13 +407,16 @@ def k_convp(F, B, I, J, X, R, p, sbase):
                         cols = min(NR, nc - jr)
                         cp = out + ir * ohw + qc + jr
                         if inplace:
-                            # (an edge tile's B rows run up to NR - 1 floats past the row: junk
-                            # columns of the scratch tile only)
-                            tile_into(F, kc, a, xb + pc * H * W + qc + jr, cp, ohw, rows, cols, first, pt, H * W)
+                            # bias and residual with the first K block, ReLU with the last
+                            flags = ((0 if pc == 0 else EPI_ACCUMULATE) | (EPI_BIAS if pc == 0 and bias >= 0 else 0)
+                                     | (EPI_RESIDUAL if pc == 0 and res >= 0 else 0)
+                                     | (EPI_RELU if relu and pc + kc >= K else 0))
+                            _pointwise_tile(F, kc, a, xb + pc * H * W + qc + jr, H * W, cp, ohw, rows, cols, flags,
+                                            bias + g * mg + ir, res + (n * M + g * mg + ir) * ohw + qc + jr, pt)
                         else:
                             tile_into(F, kc, a, pb + jr * kc, cp, ohw, rows, cols, first, pt)
                 pc += kc
-            if relu:
+            if relu and not inplace:
                 _relu_rows(F, out, ohw, m0, m1, qc, qc + nc)
             if epi >= 0:
                 ew_epilogue(F, X, R, epi, b * mg + m0, b * mg + m1, qc, qc + nc, sbase)

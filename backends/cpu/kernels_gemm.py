@@ -27,7 +27,7 @@ from numba import njit
 
 from .blas import HAVE_BLAS, sgemm
 from .kernels_ew import ew_epilogue
-from .ukernel import MR, NR, ukernel, ukernel_ldb
+from .ukernel import MR, NR, ukernel
 
 f32 = np.float32
 _JIT = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
@@ -104,20 +104,13 @@ def _pack_b(F, b_off, b_rs, b_cs, p0, kc, j0, nc, P):
 
 
 @njit(**_JIT)
-def tile_into(F, kc, a, b, cp, ldc, rows, cols, first, pt, ldb=0):
+def tile_into(F, kc, a, b, cp, ldc, rows, cols, first, pt):
     """One micro-kernel tile into C at ``cp`` (row stride ``ldc``): in place when it is whole,
-    else through the scratch tile at ``pt``, copying (``first``) or adding its ``rows x cols`` corner.
-    B is packed NR wide, or (``ldb`` > 0) rows ``ldb`` apart, read in place."""
+    else through the scratch tile at ``pt``, copying (``first``) or adding its ``rows x cols`` corner."""
     if rows == MR and cols == NR:
-        if ldb:
-            ukernel_ldb(kc, F, a, F, b, ldb, F, cp, ldc, 0 if first else 1)
-        else:
-            ukernel(kc, F, a, F, b, F, cp, ldc, 0 if first else 1)
+        ukernel(kc, F, a, F, b, F, cp, ldc, 0 if first else 1)
         return
-    if ldb:
-        ukernel_ldb(kc, F, a, F, b, ldb, F, pt, NR, 0)
-    else:
-        ukernel(kc, F, a, F, b, F, pt, NR, 0)
+    ukernel(kc, F, a, F, b, F, pt, NR, 0)
     tile = F[pt:pt + MR * NR]
     for r in range(rows):
         crow = F[cp + r * ldc:cp + r * ldc + cols]

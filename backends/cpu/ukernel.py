@@ -349,6 +349,42 @@ def tap_sweep_module(width: int) -> ir.Module:
     return mod
 
 
+#: Epilogue flags of the strided-B kernel's ``acc`` argument.
+EPI_ACCUMULATE, EPI_BIAS, EPI_RESIDUAL, EPI_RELU = 1, 2, 4, 8
+
+
+def _fused_store(bld: ir.IRBuilder, accs: list, c: ir.Value, ldc: ir.Value, flags: ir.Value, bias: ir.Value,
+                 res: ir.Value, ldr: ir.Value, rows: int, cols: int, width: int) -> None:
+    """Store the tile as ``relu?(tile (+ C) (+ bias[r]) (+ res[r*ldr + j]))`` per ``flags``.
+
+    A convolution's bias, residual Add and ReLU applied while the tile is in registers, instead
+    of a pass over the output before (bias, residual) and after (ReLU) the GEMM.  Operands whose
+    flag is off are still read (the caller points them at valid memory) and then dropped."""
+    i64 = ir.IntType(64)
+    vec = ir.VectorType(ir.FloatType(), width)
+    zero = ir.Constant(vec, [0.0] * width)
+
+    def on(bit: int) -> ir.Value:
+        return bld.icmp_unsigned("!=", bld.and_(flags, ir.Constant(i64, bit)), ir.Constant(i64, 0))
+
+    acc_on, bias_on, res_on, relu_on = (on(b) for b in (EPI_ACCUMULATE, EPI_BIAS, EPI_RESIDUAL, EPI_RELU))
+    for r in range(rows):
+        rowp = bld.gep(c, [bld.mul(ir.Constant(i64, r), ldc)])
+        resp = bld.gep(res, [bld.mul(ir.Constant(i64, r), ldr)])
+        b = _splat(bld, bld.load(bld.gep(bias, [ir.Constant(i64, r)]), align=4), vec)
+        for v in range(cols // width):
+            ptr = bld.bitcast(bld.gep(rowp, [ir.Constant(i64, v * width)]), vec.as_pointer())
+            val = accs[r][v]
+            val = bld.select(acc_on, bld.fadd(val, bld.load(ptr, align=4)), val)
+            val = bld.select(bias_on, bld.fadd(val, b), val)
+            rv = bld.load(bld.bitcast(bld.gep(resp, [ir.Constant(i64, v * width)]), vec.as_pointer()), align=4)
+            val = bld.select(res_on, bld.fadd(val, rv), val)
+            # ReLU with NaN kept: x where (x > 0 or unordered), else 0
+            val = bld.select(relu_on, bld.select(bld.fcmp_unordered(">", val, zero), val, zero), val)
+            bld.store(val, ptr, align=4)
+    bld.ret_void()
+
+
 def _add_packed_kernel(mod: ir.Module, strided_b: bool = False) -> None:
     """``(k, a, b, c, ldc, acc)``, or with ``strided_b`` ``(k, a, b, ldb, c, ldc, acc)``: B's k-th
     row at ``b + k*ldb`` instead of packed NR wide (a pointwise convolution reads its input
@@ -358,8 +394,9 @@ def _add_packed_kernel(mod: ir.Module, strided_b: bool = False) -> None:
     vec = ir.VectorType(f32, WIDTH)
     nv = NR // WIDTH
     fp = f32.as_pointer()
-    names = ("k", "a", "b", "ldb", "c", "ldc", "acc") if strided_b else ("k", "a", "b", "c", "ldc", "acc")
-    types_ = [{"k": i64, "ldb": i64, "ldc": i64, "acc": i64}.get(n, fp) for n in names]
+    names = (("k", "a", "b", "ldb", "c", "ldc", "acc", "bias", "res", "ldr") if strided_b
+             else ("k", "a", "b", "c", "ldc", "acc"))
+    types_ = [{"k": i64, "ldb": i64, "ldc": i64, "acc": i64, "ldr": i64}.get(n, fp) for n in names]
     fn = ir.Function(mod, ir.FunctionType(ir.VoidType(), types_), name=LDB_SYMBOL if strided_b else SYMBOL)
     for arg, name in zip(fn.args, names):
         arg.name = name
@@ -371,6 +408,13 @@ def _add_packed_kernel(mod: ir.Module, strided_b: bool = False) -> None:
                         args.get("ldb"))
     add = fn.append_basic_block("add")
     put = fn.append_basic_block("put")
+    if strided_b:
+        # ``acc`` holds epilogue flags (EPI_*): anything beyond accumulating goes to its own block
+        epi = fn.append_basic_block("epilogue")
+        plain = fn.append_basic_block("plain")
+        bld.cbranch(bld.icmp_unsigned(">", acc, ir.Constant(i64, EPI_ACCUMULATE)), epi, plain)
+        _fused_store(ir.IRBuilder(epi), accs, c, ldc, acc, args["bias"], args["res"], args["ldr"], MR, NR, WIDTH)
+        bld = ir.IRBuilder(plain)
     bld.cbranch(bld.icmp_signed("!=", acc, ir.Constant(i64, 0)), add, put)
     for block, accumulate in ((add, True), (put, False)):
         bld = ir.IRBuilder(block)
@@ -475,9 +519,10 @@ CFUNC = ctypes.CFUNCTYPE(None, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p,
 ROWS_CFUNCTYPE = ctypes.CFUNCTYPE(None, ctypes.c_int64, *[ctypes.c_void_p] * 5, ctypes.c_int64, ctypes.c_int64)
 #: ctypes type of the tap sweep: (p, toff, w, ntaps, nvec, acc).
 SWEEP_CFUNCTYPE = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * 3, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p)
-#: The strided-B kernel as a ctypes function, for tests: (k, a, b, ldb, c, ldc, acc).
+#: The strided-B kernel as a ctypes function, for tests: (k, a, b, ldb, c, ldc, flags, bias, res, ldr).
 LDB_CFUNC = ctypes.CFUNCTYPE(None, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p,
-                             ctypes.c_int64, ctypes.c_int64)(LDB_ADDRESS)
+                             ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p,
+                             ctypes.c_int64)(LDB_ADDRESS)
 #: ctypes type of the row sweep: (k, p, w, wq, oh, ncv, acc).
 ROWSWEEP_CFUNCTYPE = ctypes.CFUNCTYPE(None, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
                                       ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p)
@@ -549,8 +594,10 @@ def row_sweep(typingctx, k, P, p_off, Wt, w_off, wq, oh, ncv, A, a_off):
 
 
 @intrinsic
-def ukernel_ldb(typingctx, k, A, a_off, B, b_off, ldb, C, c_off, ldc, acc):
-    """:func:`ukernel` with B's k-th row at ``B[b_off + k*ldb]`` (unpacked)."""
-    if not _arrays_are(types.float32, A, B, C):
+def ukernel_ldb(typingctx, k, A, a_off, B, b_off, ldb, C, c_off, ldc, flags, Bias, bias_off, Res, res_off, ldr):
+    """:func:`ukernel` with B's k-th row at ``B[b_off + k*ldb]`` (unpacked), stored as
+    ``relu?(tile (+ C) (+ Bias[bias_off + r]) (+ Res[res_off + r*ldr + j]))`` per the EPI_* ``flags``."""
+    if not _arrays_are(types.float32, A, B, C, Bias, Res):
         return None
-    return types.none(k, A, a_off, B, b_off, ldb, C, c_off, ldc, acc), _call_codegen(LDB_SYMBOL, "iffifii")
+    sig = types.none(k, A, a_off, B, b_off, ldb, C, c_off, ldc, flags, Bias, bias_off, Res, res_off, ldr)
+    return sig, _call_codegen(LDB_SYMBOL, "iffifiiffi")

@@ -226,13 +226,18 @@ def test_conv_pixel_row_form_matches_reference(monkeypatch, x_shape, w_shape, at
 @pytest.mark.parametrize("form", [None, FORM_DIRECT, FORM_TRANSPOSED, FORM_PIXEL_ROWS])
 @pytest.mark.parametrize("chain", ["relu", "relu_add_raw", "bias_only", "relu_then_sigmoid", "add_relu",
                                    "add_relu_add_raw", "add_broadcast_relu", "add_relu_both_outputs"])
-def test_conv_bias_residual_and_relu_in_the_kernel(monkeypatch, form, chain):
+@pytest.mark.parametrize("k,kc", [(3, None), (1, None), (1, 24)])
+def test_conv_bias_residual_and_relu_in_the_kernel(monkeypatch, form, chain, k, kc):
     # The kernel adds the bias and a dense residual and applies a ReLU when the value it replaces
     # has no other reader; otherwise (a later member reads it, a broadcast residual) the
     # interpreter does the rest.
+    # 1x1: the direct form reads the input in place and applies the epilogue as each tile is
+    # stored (bias and residual with the first K block, ReLU with the last: kc=24 makes two)
     monkeypatch.setattr(lower_conv, "FORCE_FORM", form)
-    x = rand(1, 16, 10, 11)
-    consts = {"w": rand(40, 16, 3, 3, seed=1), "b": rand(40, seed=2), "zb": rand(1, 40, 1, 1, seed=4)}
+    if kc:
+        monkeypatch.setattr(lower_conv, "IMPLICIT_KC", kc)
+    x = rand(1, 40, 10, 11)
+    consts = {"w": rand(40, 40, k, k, seed=1), "b": rand(40, seed=2), "zb": rand(1, 40, 1, 1, seed=4)}
     feeds = {"x": x, "z": rand(1, 40, 10, 11, seed=3)}
     steps = {
         "relu": [("Relu", ["c"], "r")],
@@ -244,7 +249,7 @@ def test_conv_bias_residual_and_relu_in_the_kernel(monkeypatch, form, chain):
         "add_broadcast_relu": [("Add", ["c", "zb"], "a"), ("Relu", ["a"], "y")],
         "add_relu_both_outputs": [("Add", ["c", "z"], "a"), ("Relu", ["a"], "y")],
     }[chain]
-    nodes = [node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1])]
+    nodes = [node("Conv", ["x", "w", "b"], ["c"], pads=[k // 2] * 4)]
     nodes += [node(op, ins, [out]) for op, ins, out in steps]
     outputs = [steps[-1][2] if steps else "c"] + (["a"] if chain == "add_relu_both_outputs" else [])
     used = {k: v for k, v in consts.items() if any(k in n.input for n in nodes)}

@@ -119,21 +119,33 @@ def test_row_sweep_is_a_stride_one_window(width, k, oh, ncv):
     assert (acc[untouched] == 7.0).all()
 
 
-@pytest.mark.parametrize("accumulate", [0, 1])
-def test_strided_b_microkernel_reads_rows_in_place(accumulate):
-    """The 1x1-conv kernel: B's k-th row ``ldb`` floats after the previous one, not packed."""
+@pytest.mark.parametrize("flags", [0, uk.EPI_ACCUMULATE, uk.EPI_BIAS | uk.EPI_RESIDUAL,
+                                   uk.EPI_ACCUMULATE | uk.EPI_RELU, uk.EPI_BIAS | uk.EPI_RESIDUAL | uk.EPI_RELU])
+def test_strided_b_microkernel_reads_rows_in_place_with_a_fused_epilogue(flags):
+    """The 1x1-conv kernel: B's k-th row ``ldb`` floats after the previous one, not packed; the
+    tile stored as relu?(tile (+ C) (+ bias per row) (+ residual))."""
     rng = np.random.default_rng(5)
-    k, ldb, ldc = 19, 70, 45
+    k, ldb, ldc, ldr = 19, 70, 45, 50
     a = rng.standard_normal(k * uk.MR).astype(np.float32)            # packed MR wide
     b = rng.standard_normal(k * ldb + uk.NR).astype(np.float32)
     c = rng.standard_normal(uk.MR * ldc).astype(np.float32)
+    c[5] = np.nan                                                     # NaN survives the ReLU
+    bias = rng.standard_normal(uk.MR).astype(np.float32)
+    res = rng.standard_normal(uk.MR * ldr).astype(np.float32)
     before = c.copy()
-    uk.LDB_CFUNC(k, a.ctypes.data, b[3:].ctypes.data, ldb, c.ctypes.data, ldc, accumulate)
+    uk.LDB_CFUNC(k, a.ctypes.data, b[3:].ctypes.data, ldb, c.ctypes.data, ldc, flags, bias.ctypes.data,
+                 res.ctypes.data, ldr)
     bm = np.stack([b[3 + kk * ldb:3 + kk * ldb + uk.NR] for kk in range(k)]).astype(np.float64)
     want = a.reshape(k, uk.MR).T.astype(np.float64) @ bm
-    got = c.reshape(uk.MR, ldc)
-    if accumulate:
+    if flags & uk.EPI_ACCUMULATE:
         want += before.reshape(uk.MR, ldc)[:, :uk.NR]
+    if flags & uk.EPI_BIAS:
+        want += bias[:, None]
+    if flags & uk.EPI_RESIDUAL:
+        want += res.reshape(uk.MR, ldr)[:, :uk.NR]
+    if flags & uk.EPI_RELU:
+        want = np.where(np.isnan(want) | (want > 0), want, 0.0)
+    got = c.reshape(uk.MR, ldc)
     np.testing.assert_allclose(got[:, :uk.NR], want, rtol=1e-5, atol=1e-4)
     np.testing.assert_array_equal(got[:, uk.NR:], before.reshape(uk.MR, ldc)[:, uk.NR:])
 
