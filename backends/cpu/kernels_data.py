@@ -38,6 +38,27 @@ def _copy_row(A, src, s, dst, t, n):
 
 
 @njit(**_JIT)
+def row_index(r, d1, d2):
+    """Row ``r`` of the flattened (d0, d1, d2) space as its indices (i0, i1, i2)."""
+    t = r // d2
+    return t // d1, t % d1, r % d2
+
+
+@njit(**_JIT)
+def next_row(i0, i1, i2, d1, d2):
+    """The indices of the row after (i0, i1, i2) in a (d0, d1, d2) space (stepping is cheaper
+    than dividing again: a division per row cost as much as copying a 32-element row)."""
+    i2 += 1
+    if i2 == d2:
+        i2 = 0
+        i1 += 1
+        if i1 == d1:
+            i1 = 0
+            i0 += 1
+    return i0, i1, i2
+
+
+@njit(**_JIT)
 def copy_rows(B, J, I, X, d, r0, r1):
     esize = X[d]
     d1 = X[d + 12]
@@ -45,11 +66,7 @@ def copy_rows(B, J, I, X, d, r0, r1):
     n = X[d + 14]
     s0, s1, s2, s3 = X[d + 2], X[d + 3], X[d + 4], X[d + 5]
     t0, t1, t2, t3 = X[d + 7], X[d + 8], X[d + 9], X[d + 10]
-    # Row r = (i0, i1, i2): divided out once, then stepped (a division per row cost
-    # as much as copying a 32-element row).
-    i2 = r0 % d2
-    i1 = (r0 // d2) % d1
-    i0 = r0 // d2 // d1
+    i0, i1, i2 = row_index(r0, d1, d2)  # then stepped row by row
     for r in range(r0, r1):
         src = X[d + 1] + i0 * s0 + i1 * s1 + i2 * s2
         dst = X[d + 6] + i0 * t0 + i1 * t1 + i2 * t2
@@ -59,13 +76,7 @@ def copy_rows(B, J, I, X, d, r0, r1):
             _copy_row(I, src, s3, dst, t3, n)
         else:
             _copy_row(B, src, s3, dst, t3, n)
-        i2 += 1
-        if i2 == d2:
-            i2 = 0
-            i1 += 1
-            if i1 == d1:
-                i1 = 0
-                i0 += 1
+        i0, i1, i2 = next_row(i0, i1, i2, d1, d2)
 
 
 @njit(**_JIT)
@@ -105,22 +116,13 @@ def k_pad(F, B, I, J, X, R, p, sbase):
     fvalue = R[X[d + 20]]
     b0, b1, b2 = X[d + 11], X[d + 12], X[d + 13]
     S0, S1, S2 = X[d + 15], X[d + 16], X[d + 17]
-    r0 = p[1]
-    o2 = r0 % D2
-    o1 = (r0 // D2) % D1
-    o0 = r0 // D2 // D1
-    for r in range(r0, p[2]):
+    o0, o1, o2 = row_index(p[1], D1, D2)  # then stepped row by row
+    for r in range(p[1], p[2]):
         dst = X[d + 6] + r * D3
         i0 = o0 - b0
         i1 = o1 - b1
         i2 = o2 - b2
-        o2 += 1  # (the next row's coordinates; this row's are in i0..i2)
-        if o2 == D2:
-            o2 = 0
-            o1 += 1
-            if o1 == D1:
-                o1 = 0
-                o0 += 1
+        o0, o1, o2 = next_row(o0, o1, o2, D1, D2)
         inside = 0 <= i0 < S0 and 0 <= i1 < S1 and 0 <= i2 < S2
         lo = min(max(b3, 0), D3)
         hi = min(max(b3 + S3, 0), D3)

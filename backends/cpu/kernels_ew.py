@@ -25,6 +25,7 @@ from numba import carray, cfunc, njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+from .kernels_data import next_row, row_index
 from .ewops import (BLOCK, HDR_LEN, IN_LEN, INSTR_LEN, OUT_LEN, DT_BOOL, DT_F32, DT_I32, DT_I64,
                     OPCODE)
 from .atomics import copy_block
@@ -397,12 +398,6 @@ def _whole_rows_ok(X, ins, outs, nin, nout, d0, d1, d2, d3):
     return True
 
 
-@njit(**_JIT)
-def _row_index(r, d1, d2):
-    """Row ``r`` of the flattened (d0, d1, d2) space as its indices (i0, i1, i2)."""
-    t = r // d2
-    return t // d1, t % d1, r % d2
-
 
 @njit(**_JIT)
 def _row_fill(F, B, I, J, X, q, reg, n, e, d1, d2, d3):
@@ -410,7 +405,7 @@ def _row_fill(F, B, I, J, X, q, reg, n, e, d1, d2, d3):
     whole-rows run: one value per row segment (a bias per output channel)."""
     r = e // d3
     c = e - r * d3
-    i0, i1, i2 = _row_index(r, d1, d2)
+    i0, i1, i2 = row_index(r, d1, d2)
     j = 0
     f32_src = X[q] == DT_F32
     while j < n:
@@ -426,13 +421,7 @@ def _row_fill(F, B, I, J, X, q, reg, n, e, d1, d2, d3):
             _load(F, B, I, J, X[q], off, 0, reg + j, seg)
         j += seg
         c = 0
-        i2 += 1
-        if i2 == d2:
-            i2 = 0
-            i1 += 1
-            if i1 == d1:
-                i1 = 0
-                i0 += 1
+        i0, i1, i2 = next_row(i0, i1, i2, d1, d2)
 
 
 @njit(**_JIT)
@@ -472,7 +461,7 @@ def ew_run(F, B, I, J, X, R, prog, r0, r1, c0, c1, sbase):
             n = min(BLOCK, e1 - e)
         else:
             if c == c0:
-                i0, i1, i2 = _row_index(r, d1, d2)
+                i0, i1, i2 = row_index(r, d1, d2)
             n = min(BLOCK, c1 - c)
         for k in range(nin):
             q = ins + k * IN_LEN
