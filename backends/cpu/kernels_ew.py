@@ -26,7 +26,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from .kernels_data import next_row, row_index
-from .ewops import (BLOCK, HDR_LEN, IN_LEN, INSTR_LEN, OUT_LEN, DT_BOOL, DT_F32, DT_I32, DT_I64,
+from .ewops import (BLOCK, HDR_LEN, IN_LEN, INSTR_LEN, OUT_LEN, DT_BOOL, DT_F32, DT_I64,
                     OPCODE)
 from .atomics import copy_block
 from .fastmath import erf32, exp32, sigmoid32, tanh32
