@@ -491,12 +491,12 @@ def _pixel_rows(F, I, X, R, p, sbase, pb, pointwise, C, H, W, kh, kw, sh, sw, ph
             _pad_phases(F, xb, cg, H, W, ph, pw, r0, Rq, sh, sw, Wq, pp)
         base = xb if pointwise else pp
         qc = p[5]
-        acc = 1 if bias >= 0 or res >= 0 else 0
+        # bias, residual and ReLU applied as each tile is stored (the form has one K block)
+        flags = (EPI_BIAS if bias >= 0 else 0) | (EPI_RESIDUAL if res >= 0 else 0) | (EPI_RELU if relu else 0)
+        bias_g = bias + g * mg
+        res_g = res + (n * M + g * mg) * ohw
         while qc < p[6]:
             qe = min(qc + NC, p[6])
-            if acc:
-                _init_rows(F, out, ohw, bias + g * mg if bias >= 0 else -1,
-                           res + (n * M + g * mg) * ohw if res >= 0 else -1, m0, m1, qc, qe)
             # tiles outer when the group's weights stay in L2 (each tile's input rows are then
             # read from L1 for every channel panel), channel panels outer otherwise
             nq = (qe - qc + PX_MR - 1) // PX_MR
@@ -516,17 +516,23 @@ def _pixel_rows(F, I, X, R, p, sbase, pb, pointwise, C, H, W, kh, kw, sh, sw, ph
                 rows = min(PX_MR, qe - q)
                 if ip == 0 or not tiles_outer:  # tiles outer: one row table serves all its panels
                     _row_table(I, ri, q, rows, OW, Wq, oh_task, pointwise)
+                cp = out + ic * ohw + q
                 if rows == PX_MR and cols == PX_NR:
-                    ukernel_rows(K, F, base, I, ti, I, ri, F, wb, F, out + ic * ohw + q, ohw, acc)
+                    # (operands whose flag is off point at C: valid memory, read and dropped)
+                    ukernel_rows(K, F, base, I, ti, I, ri, F, wb, F, cp, ohw, flags,
+                                 F, bias_g + ic if bias >= 0 else cp, F, res_g + ic * ohw + q if res >= 0 else cp)
                     continue
-                ukernel_rows(K, F, base, I, ti, I, ri, F, wb, F, pt, PX_MR, 0)
+                ukernel_rows(K, F, base, I, ti, I, ri, F, wb, F, pt, PX_MR, 0, F, pt, F, pt)
                 for t in range(cols):
-                    dst = out + (ic + t) * ohw + q
+                    dst = cp + t * ohw
+                    bv = F[bias_g + ic + t] if bias >= 0 else f32(0.0)
                     for r in range(rows):
-                        v = F[np.uint64(pt + t * PX_MR + r)]
-                        F[np.uint64(dst + r)] = F[np.uint64(dst + r)] + v if acc else v
-            if relu:
-                _relu_rows(F, out, ohw, m0, m1, qc, qe)
+                        v = F[np.uint64(pt + t * PX_MR + r)] + bv
+                        if res >= 0:
+                            v += F[np.uint64(res_g + (ic + t) * ohw + q + r)]
+                        if relu:
+                            v = v if (v > f32(0.0) or v != v) else f32(0.0)
+                        F[np.uint64(dst + r)] = v
             if epi >= 0:
                 ew_epilogue(F, X, R, epi, b * mg + m0, b * mg + m1, qc, qe, sbase)
             qc = qe

@@ -42,6 +42,9 @@ ROWS_SYMBOL = "rammer_cpu_ukernel_rows"
 SWEEP_SYMBOL = "rammer_cpu_tap_sweep"
 ROWSWEEP_SYMBOL = "rammer_cpu_row_sweep"
 LDB_SYMBOL = "rammer_cpu_ukernel_ldb"
+#: Epilogue flags of the strided-B and pixel-row kernels (a conv's bias, residual Add and ReLU
+#: applied as the tile is stored).
+EPI_ACCUMULATE, EPI_BIAS, EPI_RESIDUAL, EPI_RELU = 1, 2, 4, 8
 
 
 def _host_features() -> tuple[str, str, set[str]]:
@@ -124,17 +127,19 @@ def _k_loop(fn: ir.Function, entry: ir.IRBuilder, k: ir.Value, rows: int, width:
 
 
 def _add_pixel_row_kernel(mod: ir.Module, rows: int, cols: int, width: int) -> None:
-    """``(k, a, aoff, rowoff, b, c, ldc, acc)``:
-    ``C[j*ldc + r] (+)= sum_k a[aoff[k] + rowoff[r]] * b[k*cols + j]`` for r < rows, j < cols."""
+    """``(k, a, aoff, rowoff, b, c, ldc, flags, bias, res)``: with ``T[r, j] = sum_k a[aoff[k] +
+    rowoff[r]] * b[k*cols + j]`` for r < rows, j < cols, ``C[j*ldc + r] = relu?(T[r, j] (+ C)
+    (+ bias[j]) (+ res[j*ldc + r]))`` per the EPI_* ``flags`` (a conv's epilogue at its one store)."""
     f32 = ir.FloatType()
     i64 = ir.IntType(64)
     vec = ir.VectorType(f32, width)
     nv = cols // width
     fp = f32.as_pointer()
     ip = i64.as_pointer()
-    fn = ir.Function(mod, ir.FunctionType(ir.VoidType(), [i64, fp, ip, ip, fp, fp, i64, i64]), name=ROWS_SYMBOL)
-    k, a, aoff, rowoff, b, c, ldc, acc = fn.args
-    for arg, name in zip(fn.args, ("k", "a", "aoff", "rowoff", "b", "c", "ldc", "acc")):
+    fn = ir.Function(mod, ir.FunctionType(ir.VoidType(), [i64, fp, ip, ip, fp, fp, i64, i64, fp, fp]),
+                     name=ROWS_SYMBOL)
+    k, a, aoff, rowoff, b, c, ldc, acc, bias, res = fn.args
+    for arg, name in zip(fn.args, ("k", "a", "aoff", "rowoff", "b", "c", "ldc", "flags", "bias", "res")):
         arg.name = name
     bld = ir.IRBuilder(fn.append_basic_block("entry"))
     row_offsets = [bld.load(bld.gep(rowoff, [ir.Constant(i64, r)]), align=8) for r in range(rows)]
@@ -154,33 +159,46 @@ def _add_pixel_row_kernel(mod: ir.Module, rows: int, cols: int, width: int) -> N
         for v in range(nv):
             ptr = bld.bitcast(bld.gep(tp, [ir.Constant(i64, r * cols + v * width)]), vec.as_pointer())
             bld.store(accs[r][v], ptr, align=4)
-    bld.call(_add_transpose_store(mod, rows, cols, width), [tp, c, ldc, acc])
+    bld.call(_add_transpose_store(mod, rows, cols, width), [tp, c, ldc, acc, bias, res])
     bld.ret_void()
 
 
 def _add_transpose_store(mod: ir.Module, rows: int, cols: int, width: int) -> ir.Function:
-    """``(tile, c, ldc, acc)``: ``c[j*ldc + r] (+)= tile[r*cols + j]``, loaded and shuffled as vectors."""
+    """``(tile, c, ldc, flags, bias, res)``: ``c[j*ldc + r] = relu?(tile[r*cols + j] (+ c) (+ bias[j])
+    (+ res[j*ldc + r]))``, loaded and shuffled as vectors.  Operands whose flag is off are
+    still read (the caller points them at valid memory) and dropped."""
     f32 = ir.FloatType()
     i64 = ir.IntType(64)
     i32 = ir.IntType(32)
     fp = f32.as_pointer()
     vec = ir.VectorType(f32, width)
-    fn = ir.Function(mod, ir.FunctionType(ir.VoidType(), [fp, fp, i64, i64]), name=ROWS_SYMBOL + "_store")
+    fn = ir.Function(mod, ir.FunctionType(ir.VoidType(), [fp, fp, i64, i64, fp, fp]), name=ROWS_SYMBOL + "_store")
     fn.attributes.add("noinline")
-    tp, c, ldc, acc = fn.args
+    tp, c, ldc, flags, bias, res = fn.args
     bld = ir.IRBuilder(fn.append_basic_block("entry"))
     loaded = [[bld.load(bld.bitcast(bld.gep(tp, [ir.Constant(i64, r * cols + v * width)]), vec.as_pointer()),
                         align=4) for v in range(cols // width)] for r in range(rows)]
     pvec = ir.VectorType(f32, rows)
-    accumulate = bld.icmp_signed("!=", acc, ir.Constant(i64, 0))
+    zero = ir.Constant(pvec, [0.0] * rows)
+
+    def on(bit: int) -> ir.Value:
+        return bld.icmp_unsigned("!=", bld.and_(flags, ir.Constant(i64, bit)), ir.Constant(i64, 0))
+
+    acc_on, bias_on, res_on, relu_on = (on(b) for b in (EPI_ACCUMULATE, EPI_BIAS, EPI_RESIDUAL, EPI_RELU))
     for j in range(cols):
         v, e = divmod(j, width)
         col = ir.Constant(pvec, ir.Undefined)
         for r in range(rows):
             col = bld.insert_element(col, bld.extract_element(loaded[r][v], ir.Constant(i32, e)), ir.Constant(i32, r))
-        ptr = bld.bitcast(bld.gep(c, [bld.mul(ir.Constant(i64, j), ldc)]), pvec.as_pointer())
-        old = bld.load(ptr, align=4)
-        bld.store(bld.select(accumulate, bld.fadd(old, col), col), ptr, align=4)
+        at = bld.mul(ir.Constant(i64, j), ldc)
+        ptr = bld.bitcast(bld.gep(c, [at]), pvec.as_pointer())
+        col = bld.select(acc_on, bld.fadd(bld.load(ptr, align=4), col), col)
+        col = bld.select(bias_on, bld.fadd(col, _splat(bld, bld.load(bld.gep(bias, [ir.Constant(i64, j)]), align=4),
+                                                          pvec)), col)
+        rv = bld.load(bld.bitcast(bld.gep(res, [at]), pvec.as_pointer()), align=4)
+        col = bld.select(res_on, bld.fadd(col, rv), col)
+        col = bld.select(relu_on, bld.select(bld.fcmp_unordered(">", col, zero), col, zero), col)
+        bld.store(col, ptr, align=4)
     bld.ret_void()
     return fn
 
@@ -349,10 +367,6 @@ def tap_sweep_module(width: int) -> ir.Module:
     return mod
 
 
-#: Epilogue flags of the strided-B kernel's ``acc`` argument.
-EPI_ACCUMULATE, EPI_BIAS, EPI_RESIDUAL, EPI_RELU = 1, 2, 4, 8
-
-
 def _fused_store(bld: ir.IRBuilder, accs: list, c: ir.Value, ldc: ir.Value, flags: ir.Value, bias: ir.Value,
                  res: ir.Value, ldr: ir.Value, rows: int, cols: int, width: int) -> None:
     """Store the tile as ``relu?(tile (+ C) (+ bias[r]) (+ res[r*ldr + j]))`` per ``flags``.
@@ -515,8 +529,9 @@ llvm.add_symbol(LDB_SYMBOL, LDB_ADDRESS)
 #: The kernel as a ctypes function, for tests.
 CFUNC = ctypes.CFUNCTYPE(None, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
                          ctypes.c_int64)(ADDRESS)
-#: ctypes type of the pixel-row kernel: (k, a, aoff, rowoff, b, c, ldc, acc).
-ROWS_CFUNCTYPE = ctypes.CFUNCTYPE(None, ctypes.c_int64, *[ctypes.c_void_p] * 5, ctypes.c_int64, ctypes.c_int64)
+#: ctypes type of the pixel-row kernel: (k, a, aoff, rowoff, b, c, ldc, flags, bias, res).
+ROWS_CFUNCTYPE = ctypes.CFUNCTYPE(None, ctypes.c_int64, *[ctypes.c_void_p] * 5, ctypes.c_int64, ctypes.c_int64,
+                                  ctypes.c_void_p, ctypes.c_void_p)
 #: ctypes type of the tap sweep: (p, toff, w, ntaps, nvec, acc).
 SWEEP_CFUNCTYPE = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * 3, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p)
 #: The strided-B kernel as a ctypes function, for tests: (k, a, b, ldb, c, ldc, flags, bias, res, ldr).
@@ -565,13 +580,16 @@ def ukernel(typingctx, k, A, a_off, Bp, b_off, C, c_off, ldc, acc):
 
 
 @intrinsic
-def ukernel_rows(typingctx, k, A, a_off, T, t_off, T2, r_off, Bp, b_off, C, c_off, ldc, acc):
-    """The pixel-row tile: for r < PX_MR and j < PX_NR,
-    ``C[c_off + j*ldc + r] (+)= sum_k A[a_off + T[t_off + k] + T2[r_off + r]] * Bp[b_off + k*PX_NR + j]``."""
-    if not (_arrays_are(types.float32, A, Bp, C) and _arrays_are(types.int64, T, T2)):
+def ukernel_rows(typingctx, k, A, a_off, T, t_off, T2, r_off, Bp, b_off, C, c_off, ldc, flags, Bias, bias_off, Res,
+                 res_off):
+    """The pixel-row tile: for r < PX_MR and j < PX_NR, with
+    ``t = sum_k A[a_off + T[t_off + k] + T2[r_off + r]] * Bp[b_off + k*PX_NR + j]``,
+    ``C[c_off + j*ldc + r] = relu?(t (+ C) (+ Bias[bias_off + j]) (+ Res[res_off + j*ldc + r]))``
+    per the EPI_* ``flags``."""
+    if not (_arrays_are(types.float32, A, Bp, C, Bias, Res) and _arrays_are(types.int64, T, T2)):
         return None
-    sig = types.none(k, A, a_off, T, t_off, T2, r_off, Bp, b_off, C, c_off, ldc, acc)
-    return sig, _call_codegen(ROWS_SYMBOL, "ifqqffii")
+    sig = types.none(k, A, a_off, T, t_off, T2, r_off, Bp, b_off, C, c_off, ldc, flags, Bias, bias_off, Res, res_off)
+    return sig, _call_codegen(ROWS_SYMBOL, "ifqqffiiff")
 
 
 @intrinsic

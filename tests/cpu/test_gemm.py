@@ -49,9 +49,11 @@ def test_packed_gemm_edges_and_transposes(m, n, k, ta, tb):
 
 
 @pytest.mark.parametrize("rows,cols,width", [(uk.PX_MR, uk.PX_NR, uk.WIDTH), (4, 16, 8)])
-@pytest.mark.parametrize("accumulate", [0, 1])
-def test_pixel_row_microkernel_reads_through_tables_and_stores_transposed(rows, cols, width, accumulate):
-    """Both shapes (AVX-512 and AVX2) run here: AVX2 code runs on an AVX-512 CPU too."""
+@pytest.mark.parametrize("flags", [0, uk.EPI_ACCUMULATE, uk.EPI_BIAS | uk.EPI_RELU,
+                                   uk.EPI_BIAS | uk.EPI_RESIDUAL | uk.EPI_RELU])
+def test_pixel_row_microkernel_reads_through_tables_and_stores_transposed(rows, cols, width, flags):
+    """Both shapes (AVX-512 and AVX2) run here: AVX2 code runs on an AVX-512 CPU too; the
+    epilogue (bias per column, residual, ReLU keeping NaN) is applied at the store."""
     rng = np.random.default_rng(2)
     k, ldc = 29, 50
     plane = rng.standard_normal(4000).astype(np.float32)
@@ -59,15 +61,25 @@ def test_pixel_row_microkernel_reads_through_tables_and_stores_transposed(rows, 
     rowoff = np.array([0, 1, 2, 40, 41, 7, 900, 3][:rows], np.int64)  # rows need not be contiguous
     b = rng.standard_normal(k * cols).astype(np.float32)
     c = rng.standard_normal(cols * ldc).astype(np.float32)
+    c[2 * ldc + 1] = np.nan
+    bias = rng.standard_normal(cols).astype(np.float32)
+    res = rng.standard_normal(cols * ldc).astype(np.float32)
     before = c.copy()
     engine = uk.compile_module(uk.pixel_row_module(rows, cols, width))
     fn = uk.ROWS_CFUNCTYPE(engine.get_function_address(uk.ROWS_SYMBOL))
-    fn(k, plane.ctypes.data, aoff.ctypes.data, rowoff.ctypes.data, b.ctypes.data, c.ctypes.data, ldc, accumulate)
+    fn(k, plane.ctypes.data, aoff.ctypes.data, rowoff.ctypes.data, b.ctypes.data, c.ctypes.data, ldc, flags,
+       bias.ctypes.data, res.ctypes.data)
     a = plane[aoff[:, None] + rowoff[None, :]].astype(np.float64)   # k x rows
     want = (a.T @ b.reshape(k, cols).astype(np.float64)).T           # cols x rows
     got = c.reshape(cols, ldc)
-    if accumulate:
+    if flags & uk.EPI_ACCUMULATE:
         want += before.reshape(cols, ldc)[:, :rows]
+    if flags & uk.EPI_BIAS:
+        want += bias[:, None]
+    if flags & uk.EPI_RESIDUAL:
+        want += res.reshape(cols, ldc)[:, :rows]
+    if flags & uk.EPI_RELU:
+        want = np.where(np.isnan(want) | (want > 0), want, 0.0)
     np.testing.assert_allclose(got[:, :rows], want, rtol=1e-5, atol=1e-4)
     np.testing.assert_array_equal(got[:, rows:], before.reshape(cols, ldc)[:, rows:])  # only the tile is written
 
