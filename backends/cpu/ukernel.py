@@ -84,6 +84,25 @@ def _splat(bld: ir.IRBuilder, value: ir.Value, vec: ir.VectorType) -> ir.Value:
     return bld.shuffle_vector(bld.insert_element(undef, value, ir.Constant(ir.IntType(32), 0)), undef, mask)
 
 
+def _epilogue_flags(bld: ir.IRBuilder, flags: ir.Value) -> tuple:
+    """The EPI_* bits of ``flags`` as i1 values: (accumulate, bias, residual, relu)."""
+    i64 = ir.IntType(64)
+    return tuple(bld.icmp_unsigned("!=", bld.and_(flags, ir.Constant(i64, bit)), ir.Constant(i64, 0))
+                 for bit in (EPI_ACCUMULATE, EPI_BIAS, EPI_RESIDUAL, EPI_RELU))
+
+
+def _epilogue(bld: ir.IRBuilder, on: tuple, val: ir.Value, old: ir.Value, bias: ir.Value, res: ir.Value) -> ir.Value:
+    """``relu?(val (+ old) (+ bias) (+ res))`` per ``on`` (:func:`_epilogue_flags`).  Every operand
+    is loaded whether its flag is on or not (the callers point unused ones at valid memory): a
+    select is cheaper than a branch per vector.  The ReLU keeps NaN: x where x > 0 or unordered."""
+    acc_on, bias_on, res_on, relu_on = on
+    val = bld.select(acc_on, bld.fadd(val, old), val)
+    val = bld.select(bias_on, bld.fadd(val, bias), val)
+    val = bld.select(res_on, bld.fadd(val, res), val)
+    zero = ir.Constant(val.type, [0.0] * val.type.count)
+    return bld.select(relu_on, bld.select(bld.fcmp_unordered(">", val, zero), val, zero), val)
+
+
 def _k_loop(fn: ir.Function, entry: ir.IRBuilder, k: ir.Value, rows: int, width: int, cols: int,
             b: ir.Value, a_row: "Callable[[ir.IRBuilder, ir.Value, int], ir.Value]",
             ldb: ir.Value | None = None) -> tuple[ir.IRBuilder, list]:
@@ -179,12 +198,7 @@ def _add_transpose_store(mod: ir.Module, rows: int, cols: int, width: int) -> ir
     loaded = [[bld.load(bld.bitcast(bld.gep(tp, [ir.Constant(i64, r * cols + v * width)]), vec.as_pointer()),
                         align=4) for v in range(cols // width)] for r in range(rows)]
     pvec = ir.VectorType(f32, rows)
-    zero = ir.Constant(pvec, [0.0] * rows)
-
-    def on(bit: int) -> ir.Value:
-        return bld.icmp_unsigned("!=", bld.and_(flags, ir.Constant(i64, bit)), ir.Constant(i64, 0))
-
-    acc_on, bias_on, res_on, relu_on = (on(b) for b in (EPI_ACCUMULATE, EPI_BIAS, EPI_RESIDUAL, EPI_RELU))
+    on = _epilogue_flags(bld, flags)
     for j in range(cols):
         v, e = divmod(j, width)
         col = ir.Constant(pvec, ir.Undefined)
@@ -192,13 +206,9 @@ def _add_transpose_store(mod: ir.Module, rows: int, cols: int, width: int) -> ir
             col = bld.insert_element(col, bld.extract_element(loaded[r][v], ir.Constant(i32, e)), ir.Constant(i32, r))
         at = bld.mul(ir.Constant(i64, j), ldc)
         ptr = bld.bitcast(bld.gep(c, [at]), pvec.as_pointer())
-        col = bld.select(acc_on, bld.fadd(bld.load(ptr, align=4), col), col)
-        col = bld.select(bias_on, bld.fadd(col, _splat(bld, bld.load(bld.gep(bias, [ir.Constant(i64, j)]), align=4),
-                                                          pvec)), col)
+        b = _splat(bld, bld.load(bld.gep(bias, [ir.Constant(i64, j)]), align=4), pvec)
         rv = bld.load(bld.bitcast(bld.gep(res, [at]), pvec.as_pointer()), align=4)
-        col = bld.select(res_on, bld.fadd(col, rv), col)
-        col = bld.select(relu_on, bld.select(bld.fcmp_unordered(">", col, zero), col, zero), col)
-        bld.store(col, ptr, align=4)
+        bld.store(_epilogue(bld, on, col, bld.load(ptr, align=4), b, rv), ptr, align=4)
     bld.ret_void()
     return fn
 
@@ -376,26 +386,15 @@ def _fused_store(bld: ir.IRBuilder, accs: list, c: ir.Value, ldc: ir.Value, flag
     flag is off are still read (the caller points them at valid memory) and then dropped."""
     i64 = ir.IntType(64)
     vec = ir.VectorType(ir.FloatType(), width)
-    zero = ir.Constant(vec, [0.0] * width)
-
-    def on(bit: int) -> ir.Value:
-        return bld.icmp_unsigned("!=", bld.and_(flags, ir.Constant(i64, bit)), ir.Constant(i64, 0))
-
-    acc_on, bias_on, res_on, relu_on = (on(b) for b in (EPI_ACCUMULATE, EPI_BIAS, EPI_RESIDUAL, EPI_RELU))
+    on = _epilogue_flags(bld, flags)
     for r in range(rows):
         rowp = bld.gep(c, [bld.mul(ir.Constant(i64, r), ldc)])
         resp = bld.gep(res, [bld.mul(ir.Constant(i64, r), ldr)])
         b = _splat(bld, bld.load(bld.gep(bias, [ir.Constant(i64, r)]), align=4), vec)
         for v in range(cols // width):
             ptr = bld.bitcast(bld.gep(rowp, [ir.Constant(i64, v * width)]), vec.as_pointer())
-            val = accs[r][v]
-            val = bld.select(acc_on, bld.fadd(val, bld.load(ptr, align=4)), val)
-            val = bld.select(bias_on, bld.fadd(val, b), val)
             rv = bld.load(bld.bitcast(bld.gep(resp, [ir.Constant(i64, v * width)]), vec.as_pointer()), align=4)
-            val = bld.select(res_on, bld.fadd(val, rv), val)
-            # ReLU with NaN kept: x where (x > 0 or unordered), else 0
-            val = bld.select(relu_on, bld.select(bld.fcmp_unordered(">", val, zero), val, zero), val)
-            bld.store(val, ptr, align=4)
+            bld.store(_epilogue(bld, on, accs[r][v], bld.load(ptr, align=4), b, rv), ptr, align=4)
     bld.ret_void()
 
 
