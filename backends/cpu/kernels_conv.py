@@ -273,11 +273,20 @@ def _transposed_block(F, kc, pb, wb, out, ohw, qc, nc, m0, m1, pt, first):
 
 
 # Bias, a residual Add and a ReLU run inside the kernel (descriptor words C_BIAS
-# and C_RES: offsets or -1, C_RELU): the output rows start as bias + residual
-# and every K block accumulates onto them, and the ReLU is one in-place pass
-# while the rows are in cache.  Through the elementwise interpreter a bias
-# cost as much as the GEMM itself on small convolutions (32 -> 32 channels at
-# 32x32: 16.8 us without, 26.6 us with).
+# and C_RES: offsets or -1, C_RELU).  The pixel-row form and 1x1 convs read in
+# place apply them as each tile is stored (the micro-kernels' EPI_* flags; edge
+# tiles when copied out of the scratch tile).  The packed-B direct form and the
+# transposed form start the output rows as bias + residual, accumulate every K
+# block onto them and apply the ReLU in one in-place pass while the rows are in
+# cache.  Through the elementwise interpreter a bias cost as much as the GEMM
+# itself on small convolutions (32 -> 32 channels at 32x32: 16.8 us without,
+# 26.6 us with).
+
+@njit(**_JIT)
+def _relu(x):
+    """ReLU keeping NaN, as the interpreter and the micro-kernels do."""
+    return x if (x > f32(0.0) or x != x) else f32(0.0)
+
 
 @njit(**_JIT)
 def _init_rows(F, out, ohw, bias, res, m0, m1, q0, q1):
@@ -316,9 +325,7 @@ def _pointwise_tile(F, kc, a, b, hw, cp, ohw, rows, cols, flags, bias_at, res_at
                 v += crow[j]
             if flags & EPI_RESIDUAL:
                 v += F[np.uint64(res_at + r * ohw + j)]
-            if flags & EPI_RELU:
-                v = v if (v > f32(0.0) or v != v) else f32(0.0)
-            crow[j] = v
+            crow[j] = _relu(v) if flags & EPI_RELU else v
 
 
 @njit(**_JIT)
@@ -327,8 +334,7 @@ def _relu_rows(F, out, ohw, m0, m1, q0, q1):
     for m in range(m0, m1):
         row = F[out + m * ohw + q0:out + m * ohw + q1]
         for j in range(q1 - q0):
-            x = row[j]
-            row[j] = x if (x > f32(0.0) or x != x) else f32(0.0)
+            row[j] = _relu(row[j])
 
 
 @njit(**_JIT)
@@ -389,11 +395,10 @@ def k_convp(F, B, I, J, X, R, p, sbase):
             pc = 0
             while pc < K:
                 kc = min(KC, K - pc)
-                if inplace:
-                    pass  # the micro-kernel reads B's rows straight from the input planes
-                elif pointwise:
+                # (read in place, the micro-kernel takes B's rows straight from the input planes)
+                if pointwise and not inplace:
                     _gather_pointwise(F, xb, H, W, pc, kc, qc, nc, pb, wd)
-                else:
+                elif not pointwise:
                     _gather_padded(F, pp, Rq, Wq, kh, kw, sh, sw, dh, dw, OW, r0 // sh, pc, kc, qc, nc, pb, wd)
                 first = pc == 0 and not init
                 if trans:
@@ -530,9 +535,7 @@ def _pixel_rows(F, I, X, R, p, sbase, pb, pointwise, C, H, W, kh, kw, sh, sw, ph
                         v = F[np.uint64(pt + t * PX_MR + r)] + bv
                         if res >= 0:
                             v += F[np.uint64(res_g + (ic + t) * ohw + q + r)]
-                        if relu:
-                            v = v if (v > f32(0.0) or v != v) else f32(0.0)
-                        F[np.uint64(dst + r)] = v
+                        F[np.uint64(dst + r)] = _relu(v) if relu else v
             if epi >= 0:
                 ew_epilogue(F, X, R, epi, b * mg + m0, b * mg + m1, qc, qe, sbase)
             qc = qe
