@@ -47,7 +47,9 @@ def read_window(X, d):
 # (``ukernel.tap_sweep``) that keeps blocks of up to 8 vectors of the
 # accumulator in registers across all taps: one broadcast weight and one load
 # per tap and vector (in numba, the accumulator went through memory every few
-# taps and the sweeps took half of a depthwise convolution).
+# taps and the sweeps took half of a depthwise convolution).  3x3 and 5x5 at
+# stride 1 use ``ukernel.row_sweep`` instead (:func:`_row_sweep_fits`), which
+# also reuses each load across the kernel's rows.
 
 #: Sweeps run over L rounded up to a multiple of this: a vectorized loop with a
 #: scalar remainder of up to 15 iterations costs as much as the vector part on
@@ -140,6 +142,12 @@ def _phase_planes(F, src, H, W, ph, pw, sh, sw, Hq, Wq, P, fill, p0):
 
 
 @njit(**_JIT)
+def _row_sweep_fits(kh, kw, sh, sw, dh, dw):
+    """Whether ``ukernel.row_sweep`` serves this window (square 3x3 or 5x5, stride and dilation 1)."""
+    return sh == 1 and sw == 1 and dh == 1 and dw == 1 and kh == kw and (kh == 3 or kh == 5)
+
+
+@njit(**_JIT)
 def _tap_table(I, ti, kh, kw, sh, sw, dh, dw, plane, Wq):
     """I[ti + i*kw + j] = where tap (i, j) starts in the phase planes, for output pixel 0:
     phase ((i*dh) % sh, (j*dw) % sw), row (i*dh) // sh, column (j*dw) // sw.  Computed once
@@ -179,9 +187,9 @@ def k_dwconv(F, B, I, J, X, R, p, sbase):
     tiny = OH * OW <= _TINY_PLANE
     ti = (a0 + Hq * Wq + _SLACK + 1) // 2  # the int64 tap table, after the accumulator
     _tap_table(I, ti, kh, kw, sh, sw, dh, dw, Hq * Wq, Wq)
-    # 3x3 and 5x5 at stride 1: output rows blocked in registers (ukernel.row_sweep); its last
-    # column vector may run past OW (junk columns, and at most WIDTH - 1 floats past the planes)
-    rows_sweep = sh == 1 and sw == 1 and dh == 1 and dw == 1 and kh == kw and (kh == 3 or kh == 5)
+    # the row sweep's last column vector may run past OW (junk columns, and at most WIDTH - 1
+    # floats past the planes)
+    rows_sweep = _row_sweep_fits(kh, kw, sh, sw, dh, dw)
     ncv = (OW + WIDTH - 1) // WIDTH
     for n in range(p[1], p[2]):
         # The epilogue runs over groups of finished planes that are still in L1 (one call per plane is
@@ -307,7 +315,7 @@ def k_pool(F, B, I, J, X, R, p, sbase):
         F[ones + t] = f32(1.0)
     ti = (ones + kh * kw + 1) // 2  # the int64 tap table
     _tap_table(I, ti, kh, kw, sh, sw, dh, dw, plane, Wq)
-    rows_sweep = sh == 1 and sw == 1 and dh == 1 and dw == 1 and kh == kw and (kh == 3 or kh == 5)
+    rows_sweep = _row_sweep_fits(kh, kw, sh, sw, dh, dw)
     ncv = (OW + WIDTH - 1) // WIDTH
     if mode == 1:
         # 1 / (taps counted along each axis): the count is separable.
