@@ -34,11 +34,11 @@ are pixels and its columns output channels (col panels gathered MR wide,
 weights packed NR wide, ``Mpad`` = mg rounded up to NR), and each tile is
 scattered into the output; see :func:`_transposed_block`.
 
-*Pixel-row form* (:func:`_pixel_row_chunk`): no gather at all.  The
-pixel-row micro-kernel (:func:`~.ukernel.ukernel_rows`) reads its PX_MR
-pixel rows straight from the phase planes (or, for a pointwise conv, from
-the input) through a table of one offset per k (channel and tap, built once
-per rTask) and one per pixel row, multiplies them with weights packed PX_NR
+*Pixel-row form* (:func:`_pixel_rows`): no gather at all.  The pixel-row
+micro-kernel (:func:`~.ukernel.ukernel_rows`) reads its PX_MR pixel rows
+straight from the phase planes (or, for an unpadded 1x1 conv at any stride,
+from the input) through a table of one offset per k (channel and tap, built
+once per rTask) and one per pixel row, multiplies them with weights packed PX_NR
 output channels wide over the whole of K, and stores its tile transposed,
 which is the NCHW output.  Scratch: the k table (K int64), the row table
 (PX_MR int64), one PX_MR x PX_NR edge tile, then the phase planes as above.
@@ -375,7 +375,9 @@ def k_convp(F, B, I, J, X, R, p, sbase):
     Rq = (r1 - r0 + sh - 1) // sh
     Wq = (Wp + sw - 1) // sw
     if form == FORM_PIXEL_ROWS:
-        _pixel_rows(F, I, X, R, p, sbase, pb, pointwise, C, H, W, kh, kw, sh, sw, ph, pw, dh, dw, OW, ohw,
+        # an unpadded 1x1 conv's pixel rows are read in place at any stride
+        unpadded_1x1 = kh == 1 and kw == 1 and ph == 0 and pw == 0
+        _pixel_rows(F, I, X, R, p, sbase, pb, unpadded_1x1, C, H, W, kh, kw, sh, sw, ph, pw, dh, dw, OW, ohw,
                     groups, cg, mg, wpack, mpad, NC, epi, r0, Rq, Wq, bias, relu, res)
         return
     for b in range(p[1], p[2]):
@@ -452,17 +454,14 @@ WEIGHTS_IN_L2 = 160 * 1024
 
 
 @njit(**_JIT)
-def _row_table(I, ri, q, rows, OW, Wq, oh_task, pointwise):
+def _row_table(I, ri, q, rows, OW, o0, rs, cs):
     """I[ri + r] = where pixel row r of the tile at output pixel q starts (relative to a k's
-    offset); the rows past ``rows`` repeat the last real pixel, so they read valid memory."""
+    offset): ``(oh - o0) * rs + ow * cs`` for output pixel (oh, ow); the rows past ``rows``
+    repeat the last real pixel, so they read valid memory."""
     oh = q // OW
     ow = q - oh * OW
     for r in range(PX_MR):
-        rr = min(r, rows - 1)
-        if pointwise:
-            I[ri + r] = q + rr
-            continue
-        I[ri + r] = (oh - oh_task) * Wq + ow
+        I[ri + r] = (oh - o0) * rs + ow * cs
         if r + 1 < rows:
             ow += 1
             if ow == OW:
@@ -471,7 +470,7 @@ def _row_table(I, ri, q, rows, OW, Wq, oh_task, pointwise):
 
 
 @njit(**_JIT)
-def _pixel_rows(F, I, X, R, p, sbase, pb, pointwise, C, H, W, kh, kw, sh, sw, ph, pw, dh, dw, OW, ohw,
+def _pixel_rows(F, I, X, R, p, sbase, pb, in_place, C, H, W, kh, kw, sh, sw, ph, pw, dh, dw, OW, ohw,
                 groups, cg, mg, wpack, mpad, NC, epi, r0, Rq, Wq, bias, relu, res):
     """The pixel-row form of :func:`k_convp` for one task row ``p``."""
     d = p[0]
@@ -484,17 +483,18 @@ def _pixel_rows(F, I, X, R, p, sbase, pb, pointwise, C, H, W, kh, kw, sh, sw, ph
     pt = 2 * (ri + PX_MR)  # the edge tile
     pp = pt + PX_MR * PX_NR + NR  # the phase planes
     phase = Rq * Wq
-    _tap_table(I, ti, cg, kh, kw, sh, sw, dh, dw, sh * sw * phase, phase, Wq, H * W if pointwise else 0)
-    oh_task = r0 // sh
+    _tap_table(I, ti, cg, kh, kw, sh, sw, dh, dw, sh * sw * phase, phase, Wq, H * W if in_place else 0)
+    # pixel rows in the phase planes (from the task's first row), or in the input itself
+    o0, rs, cs = (0, sh * W, sw) if in_place else (r0 // sh, Wq, 1)
     for b in range(p[1], p[2]):
         n = b // groups
         g = b - n * groups
         xb = X[d + W_X] + (n * C + g * cg) * H * W
         out = X[d + W_OUT] + (n * M + g * mg) * ohw
         wg = wpack + g * mpad * K
-        if not pointwise:
+        if not in_place:
             _pad_phases(F, xb, cg, H, W, ph, pw, r0, Rq, sh, sw, Wq, pp)
-        base = xb if pointwise else pp
+        base = xb if in_place else pp
         qc = p[5]
         # bias, residual and ReLU applied as each tile is stored (the form has one K block)
         flags = (EPI_BIAS if bias >= 0 else 0) | (EPI_RESIDUAL if res >= 0 else 0) | (EPI_RELU if relu else 0)
@@ -520,7 +520,7 @@ def _pixel_rows(F, I, X, R, p, sbase, pb, pointwise, C, H, W, kh, kw, sh, sw, ph
                 wb = wg + ic * K
                 rows = min(PX_MR, qe - q)
                 if ip == 0 or not tiles_outer:  # tiles outer: one row table serves all its panels
-                    _row_table(I, ri, q, rows, OW, Wq, oh_task, pointwise)
+                    _row_table(I, ri, q, rows, OW, o0, rs, cs)
                 cp = out + ic * ohw + q
                 if rows == PX_MR and cols == PX_NR:
                     # (operands whose flag is off point at C: valid memory, read and dropped)

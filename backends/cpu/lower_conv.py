@@ -157,9 +157,9 @@ def implicit_conv_op(lw: Lowerer, name: str, nodes: tuple[Node, ...], x: View, w
     K = cg * kh * kw
     ohw = OH * OW
     blocks = n * groups
-    form = conv_form(mg, ohw, K, kh * kw)
-    pointwise = (kh == kw == 1 and geo[6] == geo[7] == 1 and geo[8] == geo[9] == 0
-                 and (OH, OW) == (geo[2], geo[3]))
+    unpadded_1x1 = kh == kw == 1 and geo[8] == geo[9] == 0
+    pointwise = unpadded_1x1 and geo[6] == geo[7] == 1 and (OH, OW) == (geo[2], geo[3])
+    form = conv_form(mg, ohw, K, kh * kw, strided_1x1=unpadded_1x1 and not pointwise)
     inplace = pointwise and form == FORM_DIRECT and INPLACE_B_MAX_K is not None and K <= INPLACE_B_MAX_K
     kc_max = IMPLICIT_KC_TRANSPOSED if form == FORM_TRANSPOSED else IMPLICIT_KC
     kc = -(-K // -(-K // kc_max))  # near-equal K blocks
@@ -173,8 +173,8 @@ def implicit_conv_op(lw: Lowerer, name: str, nodes: tuple[Node, ...], x: View, w
     sh, sw, pw, dh, dw = geo[6], geo[7], geo[9], geo[10], geo[11]
     wp_width = max(geo[3] + pw, (OW - 1) * sw + (kw - 1) * dw + 1)
     pad_rows = (OH - 1) * sh + (kh - 1) * dh + 1
-    if pointwise:
-        pad_rows = 0  # the pointwise gather reads the input planes directly
+    if pointwise or (unpadded_1x1 and form == FORM_PIXEL_ROWS):
+        pad_rows = 0  # read in place: no phase planes
     # B panels, edge tile, overrun slack, the padded input rows of one group as phase planes, slack
     phases = sh * sw * -(-pad_rows // sh) * -(-wp_width // sw)  # stride-phase planes of the padded rows
     if form == FORM_PIXEL_ROWS:  # k and row tables (int64), edge tile, slack, phase planes, slack
@@ -194,8 +194,11 @@ def implicit_conv_op(lw: Lowerer, name: str, nodes: tuple[Node, ...], x: View, w
             return [split_range(blocks, k, i) + (0, mg, 0, ohw) for i in range(k)]
         per = k // blocks
         # Pixels first (each rTask gathers only its own pixels); output channels
-        # when the pixels run out (each of those rTasks gathers the same B panels).
+        # when the pixels run out (each of those rTasks gathers the same B panels),
+        # or first when the weights outweigh the input (each rTask then streams its share).
         q_parts = min(per, max(1, ohw // IMPLICIT_MIN_PIXELS), q_panels)
+        if mg > ohw:
+            q_parts = max(1, per // min(per, m_panels))
         m_parts = min(max(1, per // q_parts), m_panels)
         if q_parts * m_parts == 1:
             return []
@@ -228,16 +231,28 @@ FORM_NAMES = {FORM_DIRECT: "implicit", FORM_TRANSPOSED: "implicit-transposed", F
 FORCE_FORM: int | None = None
 
 
-def conv_form(mg: int, ohw: int, K: int = 0, taps: int = 1) -> int:
+#: Stride-1 1x1 convs take the pixel-row form on planes up to this many pixels whose weights
+#: (per group) hold more than POINTWISE_ROWS_MIN_WEIGHTS floats (1 MiB, the L2): ResNeXt's 8x8
+#: 4096 <-> 1024 channel convs 3.3-3.5 -> 2.8 ms, 2048 -> 512 at 7x7 583 -> 515 us; 512 -> 512
+#: at 8x8 (1 MiB) is a tie, 128 -> 64 (32 KiB) and every 16x16 plane favour the direct form.
+POINTWISE_ROWS_MAX_PIXELS = 64
+POINTWISE_ROWS_MIN_WEIGHTS = 256 * 1024
+
+
+def conv_form(mg: int, ohw: int, K: int = 0, taps: int = 1, strided_1x1: bool = False) -> int:
     """The form of the implicit GEMM for ``mg`` output channels per group, ``ohw`` pixels and
-    depth ``K`` (``taps`` kernel positions per input channel).
+    depth ``K`` (``taps`` kernel positions per input channel; ``strided_1x1``: an unpadded 1x1
+    conv with a stride).
 
     The pixel-row form needs no gather but pays a transposed store per tile,
     so it needs depth: measured (docs/benchmarks.md) it wins on every 3x3 or
-    larger conv with K >= 64 (15-40%).  1x1 convs keep the direct form: at
-    stride 1 its micro-kernel reads the input planes in place (no gather
-    either), and it was as fast or faster on every 1x1 measured, strided too.
-    Among the eligible forms the one that fills its tiles best wins.
+    larger conv with K >= 64 (15-40%).  Stride-1 1x1 convs keep the direct
+    form (its micro-kernel reads their input planes in place too), except on
+    small planes with weights beyond L2: there the direct form streams each
+    weight for only ohw / NR tiles, the pixel-row form for ohw / PX_MR.  A
+    strided 1x1 conv in the pixel-row form reads its input in place where the
+    direct form gathers it: 1.1-2.6x faster, measured from 32 to 4096 channels.
+    Among the other eligible forms the one that fills its tiles best wins.
     """
     if FORCE_FORM is not None:
         return FORCE_FORM
@@ -249,6 +264,9 @@ def conv_form(mg: int, ohw: int, K: int = 0, taps: int = 1) -> int:
         del fills[FORM_TRANSPOSED]
     if taps > 1 and K >= 64:
         fills[FORM_PIXEL_ROWS] = used(ohw, mg, PX_MR, PX_NR) * 1.15
+    elif taps == 1 and (strided_1x1 or (ohw <= POINTWISE_ROWS_MAX_PIXELS
+                                        and mg * K > POINTWISE_ROWS_MIN_WEIGHTS)):
+        fills[FORM_PIXEL_ROWS] = used(ohw, mg, PX_MR, PX_NR) * 2
     return max(fills, key=lambda f: (fills[f], f == FORM_DIRECT))
 
 

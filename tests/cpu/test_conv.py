@@ -169,6 +169,11 @@ def test_conv_form_choice():
     assert form(1024, 1024, 256, 1) == FORM_DIRECT        # 1x1 convs: the direct form reads their input in place
     assert form(32, 1024, 192, 1) == FORM_DIRECT
     assert form(32, 1024, 32, 1) == FORM_DIRECT
+    assert form(512, 64, 512, 1) == FORM_DIRECT           # 8x8 plane, weights within L2
+    assert form(1024, 64, 4096, 1) == FORM_PIXEL_ROWS     # ResNeXt's 8x8 4096 -> 1024: weights past L2
+    assert form(1024, 256, 4096, 1) == FORM_DIRECT        # ... not on 16x16 planes
+    assert form(512, 256, 256, 1, strided_1x1=True) == FORM_PIXEL_ROWS  # read in place, no gather
+    assert form(8, 256, 256, 1, strided_1x1=True) == FORM_DIRECT       # 8 of 32 channels per tile
 
 
 def test_pack_weights_nr_wide_panels():
@@ -206,6 +211,8 @@ PIXEL_ROW_CASES = CASES + [
     ((1, 16, 7, 7), (40, 16, 3, 3), dict(pads=[1, 1, 1, 1])),                 # tiles across rows, partial channel panel
     ((1, 32, 16, 16), (64, 16, 3, 3), dict(group=2, strides=[2, 2], pads=[1, 1, 1, 1])),  # phase planes
     ((1, 24, 5, 13), (32, 24, 1, 1), {}),                                      # pointwise, partial last tile
+    ((1, 24, 9, 13), (40, 24, 1, 1), dict(strides=[2, 3])),                    # strided 1x1: read in place
+    ((1, 16, 8, 8), (32, 16, 1, 1), dict(strides=[2, 2], pads=[1, 1, 1, 1])),  # padded 1x1: phase planes
 ]
 
 
