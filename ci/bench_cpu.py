@@ -3,9 +3,10 @@
     python ci/bench_cpu.py [--models lstm-tc,seq2seq,...] [--torch] [--rounds 8] [--threads 2]
 
 For each model it compiles the ``cpu`` backend (wavefront policy), the same
-backend with the op-by-op policy (``cpu-op-by-op``) and ``reference``, and an
-onnxruntime session with ``intra_op_num_threads = --threads``; checks every
-output against ``reference``; then times them two ways:
+backend with the op-by-op policy (``cpu-op-by-op``), both with ``--threads``
+vEUs, and ``reference``, and an onnxruntime session with
+``intra_op_num_threads = --threads``; checks every output against
+``reference``; then times them two ways:
 
 * **alternating**: one run of each in turn, the order rotated every round,
   ``--rounds x 5`` rounds, each run starting once the process is idle again
@@ -85,8 +86,9 @@ def main(argv: list[str] | None = None) -> int:
     torch_ratios = []
     for name, proto, feeds in _models(args):
         graph = load(proto)
-        cpu = rammer.compile(graph, backend="cpu", cache=False)
-        opbyop = rammer.compile(graph, backend="cpu-op-by-op", cache=False)
+        # the same thread count on both sides: one vEU per onnxruntime thread
+        cpu = rammer.compile(graph, backend="cpu", cache=False, veus=args.threads)
+        opbyop = rammer.compile(graph, backend="cpu-op-by-op", cache=False, veus=args.threads)
         ref = rammer.compile(graph, backend="reference")
         feeds = feeds or cpu.random_feeds(0)
         so = ort.SessionOptions()
