@@ -99,8 +99,13 @@ def _epilogue(bld: ir.IRBuilder, on: tuple, val: ir.Value, old: ir.Value, bias: 
     val = bld.select(acc_on, bld.fadd(val, old), val)
     val = bld.select(bias_on, bld.fadd(val, bias), val)
     val = bld.select(res_on, bld.fadd(val, res), val)
+    return bld.select(relu_on, _relu_keep_nan(bld, val), val)
+
+
+def _relu_keep_nan(bld: ir.IRBuilder, val: ir.Value) -> ir.Value:
+    """x where x > 0 or unordered (NaN stays NaN, as in the reference), else 0."""
     zero = ir.Constant(val.type, [0.0] * val.type.count)
-    return bld.select(relu_on, bld.select(bld.fcmp_unordered(">", val, zero), val, zero), val)
+    return bld.select(bld.fcmp_unordered(">", val, zero), val, zero)
 
 
 def _k_loop(fn: ir.Function, entry: ir.IRBuilder, k: ir.Value, rows: int, width: int, cols: int,
@@ -182,34 +187,89 @@ def _add_pixel_row_kernel(mod: ir.Module, rows: int, cols: int, width: int) -> N
     bld.ret_void()
 
 
+def _transpose_columns(bld: ir.IRBuilder, rows_: list, rows: int, width: int) -> list:
+    """The columns of a tile held as row vectors (``rows_[r][v]``: row r, columns v*width ...),
+    each as a ``<rows x float>``: log2(rows) stages of two-source shuffles, each interleaving
+    runs of consecutive rows of the same columns from two vectors (on AVX-512 one vpermt2ps
+    each), then one extract per column.  ``rows`` is a power of two no wider than ``width``."""
+    i32 = ir.IntType(32)
+    # every vector with its lanes' (row, column) labels
+    vecs = [(rows_[r][v], [(r, v * width + e) for e in range(width)]) for r in range(rows) for v in range(len(rows_[r]))]
+    run = 1
+    while run < rows:
+        by_key = {}
+        for value, labels in vecs:
+            by_key[(labels[0][0] // run, tuple(sorted({c for _, c in labels})))] = (value, labels)
+        nxt = []
+        for (group, cols_), (x, xl) in sorted(by_key.items()):
+            if group % 2:
+                continue
+            y, yl = by_key[(group + 1, cols_)]
+            # runs of `run` lanes alternate from x and y: the first half of the runs, then the second
+            nruns = width // run
+            for half in (0, 1):
+                mask, labels = [], []
+                for k in range(half * nruns // 2, (half + 1) * nruns // 2):
+                    for src, lab, base in ((x, xl, 0), (y, yl, width)):
+                        for e in range(k * run, (k + 1) * run):
+                            mask.append(base + e)
+                            labels.append(lab[e])
+                nxt.append((bld.shuffle_vector(x, y, ir.Constant(ir.VectorType(i32, width), mask)), labels))
+        vecs, run = nxt, run * 2
+    columns = {}
+    for value, labels in vecs:
+        for start in range(0, width, rows):
+            mask = ir.Constant(ir.VectorType(i32, rows), list(range(start, start + rows)))
+            columns[labels[start][1]] = bld.shuffle_vector(value, ir.Constant(value.type, ir.Undefined), mask)
+    return [columns[j] for j in sorted(columns)]
+
+
 def _add_transpose_store(mod: ir.Module, rows: int, cols: int, width: int) -> ir.Function:
     """``(tile, c, ldc, flags, bias, res)``: ``c[j*ldc + r] = relu?(tile[r*cols + j] (+ c) (+ bias[j])
-    (+ res[j*ldc + r]))``, loaded and shuffled as vectors.  Operands whose flag is off are
-    still read (the caller points them at valid memory) and dropped."""
+    (+ res[j*ldc + r]))``, for each of the 16 ``flags`` a straight-line block of its own (a
+    vector select on a scalar flag becomes a branch per vector on x86).  The bias (per column
+    j, a row vector of the tile) is added before the transpose, and so is the ReLU when nothing
+    is added after it; the transpose is :func:`_transpose_columns`."""
     f32 = ir.FloatType()
     i64 = ir.IntType(64)
-    i32 = ir.IntType(32)
     fp = f32.as_pointer()
     vec = ir.VectorType(f32, width)
+    pvec = ir.VectorType(f32, rows)
+    nv = cols // width
     fn = ir.Function(mod, ir.FunctionType(ir.VoidType(), [fp, fp, i64, i64, fp, fp]), name=ROWS_SYMBOL + "_store")
     fn.attributes.add("noinline")
     tp, c, ldc, flags, bias, res = fn.args
-    bld = ir.IRBuilder(fn.append_basic_block("entry"))
-    loaded = [[bld.load(bld.bitcast(bld.gep(tp, [ir.Constant(i64, r * cols + v * width)]), vec.as_pointer()),
-                        align=4) for v in range(cols // width)] for r in range(rows)]
-    pvec = ir.VectorType(f32, rows)
-    on = _epilogue_flags(bld, flags)
-    for j in range(cols):
-        v, e = divmod(j, width)
-        col = ir.Constant(pvec, ir.Undefined)
+    entry = ir.IRBuilder(fn.append_basic_block("entry"))
+    blocks = [fn.append_basic_block(f"flags{f}") for f in range(16)]
+    switch = entry.switch(entry.and_(flags, ir.Constant(i64, 15)), blocks[0])
+    for f, block in enumerate(blocks):
+        switch.add_case(ir.Constant(i64, f), block)
+        bld = ir.IRBuilder(block)
+        acc_on, bias_on, res_on, relu_on = (bool(f & bit) for bit in
+                                            (EPI_ACCUMULATE, EPI_BIAS, EPI_RESIDUAL, EPI_RELU))
+        relu_first = relu_on and not (acc_on or res_on)
+        tile = []
         for r in range(rows):
-            col = bld.insert_element(col, bld.extract_element(loaded[r][v], ir.Constant(i32, e)), ir.Constant(i32, r))
-        at = bld.mul(ir.Constant(i64, j), ldc)
-        ptr = bld.bitcast(bld.gep(c, [at]), pvec.as_pointer())
-        b = _splat(bld, bld.load(bld.gep(bias, [ir.Constant(i64, j)]), align=4), pvec)
-        rv = bld.load(bld.bitcast(bld.gep(res, [at]), pvec.as_pointer()), align=4)
-        bld.store(_epilogue(bld, on, col, bld.load(ptr, align=4), b, rv), ptr, align=4)
-    bld.ret_void()
+            row = []
+            for v in range(nv):
+                val = bld.load(bld.bitcast(bld.gep(tp, [ir.Constant(i64, r * cols + v * width)]), vec.as_pointer()),
+                               align=4)
+                if bias_on:
+                    val = bld.fadd(val, bld.load(bld.bitcast(bld.gep(bias, [ir.Constant(i64, v * width)]),
+                                                             vec.as_pointer()), align=4))
+                row.append(_relu_keep_nan(bld, val) if relu_first else val)
+            tile.append(row)
+        for j, col in enumerate(_transpose_columns(bld, tile, rows, width)):
+            at = bld.mul(ir.Constant(i64, j), ldc)
+            ptr = bld.bitcast(bld.gep(c, [at]), pvec.as_pointer())
+            if acc_on:
+                col = bld.fadd(col, bld.load(ptr, align=4))
+            if res_on:
+                col = bld.fadd(col, bld.load(bld.bitcast(bld.gep(res, [at]), pvec.as_pointer()), align=4))
+            if relu_on and not relu_first:
+                col = _relu_keep_nan(bld, col)
+            bld.store(col, ptr, align=4)
+        bld.ret_void()
     return fn
 
 
