@@ -55,7 +55,7 @@ from numba import njit
 from .atomics import copy_block
 from .kernels_ew import ew_epilogue
 from .kernels_gemm import tile_into
-from .kernels_window import W_OUT, W_X, WIN_LEN, read_window
+from .kernels_window import W_OUT, W_X, WIN_LEN, _phase_planes, read_window
 from .ukernel import (EPI_ACCUMULATE, EPI_BIAS, EPI_RELU, EPI_RESIDUAL, MR, NR, PX_MR, PX_NR, ukernel, ukernel_ldb,
                       ukernel_rows)
 
@@ -129,41 +129,15 @@ def _pad_phases(F, xb, cg, H, W, ph, pw, r0, Rq, sh, sw, Wq, pp):
     ``pp + ((c*sh + a)*sw + b)*Rq*Wq + rr*Wq + cc`` is ``Xpad[c, r0 + rr*sh + a, cc*sw + b]``.
     Every tap of a strided convolution then reads one phase plane with unit
     stride (see :func:`_gather_padded`), so the strided reads are paid once per
-    input element here instead of once per tap and pixel in the gather.
+    input element here instead of once per tap and pixel in the gather.  Each
+    channel's planes are those of :func:`~.kernels_window._phase_planes` (the
+    pooling windows' layout) for an image starting r0 padded rows down.
     """
-    phase = Rq * Wq
+    planes = sh * sw * Rq * Wq
     for c in range(cg):
-        for a in range(sh):
-            for rr in range(Rq):
-                ih = r0 + rr * sh + a - ph
-                for b in range(sw):
-                    row = pp + ((c * sh + a) * sw + b) * phase + rr * Wq
-                    dst = F[row:row + Wq]
-                    if ih < 0 or ih >= H:
-                        for u in range(Wq):
-                            dst[u] = f32(0.0)
-                        continue
-                    src = xb + (c * H + ih) * W
-                    if sw == 1:
-                        for u in range(pw):
-                            dst[u] = f32(0.0)
-                        copy_block(F, row + pw, src, W)
-                        for u in range(pw + W, Wq):
-                            dst[u] = f32(0.0)
-                    else:
-                        # columns cc with 0 <= cc*sw + b - pw < W read the row; the rest are padding
-                        c_lo = min((pw - b + sw - 1) // sw if pw > b else 0, Wq)
-                        c_hi = max(min(Wq, (W + pw - b + sw - 1) // sw) if W + pw > b else 0, c_lo)
-                        for u in range(c_lo):
-                            dst[u] = f32(0.0)
-                        for u in range(c_hi, Wq):
-                            dst[u] = f32(0.0)
-                        n = c_hi - c_lo
-                        if n > 0:
-                            s0 = src + c_lo * sw + b - pw
-                            inp = F[s0:s0 + (n - 1) * sw + 1]
-                            for t in range(n):
-                                dst[c_lo + t] = inp[t * sw]
+        base = pp + c * planes
+        _phase_planes(F, xb + c * H * W, H, W, ph - r0, pw, sh, sw, Rq, Wq,
+                      F[np.uint64(base):np.uint64(base + planes)], f32(0.0), base)
 
 
 @njit(**_JIT)

@@ -93,22 +93,47 @@ def _phase_dims(OH, OW, kh, kw, sh, sw, dh, dw):
 
 @njit(**_JIT)
 def copy_run(F, dst, src, n):
-    """F[dst:dst + n] = F[src:src + n] for disjoint ranges: rows of 8, 16 or 32 floats (small
-    planes' rows) as a few vector moves, others through ``memcpy``."""
-    if n == 8:
-        copy_block(F, dst, src, 8)
-    elif n == 16:
-        copy_block(F, dst, src, 16)
-    elif n == 32:
-        copy_block(F, dst, src, 32)
-    else:
+    """F[dst:dst + n] = F[src:src + n] for disjoint ranges.  Rows of a few hundred floats or
+    fewer (small planes' rows) as constant-size vector moves, 32 floats at a time and then
+    16, 8, 4, 2, 1: a ``memcpy`` call costs more than the copy there (13.6 -> ns per
+    padded row of a 32-float row); longer runs through ``memcpy``."""
+    if n > 256:
         copy_block(F, dst, src, n)
+        return
+    while n >= 32:
+        copy_block(F, dst, src, 32)
+        dst += 32
+        src += 32
+        n -= 32
+    if n >= 16:
+        copy_block(F, dst, src, 16)
+        dst += 16
+        src += 16
+        n -= 16
+    if n >= 8:
+        copy_block(F, dst, src, 8)
+        dst += 8
+        src += 8
+        n -= 8
+    if n >= 4:
+        copy_block(F, dst, src, 4)
+        dst += 4
+        src += 4
+        n -= 4
+    if n >= 2:
+        copy_block(F, dst, src, 2)
+        dst += 2
+        src += 2
+        n -= 2
+    if n >= 1:
+        copy_block(F, dst, src, 1)
 
 
 @njit(**_JIT)
 def _phase_planes(F, src, H, W, ph, pw, sh, sw, Hq, Wq, P, fill, p0):
     """P[(a*sw + b)*Hq*Wq + r*Wq + t] = x[r*sh + a - ph, t*sw + b - pw] (``fill`` outside the H x W
-    plane at F[src:]); P is F[p0:]."""
+    plane at F[src:]); P is F[p0:].  A negative ``ph`` starts the planes -ph input rows down
+    (a convolution task's rows)."""
     # One fill of everything, then only the rows' inside parts: per-row edge
     # handling costs more than the whole memset on planes this small.
     for q in range(P.size):  # (the slack past the planes too)
@@ -117,7 +142,7 @@ def _phase_planes(F, src, H, W, ph, pw, sh, sw, Hq, Wq, P, fill, p0):
         # one plane: rows [ph, ph + H) and columns [pw, pw + W) hold the input (no divisions:
         # per plane they cost as much as the copies on 8x8 planes)
         n = min(W, Wq - pw)
-        for r in range(ph, min(Hq, H + ph) if n > 0 else ph):
+        for r in range(max(ph, 0), min(Hq, H + ph) if n > 0 else 0):
             copy_run(F, p0 + r * Wq + pw, src + (r - ph) * W, n)
         return
     for a in range(sh):
