@@ -84,22 +84,22 @@ def _splat(bld: ir.IRBuilder, value: ir.Value, vec: ir.VectorType) -> ir.Value:
     return bld.shuffle_vector(bld.insert_element(undef, value, ir.Constant(ir.IntType(32), 0)), undef, mask)
 
 
-def _epilogue_flags(bld: ir.IRBuilder, flags: ir.Value) -> tuple:
-    """The EPI_* bits of ``flags`` as i1 values: (accumulate, bias, residual, relu)."""
+def _per_flag_blocks(fn: ir.Function, bld: ir.IRBuilder, flags: ir.Value) -> list:
+    """Ends ``bld``'s block with a switch on the EPI_* bits of ``flags`` and returns, for each of the
+    16 combinations, a builder in a block of its own with the bits as Python booleans:
+    ``(builder, (accumulate, bias, residual, relu))``; each block must be ended by the caller.
+
+    A store specialised per block is straight-line code: a vector select on a scalar flag
+    becomes a branch per vector on x86 (about 1500 instructions per pixel-row tile store)."""
     i64 = ir.IntType(64)
-    return tuple(bld.icmp_unsigned("!=", bld.and_(flags, ir.Constant(i64, bit)), ir.Constant(i64, 0))
-                 for bit in (EPI_ACCUMULATE, EPI_BIAS, EPI_RESIDUAL, EPI_RELU))
-
-
-def _epilogue(bld: ir.IRBuilder, on: tuple, val: ir.Value, old: ir.Value, bias: ir.Value, res: ir.Value) -> ir.Value:
-    """``relu?(val (+ old) (+ bias) (+ res))`` per ``on`` (:func:`_epilogue_flags`).  Every operand
-    is loaded whether its flag is on or not (the callers point unused ones at valid memory): a
-    select is cheaper than a branch per vector.  The ReLU keeps NaN: x where x > 0 or unordered."""
-    acc_on, bias_on, res_on, relu_on = on
-    val = bld.select(acc_on, bld.fadd(val, old), val)
-    val = bld.select(bias_on, bld.fadd(val, bias), val)
-    val = bld.select(res_on, bld.fadd(val, res), val)
-    return bld.select(relu_on, _relu_keep_nan(bld, val), val)
+    blocks = [fn.append_basic_block(f"flags{f}") for f in range(16)]
+    switch = bld.switch(bld.and_(flags, ir.Constant(i64, 15)), blocks[0])
+    out = []
+    for f, block in enumerate(blocks):
+        switch.add_case(ir.Constant(i64, f), block)
+        out.append((ir.IRBuilder(block), tuple(bool(f & bit) for bit in
+                                               (EPI_ACCUMULATE, EPI_BIAS, EPI_RESIDUAL, EPI_RELU))))
+    return out
 
 
 def _relu_keep_nan(bld: ir.IRBuilder, val: ir.Value) -> ir.Value:
@@ -187,14 +187,15 @@ def _add_pixel_row_kernel(mod: ir.Module, rows: int, cols: int, width: int) -> N
     bld.ret_void()
 
 
-def _transpose_columns(bld: ir.IRBuilder, rows_: list, rows: int, width: int) -> list:
-    """The columns of a tile held as row vectors (``rows_[r][v]``: row r, columns v*width ...),
+def _transpose_columns(bld: ir.IRBuilder, tile: list, rows: int, width: int) -> list:
+    """The columns of a tile held as row vectors (``tile[r][v]``: row r, columns v*width ...),
     each as a ``<rows x float>``: log2(rows) stages of two-source shuffles, each interleaving
     runs of consecutive rows of the same columns from two vectors (on AVX-512 one vpermt2ps
     each), then one extract per column.  ``rows`` is a power of two no wider than ``width``."""
     i32 = ir.IntType(32)
     # every vector with its lanes' (row, column) labels
-    vecs = [(rows_[r][v], [(r, v * width + e) for e in range(width)]) for r in range(rows) for v in range(len(rows_[r]))]
+    vecs = [(vector, [(r, v * width + e) for e in range(width)])
+            for r in range(rows) for v, vector in enumerate(tile[r])]
     run = 1
     while run < rows:
         by_key = {}
@@ -226,8 +227,8 @@ def _transpose_columns(bld: ir.IRBuilder, rows_: list, rows: int, width: int) ->
 
 def _add_transpose_store(mod: ir.Module, rows: int, cols: int, width: int) -> ir.Function:
     """``(tile, c, ldc, flags, bias, res)``: ``c[j*ldc + r] = relu?(tile[r*cols + j] (+ c) (+ bias[j])
-    (+ res[j*ldc + r]))``, for each of the 16 ``flags`` a straight-line block of its own (a
-    vector select on a scalar flag becomes a branch per vector on x86).  The bias (per column
+    (+ res[j*ldc + r]))``, for each of the 16 ``flags`` a straight-line block of its own
+    (:func:`_per_flag_blocks`).  The bias (per column
     j, a row vector of the tile) is added before the transpose, and so is the ReLU when nothing
     is added after it; the transpose is :func:`_transpose_columns`."""
     f32 = ir.FloatType()
@@ -240,13 +241,7 @@ def _add_transpose_store(mod: ir.Module, rows: int, cols: int, width: int) -> ir
     fn.attributes.add("noinline")
     tp, c, ldc, flags, bias, res = fn.args
     entry = ir.IRBuilder(fn.append_basic_block("entry"))
-    blocks = [fn.append_basic_block(f"flags{f}") for f in range(16)]
-    switch = entry.switch(entry.and_(flags, ir.Constant(i64, 15)), blocks[0])
-    for f, block in enumerate(blocks):
-        switch.add_case(ir.Constant(i64, f), block)
-        bld = ir.IRBuilder(block)
-        acc_on, bias_on, res_on, relu_on = (bool(f & bit) for bit in
-                                            (EPI_ACCUMULATE, EPI_BIAS, EPI_RESIDUAL, EPI_RELU))
+    for bld, (acc_on, bias_on, res_on, relu_on) in _per_flag_blocks(fn, entry, flags):
         relu_first = relu_on and not (acc_on or res_on)
         tile = []
         for r in range(rows):
@@ -437,25 +432,32 @@ def tap_sweep_module(width: int) -> ir.Module:
     return mod
 
 
-def _fused_store(bld: ir.IRBuilder, accs: list, c: ir.Value, ldc: ir.Value, flags: ir.Value, bias: ir.Value,
-                 res: ir.Value, ldr: ir.Value, rows: int, cols: int, width: int) -> None:
-    """Store the tile as ``relu?(tile (+ C) (+ bias[r]) (+ res[r*ldr + j]))`` per ``flags``.
+def _fused_store(fn: ir.Function, bld: ir.IRBuilder, accs: list, c: ir.Value, ldc: ir.Value, flags: ir.Value,
+                 bias: ir.Value, res: ir.Value, ldr: ir.Value, rows: int, cols: int, width: int) -> None:
+    """Store the tile as ``relu?(tile (+ C) (+ bias[r]) (+ res[r*ldr + j]))`` per ``flags``, one
+    straight-line block per combination (:func:`_per_flag_blocks`).
 
     A convolution's bias, residual Add and ReLU applied while the tile is in registers, instead
-    of a pass over the output before (bias, residual) and after (ReLU) the GEMM.  Operands whose
-    flag is off are still read (the caller points them at valid memory) and then dropped."""
+    of a pass over the output before (bias, residual) and after (ReLU) the GEMM."""
     i64 = ir.IntType(64)
     vec = ir.VectorType(ir.FloatType(), width)
-    on = _epilogue_flags(bld, flags)
-    for r in range(rows):
-        rowp = bld.gep(c, [bld.mul(ir.Constant(i64, r), ldc)])
-        resp = bld.gep(res, [bld.mul(ir.Constant(i64, r), ldr)])
-        b = _splat(bld, bld.load(bld.gep(bias, [ir.Constant(i64, r)]), align=4), vec)
-        for v in range(cols // width):
-            ptr = bld.bitcast(bld.gep(rowp, [ir.Constant(i64, v * width)]), vec.as_pointer())
-            rv = bld.load(bld.bitcast(bld.gep(resp, [ir.Constant(i64, v * width)]), vec.as_pointer()), align=4)
-            bld.store(_epilogue(bld, on, accs[r][v], bld.load(ptr, align=4), b, rv), ptr, align=4)
-    bld.ret_void()
+    for bld, (acc_on, bias_on, res_on, relu_on) in _per_flag_blocks(fn, bld, flags):
+        for r in range(rows):
+            rowp = bld.gep(c, [bld.mul(ir.Constant(i64, r), ldc)])
+            resp = bld.gep(res, [bld.mul(ir.Constant(i64, r), ldr)])
+            b = _splat(bld, bld.load(bld.gep(bias, [ir.Constant(i64, r)]), align=4), vec) if bias_on else None
+            for v in range(cols // width):
+                ptr = bld.bitcast(bld.gep(rowp, [ir.Constant(i64, v * width)]), vec.as_pointer())
+                val = accs[r][v]
+                if acc_on:
+                    val = bld.fadd(val, bld.load(ptr, align=4))
+                if bias_on:
+                    val = bld.fadd(val, b)
+                if res_on:
+                    val = bld.fadd(val, bld.load(bld.bitcast(bld.gep(resp, [ir.Constant(i64, v * width)]),
+                                                             vec.as_pointer()), align=4))
+                bld.store(_relu_keep_nan(bld, val) if relu_on else val, ptr, align=4)
+        bld.ret_void()
 
 
 def _add_packed_kernel(mod: ir.Module, strided_b: bool = False) -> None:
@@ -486,7 +488,8 @@ def _add_packed_kernel(mod: ir.Module, strided_b: bool = False) -> None:
         epi = fn.append_basic_block("epilogue")
         plain = fn.append_basic_block("plain")
         bld.cbranch(bld.icmp_unsigned(">", acc, ir.Constant(i64, EPI_ACCUMULATE)), epi, plain)
-        _fused_store(ir.IRBuilder(epi), accs, c, ldc, acc, args["bias"], args["res"], args["ldr"], MR, NR, WIDTH)
+        _fused_store(fn, ir.IRBuilder(epi), accs, c, ldc, acc, args["bias"], args["res"], args["ldr"], MR, NR,
+                     WIDTH)
         bld = ir.IRBuilder(plain)
     bld.cbranch(bld.icmp_signed("!=", acc, ir.Constant(i64, 0)), add, put)
     for block, accumulate in ((add, True), (put, False)):

@@ -130,8 +130,7 @@ def test_row_sweep_is_a_stride_one_window(width, k, oh, ncv):
     assert (acc[untouched] == 7.0).all()
 
 
-@pytest.mark.parametrize("flags", [0, uk.EPI_ACCUMULATE, uk.EPI_BIAS | uk.EPI_RESIDUAL,
-                                   uk.EPI_ACCUMULATE | uk.EPI_RELU, uk.EPI_BIAS | uk.EPI_RESIDUAL | uk.EPI_RELU])
+@pytest.mark.parametrize("flags", range(16))  # every combination: the plain stores and each fused block
 def test_strided_b_microkernel_reads_rows_in_place_with_a_fused_epilogue(flags):
     """The 1x1-conv kernel: B's k-th row ``ldb`` floats after the previous one, not packed; the
     tile stored as relu?(tile (+ C) (+ bias per row) (+ residual))."""
