@@ -20,9 +20,9 @@ from onnx import TensorProto, helper, numpy_helper
 
 import rammer
 from rammer.backends.cpu import lower_conv
-from rammer.backends.cpu.kernels_conv import FORM_DIRECT, FORM_PIXEL_ROWS, FORM_TRANSPOSED
+from rammer.backends.cpu.kernels_conv import FORM_DIRECT, FORM_PIXEL_ROWS, FORM_TRANSPOSED, FORM_WINOGRAD
 
-FORMS = {"direct": FORM_DIRECT, "transposed": FORM_TRANSPOSED, "pixel-rows": FORM_PIXEL_ROWS}
+FORMS = {"direct": FORM_DIRECT, "transposed": FORM_TRANSPOSED, "pixel-rows": FORM_PIXEL_ROWS, "winograd": FORM_WINOGRAD}
 
 
 def conv_model(c: int, m: int, h: int, w: int, k: int, stride: int, pad: int, groups: int = 1) -> onnx.ModelProto:

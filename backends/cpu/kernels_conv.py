@@ -19,7 +19,8 @@ Descriptor (int64 side table), after the shared window words of
 
     [groups, cg, mg, w_packed, Mpad, KC, NC, epilogue, panel_scratch, padded_width, form]
 
-``form`` is :data:`FORM_DIRECT`, :data:`FORM_TRANSPOSED` or :data:`FORM_PIXEL_ROWS`.
+``form`` is :data:`FORM_DIRECT`, :data:`FORM_TRANSPOSED`, :data:`FORM_PIXEL_ROWS` or
+:data:`FORM_WINOGRAD` (3x3 stride-1 convs, :mod:`.kernels_winograd`).
 
 Scratch from ``panel_scratch``: the B panels (KC x NC rounded up to NR
 columns), one MR x NR edge tile, NR floats of slack, then the zero-padded
@@ -55,6 +56,7 @@ from numba import njit
 from .atomics import copy_block
 from .kernels_ew import ew_epilogue
 from .kernels_gemm import tile_into
+from .kernels_winograd import winograd_block
 from .kernels_window import W_OUT, W_X, WIN_LEN, _phase_planes, read_window
 from .ukernel import (EPI_ACCUMULATE, EPI_BIAS, EPI_RELU, EPI_RESIDUAL, MR, NR, PX_MR, PX_NR, ukernel, ukernel_ldb,
                       ukernel_rows)
@@ -64,7 +66,7 @@ _JIT = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
 
 (C_GROUPS, C_CG, C_MG, C_WPACK, C_MPAD, C_KC, C_NC, C_EPI, C_PANEL, C_WP, C_FORM, C_BIAS,
  C_RELU, C_RES, C_INPLACE) = range(WIN_LEN, WIN_LEN + 15)
-FORM_DIRECT, FORM_TRANSPOSED, FORM_PIXEL_ROWS = 0, 1, 2
+FORM_DIRECT, FORM_TRANSPOSED, FORM_PIXEL_ROWS, FORM_WINOGRAD = 0, 1, 2, 3
 
 
 def pack_weights(w: np.ndarray, groups: int, kc: int, width: int = MR) -> np.ndarray:
@@ -348,6 +350,10 @@ def k_convp(F, B, I, J, X, R, p, sbase):
     r1 = ((p[6] - 1) // OW) * sh + (kh - 1) * dh + 1
     Rq = (r1 - r0 + sh - 1) // sh
     Wq = (Wp + sw - 1) // sw
+    if form == FORM_WINOGRAD:  # (the K and NC words hold tile rows per chunk and its padded tile count)
+        winograd_block(F, X, R, p, sbase, pb, X[d + W_X], X[d + W_OUT], C, H, W, ph, pw, OH, OW, groups, cg, mg,
+                       wpack, mpad, KC, NC, Wp, epi, bias, relu, res)
+        return
     if form == FORM_PIXEL_ROWS:
         # an unpadded 1x1 conv's pixel rows are read in place at any stride
         unpadded_1x1 = kh == 1 and kw == 1 and ph == 0 and pw == 0

@@ -23,8 +23,10 @@ from rammer.ops.conv import window_geometry
 from rammer.ops.registry import OpContext
 
 from .ewops import BLOCK
-from .kernels_conv import (FORM_DIRECT, FORM_PIXEL_ROWS, FORM_TRANSPOSED, pack_weights,
+from .kernels_conv import (FORM_DIRECT, FORM_PIXEL_ROWS, FORM_TRANSPOSED, FORM_WINOGRAD, pack_weights,
                            panel_columns)
+from .kernels_winograd import scratch_floats as winograd_scratch
+from .ukernel_winograd import transform_weights as winograd_weights
 from .lower_linalg import _dwconv_op, _epilogue, _resolve, _unfuse, _window_desc
 from .ops import CpuOp, EmitContext, Row, split_range
 from .program import EwProgram
@@ -160,6 +162,9 @@ def implicit_conv_op(lw: Lowerer, name: str, nodes: tuple[Node, ...], x: View, w
     unpadded_1x1 = kh == kw == 1 and geo[8] == geo[9] == 0
     pointwise = unpadded_1x1 and geo[6] == geo[7] == 1 and (OH, OW) == (geo[2], geo[3])
     form = conv_form(mg, ohw, K, kh * kw, strided_1x1=unpadded_1x1 and not pointwise)
+    wino = winograd_plan(geo, cg, mg, force=FORCE_FORM == FORM_WINOGRAD)
+    if wino is not None and FORCE_FORM in (None, FORM_WINOGRAD):
+        return _winograd_op(lw, name, nodes, x, w_arr, out, prog, space, geo, groups, bias, relu, residual, wino)
     inplace = pointwise and form == FORM_DIRECT and INPLACE_B_MAX_K is not None and K <= INPLACE_B_MAX_K
     kc_max = IMPLICIT_KC_TRANSPOSED if form == FORM_TRANSPOSED else IMPLICIT_KC
     kc = -(-K // -(-K // kc_max))  # near-equal K blocks
@@ -226,7 +231,104 @@ def implicit_conv_op(lw: Lowerer, name: str, nodes: tuple[Node, ...], x: View, w
                         "kernel": FORM_NAMES[form]})
 
 
-FORM_NAMES = {FORM_DIRECT: "implicit", FORM_TRANSPOSED: "implicit-transposed", FORM_PIXEL_ROWS: "pixel-rows"}
+FORM_NAMES = {FORM_DIRECT: "implicit", FORM_TRANSPOSED: "implicit-transposed", FORM_PIXEL_ROWS: "pixel-rows",
+              FORM_WINOGRAD: "winograd"}
+#: Floats of V and Mx (16 matrices each) one chunk of tile rows of the winograd form may fill
+#: (1.5 MiB, past the L2): every chunk reads all of its group's transformed weights U again,
+#: and fewer, bigger chunks measured faster (ResNeXt's 64-channel groups at 32x32: chunks of
+#: 0.5 / 1 MiB 4.7 / 4.15 ms).  The whole scratch must stay within the vEU's 2 MiB.
+WINOGRAD_CHUNK_FLOATS = 384 * 1024
+WINOGRAD_MAX_SCRATCH_FLOATS = 448 * 1024
+#: The winograd form needs at least this share of each chunk's 32-tile GEMM panels filled,
+#: this many channels per group on either side (the GEMMs' depth and height), and this many
+#: tiles per plane: its transformed weights are 16/9 the size of the weights, and on small
+#: planes streaming them costs more than the multiplies saved (ResNeXt's 256-channel groups
+#: at 8x8, 16 tiles: 10.0 ms against the pixel-row form's 6.0).
+WINOGRAD_MIN_FILL = 0.75
+WINOGRAD_MIN_CHANNELS = 16
+WINOGRAD_MIN_TILES = 40
+
+
+def winograd_plan(geo: tuple, cg: int, mg: int, force: bool = False) -> tuple[int, int, int] | None:
+    """``(tile rows per chunk, its tiles rounded up to NR, padded plane width)`` when the
+    winograd form serves this conv (3x3, stride 1, no dilation) and pays (deep enough, its
+    GEMM panels filled enough), else None; ``force``: whenever it can serve."""
+    kh, kw, sh, sw, dh, dw, OH, OW = geo[4], geo[5], geo[6], geo[7], geo[10], geo[11], geo[12], geo[13]
+    if (kh, kw, sh, sw, dh, dw) != (3, 3, 1, 1, 1, 1) or OH < 1 or OW < 1:
+        return None
+    tw, th = -(-OW // 2), -(-OH // 2)
+    mpad = -(-mg // MR) * MR
+    trc = max(1, min(th, WINOGRAD_CHUNK_FLOATS // (16 * (cg + mpad) * tw)))
+    trc = -(-th // -(-th // trc))  # near-equal chunks
+    # the padded rows a tile row's windows read: 2*tw + 2 columns (and slack for the vectors)
+    wq = 2 * tw + 2
+    while trc > 1 and winograd_scratch(cg, mpad, trc, -(-trc * tw // NR) * NR, wq) > WINOGRAD_MAX_SCRATCH_FLOATS:
+        trc -= 1
+    tcp = -(-trc * tw // NR) * NR
+    if winograd_scratch(cg, mpad, trc, tcp, wq) > WINOGRAD_MAX_SCRATCH_FLOATS:
+        return None
+    if not force and (cg < WINOGRAD_MIN_CHANNELS or mg < WINOGRAD_MIN_CHANNELS or tw * th < WINOGRAD_MIN_TILES
+                      or trc * tw / tcp < WINOGRAD_MIN_FILL):
+        return None
+    return trc, tcp, wq
+
+
+def _winograd_op(lw: Lowerer, name: str, nodes: tuple[Node, ...], x: View, w_arr: np.ndarray, out: View,
+                 prog: EwProgram | None, space: tuple, geo: tuple, groups: int, bias: View | None, relu: bool,
+                 residual: View | None, plan: tuple[int, int, int]) -> CpuOp:
+    """A 3x3 stride-1 conv in the winograd form (:mod:`.kernels_winograd`): tasks are blocks,
+    output-channel panels of MR and whole tile rows (pairs of output rows)."""
+    n, c, OH, OW = geo[0], geo[1], geo[12], geo[13]
+    m = w_arr.shape[0]
+    cg, mg = c // groups, m // groups
+    ohw = OH * OW
+    blocks = n * groups
+    trc, tcp, wq = plan
+    mpad = -(-mg // MR) * MR
+    u = winograd_weights(np.asarray(w_arr)).reshape(16, groups, mg, cg).transpose(1, 0, 2, 3)
+    wp = lw.const_view(pack_weights(np.ascontiguousarray(u).reshape(groups * 16 * mg, cg, 1, 1), groups * 16, cg, MR))
+    regs = prog.n_registers() * BLOCK if prog is not None else 0
+    panel = winograd_scratch(cg, mpad, trc, tcp, wq)
+    # 16/36 of the direct form's multiplies, plus the transforms
+    flops = 2.0 * blocks * mg * ohw * cg * 9 * 0.55
+    nbytes = 4.0 * (x.size + wp.size + out.size * (1 + (len(prog.inputs) if prog else 0)))
+    reads = ({x.buffer, wp.buffer} | ({v.buffer for v, _ in prog.inputs} if prog else set())
+             | {v.buffer for v in (bias, residual) if v is not None})
+    writes = {out.buffer} | ({v.buffer for _, v in prog.outputs} if prog else set())
+    m_panels = -(-mg // MR)
+    tile_rows = -(-OH // 2)
+
+    def partition(k: int) -> list:
+        if k <= blocks:
+            return [split_range(blocks, k, i) + (0, mg, 0, ohw) for i in range(k)]
+        # tile rows first (each rTask transforms only its own input rows), then channel panels
+        per = k // blocks
+        r_parts = min(per, tile_rows)
+        m_parts = min(max(1, per // r_parts), m_panels)
+        if r_parts * m_parts == 1:
+            return []
+        parts = []
+        for b in range(blocks):
+            for mi in range(m_parts):
+                p0, p1 = split_range(m_panels, m_parts, mi)
+                for ri in range(r_parts):
+                    t0, t1 = split_range(tile_rows, r_parts, ri)
+                    parts.append((b, b + 1, p0 * MR, min(mg, p1 * MR), 2 * t0 * OW, min(ohw, 2 * t1 * OW)))
+        return parts
+
+    def emit(ctx: EmitContext, parts: list) -> list[Row]:
+        epi = prog.emit(ctx.side, ctx.locate, space) if prog is not None else -1
+        words = _resolve(ctx, _window_desc(x, out, geo) + [groups, cg, mg, wp, mpad, trc, tcp, epi, regs, wq,
+                                                           FORM_WINOGRAD, -1 if bias is None else bias,
+                                                           int(relu), -1 if residual is None else residual, 0])
+        desc = ctx.side.add_ints(words)
+        return [("k_convp", [desc, *part]) for part in parts]
+
+    return CpuOp(name, "conv", nodes, tuple(sorted(reads - writes)), tuple(sorted(writes)), flops, nbytes,
+                 partition, emit, scratch=regs + panel, blas=True,
+                 extra={"M": mg, "N": ohw, "K": cg * 9, "batches": blocks, "kernel": FORM_NAMES[FORM_WINOGRAD]})
+
+
 #: Force one form for every convolution (None: chosen by :func:`conv_form`); for tests and benchmarks.
 FORCE_FORM: int | None = None
 
@@ -254,7 +356,7 @@ def conv_form(mg: int, ohw: int, K: int = 0, taps: int = 1, strided_1x1: bool = 
     direct form gathers it: 1.1-2.6x faster, measured from 32 to 4096 channels.
     Among the other eligible forms the one that fills its tiles best wins.
     """
-    if FORCE_FORM is not None:
+    if FORCE_FORM is not None and FORCE_FORM != FORM_WINOGRAD:
         return FORCE_FORM
     def used(rows: int, cols: int, mr: int, nr: int) -> float:
         return rows / (-(-rows // mr) * mr) * cols / (-(-cols // nr) * nr)

@@ -59,3 +59,31 @@ def compare(m: onnx.ModelProto, feeds: dict[str, np.ndarray], rtol: float = 1e-4
 
 def rand(*shape: int, seed: int = 0) -> np.ndarray:
     return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+
+def conv_model(x_shape: tuple, w_shape: tuple, n_bias: bool = True, epilogue: tuple = (),
+               **attrs: Any) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+    """A Conv (weights and bias constant) followed by the ``epilogue`` ops in a chain; an "Add"
+    adds another graph input of the output's shape.  Returns the model and its feeds."""
+    x = rand(*x_shape)
+    consts = {"w": rand(*w_shape, seed=1)}
+    ins = ["x", "w"]
+    if n_bias:
+        consts["b"] = rand(w_shape[0], seed=2)
+        ins.append("b")
+    nodes = [node("Conv", ins, ["c"], **attrs)]
+    last = "c"
+    feeds = {"x": x}
+    for k, op in enumerate(epilogue):
+        out = f"e{k}"
+        if op == "Add":
+            # residual: another graph input with the output's shape
+            nodes.append(node("Add", [last, "r"], [out]))
+        else:
+            nodes.append(node(op, [last], [out]))
+        last = out
+    if "Add" in epilogue:
+        probe = model(nodes[:1], {"x": x}, ["c"], consts)
+        shape = [d.dim_value for d in onnx.shape_inference.infer_shapes(probe).graph.output[0].type.tensor_type.shape.dim]
+        feeds["r"] = rand(*shape, seed=3)
+    return model(nodes, feeds, [last], consts), feeds

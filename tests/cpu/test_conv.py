@@ -5,38 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from cpu_helpers import compare, model, node, rand
+from cpu_helpers import compare, conv_model, model, node, rand
 
 from rammer.backends.cpu import lower_conv
-from rammer.backends.cpu.kernels_conv import FORM_DIRECT, FORM_PIXEL_ROWS, FORM_TRANSPOSED, pack_weights
+from rammer.backends.cpu.kernels_conv import FORM_DIRECT, FORM_PIXEL_ROWS, FORM_TRANSPOSED, FORM_WINOGRAD, pack_weights
 from rammer.backends.cpu.ukernel import MR
-
-
-def _conv(x_shape, w_shape, n_bias=True, epilogue=(), **attrs):
-    x = rand(*x_shape)
-    consts = {"w": rand(*w_shape, seed=1)}
-    ins = ["x", "w"]
-    if n_bias:
-        consts["b"] = rand(w_shape[0], seed=2)
-        ins.append("b")
-    nodes = [node("Conv", ins, ["c"], **attrs)]
-    last = "c"
-    feeds = {"x": x}
-    for k, op in enumerate(epilogue):
-        out = f"e{k}"
-        if op == "Add":
-            # residual: another graph input with the output's shape
-            nodes.append(node("Add", [last, "r"], [out]))
-        else:
-            nodes.append(node(op, [last], [out]))
-        last = out
-    if "Add" in epilogue:
-        import onnx
-
-        probe = model(nodes[:1], {"x": x}, ["c"], consts)
-        shape = [d.dim_value for d in onnx.shape_inference.infer_shapes(probe).graph.output[0].type.tensor_type.shape.dim]
-        feeds["r"] = rand(*shape, seed=3)
-    return model(nodes, feeds, [last], consts), feeds
 
 
 CASES = [
@@ -57,7 +30,7 @@ CASES = [
 
 @pytest.mark.parametrize("x_shape,w_shape,attrs", CASES)
 def test_conv_matches_reference(x_shape, w_shape, attrs):
-    m, feeds = _conv(x_shape, w_shape, **attrs)
+    m, feeds = conv_model(x_shape, w_shape, **attrs)
     # float32 sums of K products of unit normals differ by about sqrt(K) ulps of their terms
     report = compare(m, feeds, atol=1e-6 * int(np.prod(w_shape[1:])))
     assert report["ops_by_family"].get("conv") == 1, report["ops_by_family"]
@@ -69,19 +42,19 @@ def test_conv_matches_reference(x_shape, w_shape, attrs):
     ((1, 6, 33), (10, 3, 1), dict(group=2)),
 ])
 def test_conv1d_matches_reference(x_shape, w_shape, attrs):
-    m, feeds = _conv(x_shape, w_shape, **attrs)
+    m, feeds = conv_model(x_shape, w_shape, **attrs)
     compare(m, feeds)
 
 
 @pytest.mark.parametrize("epilogue", [("Relu",), ("Add", "Relu"), ("Sigmoid",)])
 def test_conv_fused_epilogues(epilogue):
-    m, feeds = _conv((2, 8, 11, 13), (20, 4, 3, 3), epilogue=epilogue, group=2, pads=[1, 1, 1, 1])
+    m, feeds = conv_model((2, 8, 11, 13), (20, 4, 3, 3), epilogue=epilogue, group=2, pads=[1, 1, 1, 1])
     report = compare(m, feeds)
     assert report["ops_by_family"] == {"conv": 1}, report["ops_by_family"]
 
 
 def test_conv_without_bias_and_tiny_k():
-    m, feeds = _conv((1, 1, 5, 6), (3, 1, 1, 1), n_bias=False)
+    m, feeds = conv_model((1, 1, 5, 6), (3, 1, 1, 1), n_bias=False)
     compare(m, feeds)
 
 
@@ -94,7 +67,7 @@ def test_conv_split_into_many_rtasks(monkeypatch, x_shape, w_shape):
     monkeypatch.setattr(lower_conv, "IMPLICIT_KC", 24)
     monkeypatch.setattr(lower_conv, "IMPLICIT_NC", 64)
     monkeypatch.setattr(lower_conv, "IMPLICIT_MIN_PIXELS", 32)
-    m, feeds = _conv(x_shape, w_shape, epilogue=("Relu",), pads=[1, 1, 1, 1])
+    m, feeds = conv_model(x_shape, w_shape, epilogue=("Relu",), pads=[1, 1, 1, 1])
     compare(m, feeds, veus=2)
 
 
@@ -103,7 +76,7 @@ def test_conv_partition_covers_output_once(k):
     from rammer.backends.cpu.compiler import compile_program
     from rammer.frontend import load
 
-    m, _ = _conv((2, 8, 20, 20), (36, 4, 3, 3), group=2, pads=[1, 1, 1, 1])
+    m, _ = conv_model((2, 8, 20, 20), (36, 4, 3, 3), group=2, pads=[1, 1, 1, 1])
     (op,) = [o for o in compile_program(load(m)).lowered.ops if o.family == "conv"]
     parts = op.partition(k)
     if not parts:
@@ -150,7 +123,7 @@ def test_conv_transposed_form_for_small_planes(monkeypatch, x_shape, w_shape, at
     # several K blocks too, so that tiles are scattered with accumulation
     monkeypatch.setattr(lower_conv, "IMPLICIT_KC_TRANSPOSED", 40)
     monkeypatch.setattr(lower_conv, "FORCE_FORM", FORM_TRANSPOSED)
-    m, feeds = _conv(x_shape, w_shape, epilogue=("Relu",), **attrs)
+    m, feeds = conv_model(x_shape, w_shape, epilogue=("Relu",), **attrs)
     (op,) = [o for o in compile_program(load(m)).lowered.ops if o.family == "conv"]
     assert op.extra["kernel"] == "implicit-transposed"
     compare(m, feeds, veus=veus, atol=1e-6 * int(np.prod(w_shape[1:])))
@@ -224,13 +197,13 @@ def test_conv_pixel_row_form_matches_reference(monkeypatch, x_shape, w_shape, at
     from rammer.frontend import load
 
     monkeypatch.setattr(lower_conv, "FORCE_FORM", FORM_PIXEL_ROWS)
-    m, feeds = _conv(x_shape, w_shape, epilogue=("Relu",), **attrs)
+    m, feeds = conv_model(x_shape, w_shape, epilogue=("Relu",), **attrs)
     (op,) = [o for o in compile_program(load(m)).lowered.ops if o.family == "conv"]
     assert op.extra["kernel"] == "pixel-rows"
     compare(m, feeds, veus=veus, atol=1e-6 * int(np.prod(w_shape[1:])))
 
 
-@pytest.mark.parametrize("form", [None, FORM_DIRECT, FORM_TRANSPOSED, FORM_PIXEL_ROWS])
+@pytest.mark.parametrize("form", [None, FORM_DIRECT, FORM_TRANSPOSED, FORM_PIXEL_ROWS, FORM_WINOGRAD])
 @pytest.mark.parametrize("chain", ["relu", "relu_add_raw", "bias_only", "relu_then_sigmoid", "add_relu",
                                    "add_relu_add_raw", "add_broadcast_relu", "add_relu_both_outputs"])
 @pytest.mark.parametrize("k,kc", [(3, None), (1, None), (1, 24)])

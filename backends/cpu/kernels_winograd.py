@@ -1,0 +1,118 @@
+"""Winograd F(2x2, 3x3) for 3x3 stride-1 convolutions (the ``winograd`` form of ``k_convp``).
+
+Per block (image, group) and chunk of tile rows (each tile: 2x2 outputs from a 4x4
+input window, windows 2 apart):
+
+1. the chunk's zero-padded input rows are copied into planes (one fill, then
+   the rows' insides, as for the other forms);
+2. :func:`~.ukernel_winograd.wino_in` turns every channel's windows into
+   ``V[xi][c][tile]`` (16 matrices of cg rows; rows ``ldv`` apart, WIDTH floats
+   of slack each, since a tile row's last vector runs over into the next);
+3. 16 GEMMs ``Mx[xi] = U[xi] . V[xi]`` with the strided-B micro-kernel
+   (:func:`~.ukernel.ukernel_ldb`), U the transformed weights packed at compile
+   time as MR-row A panels per (group, xi);
+4. :func:`~.ukernel_winograd.wino_out` turns ``Mx`` into the 2x2 outputs and
+   applies bias, residual and ReLU at its masked stores; a fused elementwise
+   program runs over the chunk's output rows after that.
+
+Scratch (floats, from the task's panel offset): the planes of the chunk
+(cg x (2*TRC + 2) x Wq, plus slack for over-long reads), V (16 x cg x ldv) and
+Mx (16 x mpad x TCP), each 16-float aligned.  Multiplications per tile and
+channel pair: 16 instead of 36.
+"""
+
+from __future__ import annotations
+
+from . import _numba_cache  # noqa: F401  (drops stale numba caches first)
+
+import numpy as np
+from numba import njit
+
+from .kernels_ew import ew_epilogue
+from .kernels_window import _phase_planes
+from .ukernel import EPI_BIAS, EPI_RELU, EPI_RESIDUAL, MR, NR, WIDTH, ukernel_ldb
+from .ukernel_winograd import wino_in, wino_out
+
+f32 = np.float32
+_JIT = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
+
+
+def _align(n: int) -> int:
+    return -(-n // 16) * 16
+
+
+@njit(**_JIT)
+def winograd_layout(cg, mpad, TRC, TCP, Wq):
+    """Offsets (planes, V, Mx, end) of the scratch above, relative to the task's panel."""
+    planes = 0
+    vb = ((cg * (2 * TRC + 2) * Wq + 2 * WIDTH + 16) + 15) // 16 * 16
+    ldv = TCP + WIDTH
+    mb = (vb + 16 * cg * ldv + WIDTH + 15) // 16 * 16
+    end = mb + 16 * mpad * TCP + 2 * WIDTH
+    return planes, vb, mb, end
+
+
+def scratch_floats(cg: int, mpad: int, trc: int, tcp: int, wq: int) -> int:
+    """Floats of scratch one rTask of the winograd form needs (see the module docstring)."""
+    return int(winograd_layout(cg, mpad, trc, tcp, wq)[3]) + 16
+
+
+@njit(**_JIT)
+def winograd_block(F, X, R, p, sbase, pb, xoff, ooff, C, H, W, ph, pw, OH, OW, groups, cg, mg, wpack, mpad,
+                   TRC, TCP, Wq, epi, bias, relu, res):
+    """The winograd form of ``k_convp`` for one task row ``p``: blocks [p1, p2), output
+    channels [p3, p4) (p3 a multiple of MR) and the tile rows covering pixels [p5, p6)
+    (whole tile rows: the partition cuts at multiples of 2*OW)."""
+    m0 = p[3]
+    m1 = p[4]
+    M = groups * mg
+    ohw = OH * OW
+    TW = (OW + 1) // 2
+    TH = (OH + 1) // 2
+    tr_lo = p[5] // (2 * OW)
+    tr_hi = min(TH, (p[6] + 2 * OW - 1) // (2 * OW))
+    ldv = TCP + WIDTH
+    VS = cg * ldv
+    MS = mpad * TCP
+    _, vo, mo, _ = winograd_layout(cg, mpad, TRC, TCP, Wq)
+    pp = pb
+    vb = pb + vo
+    mb = pb + mo
+    flags = (EPI_BIAS if bias >= 0 else 0) | (EPI_RESIDUAL if res >= 0 else 0) | (EPI_RELU if relu else 0)
+    for b in range(p[1], p[2]):
+        n = b // groups
+        g = b - n * groups
+        xb = xoff + (n * C + g * cg) * H * W
+        out = ooff + (n * M + g * mg) * ohw
+        ug = wpack + g * 16 * mpad * cg
+        tr = tr_lo
+        while tr < tr_hi:
+            trc = min(TRC, tr_hi - tr)
+            Rq = 2 * trc + 2
+            plane = Rq * Wq
+            for c in range(cg):
+                base = pp + c * plane
+                _phase_planes(F, xb + c * H * W, H, W, ph - 2 * tr, pw, 1, 1, Rq, Wq,
+                              F[np.uint64(base):np.uint64(base + plane)], f32(0.0), base)
+            for i in range(trc):
+                for tx in range(0, TW, WIDTH):
+                    wino_in(F, pp + 2 * i * Wq + 2 * tx, Wq, plane, F, vb + i * TW + tx, ldv, VS, cg)
+            nt = trc * TW
+            for xi in range(16):
+                for tp in range(0, nt, NR):
+                    for mp in range(m0, m1, MR):
+                        cp = mb + xi * MS + (mp - m0) * TCP + tp
+                        ukernel_ldb(cg, F, ug + (xi * mpad + mp) * cg, F, vb + xi * VS + tp, ldv,
+                                    F, cp, TCP, 0, F, cp, F, cp, TCP)
+            for i in range(trc):
+                oy = 2 * (tr + i)
+                nrows = min(2, OH - oy)
+                for tx in range(0, TW, WIDTH):
+                    o = out + m0 * ohw + oy * OW + 2 * tx
+                    wino_out(F, mb + i * TW + tx, MS, TCP, F, o, OW, ohw, m1 - m0, min(2 * WIDTH, OW - 2 * tx),
+                             nrows, flags, F, bias + g * mg + m0 if bias >= 0 else o,
+                             F, res + (n * M + g * mg + m0) * ohw + oy * OW + 2 * tx if res >= 0 else o)
+            if epi >= 0:
+                ew_epilogue(F, X, R, epi, b * mg + m0, b * mg + m1, 2 * tr * OW, min(ohw, 2 * (tr + trc) * OW),
+                            sbase)
+            tr += trc
