@@ -37,14 +37,10 @@ f32 = np.float32
 _JIT = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
 
 
-def _align(n: int) -> int:
-    return -(-n // 16) * 16
-
-
 @njit(**_JIT)
 def winograd_layout(cg, mpad, TRC, TCP, Wq):
     """Offsets (planes, V, Mx, end) of the scratch above, relative to the task's panel."""
-    planes = 0
+    planes = 0  # (the planes come first)
     vb = ((cg * (2 * TRC + 2) * Wq + 2 * WIDTH + 16) + 15) // 16 * 16
     ldv = TCP + WIDTH
     mb = (vb + 16 * cg * ldv + WIDTH + 15) // 16 * 16

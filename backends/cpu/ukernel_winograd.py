@@ -27,8 +27,7 @@ from numba.extending import intrinsic
 
 import numpy as np
 
-from .ukernel import (EPI_BIAS, EPI_RELU, EPI_RESIDUAL, WIDTH, _arrays_are, _call_codegen, _per_flag_blocks,
-                      _relu_keep_nan, _splat, compile_module)
+from .ukernel import WIDTH, _arrays_are, _call_codegen, _per_flag_blocks, _relu_keep_nan, _splat, compile_module
 
 IN_SYMBOL = "rammer_cpu_winograd_in"
 OUT_SYMBOL = "rammer_cpu_winograd_out"
