@@ -205,16 +205,7 @@ def implicit_conv_op(lw: Lowerer, name: str, nodes: tuple[Node, ...], x: View, w
         if mg > ohw:
             q_parts = max(1, per // min(per, m_panels))
         m_parts = min(max(1, per // q_parts), m_panels)
-        if q_parts * m_parts == 1:
-            return []
-        parts = []
-        for b in range(blocks):
-            for mi in range(m_parts):
-                p0, p1 = split_range(m_panels, m_parts, mi)
-                for qi in range(q_parts):
-                    j0, j1 = split_range(q_panels, q_parts, qi)
-                    parts.append((b, b + 1, p0 * unit, min(mg, p1 * unit), j0 * NR, min(ohw, j1 * NR)))
-        return parts
+        return _grid_parts(blocks, mg, unit, m_panels, m_parts, ohw, NR, q_panels, q_parts)
 
     def emit(ctx: EmitContext, parts: list) -> list[Row]:
         epi = prog.emit(ctx.side, ctx.locate, space) if prog is not None else -1
@@ -229,6 +220,23 @@ def implicit_conv_op(lw: Lowerer, name: str, nodes: tuple[Node, ...], x: View, w
                  partition, emit, scratch=regs + panel, blas=True,
                  extra={"M": mg, "N": ohw, "K": K, "batches": blocks,
                         "kernel": FORM_NAMES[form]})
+
+
+def _grid_parts(blocks: int, mg: int, unit: int, m_panels: int, m_parts: int, ohw: int, q_unit: int,
+                q_units: int, q_parts: int) -> list:
+    """Task rows ``(b, b + 1, m0, m1, q0, q1)`` for every block, cutting the output channels into
+    ``m_parts`` runs of whole ``unit``-channel panels and the pixels into ``q_parts`` runs of whole
+    ``q_unit``-pixel units (NR pixels, or a tile row's two output rows); [] when that is one task."""
+    if m_parts * q_parts == 1:
+        return []
+    parts = []
+    for b in range(blocks):
+        for mi in range(m_parts):
+            p0, p1 = split_range(m_panels, m_parts, mi)
+            for qi in range(q_parts):
+                j0, j1 = split_range(q_units, q_parts, qi)
+                parts.append((b, b + 1, p0 * unit, min(mg, p1 * unit), j0 * q_unit, min(ohw, j1 * q_unit)))
+    return parts
 
 
 FORM_NAMES = {FORM_DIRECT: "implicit", FORM_TRANSPOSED: "implicit-transposed", FORM_PIXEL_ROWS: "pixel-rows",
@@ -305,16 +313,7 @@ def _winograd_op(lw: Lowerer, name: str, nodes: tuple[Node, ...], x: View, w_arr
         per = k // blocks
         r_parts = min(per, tile_rows)
         m_parts = min(max(1, per // r_parts), m_panels)
-        if r_parts * m_parts == 1:
-            return []
-        parts = []
-        for b in range(blocks):
-            for mi in range(m_parts):
-                p0, p1 = split_range(m_panels, m_parts, mi)
-                for ri in range(r_parts):
-                    t0, t1 = split_range(tile_rows, r_parts, ri)
-                    parts.append((b, b + 1, p0 * MR, min(mg, p1 * MR), 2 * t0 * OW, min(ohw, 2 * t1 * OW)))
-        return parts
+        return _grid_parts(blocks, mg, MR, m_panels, m_parts, ohw, 2 * OW, tile_rows, r_parts)
 
     def emit(ctx: EmitContext, parts: list) -> list[Row]:
         epi = prog.emit(ctx.side, ctx.locate, space) if prog is not None else -1
