@@ -376,45 +376,37 @@ def _add_row_sweep(mod: ir.Module, width: int) -> None:
         wv = [_splat(bld, bld.load(bld.gep(w, [ir.Constant(i64, t)]), align=4), vec) for t in range(k * k)]
         nb = bld.sdiv(bld.add(oh, ir.Constant(i64, R - 1)), ir.Constant(i64, R))  # row blocks per column
         total = bld.mul(nb, ncv)
-        head = fn.append_basic_block(f"head{k}")
-        body = fn.append_basic_block(f"body{k}")
-        start = bld.block
-        bld.branch(head)
-        hb = ir.IRBuilder(head)
-        idx = hb.phi(i64, name=f"blk{k}")
-        idx.add_incoming(ir.Constant(i64, 0), start)
-        hb.cbranch(hb.icmp_signed("<", idx, total), body, done)
-        bb = ir.IRBuilder(body)
-        c = bb.sdiv(idx, nb)
-        row0 = bb.mul(bb.sub(idx, bb.mul(c, nb)), ir.Constant(i64, R))
-        rem = bb.sub(oh, row0)
-        base_off = bb.add(bb.mul(row0, wq), bb.mul(c, ir.Constant(i64, width)))
-        src = bb.gep(p, [base_off])
-        dst = bb.gep(acc, [base_off])
-        nxt = fn.append_basic_block(f"next{k}")
-        # rows in this block: R, or the remainder (one variant per count)
-        variants = {r: fn.append_basic_block(f"r{k}_{r}") for r in range(1, R + 1)}
-        sw = bb.switch(rem, variants[R])
-        for r in range(1, R):
-            sw.add_case(ir.Constant(i64, r), variants[r])
-        for rows, block in variants.items():
-            vb = ir.IRBuilder(block)
-            accs = [zero] * rows
-            for s_row in range(rows + k - 1):
-                row_ptr = vb.gep(src, [vb.mul(ir.Constant(i64, s_row), wq)])
-                for j in range(k):
-                    x = vb.load(vb.bitcast(vb.gep(row_ptr, [ir.Constant(i64, j)]), vec.as_pointer()), align=4)
-                    for i in range(k):
-                        r = s_row - i
-                        if 0 <= r < rows:
-                            accs[r] = vb.call(fma, [wv[i * k + j], x, accs[r]])
-            for r in range(rows):
-                out = vb.gep(dst, [vb.mul(ir.Constant(i64, r), wq)])
-                vb.store(accs[r], vb.bitcast(out, vec.as_pointer()), align=4)
-            vb.branch(nxt)
-        nb_ = ir.IRBuilder(nxt)
-        idx.add_incoming(nb_.add(idx, ir.Constant(i64, 1)), nxt)
-        nb_.branch(head)
+        with cgutils.for_range(bld, total) as loop:
+            idx = loop.index
+            c = bld.sdiv(idx, nb)
+            row0 = bld.mul(bld.sub(idx, bld.mul(c, nb)), ir.Constant(i64, R))
+            rem = bld.sub(oh, row0)
+            base_off = bld.add(bld.mul(row0, wq), bld.mul(c, ir.Constant(i64, width)))
+            src = bld.gep(p, [base_off])
+            dst = bld.gep(acc, [base_off])
+            nxt = fn.append_basic_block(f"next{k}")
+            # rows in this block: R, or the remainder (one variant per count)
+            variants = {r: fn.append_basic_block(f"r{k}_{r}") for r in range(1, R + 1)}
+            sw = bld.switch(rem, variants[R])
+            for r in range(1, R):
+                sw.add_case(ir.Constant(i64, r), variants[r])
+            for rows, block in variants.items():
+                vb = ir.IRBuilder(block)
+                accs = [zero] * rows
+                for s_row in range(rows + k - 1):
+                    row_ptr = vb.gep(src, [vb.mul(ir.Constant(i64, s_row), wq)])
+                    for j in range(k):
+                        x = vb.load(vb.bitcast(vb.gep(row_ptr, [ir.Constant(i64, j)]), vec.as_pointer()), align=4)
+                        for i in range(k):
+                            r = s_row - i
+                            if 0 <= r < rows:
+                                accs[r] = vb.call(fma, [wv[i * k + j], x, accs[r]])
+                for r in range(rows):
+                    out = vb.gep(dst, [vb.mul(ir.Constant(i64, r), wq)])
+                    vb.store(accs[r], vb.bitcast(out, vec.as_pointer()), align=4)
+                vb.branch(nxt)
+            bld.position_at_end(nxt)
+        bld.branch(done)
     ir.IRBuilder(done).ret_void()
 
 

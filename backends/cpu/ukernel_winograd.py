@@ -23,6 +23,7 @@ import ctypes
 from llvmlite import binding as llvm
 from llvmlite import ir
 from numba import types
+from numba.core import cgutils
 from numba.extending import intrinsic
 
 import numpy as np
@@ -75,33 +76,26 @@ def _add_input_transform(mod: ir.Module, width: int) -> None:
     vec = ir.VectorType(f32, width)
     fn = ir.Function(mod, ir.FunctionType(ir.VoidType(), [fp, i64, i64, fp, i64, i64, i64]), name=IN_SYMBOL)
     x, wq, cstride, v, ldv, vs, ncg = fn.args
-    entry = ir.IRBuilder(fn.append_basic_block("entry"))
-    head, body, done = (fn.append_basic_block(n) for n in ("head", "body", "done"))
-    entry.branch(head)
-    bld = ir.IRBuilder(head)
-    c = bld.phi(i64)
-    c.add_incoming(ir.Constant(i64, 0), entry.block)
-    bld.cbranch(bld.icmp_signed("<", c, ncg), body, done)
-    bld = ir.IRBuilder(body)
+    bld = ir.IRBuilder(fn.append_basic_block("entry"))
     even = ir.Constant(ir.VectorType(i32, width), [2 * t for t in range(width)])
     odd = ir.Constant(ir.VectorType(i32, width), [2 * t + 1 for t in range(width)])
-    xc = bld.gep(x, [bld.mul(c, cstride)])
-    d = []  # d[i][j]: element (i, j) of every tile's window
-    for i in range(4):
-        row = bld.gep(xc, [bld.mul(ir.Constant(i64, i), wq)])
-        lo, hi, lo2, hi2 = (bld.load(_vec_ptr(bld, row, ir.Constant(i64, o), vec), align=4)
-                            for o in (0, width, 2, width + 2))
-        d.append([bld.shuffle_vector(lo, hi, even), bld.shuffle_vector(lo, hi, odd),
-                  bld.shuffle_vector(lo2, hi2, even), bld.shuffle_vector(lo2, hi2, odd)])
-    cols = [_transform_1d(bld, [d[i][j] for i in range(4)], BT) for j in range(4)]  # cols[j][i] = (BT d)[i, j]
-    vrow = bld.gep(v, [bld.mul(c, ldv)])
-    for i in range(4):
-        for xi, val in enumerate(_transform_1d(bld, [cols[j][i] for j in range(4)], BT)):
-            at = bld.mul(ir.Constant(i64, 4 * i + xi), vs)
-            bld.store(val, _vec_ptr(bld, vrow, at, vec), align=4)
-    c.add_incoming(bld.add(c, ir.Constant(i64, 1)), body)
-    bld.branch(head)
-    ir.IRBuilder(done).ret_void()
+    with cgutils.for_range(bld, ncg) as loop:
+        c = loop.index
+        xc = bld.gep(x, [bld.mul(c, cstride)])
+        d = []  # d[i][j]: element (i, j) of every tile's window
+        for i in range(4):
+            row = bld.gep(xc, [bld.mul(ir.Constant(i64, i), wq)])
+            lo, hi, lo2, hi2 = (bld.load(_vec_ptr(bld, row, ir.Constant(i64, o), vec), align=4)
+                                for o in (0, width, 2, width + 2))
+            d.append([bld.shuffle_vector(lo, hi, even), bld.shuffle_vector(lo, hi, odd),
+                      bld.shuffle_vector(lo2, hi2, even), bld.shuffle_vector(lo2, hi2, odd)])
+        cols = [_transform_1d(bld, [d[i][j] for i in range(4)], BT) for j in range(4)]  # cols[j][i] = (BT d)[i, j]
+        vrow = bld.gep(v, [bld.mul(c, ldv)])
+        for i in range(4):
+            for xi, val in enumerate(_transform_1d(bld, [cols[j][i] for j in range(4)], BT)):
+                at = bld.mul(ir.Constant(i64, 4 * i + xi), vs)
+                bld.store(val, _vec_ptr(bld, vrow, at, vec), align=4)
+    bld.ret_void()
 
 
 def _masked(mod: ir.Module, vec: ir.VectorType, store: bool) -> ir.Function:
@@ -131,45 +125,37 @@ def _add_output_transform(mod: ir.Module, width: int) -> None:
     iota = ir.Constant(ir.VectorType(i64, width), list(range(width)))
     masks = [entry.icmp_signed("<", iota, _splat(entry, entry.sub(ncols, ir.Constant(i64, h * width)),
                                                   ir.VectorType(i64, width))) for h in (0, 1)]
-    two_rows = entry.icmp_signed(">", nrows, ir.Constant(i64, 1))
+    two_rows = _splat(entry, entry.icmp_signed(">", nrows, ir.Constant(i64, 1)), ir.VectorType(ir.IntType(1), width))
+    row_masks = (masks, [entry.and_(mask, two_rows) for mask in masks])  # the second output row: if nrows > 1
     mstore, mload = _masked(mod, vec, True), _masked(mod, vec, False)
     align = ir.Constant(i32, 4)
     zero = ir.Constant(vec, [0.0] * width)
     lo_mask = ir.Constant(ir.VectorType(i32, width), [t // 2 + (t % 2) * width for t in range(width)])
     hi_mask = ir.Constant(ir.VectorType(i32, width), [width // 2 + t // 2 + (t % 2) * width for t in range(width)])
-    for bld, (_, bias_on, res_on, relu_on) in _per_flag_blocks(fn, entry, flags):
-        start = bld.block
-        head, body, done = (fn.append_basic_block(f"{start.name}_{n}") for n in ("head", "body", "done"))
-        bld.branch(head)
-        hb = ir.IRBuilder(head)
-        r = hb.phi(i64)
-        r.add_incoming(ir.Constant(i64, 0), start)
-        hb.cbranch(hb.icmp_signed("<", r, nm), body, done)
-        bb = ir.IRBuilder(body)
-        mr = bb.gep(m, [bb.mul(r, mstride)])
-        mv = [[bb.load(_vec_ptr(bb, mr, bb.mul(ir.Constant(i64, 4 * i + j), ms), vec), align=4) for j in range(4)]
-              for i in range(4)]
-        cols = [_transform_1d(bb, [mv[i][j] for i in range(4)], AT) for j in range(4)]  # cols[j][a]
-        orow = bb.gep(out, [bb.mul(r, ostride)])
-        rrow = bb.gep(res, [bb.mul(r, ostride)])
-        bv = _splat(bb, bb.load(bb.gep(bias, [r]), align=4), vec) if bias_on else None
-        for a in range(2):
-            y = _transform_1d(bb, [cols[j][a] for j in range(4)], AT)  # even and odd columns
-            halves = (bb.shuffle_vector(y[0], y[1], lo_mask), bb.shuffle_vector(y[0], y[1], hi_mask))
-            for h, val in enumerate(halves):
-                at = bb.add(bb.mul(ir.Constant(i64, a), ldo), ir.Constant(i64, h * width))
-                mask = masks[h] if a == 0 else bb.and_(masks[h], _splat(bb, two_rows, ir.VectorType(ir.IntType(1),
-                                                                                                      width)))
-                if bias_on:
-                    val = bb.fadd(val, bv)
-                if res_on:
-                    val = bb.fadd(val, bb.call(mload, [_vec_ptr(bb, rrow, at, vec), align, mask, zero]))
-                if relu_on:
-                    val = _relu_keep_nan(bb, val)
-                bb.call(mstore, [val, _vec_ptr(bb, orow, at, vec), align, mask])
-        r.add_incoming(bb.add(r, ir.Constant(i64, 1)), body)
-        bb.branch(head)
-        ir.IRBuilder(done).ret_void()
+    for bb, (_, bias_on, res_on, relu_on) in _per_flag_blocks(fn, entry, flags):
+        with cgutils.for_range(bb, nm) as loop:
+            r = loop.index
+            mr = bb.gep(m, [bb.mul(r, mstride)])
+            mv = [[bb.load(_vec_ptr(bb, mr, bb.mul(ir.Constant(i64, 4 * i + j), ms), vec), align=4) for j in range(4)]
+                  for i in range(4)]
+            cols = [_transform_1d(bb, [mv[i][j] for i in range(4)], AT) for j in range(4)]  # cols[j][a]
+            orow = bb.gep(out, [bb.mul(r, ostride)])
+            rrow = bb.gep(res, [bb.mul(r, ostride)])
+            bv = _splat(bb, bb.load(bb.gep(bias, [r]), align=4), vec) if bias_on else None
+            for a in range(2):
+                y = _transform_1d(bb, [cols[j][a] for j in range(4)], AT)  # even and odd columns
+                halves = (bb.shuffle_vector(y[0], y[1], lo_mask), bb.shuffle_vector(y[0], y[1], hi_mask))
+                for h, val in enumerate(halves):
+                    at = bb.add(bb.mul(ir.Constant(i64, a), ldo), ir.Constant(i64, h * width))
+                    mask = row_masks[a][h]
+                    if bias_on:
+                        val = bb.fadd(val, bv)
+                    if res_on:
+                        val = bb.fadd(val, bb.call(mload, [_vec_ptr(bb, rrow, at, vec), align, mask, zero]))
+                    if relu_on:
+                        val = _relu_keep_nan(bb, val)
+                    bb.call(mstore, [val, _vec_ptr(bb, orow, at, vec), align, mask])
+        bb.ret_void()
 
 
 def winograd_module(width: int) -> ir.Module:
