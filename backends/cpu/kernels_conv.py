@@ -57,7 +57,7 @@ from .atomics import copy_block
 from .kernels_ew import ew_epilogue
 from .kernels_gemm import tile_into
 from .kernels_winograd import winograd_block
-from .kernels_window import W_OUT, W_X, WIN_LEN, _phase_planes, read_window
+from .kernels_window import W_OUT, W_X, WIN_LEN, _pad_phases, read_window
 from .ukernel import (EPI_ACCUMULATE, EPI_BIAS, EPI_RELU, EPI_RESIDUAL, MR, NR, PX_MR, PX_NR, ukernel, ukernel_ldb,
                       ukernel_rows)
 
@@ -120,26 +120,6 @@ def _gather_pointwise(F, xb, H, W, p0, kc, q0, nc, pb, wd):
             else:
                 copy_block(F, row + jp * kc * wd + jj, src + q, run)
             q += run
-
-
-@njit(**_JIT)
-def _pad_phases(F, xb, cg, H, W, ph, pw, r0, Rq, sh, sw, Wq, pp):
-    """The task's rows of the zero-padded input, split into stride-phase planes at F[pp:].
-
-    Phase plane (a, b) of channel c holds the padded rows r0 + a, r0 + a + sh, ...
-    and the padded columns b, b + sw, ...: element [rr, cc] at
-    ``pp + ((c*sh + a)*sw + b)*Rq*Wq + rr*Wq + cc`` is ``Xpad[c, r0 + rr*sh + a, cc*sw + b]``.
-    Every tap of a strided convolution then reads one phase plane with unit
-    stride (see :func:`_gather_padded`), so the strided reads are paid once per
-    input element here instead of once per tap and pixel in the gather.  Each
-    channel's planes are those of :func:`~.kernels_window._phase_planes` (the
-    pooling windows' layout) for an image starting r0 padded rows down.
-    """
-    planes = sh * sw * Rq * Wq
-    for c in range(cg):
-        base = pp + c * planes
-        _phase_planes(F, xb + c * H * W, H, W, ph - r0, pw, sh, sw, Rq, Wq,
-                      F[np.uint64(base):np.uint64(base + planes)], f32(0.0), base)
 
 
 @njit(**_JIT)

@@ -168,6 +168,27 @@ def _phase_planes(F, src, H, W, ph, pw, sh, sw, Hq, Wq, P, fill, p0):
 
 
 @njit(**_JIT)
+def _pad_phases(F, xb, cg, H, W, ph, pw, r0, Rq, sh, sw, Wq, pp):
+    """The task's rows of the zero-padded input, split into stride-phase planes at F[pp:].
+
+    Phase plane (a, b) of channel c holds the padded rows r0 + a, r0 + a + sh, ...
+    and the padded columns b, b + sw, ...: element [rr, cc] at
+    ``pp + ((c*sh + a)*sw + b)*Rq*Wq + rr*Wq + cc`` is ``Xpad[c, r0 + rr*sh + a, cc*sw + b]``.
+    Every tap of a strided convolution then reads one phase plane with unit
+    stride (see :func:`~.kernels_conv._gather_padded`), so the strided reads are
+    paid once per input element here instead of once per tap and pixel in the
+    gather.  Each channel's planes are those of :func:`_phase_planes` (the
+    pooling windows' layout) for an image starting r0 padded rows down; the
+    Winograd form takes them with sh = sw = 1 (plain padded rows).
+    """
+    planes = sh * sw * Rq * Wq
+    for c in range(cg):
+        base = pp + c * planes
+        _phase_planes(F, xb + c * H * W, H, W, ph - r0, pw, sh, sw, Rq, Wq,
+                      F[np.uint64(base):np.uint64(base + planes)], f32(0.0), base)
+
+
+@njit(**_JIT)
 def _row_sweep_fits(kh, kw, sh, sw, dh, dw):
     """Whether ``ukernel.row_sweep`` serves this window (square 3x3 or 5x5, stride and dilation 1)."""
     return sh == 1 and sw == 1 and dh == 1 and dw == 1 and kh == kw and (kh == 3 or kh == 5)

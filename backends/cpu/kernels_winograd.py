@@ -25,15 +25,13 @@ from __future__ import annotations
 
 from . import _numba_cache  # noqa: F401  (drops stale numba caches first)
 
-import numpy as np
 from numba import njit
 
 from .kernels_ew import ew_epilogue
-from .kernels_window import _phase_planes
+from .kernels_window import _pad_phases
 from .ukernel import EPI_BIAS, EPI_RELU, EPI_RESIDUAL, MR, NR, WIDTH, ukernel_ldb
 from .ukernel_winograd import wino_in, wino_out
 
-f32 = np.float32
 _JIT = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
 
 
@@ -86,10 +84,7 @@ def winograd_block(F, X, R, p, sbase, pb, xoff, ooff, C, H, W, ph, pw, OH, OW, g
             trc = min(TRC, tr_hi - tr)
             Rq = 2 * trc + 2
             plane = Rq * Wq
-            for c in range(cg):
-                base = pp + c * plane
-                _phase_planes(F, xb + c * H * W, H, W, ph - 2 * tr, pw, 1, 1, Rq, Wq,
-                              F[np.uint64(base):np.uint64(base + plane)], f32(0.0), base)
+            _pad_phases(F, xb, cg, H, W, ph, pw, 2 * tr, Rq, 1, 1, Wq, pp)
             for i in range(trc):
                 for tx in range(0, TW, WIDTH):
                     wino_in(F, pp + 2 * i * Wq + 2 * tx, Wq, plane, F, vb + i * TW + tx, ldv, VS, cg)
