@@ -209,14 +209,14 @@ def load_schedules(folder: str) -> list:
 def compile_cached(graph: Graph, num_veus: int | None, policy: str, pin: bool, use_cache: bool,
                    cache_dir: str | None, emit_dir: str | None, max_wait_s: float,
                    batch_rows: int = DEFAULT_BATCH_ROWS) -> CpuExecutable:
-    from .cse import eliminate_common_subexpressions
+    from .graph_passes import prepare
     from .scheduling import default_veus
 
     n = num_veus or default_veus()
     folder = os.path.join(cache_root(cache_dir), cache_key(graph, n, policy, pin, batch_rows)) if use_cache else None
-    # The program and its executable both see the graph without repeated computations
-    # (host steps name its nodes by index); deterministic, so a cached program matches too.
-    graph = eliminate_common_subexpressions(graph)
+    # The program and its executable both see the rewritten graph (host steps name its
+    # nodes by index); the passes are deterministic, so a cached program matches too.
+    graph = prepare(graph)
     if folder and not emit_dir and os.path.isdir(folder):
         try:
             exe = CpuExecutable(graph, load(folder), max_wait_s, schedules_loader=lambda: load_schedules(folder))

@@ -1,4 +1,4 @@
-"""Per-rOperator profile of a compiled CPU program (``rammer compile --profile``).
+"""Per-rOperator profile of a compiled CPU program (the work-by-family lines of ``ci/bench_cpu.py``).
 
 Each op's task rows are run alone, on one vEU, with the arena as a real
 inference leaves it, and timed; the sum over ops is the program's work
