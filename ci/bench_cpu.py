@@ -11,7 +11,8 @@ vEUs, and ``reference``, and an onnxruntime session with
 * **alternating**: one run of each in turn, the order rotated every round,
   ``--rounds x 5`` rounds, each run starting once the process is idle again
   (the protocol of ``rammer bench``; ``--no-settle`` runs them back to back);
-* **blocks**: five runs of one, then five of the next, ``--rounds`` times;
+* **blocks**: five runs of one, then five of the next, ``--rounds`` times (each
+  block, too, starting once the process is idle);
 * ``reference`` is timed apart (three runs), since numpy's BLAS threads spin
   after each call too;
 
@@ -116,6 +117,10 @@ def main(argv: list[str] | None = None) -> int:
         blk = {k: [] for k in runners}
         for _ in range(args.rounds):
             for k, fn in runners.items():
+                # each block starts on an idle machine too: onnxruntime's pool spins for a while
+                # after its last run, which took a core from the first runs of the next block
+                if not args.no_settle:
+                    wait_until_idle()
                 blk[k] += _times(fn, 5)
         if not args.no_reference:
             # Timed apart: numpy's OpenBLAS threads spin after each call and would
