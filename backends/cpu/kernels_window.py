@@ -332,8 +332,9 @@ def k_pool(F, B, I, J, X, R, p, sbase):
     """Max (mode 0) or average (mode 1) pooling of planes [q0, q1) (q = n * C + c).
 
     Row: [desc, q0, q1].  Descriptor tail: [mode, lo_h, hi_h, lo_w, hi_w,
-    scratch, planes per sweep (:func:`pool_stack`)]: taps whose padded coordinate falls in [lo, hi) count towards
-    the average.  Like depthwise convolution: phase planes padded with -inf
+    scratch, planes per sweep (:func:`pool_stack`), epilogue]: taps whose padded coordinate falls
+    in [lo, hi) count towards the average; the fused elementwise epilogue (or -1) runs on each
+    sweep's finished planes (its registers are the scratch before ``scratch``).  Like depthwise convolution: phase planes padded with -inf
     (max) or 0 (average), then flat sweeps: the depthwise ones over weights of 1
     (average), or runs of up to 3 taps (max).
     """
@@ -350,6 +351,7 @@ def k_pool(F, B, I, J, X, R, p, sbase):
     # rows between them are junk, dropped on the way out): per-plane set-up cost more
     # than the arithmetic on 8x8 and 16x16 planes.
     G = X[d + WIN_LEN + 6]
+    epi = X[d + WIN_LEN + 7]
     nplanes = G * sh * sw * plane + _SLACK
     pbase = sbase + X[d + WIN_LEN + 5]
     acc = F[pbase + nplanes:pbase + nplanes + G * plane + _SLACK]
@@ -400,6 +402,8 @@ def k_pool(F, B, I, J, X, R, p, sbase):
                     do = dst + k * OH * OW + oh * OW
                     for ow in range(OW):
                         F[_u(do + ow)] = F[_u(so + ow * sw)] * s
+            if epi >= 0:
+                ew_epilogue(F, X, R, epi, q, q + g, 0, OH * OW, sbase)
             continue
         for k in range(g):
             P_k = P[k * sh * sw * plane:(k + 1) * sh * sw * plane]
@@ -433,6 +437,8 @@ def k_pool(F, B, I, J, X, R, p, sbase):
                     _max_run(acc, P[o:o + Lr], 1, Lr)
         for k in range(g):
             _pool_out(F, pbase + nplanes + k * plane, dst + k * OH * OW, OH, OW, Wq, mode, scale)
+        if epi >= 0:
+            ew_epilogue(F, X, R, epi, q, q + g, 0, OH * OW, sbase)
 
 
 @njit(**_JIT)

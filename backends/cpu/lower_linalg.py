@@ -29,11 +29,18 @@ from .views import View, broadcast_view
 if TYPE_CHECKING:  # pragma: no cover
     from .lowering import Lowerer
 
-HEAD_OPS = frozenset({"MatMul", "Gemm", "Conv"})
+#: Ops whose kernels run a fused elementwise epilogue over their finished output (pooling:
+#: NASNet adds each pooled branch to another branch and applies a ReLU, two extra passes).
+HEAD_OPS = frozenset({"MatMul", "Gemm", "Conv", "AveragePool", "MaxPool"})
+POOL_HEADS = frozenset({"AveragePool", "MaxPool"})
 
 
 def head_reason(lw: Lowerer, node: Node) -> str | None:
     g = lw.graph
+    if node.op_type in POOL_HEADS:
+        from . import lower_nn
+
+        return lower_nn.reason(lw, node)
     ins = [g.value_info[i] for i in node.inputs if i]
     if any(t.dtype != "float32" for t in ins) or g.value_info[node.outputs[0]].dtype != "float32":
         return "non-float32 operands"
@@ -178,6 +185,19 @@ def lower_head(lw: Lowerer, head: Node, members: list[Node], internal: set[str])
 
         lower_conv(lw, head, members, internal, target, needs_program, target_name=target_name)
         return
+    if head.op_type in POOL_HEADS:
+        from .lower_nn import lower_pool
+
+        prog = _epilogue(lw, head, members, internal, target, shape) if members else None
+        if prog is not None and len(shape) == 3:
+            from .lower_conv import _as_4d
+
+            prog = _as_4d(prog, (shape[0], shape[1], 1, shape[2]))
+        if prog is not None and not prog.supported(("conv", shape[1])):
+            _unfuse(lw, head, members, internal, target_name)
+            return
+        lower_pool(lw, head, target, prog, (head, *members))
+        return
     space = ("matrix",)
     prog = _epilogue(lw, head, members, internal, target, shape) if needs_program else None
     if prog is not None and not prog.supported(space):
@@ -257,6 +277,10 @@ def _unfuse(lw: Lowerer, head: Node, members: list[Node], internal: set[str], ta
         from .lower_conv import lower_conv
 
         lower_conv(lw, head, [], internal, target, bias, prog_override=prog)
+    elif head.op_type in POOL_HEADS:
+        from .lower_nn import lower_pool
+
+        lower_pool(lw, head, target, None, (head,))
     else:
         spec = _matmul_spec(lw, head, target) if head.op_type == "MatMul" else _gemm_spec(lw, head, target)
         lw.add_op(gemm_op(lw, head.name or head.op_type, (head,), spec, prog, ("matrix",)))

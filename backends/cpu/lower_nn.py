@@ -19,8 +19,10 @@ from rammer.ops.registry import OpContext
 from . import kernels_nn as knn
 from . import kernels_window as kwin
 from . import lower_rnn
+from .ewops import BLOCK
 from .lower_views import copy_descriptors
 from .ops import CpuOp, EmitContext, Row, split_range
+from .program import EwProgram
 from .views import ARENA_DTYPES, View
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -180,9 +182,14 @@ def _pad(lw: Lowerer, node: Node) -> None:
 # -- pooling ---------------------------------------------------------------------------------
 
 def _pool(lw: Lowerer, node: Node) -> None:
+    lower_pool(lw, node, lw.views[node.outputs[0]], None, (node,))
+
+
+def lower_pool(lw: Lowerer, node: Node, out: View, prog: EwProgram | None, nodes: tuple[Node, ...]) -> None:
+    """MaxPool / AveragePool into ``out``, then the fused elementwise ``prog`` (over the
+    ``("conv", C)`` space: rows are planes) on each group of finished planes."""
     x_info = _info(lw, node.inputs[0])
     x = lw.dense(node.inputs[0])
-    out = lw.views[node.outputs[0]]
     ctx = OpContext(node, lw.opset, [x_info], [None])
     spatial = x_info.shape[2:]
     geo = window_geometry(ctx, spatial, node.attr("kernel_shape"), ceil_mode=bool(node.attr("ceil_mode", 0)))
@@ -209,17 +216,25 @@ def _pool(lw: Lowerer, node: Node) -> None:
     planes = x_info.shape[0] * x_info.shape[1]
     stack = min(planes, kwin.pool_stack(OH, OW, kh, kw, sh, sw, dh, dw))
 
+    # the epilogue's registers first in scratch, then the planes
+    regs = prog.n_registers() * BLOCK if prog is not None else 0
+    space = ("conv", x_info.shape[1])
+
     def emit(ctx: EmitContext, parts: list) -> list[Row]:
+        epi = prog.emit(ctx.side, ctx.locate, space) if prog is not None else -1
         words = [ctx.locate(x), x_info.shape[1], H, W, kh, kw, sh, sw, ph, pw, dh, dw, OH, OW, ctx.locate(out),
-                 mode, limits[0][0], limits[0][1], limits[1][0], limits[1][1], 0, stack]
+                 mode, limits[0][0], limits[0][1], limits[1][0], limits[1][1], regs, stack, epi]
         desc = ctx.side.add_ints(words)
         return [("k_pool", [desc, q0, q1]) for q0, q1 in parts]
 
     flops = 1.0 * planes * OH * OW * kh * kw
+    reads = {x.buffer} | ({v.buffer for v, _ in prog.inputs} if prog else set())
+    writes = {out.buffer} | ({v.buffer for _, v in prog.outputs} if prog else set())
     # phase planes and accumulator of ``stack`` planes swept at once, 1/counts
-    scratch = kwin.window_scratch(OH, OW, kh, kw, sh, sw, dh, dw, stack)
-    lw.add_op(CpuOp(node.name or node.op_type, "pool", (node,), (x.buffer,), (out.buffer,), flops,
-                    4.0 * (x.size + out.size), _rows_partition(planes), emit, scratch=scratch))
+    scratch = regs + kwin.window_scratch(OH, OW, kh, kw, sh, sw, dh, dw, stack)
+    lw.add_op(CpuOp(node.name or node.op_type, "pool", nodes, tuple(sorted(reads - writes)), tuple(sorted(writes)),
+                    flops, 4.0 * (x.size + out.size * (1 + (len(prog.inputs) if prog else 0))),
+                    _rows_partition(planes), emit, scratch=scratch))
 
 
 # -- reductions --------------------------------------------------------------------------------

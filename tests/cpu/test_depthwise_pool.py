@@ -147,6 +147,34 @@ def test_pooling_1d():
             {"x": x})
 
 
+@pytest.mark.parametrize("veus", [1, 2])
+@pytest.mark.parametrize("op,attrs", [
+    ("AveragePool", dict(kernel_shape=[3, 3], strides=[1, 1], pads=[1, 1, 1, 1])),  # stacked planes
+    ("MaxPool", dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])),
+    ("AveragePool", dict(kernel_shape=[1, 1], strides=[2, 2])),  # the subsampling path
+])
+def test_pooling_runs_its_fused_epilogue(op, attrs, veus):
+    # NASNet's pooled branches: pool, Add of another tensor, ReLU, in the pooling kernel
+    x = rand(2, 40, 9, 7) - 0.5
+    x[1, 3, 2, 2] = np.nan
+    out_hw = (9, 7) if attrs["strides"] == [1, 1] else (5, 4)
+    z = rand(2, 40, *out_hw, seed=5) - 0.5
+    nodes = [node(op, ["x"], ["p"], **attrs), node("Add", ["p", "z"], ["a"]), node("Relu", ["a"], ["y"])]
+    report = compare(model(nodes, {"x": x, "z": z}, ["y"], opset=19), {"x": x, "z": z}, veus=veus)
+    assert report["ops_by_family"] == {"pool": 1}, report["ops_by_family"]
+    # the pooled value is read elsewhere too: the kernel stores it and the epilogue's result
+    nodes.append(node("Sigmoid", ["p"], ["s"]))
+    report = compare(model(nodes, {"x": x, "z": z}, ["y", "s"], opset=19), {"x": x, "z": z}, veus=veus)
+    assert report["ops_by_family"]["pool"] == 1, report["ops_by_family"]
+
+
+def test_pooling_1d_with_epilogue():
+    x = rand(2, 3, 17)
+    nodes = [node("AveragePool", ["x"], ["p"], kernel_shape=[4], strides=[3], pads=[1, 2]), node("Relu", ["p"], ["y"])]
+    report = compare(model(nodes, {"x": x}, ["y"]), {"x": x})
+    assert report["ops_by_family"] == {"pool": 1}, report["ops_by_family"]
+
+
 def _concat_ops(report):
     return report["ops_by_family"].get("copy.concat", 0)
 
