@@ -497,6 +497,18 @@ def _add_packed_kernel(mod: ir.Module, strided_b: bool = False) -> None:
         bld.ret_void()
 
 
+def _generator_source() -> str:
+    """The source of the modules that generate the cached kernels' IR (part of the cache key)."""
+    import os
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    out = []
+    for name in ("ukernel.py", "ukernel_winograd.py"):
+        with open(os.path.join(here, name), encoding="utf-8") as f:
+            out.append(f.read())
+    return "\n".join(out)
+
+
 def _object_cache_path(text: str) -> str | None:
     """Where the machine code of module ``text`` for this CPU is cached (beside numba's cache)."""
     import hashlib
@@ -510,23 +522,24 @@ def _object_cache_path(text: str) -> str | None:
     return os.path.join(folder, f"rammer-ukernel-{key}.o")
 
 
-def compile_module(mod: ir.Module, cache: bool = False) -> object:
+def compile_module(mod: ir.Module | Callable[[], ir.Module], cache: bool = False, key: str = "") -> object:
     """An MCJIT engine holding ``mod`` compiled for this CPU (keep it alive while its code is used).
 
-    With ``cache``, the machine code is kept on disk keyed by the module's text, the CPU and
-    llvmlite's version, and loaded instead of optimising and compiling again (about 0.3 s at
-    every start of a process otherwise).  A missing, unreadable or unwritable cache only costs
-    the compile."""
+    With ``cache``, the machine code is kept on disk and loaded instead of optimising and
+    compiling again (about 0.3 s at every start of a process otherwise).  The entry is keyed
+    by the module's text; or, when ``mod`` is a builder (a callable returning the module), by
+    ``key`` and the source of the generator modules, so that a hit builds no IR at all (building,
+    printing and parsing the module took 0.3 s of a fresh process's cached compile).  Either
+    way the CPU and llvmlite's version are in the key.  A missing, unreadable or unwritable
+    cache only costs the compile."""
     import hashlib
     import os
     import tempfile
 
     target = llvm.Target.from_default_triple()
     tm = target.create_target_machine(cpu=CPU_NAME, features=CPU_FEATURES, opt=3)
-    text = str(mod)
-    parsed = llvm.parse_assembly(text)
-    parsed.verify()
-    path = _object_cache_path(text) if cache else None
+    text = "" if callable(mod) else str(mod)
+    path = (_object_cache_path(_generator_source() + key if callable(mod) else text) if cache else None)
     cached = None
     if path is not None:
         try:
@@ -537,6 +550,12 @@ def compile_module(mod: ir.Module, cache: bool = False) -> object:
                 cached = blob[:-32]
         except OSError:
             cached = None
+    if cached is not None and callable(mod):
+        # the engine loads the cached object in place of compiling this empty module
+        parsed = llvm.parse_assembly("")
+    else:
+        parsed = llvm.parse_assembly(str(mod()) if callable(mod) else text)
+        parsed.verify()
     if cached is None:
         try:
             pto = llvm.create_pipeline_tuning_options(speed_level=3)
@@ -569,7 +588,7 @@ def pixel_row_module(rows: int, cols: int, width: int) -> ir.Module:
     return mod
 
 
-_ENGINE = compile_module(_module(), cache=True)
+_ENGINE = compile_module(_module, cache=True, key="ukernel")
 ADDRESS = _ENGINE.get_function_address(SYMBOL)
 ROWS_ADDRESS = _ENGINE.get_function_address(ROWS_SYMBOL)
 SWEEP_ADDRESS = _ENGINE.get_function_address(SWEEP_SYMBOL)

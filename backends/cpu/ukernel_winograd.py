@@ -166,7 +166,7 @@ def winograd_module(width: int) -> ir.Module:
     return mod
 
 
-_ENGINE = compile_module(winograd_module(WIDTH), cache=True)
+_ENGINE = compile_module(lambda: winograd_module(WIDTH), cache=True, key=f"winograd {WIDTH}")
 IN_ADDRESS = _ENGINE.get_function_address(IN_SYMBOL)
 OUT_ADDRESS = _ENGINE.get_function_address(OUT_SYMBOL)
 llvm.add_symbol(IN_SYMBOL, IN_ADDRESS)

@@ -160,13 +160,21 @@ def test_strided_b_microkernel_reads_rows_in_place_with_a_fused_epilogue(flags):
     np.testing.assert_array_equal(got[:, uk.NR:], before.reshape(uk.MR, ldc)[:, uk.NR:])
 
 
-def test_machine_code_cache_is_used_and_damage_is_ignored(tmp_path, monkeypatch):
-    """compile_module(cache=True) keeps the machine code on disk; a damaged file is compiled over."""
+@pytest.mark.parametrize("builder", [False, True])
+def test_machine_code_cache_is_used_and_damage_is_ignored(tmp_path, monkeypatch, builder):
+    """compile_module(cache=True) keeps the machine code on disk; a damaged file is compiled over.
+    Given a builder, the entry is keyed by the generators' source and a hit builds no IR."""
     from numba.core import config
 
     monkeypatch.setattr(config, "CACHE_DIR", str(tmp_path))
-    mod = uk.tap_sweep_module(8)
-    path = uk._object_cache_path(str(mod))
+    built = []
+
+    def build():
+        built.append(1)
+        return uk.tap_sweep_module(8)
+
+    mod = build if builder else uk.tap_sweep_module(8)
+    path = uk._object_cache_path(uk._generator_source() + "test" if builder else str(mod))
     rng = np.random.default_rng(0)
     p = rng.standard_normal(200).astype(np.float32)
     toff = np.array([0, 3, 17], np.int64)
@@ -179,10 +187,12 @@ def test_machine_code_cache_is_used_and_damage_is_ignored(tmp_path, monkeypatch)
         fn(p.ctypes.data, toff.ctypes.data, w.ctypes.data, 3, 2, acc.ctypes.data)
         np.testing.assert_allclose(acc, want, rtol=1e-5, atol=1e-5)
 
-    run(uk.compile_module(mod, cache=True))   # compiles and writes
+    key = {"key": "test"} if builder else {}
+    run(uk.compile_module(mod, cache=True, **key))   # compiles and writes
     written = open(path, "rb").read()
-    run(uk.compile_module(mod, cache=True))   # loads
-    with open(path, "wb") as f:               # damaged: one byte of the code flipped
+    run(uk.compile_module(mod, cache=True, **key))   # loads
+    assert len(built) == (1 if builder else 0)       # (a hit did not build the module)
+    with open(path, "wb") as f:                      # damaged: one byte of the code flipped
         f.write(bytes([written[0] ^ 0xFF]) + written[1:])
-    run(uk.compile_module(mod, cache=True))   # compiled again, file rewritten
+    run(uk.compile_module(mod, cache=True, **key))   # compiled again, file rewritten
     assert open(path, "rb").read() == written
