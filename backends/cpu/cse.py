@@ -27,13 +27,22 @@ _IMPURE = frozenset({"RandomNormal", "RandomNormalLike", "RandomUniform", "Rando
 def _key(node: Node) -> tuple | None:
     if node.op_type in _IMPURE or not node.outputs:
         return None
+    attrs = plain_attrs(node)
+    if attrs is None:
+        return None
+    return node.domain, node.op_type, node.inputs, attrs, len(node.outputs)
+
+
+def plain_attrs(node: Node) -> tuple | None:
+    """The node's attributes as sorted (name, plain value) pairs, comparable and hashable; None
+    when one is not a plain value (a tensor, a subgraph)."""
     attrs = []
     for name in sorted(node.attrs):
         value = _plain(node.attrs[name])
         if value is None:
             return None
         attrs.append((name, value))
-    return node.domain, node.op_type, node.inputs, tuple(attrs), len(node.outputs)
+    return tuple(attrs)
 
 
 def _plain(value: Any) -> Any:

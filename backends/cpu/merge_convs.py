@@ -32,7 +32,7 @@ import numpy as np
 
 from rammer.ir import Graph, Node, TensorInfo
 
-from .cse import _plain
+from .cse import plain_attrs
 from .lower_ew import EW_OPS
 
 #: Readers a conv applies in its own kernel or epilogue when they are its only reader.
@@ -118,11 +118,8 @@ def _merge_key(graph: Graph, node: Node, outputs: set[str]) -> tuple | None:
     info = graph.value_info.get(x)
     if info is None or len(info.shape) < 3 or info.shape[0] != 1:
         return None
-    attrs = []
-    for name in sorted(node.attrs):
-        value = _plain(node.attrs[name])
-        if value is None:
-            return None
-        attrs.append((name, value))
+    attrs = plain_attrs(node)
+    if attrs is None:
+        return None
     wa = graph.initializers[w]
-    return x, tuple(attrs), tuple(wa.shape[1:]), str(wa.dtype)
+    return x, attrs, tuple(wa.shape[1:]), str(wa.dtype)
