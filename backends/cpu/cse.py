@@ -57,7 +57,7 @@ def _plain(value: Any) -> Any:
 
 def eliminate_common_subexpressions(graph: Graph) -> Graph:
     """``graph`` without repeated computations (the same object when there are none)."""
-    if any(isinstance(v, Graph) for n in graph.nodes for v in n.attrs.values()):
+    if any(n.subgraphs() for n in graph.nodes):  # bodies may read outer tensors by name
         return graph
     outputs = {t.name for t in graph.outputs}
     first: dict[tuple, Node] = {}

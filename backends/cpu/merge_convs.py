@@ -34,15 +34,15 @@ from rammer.ir import Graph, Node, TensorInfo
 
 from .cse import plain_attrs
 from .lower_ew import EW_OPS
+from .relu_concat import fresh_name
 
 #: Readers a conv applies in its own kernel or epilogue when they are its only reader.
 _EPILOGUE_OPS = EW_OPS | {"BatchNormalization"}
-from .relu_concat import fresh_name
 
 
 def merge_sibling_convs(graph: Graph) -> Graph:
     """``graph`` with each set of mergeable sibling convs merged (the same object when none is)."""
-    if any(isinstance(v, Graph) for n in graph.nodes for v in n.attrs.values()):
+    if any(n.subgraphs() for n in graph.nodes):  # bodies may read outer tensors by name
         return graph
     outputs = {t.name for t in graph.outputs}
     inits = graph.initializers
