@@ -41,7 +41,9 @@ straight from the phase planes (or, for an unpadded 1x1 conv at any stride,
 from the input) through a table of one offset per k (channel and tap, built
 once per rTask) and one per pixel row, multiplies them with weights packed PX_NR
 output channels wide over the whole of K, and stores its tile transposed,
-which is the NCHW output.  Scratch: the k table (K int64), the row table
+which is the NCHW output.  Where a panel's weights and the input do not fit
+in L2 together, K runs in blocks (the descriptor's KC word) and the tiles of
+later blocks accumulate into the output.  Scratch: the k table (K int64), the row table
 (PX_MR int64), one PX_MR x PX_NR edge tile, then the phase planes as above.
 The gather it saves is 10-20% of the direct form's time on 3x3 convs.
 """
@@ -338,7 +340,7 @@ def k_convp(F, B, I, J, X, R, p, sbase):
         # an unpadded 1x1 conv's pixel rows are read in place at any stride
         unpadded_1x1 = kh == 1 and kw == 1 and ph == 0 and pw == 0
         _pixel_rows(F, I, X, R, p, sbase, pb, unpadded_1x1, C, H, W, kh, kw, sh, sw, ph, pw, dh, dw, OW, ohw,
-                    groups, cg, mg, wpack, mpad, NC, epi, r0, Rq, Wq, bias, relu, res)
+                    groups, cg, mg, wpack, mpad, KC, NC, epi, r0, Rq, Wq, bias, relu, res)
         return
     for b in range(p[1], p[2]):
         n = b // groups
@@ -433,8 +435,12 @@ def _row_table(I, ri, q, rows, OW, o0, rs, cs):
 
 @njit(**_JIT)
 def _pixel_rows(F, I, X, R, p, sbase, pb, in_place, C, H, W, kh, kw, sh, sw, ph, pw, dh, dw, OW, ohw,
-                groups, cg, mg, wpack, mpad, NC, epi, r0, Rq, Wq, bias, relu, res):
-    """The pixel-row form of :func:`k_convp` for one task row ``p``."""
+                groups, cg, mg, wpack, mpad, KC, NC, epi, r0, Rq, Wq, bias, relu, res):
+    """The pixel-row form of :func:`k_convp` for one task row ``p``.
+
+    With channel panels outer, K runs in blocks of ``KC`` rows (all panels pass over one block
+    of the input before the next; see ``lower_conv.pixel_rows_depth``): the first block's tiles
+    store bias + residual + partial sums, the later ones accumulate, the last applies the ReLU."""
     d = p[0]
     K = cg * kh * kw
     M = groups * mg
@@ -458,8 +464,6 @@ def _pixel_rows(F, I, X, R, p, sbase, pb, in_place, C, H, W, kh, kw, sh, sw, ph,
             _pad_phases(F, xb, cg, H, W, ph, pw, r0, Rq, sh, sw, Wq, pp)
         base = xb if in_place else pp
         qc = p[5]
-        # bias, residual and ReLU applied as each tile is stored (the form has one K block)
-        flags = (EPI_BIAS if bias >= 0 else 0) | (EPI_RESIDUAL if res >= 0 else 0) | (EPI_RELU if relu else 0)
         bias_g = bias + g * mg
         res_g = res + (n * M + g * mg) * ohw
         while qc < p[6]:
@@ -469,35 +473,48 @@ def _pixel_rows(F, I, X, R, p, sbase, pb, in_place, C, H, W, kh, kw, sh, sw, ph,
             nq = (qe - qc + PX_MR - 1) // PX_MR
             npan = (m1 - m0 + PX_NR - 1) // PX_NR
             tiles_outer = (m1 - m0) * K <= WEIGHTS_IN_L2
-            for it in range(nq * npan):
-                if tiles_outer:
-                    iq = it // npan
-                    ip = it - iq * npan
-                else:
-                    ip = it // nq
-                    iq = it - ip * nq
-                ic = m0 + ip * PX_NR
-                q = qc + iq * PX_MR
-                cols = min(PX_NR, m1 - ic)
-                wb = wg + ic * K
-                rows = min(PX_MR, qe - q)
-                if ip == 0 or not tiles_outer:  # tiles outer: one row table serves all its panels
-                    _row_table(I, ri, q, rows, OW, o0, rs, cs)
-                cp = out + ic * ohw + q
-                if rows == PX_MR and cols == PX_NR:
-                    # (operands whose flag is off point at C: valid memory, read and dropped)
-                    ukernel_rows(K, F, base, I, ti, I, ri, F, wb, F, cp, ohw, flags,
-                                 F, bias_g + ic if bias >= 0 else cp, F, res_g + ic * ohw + q if res >= 0 else cp)
-                    continue
-                ukernel_rows(K, F, base, I, ti, I, ri, F, wb, F, pt, PX_MR, 0, F, pt, F, pt)
-                for t in range(cols):
-                    dst = cp + t * ohw
-                    bv = F[bias_g + ic + t] if bias >= 0 else f32(0.0)
-                    for r in range(rows):
-                        v = F[np.uint64(pt + t * PX_MR + r)] + bv
-                        if res >= 0:
-                            v += F[np.uint64(res_g + (ic + t) * ohw + q + r)]
-                        F[np.uint64(dst + r)] = _relu(v) if relu else v
+            kc = K if tiles_outer else KC
+            pc = 0
+            while pc < K:
+                kb = min(kc, K - pc)
+                first = pc == 0
+                last = pc + kb >= K
+                # bias and residual with the first K block, ReLU with the last, as each tile is stored
+                flags = ((0 if first else EPI_ACCUMULATE) | (EPI_BIAS if first and bias >= 0 else 0)
+                         | (EPI_RESIDUAL if first and res >= 0 else 0) | (EPI_RELU if last and relu else 0))
+                for it in range(nq * npan):
+                    if tiles_outer:
+                        iq = it // npan
+                        ip = it - iq * npan
+                    else:
+                        ip = it // nq
+                        iq = it - ip * nq
+                    ic = m0 + ip * PX_NR
+                    q = qc + iq * PX_MR
+                    cols = min(PX_NR, m1 - ic)
+                    wb = wg + ic * K + pc * PX_NR
+                    rows = min(PX_MR, qe - q)
+                    if ip == 0 or not tiles_outer:  # tiles outer: one row table serves all its panels
+                        _row_table(I, ri, q, rows, OW, o0, rs, cs)
+                    cp = out + ic * ohw + q
+                    if rows == PX_MR and cols == PX_NR:
+                        # (operands whose flag is off point at C: valid memory, read and dropped)
+                        ukernel_rows(kb, F, base, I, ti + pc, I, ri, F, wb, F, cp, ohw, flags,
+                                     F, bias_g + ic if bias >= 0 else cp,
+                                     F, res_g + ic * ohw + q if res >= 0 else cp)
+                        continue
+                    ukernel_rows(kb, F, base, I, ti + pc, I, ri, F, wb, F, pt, PX_MR, 0, F, pt, F, pt)
+                    for t in range(cols):
+                        dst = cp + t * ohw
+                        bv = F[bias_g + ic + t] if first and bias >= 0 else f32(0.0)
+                        for r in range(rows):
+                            v = F[np.uint64(pt + t * PX_MR + r)] + bv
+                            if not first:
+                                v += F[np.uint64(dst + r)]
+                            elif res >= 0:
+                                v += F[np.uint64(res_g + (ic + t) * ohw + q + r)]
+                            F[np.uint64(dst + r)] = _relu(v) if last and relu else v
+                pc += kb
             if epi >= 0:
                 ew_epilogue(F, X, R, epi, b * mg + m0, b * mg + m1, qc, qe, sbase)
             qc = qe

@@ -182,7 +182,9 @@ def implicit_conv_op(lw: Lowerer, name: str, nodes: tuple[Node, ...], x: View, w
         pad_rows = 0  # read in place: no phase planes
     # B panels, edge tile, overrun slack, the padded input rows of one group as phase planes, slack
     phases = sh * sw * -(-pad_rows // sh) * -(-wp_width // sw)  # stride-phase planes of the padded rows
-    if form == FORM_PIXEL_ROWS:  # k and row tables (int64), edge tile, slack, phase planes, slack
+    if form == FORM_PIXEL_ROWS:
+        kc = pixel_rows_depth(K, cg * (phases if pad_rows else geo[2] * geo[3]))
+        # k and row tables (int64), edge tile, slack, phase planes, slack
         panel = 2 * (K + PX_MR + 1) + PX_MR * PX_NR + NR + cg * phases + NR
     else:
         panel = kc * panel_columns(nc) + MR * NR + NR + cg * phases + NR
@@ -237,6 +239,23 @@ def _grid_parts(blocks: int, mg: int, unit: int, m_panels: int, m_parts: int, oh
                 j0, j1 = split_range(q_units, q_parts, qi)
                 parts.append((b, b + 1, p0 * unit, min(mg, p1 * unit), j0 * q_unit, min(ohw, j1 * q_unit)))
     return parts
+
+
+#: The pixel-row form cuts K into blocks when one panel of weights (K x PX_NR floats) and the
+#: input it is multiplied with (one group's planes, or padded phase planes) hold more than this
+#: many floats (768 KiB of the 1 MiB L2).  A tile reads one line per k, 1 of every 4 lines of a
+#: plane of 8x8 pixels: on ResNeXt's 8x8 4096 -> 1024 convs (K = 4096) those lines fall into a
+#: quarter of the L2 sets, which the panel's weights then evict from, and how badly depends on
+#: where the physical pages land: 2.9-4.0 ms from one arena to the next, in one block; in two
+#: 3.0-3.3, in four 3.0-3.2 (in-model, 1 vEU, three processes).
+PIXEL_ROWS_L2_FLOATS = 192 * 1024
+
+
+def pixel_rows_depth(K: int, input_floats: int) -> int:
+    """Depth of the pixel-row form's K blocks for ``K`` rows of weights and ``input_floats`` of
+    one group's input."""
+    blocks = -(-(K * PX_NR + input_floats) // PIXEL_ROWS_L2_FLOATS)
+    return -(-K // blocks)
 
 
 FORM_NAMES = {FORM_DIRECT: "implicit", FORM_TRANSPOSED: "implicit-transposed", FORM_PIXEL_ROWS: "pixel-rows",

@@ -203,6 +203,30 @@ def test_conv_pixel_row_form_matches_reference(monkeypatch, x_shape, w_shape, at
     compare(m, feeds, veus=veus, atol=1e-6 * int(np.prod(w_shape[1:])))
 
 
+@pytest.mark.parametrize("x_shape,w_shape", [
+    ((1, 2048, 3, 5), (70, 2048, 1, 1)),  # pointwise, read in place: edge tiles both ways
+    ((1, 256, 4, 4), (48, 256, 3, 3)),    # 3x3 through the phase planes
+])
+@pytest.mark.parametrize("veus", [1, 2])
+def test_conv_pixel_rows_in_k_blocks(monkeypatch, x_shape, w_shape, veus):
+    # Weights past L2 (channel panels outer) with a small block budget: the K rows run in
+    # three blocks, the first storing bias + residual, the others accumulating, the last
+    # applying the ReLU; a NaN in the input reaches the output as in the reference.
+    from rammer.backends.cpu.compiler import compile_program
+    from rammer.frontend import load
+
+    monkeypatch.setattr(lower_conv, "FORCE_FORM", FORM_PIXEL_ROWS)
+    K = int(np.prod(w_shape[1:]))
+    monkeypatch.setattr(lower_conv, "PIXEL_ROWS_L2_FLOATS", (K * 32 + x_shape[1] * 36) // 3 + 1)
+    assert lower_conv.pixel_rows_depth(K, x_shape[1] * 36) < K
+    m, feeds = conv_model(x_shape, w_shape, epilogue=("Add", "Relu"), pads=[w_shape[2] // 2] * 4)
+    feeds["x"] = feeds["x"] - 0.5
+    feeds["x"][0, 3, 1, 2] = np.nan
+    (op,) = [o for o in compile_program(load(m)).lowered.ops if o.family == "conv"]
+    assert op.extra["kernel"] == "pixel-rows"
+    compare(m, feeds, veus=veus, atol=1e-5 * K)
+
+
 @pytest.mark.parametrize("form", [None, FORM_DIRECT, FORM_TRANSPOSED, FORM_PIXEL_ROWS, FORM_WINOGRAD])
 @pytest.mark.parametrize("chain", ["relu", "relu_add_raw", "bias_only", "relu_then_sigmoid", "add_relu",
                                    "add_relu_add_raw", "add_broadcast_relu", "add_relu_both_outputs"])
