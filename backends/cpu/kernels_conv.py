@@ -57,7 +57,6 @@ from numba import njit
 
 from .atomics import copy_block
 from .kernels_ew import ew_epilogue
-from .kernels_gemm import tile_into
 from .kernels_winograd import winograd_block
 from .kernels_window import W_OUT, W_X, WIN_LEN, _pad_phases, read_window
 from .ukernel import (EPI_ACCUMULATE, EPI_BIAS, EPI_RELU, EPI_RESIDUAL, MR, NR, PX_MR, PX_NR, ukernel, ukernel_ldb,
@@ -231,14 +230,15 @@ def _transposed_block(F, kc, pb, wb, out, ohw, qc, nc, m0, m1, pt, first):
 
 
 # Bias, a residual Add and a ReLU run inside the kernel (descriptor words C_BIAS
-# and C_RES: offsets or -1, C_RELU).  The pixel-row form and 1x1 convs read in
-# place apply them as each tile is stored (the micro-kernels' EPI_* flags; edge
-# tiles when copied out of the scratch tile).  The packed-B direct form and the
-# transposed form start the output rows as bias + residual, accumulate every K
-# block onto them and apply the ReLU in one in-place pass while the rows are in
-# cache.  Through the elementwise interpreter a bias cost as much as the GEMM
-# itself on small convolutions (32 -> 32 channels at 32x32: 16.8 us without,
-# 26.6 us with).
+# and C_RES: offsets or -1, C_RELU).  The direct and pixel-row forms apply them as
+# each tile is stored (the micro-kernels' EPI_* flags: bias and residual with the
+# first K block, ReLU with the last; edge tiles when copied out of the scratch
+# tile).  The transposed form starts the output rows as bias + residual, accumulates
+# every K block onto them and applies the ReLU in one in-place pass.  Through the
+# elementwise interpreter a bias cost as much as the GEMM itself on small
+# convolutions (32 -> 32 channels at 32x32: 16.8 us without, 26.6 us with); the
+# direct form's packed-B path ran the same two passes until it too took the flags:
+# ResNeXt's 256 -> 1024 convs at 32x32 wrote and re-read a 4 MB output twice.
 
 @njit(**_JIT)
 def _relu(x):
@@ -263,11 +263,12 @@ def _init_rows(F, out, ohw, bias, res, m0, m1, q0, q1):
 
 
 @njit(**_JIT)
-def _pointwise_tile(F, kc, a, b, hw, cp, ohw, rows, cols, flags, bias_at, res_at, pt):
-    """One tile of a 1x1 stride-1 conv, B's rows read in place from the input planes (row
-    stride ``hw``), the EPI_* epilogue ``flags`` applied as it is stored; an edge tile goes
-    through the scratch tile at ``pt`` and gets its epilogue here.  (Its B rows run up to
-    NR - 1 floats past a plane's row: junk columns of the scratch tile only.)"""
+def _epilogue_tile(F, kc, a, b, hw, cp, ohw, rows, cols, flags, bias_at, res_at, pt):
+    """One tile of the direct form, B's k-th row at ``b + k*hw`` (the input planes of a 1x1
+    stride-1 conv read in place, or a packed panel), the EPI_* epilogue ``flags`` applied as it
+    is stored; an edge tile goes through the scratch tile at ``pt`` and gets its epilogue here.
+    (In place, its B rows run up to NR - 1 floats past a plane's row: junk columns of the
+    scratch tile only.)"""
     if rows == MR and cols == NR:
         ukernel_ldb(kc, F, a, F, b, hw, F, cp, ohw, flags, F, bias_at if flags & EPI_BIAS else cp,
                     F, res_at if flags & EPI_RESIDUAL else cp, ohw)
@@ -353,7 +354,7 @@ def k_convp(F, B, I, J, X, R, p, sbase):
         qc = p[5]
         while qc < p[6]:
             nc = min(NC, p[6] - qc)
-            if init and not inplace:
+            if init and trans:
                 _init_rows(F, out, ohw, bias + g * mg if bias >= 0 else -1,
                            res + (n * M + g * mg) * ohw if res >= 0 else -1, m0, m1, qc, qc + nc)
             pc = 0
@@ -369,23 +370,22 @@ def k_convp(F, B, I, J, X, R, p, sbase):
                     _transposed_block(F, kc, pb, wg + pc * mpad, out, ohw, qc, nc, m0, m1, pt, first)
                     pc += kc
                     continue
+                # bias and residual with the first K block, ReLU with the last, as each tile is stored
+                flags = ((0 if pc == 0 else EPI_ACCUMULATE) | (EPI_BIAS if pc == 0 and bias >= 0 else 0)
+                         | (EPI_RESIDUAL if pc == 0 and res >= 0 else 0)
+                         | (EPI_RELU if relu and pc + kc >= K else 0))
                 for ir in range(m0, m1, MR):
                     rows = min(MR, m1 - ir)
                     a = wg + pc * mpad + ir * kc
                     for jr in range(0, nc, NR):
                         cols = min(NR, nc - jr)
                         cp = out + ir * ohw + qc + jr
-                        if inplace:
-                            # bias and residual with the first K block, ReLU with the last
-                            flags = ((0 if pc == 0 else EPI_ACCUMULATE) | (EPI_BIAS if pc == 0 and bias >= 0 else 0)
-                                     | (EPI_RESIDUAL if pc == 0 and res >= 0 else 0)
-                                     | (EPI_RELU if relu and pc + kc >= K else 0))
-                            _pointwise_tile(F, kc, a, xb + pc * H * W + qc + jr, H * W, cp, ohw, rows, cols, flags,
-                                            bias + g * mg + ir, res + (n * M + g * mg + ir) * ohw + qc + jr, pt)
-                        else:
-                            tile_into(F, kc, a, pb + jr * kc, cp, ohw, rows, cols, first, pt)
+                        # B's rows: the input planes in place, or the packed panel (NR floats a row)
+                        brow, ldb = (xb + pc * H * W + qc + jr, H * W) if inplace else (pb + jr * kc, NR)
+                        _epilogue_tile(F, kc, a, brow, ldb, cp, ohw, rows, cols, flags,
+                                       bias + g * mg + ir, res + (n * M + g * mg + ir) * ohw + qc + jr, pt)
                 pc += kc
-            if relu and not inplace:
+            if relu and trans:
                 _relu_rows(F, out, ohw, m0, m1, qc, qc + nc)
             if epi >= 0:
                 ew_epilogue(F, X, R, epi, b * mg + m0, b * mg + m1, qc, qc + nc, sbase)
