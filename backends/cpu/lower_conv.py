@@ -246,8 +246,8 @@ def _grid_parts(blocks: int, mg: int, unit: int, m_panels: int, m_parts: int, oh
 #: many floats (768 KiB of the 1 MiB L2).  A tile reads one line per k, 1 of every 4 lines of a
 #: plane of 8x8 pixels: on ResNeXt's 8x8 4096 -> 1024 convs (K = 4096) those lines fall into a
 #: quarter of the L2 sets, which the panel's weights then evict from, and how badly depends on
-#: where the physical pages land: 2.9-4.0 ms from one arena to the next, in one block; in two
-#: 3.0-3.3, in four 3.0-3.2 (in-model, 1 vEU, three processes).
+#: where the physical pages land: 2.9-4.2 ms from one arena to the next in one block, 2.9-3.3 in
+#: two (in-model, 1 vEU, six processes); four blocks of 1024 cost 3-4% more than two.
 PIXEL_ROWS_L2_FLOATS = 192 * 1024
 
 
