@@ -172,7 +172,7 @@ def implicit_conv_op(lw: Lowerer, name: str, nodes: tuple[Node, ...], x: View, w
     # rows of a packed weight panel; tasks cut output channels in these
     unit = {FORM_DIRECT: MR, FORM_TRANSPOSED: NR, FORM_PIXEL_ROWS: PX_NR}[form]
     mpad = -(-mg // unit) * unit
-    # the pixel-row form reads each panel's K rows in order: one K block
+    # the pixel-row form packs each panel over the whole of K (its K blocks are runs of a panel's rows)
     wp = lw.const_view(pack_weights(np.asarray(w_arr), groups, K if form == FORM_PIXEL_ROWS else kc, unit))
     regs = prog.n_registers() * BLOCK if prog is not None else 0
     sh, sw, pw, dh, dw = geo[6], geo[7], geo[9], geo[10], geo[11]
