@@ -263,6 +263,27 @@ def _init_rows(F, out, ohw, bias, res, m0, m1, q0, q1):
 
 
 @njit(**_JIT)
+def _store_flags(first, last, bias, res, relu):
+    """The EPI_* flags of one K block's tile stores: bias and residual with the first block,
+    accumulating onto the output after it, ReLU with the last."""
+    return ((0 if first else EPI_ACCUMULATE) | (EPI_BIAS if first and bias >= 0 else 0)
+            | (EPI_RESIDUAL if first and res >= 0 else 0) | (EPI_RELU if last and relu else 0))
+
+
+@njit(**_JIT)
+def _store_element(F, dst, v, flags, bias_at, res_at):
+    """``F[dst] = relu?(v (+ F[bias_at]) (+ F[dst]) (+ F[res_at]))`` per the EPI_* ``flags``: one
+    element of an edge tile, stored as the micro-kernels store a whole one."""
+    if flags & EPI_BIAS:
+        v += F[np.uint64(bias_at)]
+    if flags & EPI_ACCUMULATE:
+        v += F[np.uint64(dst)]
+    if flags & EPI_RESIDUAL:
+        v += F[np.uint64(res_at)]
+    F[np.uint64(dst)] = _relu(v) if flags & EPI_RELU else v
+
+
+@njit(**_JIT)
 def _epilogue_tile(F, kc, a, b, hw, cp, ohw, rows, cols, flags, bias_at, res_at, pt):
     """One tile of the direct form, B's k-th row at ``b + k*hw`` (the input planes of a 1x1
     stride-1 conv read in place, or a packed panel), the EPI_* epilogue ``flags`` applied as it
@@ -275,16 +296,9 @@ def _epilogue_tile(F, kc, a, b, hw, cp, ohw, rows, cols, flags, bias_at, res_at,
         return
     ukernel_ldb(kc, F, a, F, b, hw, F, pt, NR, 0, F, pt, F, pt, NR)
     for r in range(rows):
-        crow = F[cp + r * ohw:cp + r * ohw + cols]
-        trow = F[pt + r * NR:pt + r * NR + cols]
-        bv = F[bias_at + r] if flags & EPI_BIAS else f32(0.0)
         for j in range(cols):
-            v = trow[j] + bv
-            if flags & EPI_ACCUMULATE:
-                v += crow[j]
-            if flags & EPI_RESIDUAL:
-                v += F[np.uint64(res_at + r * ohw + j)]
-            crow[j] = _relu(v) if flags & EPI_RELU else v
+            _store_element(F, cp + r * ohw + j, F[np.uint64(pt + r * NR + j)], flags, bias_at + r,
+                           res_at + r * ohw + j)
 
 
 @njit(**_JIT)
@@ -365,15 +379,11 @@ def k_convp(F, B, I, J, X, R, p, sbase):
                     _gather_pointwise(F, xb, H, W, pc, kc, qc, nc, pb, wd)
                 elif not pointwise:
                     _gather_padded(F, pp, Rq, Wq, kh, kw, sh, sw, dh, dw, OW, r0 // sh, pc, kc, qc, nc, pb, wd)
-                first = pc == 0 and not init
                 if trans:
-                    _transposed_block(F, kc, pb, wg + pc * mpad, out, ohw, qc, nc, m0, m1, pt, first)
+                    _transposed_block(F, kc, pb, wg + pc * mpad, out, ohw, qc, nc, m0, m1, pt, pc == 0 and not init)
                     pc += kc
                     continue
-                # bias and residual with the first K block, ReLU with the last, as each tile is stored
-                flags = ((0 if pc == 0 else EPI_ACCUMULATE) | (EPI_BIAS if pc == 0 and bias >= 0 else 0)
-                         | (EPI_RESIDUAL if pc == 0 and res >= 0 else 0)
-                         | (EPI_RELU if relu and pc + kc >= K else 0))
+                flags = _store_flags(pc == 0, pc + kc >= K, bias, res, relu)
                 for ir in range(m0, m1, MR):
                     rows = min(MR, m1 - ir)
                     a = wg + pc * mpad + ir * kc
@@ -477,11 +487,7 @@ def _pixel_rows(F, I, X, R, p, sbase, pb, in_place, C, H, W, kh, kw, sh, sw, ph,
             pc = 0
             while pc < K:
                 kb = min(kc, K - pc)
-                first = pc == 0
-                last = pc + kb >= K
-                # bias and residual with the first K block, ReLU with the last, as each tile is stored
-                flags = ((0 if first else EPI_ACCUMULATE) | (EPI_BIAS if first and bias >= 0 else 0)
-                         | (EPI_RESIDUAL if first and res >= 0 else 0) | (EPI_RELU if last and relu else 0))
+                flags = _store_flags(pc == 0, pc + kb >= K, bias, res, relu)
                 for it in range(nq * npan):
                     if tiles_outer:
                         iq = it // npan
@@ -505,15 +511,9 @@ def _pixel_rows(F, I, X, R, p, sbase, pb, in_place, C, H, W, kh, kw, sh, sw, ph,
                         continue
                     ukernel_rows(kb, F, base, I, ti + pc, I, ri, F, wb, F, pt, PX_MR, 0, F, pt, F, pt)
                     for t in range(cols):
-                        dst = cp + t * ohw
-                        bv = F[bias_g + ic + t] if first and bias >= 0 else f32(0.0)
                         for r in range(rows):
-                            v = F[np.uint64(pt + t * PX_MR + r)] + bv
-                            if not first:
-                                v += F[np.uint64(dst + r)]
-                            elif res >= 0:
-                                v += F[np.uint64(res_g + (ic + t) * ohw + q + r)]
-                            F[np.uint64(dst + r)] = _relu(v) if last and relu else v
+                            _store_element(F, cp + t * ohw + r, F[np.uint64(pt + t * PX_MR + r)], flags,
+                                           bias_g + ic + t, res_g + (ic + t) * ohw + q + r)
                 pc += kb
             if epi >= 0:
                 ew_epilogue(F, X, R, epi, b * mg + m0, b * mg + m1, qc, qe, sbase)
