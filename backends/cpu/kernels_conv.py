@@ -68,6 +68,9 @@ _JIT = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
 (C_GROUPS, C_CG, C_MG, C_WPACK, C_MPAD, C_KC, C_NC, C_EPI, C_PANEL, C_WP, C_FORM, C_BIAS,
  C_RELU, C_RES, C_INPLACE) = range(WIN_LEN, WIN_LEN + 15)
 FORM_DIRECT, FORM_TRANSPOSED, FORM_PIXEL_ROWS, FORM_WINOGRAD = 0, 1, 2, 3
+#: Bit of the C_INPLACE word: the pixel-row form of an unpadded 1x1 conv packs its tiles' pixel
+#: rows (see :func:`_pack_pixel_rows`) when its channel panels run outermost.
+PACK_PIXEL_ROWS = 4
 
 
 def pack_weights(w: np.ndarray, groups: int, kc: int, width: int = MR) -> np.ndarray:
@@ -329,7 +332,7 @@ def k_convp(F, B, I, J, X, R, p, sbase):
     relu = X[d + C_RELU]
     res = X[d + C_RES]
     # a 1x1 stride-1 conv's micro-kernel may read B's rows from the input planes in place
-    inplace = X[d + C_INPLACE] != 0
+    inplace = (X[d + C_INPLACE] & 1) != 0
     init = bias >= 0 or res >= 0
     trans = form == FORM_TRANSPOSED
     wd = MR if trans else NR
@@ -355,7 +358,8 @@ def k_convp(F, B, I, J, X, R, p, sbase):
         # an unpadded 1x1 conv's pixel rows are read in place at any stride
         unpadded_1x1 = kh == 1 and kw == 1 and ph == 0 and pw == 0
         _pixel_rows(F, I, X, R, p, sbase, pb, unpadded_1x1, C, H, W, kh, kw, sh, sw, ph, pw, dh, dw, OW, ohw,
-                    groups, cg, mg, wpack, mpad, KC, NC, epi, r0, Rq, Wq, bias, relu, res)
+                    groups, cg, mg, wpack, mpad, KC, NC, epi, r0, Rq, Wq, bias, relu, res,
+                    (X[d + C_INPLACE] & PACK_PIXEL_ROWS) != 0)
         return
     for b in range(p[1], p[2]):
         n = b // groups
@@ -444,8 +448,34 @@ def _row_table(I, ri, q, rows, OW, o0, rs, cs):
 
 
 @njit(**_JIT)
+def _pack_pixel_rows(F, I, kt, ri, base, pk, kb, qc, qe, OW, o0, rs, cs):
+    """Copy the pixel rows of the tiles of pixels [qc, qe) for ``kb`` rows of K (their offsets
+    at ``I[kt:kt + kb]``) to ``pk``, tile after tile, each ``kb`` x PX_MR floats, k-major.
+
+    Read in place, every k of a tile reads PX_MR floats of another input plane: one cache line
+    per k on top of the weights' two, half of it used, in a stride the L1 prefetcher follows
+    badly.  Packed, a tile's rows are one sequential stream; ResNeXt's 8x8 4096 -> 1024 convs'
+    tile loop measured 10-15% faster for a copy of the input per task.  Rows past a short
+    tile's end repeat its last pixel (:func:`_row_table`), so they hold finite input values."""
+    nq = (qe - qc + PX_MR - 1) // PX_MR
+    for iq in range(nq):
+        q = qc + iq * PX_MR
+        _row_table(I, ri, q, min(PX_MR, qe - q), OW, o0, rs, cs)
+        dst = pk + iq * kb * PX_MR
+        if I[ri + PX_MR - 1] - I[ri] == PX_MR - 1:  # one run of PX_MR pixels
+            r0 = base + I[ri]
+            for kk in range(kb):
+                copy_block(F, dst + kk * PX_MR, r0 + I[kt + kk], PX_MR)
+            continue
+        for kk in range(kb):
+            src = base + I[kt + kk]
+            for r in range(PX_MR):
+                F[dst + kk * PX_MR + r] = F[src + I[ri + r]]
+
+
+@njit(**_JIT)
 def _pixel_rows(F, I, X, R, p, sbase, pb, in_place, C, H, W, kh, kw, sh, sw, ph, pw, dh, dw, OW, ohw,
-                groups, cg, mg, wpack, mpad, KC, NC, epi, r0, Rq, Wq, bias, relu, res):
+                groups, cg, mg, wpack, mpad, KC, NC, epi, r0, Rq, Wq, bias, relu, res, pack):
     """The pixel-row form of :func:`k_convp` for one task row ``p``.
 
     With channel panels outer, K runs in blocks of ``KC`` rows (all panels pass over one block
@@ -461,6 +491,16 @@ def _pixel_rows(F, I, X, R, p, sbase, pb, in_place, C, H, W, kh, kw, sh, sw, ph,
     pt = 2 * (ri + PX_MR)  # the edge tile
     pp = pt + PX_MR * PX_NR + NR  # the phase planes
     phase = Rq * Wq
+    # packed pixel rows (in place only, no phase planes): a k table kk * PX_MR, a row table 0..PX_MR-1, then
+    # the tiles' rows, 64-byte aligned
+    pki = (pp + (0 if in_place else cg * sh * sw * phase) + NR + 1) // 2
+    pkr = pki + KC
+    pk = (2 * (pkr + PX_MR) + 15) // 16 * 16
+    if pack:
+        for kk in range(KC):
+            I[pki + kk] = kk * PX_MR
+        for r in range(PX_MR):
+            I[pkr + r] = r
     _tap_table(I, ti, cg, kh, kw, sh, sw, dh, dw, sh * sw * phase, phase, Wq, H * W if in_place else 0)
     # pixel rows in the phase planes (from the task's first row), or in the input itself
     o0, rs, cs = (0, sh * W, sw) if in_place else (r0 // sh, Wq, 1)
@@ -484,10 +524,13 @@ def _pixel_rows(F, I, X, R, p, sbase, pb, in_place, C, H, W, kh, kw, sh, sw, ph,
             npan = (m1 - m0 + PX_NR - 1) // PX_NR
             tiles_outer = (m1 - m0) * K <= WEIGHTS_IN_L2
             kc = K if tiles_outer else KC
+            packed = pack and in_place and not tiles_outer
             pc = 0
             while pc < K:
                 kb = min(kc, K - pc)
                 flags = _store_flags(pc == 0, pc + kb >= K, bias, res, relu)
+                if packed:
+                    _pack_pixel_rows(F, I, ti + pc, ri, base, pk, kb, qc, qe, OW, o0, rs, cs)
                 for it in range(nq * npan):
                     if tiles_outer:
                         iq = it // npan
@@ -500,16 +543,21 @@ def _pixel_rows(F, I, X, R, p, sbase, pb, in_place, C, H, W, kh, kw, sh, sw, ph,
                     cols = min(PX_NR, m1 - ic)
                     wb = wg + ic * K + pc * PX_NR
                     rows = min(PX_MR, qe - q)
-                    if ip == 0 or not tiles_outer:  # tiles outer: one row table serves all its panels
-                        _row_table(I, ri, q, rows, OW, o0, rs, cs)
+                    # the tile's rows: packed (kb x PX_MR floats a tile), or read through the k and row tables
+                    if packed:
+                        src, kt, rt = pk + iq * kb * PX_MR, pki, pkr
+                    else:
+                        src, kt, rt = base, ti + pc, ri
+                        if ip == 0 or not tiles_outer:  # tiles outer: one row table serves all its panels
+                            _row_table(I, ri, q, rows, OW, o0, rs, cs)
                     cp = out + ic * ohw + q
                     if rows == PX_MR and cols == PX_NR:
                         # (operands whose flag is off point at C: valid memory, read and dropped)
-                        ukernel_rows(kb, F, base, I, ti + pc, I, ri, F, wb, F, cp, ohw, flags,
+                        ukernel_rows(kb, F, src, I, kt, I, rt, F, wb, F, cp, ohw, flags,
                                      F, bias_g + ic if bias >= 0 else cp,
                                      F, res_g + ic * ohw + q if res >= 0 else cp)
                         continue
-                    ukernel_rows(kb, F, base, I, ti + pc, I, ri, F, wb, F, pt, PX_MR, 0, F, pt, F, pt)
+                    ukernel_rows(kb, F, src, I, kt, I, rt, F, wb, F, pt, PX_MR, 0, F, pt, F, pt)
                     for t in range(cols):
                         for r in range(rows):
                             _store_element(F, cp + t * ohw + r, F[np.uint64(pt + t * PX_MR + r)], flags,

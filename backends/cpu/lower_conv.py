@@ -23,8 +23,8 @@ from rammer.ops.conv import window_geometry
 from rammer.ops.registry import OpContext
 
 from .ewops import BLOCK
-from .kernels_conv import (FORM_DIRECT, FORM_PIXEL_ROWS, FORM_TRANSPOSED, FORM_WINOGRAD, pack_weights,
-                           panel_columns)
+from .kernels_conv import (FORM_DIRECT, FORM_PIXEL_ROWS, FORM_TRANSPOSED, FORM_WINOGRAD, PACK_PIXEL_ROWS,
+                           WEIGHTS_IN_L2, pack_weights, panel_columns)
 from .kernels_winograd import scratch_floats as winograd_scratch
 from .ukernel_winograd import transform_weights as winograd_weights
 from .lower_linalg import _dwconv_op, _epilogue, _resolve, _unfuse, _window_desc
@@ -51,6 +51,10 @@ IMPLICIT_MIN_PIXELS = 64
 #: ResNeXt ones measured the same either way (paired runs), so the deepest keep the packed
 #: panels.  None: never (for comparisons).
 INPLACE_B_MAX_K: int | None = 2048
+#: An unpadded 1x1 conv in the pixel-row form whose channel panels run outermost (its weights
+#: beyond L2) packs its tiles' pixel rows when they take at most this many floats of scratch
+#: (see ``kernels_conv._pack_pixel_rows``; 512 KiB).  None: never (for comparisons).
+PACK_PIXEL_ROWS_MAX: int | None = 128 * 1024
 
 
 def _geometry(lw: Lowerer, node: Node) -> tuple:
@@ -182,10 +186,16 @@ def implicit_conv_op(lw: Lowerer, name: str, nodes: tuple[Node, ...], x: View, w
         pad_rows = 0  # read in place: no phase planes
     # B panels, edge tile, overrun slack, the padded input rows of one group as phase planes, slack
     phases = sh * sw * -(-pad_rows // sh) * -(-wp_width // sw)  # stride-phase planes of the padded rows
+    pack = False
     if form == FORM_PIXEL_ROWS:
         kc = pixel_rows_depth(K, cg * (phases if pad_rows else geo[2] * geo[3]))
         # k and row tables (int64), edge tile, slack, phase planes, slack
         panel = 2 * (K + PX_MR + 1) + PX_MR * PX_NR + NR + cg * phases + NR
+        pack_floats = -(-nc // PX_MR) * kc * PX_MR
+        pack = (PACK_PIXEL_ROWS_MAX is not None and pad_rows == 0 and mg * K > WEIGHTS_IN_L2
+                and pack_floats <= PACK_PIXEL_ROWS_MAX)
+        if pack:  # the packed k and row tables (int64), alignment, the packed rows
+            panel += 2 * (kc + PX_MR + 1) + 64 + pack_floats
     else:
         panel = kc * panel_columns(nc) + MR * NR + NR + cg * phases + NR
     flops = 2.0 * blocks * mg * ohw * K
@@ -214,14 +224,14 @@ def implicit_conv_op(lw: Lowerer, name: str, nodes: tuple[Node, ...], x: View, w
         words = _resolve(ctx, _window_desc(x, out, geo) + [groups, cg, mg, wp, mpad, kc, nc, epi, regs,
                                                            wp_width, form, -1 if bias is None else bias,
                                                            int(relu), -1 if residual is None else residual,
-                                                           int(inplace)])
+                                                           int(inplace) | (PACK_PIXEL_ROWS if pack else 0)])
         desc = ctx.side.add_ints(words)
         return [("k_convp", [desc, *part]) for part in parts]
 
     return CpuOp(name, "conv", nodes, tuple(sorted(reads - writes)), tuple(sorted(writes)), flops, nbytes,
                  partition, emit, scratch=regs + panel, blas=True,
                  extra={"M": mg, "N": ohw, "K": K, "batches": blocks,
-                        "kernel": FORM_NAMES[form]})
+                        "kernel": FORM_NAMES[form], "packed_rows": pack})
 
 
 def _grid_parts(blocks: int, mg: int, unit: int, m_panels: int, m_parts: int, ohw: int, q_unit: int,

@@ -227,6 +227,37 @@ def test_conv_pixel_rows_in_k_blocks(monkeypatch, x_shape, w_shape, veus):
     compare(m, feeds, veus=veus, atol=1e-5 * K)
 
 
+@pytest.mark.parametrize("x_shape,strides", [
+    ((1, 1024, 3, 5), [1, 1]),  # a tile spans output rows (one run of pixels); the edge tile does not
+    ((1, 1024, 7, 6), [2, 2]),  # strided: every tile's pixels gathered one by one
+])
+@pytest.mark.parametrize("veus", [1, 2])
+@pytest.mark.parametrize("blocks", [1, 3])
+def test_conv_pixel_rows_packed(monkeypatch, x_shape, strides, veus, blocks):
+    # An unpadded 1x1 conv with weights past L2 (channel panels outer) copies its tiles' pixel
+    # rows into scratch once per K block and runs every channel panel over the copies; the
+    # result, edge tiles, bias + residual + ReLU and a NaN included, is the reference's.
+    from rammer.backends.cpu.compiler import compile_program
+    from rammer.frontend import load
+
+    monkeypatch.setattr(lower_conv, "FORCE_FORM", FORM_PIXEL_ROWS)
+    w_shape = (280, x_shape[1], 1, 1)  # 140 channels a vEU with two: weights past L2 either way
+    K = x_shape[1]
+    if blocks > 1:
+        budget = (K * 32 + K * x_shape[2] * x_shape[3]) // blocks + 1
+        monkeypatch.setattr(lower_conv, "PIXEL_ROWS_L2_FLOATS", budget)
+        assert -(-K // lower_conv.pixel_rows_depth(K, K * x_shape[2] * x_shape[3])) == blocks
+    m, feeds = conv_model(x_shape, w_shape, epilogue=("Add", "Relu"), strides=strides)
+    feeds["x"] = feeds["x"] - 0.5
+    feeds["x"][0, 3, 2, 4] = np.nan
+    (op,) = [o for o in compile_program(load(m)).lowered.ops if o.family == "conv"]
+    assert op.extra["kernel"] == "pixel-rows" and op.extra["packed_rows"]
+    compare(m, feeds, veus=veus, atol=1e-5 * K)
+    monkeypatch.setattr(lower_conv, "PACK_PIXEL_ROWS_MAX", None)
+    (op,) = [o for o in compile_program(load(m)).lowered.ops if o.family == "conv"]
+    assert not op.extra["packed_rows"]
+
+
 @pytest.mark.parametrize("form", [None, FORM_DIRECT, FORM_TRANSPOSED, FORM_PIXEL_ROWS, FORM_WINOGRAD])
 @pytest.mark.parametrize("chain", ["relu", "relu_add_raw", "bias_only", "relu_then_sigmoid", "add_relu",
                                    "add_relu_add_raw", "add_broadcast_relu", "add_relu_both_outputs"])
