@@ -53,8 +53,9 @@ IMPLICIT_MIN_PIXELS = 64
 INPLACE_B_MAX_K: int | None = 2048
 #: An unpadded 1x1 conv in the pixel-row form whose channel panels run outermost (its weights
 #: beyond L2) packs its tiles' pixel rows when they take at most this many floats of scratch
-#: (see ``kernels_conv._pack_pixel_rows``; 512 KiB).  None: never (for comparisons).
-PACK_PIXEL_ROWS_MAX: int | None = 128 * 1024
+#: (see ``kernels_conv._pack_pixel_rows``; 768 KiB, what a 16x16 plane's 32 tiles take for
+#: K blocks of up to 768 rows).  None: never (for comparisons).
+PACK_PIXEL_ROWS_MAX: int | None = 192 * 1024
 
 
 def _geometry(lw: Lowerer, node: Node) -> tuple:
@@ -364,8 +365,10 @@ FORCE_FORM: int | None = None
 #: Stride-1 1x1 convs take the pixel-row form on planes up to this many pixels whose weights
 #: (per group) hold more than POINTWISE_ROWS_MIN_WEIGHTS floats (1 MiB, the L2): ResNeXt's 8x8
 #: 4096 <-> 1024 channel convs 3.3-3.5 -> 2.8 ms, 2048 -> 512 at 7x7 583 -> 515 us; 512 -> 512
-#: at 8x8 (1 MiB) is a tie, 128 -> 64 (32 KiB) and every 16x16 plane favour the direct form.
-POINTWISE_ROWS_MAX_PIXELS = 64
+#: at 8x8 (1 MiB) is a tie, 128 -> 64 (32 KiB) favours the direct form.  With packed pixel rows
+#: (PACK_PIXEL_ROWS_MAX) ResNeXt's 16x16 ones gained too (in-model, 1 vEU): 512 -> 4096 18%,
+#: 512 -> 2048 11-12%, 2048 -> 512 6-9%; at 32x32 they lost 8-23%.
+POINTWISE_ROWS_MAX_PIXELS = 256
 POINTWISE_ROWS_MIN_WEIGHTS = 256 * 1024
 
 

@@ -144,7 +144,8 @@ def test_conv_form_choice():
     assert form(32, 1024, 32, 1) == FORM_DIRECT
     assert form(512, 64, 512, 1) == FORM_DIRECT           # 8x8 plane, weights within L2
     assert form(1024, 64, 4096, 1) == FORM_PIXEL_ROWS     # ResNeXt's 8x8 4096 -> 1024: weights past L2
-    assert form(1024, 256, 4096, 1) == FORM_DIRECT        # ... not on 16x16 planes
+    assert form(1024, 256, 4096, 1) == FORM_PIXEL_ROWS    # ... and on 16x16 planes (packed pixel rows)
+    assert form(1024, 1024, 4096, 1) == FORM_DIRECT       # ... not on 32x32 planes
     assert form(512, 256, 256, 1, strided_1x1=True) == FORM_PIXEL_ROWS  # read in place, no gather
     assert form(8, 256, 256, 1, strided_1x1=True) == FORM_DIRECT       # 8 of 32 channels per tile
 
