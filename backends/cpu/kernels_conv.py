@@ -491,9 +491,9 @@ def _pixel_rows(F, I, X, R, p, sbase, pb, in_place, C, H, W, kh, kw, sh, sw, ph,
     pt = 2 * (ri + PX_MR)  # the edge tile
     pp = pt + PX_MR * PX_NR + NR  # the phase planes
     phase = Rq * Wq
-    # packed pixel rows (in place only, no phase planes): a k table kk * PX_MR, a row table 0..PX_MR-1, then
-    # the tiles' rows, 64-byte aligned
-    pki = (pp + (0 if in_place else cg * sh * sw * phase) + NR + 1) // 2
+    # packed pixel rows (read in place only, so after the slack where the phase planes would start): a k
+    # table kk * PX_MR, a row table 0..PX_MR-1, then the tiles' rows, 64-byte aligned
+    pki = (pp + NR + 1) // 2
     pkr = pki + KC
     pk = (2 * (pkr + PX_MR) + 15) // 16 * 16
     if pack:
