@@ -29,7 +29,7 @@ from .kernels_winograd import scratch_floats as winograd_scratch
 from .ukernel_winograd import transform_weights as winograd_weights
 from .lower_linalg import _dwconv_op, _epilogue, _resolve, _unfuse, _window_desc
 from .ops import CpuOp, EmitContext, Row, split_range
-from .program import EwProgram
+from .program import EwProgram, epilogue_io
 from .ukernel import MR, NR, PX_MR, PX_NR
 from .views import View
 
@@ -200,10 +200,6 @@ def implicit_conv_op(lw: Lowerer, name: str, nodes: tuple[Node, ...], x: View, w
     else:
         panel = kc * panel_columns(nc) + MR * NR + NR + cg * phases + NR
     flops = 2.0 * blocks * mg * ohw * K
-    nbytes = 4.0 * (x.size + wp.size + out.size * (1 + (len(prog.inputs) if prog else 0)))
-    reads = ({x.buffer, wp.buffer} | ({v.buffer for v, _ in prog.inputs} if prog else set())
-             | {v.buffer for v in (bias, residual) if v is not None})
-    writes = {out.buffer} | ({v.buffer for _, v in prog.outputs} if prog else set())
     m_panels = -(-mg // unit)
     q_panels = -(-ohw // NR)
 
@@ -220,19 +216,32 @@ def implicit_conv_op(lw: Lowerer, name: str, nodes: tuple[Node, ...], x: View, w
         m_parts = min(max(1, per // q_parts), m_panels)
         return _grid_parts(blocks, mg, unit, m_panels, m_parts, ohw, NR, q_panels, q_parts)
 
+    return _conv_op(name, nodes, x, wp, out, prog, space, geo, [groups, cg, mg, wp, mpad, kc, nc],
+                    [regs, wp_width, form], bias, relu, residual, int(inplace) | (PACK_PIXEL_ROWS if pack else 0),
+                    flops, partition, regs + panel,
+                    {"M": mg, "N": ohw, "K": K, "batches": blocks, "kernel": FORM_NAMES[form], "packed_rows": pack})
+
+
+def _conv_op(name: str, nodes: tuple[Node, ...], x: View, wp: View, out: View, prog: EwProgram | None,
+             space: tuple, geo: tuple, shape_words: list, form_words: list, bias: View | None, relu: bool,
+             residual: View | None, flags: int, flops: float, partition, scratch: int, extra: dict) -> CpuOp:
+    """A ``k_convp`` op, any form.  Its descriptor (see ``kernels_conv``) is the window words,
+    ``shape_words`` (groups .. NC), the fused epilogue's program, ``form_words`` (panel scratch,
+    padded width, form), bias, ReLU, residual and ``flags`` (the C_INPLACE word)."""
+    epi_reads, epi_writes, epi_inputs = epilogue_io(prog)
+    nbytes = 4.0 * (x.size + wp.size + out.size * (1 + epi_inputs))
+    reads = {x.buffer, wp.buffer} | epi_reads | {v.buffer for v in (bias, residual) if v is not None}
+    writes = {out.buffer} | epi_writes
+
     def emit(ctx: EmitContext, parts: list) -> list[Row]:
         epi = prog.emit(ctx.side, ctx.locate, space) if prog is not None else -1
-        words = _resolve(ctx, _window_desc(x, out, geo) + [groups, cg, mg, wp, mpad, kc, nc, epi, regs,
-                                                           wp_width, form, -1 if bias is None else bias,
-                                                           int(relu), -1 if residual is None else residual,
-                                                           int(inplace) | (PACK_PIXEL_ROWS if pack else 0)])
+        words = _resolve(ctx, _window_desc(x, out, geo) + shape_words + [epi] + form_words
+                         + [-1 if bias is None else bias, int(relu), -1 if residual is None else residual, flags])
         desc = ctx.side.add_ints(words)
         return [("k_convp", [desc, *part]) for part in parts]
 
     return CpuOp(name, "conv", nodes, tuple(sorted(reads - writes)), tuple(sorted(writes)), flops, nbytes,
-                 partition, emit, scratch=regs + panel, blas=True,
-                 extra={"M": mg, "N": ohw, "K": K, "batches": blocks,
-                        "kernel": FORM_NAMES[form], "packed_rows": pack})
+                 partition, emit, scratch=scratch, blas=True, extra=extra)
 
 
 def _grid_parts(blocks: int, mg: int, unit: int, m_panels: int, m_parts: int, ohw: int, q_unit: int,
@@ -329,10 +338,6 @@ def _winograd_op(lw: Lowerer, name: str, nodes: tuple[Node, ...], x: View, w_arr
     panel = winograd_scratch(cg, mpad, trc, tcp, wq)
     # 16/36 of the direct form's multiplies, plus the transforms
     flops = 2.0 * blocks * mg * ohw * cg * 9 * 0.55
-    nbytes = 4.0 * (x.size + wp.size + out.size * (1 + (len(prog.inputs) if prog else 0)))
-    reads = ({x.buffer, wp.buffer} | ({v.buffer for v, _ in prog.inputs} if prog else set())
-             | {v.buffer for v in (bias, residual) if v is not None})
-    writes = {out.buffer} | ({v.buffer for _, v in prog.outputs} if prog else set())
     m_panels = -(-mg // MR)
     tile_rows = -(-OH // 2)
 
@@ -345,17 +350,10 @@ def _winograd_op(lw: Lowerer, name: str, nodes: tuple[Node, ...], x: View, w_arr
         m_parts = min(max(1, per // r_parts), m_panels)
         return _grid_parts(blocks, mg, MR, m_panels, m_parts, ohw, 2 * OW, tile_rows, r_parts)
 
-    def emit(ctx: EmitContext, parts: list) -> list[Row]:
-        epi = prog.emit(ctx.side, ctx.locate, space) if prog is not None else -1
-        words = _resolve(ctx, _window_desc(x, out, geo) + [groups, cg, mg, wp, mpad, trc, tcp, epi, regs, wq,
-                                                           FORM_WINOGRAD, -1 if bias is None else bias,
-                                                           int(relu), -1 if residual is None else residual, 0])
-        desc = ctx.side.add_ints(words)
-        return [("k_convp", [desc, *part]) for part in parts]
-
-    return CpuOp(name, "conv", nodes, tuple(sorted(reads - writes)), tuple(sorted(writes)), flops, nbytes,
-                 partition, emit, scratch=regs + panel, blas=True,
-                 extra={"M": mg, "N": ohw, "K": cg * 9, "batches": blocks, "kernel": FORM_NAMES[FORM_WINOGRAD]})
+    # (the KC and NC words hold the tile rows per chunk and its padded tile count)
+    return _conv_op(name, nodes, x, wp, out, prog, space, geo, [groups, cg, mg, wp, mpad, trc, tcp],
+                    [regs, wq, FORM_WINOGRAD], bias, relu, residual, 0, flops, partition, regs + panel,
+                    {"M": mg, "N": ohw, "K": cg * 9, "batches": blocks, "kernel": FORM_NAMES[FORM_WINOGRAD]})
 
 
 #: Force one form for every convolution (None: chosen by :func:`conv_form`); for tests and benchmarks.

@@ -23,7 +23,7 @@ from rammer.ir import Node
 from .ewops import BLOCK
 from .kernels_gemm import PACK_FLOATS, packed_ok
 from .ops import CpuOp, EmitContext, Row, grid_split, split_range
-from .program import EwProgram
+from .program import EwProgram, epilogue_io
 from .views import View, broadcast_view
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -311,9 +311,10 @@ def _dwconv_op(lw: Lowerer, name: str, nodes: tuple[Node, ...], x: View, w: View
     n, c = geo[0], geo[1]
     kh, kw, OH, OW = geo[4], geo[5], geo[12], geo[13]
     flops = 2.0 * n * c * mult * OH * OW * kh * kw
-    nbytes = 4.0 * (x.size + out.size * (2 + (len(prog.inputs) if prog else 0)))
-    reads = {x.buffer, w.buffer} | ({v.buffer for v, _ in prog.inputs} if prog else set())
-    writes = {out.buffer} | ({v.buffer for _, v in prog.outputs} if prog else set())
+    epi_reads, epi_writes, epi_inputs = epilogue_io(prog)
+    nbytes = 4.0 * (x.size + out.size * (2 + epi_inputs))
+    reads = {x.buffer, w.buffer} | epi_reads
+    writes = {out.buffer} | epi_writes
 
     def partition(k: int) -> list:
         if k <= n:

@@ -22,7 +22,7 @@ from . import lower_rnn
 from .ewops import BLOCK
 from .lower_views import copy_descriptors
 from .ops import CpuOp, EmitContext, Row, split_range
-from .program import EwProgram
+from .program import EwProgram, epilogue_io
 from .views import ARENA_DTYPES, View
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -228,12 +228,13 @@ def lower_pool(lw: Lowerer, node: Node, out: View, prog: EwProgram | None, nodes
         return [("k_pool", [desc, q0, q1]) for q0, q1 in parts]
 
     flops = 1.0 * planes * OH * OW * kh * kw
-    reads = {x.buffer} | ({v.buffer for v, _ in prog.inputs} if prog else set())
-    writes = {out.buffer} | ({v.buffer for _, v in prog.outputs} if prog else set())
+    epi_reads, epi_writes, epi_inputs = epilogue_io(prog)
+    reads = {x.buffer} | epi_reads
+    writes = {out.buffer} | epi_writes
     # phase planes and accumulator of ``stack`` planes swept at once, 1/counts
     scratch = regs + kwin.window_scratch(OH, OW, kh, kw, sh, sw, dh, dw, stack)
     lw.add_op(CpuOp(node.name or node.op_type, "pool", nodes, tuple(sorted(reads - writes)), tuple(sorted(writes)),
-                    flops, 4.0 * (x.size + out.size * (1 + (len(prog.inputs) if prog else 0))),
+                    flops, 4.0 * (x.size + out.size * (1 + epi_inputs)),
                     _rows_partition(planes), emit, scratch=scratch))
 
 

@@ -26,7 +26,7 @@ from .batching import find_chunks
 from .fusion import Group, ancestors, build_groups
 from .lower_ew import EW_OPS, ew_reason, ew_translate
 from .ops import CostModel, CpuOp, EmitContext, Row, grid_split
-from .program import EwProgram
+from .program import EwProgram, epilogue_io
 from .views import ARENA_DTYPES, Buffer, View, dense_strides
 
 HEAD_OPS = lower_linalg.HEAD_OPS
@@ -367,10 +367,10 @@ def ew_op(lw: Lowerer, members: list[Node], prog: EwProgram, stored: list[str]) 
     (d0, d1, d2, d3), _ = space
     rows = d0 * d1 * d2
     n_regs = prog.n_registers()
-    reads = tuple(sorted({v.buffer for v, _ in prog.inputs}))
-    writes = tuple(sorted({v.buffer for _, v in prog.outputs}))
+    epi_reads, epi_writes, n_inputs = epilogue_io(prog)
+    reads, writes = tuple(sorted(epi_reads)), tuple(sorted(epi_writes))
     elems = rows * d3
-    nbytes = elems * 4.0 * (len(prog.inputs) + len(prog.outputs))
+    nbytes = elems * 4.0 * (n_inputs + len(prog.outputs))
     flops = elems * max(len(prog.instrs), 1) * 2.0
 
     def partition(n: int) -> list:

@@ -196,3 +196,11 @@ class EwProgram:
                 if last_use.get(a) == i and a not in stored:
                     free.append(regs[a])
         return regs
+
+
+def epilogue_io(prog: EwProgram | None) -> tuple[set[int], set[int], int]:
+    """What a fused elementwise program (or None) adds to the op that runs it: the buffers it
+    reads, the buffers it writes, and how many inputs it reads per output element."""
+    if prog is None:
+        return set(), set(), 0
+    return {v.buffer for v, _ in prog.inputs}, {v.buffer for _, v in prog.outputs}, len(prog.inputs)
