@@ -84,6 +84,13 @@ def _splat(bld: ir.IRBuilder, value: ir.Value, vec: ir.VectorType) -> ir.Value:
     return bld.shuffle_vector(bld.insert_element(undef, value, ir.Constant(ir.IntType(32), 0)), undef, mask)
 
 
+def _vec_ptr(bld: ir.IRBuilder, base: ir.Value, offset: ir.Value | int, vec: ir.VectorType) -> ir.Value:
+    """``base + offset`` (elements; an int or an i64 value) as a pointer to ``vec``."""
+    if isinstance(offset, int):
+        offset = ir.Constant(ir.IntType(64), offset)
+    return bld.bitcast(bld.gep(base, [offset]), vec.as_pointer())
+
+
 def _per_flag_blocks(fn: ir.Function, bld: ir.IRBuilder, flags: ir.Value) -> list:
     """Ends ``bld``'s block with a switch on the EPI_* bits of ``flags`` and returns, for each of the
     16 combinations, a builder in a block of its own with the bits as Python booleans:
@@ -136,7 +143,7 @@ def _k_loop(fn: ir.Function, entry: ir.IRBuilder, k: ir.Value, rows: int, width:
 
     bld = ir.IRBuilder(body)
     bbase = bld.gep(b, [bld.mul(kk, ir.Constant(i64, cols) if ldb is None else ldb)])
-    bvals = [bld.load(bld.bitcast(bld.gep(bbase, [ir.Constant(i64, v * width)]), vec.as_pointer()), align=4)
+    bvals = [bld.load(_vec_ptr(bld, bbase, v * width, vec), align=4)
              for v in range(nv)]
     new_accs = []
     for r in range(rows):
@@ -181,7 +188,7 @@ def _add_pixel_row_kernel(mod: ir.Module, rows: int, cols: int, width: int) -> N
     tp = bld.bitcast(tile, fp)
     for r in range(rows):
         for v in range(nv):
-            ptr = bld.bitcast(bld.gep(tp, [ir.Constant(i64, r * cols + v * width)]), vec.as_pointer())
+            ptr = _vec_ptr(bld, tp, r * cols + v * width, vec)
             bld.store(accs[r][v], ptr, align=4)
     bld.call(_add_transpose_store(mod, rows, cols, width), [tp, c, ldc, acc, bias, res])
     bld.ret_void()
@@ -247,20 +254,18 @@ def _add_transpose_store(mod: ir.Module, rows: int, cols: int, width: int) -> ir
         for r in range(rows):
             row = []
             for v in range(nv):
-                val = bld.load(bld.bitcast(bld.gep(tp, [ir.Constant(i64, r * cols + v * width)]), vec.as_pointer()),
-                               align=4)
+                val = bld.load(_vec_ptr(bld, tp, r * cols + v * width, vec), align=4)
                 if bias_on:
-                    val = bld.fadd(val, bld.load(bld.bitcast(bld.gep(bias, [ir.Constant(i64, v * width)]),
-                                                             vec.as_pointer()), align=4))
+                    val = bld.fadd(val, bld.load(_vec_ptr(bld, bias, v * width, vec), align=4))
                 row.append(_relu_keep_nan(bld, val) if relu_first else val)
             tile.append(row)
         for j, col in enumerate(_transpose_columns(bld, tile, rows, width)):
             at = bld.mul(ir.Constant(i64, j), ldc)
-            ptr = bld.bitcast(bld.gep(c, [at]), pvec.as_pointer())
+            ptr = _vec_ptr(bld, c, at, pvec)
             if acc_on:
                 col = bld.fadd(col, bld.load(ptr, align=4))
             if res_on:
-                col = bld.fadd(col, bld.load(bld.bitcast(bld.gep(res, [at]), pvec.as_pointer()), align=4))
+                col = bld.fadd(col, bld.load(_vec_ptr(bld, res, at, pvec), align=4))
             if relu_on and not relu_first:
                 col = _relu_keep_nan(bld, col)
             bld.store(col, ptr, align=4)
@@ -321,7 +326,7 @@ def _add_tap_sweep(mod: ir.Module, width: int) -> None:
         base = bld.gep(p, [q0])
         new = []
         for k in range(nv):
-            x = bld.load(bld.bitcast(bld.gep(base, [ir.Constant(i64, k * width)]), vec.as_pointer()), align=4)
+            x = bld.load(_vec_ptr(bld, base, k * width, vec), align=4)
             new.append(bld.call(fma, [weight, x, accs[k]]))
         t.add_incoming(bld.add(t, ir.Constant(i64, 1)), taps_body)
         for a, n in zip(accs, new):
@@ -331,7 +336,7 @@ def _add_tap_sweep(mod: ir.Module, width: int) -> None:
         bld = ir.IRBuilder(store)
         out = bld.gep(acc, [bld.mul(v, ir.Constant(i64, width))])
         for k in range(nv):
-            bld.store(accs[k], bld.bitcast(bld.gep(out, [ir.Constant(i64, k * width)]), vec.as_pointer()), align=4)
+            bld.store(accs[k], _vec_ptr(bld, out, k * width, vec), align=4)
         v.add_incoming(bld.add(v, ir.Constant(i64, nv)), store)
         bld.branch(head)
 
@@ -396,7 +401,7 @@ def _add_row_sweep(mod: ir.Module, width: int) -> None:
                 for s_row in range(rows + k - 1):
                     row_ptr = vb.gep(src, [vb.mul(ir.Constant(i64, s_row), wq)])
                     for j in range(k):
-                        x = vb.load(vb.bitcast(vb.gep(row_ptr, [ir.Constant(i64, j)]), vec.as_pointer()), align=4)
+                        x = vb.load(_vec_ptr(vb, row_ptr, j, vec), align=4)
                         for i in range(k):
                             r = s_row - i
                             if 0 <= r < rows:
@@ -439,15 +444,14 @@ def _fused_store(fn: ir.Function, bld: ir.IRBuilder, accs: list, c: ir.Value, ld
             resp = bld.gep(res, [bld.mul(ir.Constant(i64, r), ldr)])
             b = _splat(bld, bld.load(bld.gep(bias, [ir.Constant(i64, r)]), align=4), vec) if bias_on else None
             for v in range(cols // width):
-                ptr = bld.bitcast(bld.gep(rowp, [ir.Constant(i64, v * width)]), vec.as_pointer())
+                ptr = _vec_ptr(bld, rowp, v * width, vec)
                 val = accs[r][v]
                 if acc_on:
                     val = bld.fadd(val, bld.load(ptr, align=4))
                 if bias_on:
                     val = bld.fadd(val, b)
                 if res_on:
-                    val = bld.fadd(val, bld.load(bld.bitcast(bld.gep(resp, [ir.Constant(i64, v * width)]),
-                                                             vec.as_pointer()), align=4))
+                    val = bld.fadd(val, bld.load(_vec_ptr(bld, resp, v * width, vec), align=4))
                 bld.store(_relu_keep_nan(bld, val) if relu_on else val, ptr, align=4)
         bld.ret_void()
 
@@ -489,7 +493,7 @@ def _add_packed_kernel(mod: ir.Module, strided_b: bool = False) -> None:
         for r in range(MR):
             rowp = bld.gep(c, [bld.mul(ir.Constant(i64, r), ldc)])
             for v in range(nv):
-                ptr = bld.bitcast(bld.gep(rowp, [ir.Constant(i64, v * WIDTH)]), vec.as_pointer())
+                ptr = _vec_ptr(bld, rowp, v * WIDTH, vec)
                 val = accs[r][v]
                 if accumulate:
                     val = bld.fadd(bld.load(ptr, align=4), val)

@@ -28,7 +28,8 @@ from numba.extending import intrinsic
 
 import numpy as np
 
-from .ukernel import WIDTH, _arrays_are, _call_codegen, _per_flag_blocks, _relu_keep_nan, _splat, compile_module
+from .ukernel import (WIDTH, _arrays_are, _call_codegen, _per_flag_blocks, _relu_keep_nan, _splat, _vec_ptr,
+                      compile_module)
 
 IN_SYMBOL = "rammer_cpu_winograd_in"
 OUT_SYMBOL = "rammer_cpu_winograd_out"
@@ -43,10 +44,6 @@ def transform_weights(w: np.ndarray) -> np.ndarray:
     """``U[xi, m, c]`` (xi = 4*i + j) of weights ``w[m, c, 3, 3]``, computed in float64."""
     u = np.einsum("ia,mcab,jb->ijmc", G, np.asarray(w, np.float64), G)
     return u.reshape(16, w.shape[0], w.shape[1]).astype(np.float32)
-
-
-def _vec_ptr(bld: ir.IRBuilder, base: ir.Value, offset: ir.Value, vec: ir.VectorType) -> ir.Value:
-    return bld.bitcast(bld.gep(base, [offset]), vec.as_pointer())
 
 
 def _transform_1d(bld: ir.IRBuilder, x: list, rows: np.ndarray) -> list:
