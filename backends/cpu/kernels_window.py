@@ -334,9 +334,9 @@ def k_pool(F, B, I, J, X, R, p, sbase):
     Row: [desc, q0, q1].  Descriptor tail: [mode, lo_h, hi_h, lo_w, hi_w,
     scratch, planes per sweep (:func:`pool_stack`), epilogue]: taps whose padded coordinate falls
     in [lo, hi) count towards the average; the fused elementwise epilogue (or -1) runs on each
-    sweep's finished planes (its registers are the scratch before ``scratch``).  Like depthwise convolution: phase planes padded with -inf
-    (max) or 0 (average), then flat sweeps: the depthwise ones over weights of 1
-    (average), or runs of up to 3 taps (max).
+    sweep's finished planes (its registers are the scratch before ``scratch``).  Like depthwise
+    convolution: phase planes padded with -inf (max) or 0 (average), then flat sweeps: the
+    depthwise ones over weights of 1 (average), or runs of up to 3 taps (max).
     """
     d = p[0]
     _, H, W, kh, kw, sh, sw, ph, pw, dh, dw, OH, OW = read_window(X, d)
