@@ -30,7 +30,7 @@ from numba import njit
 
 from .kernels_ew import ew_epilogue
 from .kernels_window import _pad_phases
-from .ukernel import EPI_BIAS, EPI_RELU, EPI_RESIDUAL, MR, NR, WIDTH, ukernel_ldb
+from .ukernel import EPI_BIAS, EPI_RELU, EPI_RESIDUAL, MR, NR, WIDTH, ukernel_ldb, ukernel_ldb4, ukernel_ldb8
 from .ukernel_winograd import wino_in, wino_out
 
 _JIT = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
@@ -107,8 +107,16 @@ def winograd_block(F, X, R, p, sbase, pb, xoff, ooff, C, H, W, ph, pw, OH, OW, g
                 for tp in range(0, nt, NR):
                     for mp in range(m0, m1, MR):
                         cp = mb + xi * MS + (mp - m0) * TCP + tp
-                        ukernel_ldb(cg, F, ug + (xi * mpad + mp) * cg, F, vb + xi * VS + tp, ldv,
-                                    F, cp, TCP, 0, F, cp, F, cp, TCP)
+                        # a last panel of at most 4 or 8 channels: only those rows (Mx has mpad rows)
+                        if m1 - mp > 8:
+                            ukernel_ldb(cg, F, ug + (xi * mpad + mp) * cg, F, vb + xi * VS + tp, ldv,
+                                        F, cp, TCP, 0, F, cp, F, cp, TCP)
+                        elif m1 - mp > 4:
+                            ukernel_ldb8(cg, F, ug + (xi * mpad + mp) * cg, F, vb + xi * VS + tp, ldv,
+                                         F, cp, TCP, 0, F, cp, F, cp, TCP)
+                        else:
+                            ukernel_ldb4(cg, F, ug + (xi * mpad + mp) * cg, F, vb + xi * VS + tp, ldv,
+                                         F, cp, TCP, 0, F, cp, F, cp, TCP)
             for i in range(trc):
                 oy = 2 * (tr + i)
                 nrows = min(2, OH - oy)

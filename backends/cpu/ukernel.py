@@ -42,6 +42,9 @@ ROWS_SYMBOL = "rammer_cpu_ukernel_rows"
 SWEEP_SYMBOL = "rammer_cpu_tap_sweep"
 ROWSWEEP_SYMBOL = "rammer_cpu_row_sweep"
 LDB_SYMBOL = "rammer_cpu_ukernel_ldb"
+#: Row counts of the strided-B kernel's short variants (``LDB_SYMBOL`` + rows): a last A panel
+#: of 4 or 8 real rows (64 channels, or 128, in panels of 12) costs what it holds, not 12 rows.
+LDB_SHORT_ROWS = (4, 8)
 #: Epilogue flags of the strided-B and pixel-row kernels (a conv's bias, residual Add and ReLU
 #: applied as the tile is stored).
 EPI_ACCUMULATE, EPI_BIAS, EPI_RESIDUAL, EPI_RELU = 1, 2, 4, 8
@@ -66,6 +69,8 @@ def _module() -> ir.Module:
     mod = ir.Module(name="rammer_ukernel")
     _add_packed_kernel(mod)
     _add_packed_kernel(mod, strided_b=True)
+    for rows in LDB_SHORT_ROWS:
+        _add_packed_kernel(mod, strided_b=True, rows=rows)
     _add_pixel_row_kernel(mod, PX_MR, PX_NR, WIDTH)
     _add_tap_sweep(mod, WIDTH)
     _add_row_sweep(mod, WIDTH)
@@ -456,10 +461,11 @@ def _fused_store(fn: ir.Function, bld: ir.IRBuilder, accs: list, c: ir.Value, ld
         bld.ret_void()
 
 
-def _add_packed_kernel(mod: ir.Module, strided_b: bool = False) -> None:
+def _add_packed_kernel(mod: ir.Module, strided_b: bool = False, rows: int = MR) -> None:
     """``(k, a, b, c, ldc, acc)``, or with ``strided_b`` ``(k, a, b, ldb, c, ldc, acc)``: B's k-th
     row at ``b + k*ldb`` instead of packed NR wide (a pointwise convolution reads its input
-    planes in place)."""
+    planes in place).  ``rows`` < MR (strided B only): the first ``rows`` rows of an MR-row A
+    panel, computed and stored (the symbol ends with the row count)."""
     f32 = ir.FloatType()
     i64 = ir.IntType(64)
     vec = ir.VectorType(f32, WIDTH)
@@ -468,13 +474,14 @@ def _add_packed_kernel(mod: ir.Module, strided_b: bool = False) -> None:
     names = (("k", "a", "b", "ldb", "c", "ldc", "acc", "bias", "res", "ldr") if strided_b
              else ("k", "a", "b", "c", "ldc", "acc"))
     types_ = [{"k": i64, "ldb": i64, "ldc": i64, "acc": i64, "ldr": i64}.get(n, fp) for n in names]
-    fn = ir.Function(mod, ir.FunctionType(ir.VoidType(), types_), name=LDB_SYMBOL if strided_b else SYMBOL)
+    name = (LDB_SYMBOL if rows == MR else f"{LDB_SYMBOL}{rows}") if strided_b else SYMBOL
+    fn = ir.Function(mod, ir.FunctionType(ir.VoidType(), types_), name=name)
     for arg, name in zip(fn.args, names):
         arg.name = name
     args = dict(zip(names, fn.args))
     k, a, b, c, ldc, acc = (args[n] for n in ("k", "a", "b", "c", "ldc", "acc"))
     bld = ir.IRBuilder(fn.append_basic_block("entry"))
-    bld, accs = _k_loop(fn, bld, k, MR, WIDTH, NR, b,
+    bld, accs = _k_loop(fn, bld, k, rows, WIDTH, NR, b,
                         lambda bld, kk, r: bld.gep(a, [bld.add(bld.mul(kk, ir.Constant(i64, MR)), ir.Constant(i64, r))]),
                         args.get("ldb"))
     add = fn.append_basic_block("add")
@@ -484,13 +491,13 @@ def _add_packed_kernel(mod: ir.Module, strided_b: bool = False) -> None:
         epi = fn.append_basic_block("epilogue")
         plain = fn.append_basic_block("plain")
         bld.cbranch(bld.icmp_unsigned(">", acc, ir.Constant(i64, EPI_ACCUMULATE)), epi, plain)
-        _fused_store(fn, ir.IRBuilder(epi), accs, c, ldc, acc, args["bias"], args["res"], args["ldr"], MR, NR,
+        _fused_store(fn, ir.IRBuilder(epi), accs, c, ldc, acc, args["bias"], args["res"], args["ldr"], rows, NR,
                      WIDTH)
         bld = ir.IRBuilder(plain)
     bld.cbranch(bld.icmp_signed("!=", acc, ir.Constant(i64, 0)), add, put)
     for block, accumulate in ((add, True), (put, False)):
         bld = ir.IRBuilder(block)
-        for r in range(MR):
+        for r in range(rows):
             rowp = bld.gep(c, [bld.mul(ir.Constant(i64, r), ldc)])
             for v in range(nv):
                 ptr = _vec_ptr(bld, rowp, v * WIDTH, vec)
@@ -603,6 +610,10 @@ llvm.add_symbol(ROWS_SYMBOL, ROWS_ADDRESS)
 llvm.add_symbol(SWEEP_SYMBOL, SWEEP_ADDRESS)
 llvm.add_symbol(ROWSWEEP_SYMBOL, ROWSWEEP_ADDRESS)
 llvm.add_symbol(LDB_SYMBOL, LDB_ADDRESS)
+#: Addresses of the short variants by row count.
+LDB_SHORT_ADDRESSES = {rows: _ENGINE.get_function_address(f"{LDB_SYMBOL}{rows}") for rows in LDB_SHORT_ROWS}
+for _rows, _address in LDB_SHORT_ADDRESSES.items():
+    llvm.add_symbol(f"{LDB_SYMBOL}{_rows}", _address)
 #: The kernel as a ctypes function, for tests.
 CFUNC = ctypes.CFUNCTYPE(None, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
                          ctypes.c_int64)(ADDRESS)
@@ -612,9 +623,12 @@ ROWS_CFUNCTYPE = ctypes.CFUNCTYPE(None, ctypes.c_int64, *[ctypes.c_void_p] * 5, 
 #: ctypes type of the tap sweep: (p, toff, w, ntaps, nvec, acc).
 SWEEP_CFUNCTYPE = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * 3, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p)
 #: The strided-B kernel as a ctypes function, for tests: (k, a, b, ldb, c, ldc, flags, bias, res, ldr).
-LDB_CFUNC = ctypes.CFUNCTYPE(None, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p,
-                             ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p,
-                             ctypes.c_int64)(LDB_ADDRESS)
+_LDB_CFUNCTYPE = ctypes.CFUNCTYPE(None, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
+                                  ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p,
+                                  ctypes.c_int64)
+LDB_CFUNC = _LDB_CFUNCTYPE(LDB_ADDRESS)
+#: Its short variants, by row count.
+LDB_SHORT_CFUNCS = {rows: _LDB_CFUNCTYPE(address) for rows, address in LDB_SHORT_ADDRESSES.items()}
 #: ctypes type of the row sweep: (k, p, w, wq, oh, ncv, acc).
 ROWSWEEP_CFUNCTYPE = ctypes.CFUNCTYPE(None, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
                                       ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p)
@@ -696,3 +710,18 @@ def ukernel_ldb(typingctx, k, A, a_off, B, b_off, ldb, C, c_off, ldc, flags, Bia
         return None
     sig = types.none(k, A, a_off, B, b_off, ldb, C, c_off, ldc, flags, Bias, bias_off, Res, res_off, ldr)
     return sig, _call_codegen(LDB_SYMBOL, "iffifiiffi")
+
+
+def _ldb_short(rows: int):
+    def typer(typingctx, k, A, a_off, B, b_off, ldb, C, c_off, ldc, flags, Bias, bias_off, Res, res_off, ldr):
+        if not _arrays_are(types.float32, A, B, C, Bias, Res):
+            return None
+        sig = types.none(k, A, a_off, B, b_off, ldb, C, c_off, ldc, flags, Bias, bias_off, Res, res_off, ldr)
+        return sig, _call_codegen(f"{LDB_SYMBOL}{rows}", "iffifiiffi")
+    typer.__name__ = f"ukernel_ldb{rows}"
+    typer.__doc__ = f":func:`ukernel_ldb` on the first {rows} rows of the MR-row A panel only."
+    return intrinsic(typer)
+
+
+ukernel_ldb4 = _ldb_short(4)
+ukernel_ldb8 = _ldb_short(8)

@@ -262,19 +262,20 @@ def test_conv_pixel_rows_packed(monkeypatch, x_shape, strides, veus, blocks):
 @pytest.mark.parametrize("form", [None, FORM_DIRECT, FORM_TRANSPOSED, FORM_PIXEL_ROWS, FORM_WINOGRAD])
 @pytest.mark.parametrize("chain", ["relu", "relu_add_raw", "bias_only", "relu_then_sigmoid", "add_relu",
                                    "add_relu_add_raw", "add_broadcast_relu", "add_relu_both_outputs"])
-@pytest.mark.parametrize("k,kc", [(3, None), (1, None), (1, 24)])
-def test_conv_bias_residual_and_relu_in_the_kernel(monkeypatch, form, chain, k, kc):
+@pytest.mark.parametrize("k,kc,m", [(3, None, 40), (1, None, 40), (1, 24, 40), (1, 24, 44)])
+def test_conv_bias_residual_and_relu_in_the_kernel(monkeypatch, form, chain, k, kc, m):
     # The kernel adds the bias and a dense residual and applies a ReLU when the value it replaces
     # has no other reader; otherwise (a later member reads it, a broadcast residual) the
     # interpreter does the rest.
     # 1x1: the direct form reads the input in place and applies the epilogue as each tile is
-    # stored (bias and residual with the first K block, ReLU with the last: kc=24 makes two)
+    # stored (bias and residual with the first K block, ReLU with the last: kc=24 makes two).
+    # 40 and 44 output channels end in a panel of 4 and of 8 (the short micro-kernels).
     monkeypatch.setattr(lower_conv, "FORCE_FORM", form)
     if kc:
         monkeypatch.setattr(lower_conv, "IMPLICIT_KC", kc)
     x = rand(1, 40, 10, 11)
-    consts = {"w": rand(40, 40, k, k, seed=1), "b": rand(40, seed=2), "zb": rand(1, 40, 1, 1, seed=4)}
-    feeds = {"x": x, "z": rand(1, 40, 10, 11, seed=3)}
+    consts = {"w": rand(m, 40, k, k, seed=1), "b": rand(m, seed=2), "zb": rand(1, m, 1, 1, seed=4)}
+    feeds = {"x": x, "z": rand(1, m, 10, 11, seed=3)}
     steps = {
         "relu": [("Relu", ["c"], "r")],
         "relu_add_raw": [("Relu", ["c"], "r"), ("Add", ["r", "c"], "y")],

@@ -130,10 +130,13 @@ def test_row_sweep_is_a_stride_one_window(width, k, oh, ncv):
     assert (acc[untouched] == 7.0).all()
 
 
+@pytest.mark.parametrize("rows", [uk.MR, *uk.LDB_SHORT_ROWS])
 @pytest.mark.parametrize("flags", range(16))  # every combination: the plain stores and each fused block
-def test_strided_b_microkernel_reads_rows_in_place_with_a_fused_epilogue(flags):
+def test_strided_b_microkernel_reads_rows_in_place_with_a_fused_epilogue(flags, rows):
     """The 1x1-conv kernel: B's k-th row ``ldb`` floats after the previous one, not packed; the
-    tile stored as relu?(tile (+ C) (+ bias per row) (+ residual))."""
+    tile stored as relu?(tile (+ C) (+ bias per row) (+ residual)).  The short variants compute
+    and store the first ``rows`` rows of the MR-row A panel and leave the rest of C alone."""
+    kernel = uk.LDB_CFUNC if rows == uk.MR else uk.LDB_SHORT_CFUNCS[rows]
     rng = np.random.default_rng(5)
     k, ldb, ldc, ldr = 19, 70, 45, 50
     a = rng.standard_normal(k * uk.MR).astype(np.float32)            # packed MR wide
@@ -143,8 +146,8 @@ def test_strided_b_microkernel_reads_rows_in_place_with_a_fused_epilogue(flags):
     bias = rng.standard_normal(uk.MR).astype(np.float32)
     res = rng.standard_normal(uk.MR * ldr).astype(np.float32)
     before = c.copy()
-    uk.LDB_CFUNC(k, a.ctypes.data, b[3:].ctypes.data, ldb, c.ctypes.data, ldc, flags, bias.ctypes.data,
-                 res.ctypes.data, ldr)
+    kernel(k, a.ctypes.data, b[3:].ctypes.data, ldb, c.ctypes.data, ldc, flags, bias.ctypes.data,
+           res.ctypes.data, ldr)
     bm = np.stack([b[3 + kk * ldb:3 + kk * ldb + uk.NR] for kk in range(k)]).astype(np.float64)
     want = a.reshape(k, uk.MR).T.astype(np.float64) @ bm
     if flags & uk.EPI_ACCUMULATE:
@@ -156,8 +159,9 @@ def test_strided_b_microkernel_reads_rows_in_place_with_a_fused_epilogue(flags):
     if flags & uk.EPI_RELU:
         want = np.where(np.isnan(want) | (want > 0), want, 0.0)
     got = c.reshape(uk.MR, ldc)
-    np.testing.assert_allclose(got[:, :uk.NR], want, rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(got[:rows, :uk.NR], want[:rows], rtol=1e-5, atol=1e-4)
     np.testing.assert_array_equal(got[:, uk.NR:], before.reshape(uk.MR, ldc)[:, uk.NR:])
+    np.testing.assert_array_equal(got[rows:], before.reshape(uk.MR, ldc)[rows:])
 
 
 @pytest.mark.parametrize("builder", [False, True])

@@ -109,6 +109,7 @@ WINOGRAD_CASES = [
     ((1, 5, 3, 40), (7, 5, 3, 3), dict(pads=[0, 1, 0, 1])),               # one output row: half tiles
     ((1, 32, 34, 34), (40, 32, 3, 3), dict()),                            # unpadded; tile rows of 16
     ((1, 3, 2, 2), (2, 3, 3, 3), dict(pads=[1, 1, 1, 1])),                # a single tile
+    ((1, 16, 12, 12), (20, 16, 3, 3), dict(pads=[1, 1, 1, 1])),           # a last panel of 8 channels
 ]
 
 
