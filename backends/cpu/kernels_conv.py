@@ -57,10 +57,10 @@ from numba import njit
 
 from .atomics import copy_block
 from .kernels_ew import ew_epilogue
-from .kernels_winograd import winograd_block
+from .kernels_winograd import ldb_panel, winograd_block
 from .kernels_window import W_OUT, W_X, WIN_LEN, _pad_phases, read_window
 from .ukernel import (EPI_ACCUMULATE, EPI_BIAS, EPI_RELU, EPI_RESIDUAL, MR, NR, PX_MR, PX_NR, ukernel, ukernel_ldb,
-                      ukernel_ldb4, ukernel_ldb8, ukernel_rows)
+                      ukernel_rows)
 
 f32 = np.float32
 _JIT = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
@@ -293,15 +293,9 @@ def _epilogue_tile(F, kc, a, b, hw, cp, ohw, rows, cols, flags, bias_at, res_at,
     is stored; an edge tile goes through the scratch tile at ``pt`` and gets its epilogue here.
     (In place, its B rows run up to NR - 1 floats past a plane's row: junk columns of the
     scratch tile only.)"""
-    if cols == NR and (rows == MR or rows == 8 or rows == 4):
-        bias_p = bias_at if flags & EPI_BIAS else cp
-        res_p = res_at if flags & EPI_RESIDUAL else cp
-        if rows == MR:
-            ukernel_ldb(kc, F, a, F, b, hw, F, cp, ohw, flags, F, bias_p, F, res_p, ohw)
-        elif rows == 8:  # (a last panel of 8 or 4 channels: the short kernels, no scratch tile)
-            ukernel_ldb8(kc, F, a, F, b, hw, F, cp, ohw, flags, F, bias_p, F, res_p, ohw)
-        else:
-            ukernel_ldb4(kc, F, a, F, b, hw, F, cp, ohw, flags, F, bias_p, F, res_p, ohw)
+    if cols == NR and (rows == MR or rows == 8 or rows == 4):  # (a last panel of 8 or 4: no scratch tile)
+        ldb_panel(rows, kc, F, a, b, hw, cp, ohw, flags, bias_at if flags & EPI_BIAS else cp,
+                  res_at if flags & EPI_RESIDUAL else cp, ohw)
         return
     ukernel_ldb(kc, F, a, F, b, hw, F, pt, NR, 0, F, pt, F, pt, NR)
     for r in range(rows):

@@ -37,6 +37,18 @@ _JIT = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
 
 
 @njit(**_JIT)
+def ldb_panel(rows, k, F, a, b, ldb, c, ldc, flags, bias, res, ldr):
+    """``ukernel_ldb`` on the first ``rows`` rows of an MR-row A panel, rounded up to the 4, 8 or
+    MR rows of a kernel variant (C gets that many rows: exactly ``rows`` when it is 4, 8 or MR)."""
+    if rows > 8:
+        ukernel_ldb(k, F, a, F, b, ldb, F, c, ldc, flags, F, bias, F, res, ldr)
+    elif rows > 4:
+        ukernel_ldb8(k, F, a, F, b, ldb, F, c, ldc, flags, F, bias, F, res, ldr)
+    else:
+        ukernel_ldb4(k, F, a, F, b, ldb, F, c, ldc, flags, F, bias, F, res, ldr)
+
+
+@njit(**_JIT)
 def _odd_lines(floats):
     """``floats`` (a multiple of 16) rounded up to an odd number of 64-byte lines.
 
@@ -107,16 +119,9 @@ def winograd_block(F, X, R, p, sbase, pb, xoff, ooff, C, H, W, ph, pw, OH, OW, g
                 for tp in range(0, nt, NR):
                     for mp in range(m0, m1, MR):
                         cp = mb + xi * MS + (mp - m0) * TCP + tp
-                        # a last panel of at most 4 or 8 channels: only those rows (Mx has mpad rows)
-                        if m1 - mp > 8:
-                            ukernel_ldb(cg, F, ug + (xi * mpad + mp) * cg, F, vb + xi * VS + tp, ldv,
-                                        F, cp, TCP, 0, F, cp, F, cp, TCP)
-                        elif m1 - mp > 4:
-                            ukernel_ldb8(cg, F, ug + (xi * mpad + mp) * cg, F, vb + xi * VS + tp, ldv,
-                                         F, cp, TCP, 0, F, cp, F, cp, TCP)
-                        else:
-                            ukernel_ldb4(cg, F, ug + (xi * mpad + mp) * cg, F, vb + xi * VS + tp, ldv,
-                                         F, cp, TCP, 0, F, cp, F, cp, TCP)
+                        # (a last panel of up to 4 or 8 channels runs only those rows; Mx has mpad rows)
+                        ldb_panel(m1 - mp, cg, F, ug + (xi * mpad + mp) * cg, vb + xi * VS + tp, ldv, cp, TCP, 0,
+                                  cp, cp, TCP)
             for i in range(trc):
                 oy = 2 * (tr + i)
                 nrows = min(2, OH - oy)
