@@ -65,6 +65,11 @@ MR, NR = (12, 32) if WIDTH == 16 else (6, 16)
 PX_MR, PX_NR = (8, 32) if WIDTH == 16 else (4, 16)
 
 
+def ldb_symbol(rows: int) -> str:
+    """The strided-B kernel's symbol for a panel of ``rows`` rows (MR: the full kernel)."""
+    return LDB_SYMBOL if rows == MR else f"{LDB_SYMBOL}{rows}"
+
+
 def _module() -> ir.Module:
     mod = ir.Module(name="rammer_ukernel")
     _add_packed_kernel(mod)
@@ -474,7 +479,7 @@ def _add_packed_kernel(mod: ir.Module, strided_b: bool = False, rows: int = MR) 
     names = (("k", "a", "b", "ldb", "c", "ldc", "acc", "bias", "res", "ldr") if strided_b
              else ("k", "a", "b", "c", "ldc", "acc"))
     types_ = [{"k": i64, "ldb": i64, "ldc": i64, "acc": i64, "ldr": i64}.get(n, fp) for n in names]
-    name = (LDB_SYMBOL if rows == MR else f"{LDB_SYMBOL}{rows}") if strided_b else SYMBOL
+    name = ldb_symbol(rows) if strided_b else SYMBOL
     fn = ir.Function(mod, ir.FunctionType(ir.VoidType(), types_), name=name)
     for arg, name in zip(fn.args, names):
         arg.name = name
@@ -611,9 +616,9 @@ llvm.add_symbol(SWEEP_SYMBOL, SWEEP_ADDRESS)
 llvm.add_symbol(ROWSWEEP_SYMBOL, ROWSWEEP_ADDRESS)
 llvm.add_symbol(LDB_SYMBOL, LDB_ADDRESS)
 #: Addresses of the short variants by row count.
-LDB_SHORT_ADDRESSES = {rows: _ENGINE.get_function_address(f"{LDB_SYMBOL}{rows}") for rows in LDB_SHORT_ROWS}
+LDB_SHORT_ADDRESSES = {rows: _ENGINE.get_function_address(ldb_symbol(rows)) for rows in LDB_SHORT_ROWS}
 for _rows, _address in LDB_SHORT_ADDRESSES.items():
-    llvm.add_symbol(f"{LDB_SYMBOL}{_rows}", _address)
+    llvm.add_symbol(ldb_symbol(_rows), _address)
 #: The kernel as a ctypes function, for tests.
 CFUNC = ctypes.CFUNCTYPE(None, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
                          ctypes.c_int64)(ADDRESS)
@@ -702,26 +707,20 @@ def row_sweep(typingctx, k, P, p_off, Wt, w_off, wq, oh, ncv, A, a_off):
     return sig, _call_codegen(ROWSWEEP_SYMBOL, "iffiiif")
 
 
-@intrinsic
-def ukernel_ldb(typingctx, k, A, a_off, B, b_off, ldb, C, c_off, ldc, flags, Bias, bias_off, Res, res_off, ldr):
-    """:func:`ukernel` with B's k-th row at ``B[b_off + k*ldb]`` (unpacked), stored as
-    ``relu?(tile (+ C) (+ Bias[bias_off + r]) (+ Res[res_off + r*ldr + j]))`` per the EPI_* ``flags``."""
-    if not _arrays_are(types.float32, A, B, C, Bias, Res):
-        return None
-    sig = types.none(k, A, a_off, B, b_off, ldb, C, c_off, ldc, flags, Bias, bias_off, Res, res_off, ldr)
-    return sig, _call_codegen(LDB_SYMBOL, "iffifiiffi")
-
-
-def _ldb_short(rows: int):
+def _ldb_intrinsic(rows: int, doc: str):
+    """The numba intrinsic calling the strided-B kernel variant for ``rows`` rows."""
     def typer(typingctx, k, A, a_off, B, b_off, ldb, C, c_off, ldc, flags, Bias, bias_off, Res, res_off, ldr):
         if not _arrays_are(types.float32, A, B, C, Bias, Res):
             return None
         sig = types.none(k, A, a_off, B, b_off, ldb, C, c_off, ldc, flags, Bias, bias_off, Res, res_off, ldr)
-        return sig, _call_codegen(f"{LDB_SYMBOL}{rows}", "iffifiiffi")
-    typer.__name__ = f"ukernel_ldb{rows}"
-    typer.__doc__ = f":func:`ukernel_ldb` on the first {rows} rows of the MR-row A panel only."
+        return sig, _call_codegen(ldb_symbol(rows), "iffifiiffi")
+    typer.__name__ = "ukernel_ldb" if rows == MR else f"ukernel_ldb{rows}"
+    typer.__doc__ = doc
     return intrinsic(typer)
 
 
-ukernel_ldb4 = _ldb_short(4)
-ukernel_ldb8 = _ldb_short(8)
+#: ``ukernel_ldb(k, A, a_off, B, b_off, ldb, C, c_off, ldc, flags, Bias, bias_off, Res, res_off, ldr)``
+ukernel_ldb = _ldb_intrinsic(MR, """:func:`ukernel` with B's k-th row at ``B[b_off + k*ldb]`` (unpacked), stored as
+    ``relu?(tile (+ C) (+ Bias[bias_off + r]) (+ Res[res_off + r*ldr + j]))`` per the EPI_* ``flags``.""")
+ukernel_ldb4 = _ldb_intrinsic(4, ":func:`ukernel_ldb` on the first 4 rows of the MR-row A panel only.")
+ukernel_ldb8 = _ldb_intrinsic(8, ":func:`ukernel_ldb` on the first 8 rows of the MR-row A panel only.")
