@@ -13,7 +13,9 @@ from __future__ import annotations
 from .api import CompiledModel, compile, random_feeds
 from .errors import RammerError
 from .frontend import load
+from .session import InferenceSession, SessionOptions
 
 __version__ = "0.1.0"
 
-__all__ = ["CompiledModel", "RammerError", "compile", "load", "random_feeds", "__version__"]
+__all__ = ["CompiledModel", "InferenceSession", "RammerError", "SessionOptions", "compile", "load", "random_feeds",
+           "__version__"]

@@ -129,6 +129,11 @@ def compile(model: ModelSource | Graph, backend: str | None = None,
             f"{', '.join(n.name for n in bad[:5])}{'...' if len(bad) > 5 else ''}); choose another --backend",
             [(n.op_type, n.domain, n.name) for n in bad],
         )
+    known = be.capabilities.options
+    if known is not None and set(options) - known:
+        raise CompileError(
+            f"unknown option(s) {sorted(set(options) - known)} for backend '{be.name}' "
+            f"(it accepts: {', '.join(sorted(known)) or 'none'})")
     start = time.perf_counter()
     try:
         executable = be.compile(graph, options)

@@ -47,12 +47,16 @@ class Capabilities:
     compile_cache: bool = False
     #: vDevice presets the backend knows (first is the default).
     vdevice_presets: tuple[str, ...] = ()
+    #: Keyword options ``compile`` accepts (``rammer.compile(..., **options)``);
+    #: ``None`` means undeclared (the backend checks them itself).
+    options: frozenset[str] | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["ops"] = None if self.ops is None else sorted(self.ops)
         d["dtypes"] = sorted(self.dtypes)
+        d["options"] = None if self.options is None else sorted(self.options)
         d["extra"] = dict(self.extra)
         return d
 

@@ -46,6 +46,7 @@ class CpuBackend(Backend):
         emits_source="python",
         compile_cache=True,
         vdevice_presets=("cpu",),
+        options=frozenset(OPTIONS),
         extra={"policies": ["wavefront", "op-by-op"]},
     )
     default_priority = 10

@@ -19,6 +19,7 @@ class ReferenceBackend(Backend):
         rtol=0.0,
         atol=0.0,
         device="cpu",
+        options=frozenset({"check"}),
     )
     default_priority = 0
 
