@@ -9,6 +9,7 @@ import numpy as np
 
 from . import plugins
 from .backend import Backend, Executable
+from .diagnostics import fallbacks_of, report_fallbacks
 from .errors import CompileError, FeedError, RammerError, UnsupportedOpError
 from .frontend import ModelSource, load
 from .ir import Graph, TensorInfo, dtype_name
@@ -116,9 +117,14 @@ def random_feeds(inputs: Sequence[TensorInfo], seed: int = 0) -> dict[str, np.nd
 
 
 def compile(model: ModelSource | Graph, backend: str | None = None,
-            input_shapes: Mapping[str, Sequence[int]] | None = None, **options: Any) -> CompiledModel:
+            input_shapes: Mapping[str, Sequence[int]] | None = None, strict: bool = False,
+            **options: Any) -> CompiledModel:
     """Compile ``model`` (a path, bytes, an ``onnx.ModelProto`` or an IR graph)
-    for ``backend`` (the default backend when None)."""
+    for ``backend`` (the default backend when None).
+
+    Nodes the backend leaves to the reference implementation are logged once as a
+    warning on the ``rammer`` logger; ``strict=True`` makes them a :class:`CompileError`.
+    """
     be = plugins.get_backend(backend)
     graph = model if isinstance(model, Graph) else load(model, input_shapes)
     bad = be.unsupported_nodes(graph)
@@ -141,4 +147,6 @@ def compile(model: ModelSource | Graph, backend: str | None = None,
         raise
     except Exception as exc:
         raise CompileError(f"backend '{be.name}' failed to compile '{graph.name}': {type(exc).__name__}: {exc}") from exc
-    return CompiledModel(graph, be, executable, options, time.perf_counter() - start)
+    seconds = time.perf_counter() - start
+    report_fallbacks(graph.name, be.name, fallbacks_of(executable), strict)
+    return CompiledModel(graph, be, executable, options, seconds)

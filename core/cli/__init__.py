@@ -9,9 +9,12 @@ Errors a user can fix (:class:`RammerError`) print one line and exit non-zero;
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
+import logging
 import sys
 import traceback
+from typing import Iterator
 
 from ..errors import RammerError
 
@@ -40,6 +43,32 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class _LowerLevelFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        record.levelname = record.levelname.lower()
+        return super().format(record)
+
+
+@contextlib.contextmanager
+def _log_to_stderr(level: int) -> Iterator[None]:
+    """While the command runs, the ``rammer`` logger's records go to stderr as
+    ``rammer: warning: ...``; the logger is left as it was afterwards (``main`` may
+    be called in-process, by tests or by other programs)."""
+    log = logging.getLogger("rammer")
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_LowerLevelFormatter("rammer: %(levelname)s: %(message)s"))
+    saved = (log.level, log.propagate)
+    log.addHandler(handler)
+    log.propagate = False
+    log.setLevel(level)
+    try:
+        yield
+    finally:
+        log.removeHandler(handler)
+        log.setLevel(saved[0])
+        log.propagate = saved[1]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -47,7 +76,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
-        return int(args.func(args) or 0)
+        with _log_to_stderr(logging.DEBUG if args.debug else logging.WARNING):
+            return int(args.func(args) or 0)
     except RammerError as exc:
         if args.debug:
             traceback.print_exc()

@@ -27,6 +27,11 @@ def add_backend_arg(parser: argparse.ArgumentParser) -> None:
                         help="backend to compile for (default: the best available; `rammer backends` lists them)")
 
 
+def add_strict_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--no-fallback", dest="strict", action="store_true",
+                        help="fail instead of running nodes the backend cannot compile in numpy (strict=True)")
+
+
 def parse_shapes(items: list[str]) -> dict[str, tuple[int, ...]]:
     shapes: dict[str, tuple[int, ...]] = {}
     for item in items:

@@ -17,7 +17,7 @@ import time
 from typing import Any
 
 from ..errors import RammerError
-from .common import add_backend_arg, add_model_args, load_graph, table
+from .common import add_backend_arg, add_model_args, add_strict_arg, load_graph, table
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -25,6 +25,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                        description="Compile a model and report how the backend compiled it.")
     add_model_args(p)
     add_backend_arg(p)
+    add_strict_arg(p)
     p.add_argument("--emit", metavar="DIR", help="write the generated source, schedule JSON and report to DIR")
     p.add_argument("--report", action="store_true", help="print the compile report (fallbacks and why, fusion, arena)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
@@ -59,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
     backend = plugins.get_backend(args.backend)
     options = _options(args, backend)
     start = time.perf_counter()
-    model = compile_model(graph, backend=backend.name, **options)
+    model = compile_model(graph, backend=backend.name, strict=args.strict, **options)
     seconds = time.perf_counter() - start
     report = dict(getattr(model.executable, "report", None) or {})
     report.setdefault("model", label)

@@ -11,13 +11,14 @@ import time
 import numpy as np
 
 from ..errors import FeedError, RammerError
-from .common import add_backend_arg, add_model_args, fmt_us, model_source, parse_shapes
+from .common import add_backend_arg, add_model_args, add_strict_arg, fmt_us, model_source, parse_shapes
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("run", help="compile and run a model; print outputs and latency")
     add_model_args(p)
     add_backend_arg(p)
+    add_strict_arg(p)
     p.add_argument("--input", "-i", action="append", default=[], metavar="NAME=FILE.npy",
                    help="feed an input from a .npy file (repeatable); others are random")
     p.add_argument("--output", "-o", metavar="OUT.npz", help="save the outputs")
@@ -67,7 +68,8 @@ def run(args: argparse.Namespace) -> int:
         raise RammerError("--repeat must be at least 1")
     source, label = model_source(args)
     t0 = time.perf_counter()
-    model = rammer.compile(source, backend=args.backend, input_shapes=parse_shapes(args.shape) or None)
+    model = rammer.compile(source, backend=args.backend, input_shapes=parse_shapes(args.shape) or None,
+                           strict=args.strict)
     compile_s = time.perf_counter() - t0
     feeds = model.random_feeds(args.seed)
     feeds.update(_load_inputs(args.input))

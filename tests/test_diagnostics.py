@@ -1,0 +1,56 @@
+"""Fallbacks to the reference implementation are said once, or refused in strict mode."""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper
+
+import rammer
+from rammer import diagnostics
+from rammer.errors import CompileError
+from tests.helpers import make_model, rand
+
+
+def _cumsum_model(name: str = "cs"):
+    """Relu -> CumSum (no CPU kernel: a host step) -> Relu."""
+    axis = helper.make_tensor("axis", TensorProto.INT64, [], [1])
+    return make_model(
+        [helper.make_node("Relu", ["x"], ["a"], name="r1"),
+         helper.make_node("CumSum", ["a", "axis"], ["b"], name="cumsum_node"),
+         helper.make_node("Relu", ["b"], ["y"], name="r2")],
+        [("x", TensorProto.FLOAT, [2, 8])], [("y", TensorProto.FLOAT, [2, 8])], [axis], name=name)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_memory():
+    diagnostics._said.clear()
+    yield
+    diagnostics._said.clear()
+
+
+def test_fallback_warns_once_naming_op_and_node(caplog):
+    with caplog.at_level(logging.WARNING, logger="rammer"):
+        model = rammer.compile(_cumsum_model(), backend="cpu")
+        rammer.compile(_cumsum_model(), backend="cpu")
+    msgs = [r.getMessage() for r in caplog.records if r.name == "rammer"]
+    assert len(msgs) == 1, msgs
+    assert "CumSum x1 (cumsum_node)" in msgs[0] and "10-100x" in msgs[0]
+    x = rand((2, 8))
+    np.testing.assert_allclose(model({"x": x})["y"], np.cumsum(np.maximum(x, 0), axis=1), rtol=1e-5)
+
+
+def test_strict_refuses_fallback():
+    with pytest.raises(CompileError, match="strict mode forbids fallbacks.*cumsum_node"):
+        rammer.compile(_cumsum_model(), backend="cpu", strict=True)
+
+
+def test_no_warning_without_fallback(caplog):
+    model = make_model([helper.make_node("Relu", ["x"], ["y"], name="r")],
+                       [("x", TensorProto.FLOAT, [2, 8])], [("y", TensorProto.FLOAT, [2, 8])])
+    with caplog.at_level(logging.WARNING, logger="rammer"):
+        rammer.compile(model, backend="cpu", strict=True)
+        rammer.compile(model, backend="reference", strict=True)
+    assert not [r for r in caplog.records if r.name == "rammer"]
