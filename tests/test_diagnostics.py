@@ -11,7 +11,7 @@ from onnx import TensorProto, helper
 import rammer
 from rammer import diagnostics
 from rammer.errors import CompileError
-from tests.helpers import make_model, rand
+from helpers import make_model, rand
 
 
 def _cumsum_model(name: str = "cs"):

@@ -9,7 +9,7 @@ from onnx import TensorProto, helper
 
 import rammer
 from rammer.errors import BackendUnavailableError, FeedError
-from tests.helpers import add_relu_model, make_model, rand
+from helpers import add_relu_model, make_model, rand
 
 ort = pytest.importorskip("onnxruntime")
 
