@@ -43,7 +43,7 @@ def test_run_prints_outputs_and_latency_and_saves(model_path, tmp_path, capsys):
                "--repeat", "3", "--output", str(out_file), "--seed", "1"])
     assert rc == 0
     out = capsys.readouterr().out
-    assert "output r: float32[2, 3]" in out and "latency: median" in out
+    assert "output r: float32[2, 3]" in out and "latency: mean" in out and "p99" in out
     saved = np.load(out_file)["r"]
     assert saved.shape == (2, 3) and (saved >= 0).all()
     assert not [p for p in os.listdir(tmp_path) if p.endswith(".tmp")]

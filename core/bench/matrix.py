@@ -12,15 +12,15 @@ For each (model, batch) row:
    line of the message;
 4. the runners that passed are timed in rounds, one run each per round, in
    an order rotated every round, so that drift (thermal, noisy neighbours)
-   hits every runner alike; before each timed run the process waits until
-   the previous runner's threads stop spinning (:mod:`.quiet`), unless
-   ``settle`` is off.
+   hits every runner alike; with ``settle`` (``--settle``) each timed run
+   first waits until the previous runner's threads stop spinning
+   (:mod:`.quiet`).  The statistics are those of :mod:`.timing`, the
+   protocol ``rammer run`` uses too.
 """
 
 from __future__ import annotations
 
 import os
-import statistics
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
@@ -30,6 +30,7 @@ import onnx
 from .machine import machine_facts
 from .progress import Progress
 from .quiet import wait_until_idle
+from .timing import summarize
 from .runner import BenchRunner, ModelCase, RammerRunner, compare, limit_threads, make_runner
 
 SCHEMA = "rammer-bench/1"
@@ -47,8 +48,8 @@ class MatrixConfig:
     threads: int | None = None
     baseline: str | None = None
     seed: int = 0
-    #: Wait for idle cores before every timed run (see :mod:`.quiet`).
-    settle: bool = True
+    #: Wait for idle cores before every timed run (see :mod:`.quiet` and :mod:`.timing`).
+    settle: bool = False
     machine_name: str | None = None
 
     def validate(self) -> None:
@@ -128,7 +129,8 @@ def _cell(case: ModelCase, runner: BenchRunner, machine: str) -> dict[str, Any]:
     return {
         "model": case.model, "batch": case.batch, "backend": runner.name, "kind": runner.kind,
         "machine": machine, "status": "pending", "reason": "",
-        "median_s": None, "min_s": None, "max_s": None, "runs": 0, "compile_s": None,
+        "median_s": None, "min_s": None, "max_s": None, "mean_s": None, "std_s": None, "p50_s": None,
+        "p90_s": None, "p99_s": None, "runs": 0, "warmup": None, "settled": None, "compile_s": None,
         "max_abs_err": None, "rtol": runner.rtol, "atol": runner.atol, "speedup": None,
     }
 
@@ -196,7 +198,8 @@ def _run_row(case: ModelCase, runners: list[BenchRunner], avail: dict[str, Any],
         cell = cells[name]
         if cell["status"] == "error" or not ts:
             continue
-        cell.update(status="ok", median_s=statistics.median(ts), min_s=min(ts), max_s=max(ts), runs=len(ts))
+        timing = summarize(ts, cfg.warmup, cfg.settle)
+        cell.update(status="ok", **{k: v for k, v in timing.as_dict().items() if k in cell})
     return list(cells.values())
 
 

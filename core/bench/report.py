@@ -30,6 +30,7 @@ from typing import Any
 from .machine import describe
 
 CSV_COLUMNS = ["model", "batch", "backend", "kind", "machine", "status", "median_ms", "min_ms", "max_ms",
+               "mean_ms", "std_ms", "p90_ms", "p99_ms",
                "runs", "speedup", "compile_s", "max_abs_err", "rtol", "atol", "reason"]
 
 
@@ -106,9 +107,10 @@ def to_csv(doc: dict[str, Any]) -> str:
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(CSV_COLUMNS)
     for c in doc["cells"]:
-        ms = {k: (None if c[k + "_s"] is None else round(c[k + "_s"] * 1e3, 6)) for k in ("median", "min", "max")}
+        ms = {k: (None if c.get(k + "_s") is None else round(c[k + "_s"] * 1e3, 6))
+              for k in ("median", "min", "max", "mean", "std", "p90", "p99")}
         w.writerow([c["model"], c["batch"], c["backend"], c["kind"], c["machine"], c["status"],
-                    ms["median"], ms["min"], ms["max"], c["runs"],
+                    ms["median"], ms["min"], ms["max"], ms["mean"], ms["std"], ms["p90"], ms["p99"], c["runs"],
                     None if c.get("speedup") is None else round(c["speedup"], 4),
                     None if c.get("compile_s") is None else round(c["compile_s"], 4),
                     None if c.get("max_abs_err") is None else f"{c['max_abs_err']:.3g}",
@@ -139,17 +141,19 @@ def summary_table(doc: dict[str, Any]) -> list[str]:
 
 
 def details_table(doc: dict[str, Any]) -> list[str]:
-    headers = ["model", "batch", "backend", "machine", "status", "median", "min", "max", "runs", "speedup",
-               "compile", "max abs err", "note"]
+    headers = ["model", "batch", "backend", "machine", "status", "median", "min", "max", "mean ± std", "p90",
+               "p99", "runs", "speedup", "compile", "max abs err", "note"]
     body = []
     for c in doc["cells"]:
         body.append([c["model"], str(c["batch"]), c["backend"], c["machine"], c["status"],
-                     fmt_time(c["median_s"]), fmt_time(c["min_s"]), fmt_time(c["max_s"]), str(c["runs"]),
+                     fmt_time(c["median_s"]), fmt_time(c["min_s"]), fmt_time(c["max_s"]),
+                     "-" if c.get("mean_s") is None else f"{fmt_time(c['mean_s'])} ± {fmt_time(c.get('std_s') or 0)}",
+                     fmt_time(c.get("p90_s")), fmt_time(c.get("p99_s")), str(c["runs"]),
                      "-" if c.get("speedup") is None else fmt_speedup(c["speedup"]),
                      "-" if c.get("compile_s") is None else f"{c['compile_s']:.2f} s",
                      "-" if c.get("max_abs_err") is None else f"{c['max_abs_err']:.2g}",
                      c["reason"] or ""])
-    return _md_table(headers, body, ["l", "r", "l", "l", "l", "r", "r", "r", "r", "r", "r", "r", "l"])
+    return _md_table(headers, body, ["l", "r", "l", "l", "l"] + ["r"] * 10 + ["l"])
 
 
 def machines_lines(doc: dict[str, Any]) -> list[str]:
@@ -173,8 +177,9 @@ def to_markdown(doc: dict[str, Any], title: str = "Benchmark results") -> str:
     if "repeat" in cfg:
         lines.append(f"Median latency of {cfg['repeat']} timed runs after {cfg.get('warmup', 0)} warm-up run(s) "
                      f"(threads: {threads}); runners alternate run by run"
-                     + (", each run starting on idle cores (the previous runner's spinning threads waited out)."
-                        if cfg.get("settle", True) else ", back to back (--no-settle)."))
+                     + (", each run starting on idle cores (--settle: the previous runner's spinning threads "
+                        "waited out)." if cfg.get("settle", False) else ", back to back (the default; --settle "
+                        "waits for idle cores before each run)."))
     lines.append("Every result was checked against the `reference` backend before it was timed: "
                  "`WRONG` means outputs outside the runner's tolerance, `n/a` an unavailable runner, "
                  "`error` a failure to compile or run (see the details table).")

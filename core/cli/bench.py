@@ -34,9 +34,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--repeat", type=int, help="timed runs per cell (default 10)")
     p.add_argument("--warmup", type=int, help="untimed runs per cell after the checking run (default 1)")
     p.add_argument("--threads", type=int, help="limit every library's intra-op threads to N")
-    p.add_argument("--no-settle", dest="settle", action="store_false",
-                   help="time runs back to back instead of waiting for idle cores before each one "
-                        "(thread pools that spin after a run then slow whoever runs next)")
+    p.add_argument("--settle", dest="settle", action="store_true", default=None,
+                   help="wait for idle cores before each timed run (thread pools that spin after a run "
+                        "otherwise slow whoever runs next); default: back to back, as `rammer run`")
+    p.add_argument("--no-settle", dest="settle", action="store_false", help="back to back (the default)")
     p.add_argument("--baseline", metavar="NAME", help="column to compute speedups against "
                    "(default: onnxruntime if present, else reference)")
     p.add_argument("--seed", type=int, help="seed of zoo weights and inputs (default 0)")
@@ -82,7 +83,7 @@ def _config_from_args(args: argparse.Namespace):
         models=expand_models(models), backends=list(dict.fromkeys(backends)), batches=batches,
         repeat=pick("repeat", 10), warmup=pick("warmup", 1), threads=pick("threads", None),
         baseline=pick("baseline", None), seed=pick("seed", 0), machine_name=args.machine_name,
-        settle=args.settle and bool(table.get("settle", True)),
+        settle=bool(table.get("settle", False)) if args.settle is None else args.settle,
     )
 
 

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
+import json
 import tempfile
 import time
 
 import numpy as np
 
 from ..errors import FeedError, RammerError
+from ..bench.timing import Timing, time_calls
 from .common import add_backend_arg, add_model_args, add_strict_arg, fmt_us, model_source, parse_shapes
 
 
@@ -22,7 +23,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--input", "-i", action="append", default=[], metavar="NAME=FILE.npy",
                    help="feed an input from a .npy file (repeatable); others are random")
     p.add_argument("--output", "-o", metavar="OUT.npz", help="save the outputs")
-    p.add_argument("--repeat", type=int, default=10, help="timed runs after one warm-up (default 10)")
+    p.add_argument("--repeat", type=int, default=10, help="timed runs (default 10)")
+    p.add_argument("--warmup", type=int, default=1, help="untimed runs after the first, checked run (default 1)")
+    p.add_argument("--settle", action="store_true",
+                   help="wait for idle cores before each timed run (as `rammer bench --settle`); "
+                        "default: back to back")
+    p.add_argument("--json", action="store_true", help="print outputs' summaries and the timing as JSON")
     p.set_defaults(func=run)
 
 
@@ -61,11 +67,21 @@ def save_npz(path: str, arrays: dict[str, np.ndarray]) -> None:
         raise
 
 
+def format_timing(timing: Timing) -> str:
+    """One line: what ``rammer bench`` reports for a cell, in the same words."""
+    return (f"latency: mean {fmt_us(timing.mean_s)} ± {fmt_us(timing.std_s)}, p50 {fmt_us(timing.p50_s)}, "
+            f"p90 {fmt_us(timing.p90_s)}, p99 {fmt_us(timing.p99_s)}, min {fmt_us(timing.min_s)}, "
+            f"max {fmt_us(timing.max_s)} over {timing.runs} runs after {timing.warmup} warm-up(s), "
+            + ("each on idle cores (--settle)" if timing.settled else "back to back"))
+
+
 def run(args: argparse.Namespace) -> int:
     import rammer
 
     if args.repeat < 1:
         raise RammerError("--repeat must be at least 1")
+    if args.warmup < 0:
+        raise RammerError("--warmup must be 0 or more")
     source, label = model_source(args)
     t0 = time.perf_counter()
     model = rammer.compile(source, backend=args.backend, input_shapes=parse_shapes(args.shape) or None,
@@ -73,19 +89,21 @@ def run(args: argparse.Namespace) -> int:
     compile_s = time.perf_counter() - t0
     feeds = model.random_feeds(args.seed)
     feeds.update(_load_inputs(args.input))
-    outputs = model.run(feeds)  # warm-up, and the outputs we print
-    times = []
-    for _ in range(args.repeat):
-        t = time.perf_counter()
-        model.run(feeds)
-        times.append(time.perf_counter() - t)
-    print(f"model {label} on backend '{model.backend.name}' ({len(model.graph.nodes)} nodes), "
-          f"compiled in {compile_s:.2f} s")
-    for t in model.outputs:
-        arr = outputs[t.name]
-        print(f"  output {t.name}: {arr.dtype}{list(arr.shape)} {_summary(arr)}")
-    print(f"latency: median {fmt_us(statistics.median(times))}, min {fmt_us(min(times))}, "
-          f"max {fmt_us(max(times))} over {args.repeat} runs")
+    outputs = model.run(feeds)  # the checked run, whose outputs we print
+    timing = time_calls(lambda: model.run(feeds), args.repeat, args.warmup, args.settle)
+    if args.json:
+        doc = {"model": label, "backend": model.backend.name, "nodes": len(model.graph.nodes),
+               "compile_s": compile_s, "timing": timing.as_dict(),
+               "outputs": {t.name: {"dtype": str(outputs[t.name].dtype), "shape": list(outputs[t.name].shape)}
+                           for t in model.outputs}}
+        print(json.dumps(doc, indent=2))
+    else:
+        print(f"model {label} on backend '{model.backend.name}' ({len(model.graph.nodes)} nodes), "
+              f"compiled in {compile_s:.2f} s")
+        for t in model.outputs:
+            arr = outputs[t.name]
+            print(f"  output {t.name}: {arr.dtype}{list(arr.shape)} {_summary(arr)}")
+        print(format_timing(timing))
     if args.output:
         save_npz(args.output, outputs)
         print(f"outputs saved to {args.output}")
