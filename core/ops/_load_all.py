@@ -23,6 +23,7 @@ _MODULES = [
     "sequence",
     "signal",
     "misc",
+    "ml",
 ]
 
 for _name in _MODULES:
