@@ -10,6 +10,7 @@ import numpy as np
 from . import plugins
 from .backend import Backend, Executable
 from .diagnostics import fallbacks_of, report_fallbacks
+from .progress import compile_progress
 from .errors import CompileError, FeedError, RammerError, UnsupportedOpError
 from .frontend import ModelSource, load
 from .ir import Graph, TensorInfo, dtype_name
@@ -142,7 +143,8 @@ def compile(model: ModelSource | Graph, backend: str | None = None,
             f"(it accepts: {', '.join(sorted(known)) or 'none'})")
     start = time.perf_counter()
     try:
-        executable = be.compile(graph, options)
+        with compile_progress(f"'{graph.name}' for {be.name}"):
+            executable = be.compile(graph, options)
     except RammerError:
         raise
     except Exception as exc:

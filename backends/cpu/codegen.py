@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from rammer import progress
 from rammer.schedule import Schedule
 
 from .ops import CpuOp, EmitContext
@@ -153,8 +154,15 @@ def entry_table(kernel_names: list[str]) -> np.ndarray:
     from .entries import entry_address
     from .warmup import warm
 
-    warm(kernel_names[1:])
-    return np.array([0] + [entry_address(n) for n in kernel_names[1:]], dtype=np.int64)
+    kernels = kernel_names[1:]
+    progress.stage("compiling kernels (numba; cached after the first run)")
+    warm(kernels)
+    addresses = [0]
+    for k, name in enumerate(kernels):
+        progress.step(k, len(kernels), name)
+        addresses.append(entry_address(name))
+    progress.step(len(kernels), len(kernels))
+    return np.array(addresses, dtype=np.int64)
 
 
 # -- the emitted program ----------------------------------------------------------------------------

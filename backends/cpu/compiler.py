@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from rammer import progress
 from rammer.ir import Graph
 from rammer.schedule import Schedule
 
@@ -41,6 +42,7 @@ def compile_program(graph: Graph, num_veus: int | None = None, policy: str = "wa
     cost = cost or CostModel()
     cores = available_cores()
     n = int(num_veus or default_veus())
+    progress.stage("lowering")
     lowered = Lowerer(graph, cost, batch_rows).run()
     t_lower = time.perf_counter()
 
@@ -56,6 +58,7 @@ def compile_program(graph: Graph, num_veus: int | None = None, policy: str = "wa
 
     # Schedule first: the memory planner reuses a buffer's memory once the schedule has
     # certainly finished with it (ordering.py), not only once every op graph order has.
+    progress.stage("scheduling")
     vdevice = cpu_vdevice(n, cost)
     seg_ops = [g for g in groups if isinstance(g, list)]
     schedules = [schedule_segment(ops, vdevice, policy, cost, f"{graph.name}/segment{k}")
@@ -63,9 +66,11 @@ def compile_program(graph: Graph, num_veus: int | None = None, policy: str = "wa
     t_sched = time.perf_counter()
 
     keep = {lowered.views[t.name].buffer for t in graph.outputs if t.name in lowered.views}
+    progress.stage("planning memory")
     walk, done_before = schedule_order(groups, schedules)
     arena = plan(lowered.buffers, walk, keep, 0, done_before)
     t_plan = time.perf_counter()
+    progress.stage("writing task tables")
     tables = build_tables(seg_ops, schedules, lowered.buffers, n, arena.scratch_offset)
     total = arena.scratch_offset + tables.scratch_bytes + 64
     t_tables = time.perf_counter()
