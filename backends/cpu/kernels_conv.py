@@ -317,6 +317,8 @@ def _relu_rows(F, out, ohw, m0, m1, q0, q1):
 def k_convp(F, B, I, J, X, R, p, sbase):
     """Convolution tile: output channels [m0, m1) x pixels [q0, q1) of blocks [b0, b1)."""
     d = p[0]
+    if p[1] >= p[2] or p[3] >= p[4] or p[5] >= p[6]:
+        return  # an empty tile (its phase planes would have a negative row count)
     C, H, W, kh, kw, sh, sw, ph, pw, dh, dw, OH, OW = read_window(X, d)
     groups = X[d + C_GROUPS]
     cg = X[d + C_CG]

@@ -248,7 +248,13 @@ def _grid_parts(blocks: int, mg: int, unit: int, m_panels: int, m_parts: int, oh
                 q_units: int, q_parts: int) -> list:
     """Task rows ``(b, b + 1, m0, m1, q0, q1)`` for every block, cutting the output channels into
     ``m_parts`` runs of whole ``unit``-channel panels and the pixels into ``q_parts`` runs of whole
-    ``q_unit``-pixel units (NR pixels, or a tile row's two output rows); [] when that is one task."""
+    ``q_unit``-pixel units (NR pixels, or a tile row's two output rows); [] when that is one task.
+
+    No task may be empty: with more parts than units a task's pixel range came out inverted
+    (q0 = j0 * q_unit past ohw), and the kernels size their phase planes from it (a negative
+    row count wrote the planes backwards over the arena before the vEU's scratch)."""
+    m_parts = max(1, min(m_parts, m_panels))
+    q_parts = max(1, min(q_parts, q_units))
     if m_parts * q_parts == 1:
         return []
     parts = []

@@ -1,0 +1,84 @@
+"""Regressions from differential fuzzing of the ``cpu`` backend against ``reference`` (issue 20).
+
+Each class of wrong result or crash the fuzzer found gets a test over the whole class, not only
+its minimized reproducer.  Every model runs twice on ``cpu``: a kernel that writes outside its
+buffers shows up on the second run (the first one reads a zeroed arena).
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import numba
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import rammer
+from rammer.backends.cpu import lower_conv
+from rammer.backends.cpu.kernels_conv import FORM_DIRECT, FORM_PIXEL_ROWS, FORM_TRANSPOSED
+
+from cpu_helpers import model, node, rand
+
+
+def check(m: onnx.ModelProto, feeds: dict[str, np.ndarray], rtol: float = 1e-4, atol: float = 1e-4,
+          runs: int = 2, **options: Any) -> dict[str, Any]:
+    """``cpu`` equals ``reference`` on ``feeds``, on every one of ``runs`` runs; returns the cpu report."""
+    cpu = rammer.compile(m, backend="cpu", cache=False, **options)
+    want = rammer.compile(m, backend="reference")(feeds)
+    for run in range(runs):
+        got = cpu(feeds)
+        for k in want:
+            assert got[k].dtype == want[k].dtype, (k, got[k].dtype, want[k].dtype)
+            assert got[k].shape == want[k].shape, (k, got[k].shape, want[k].shape)
+            np.testing.assert_allclose(got[k], want[k], rtol=rtol, atol=atol, equal_nan=True,
+                                       err_msg=f"{k}, run {run}")
+    return cpu.executable.report
+
+
+# -- 1. convolutions: every stride / plane / kernel combination of every form -------------------
+
+def _conv(x_shape: tuple, w_shape: tuple, **attrs: Any) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+    x = rand(*x_shape)
+    consts = {"w": rand(*w_shape, seed=1), "b": rand(w_shape[0], seed=2)}
+    return model([node("Conv", ["x", "w", "b"], ["y"], **attrs)], {"x": x}, ["y"], consts), {"x": x}
+
+
+def test_strided_pixel_row_conv_reproducer():
+    """Conv x[1,8,7,4], W[8,8,3,3], strides 3: a task's pixel range came out inverted."""
+    m, feeds = _conv((1, 8, 7, 4), (8, 8, 3, 3), strides=[3, 3])
+    for veus in range(1, min(4, numba.config.NUMBA_NUM_THREADS) + 1):
+        check(m, feeds, veus=veus, runs=3)
+
+
+def _conv_cases() -> list[tuple]:
+    """(H, W, k, stride, pads, dilation, groups) over planes 1..9, kernels 1..5, strides 1..4."""
+    rng = np.random.default_rng(20)
+    cases = []
+    for k, s in itertools.product(range(1, 6), range(1, 5)):
+        for _ in range(3):
+            dil = int(rng.integers(1, 3)) if k > 1 else 1
+            pads = [int(v) for v in rng.integers(0, k, 4)] if rng.random() < 0.6 else [0, 0, 0, 0]
+            # a plane the (dilated) window fits in, padded
+            span = (k - 1) * dil + 1
+            h = int(rng.integers(max(1, span - pads[0] - pads[2]), 10))
+            w = int(rng.integers(max(1, span - pads[1] - pads[3]), 10))
+            groups = int(rng.choice([1, 1, 2]))
+            cases.append((h, w, k, s, pads, dil, groups))
+    return cases
+
+
+@pytest.mark.parametrize("form", [None, FORM_DIRECT, FORM_TRANSPOSED, FORM_PIXEL_ROWS],
+                         ids=["chosen", "direct", "transposed", "pixel-rows"])
+def test_conv_strides_small_planes(monkeypatch, form):
+    monkeypatch.setattr(lower_conv, "FORCE_FORM", form)
+    for h, w, k, s, pads, dil, groups in _conv_cases():
+        cin, cout = 8 * groups, 8 * groups
+        m, feeds = _conv((1, cin, h, w), (cout, cin // groups, k, k), strides=[s, s], pads=pads,
+                         dilations=[dil, dil], group=groups)
+        try:
+            check(m, feeds, veus=2)
+        except AssertionError as e:
+            raise AssertionError(f"H={h} W={w} k={k} stride={s} pads={pads} dilation={dil} groups={groups}") from e
