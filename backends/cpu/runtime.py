@@ -9,6 +9,8 @@ are copied out of their views, so callers own them.
 
 from __future__ import annotations
 
+import logging
+import os
 import threading
 from dataclasses import dataclass, field
 from typing import Any, Mapping
@@ -16,6 +18,7 @@ from typing import Any, Mapping
 import numba
 import numpy as np
 
+from rammer import api
 from rammer.errors import FeedError, OpExecutionError
 from rammer.interpreter import run_graph
 from rammer.ir import Graph, Node, TensorInfo, dtype_name
@@ -83,6 +86,9 @@ class CpuExecutable:
         self._driver = run
         self._entries = entry_table(program.kernel_names)
         self._lock = threading.Lock()
+        #: The process that built the worker pool; a forked child runs a 1-vEU copy instead.
+        self._pid = os.getpid()
+        self._fork_copy: CpuExecutable | None = None
         # 64-byte aligned arena
         raw = np.empty(program.arena_bytes + 64, dtype=np.uint8)
         start = (-raw.ctypes.data) % 64
@@ -134,6 +140,8 @@ class CpuExecutable:
 
     # -- running ------------------------------------------------------------------------
     def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        if self._pid != os.getpid() and self.program.num_veus > 1:
+            return self._in_forked_child().run(feeds)
         with self._lock:
             host_values: dict[str, np.ndarray] = {}
             for name, info, dt, shape, view in self._feed_plan:
@@ -164,6 +172,25 @@ class CpuExecutable:
                 else:
                     out[name] = np.array(self.graph.initializers[name], copy=True)
             return out
+
+    def _in_forked_child(self) -> CpuExecutable:
+        """A 1-vEU copy of this model for a child made by ``fork()``.
+
+        GNU OpenMP, which runs numba's worker threads, aborts a forked child that
+        starts a parallel region once the parent has used one.  One vEU runs on the
+        calling thread without a parallel region, so the child recompiles the model
+        for one vEU (the kernels are already in memory) and runs that, with a
+        warning: full speed in workers needs the 'spawn' or 'forkserver' start method.
+        """
+        if self._fork_copy is None or self._fork_copy._pid != os.getpid():
+            logging.getLogger("rammer").warning(
+                "a compiled model of the cpu backend is used in a process made by fork(); its %d vEUs cannot "
+                "run there (GNU OpenMP), so it runs on 1 vEU. For worker processes at full speed use "
+                "multiprocessing's 'spawn' or 'forkserver' start method and compile in each worker",
+                self.program.num_veus)
+            policy = str(self.program.report.get("policy", "wavefront"))
+            self._fork_copy = api.compile(self.graph, backend="cpu", veus=1, policy=policy).executable
+        return self._fork_copy
 
     def _launch(self, seg: CompiledSegment) -> None:
         worst = self._driver(self.arena, self.program.X, self.program.R, self.program.T, seg.starts, seg.ends,
