@@ -358,7 +358,8 @@ def k_convp(F, B, I, J, X, R, p, sbase):
         return
     if form == FORM_PIXEL_ROWS:
         # an unpadded 1x1 conv's pixel rows are read in place at any stride
-        unpadded_1x1 = kh == 1 and kw == 1 and ph == 0 and pw == 0
+        # (and no end pads: every output pixel's window lies inside the plane)
+        unpadded_1x1 = kh == 1 and kw == 1 and ph == 0 and pw == 0 and (OH - 1) * sh < H and (OW - 1) * sw < W
         _pixel_rows(F, I, X, R, p, sbase, pb, unpadded_1x1, C, H, W, kh, kw, sh, sw, ph, pw, dh, dw, OW, ohw,
                     groups, cg, mg, wpack, mpad, KC, NC, epi, r0, Rq, Wq, bias, relu, res,
                     (X[d + C_INPLACE] & PACK_PIXEL_ROWS) != 0)

@@ -164,7 +164,9 @@ def implicit_conv_op(lw: Lowerer, name: str, nodes: tuple[Node, ...], x: View, w
     K = cg * kh * kw
     ohw = OH * OW
     blocks = n * groups
-    unpadded_1x1 = kh == kw == 1 and geo[8] == geo[9] == 0
+    # (the end pads too: an output pixel past the plane reads padding, not the plane in place)
+    unpadded_1x1 = (kh == kw == 1 and geo[8] == geo[9] == 0 and (OH - 1) * geo[6] < geo[2]
+                    and (OW - 1) * geo[7] < geo[3])
     pointwise = unpadded_1x1 and geo[6] == geo[7] == 1 and (OH, OW) == (geo[2], geo[3])
     form = conv_form(mg, ohw, K, kh * kw, strided_1x1=unpadded_1x1 and not pointwise)
     wino = winograd_plan(geo, cg, mg, force=FORCE_FORM == FORM_WINOGRAD)

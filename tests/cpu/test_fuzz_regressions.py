@@ -82,3 +82,29 @@ def test_conv_strides_small_planes(monkeypatch, form):
             check(m, feeds, veus=2)
         except AssertionError as e:
             raise AssertionError(f"H={h} W={w} k={k} stride={s} pads={pads} dilation={dil} groups={groups}") from e
+
+
+# -- 2. 1x1 convolutions padded only at the end -------------------------------------------------
+
+def test_end_padded_1x1_conv1d_reproducer():
+    """Conv1D x[1,4,8], k=1, pads [0,3]: the end padding was read in place past the plane."""
+    m, feeds = _conv((1, 4, 8), (4, 4, 1), pads=[0, 3])
+    check(m, feeds)
+
+
+@pytest.mark.parametrize("form", [None, FORM_DIRECT, FORM_TRANSPOSED, FORM_PIXEL_ROWS],
+                         ids=["chosen", "direct", "transposed", "pixel-rows"])
+def test_end_padded_1x1_convs(monkeypatch, form):
+    monkeypatch.setattr(lower_conv, "FORCE_FORM", form)
+    for (h, w), s, pads, (cin, cout, groups) in itertools.product(
+            [(1, 1), (3, 5), (8, 8), (9, 2)], [1, 2, 3],
+            [[0, 0, 2, 0], [0, 0, 0, 3], [0, 0, 1, 1], [1, 0, 0, 2]],
+            [(4, 4, 1), (8, 16, 1), (64, 64, 1), (8, 8, 8), (8, 16, 2)]):
+        m, feeds = _conv((1, cin, h, w), (cout, cin // groups, 1, 1), strides=[s, s], pads=pads, group=groups)
+        try:
+            check(m, feeds, veus=2)
+        except AssertionError as e:
+            raise AssertionError(f"H={h} W={w} stride={s} pads={pads} channels={cin}->{cout}/{groups}") from e
+    for length, s, pads in itertools.product([1, 5, 8], [1, 2, 3], [[0, 3], [0, 1], [2, 1]]):
+        m, feeds = _conv((2, 16, length), (16, 16, 1), strides=[s], pads=pads)
+        check(m, feeds, veus=2)
