@@ -1,0 +1,105 @@
+"""``rammer.ml.convert``: a scikit-learn estimator compiled like any network.
+
+skl2onnx writes the ONNX model (``zipmap=False``: plain label and
+probability tensors), :func:`~rammer.ml.lower.lower_ml` turns its ai.onnx.ml
+nodes into tensor ops, and ``rammer.compile`` builds it for a backend at a
+fixed batch; ``predict`` runs any number of rows in batch-sized pieces.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..api import CompiledModel, compile as compile_model
+from ..errors import CompileError
+from ..frontend import load
+from ..plugins import get_backend
+from .lower import lower_ml
+
+
+def to_onnx(estimator: Any, n_features: int, dtype: Any = np.float32) -> Any:
+    """The estimator as an ONNX model (skl2onnx, zipmap off where the converter has the option)."""
+    try:
+        from skl2onnx import to_onnx as skl_to_onnx
+    except ImportError as exc:
+        raise CompileError(f"rammer.ml.convert needs scikit-learn and skl2onnx: pip install 'rammer[ml]' ({exc})") \
+            from None
+    sample = np.zeros((1, n_features), dtype)
+    opset = {"": 17, "ai.onnx.ml": 3}
+    try:
+        return skl_to_onnx(estimator, sample, options={"zipmap": False}, target_opset=opset)
+    except (RuntimeError, NameError, ValueError) as first:
+        if "zipmap" not in str(first):
+            raise CompileError(f"skl2onnx cannot convert {type(estimator).__name__}: {first}") from None
+    try:
+        return skl_to_onnx(estimator, sample, target_opset=opset)
+    except Exception as exc:
+        raise CompileError(f"skl2onnx cannot convert {type(estimator).__name__}: {exc}") from None
+
+
+class MlModel:
+    """A compiled estimator: ``predict``, ``predict_proba`` (classifiers), ``compiled``."""
+
+    def __init__(self, estimator: Any, compiled: CompiledModel, batch: int, strategies: dict):
+        self.estimator = estimator
+        self.compiled = compiled
+        self.batch = batch
+        #: The tree strategies used, per tree-ensemble node.
+        self.strategies = strategies
+        self._input = compiled.inputs[0]
+        outs = compiled.outputs
+        self._label = outs[0].name if len(outs) > 1 else None
+        self._scores = outs[1].name if len(outs) > 1 else outs[0].name
+
+    def _run(self, x: Any) -> dict[str, np.ndarray]:
+        x = np.asarray(x, dtype=self._input.np_dtype)
+        if x.ndim != 2 or x.shape[1] != self._input.shape[1]:
+            raise CompileError(f"expected rows of {self._input.shape[1]} features, got an array of shape {x.shape}")
+        parts: dict[str, list[np.ndarray]] = {}
+        for start in range(0, len(x), self.batch):
+            chunk = x[start:start + self.batch]
+            n = len(chunk)
+            if n < self.batch:
+                chunk = np.concatenate([chunk, np.zeros((self.batch - n,) + x.shape[1:], x.dtype)])
+            out = self.compiled.run({self._input.name: np.ascontiguousarray(chunk)})
+            for k, v in out.items():
+                parts.setdefault(k, []).append(np.asarray(v)[:n])
+        return {k: np.concatenate(v) for k, v in parts.items()}
+
+    def predict(self, x: Any) -> np.ndarray:
+        out = self._run(x)
+        if self._label is not None:
+            labels = out[self._label].reshape(-1)
+            classes = getattr(self.estimator, "classes_", None)
+            return labels.astype(classes.dtype) if classes is not None and classes.dtype.kind != "O" else labels
+        y = out[self._scores]
+        return y.reshape(-1) if y.ndim == 2 and y.shape[1] == 1 else y
+
+    def predict_proba(self, x: Any) -> np.ndarray:
+        if self._label is None:
+            raise AttributeError(f"{type(self.estimator).__name__} is not a classifier with probabilities")
+        return self._run(x)[self._scores]
+
+    def decision_function(self, x: Any) -> np.ndarray:
+        return self._run(x)[self._scores]
+
+
+def convert(estimator: Any, backend: str | None = None, batch: int = 1, tree_strategy: str | None = None,
+            tree_groups: int | None = None, **options: Any) -> MlModel:
+    """Compile a fitted scikit-learn estimator for ``backend`` at ``batch`` rows per run.
+
+    ``tree_strategy``: ``None``/``"auto"`` (the measured table), ``"gemm"``,
+    ``"tree_traversal"``, ``"perfect_tree_traversal"`` or ``"off"`` (keep the
+    ai.onnx.ml ops).  Other keyword options go to ``rammer.compile``."""
+    n_features = getattr(estimator, "n_features_in_", None)
+    if n_features is None:
+        raise CompileError(f"{type(estimator).__name__} is not fitted (no n_features_in_)")
+    model = to_onnx(estimator, int(n_features))
+    name = model.graph.input[0].name
+    graph = load(model, {name: (int(batch), int(n_features))})
+    device = get_backend(backend).capabilities.device
+    used: dict = {}
+    graph = lower_ml(graph, tree_strategy, device=device, tree_groups=tree_groups, report=used)
+    return MlModel(estimator, compile_model(graph, backend, **options), int(batch), used)

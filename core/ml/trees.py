@@ -1,0 +1,264 @@
+"""Tree ensembles as tensor ops: Hummingbird's three strategies.
+
+Every strategy works on ``XT``, the input transposed to [F, B] (a feature's
+values are one contiguous row, so gathering a node's feature is a row copy),
+and produces per-tree outputs [T, K, B] or [T, B, K] for one *group* of
+trees; groups are independent subgraphs the scheduler can run side by side.
+
+* ``gemm``: Hummingbird's GEMM form.  The first product (picking each
+  internal node's feature) is a row Gather, exact for NaN and infinities,
+  which a one-hot MatMul is not; then ``C^T @ cond == D`` finds the leaf and
+  ``E^T @ leaf`` its weights.  Cost grows with nodes x leaves: shallow trees.
+* ``tree_traversal``: a walk over flat node tables, one Gather/Where round
+  per level, unrolled to the group's depth; leaves point to themselves.
+* ``perfect_tree_traversal``: trees padded to perfect depth-D trees (a leaf
+  above depth D is replicated below), so the next position is ``2i + c``
+  and only the feature and threshold are gathered per level.
+
+Positions and flat input offsets are carried as float32 (the cpu backend's
+fused elementwise programs compute float32), exact below 2**24; a strategy
+that would pass that limit refuses with a reason and the next one is used.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..ops.ml import EQ, GT, GTE, LEAF, LEQ, LT, NEQ, TreeTables
+from .emit import GraphWriter
+
+STRATEGIES = ("gemm", "tree_traversal", "perfect_tree_traversal")
+_EXACT = 1 << 24
+_CMP = {LEQ: "LessOrEqual", LT: "Less", GTE: "GreaterOrEqual", GT: "Greater", EQ: "Equal"}
+#: Perfect trees above this depth would take 2**depth table rows per tree.
+MAX_PERFECT_DEPTH = 14
+#: Dense GEMM matrices above this many elements per group are refused.
+MAX_GEMM_ELEMENTS = 1 << 26
+
+
+class StrategyRefused(Exception):
+    """This strategy cannot lower this group (the message says why)."""
+
+
+@dataclass(frozen=True)
+class Group:
+    """The trees of one group, renumbered: local node ids, local roots."""
+
+    nodes: np.ndarray  # global node indices, in local order
+    local: TreeTables  # tables indexed by local node id; roots in local ids
+
+
+def split_groups(t: TreeTables, n_groups: int) -> list[Group]:
+    """Trees split into ``n_groups`` groups of consecutive trees with about equal node counts."""
+    n_groups = max(1, min(n_groups, t.n_trees))
+    sizes = np.bincount(t.tree_of, minlength=t.n_trees)
+    cuts = np.searchsorted(np.cumsum(sizes), np.linspace(0, sizes.sum(), n_groups + 1)[1:-1], side="right")
+    bounds = [0] + sorted(set(int(c) for c in cuts if 0 < c < t.n_trees)) + [t.n_trees]
+    groups = []
+    for a, b in zip(bounds[:-1], bounds[1:]):
+        nodes = np.flatnonzero((t.tree_of >= a) & (t.tree_of < b))
+        remap = np.full(len(t.mode), -1, np.int64)
+        remap[nodes] = np.arange(len(nodes))
+        local = TreeTables(t.feature[nodes], t.threshold[nodes], t.mode[nodes], remap[t.true[nodes]],
+                           remap[t.false[nodes]], t.missing_true[nodes], remap[t.roots[a:b]], t.tree_of[nodes] - a,
+                           t.weights[nodes], t.has_weight, _group_depth(t, nodes, a, b))
+        groups.append(Group(nodes, local))
+    return groups
+
+
+def _group_depth(t: TreeTables, nodes: np.ndarray, a: int, b: int) -> int:
+    depth = 0
+    frontier = t.roots[a:b]
+    while True:
+        inner = frontier[t.mode[frontier] != LEAF]
+        if not len(inner):
+            return depth
+        frontier = np.concatenate([t.true[inner], t.false[inner]])
+        depth += 1
+
+
+class _Lowering:
+    """Shared pieces: the branch condition for gathered values and thresholds."""
+
+    def __init__(self, w: GraphWriter, xt: str, xt_flat: str, rows: int, features: int, score_dtype: str):
+        self.w = w
+        self.score_dtype = score_dtype
+        self.xt = xt
+        self.xt_flat = xt_flat
+        self.rows = rows
+        self.features = features
+
+    def condition(self, v: str, thr: str, modes: np.ndarray, mode_of: "callable", missing: "callable | None") -> str:
+        """Bool tensor: the branch taken is the true one.  ``modes`` are the modes present;
+        ``mode_of(m)`` gives a bool tensor selecting nodes of mode ``m`` (only called when
+        several are present); ``missing()`` a bool tensor of missing-tracks-true nodes."""
+        w = self.w
+        present = [int(m) for m in np.unique(modes) if m != LEAF] or [LEQ]
+        cond = None
+        for m in present:
+            c = w.op("Not", [w.op("Equal", [v, thr])]) if m == NEQ else w.op(_CMP[m], [v, thr])
+            if len(present) > 1:
+                c = w.op("And", [c, mode_of(m)])
+            cond = c if cond is None else w.op("Or", [cond, c])
+        if missing is not None:
+            cond = w.op("Or", [cond, w.op("And", [w.op("IsNaN", [v]), missing()])])
+        return cond
+
+    def gather_values(self, pos_int: str, feat_times_rows: np.ndarray, hint: str) -> str:
+        """x[b, feature[pos[t, b]]] for positions [T, B], through the flat [F*B] input."""
+        w = self.w
+        base = w.op("Gather", [w.const(feat_times_rows.astype(np.float32), hint), pos_int], axis=0)
+        flat = w.op("Add", [base, w.const(np.arange(self.rows, dtype=np.float32).reshape(1, -1), "rows")])
+        return w.op("Gather", [self.xt_flat, w.cast(flat, "int64")], axis=0)
+
+
+def _check_exact(rows: int, features: int, nodes: int, what: str) -> None:
+    if rows * features >= _EXACT or nodes >= _EXACT:
+        raise StrategyRefused(f"{what}: {rows} rows x {features} features or {nodes} nodes pass float32's "
+                              f"exact integers (2**24)")
+
+
+def lower_gemm(low: _Lowering, g: TreeTables) -> str:
+    """[T, K, B] per-tree outputs of one group, GEMM strategy."""
+    w = low.w
+    t_count = g.n_trees
+    inner_of = [np.flatnonzero((g.tree_of == t) & (g.mode != LEAF)) for t in range(t_count)]
+    leaves_of = [np.flatnonzero((g.tree_of == t) & (g.mode == LEAF)) for t in range(t_count)]
+    n_i = max(1, max(len(a) for a in inner_of))
+    n_l = max(len(a) for a in leaves_of)
+    k = g.n_outputs
+    if t_count * n_i * n_l > MAX_GEMM_ELEMENTS:
+        raise StrategyRefused(f"gemm: {t_count} trees x {n_i} nodes x {n_l} leaves is too large a matrix")
+    feat = np.zeros((t_count, n_i), np.int64)
+    thr = np.zeros((t_count, n_i, 1), g.threshold.dtype)
+    modes = np.full((t_count, n_i), LEQ, np.int8)
+    miss = np.zeros((t_count, n_i, 1), bool)
+    ct = np.zeros((t_count, n_l, n_i), low.score_dtype)
+    d = np.full((t_count, n_l, 1), -1.0, low.score_dtype)
+    et = np.zeros((t_count, k, n_l), low.score_dtype)
+    for t in range(t_count):
+        local_i = {int(n): j for j, n in enumerate(inner_of[t])}
+        for j, n in enumerate(inner_of[t]):
+            feat[t, j], thr[t, j, 0], modes[t, j], miss[t, j, 0] = g.feature[n], g.threshold[n], g.mode[n], \
+                g.missing_true[n]
+        for j, leaf in enumerate(leaves_of[t]):
+            et[t, :, j] = g.weights[leaf]
+        # Walk each tree, recording for every leaf its ancestors and sides.
+        stack = [(int(g.roots[t]), [])]
+        leaf_pos = {int(n): j for j, n in enumerate(leaves_of[t])}
+        while stack:
+            n, path = stack.pop()
+            if g.mode[n] == LEAF:
+                j = leaf_pos[n]
+                d[t, j, 0] = sum(1 for _, side in path if side)
+                for anc, side in path:
+                    ct[t, j, local_i[anc]] = 1.0 if side else -1.0
+                continue
+            stack.append((int(g.true[n]), path + [(n, True)]))
+            stack.append((int(g.false[n]), path + [(n, False)]))
+    v = w.reshape(w.op("Gather", [low.xt, w.const(feat.reshape(-1), "features")], axis=0), [t_count, n_i, low.rows])
+    mode_const = {m: w.const((modes == m)[:, :, None], "mode") for m in np.unique(modes)}
+    cond = low.condition(v, w.const(thr, "thresholds"), modes, lambda m: mode_const[m],
+                         (lambda: w.const(miss, "missing")) if miss.any() else None)
+    hits = w.op("MatMul", [w.const(ct, "paths"), w.cast(cond, low.score_dtype)])
+    leaf = w.cast(w.op("Equal", [hits, w.const(d, "depths")]), low.score_dtype)
+    return w.op("MatMul", [w.const(et, "leaf_values"), leaf])
+
+
+def lower_tree_traversal(low: _Lowering, g: TreeTables) -> str:
+    """[T, B, K] per-tree outputs of one group, tree traversal strategy."""
+    w = low.w
+    n = len(g.mode)
+    _check_exact(low.rows, low.features, n, "tree_traversal")
+    t_count = g.n_trees
+    is_leaf = g.mode == LEAF
+    modes = g.mode
+    feat_b = np.where(is_leaf, 0, g.feature) * low.rows
+    thr = np.where(is_leaf, 0, g.threshold).astype(g.threshold.dtype)
+    roots = g.roots
+    pos = None
+    # Level 0 reads the roots' features with constant indices.
+    if np.all(is_leaf[roots]):
+        pos = w.const(np.broadcast_to(roots.astype(np.float32)[:, None], (t_count, low.rows)), "roots")
+    else:
+        v = w.op("Gather", [low.xt, w.const(np.where(is_leaf[roots], 0, g.feature[roots]), "root_features")], axis=0)
+        root_modes = modes[roots]
+        cond = low.condition(v, w.const(thr[roots][:, None], "root_thresholds"), root_modes,
+                             lambda m: w.const((root_modes == m)[:, None], "mode"),
+                             (lambda: w.const(g.missing_true[roots][:, None], "missing"))
+                             if g.missing_true[roots].any() else None)
+        pos = w.op("Where", [cond, w.const(g.true[roots].astype(np.float32)[:, None], "true"),
+                             w.const(g.false[roots].astype(np.float32)[:, None], "false")])
+    tables = {"true": g.true.astype(np.float32), "false": g.false.astype(np.float32)}
+    for _level in range(1, g.depth):
+        pi = w.cast(pos, "int64")
+        v = low.gather_values(pi, feat_b, "feature_offsets")
+        th = w.op("Gather", [w.const(thr, "thresholds"), pi], axis=0)
+        cond = low.condition(
+            v, th, modes,
+            lambda m: w.cast(w.op("Gather", [w.const((modes == m).astype(np.float32), "mode"), pi], axis=0), "bool"),
+            (lambda: w.cast(w.op("Gather", [w.const(g.missing_true.astype(np.float32), "missing"), pi], axis=0),
+                            "bool")) if g.missing_true.any() else None)
+        pos = w.op("Where", [cond, w.op("Gather", [w.const(tables["true"], "true"), pi], axis=0),
+                             w.op("Gather", [w.const(tables["false"], "false"), pi], axis=0)])
+    leaf_w = w.const(g.weights.astype(low.score_dtype), "leaf_values")
+    return w.op("Gather", [leaf_w, w.cast(pos, "int64")], axis=0)
+
+
+def lower_perfect(low: _Lowering, g: TreeTables) -> str:
+    """[T, B, K] per-tree outputs of one group, perfect tree traversal strategy."""
+    w = low.w
+    depth = g.depth
+    t_count = g.n_trees
+    if depth > MAX_PERFECT_DEPTH:
+        raise StrategyRefused(f"perfect_tree_traversal: depth {depth} > {MAX_PERFECT_DEPTH} (2**depth rows per tree)")
+    _check_exact(low.rows, low.features, t_count << depth, "perfect_tree_traversal")
+    k = g.n_outputs
+    feat = [np.zeros((t_count, 1 << lv), np.int64) for lv in range(depth)]
+    thr = [np.zeros((t_count, 1 << lv), g.threshold.dtype) for lv in range(depth)]
+    mode = [np.full((t_count, 1 << lv), LEAF, np.int8) for lv in range(depth)]
+    miss = [np.zeros((t_count, 1 << lv), bool) for lv in range(depth)]
+    leaves = np.zeros((t_count, 1 << depth, k), low.score_dtype)
+    for t in range(t_count):
+        stack = [(int(g.roots[t]), 0, 0)]
+        while stack:
+            n, lv, j = stack.pop()
+            if g.mode[n] == LEAF:
+                span = 1 << (depth - lv)
+                leaves[t, j * span:(j + 1) * span] = g.weights[n]
+                continue
+            feat[lv][t, j], thr[lv][t, j], mode[lv][t, j], miss[lv][t, j] = \
+                g.feature[n], g.threshold[n], g.mode[n], g.missing_true[n]
+            stack.append((int(g.true[n]), lv + 1, 2 * j))
+            stack.append((int(g.false[n]), lv + 1, 2 * j + 1))
+    one = w.const(np.ones((1, 1), np.float32))
+    pos = None
+    for lv in range(depth):
+        modes = mode[lv].reshape(-1)
+        if lv == 0:
+            v = w.op("Gather", [low.xt, w.const(feat[0][:, 0], "root_features")], axis=0)
+            th = w.const(thr[0], "root_thresholds")
+            mode_of = (lambda m: w.const(mode[0] == m, "mode"))
+            missing = (lambda: w.const(miss[0], "missing")) if miss[0].any() else None
+        else:
+            pi = w.cast(pos, "int64")
+            v = low.gather_values(pi, feat[lv].reshape(-1) * low.rows, "feature_offsets")
+            th = w.op("Gather", [w.const(thr[lv].reshape(-1), "thresholds"), pi], axis=0)
+            mode_of = (lambda m, pi=pi, modes=modes: w.cast(
+                w.op("Gather", [w.const((modes == m).astype(np.float32), "mode"), pi], axis=0), "bool"))
+            missing = (lambda pi=pi, lv=lv: w.cast(
+                w.op("Gather", [w.const(miss[lv].reshape(-1).astype(np.float32), "missing"), pi], axis=0), "bool")) \
+                if miss[lv].any() else None
+        cond = low.condition(v, th, modes, mode_of, missing)
+        step = w.op("Sub", [one, w.cast(cond, "float32")])  # 0 for the true branch, 1 for the false one
+        if lv == 0:
+            base = w.const((np.arange(t_count, dtype=np.float32) * 2)[:, None], "tree_base")
+            pos = w.op("Add", [base, step])
+        else:
+            pos = w.op("Add", [w.op("Add", [pos, pos]), step])
+    if pos is None:
+        pos = w.const(np.broadcast_to((np.arange(t_count, dtype=np.float32))[:, None], (t_count, low.rows)), "roots")
+    table = w.const(leaves.reshape(t_count << depth, k), "leaf_values")
+    return w.op("Gather", [table, w.cast(pos, "int64")], axis=0)
