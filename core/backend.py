@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Protocol
 import numpy as np
 
 from .ir import Graph, Node
+from .passes import Pass, PipelineResult, run_pipeline
 
 if TYPE_CHECKING:  # pragma: no cover
     from .rtask import RKernel
@@ -99,6 +100,9 @@ class Backend(ABC):
     #: Among available backends, the one with the highest priority is the
     #: default of ``--backend``.
     default_priority: int = 0
+    #: The graph rewrites the backend runs before lowering, in order, as data
+    #: (:class:`rammer.passes.Pass` objects; see :meth:`prepare_graph`).
+    graph_passes: tuple[Pass, ...] = ()
 
     def availability(self) -> Availability:
         """Whether the backend can run on this machine, and if not why."""
@@ -120,6 +124,11 @@ class Backend(ABC):
 
     def __repr__(self) -> str:
         return f"<backend {self.name!r}>"
+
+    def prepare_graph(self, graph: Graph, verify: bool = False) -> PipelineResult:
+        """``graph`` after :attr:`graph_passes` (each timed; ``Graph.verify()`` after each when
+        ``verify``).  Override to choose the pipeline per graph or per option."""
+        return run_pipeline(graph, self.graph_passes, verify)
 
     # -- rTask scheduling (rammer.schedule); defaults suit any backend ---------
     def vdevice(self, preset: str | None = None) -> VDevice:

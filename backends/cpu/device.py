@@ -11,6 +11,7 @@ from rammer.errors import RammerError
 from rammer.ir import Graph, Node
 
 from .batching import DEFAULT_BATCH_ROWS
+from .graph_passes import PIPELINE
 from .lower_ew import EW_OPS
 from .ops import CostModel
 
@@ -50,6 +51,7 @@ class CpuBackend(Backend):
         extra={"policies": ["wavefront", "op-by-op"]},
     )
     default_priority = 10
+    graph_passes = PIPELINE
     #: Scheduling policy when the caller names none.
     default_policy = "wavefront"
 

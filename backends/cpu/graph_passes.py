@@ -1,7 +1,7 @@
-"""The graph rewrites the CPU backend runs before lowering, in order.
+"""The CPU backend's graph pass pipeline, as data (the passes live in :mod:`rammer.passes`).
 
-Each pass returns the same graph object when it has nothing to do, and each
-keeps the IR's invariants (``Graph.verify``, checked after every pass in the
+Each pass returns the same graph object when it has nothing to do and keeps
+the IR's invariants (``Graph.verify``, checked after every pass in the
 tests).  The program and its executable both see the rewritten graph (host
 steps name its nodes by index); every pass is deterministic, so a cached
 program matches it too.
@@ -10,25 +10,29 @@ program matches it too.
 from __future__ import annotations
 
 from rammer.ir import Graph
+from rammer.passes import CSE, RELU_CONCAT, Pass, PipelineResult, merge_convs_pass, run_pipeline
 
-from .cse import eliminate_common_subexpressions
-from .merge_convs import merge_sibling_convs
-from .relu_concat import sink_relu_into_concat
+from .lower_ew import EW_OPS
 
-#: (name, pass).  CSE runs again last: a ReLU moved onto a concatenated part
-#: often repeats one that a branch already applies to that part.
-PASSES = (
-    ("cse", eliminate_common_subexpressions),
-    ("relu-concat", sink_relu_into_concat),
-    ("merge-convs", merge_sibling_convs),
-    ("cse-again", eliminate_common_subexpressions),
+#: Readers a conv applies in its own kernel or epilogue when they are its only reader:
+#: sibling convs with such a reader are not merged (a Split in between would stop the fusion).
+EPILOGUE_OPS = EW_OPS | {"BatchNormalization"}
+
+#: In order.  CSE runs again last: a ReLU moved onto a concatenated part often
+#: repeats one that a branch already applies to that part.
+PIPELINE: tuple[Pass, ...] = (
+    CSE,
+    RELU_CONCAT,
+    merge_convs_pass(EPILOGUE_OPS),
+    CSE.renamed("cse-again"),
 )
 
 
+def run(graph: Graph, verify: bool = False) -> PipelineResult:
+    """:data:`PIPELINE` over ``graph``, with each pass's time."""
+    return run_pipeline(graph, PIPELINE, verify)
+
+
 def prepare(graph: Graph, verify: bool = False) -> Graph:
-    """``graph`` after every pass of :data:`PASSES` (verified after each when ``verify``)."""
-    for _, step in PASSES:
-        graph = step(graph)
-        if verify:
-            graph.verify()
-    return graph
+    """``graph`` after every pass of :data:`PIPELINE` (verified after each when ``verify``)."""
+    return run(graph, verify).graph

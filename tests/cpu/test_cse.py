@@ -1,4 +1,4 @@
-"""Common-subexpression elimination before lowering (backends/cpu/cse.py)."""
+"""Common-subexpression elimination before lowering (core/passes/cse.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 
 import rammer
 from cpu_helpers import compare, model, node, rand
-from rammer.backends.cpu.cse import eliminate_common_subexpressions
+from rammer.passes import eliminate_common_subexpressions
 from rammer.ir import Node
 
 

@@ -1,4 +1,5 @@
-"""The CPU backend's graph rewrites (backends/cpu/graph_passes.py, relu_concat.py, merge_convs.py)."""
+"""The CPU backend's graph rewrites: its pipeline (backends/cpu/graph_passes.py) of core passes
+(core/passes/relu_concat.py, merge_convs.py)."""
 
 from __future__ import annotations
 
@@ -7,10 +8,10 @@ import pytest
 
 import rammer
 import rammer.zoo
+from rammer import plugins
 from cpu_helpers import compare, model, node, rand
-from rammer.backends.cpu.graph_passes import prepare
-from rammer.backends.cpu.merge_convs import merge_sibling_convs
-from rammer.backends.cpu.relu_concat import sink_relu_into_concat
+from rammer.backends.cpu.graph_passes import EPILOGUE_OPS, PIPELINE, prepare
+from rammer.passes import merge_sibling_convs, sink_relu_into_concat
 
 
 def _same_outputs(before, after, feeds):
@@ -86,7 +87,7 @@ def _sibling_convs(batch: int = 1, opset: int = 17, kernel: int = 1, lone_reader
 def test_sibling_convs_merge_into_one_and_a_split(opset, kernel):
     m, feeds = _sibling_convs(opset=opset, kernel=kernel)
     g = rammer.load(m)
-    h = merge_sibling_convs(g)
+    h = merge_sibling_convs(g, EPILOGUE_OPS)
     h.verify()
     convs = [n for n in h.nodes if n.op_type == "Conv"]
     assert len(convs) == 1 and h.initializers[convs[0].inputs[1]].shape[0] == 8
@@ -108,7 +109,27 @@ def test_convs_that_cannot_or_should_not_merge(case):
     else:
         m, _ = _sibling_convs(lone_reader=True)  # c2's Neg would run in its conv's epilogue
     g = rammer.load(m)
-    assert merge_sibling_convs(g) is g
+    assert merge_sibling_convs(g, EPILOGUE_OPS) is g
+
+
+def test_the_absorbable_ops_are_the_backends_choice():
+    """A backend without conv epilogues merges a conv whose lone reader is elementwise."""
+    m, feeds = _sibling_convs(lone_reader=True)
+    g = rammer.load(m)
+    h = merge_sibling_convs(g)
+    assert h is not g and [n.op_type for n in h.nodes].count("Conv") == 1
+    _same_outputs(g, h, feeds)
+
+
+def test_the_cpu_backend_declares_its_pipeline_as_data():
+    backend = plugins.get_backend("cpu")
+    assert backend.graph_passes == PIPELINE
+    assert [p.name for p in PIPELINE] == ["cse", "relu-concat", "merge-convs", "cse-again"]
+    g = rammer.load(rammer.zoo.build("nasnet-small"))
+    result = backend.prepare_graph(g, verify=True)
+    assert [t.name for t in result.timings] == [p.name for p in PIPELINE]
+    assert all(t.seconds >= 0 for t in result.timings) and result.timings[0].changed
+    assert result.graph.nodes == prepare(g).nodes
 
 
 def test_prepare_keeps_the_ir_valid_on_nasnet():

@@ -15,9 +15,11 @@ input back from L3.
 
 Only ungrouped convs with initializer weights (and biases) merge, and only for
 a batch of one image (with more, the channel ranges of the merged output are
-not contiguous).  A conv whose only reader is elementwise (ResNeXt's first 1x1
-conv and its BN + ReLU, a shortcut conv and its residual Add) stays alone: that
-reader runs in the conv's own epilogue, which a split in between would stop.
+not contiguous).  A conv whose only reader is an op the backend runs in the
+conv's own epilogue (``absorbable``: for the CPU, elementwise ops and
+BatchNormalization, e.g. ResNeXt's first 1x1 conv and its BN + ReLU, a shortcut
+conv and its residual Add) stays alone, since a split in between would stop
+that fusion.
 Readers of a merged conv's parts run as ops of their own (for NASNet, ReLUs of
 a few KiB each that the other vEU often takes; writing the ReLU of the whole
 merged output from the conv's epilogue instead measured 6% slower on 2 vEUs).
@@ -27,28 +29,34 @@ Graph outputs are left alone.
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import AbstractSet
 
 import numpy as np
 
-from rammer.ir import Graph, Node, TensorInfo
-
+from ..ir import Graph, Node, TensorInfo
 from .cse import plain_attrs
-from .lower_ew import EW_OPS
+from .pipeline import Pass
 from .relu_concat import fresh_name
 
-#: Readers a conv applies in its own kernel or epilogue when they are its only reader.
-_EPILOGUE_OPS = EW_OPS | {"BatchNormalization"}
+
+def merge_convs_pass(absorbable: AbstractSet[str] = frozenset(), name: str = "merge-convs") -> Pass:
+    """The pass, for a backend that runs the ops in ``absorbable`` inside a conv's epilogue when
+    they are its only reader (such a conv is not merged)."""
+    absorbable = frozenset(absorbable)
+    return Pass(name, lambda graph: merge_sibling_convs(graph, absorbable),
+                "merge sibling convs that read one input into one wider conv and a Split")
 
 
-def merge_sibling_convs(graph: Graph) -> Graph:
-    """``graph`` with each set of mergeable sibling convs merged (the same object when none is)."""
+def merge_sibling_convs(graph: Graph, absorbable: AbstractSet[str] = frozenset()) -> Graph:
+    """``graph`` with each set of mergeable sibling convs merged (the same object when none is).
+    A conv whose only reader is an op of ``absorbable`` (default domain) is left alone."""
     if any(n.subgraphs() for n in graph.nodes):  # bodies may read outer tensors by name
         return graph
     outputs = {t.name for t in graph.outputs}
     inits = graph.initializers
     groups: dict[tuple, list[Node]] = {}
     for node in graph.nodes:
-        key = _merge_key(graph, node, outputs)
+        key = _merge_key(graph, node, outputs, absorbable)
         if key is not None:
             groups.setdefault(key, []).append(node)
     groups = {k: v for k, v in groups.items() if len(v) > 1}
@@ -102,14 +110,14 @@ def merge_sibling_convs(graph: Graph) -> Graph:
     return graph.replace(nodes=tuple(nodes), initializers=new_inits, value_info=value_info)
 
 
-def _merge_key(graph: Graph, node: Node, outputs: set[str]) -> tuple | None:
+def _merge_key(graph: Graph, node: Node, outputs: set[str], absorbable: AbstractSet[str]) -> tuple | None:
     """What two convs must share to merge, or None when this one cannot."""
     if node.op_type != "Conv" or node.domain or len(node.inputs) < 2 or len(node.outputs) != 1:
         return None
     if int(node.attr("group", 1)) != 1 or node.outputs[0] in outputs:
         return None
     readers = graph.consumers.get(node.outputs[0], ())
-    if len(readers) == 1 and readers[0].op_type in _EPILOGUE_OPS and not readers[0].domain:
+    if len(readers) == 1 and readers[0].op_type in absorbable and not readers[0].domain:
         return None  # its epilogue (BN, ReLU, residual Add...) runs in the conv kernel; the split would stop it
     x, w = node.inputs[0], node.inputs[1]
     b = node.inputs[2] if len(node.inputs) > 2 else ""

@@ -17,7 +17,8 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from rammer.ir import Graph, Node
+from ..ir import Graph, Node
+from .pipeline import Pass
 
 #: Operators whose results are not a function of their inputs and attributes.
 _IMPURE = frozenset({"RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Bernoulli",
@@ -79,3 +80,7 @@ def eliminate_common_subexpressions(graph: Graph) -> Graph:
         return graph
     value_info = {k: v for k, v in graph.value_info.items() if k not in rename}
     return graph.replace(nodes=tuple(nodes), value_info=value_info)
+
+
+#: The pass, for pipelines.
+CSE = Pass("cse", eliminate_common_subexpressions, "compute repeated nodes (same op, attributes, inputs) once")

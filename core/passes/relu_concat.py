@@ -18,7 +18,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from rammer.ir import Graph, Node, TensorInfo
+from ..ir import Graph, Node, TensorInfo
+from .pipeline import Pass
 
 
 def sink_relu_into_concat(graph: Graph) -> Graph:
@@ -78,6 +79,11 @@ def sink_relu_into_concat(graph: Graph) -> Graph:
             node = replace(node, inputs=tuple(rename.get(i, i) for i in node.inputs))
         nodes.append(node)
     return graph.replace(nodes=tuple(nodes), value_info=value_info)
+
+
+#: The pass, for pipelines.
+RELU_CONCAT = Pass("relu-concat", sink_relu_into_concat,
+                   "move a Relu that is a Concat's only reader onto the concatenated parts")
 
 
 def fresh_name(name: str, taken: set[str]) -> str:

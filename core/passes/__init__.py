@@ -1,0 +1,23 @@
+"""Hardware-neutral graph passes and the runner that applies a backend's pipeline.
+
+* :mod:`.pipeline`: :class:`Pass`, :func:`run_pipeline` (timed, errors name the
+  pass, ``Graph.verify()`` after each pass on request);
+* :mod:`.cse`: common-subexpression elimination (:data:`CSE`);
+* :mod:`.relu_concat`: a ``Relu`` read of a ``Concat`` moved onto its parts (:data:`RELU_CONCAT`);
+* :mod:`.merge_convs`: sibling convs merged into one wider conv and a ``Split``
+  (:func:`merge_convs_pass`, with the backend's set of epilogue ops).
+
+A backend declares its pipeline as data, e.g.::
+
+    PIPELINE = (CSE, RELU_CONCAT, merge_convs_pass(EPILOGUE_OPS), CSE.renamed("cse-again"))
+"""
+
+from __future__ import annotations
+
+from .cse import CSE, eliminate_common_subexpressions
+from .merge_convs import merge_convs_pass, merge_sibling_convs
+from .pipeline import Pass, PassError, PassTiming, PipelineResult, run_pipeline
+from .relu_concat import RELU_CONCAT, sink_relu_into_concat
+
+__all__ = ["CSE", "RELU_CONCAT", "Pass", "PassError", "PassTiming", "PipelineResult", "eliminate_common_subexpressions",
+           "merge_convs_pass", "merge_sibling_convs", "run_pipeline", "sink_relu_into_concat"]
