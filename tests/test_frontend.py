@@ -334,3 +334,37 @@ def test_subgraphs_read_aliased_outer_tensors():
         compiled, got, ref = _run_both(model, {"x": x})
         assert "Identity" not in [n.op_type for n in compiled.graph.nodes]
         np.testing.assert_array_equal(got[0], ref[0])
+
+
+def test_anonymous_dim_params_are_not_one_symbol():
+    """Height and width both "?" (common in exported detectors) may differ; "batch" twice may not."""
+    import numpy as _np
+    import onnx as _onnx
+    from onnx import TensorProto as _TP
+    from onnx import helper as _h
+
+    import rammer as _rammer
+    from rammer.frontend.inputs import is_anonymous_dim
+
+    for name in ("?", "??", "-1", "unknown", "Unk", " ", "None"):
+        assert is_anonymous_dim(name), name
+    for name in ("batch", "N", "height", "unk__12", "seq_len"):
+        assert not is_anonymous_dim(name), name
+    graph = _h.make_graph(
+        [_h.make_node("Relu", ["x"], ["y"], name="r")], "anon",
+        [_h.make_tensor_value_info("x", _TP.FLOAT, ["batch", 3, "?", "?"])],
+        [_h.make_tensor_value_info("y", _TP.FLOAT, ["batch", 3, "?", "?"])])
+    model = _h.make_model(graph, opset_imports=[_h.make_opsetid("", 17)])
+    g = _rammer.load(model, input_shapes={"x": (1, 3, 32, 48)})
+    assert g.inputs[0].shape == (1, 3, 32, 48)
+    y = _rammer.compile(model, backend="reference", input_shapes={"x": (1, 3, 32, 48)})(
+        {"x": _np.ones((1, 3, 32, 48), _np.float32)})["y"]
+    assert y.shape == (1, 3, 32, 48)
+    two = _h.make_graph(
+        [_h.make_node("Add", ["a", "b"], ["c"], name="add")], "named",
+        [_h.make_tensor_value_info("a", _TP.FLOAT, ["batch", 4]), _h.make_tensor_value_info("b", _TP.FLOAT, ["batch", 4])],
+        [_h.make_tensor_value_info("c", _TP.FLOAT, ["batch", 4])])
+    named = _h.make_model(two, opset_imports=[_h.make_opsetid("", 17)])
+    with pytest.raises(_rammer.errors.ShapeError, match="'batch'"):
+        _rammer.load(named, input_shapes={"a": (2, 4), "b": (3, 4)})
+    del _onnx

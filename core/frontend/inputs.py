@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Mapping, Sequence
 
 import onnx
@@ -15,8 +16,21 @@ InputShapes = Mapping[str, Sequence[int]]
 Dim = int | str | None  # a fixed size, a symbolic name, or unknown
 
 
+#: ``dim_param`` spellings exporters use for "unknown" rather than for a named size: two dims
+#: spelled like this are not thereby equal (a detector's height and width both "?").
+_ANONYMOUS_DIM = re.compile(r"^\s*(\?+|-1|none|null|unknown|unk|dynamic|[_*?\s-]*)\s*$", re.IGNORECASE)
+
+
+def is_anonymous_dim(name: str) -> bool:
+    """Whether a ``dim_param`` is a placeholder ("?", "-1", "unknown"...) rather than a meaningful name."""
+    return bool(_ANONYMOUS_DIM.match(name))
+
+
 def declared_dims(vi: onnx.ValueInfoProto) -> list[Dim] | None:
-    """The declared dims of a tensor value (None when it declares no shape at all)."""
+    """The declared dims of a tensor value (None when it declares no shape at all).
+
+    A placeholder ``dim_param`` (:func:`is_anonymous_dim`) is an unknown dim (None):
+    only equal *meaningful* names make two dims one symbol."""
     tt = vi.type.tensor_type
     if not tt.HasField("shape"):
         return None
@@ -24,8 +38,10 @@ def declared_dims(vi: onnx.ValueInfoProto) -> list[Dim] | None:
     for d in tt.shape.dim:
         if d.HasField("dim_value") and d.dim_value >= 0:
             dims.append(int(d.dim_value))
+        elif d.dim_param and not is_anonymous_dim(d.dim_param):
+            dims.append(d.dim_param)
         else:
-            dims.append(d.dim_param or None)
+            dims.append(None)
     return dims
 
 
