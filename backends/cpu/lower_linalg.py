@@ -148,6 +148,35 @@ def _matmul_spec(lw: Lowerer, node: Node, c: View) -> GemmSpec:
     return GemmSpec(M, N, K, a, a_rs, a_cs, b, b_rs, b_cs, c, N, batches or [(0, 0, 0)])
 
 
+def _unit_axes(lw: Lowerer, node: Node) -> tuple[int, ...]:
+    """Where a MatMul's output gains the unit M or N axis of a 1-D operand (positions in the
+    batch + (M, N) shape the GEMM computes)."""
+    ra, rb = (len(lw.graph.value_info[i].shape) for i in node.inputs[:2])
+    batch = max(ra, rb, 2) - 2
+    return ((batch,) if ra == 1 else ()) + ((batch + 1,) if rb == 1 else ())
+
+
+def _as_matrices(prog: EwProgram, axes: tuple[int, ...]) -> EwProgram:
+    """A MatMul epilogue built over the output's shape re-expressed over the batch + (M, N) shape
+    of the GEMM's tiles: a 1-D operand's unit axis is inserted at each of ``axes``.  (The matrix
+    space takes the program's last two dims as the tile's rows and columns: over A[3,4,5] @
+    b[5]'s output [3, 4] it walked 3 x 4 tiles where the GEMM wrote 3 batches of 4 x 1.)"""
+    if not axes:
+        return prog
+
+    def lift(v: View) -> View:
+        shape, strides = list(v.shape), list(v.strides)
+        for a in axes:
+            shape.insert(a, 1)
+            strides.insert(a, 0)
+        return View(v.buffer, v.dtype, tuple(shape), tuple(strides), v.offset)
+
+    prog.inputs = [(lift(v), dt) for v, dt in prog.inputs]
+    prog.outputs = [(r, lift(v)) for r, v in prog.outputs]
+    prog.shape = lift(View(0, "float32", prog.shape, (0,) * len(prog.shape))).shape
+    return prog
+
+
 def _gemm_spec(lw: Lowerer, node: Node, c: View) -> GemmSpec:
     a, b = lw.view(node.inputs[0]), lw.view(node.inputs[1])
     if node.attr("transA", 0):
@@ -200,6 +229,8 @@ def lower_head(lw: Lowerer, head: Node, members: list[Node], internal: set[str])
         return
     space = ("matrix",)
     prog = _epilogue(lw, head, members, internal, target, shape) if needs_program else None
+    if prog is not None and head.op_type == "MatMul":
+        prog = _as_matrices(prog, _unit_axes(lw, head))
     if prog is not None and not prog.supported(space):
         prog = None
     if prog is None and needs_program:

@@ -108,3 +108,50 @@ def test_end_padded_1x1_convs(monkeypatch, form):
     for length, s, pads in itertools.product([1, 5, 8], [1, 2, 3], [[0, 3], [0, 1], [2, 1]]):
         m, feeds = _conv((2, 16, length), (16, 16, 1), strides=[s], pads=pads)
         check(m, feeds, veus=2)
+
+
+# -- 3. MatMul with a 1-D operand (or any rank mix) and a fused epilogue ------------------------
+
+def test_matmul_1d_right_operand_epilogue_reproducer():
+    """Relu(MatMul(A[3,4,5], b[5])): the epilogue walked [3, 4] tiles where the GEMM wrote 3 x (4 x 1)."""
+    feeds = {"a": rand(3, 4, 5), "b": rand(5, seed=1)}
+    check(model([node("MatMul", ["a", "b"], ["m"]), node("Relu", ["m"], ["y"])], feeds, ["y"]), feeds)
+
+
+def _matmul_shapes() -> list[tuple[tuple, tuple]]:
+    """Operand shapes: 1-D on either side or both, batch ranks 0-3 with broadcasting."""
+    M, K, N = 3, 5, 4
+    batches = [(), (2,), (1,), (2, 3), (1, 3), (2, 1, 3)]
+    out = [((K,), (K,))]
+    for bt in batches:
+        out += [(bt + (M, K), (K,)), ((K,), bt + (K, N))]
+        for bt2 in batches:
+            try:
+                np.broadcast_shapes(bt, bt2)
+            except ValueError:
+                continue
+            out.append((bt + (M, K), bt2 + (K, N)))
+    return out
+
+
+@pytest.mark.parametrize("epilogue", ["relu", "chain", "residual"])
+def test_matmul_rank_mixes_with_epilogues(epilogue):
+    for sa, sb in _matmul_shapes():
+        feeds = {"a": rand(*sa), "b": rand(*sb, seed=1)}
+        out_shape = np.matmul(feeds["a"], feeds["b"]).shape
+        nodes = [node("MatMul", ["a", "b"], ["m"])]
+        if epilogue == "relu":
+            nodes.append(node("Relu", ["m"], ["y"]))
+        elif epilogue == "chain":
+            # a broadcast constant operand along the last axis, then two unary ops
+            nodes += [node("Add", ["m", "c"], ["t0"]), node("Sigmoid", ["t0"], ["t1"]),
+                      node("Mul", ["t1", "m"], ["y"])]
+        else:
+            feeds["r"] = rand(*out_shape, seed=2)
+            nodes += [node("Add", ["m", "r"], ["t0"]), node("Tanh", ["t0"], ["y"])]
+        consts = {"c": rand(*(out_shape[-1:] or (1,)), seed=3)}
+        m = model(nodes, feeds, ["y"], consts if epilogue == "chain" else None)
+        try:
+            check(m, feeds, veus=2)
+        except AssertionError as e:
+            raise AssertionError(f"A{sa} @ B{sb} then {epilogue}") from e
