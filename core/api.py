@@ -14,6 +14,7 @@ from .progress import compile_progress
 from .errors import CompileError, FeedError, RammerError, UnsupportedOpError
 from .frontend import ModelSource, load
 from .ir import Graph, TensorInfo, dtype_name
+from .ml.lower import lower_ml
 
 
 class CompiledModel:
@@ -128,6 +129,8 @@ def compile(model: ModelSource | Graph, backend: str | None = None,
     """
     be = plugins.get_backend(backend)
     graph = model if isinstance(model, Graph) else load(model, input_shapes)
+    # ai.onnx.ml nodes become standard ops; tree_strategy= picks Hummingbird's strategy (docs/ml.md).
+    graph = lower_ml(graph, options.pop("tree_strategy", None), device=be.capabilities.device)
     bad = be.unsupported_nodes(graph)
     if bad:
         ops = sorted({n.op_type for n in bad})

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from ..api import CompiledModel, compile as compile_model
+from .. import api  # (module import: rammer.api lowers ai.onnx.ml nodes through rammer.ml.lower)
 from ..errors import CompileError
 from ..frontend import load
 from ..plugins import get_backend
@@ -42,7 +42,7 @@ def to_onnx(estimator: Any, n_features: int, dtype: Any = np.float32) -> Any:
 class MlModel:
     """A compiled estimator: ``predict``, ``predict_proba`` (classifiers), ``compiled``."""
 
-    def __init__(self, estimator: Any, compiled: CompiledModel, batch: int, strategies: dict):
+    def __init__(self, estimator: Any, compiled: api.CompiledModel, batch: int, strategies: dict):
         self.estimator = estimator
         self.compiled = compiled
         self.batch = batch
@@ -102,4 +102,4 @@ def convert(estimator: Any, backend: str | None = None, batch: int = 1, tree_str
     device = get_backend(backend).capabilities.device
     used: dict = {}
     graph = lower_ml(graph, tree_strategy, device=device, tree_groups=tree_groups, report=used)
-    return MlModel(estimator, compile_model(graph, backend, **options), int(batch), used)
+    return MlModel(estimator, api.compile(graph, backend, **options), int(batch), used)
