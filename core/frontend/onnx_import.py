@@ -17,8 +17,9 @@ import onnx
 from onnx import numpy_helper
 
 from .. import dtypes
-from ..errors import ModelLoadError, UnsupportedOpError
+from ..errors import ModelLoadError, RammerError, UnsupportedOpError
 from ..ir import Graph, Node, TensorInfo
+from ..ops.control import unreachable_branch
 from ..ops.registry import lookup
 from .builder import MAX_FOLD_ELEMENTS, GraphBuilder, Scope
 from .inputs import InputShapes, bind_input_shapes, input_info
@@ -109,6 +110,37 @@ def _import_graph(g: onnx.GraphProto, input_shapes: InputShapes, parent: GraphBu
     return b.build(g.name or "main", inputs, outputs)
 
 
+def _if_branches(proto: onnx.NodeProto, label: str, b: GraphBuilder) -> dict[str, Any]:
+    """The attributes of an ``If`` whose condition is known only at run time.
+
+    Both branches are imported.  A branch that is invalid at the bound shapes
+    (exporters often keep one that only other input sizes can take) becomes a
+    branch that fails at run time naming itself, so the model compiles and runs
+    whenever the valid branch is taken; when both are invalid, the first error stands.
+    """
+    attrs: dict[str, Any] = {}
+    failures: dict[str, RammerError] = {}
+    for a in proto.attribute:
+        if a.name in ("then_branch", "else_branch") and a.type == onnx.AttributeProto.GRAPH:
+            try:
+                attrs[a.name] = _attr_value(a, label, b)
+            except RammerError as exc:
+                failures[a.name] = exc
+        else:
+            attrs[a.name] = _attr_value(a, label, b)
+    if not failures:
+        return attrs
+    valid = [k for k in ("then_branch", "else_branch") if k in attrs]
+    if not valid:
+        raise next(iter(failures.values()))
+    model = attrs[valid[0]]
+    for key, exc in failures.items():
+        message = (f"{label}: the {key.replace('_', '-')} was taken, but it cannot run at the shapes this "
+                   f"model was compiled for ({exc}); recompile with input shapes that make it valid")
+        attrs[key] = unreachable_branch(f"{key}_unreachable", model.outputs, message, model.opset)
+    return attrs
+
+
 def _add_initializers(b: GraphBuilder, g: onnx.GraphProto, where: str) -> None:
     if g.sparse_initializer:
         raise ModelLoadError(f"{where}: sparse initializers are not supported")
@@ -123,7 +155,10 @@ def _import_nodes(b: GraphBuilder, nodes: Sequence[onnx.NodeProto], prefix: str)
         domain = "" if proto.domain == "ai.onnx" else proto.domain
         if not domain and proto.op_type == "If" and _inline_constant_if(b, proto, name):
             continue
-        attrs = {a.name: _attr_value(a, label, b) for a in proto.attribute}
+        if not domain and proto.op_type == "If":
+            attrs = _if_branches(proto, label, b)
+        else:
+            attrs = {a.name: _attr_value(a, label, b) for a in proto.attribute}
         node = Node(proto.op_type, tuple(proto.input), tuple(proto.output), name, domain, attrs)
         if not domain and node.op_type in LOWERED_OPS:
             lower(b, node)

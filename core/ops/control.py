@@ -14,9 +14,12 @@ names the body reads from enclosing scopes).  Shapes must stay static, so:
 
 from __future__ import annotations
 
+from typing import Mapping
+
 import numpy as np
 
-from ..ir import Graph, TensorInfo
+from ..errors import OpExecutionError
+from ..ir import Graph, Node, TensorInfo
 from .registry import OpContext, OutSpec, normalize_axis, register_op
 from .misc import needs_constant
 from .tensor import int_list
@@ -59,6 +62,30 @@ def _infer_if(ctx: OpContext) -> list[OutSpec]:
                 f"rammer needs one static shape per tensor (make the condition a constant or the branches agree)"
             ))
     return _specs(then_g.outputs)
+
+
+#: Domain of rammer's own internal ops (never in a user's model).
+RAMMER_DOMAIN = "ai.rammer"
+
+
+def _infer_unreachable(ctx: OpContext) -> list[OutSpec]:
+    return [(d, tuple(int(x) for x in s)) for d, s in zip(ctx.attr("dtypes"), ctx.attr("shapes"))]
+
+
+@register_op("Unreachable", infer=_infer_unreachable, domain=RAMMER_DOMAIN, foldable=False)
+def unreachable(ctx: OpContext) -> tuple[np.ndarray, ...]:
+    """Stands for a branch that cannot run at the compiled shapes; running it is the error."""
+    raise OpExecutionError(str(ctx.attr("message")))
+
+
+def unreachable_branch(name: str, outputs: tuple[TensorInfo, ...] | list[TensorInfo], message: str,
+                       opset: Mapping[str, int] | None = None) -> Graph:
+    """A branch with ``outputs``' types whose only node fails with ``message`` when run."""
+    outs = tuple(TensorInfo(f"{name}_out{i}", t.dtype, t.shape) for i, t in enumerate(outputs))
+    node = Node("Unreachable", (), tuple(t.name for t in outs), name, RAMMER_DOMAIN,
+                {"message": message, "dtypes": [t.dtype for t in outs], "shapes": [list(t.shape) for t in outs]})
+    return Graph(name, (), outs, (node,), {}, {t.name: t for t in outs},
+                 {**(opset or {}), RAMMER_DOMAIN: 1})
 
 
 @register_op("If", infer=_infer_if)
