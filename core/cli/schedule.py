@@ -24,7 +24,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--policy", default="wavefront", help="scheduling policy (default wavefront; --list shows them)")
     p.add_argument("--json", metavar="OUT", help="write the schedule, with simulated figures, to this JSON file")
     p.add_argument("--plot", metavar="OUT", help="draw a Gantt chart (vEU x time) of both schedules to this image")
-    p.add_argument("--color-by", choices=["op", "op_type"], default="op", help="Gantt colours (default: per op)")
+    p.add_argument("--color-by", choices=["op", "op_type"], default="op_type",
+                   help="Gantt colours: per op type, with a legend (default), or per op")
     p.add_argument("--no-verify", action="store_true", help="skip verifying the schedule")
     p.add_argument("--list", action="store_true", help="list vDevice presets and policies, then exit")
     p.set_defaults(func=run)
@@ -91,9 +92,9 @@ def run(args: argparse.Namespace) -> int:
         from ..schedule.plot import plot_gantt
 
         try:
-            plot_gantt([(s, r) for s, r, _ in results], args.plot,
+            written = plot_gantt([(s, r) for s, r, _ in results], args.plot,
                        title=f"{label} on {vdevice.name} ({vdevice.num_veus} vEUs)", color_by=args.color_by)
         except OSError as exc:
             raise RammerError(f"cannot write {args.plot}: {exc.strerror}") from None
-        print(f"wrote {args.plot}")
+        print(f"wrote {written}")
     return 0

@@ -41,3 +41,13 @@ def test_schedule_command_errors_are_one_line(capsys):
     assert "unknown scheduling policy 'nope'" in capsys.readouterr().err
     assert main(["schedule", "--zoo", "alexnet-small", "--vdevice", "tpu"]) == 1
     assert "unknown vDevice preset 'tpu'" in capsys.readouterr().err
+
+
+def test_plot_reports_the_file_it_wrote_with_one_time_axis(tmp_path, capsys):
+    from rammer.cli import main
+
+    target = tmp_path / "g4"
+    assert main(["schedule", "--zoo", "nasnet-small", "--backend", "reference", "--plot", str(target)]) == 0
+    out = capsys.readouterr().out
+    assert f"wrote {target}.png" in out and (tmp_path / "g4.png").is_file()
+    assert not target.exists()
