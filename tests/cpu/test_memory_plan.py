@@ -1,7 +1,7 @@
 """Memory reuse against the synchronisation the task table actually contains.
 
 The planner reuses a dead buffer's memory once the compiled schedule has
-certainly finished with it (backends/cpu/ordering.py).  Here that is
+certainly finished with it (core/schedule/ordering.py, core/memory/arena.py).  Here that is
 checked independently of the planner: vector clocks are rebuilt from the
 emitted rows (kernel rows in program order, barrier rows waiting on another
 vEU's row count), and for every two buffers whose bytes overlap, every op
@@ -19,7 +19,8 @@ import rammer
 import rammer.zoo
 from rammer.backends.cpu.compiler import compile_program
 from rammer.backends.cpu.driver import BARRIER
-from rammer.backends.cpu.planner import alias_roots
+from rammer.backends.cpu.planner import cpu_aliases
+from rammer.memory import alias_roots
 
 
 def _row_clocks(T: np.ndarray, starts, ends) -> dict[int, np.ndarray]:
@@ -76,7 +77,7 @@ def test_overlapping_buffers_are_ordered_by_the_barriers(name, veus):
     def before(a: set[int], b: set[int]) -> bool:
         return all(np.all(done[i] <= start[j]) for i in a for j in b if i != j)
 
-    roots = alias_roots(ops)
+    roots = alias_roots(cpu_aliases(ops, comp.lowered.buffers))
     touch: dict[int, set[int]] = {}
     for i, op in enumerate(ops):
         for b in (*op.reads, *op.writes):
