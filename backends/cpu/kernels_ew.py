@@ -565,5 +565,12 @@ def ew_epilogue(typingctx, F, X, R, prog, r0, r1, c0, c1, sbase):
 
 @njit(**_JIT)
 def k_ew(F, B, I, J, X, R, p, sbase):
-    """Task row: [prog, r0, r1, c0, c1]."""
-    ew_epilogue(F, X, R, p[0], p[1], p[2], p[3], p[4], sbase)
+    """Task row: [prog, r0, r1, c0, c1]; a negative ``prog`` is ``-1 - t`` for a table at X[t]:
+    a count, then that many programs of one 4-D space, each run over the row's rows and columns
+    (a group whose operands collapse to more than 4 dims, one program per outer index)."""
+    if p[0] >= 0:
+        ew_epilogue(F, X, R, p[0], p[1], p[2], p[3], p[4], sbase)
+        return
+    t = -1 - p[0]
+    for k in range(X[t]):
+        ew_epilogue(F, X, R, X[t + 1 + k], p[1], p[2], p[3], p[4], sbase)

@@ -15,10 +15,13 @@ Steps:
 from __future__ import annotations
 
 import heapq
-from dataclasses import dataclass, field
+import itertools
+import math
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from rammer.errors import CompileError
 from rammer.ir import Graph, Node
 
 from . import lower_linalg, lower_nn, lower_views
@@ -27,7 +30,7 @@ from .fusion import Group, ancestors, build_groups
 from .lower_ew import EW_OPS, ew_reason, ew_translate
 from .ops import CostModel, CpuOp, EmitContext, Row, grid_split
 from .program import EwProgram, epilogue_io
-from .views import ARENA_DTYPES, Buffer, View, dense_strides
+from .views import ARENA_DTYPES, Buffer, View, collapse, dense_strides
 
 HEAD_OPS = lower_linalg.HEAD_OPS
 
@@ -359,17 +362,53 @@ def _stacked(rows: list[View], m: int, k: int) -> View | None:
     return View(first.buffer, "float32", (len(rows) * m, k), (step if m == 1 else k, 1), first.offset)
 
 
+#: Most 4-D programs one elementwise group is split into (see :func:`rank4_programs`).
+MAX_EW_PROGRAMS = 4096
+
+
+def rank4_programs(prog: EwProgram, name: str = "") -> list[EwProgram]:
+    """``prog`` as programs over the kernel's 4-D space: itself when its operands collapse to 4
+    dims, else one per index of the dims left over (a broadcast like [2,3,4,2,3,4] + [2,1,1,2,1,4]
+    collapses to 5).  The kernel walks the innermost dim and the three largest others, so the
+    programs are as few as they can be."""
+    if prog.canonical() is not None:
+        return [prog]
+    views = [v for v, _ in prog.inputs] + [v for _, v in prog.outputs]
+    shape, strides = collapse(prog.shape, [v.strides for v in views])
+    inner = len(shape) - 1
+    keep = sorted(sorted(range(inner), key=lambda i: -shape[i])[:3]) + [inner]
+    loop = [i for i in range(len(shape)) if i not in keep]
+    count = math.prod(shape[i] for i in loop)
+    if count > MAX_EW_PROGRAMS:
+        raise CompileError(f"elementwise group '{name}' over {prog.shape}: its operands' strides collapse to "
+                           f"{len(shape)} dims, {count} programs of the 4-D kernel (at most {MAX_EW_PROGRAMS}); "
+                           f"make the operands contiguous (e.g. fewer broadcast dims) or use the reference backend")
+    sub_shape = tuple(shape[i] for i in keep)
+    out = []
+    for idx in itertools.product(*(range(shape[i]) for i in loop)):
+        def sub(v: View, st: tuple[int, ...]) -> View:
+            return View(v.buffer, v.dtype, sub_shape, tuple(st[i] for i in keep),
+                        v.offset + sum(j * st[i] for j, i in zip(idx, loop)))
+        n_in = len(prog.inputs)
+        out.append(replace(prog, shape=sub_shape,
+                           inputs=[(sub(v, st), dt) for (v, dt), st in zip(prog.inputs, strides)],
+                           outputs=[(r, sub(v, st)) for (r, v), st in zip(prog.outputs, strides[n_in:])],
+                           _input_index={}))
+    return out
+
+
 def ew_op(lw: Lowerer, members: list[Node], prog: EwProgram, stored: list[str]) -> CpuOp:
-    """A standalone fused elementwise op over the program's 4-D space."""
-    space = prog.canonical()
-    if space is None:
-        raise ValueError("elementwise group needs more than 4 dims")
+    """A standalone fused elementwise op over the program's 4-D space (or over several programs
+    of one 4-D space, :func:`rank4_programs`, each task running all of them on its rows)."""
+    name = members[-1].name or members[-1].op_type
+    progs = rank4_programs(prog, name)
+    space = progs[0].canonical()
     (d0, d1, d2, d3), _ = space
     rows = d0 * d1 * d2
     n_regs = prog.n_registers()
     epi_reads, epi_writes, n_inputs = epilogue_io(prog)
     reads, writes = tuple(sorted(epi_reads)), tuple(sorted(epi_writes))
-    elems = rows * d3
+    elems = rows * d3 * len(progs)
     nbytes = elems * 4.0 * (n_inputs + len(prog.outputs))
     flops = elems * max(len(prog.instrs), 1) * 2.0
 
@@ -378,11 +417,11 @@ def ew_op(lw: Lowerer, members: list[Node], prog: EwProgram, stored: list[str]) 
         return grid_split(rows, d3, n, col_align=64) if elems >= 4096 or n == 1 else []
 
     def emit(ctx: EmitContext, parts: list) -> list[Row]:
-        off = prog.emit(ctx.side, ctx.locate)
+        offs = [p.emit(ctx.side, ctx.locate) for p in progs]
+        off = offs[0] if len(offs) == 1 else -1 - ctx.side.add_ints([len(offs)] + offs)
         return [("k_ew", [off, r0, r1, c0, c1]) for r0, r1, c0, c1 in parts]
 
     from .ewops import BLOCK
 
-    name = members[-1].name or members[-1].op_type
     return CpuOp(name, "ew", tuple(members), reads, writes, flops, nbytes, partition, emit,
                  scratch=n_regs * BLOCK, extra={"program": prog})

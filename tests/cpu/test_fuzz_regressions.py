@@ -155,3 +155,37 @@ def test_matmul_rank_mixes_with_epilogues(epilogue):
             check(m, feeds, veus=2)
         except AssertionError as e:
             raise AssertionError(f"A{sa} @ B{sb} then {epilogue}") from e
+
+
+# -- 4. broadcasting over more than 4 dims ----------------------------------------------------
+
+def test_broadcast_above_4_dims_reproducer():
+    """Add([2,3,4,2,3,4], [2,1,1,2,1,4]) collapses to 5 dims: a CompileError before."""
+    feeds = {"a": rand(2, 3, 4, 2, 3, 4), "b": rand(2, 1, 1, 2, 1, 4, seed=1)}
+    report = check(model([node("Add", ["a", "b"], ["y"])], feeds, ["y"]), feeds, veus=2)
+    assert not report["fallbacks"]
+
+
+@pytest.mark.parametrize("a_shape,b_shape", [
+    ((2, 3, 4, 2, 3, 4), (2, 1, 1, 2, 1, 4)),
+    ((2, 3, 4, 2, 3, 4), (1, 3, 1, 2, 1, 4)),
+    ((3, 1, 4, 1, 5, 1, 2), (1, 2, 1, 3, 1, 2, 1)),
+    ((2, 2, 2, 2, 2, 2, 2, 2), (2, 1, 2, 1, 2, 1, 2, 1)),
+    ((5, 1, 3, 1, 70), (1, 4, 1, 6, 70)),
+    ((1, 2, 1, 3, 1, 4), (2, 2, 3, 3, 4, 4)),
+])
+def test_broadcast_above_4_dims_fused(a_shape, b_shape):
+    feeds = {"a": rand(*a_shape), "b": rand(*b_shape, seed=1)}
+    out_shape = np.broadcast_shapes(a_shape, b_shape)
+    feeds["r"] = rand(*out_shape, seed=2)
+    nodes = [node("Add", ["a", "b"], ["t0"]), node("Relu", ["t0"], ["t1"]), node("Mul", ["t1", "r"], ["t2"]),
+             node("Greater", ["t2", "a"], ["t3"]), node("Where", ["t3", "t2", "b"], ["y"])]
+    report = check(model(nodes, feeds, ["y", "t1"]), feeds, veus=2)
+    assert not report["fallbacks"]
+
+
+def test_transposed_6d_operand():
+    """A strided (transposed) 6-D view in an elementwise group: its strides collapse to 6 dims."""
+    feeds = {"a": rand(2, 3, 4, 2, 3, 4), "c": rand(4, 1, 3, 1, 1, 3, seed=1)}
+    nodes = [node("Transpose", ["a"], ["t"], perm=[5, 3, 1, 0, 2, 4]), node("Add", ["t", "c"], ["y"])]
+    check(model(nodes, feeds, ["y"]), feeds, veus=2)
