@@ -16,11 +16,11 @@ import numpy as np
 from rammer import progress
 from rammer.ir import Graph
 from rammer.schedule import Schedule
+from rammer.schedule.ordering import schedule_order
 
 from .codegen import Tables, build_tables, program_source
 from .lowering import Lowered, Lowerer
 from .ops import CostModel, CpuOp
-from .ordering import schedule_order
 from .planner import plan
 from .batching import DEFAULT_BATCH_ROWS
 from .runtime import CompiledSegment, HostStep, Program, view_placement

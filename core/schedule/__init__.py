@@ -15,6 +15,7 @@ from ..vdevice import VDevice, get_preset
 from .policies import Policy, get_policy, policies
 from .problem import Problem, build_problem, op_names, op_predecessors
 from .schedule import BarrierEntry, RTaskEntry, Schedule, ScheduleBuilder, ScheduledOp
+from .ordering import schedule_order
 from .simulate import SimResult, simulate
 from .verify import VerifyReport, verify
 
@@ -25,7 +26,7 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = [
     "BarrierEntry", "Policy", "Problem", "RTaskEntry", "Schedule", "ScheduleBuilder", "ScheduledOp", "SimResult",
     "VerifyReport", "build_problem", "get_policy", "op_names", "op_predecessors", "policies", "schedule_graph",
-    "simulate", "verify",
+    "schedule_order", "simulate", "verify",
 ]
 
 

@@ -1,4 +1,10 @@
-"""What the compiled schedule guarantees to run before what, for the memory planner.
+"""What a compiled schedule guarantees to run before what, for the memory planner.
+
+Hardware-neutral: a program is a list of *groups*, each either a segment (a
+``list`` of ops, scheduled by the next :class:`~rammer.schedule.Schedule`,
+whose op ``i`` is the segment's op ``i``) or a single op run on its own
+between segments (a host op).  The ops themselves are opaque here; the
+planner (:func:`rammer.memory.plan_arena`) reads their reads and writes.
 
 The planner may give a new buffer the memory of a dead one only when every
 op that touched the dead buffer is certain to be done before the new one's
@@ -20,18 +26,21 @@ wait for at least what the clocks assume, so reuse needs no extra barrier.
 
 from __future__ import annotations
 
+from typing import Sequence, TypeVar, Union
+
 import numpy as np
 
-from rammer.schedule import Schedule
+from ..errors import ScheduleError
+from .schedule import Schedule
 
-from .ops import CpuOp
+Op = TypeVar("Op")
 
 
-def schedule_order(groups: list[list[CpuOp] | CpuOp], schedules: list[Schedule]) -> tuple[list[CpuOp], list[int]]:
+def schedule_order(groups: Sequence[Union[list[Op], Op]], schedules: Sequence[Schedule]) -> tuple[list[Op], list[int]]:
     """A walk order of every op (host ops and segments in program order; within a segment the
     order the schedule can first run them) and, per op in that order, the bitmask of the ops
     (positions in the order) certainly done before it starts."""
-    order: list[CpuOp] = []
+    order: list[Op] = []
     anc: list[int] = []
     before = 0  # everything of the earlier groups
     sched_iter = iter(schedules)
@@ -119,7 +128,8 @@ def _segment_clocks(n_ops: int, sched: Schedule) -> tuple[list[int], np.ndarray,
         current[v][v] = q + 1
         pos[v] += 1
     if any(pos[v] < len(p) for v, p in enumerate(sched.programs)):
-        raise AssertionError(f"{sched.graph_name}: the barriers of the schedule deadlock")
+        raise ScheduleError(f"{sched.graph_name}: the barriers of the schedule deadlock; check it with "
+                            "rammer.schedule.verify, which names the cycle")
     # ops without rTasks (none are expected) neither precede nor follow anything
     done = np.full((n_ops, veus), np.iinfo(np.int64).max // 2, np.int64)
     start = np.zeros((n_ops, veus), np.int64)
