@@ -372,7 +372,8 @@ def finalize_classifier(E: Emitter, raw: Any, has: np.ndarray, base: np.ndarray,
             s1 = E.add(s0, E.const(np.full((1, 1), base[1])))
             s0 = E.sub(E.const(np.zeros((1, 1))), s1)
         else:
-            s1 = E.add(s1, E.const(np.full((1, 1), base[1])))
+            # Binary as multiclass: onnxruntime adds base[1] to a class no leaf scores and
+            # then writes that class's score as 0.
             s0 = E.add(s0, E.const(np.full((1, 1), base[0])))
     elif len(base) == 1:
         s0 = E.add(s0, E.const(np.full((1, 1), base[0])))
@@ -384,26 +385,21 @@ def finalize_classifier(E: Emitter, raw: Any, has: np.ndarray, base: np.ndarray,
         limit = 0.5 if weights_positive else 0.0
         label = E.pick_label(pos, limit, labels)
     else:
-        # onnxruntime labels 1/0 here, whatever the class labels are.
+        # onnxruntime labels 1/0 here: integers as such, string labels by index.
         limit = 0.0
         label = E.pick_label(pos, limit, np.asarray([0, 1], dtype=labels.dtype) if labels.dtype.kind in "iu"
-                             else np.asarray(["0", "1"], dtype=object))
+                             else labels)
     if size == 2:
         return label, E.transform(E.concat([s0, s1]), post)
     if post == "PROBIT":
         return label, E.concat([E.transform(s0, post), E.const(np.zeros((1, 1)))])
-    if not binary_case:
-        # write_additional_scores stays 3: [s, -s] (or logistic pair).
-        if post == "LOGISTIC":
-            return label, E.concat([E.transform(E.sub(E.const(np.zeros((1, 1))), s0), post), E.transform(s0, post)])
-        return label, E.concat([s0, E.sub(E.const(np.zeros((1, 1))), s0)])
-    if weights_positive:
+    if weights_positive and binary_case:
         return label, E.concat([E.sub(E.const(np.ones((1, 1))), s0), s0])
-    if post == "LOGISTIC":
-        return label, E.concat([E.transform(E.sub(E.const(np.zeros((1, 1))), s0), post), E.transform(s0, post)])
     neg = E.sub(E.const(np.zeros((1, 1))), s0)
-    # mixed weights: [-s, s] when the positive class wins, [s, -s] otherwise.
-    return label, E.concat([E.where_positive(pos, limit, neg, s0), E.where_positive(pos, limit, s0, neg)])
+    if post == "LOGISTIC":
+        return label, E.concat([E.transform(neg, post), E.transform(s0, post)])
+    # Mixed weights: [-s, s] whichever class wins (onnxruntime 1.2x's batched score update).
+    return label, E.concat([neg, s0])
 
 
 def finalize_linear_classifier(E: Emitter, scores: Any, n_scores: int, post: str,
@@ -413,12 +409,9 @@ def finalize_linear_classifier(E: Emitter, scores: Any, n_scores: int, post: str
         pair = labels if len(labels) == 2 else (np.asarray([0, 1], labels.dtype) if labels.dtype.kind in "iu"
                                                 else np.asarray(["0", "1"], dtype=object))
         label = E.pick_label(scores, 0.0, pair)
-        if post == "PROBIT":
-            s = E.transform(scores, post)
-            return label, (E.concat([E.sub(E.const(np.ones((1, 1))), s), s]) if len(labels) == 2 else s)
-        if len(labels) == 2:
-            return label, E.concat([E.sub(E.const(np.ones((1, 1))), scores), scores])
-        return label, E.transform(scores, post) if post == "NONE" else scores
+        s = E.transform(scores, post)
+        # Two labels and one score column: [1 - p, p] after the transform.
+        return label, (E.concat([E.sub(E.const(np.ones((1, 1))), s), s]) if len(labels) == 2 else s)
     if len(labels) != n_scores:
         raise MlModelError(f"{n_scores} score columns but {len(labels)} class labels")
     return E.argmax_labels(scores, labels, np.ones(n_scores, bool)), E.transform(scores, post)
