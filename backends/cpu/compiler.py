@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from rammer import progress
-from rammer.ir import Graph
+from rammer.ir import Graph, outer_names
 from rammer.schedule import Schedule
 from rammer.schedule.ordering import schedule_order
 
@@ -94,11 +94,13 @@ def compile_program(graph: Graph, num_veus: int | None = None, policy: str = "wa
             raw = data.view(np.uint8)
             const_blob[b.byte_offset:b.byte_offset + raw.size] = raw
 
-    # Tensors the runtime touches by name: graph inputs/outputs and host-op operands.
+    # Tensors the runtime touches by name: graph inputs/outputs and host-op operands, including
+    # the outer-scope tensors a host op's subgraphs capture.
     wanted = {t.name for t in graph.inputs} | {t.name for t in graph.outputs}
     for op in lowered.ops:
         if op.host:
             wanted |= {x for x in op.nodes[0].inputs if x} | {x for x in op.nodes[0].outputs if x}
+            wanted |= outer_names(op.nodes[0])
     tensors = {}
     for name in wanted:
         v = lowered.views.get(name)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from rammer.ir import Graph
+from rammer.ir import Graph, outer_names
 
 
 @dataclass
@@ -30,12 +30,14 @@ class Group:
 
 
 def ancestors(graph: Graph) -> list[int]:
+    """Per node, the bitset of its transitive producers, through the tensors its subgraphs
+    capture too (an If reading ``r`` only in its branches still depends on r's producer)."""
     producer = graph.producer
     index = {id(n): i for i, n in enumerate(graph.nodes)}
     anc: list[int] = []
     for node in graph.nodes:
         acc = 0
-        for t in set(node.inputs):
+        for t in set(node.inputs) | (outer_names(node) if node.subgraphs() else set()):
             p = producer.get(t) if t else None
             if p is not None:
                 j = index[id(p)]

@@ -189,3 +189,122 @@ def test_transposed_6d_operand():
     feeds = {"a": rand(2, 3, 4, 2, 3, 4), "c": rand(4, 1, 3, 1, 1, 3, seed=1)}
     nodes = [node("Transpose", ["a"], ["t"], perm=[5, 3, 1, 0, 2, 4]), node("Add", ["t", "c"], ["y"])]
     check(model(nodes, feeds, ["y"]), feeds, veus=2)
+
+
+# -- 5. subgraphs run as host steps that capture outer-scope tensors -------------------------
+
+_F = TensorProto.FLOAT
+
+
+def _vi(name: str, shape: list | None = None, dtype: int = _F) -> onnx.ValueInfoProto:
+    return helper.make_tensor_value_info(name, dtype, shape)
+
+
+def _branch(name: str, op: str, captured: str, shape: list) -> onnx.GraphProto:
+    """``captured op 1`` over an outer-scope tensor."""
+    one = numpy_helper.from_array(np.ones(shape, np.float32), f"{name}_one")
+    return helper.make_graph([helper.make_node(op, [captured, f"{name}_one"], [f"{name}_out"])], name, [],
+                             [_vi(f"{name}_out", shape)], [one])
+
+
+def _graph_model(nodes: list, inputs: list, outputs: list, inits: dict | None = None) -> onnx.ModelProto:
+    g = helper.make_graph(nodes, "g", inputs, outputs,
+                          [numpy_helper.from_array(v, k) for k, v in (inits or {}).items()])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _if(cond: str, out: str, captured: str, shape: list) -> onnx.NodeProto:
+    return helper.make_node("If", [cond], [out], then_branch=_branch(f"{out}_then", "Add", captured, shape),
+                            else_branch=_branch(f"{out}_else", "Sub", captured, shape))
+
+
+def _run_both_branches(m: onnx.ModelProto, x_shape: list) -> None:
+    for c in (True, False):
+        feeds = {"x": rand(*x_shape), "c": np.array(c)}
+        report = check(m, feeds)
+        assert [f["op"] for f in report["fallbacks"]] and all(f["op"] in ("If", "Loop", "Scan")
+                                                              for f in report["fallbacks"])
+
+
+def test_if_capturing_computed_tensor_reproducer():
+    """r = Relu(x); y = If(c) with branches r + 1 / r - 1: KeyError 'r' at run time before."""
+    m = _graph_model([helper.make_node("Relu", ["x"], ["r"]), _if("c", "y", "r", [2, 3])],
+                     [_vi("x", [2, 3]), _vi("c", [], TensorProto.BOOL)], [_vi("y", [2, 3])])
+    _run_both_branches(m, [2, 3])
+
+
+@pytest.mark.parametrize("variant", ["read-after", "fused-around", "graph-input", "initializer", "graph-output",
+                                     "view", "two-captures"])
+def test_if_capturing_outer_tensors(variant):
+    shape = [2, 3]
+    ins = [_vi("x", shape), _vi("c", [], TensorProto.BOOL)]
+    inits = {}
+    nodes = [helper.make_node("Relu", ["x"], ["r"])]
+    outs = [_vi("y", shape)]
+    if variant == "read-after":  # the If's output and the captured tensor meet again: was a cycle
+        nodes += [_if("c", "t", "r", shape), helper.make_node("Add", ["t", "r"], ["y"])]
+    elif variant == "fused-around":  # r's group continues past it; another group reads the If's output
+        nodes += [helper.make_node("Sigmoid", ["r"], ["s"]), _if("c", "t", "r", shape),
+                  helper.make_node("Mul", ["t", "s"], ["u"]), helper.make_node("Add", ["u", "r"], ["y"])]
+    elif variant == "graph-input":
+        nodes += [_if("c", "t", "x", shape), helper.make_node("Add", ["t", "r"], ["y"])]
+    elif variant == "initializer":
+        inits["w"] = rand(*shape, seed=5)
+        nodes += [_if("c", "t", "w", shape), helper.make_node("Add", ["t", "r"], ["y"])]
+    elif variant == "graph-output":
+        nodes += [_if("c", "y", "r", shape)]
+        outs.append(_vi("r", shape))
+    elif variant == "view":  # a captured tensor that is a view (no buffer of its own)
+        inits["s"] = np.array([3, 2], np.int64)
+        nodes += [helper.make_node("Reshape", ["r", "s"], ["rv"]), _if("c", "t", "rv", [3, 2]),
+                  helper.make_node("Relu", ["t"], ["y"])]
+        outs = [_vi("y", [3, 2])]
+    else:
+        nodes += [helper.make_node("Tanh", ["x"], ["q"]), _if("c", "t1", "r", shape), _if("c", "t2", "q", shape),
+                  helper.make_node("Add", ["t1", "t2"], ["y"])]
+    _run_both_branches(_graph_model(nodes, ins, outs, inits), shape)
+
+
+def test_nested_if_capturing_outer_tensor():
+    """An If inside an If's branch reads a tensor of the outermost graph."""
+    shape = [2, 3]
+    inner = helper.make_node("If", ["c"], ["inner_out"], then_branch=_branch("in_then", "Mul", "r", shape),
+                             else_branch=_branch("in_else", "Add", "r", shape))
+    then = helper.make_graph([inner], "outer_then", [], [_vi("inner_out", shape)])
+    nodes = [helper.make_node("Relu", ["x"], ["r"]),
+             helper.make_node("If", ["c"], ["t"], then_branch=then,
+                              else_branch=_branch("outer_else", "Sub", "r", shape)),
+             helper.make_node("Add", ["t", "r"], ["y"])]
+    m = _graph_model(nodes, [_vi("x", shape), _vi("c", [], TensorProto.BOOL)], [_vi("y", shape)])
+    _run_both_branches(m, shape)
+
+
+def test_loop_capturing_outer_tensor():
+    """A Loop body adding an outer-scope tensor to its carried value."""
+    shape = [2, 3]
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["cond_in"], ["cond_out"]), helper.make_node("Add", ["v_in", "r"], ["v_out"])],
+        "body", [_vi("i", [], TensorProto.INT64), _vi("cond_in", [], TensorProto.BOOL), _vi("v_in", shape)],
+        [_vi("cond_out", [], TensorProto.BOOL), _vi("v_out", shape)])
+    nodes = [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Sigmoid", ["x"], ["v0"]),
+             helper.make_node("Loop", ["n", "c", "v0"], ["v"], body=body),
+             helper.make_node("Mul", ["v", "r"], ["y"])]
+    m = _graph_model(nodes, [_vi("x", shape), _vi("c", [], TensorProto.BOOL)], [_vi("y", shape)],
+                     {"n": np.array(3, np.int64)})
+    _run_both_branches(m, shape)
+
+
+def test_scan_capturing_outer_tensor():
+    """A Scan body reading an outer-scope tensor next to its state and scanned slice."""
+    body = helper.make_graph(
+        [helper.make_node("Add", ["s_in", "x_t"], ["a"]), helper.make_node("Mul", ["a", "r"], ["s_out"]),
+         helper.make_node("Identity", ["s_out"], ["y_t"])],
+        "body", [_vi("s_in", [3]), _vi("x_t", [3])], [_vi("s_out", [3]), _vi("y_t", [3])])
+    nodes = [helper.make_node("Sigmoid", ["x"], ["xs"]), helper.make_node("ReduceMean", ["x"], ["r0"], axes=[0],
+                                                                           keepdims=0),
+             helper.make_node("Relu", ["r0"], ["r"]),
+             helper.make_node("Scan", ["s0", "xs"], ["s", "ys"], body=body, num_scan_inputs=1),
+             helper.make_node("Add", ["ys", "xs"], ["y"])]
+    m = _graph_model(nodes, [_vi("x", [4, 3]), _vi("c", [], TensorProto.BOOL)], [_vi("y", [4, 3]), _vi("s", [3])],
+                     {"s0": np.zeros(3, np.float32)})
+    _run_both_branches(m, [4, 3])
