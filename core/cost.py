@@ -1,14 +1,28 @@
-"""Work estimates per node: floating-point operations and bytes moved.
+"""Work estimates per node (floating-point operations and bytes moved) and the
+one analytic cost model of an rTask.
 
-Used by ``rammer inspect`` and by cost models of rKernels.  Counts a
-multiply-add as 2 FLOPs.
+Used by ``rammer inspect``, by the rKernel families of the core and by every
+backend that costs its own rKernels.  Counts a multiply-add as 2 FLOPs.
 """
 
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 from .ir import Graph, Node
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .vdevice import VDevice
+
+
+def rtask_duration(vd: VDevice, flops: float, nbytes: float, efficiency: float = 1.0,
+                   contraction: bool = True) -> float:
+    """Microseconds one rTask takes on one vEU of ``vd``: the fixed overhead, then compute or
+    memory, whichever is slower.  A ``contraction`` (a GEMM or conv tile) runs at
+    ``efficiency`` x the vEU's peak; other code at its loop rate (``VDevice.loop_gflops``)."""
+    rate = vd.flops_per_us if contraction else vd.loop_flops_per_us
+    return vd.rtask_overhead_us + max(flops / (rate * max(efficiency, 1e-3)), nbytes / vd.bytes_per_us)
 
 
 def _size(graph: Graph, name: str) -> int:

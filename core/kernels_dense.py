@@ -74,7 +74,8 @@ class MatMulFamily:
                 nbytes = (tm * k + k * tn + tm * tn * (2 if c is not None else 1)) * size
                 kernels.append(make_kernel(
                     self.name, {"tile_m": tm, "tile_n": tn}, tiling.count, vd, flops, nbytes, access, node,
-                    graph, efficiency=tile_efficiency(tm, tn), staging_bytes=_staging(tm, tn, k, size)))
+                    graph, efficiency=tile_efficiency(tm, tn), staging_bytes=_staging(tm, tn, k, size),
+                    contraction=True))
         return pareto(kernels, vd.num_veus)
 
 
@@ -168,7 +169,8 @@ class ConvFamily:
                 kernels.append(make_kernel(
                     self.name, {"channels": cb, "rows": rb}, tiling.count, vd, flops, nbytes, access, node,
                     graph, efficiency=tile_efficiency(cb, rb * ow),
-                    staging_bytes=_staging(min(cb, 64), min(rb * ow, 64), in_per_group * math.prod(kernel), size)))
+                    staging_bytes=_staging(min(cb, 64), min(rb * ow, 64), in_per_group * math.prod(kernel), size),
+                    contraction=True))
         return pareto(kernels, vd.num_veus)
 
 

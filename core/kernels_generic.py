@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
-from .cost import node_bytes, node_flops
+from .cost import node_bytes, node_flops, rtask_duration
 from .ir import Graph, Node
 from .rtask import Box, RKernel, RKernelFamily, RTaskAccess, RTaskResources
 
@@ -105,11 +105,6 @@ def whole(shape: Sequence[int]) -> Box:
 
 # -- costing --------------------------------------------------------------
 
-def rtask_duration(vd: VDevice, flops: float, nbytes: float, efficiency: float = 1.0) -> float:
-    return vd.rtask_overhead_us + max(flops / (vd.flops_per_us * max(efficiency, 1e-3)),
-                                      nbytes / vd.bytes_per_us)
-
-
 def tile_efficiency(rows: int, cols: int) -> float:
     """Compute efficiency of a rows x cols output tile of a contraction:
     1 at 64x64 and above, falling with the square root of the tile area."""
@@ -119,15 +114,16 @@ def tile_efficiency(rows: int, cols: int) -> float:
 def make_kernel(
     family: str, params: dict[str, Any], count: int, vd: VDevice, flops: float, nbytes: float,
     access: Callable[[int], RTaskAccess] | None, node: Node, graph: Graph,
-    efficiency: float = 1.0, staging_bytes: int = 0,
+    efficiency: float = 1.0, staging_bytes: int = 0, contraction: bool = False,
 ) -> RKernel:
-    """An RKernel whose rTasks each do ``flops`` and move ``nbytes``.  On
+    """An RKernel whose rTasks each do ``flops`` and move ``nbytes`` (costed by
+    :func:`rammer.cost.rtask_duration`; ``contraction`` for GEMM/conv tiles).  On
     local-memory-only devices an rTask's working set must fit a vEU; elsewhere
     it needs ``staging_bytes`` of local memory."""
     local = int(nbytes) if vd.local_memory_only else int(staging_bytes)
     return RKernel(
         family=family, params=params, num_rtasks=int(count),
-        duration_us=rtask_duration(vd, flops, nbytes, efficiency),
+        duration_us=rtask_duration(vd, flops, nbytes, efficiency, contraction),
         resources=RTaskResources(threads=vd.veu.threads, local_mem_bytes=local),
         flops=float(flops), bytes=float(nbytes), access_fn=access,
         input_shapes=tuple(shape_of(graph, i) for i in node.inputs),

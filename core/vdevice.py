@@ -7,7 +7,10 @@ device has, the resources one vEU offers an rTask (threads, local memory:
 shared memory / LDS / SRAM / L2), and the figures the analytic cost models
 of :mod:`rammer.kernels_generic` and the simulator use:
 
-* ``veu_gflops``: fp32 peak of one vEU;
+* ``veu_gflops``: fp32 peak of one vEU (what a tuned contraction, a GEMM or
+  a convolution, reaches);
+* ``loop_gflops``: fp32 rate of one vEU on other code (elementwise loops,
+  reductions); unset where it is the peak (GPUs, IPUs);
 * ``veu_gbps``: memory bandwidth one vEU gets *when every vEU is busy* (the
   device's bandwidth divided by its vEUs; a fair-share model, so a schedule
   that leaves vEUs idle is not credited with the bandwidth they leave over);
@@ -62,13 +65,15 @@ class VDevice:
     #: tiles, MCUs): an rTask's whole working set must then fit there.
     local_memory_only: bool = False
     description: str = ""
+    #: fp32 rate of one vEU outside tuned contractions (None: ``veu_gflops``).
+    loop_gflops: float | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.num_veus < 1:
             raise RammerError(f"vDevice '{self.name}' needs at least one vEU, got {self.num_veus}")
-        if self.veu_gflops <= 0 or self.veu_gbps <= 0:
-            raise RammerError(f"vDevice '{self.name}' needs positive veu_gflops and veu_gbps")
+        if self.veu_gflops <= 0 or self.veu_gbps <= 0 or (self.loop_gflops is not None and self.loop_gflops <= 0):
+            raise RammerError(f"vDevice '{self.name}' needs positive veu_gflops, veu_gbps and loop_gflops")
         if min(self.rtask_overhead_us, self.barrier_us, self.kernel_launch_us) < 0:
             raise RammerError(f"vDevice '{self.name}' has a negative overhead")
 
@@ -80,6 +85,10 @@ class VDevice:
     @property
     def bytes_per_us(self) -> float:
         return self.veu_gbps * 1e3
+
+    @property
+    def loop_flops_per_us(self) -> float:
+        return (self.veu_gflops if self.loop_gflops is None else self.loop_gflops) * 1e3
 
     def with_veus(self, num_veus: int) -> VDevice:
         """The same vEUs, ``num_veus`` of them (tests, what-if studies)."""
@@ -144,10 +153,13 @@ PRESETS: dict[str, dict[str, Any]] = {
         local_memory_only=True,
         description="Graphcore GC200 IPU: 1472 tiles x 6 threads, 624 KiB SRAM per tile",
     ),
+    # The cpu backend's vDevice too (one source): per-core figures measured on the
+    # CPU backend's kernels (GEMM micro-kernel vs elementwise loops, streaming from L3),
+    # the cost of reading one task row, and of a barrier row / a parallel-region launch.
     "cpu": dict(
-        kind="cpu", num_veus="auto", veu=dict(threads=1, local_mem_bytes=1024 * KiB),
-        veu_gflops=50.0, veu_gbps=10.0,
-        rtask_overhead_us=0.3, barrier_us=0.5, kernel_launch_us=10.0,
+        kind="cpu", num_veus="auto", veu=dict(threads=1, local_mem_bytes=2048 * KiB),
+        veu_gflops=60.0, loop_gflops=12.0, veu_gbps=20.0,
+        rtask_overhead_us=0.15, barrier_us=0.1, kernel_launch_us=1.5,
         description="this machine's CPU: one vEU per core, running a persistent worker thread",
     ),
     "cortex-m7": dict(

@@ -90,7 +90,7 @@ class CpuBackend(Backend):
         from rammer.ir import Node as IRNode
 
         probe = IRNode("Cpu", (), (), attrs={"cpu_op": main})
-        return kernel_candidates(ops, CostModel())(probe, one, vdevice)
+        return kernel_candidates(ops)(probe, one, vdevice)
 
     # -- compiling --------------------------------------------------------------------
     def compile(self, graph: Graph, options: Mapping[str, Any]):

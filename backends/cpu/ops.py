@@ -13,7 +13,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Callable
 
+from rammer.cost import rtask_duration
 from rammer.ir import Node
+from rammer.vdevice import VDevice, get_preset
 
 from .program import SideTables
 from .views import Buffer, View
@@ -24,16 +26,14 @@ Row = tuple[str, list[int]]
 
 @dataclass(frozen=True)
 class CostModel:
-    """Per-vEU throughput figures of this machine (see device.py for how they were measured)."""
+    """What CPU work costs: the figures of the ``cpu`` vDevice preset (:data:`rammer.vdevice.PRESETS`)
+    through the core's one cost model (:func:`rammer.cost.rtask_duration`); BLAS-like kernels
+    (GEMM, conv) run at the vEU's peak, other loops at its loop rate."""
 
-    gflops_blas: float = 60.0
-    gflops_loops: float = 12.0
-    gbps: float = 20.0
-    task_overhead_us: float = 0.15
+    vdevice: VDevice = field(default_factory=lambda: get_preset("cpu"))
 
     def task_us(self, flops: float, nbytes: float, blas: bool = False) -> float:
-        rate = (self.gflops_blas if blas else self.gflops_loops) * 1e3
-        return self.task_overhead_us + max(flops / rate, nbytes / (self.gbps * 1e3))
+        return rtask_duration(self.vdevice, flops, nbytes, contraction=blas)
 
 
 @dataclass
@@ -87,8 +87,9 @@ class CpuOp:
                 found[len(parts)] = parts
         return found
 
-    def task_us(self, n_tasks: int, cost: CostModel) -> float:
-        return cost.task_us(self.flops / n_tasks, self.nbytes / n_tasks, self.blas)
+    def task_us(self, n_tasks: int, vdevice: VDevice) -> float:
+        """One of ``n_tasks`` equal rTasks on a vEU of ``vdevice``."""
+        return rtask_duration(vdevice, self.flops / n_tasks, self.nbytes / n_tasks, contraction=self.blas)
 
 
 def split_range(total: int, parts: int, index: int) -> tuple[int, int]:

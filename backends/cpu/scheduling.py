@@ -10,13 +10,14 @@ places the rTasks on the vEUs of the local CPU's vDevice.
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from typing import Any
 
 from rammer.ir import Graph, Node, TensorInfo
 from rammer.rtask import RKernel, RTaskResources
 from rammer.schedule import Schedule, get_policy
 from rammer.schedule.problem import build_problem
-from rammer.vdevice import VDevice, VEUResources
+from rammer.vdevice import VDevice
 
 from .ops import CostModel, CpuOp
 
@@ -37,16 +38,12 @@ def default_veus() -> int:
 
 
 def cpu_vdevice(num_veus: int | None = None, cost: CostModel | None = None) -> VDevice:
-    """The local CPU as a vDevice: one vEU per core (or ``num_veus``)."""
+    """The local CPU as a vDevice: the ``cpu`` preset (``cost.vdevice``) with one vEU per core
+    this process may use (or ``num_veus``)."""
     cost = cost or CostModel()
     n = num_veus or default_veus()
-    return VDevice(
-        name="cpu", kind="cpu", num_veus=n,
-        veu=VEUResources(threads=1, local_mem_bytes=2 * 1024 * 1024),
-        veu_gflops=cost.gflops_blas, veu_gbps=cost.gbps,
-        rtask_overhead_us=cost.task_overhead_us, barrier_us=0.1, kernel_launch_us=1.5,
-        description=f"this machine's CPU: {n} vEUs, each a numba worker thread pinned to a core",
-    )
+    return replace(cost.vdevice, num_veus=n,
+                   description=f"this machine's CPU: {n} vEUs, each a numba worker thread pinned to a core")
 
 
 def segment_graph(ops: list[CpuOp], name: str) -> Graph:
@@ -69,15 +66,15 @@ def segment_graph(ops: list[CpuOp], name: str) -> Graph:
     return Graph(name, tuple(inputs.values()), tuple(outputs), tuple(nodes), {}, value_info, {"": 17})
 
 
-def kernel_candidates(ops: list[CpuOp], cost: CostModel):
-    """``candidates(node, graph, vdevice)`` for :func:`build_problem`."""
+def kernel_candidates(ops: list[CpuOp]):
+    """``candidates(node, graph, vdevice)`` for :func:`build_problem`, costed for ``vdevice``."""
     def candidates(node: Node, graph: Graph, vdevice: VDevice) -> list[RKernel]:
         op = ops[int(node.attr("cpu_op"))]
         out = []
         for n, parts in op.tilings(vdevice.num_veus).items():
             out.append(RKernel(
                 family=f"cpu.{op.family}", params={"tasks": n}, num_rtasks=n,
-                duration_us=op.task_us(n, cost),
+                duration_us=op.task_us(n, vdevice),
                 resources=RTaskResources(1, op.scratch * 4),
                 flops=op.flops / n, bytes=op.nbytes / n,
             ))
@@ -85,9 +82,11 @@ def kernel_candidates(ops: list[CpuOp], cost: CostModel):
     return candidates
 
 
-def schedule_segment(ops: list[CpuOp], vdevice: VDevice, policy: str, cost: CostModel, name: str) -> Schedule:
+def schedule_segment(ops: list[CpuOp], vdevice: VDevice, policy: str, cost: CostModel | None, name: str) -> Schedule:
+    """Schedule one segment's ops on ``vdevice`` with ``policy``.  The rTasks are costed by
+    ``vdevice``'s figures (``cpu_vdevice(n, cost)`` carries ``cost``'s)."""
     graph = segment_graph(ops, name)
-    problem = build_problem(graph, vdevice, candidates=kernel_candidates(ops, cost))
+    problem = build_problem(graph, vdevice, candidates=kernel_candidates(ops))
     return get_policy(policy).schedule(problem)
 
 
