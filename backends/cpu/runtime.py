@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import queue
 import threading
 from dataclasses import dataclass, field
 from typing import Any, Mapping
@@ -68,7 +69,9 @@ def view_placement(view: View, byte_offset: int) -> tuple[str, int, tuple[int, .
 
 
 class CpuExecutable:
-    """Runs a :class:`Program`; one inference at a time (a lock serializes callers)."""
+    """Runs a :class:`Program`.  One caller runs the whole program on every vEU; callers
+    that arrive while others are inside ``run`` each run a 1-vEU copy (a *lane*) on
+    their own thread, so throughput grows with callers instead of queueing them."""
 
     def __init__(self, graph: Graph, program: Program, max_wait_s: float = 60.0, schedules: list | None = None,
                  schedules_loader: Any = None):
@@ -89,6 +92,13 @@ class CpuExecutable:
         #: The process that built the worker pool; a forked child runs a 1-vEU copy instead.
         self._pid = os.getpid()
         self._fork_copy: CpuExecutable | None = None
+        #: Concurrent callers: how many are inside ``run``, and the 1-vEU lanes they use.
+        self._callers = 0
+        self._callers_lock = threading.Lock()
+        self._lanes: queue.SimpleQueue[CpuExecutable] = queue.SimpleQueue()
+        self._lane_count = 0
+        self._lane_build_lock = threading.Lock()
+        self._lane_program: Program | None = None
         # 64-byte aligned arena
         raw = np.empty(program.arena_bytes + 64, dtype=np.uint8)
         start = (-raw.ctypes.data) % 64
@@ -140,8 +150,59 @@ class CpuExecutable:
 
     # -- running ------------------------------------------------------------------------
     def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        if self._pid != os.getpid() and self.program.num_veus > 1:
-            return self._in_forked_child().run(feeds)
+        if self.program.num_veus > 1:
+            if self._pid != os.getpid():
+                return self._in_forked_child().run(feeds)
+            with self._callers_lock:
+                self._callers += 1
+                alone = self._callers == 1
+            try:
+                if alone:
+                    return self._run_here(feeds)
+                return self._run_on_lane(feeds)
+            finally:
+                with self._callers_lock:
+                    self._callers -= 1
+        return self._run_here(feeds)
+
+    def _run_on_lane(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Run on a 1-vEU copy of the program while other callers are inside ``run``.
+
+        The whole program's vEUs wait for each other at barriers, so two callers
+        running it at once on shared cores would stall each other; instead each
+        concurrent caller runs a 1-vEU program on its own thread (no parallel
+        region), at most one lane per core, each with its own arena.
+        """
+        try:
+            lane = self._lanes.get_nowait()
+        except queue.Empty:
+            lane = None
+            with self._callers_lock:
+                if self._lane_count < max(1, len(available_cores())):
+                    self._lane_count += 1
+                    make = True
+                else:
+                    make = False
+            if make:
+                lane = self._new_lane()
+            else:
+                lane = self._lanes.get()
+        try:
+            return lane._run_here(feeds)
+        finally:
+            self._lanes.put(lane)
+
+    def _new_lane(self) -> CpuExecutable:
+        with self._lane_build_lock:
+            first = self._lane_program
+            if first is None:
+                policy = str(self.program.report.get("policy", "wavefront"))
+                exe = api.compile(self.graph, backend="cpu", veus=1, policy=policy).executable
+                self._lane_program = exe.program
+                return exe
+        return CpuExecutable(self.graph, first)
+
+    def _run_here(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         with self._lock:
             host_values: dict[str, np.ndarray] = {}
             for name, info, dt, shape, view in self._feed_plan:
