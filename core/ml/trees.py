@@ -34,6 +34,12 @@ _EXACT = 1 << 24
 _CMP = {LEQ: "LessOrEqual", LT: "Less", GTE: "GreaterOrEqual", GT: "Greater", EQ: "Equal"}
 #: Perfect trees above this depth would take 2**depth table rows per tree.
 MAX_PERFECT_DEPTH = 14
+#: Perfect tree traversal evaluates this many top levels for every node at once: a node's
+#: feature row is copied whole (constant indices), which is far cheaper per value than a
+#: per-element Gather, and Where picks each row's path through the 2**levels - 1 results.
+TOP_LEVELS = 4
+#: ... as long as those copies stay below this many values per group (large batches: fewer levels).
+TOP_ELEMENTS = 1 << 23
 #: Dense GEMM matrices above this many elements per group are refused.
 MAX_GEMM_ELEMENTS = 1 << 26
 
@@ -106,11 +112,22 @@ class _Lowering:
             cond = w.op("Or", [cond, w.op("And", [w.op("IsNaN", [v]), missing()])])
         return cond
 
-    def gather_values(self, pos_int: str, feat_times_rows: np.ndarray, hint: str) -> str:
-        """x[b, feature[pos[t, b]]] for positions [T, B], through the flat [F*B] input."""
+    def gather_fields(self, pos_int: str, columns: list[np.ndarray], hint: str) -> list[str]:
+        """Per-node fields at positions [T, B]: one Gather of a [N, m] table (one index
+        computation per row instead of m), then its columns as [T, B] views."""
         w = self.w
-        base = w.op("Gather", [w.const(feat_times_rows.astype(np.float32), hint), pos_int], axis=0)
-        flat = w.op("Add", [base, w.const(np.arange(self.rows, dtype=np.float32).reshape(1, -1), "rows")])
+        dtype = np.result_type(*[c.dtype for c in columns])
+        rows = w.op("Gather", [w.const(np.stack(columns, axis=1).astype(dtype), hint), pos_int], axis=0)
+        if len(columns) == 1:
+            return [w.reshape(rows, list(w.info(pos_int).shape))]
+        shape = list(w.info(pos_int).shape)
+        return [w.reshape(w.slice(rows, 2, j, j + 1), shape) for j in range(len(columns))]
+
+    def gather_values(self, feature_offset: str) -> str:
+        """x[b, f] for [T, B] offsets ``f * B`` (as floats), through the flat [F*B] input."""
+        w = self.w
+        flat = w.op("Add", [feature_offset, w.const(np.arange(self.rows, dtype=w.info(feature_offset).dtype)
+                                                    .reshape(1, -1), "rows")])
         return w.op("Gather", [self.xt_flat, w.cast(flat, "int64")], axis=0)
 
 
@@ -191,18 +208,21 @@ def lower_tree_traversal(low: _Lowering, g: TreeTables) -> str:
                              if g.missing_true[roots].any() else None)
         pos = w.op("Where", [cond, w.const(g.true[roots].astype(np.float32)[:, None], "true"),
                              w.const(g.false[roots].astype(np.float32)[:, None], "false")])
-    tables = {"true": g.true.astype(np.float32), "false": g.false.astype(np.float32)}
+    present = [int(m) for m in np.unique(modes) if m != LEAF]
+    columns = [feat_b.astype(thr.dtype), thr, g.true.astype(thr.dtype), g.false.astype(thr.dtype)]
+    if len(present) > 1:
+        columns += [(modes == m).astype(thr.dtype) for m in present]
+    if g.missing_true.any():
+        columns.append(g.missing_true.astype(thr.dtype))
     for _level in range(1, g.depth):
         pi = w.cast(pos, "int64")
-        v = low.gather_values(pi, feat_b, "feature_offsets")
-        th = w.op("Gather", [w.const(thr, "thresholds"), pi], axis=0)
+        fields = low.gather_fields(pi, columns, "nodes")
+        v = low.gather_values(fields[0])
+        extra = fields[4:]
         cond = low.condition(
-            v, th, modes,
-            lambda m: w.cast(w.op("Gather", [w.const((modes == m).astype(np.float32), "mode"), pi], axis=0), "bool"),
-            (lambda: w.cast(w.op("Gather", [w.const(g.missing_true.astype(np.float32), "missing"), pi], axis=0),
-                            "bool")) if g.missing_true.any() else None)
-        pos = w.op("Where", [cond, w.op("Gather", [w.const(tables["true"], "true"), pi], axis=0),
-                             w.op("Gather", [w.const(tables["false"], "false"), pi], axis=0)])
+            v, fields[1], modes, lambda m: w.cast(extra[present.index(m)], "bool"),
+            (lambda: w.cast(extra[-1], "bool")) if g.missing_true.any() else None)
+        pos = w.op("Where", [cond, w.cast(fields[2], "float32"), w.cast(fields[3], "float32")])
     leaf_w = w.const(g.weights.astype(low.score_dtype), "leaf_values")
     return w.op("Gather", [leaf_w, w.cast(pos, "int64")], axis=0)
 
@@ -234,31 +254,55 @@ def lower_perfect(low: _Lowering, g: TreeTables) -> str:
             stack.append((int(g.true[n]), lv + 1, 2 * j))
             stack.append((int(g.false[n]), lv + 1, 2 * j + 1))
     one = w.const(np.ones((1, 1), np.float32))
-    pos = None
-    for lv in range(depth):
+    top = min(depth, TOP_LEVELS)
+    while top and t_count * ((1 << top) - 1) * low.rows > TOP_ELEMENTS:
+        top -= 1
+    pos = _perfect_top(low, t_count, top, feat, thr, mode, miss) if top else None
+    for lv in range(top, depth):
         modes = mode[lv].reshape(-1)
-        if lv == 0:
-            v = w.op("Gather", [low.xt, w.const(feat[0][:, 0], "root_features")], axis=0)
-            th = w.const(thr[0], "root_thresholds")
-            mode_of = (lambda m: w.const(mode[0] == m, "mode"))
-            missing = (lambda: w.const(miss[0], "missing")) if miss[0].any() else None
-        else:
-            pi = w.cast(pos, "int64")
-            v = low.gather_values(pi, feat[lv].reshape(-1) * low.rows, "feature_offsets")
-            th = w.op("Gather", [w.const(thr[lv].reshape(-1), "thresholds"), pi], axis=0)
-            mode_of = (lambda m, pi=pi, modes=modes: w.cast(
-                w.op("Gather", [w.const((modes == m).astype(np.float32), "mode"), pi], axis=0), "bool"))
-            missing = (lambda pi=pi, lv=lv: w.cast(
-                w.op("Gather", [w.const(miss[lv].reshape(-1).astype(np.float32), "missing"), pi], axis=0), "bool")) \
-                if miss[lv].any() else None
-        cond = low.condition(v, th, modes, mode_of, missing)
+        pi = w.cast(pos, "int64")
+        dt = thr[lv].dtype
+        present = [int(m) for m in np.unique(modes) if m != LEAF]
+        columns = [(feat[lv].reshape(-1) * low.rows).astype(dt), thr[lv].reshape(-1)]
+        if len(present) > 1:
+            columns += [(modes == m).astype(dt) for m in present]
+        if miss[lv].any():
+            columns.append(miss[lv].reshape(-1).astype(dt))
+        fields = low.gather_fields(pi, columns, "nodes")
+        v = low.gather_values(fields[0])
+        mode_of = (lambda m, f=fields[2:], present=present: w.cast(f[present.index(m)], "bool"))
+        missing = (lambda f=fields: w.cast(f[-1], "bool")) if miss[lv].any() else None
+        cond = low.condition(v, fields[1], modes, mode_of, missing)
         step = w.op("Sub", [one, w.cast(cond, "float32")])  # 0 for the true branch, 1 for the false one
-        if lv == 0:
-            base = w.const((np.arange(t_count, dtype=np.float32) * 2)[:, None], "tree_base")
-            pos = w.op("Add", [base, step])
-        else:
-            pos = w.op("Add", [w.op("Add", [pos, pos]), step])
+        pos = w.op("Add", [w.op("Add", [pos, pos]), step])
     if pos is None:
         pos = w.const(np.broadcast_to((np.arange(t_count, dtype=np.float32))[:, None], (t_count, low.rows)), "roots")
     table = w.const(leaves.reshape(t_count << depth, k), "leaf_values")
     return w.op("Gather", [table, w.cast(pos, "int64")], axis=0)
+
+
+def _perfect_top(low: _Lowering, t_count: int, top: int, feat: list, thr: list, mode: list, miss: list) -> str:
+    """Positions [T, B] after the first ``top`` levels of perfect trees (see :data:`TOP_LEVELS`)."""
+    w = low.w
+    n = (1 << top) - 1  # heap order: level lv, position j is node 2**lv - 1 + j
+    feats = np.concatenate([feat[lv] for lv in range(top)], axis=1)  # [T, n]
+    thrs = np.concatenate([thr[lv] for lv in range(top)], axis=1)[:, :, None]
+    modes = np.concatenate([mode[lv] for lv in range(top)], axis=1)
+    misses = np.concatenate([miss[lv] for lv in range(top)], axis=1)[:, :, None]
+    v = w.reshape(w.op("Gather", [low.xt, w.const(feats.reshape(-1), "top_features")], axis=0), [t_count, n, low.rows])
+    cond = low.condition(v, w.const(thrs, "top_thresholds"), modes, lambda m: w.const((modes == m)[:, :, None], "mode"),
+                         (lambda: w.const(misses, "missing")) if misses.any() else None)
+    node = [w.reshape(w.slice(cond, 1, i, i + 1), [t_count, low.rows]) for i in range(n)]
+    bits: list[str] = []
+    for lv in range(top):
+        # The bit of the node this row reached at level lv: a mux over the level's nodes by the earlier bits.
+        choices = node[(1 << lv) - 1:(1 << (lv + 1)) - 1]
+        for b in reversed(bits):
+            choices = [w.op("Where", [b, choices[2 * i], choices[2 * i + 1]]) for i in range(len(choices) // 2)]
+        bits.append(choices[0])
+    # pos = t * 2**top + sum over levels of (went false) * 2**(top - 1 - lv)
+    pos = w.const((np.arange(t_count, dtype=np.float32) * (1 << top))[:, None], "tree_base")
+    for lv, b in enumerate(bits):
+        weight = w.const(np.full((1, 1), float(1 << (top - 1 - lv)), np.float32))
+        pos = w.op("Add", [pos, w.op("Where", [b, w.const(np.zeros((1, 1), np.float32)), weight])])
+    return pos
