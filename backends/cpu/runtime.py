@@ -13,6 +13,7 @@ import logging
 import os
 import queue
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
@@ -24,6 +25,7 @@ from rammer.errors import FeedError, OpExecutionError
 from rammer.interpreter import run_graph
 from rammer.ir import Graph, Node, TensorInfo, dtype_name
 
+from .adaptive import LANE, LaunchChooser
 from .atomics import cpuset_words
 from .driver import STATUS, STRIDE
 from .scheduling import available_cores
@@ -99,6 +101,11 @@ class CpuExecutable:
         self._lane_count = 0
         self._lane_build_lock = threading.Lock()
         self._lane_program: Program | None = None
+        #: A lone caller's choice between the whole program and a 1-vEU lane (adaptive.py).
+        self.adaptive = True
+        self._chooser = LaunchChooser()
+        self._solo_lane: CpuExecutable | None = None
+        self._solo_builder: threading.Thread | None = None
         # 64-byte aligned arena
         raw = np.empty(program.arena_bytes + 64, dtype=np.uint8)
         start = (-raw.ctypes.data) % 64
@@ -158,12 +165,33 @@ class CpuExecutable:
                 alone = self._callers == 1
             try:
                 if alone:
-                    return self._run_here(feeds)
+                    return self._run_alone(feeds)
                 return self._run_on_lane(feeds)
             finally:
                 with self._callers_lock:
                     self._callers -= 1
         return self._run_here(feeds)
+
+    def _run_alone(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """One caller: the whole program, or a 1-vEU lane while the cores are shared (adaptive.py)."""
+        if not self.adaptive:
+            return self._run_here(feeds)
+        chooser = self._chooser
+        lane = self._solo_lane
+        variant = chooser.choose(lane is not None)
+        start = time.perf_counter()
+        out = lane._run_here(feeds) if variant == LANE else self._run_here(feeds)
+        chooser.record(variant, time.perf_counter() - start)
+        if chooser.lane_wanted and lane is None and self._solo_builder is None:
+            self._solo_builder = threading.Thread(target=self._build_solo_lane, name="rammer-lane", daemon=True)
+            self._solo_builder.start()
+        return out
+
+    def _build_solo_lane(self) -> None:
+        try:
+            self._solo_lane = self._new_lane()
+        except Exception as exc:  # the whole program keeps running; nothing is lost
+            logging.getLogger("rammer").debug("no 1-vEU lane for adaptive launches: %s", exc)
 
     def _run_on_lane(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Run on a 1-vEU copy of the program while other callers are inside ``run``.
