@@ -82,14 +82,15 @@ def _grouped_bars(doc: dict[str, Any], cols: list[tuple[str, str]], value_of: An
             ax.barh(y, value, height=bar * 0.9, color=color, label=label, xerr=err,
                     error_kw={"elinewidth": 0.8, "capsize": 2, "ecolor": "#333333"})
             ax.text(right * log_base ** 0.03, y, fmt(value), va="center", fontsize=7)
-    ax.set_xscale("log", base=log_base)
+    if values:  # with no positive value (every cell n/a) a log axis has nothing to scale
+        ax.set_xscale("log", base=log_base)
     if values:
         whiskers = [c["max_s"] * 1e3 for c in idx.values() if value_of is _latency_ms and c.get("max_s")]
         hi = max(values + whiskers + ([ref_line] if ref_line is not None else []))
         ax.set_xlim(lo / log_base, hi * log_base ** 1.2)
-    # Plain numbers on the axis (0.1, 1, 10 ms; 0.25x, 1x, 4x), not powers.
-    ax.xaxis.set_major_locator(LogLocator(base=log_base))
-    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: _tick(v) + tick_unit))
+        # Plain numbers on the axis (0.1, 1, 10 ms; 0.25x, 1x, 4x), not powers.
+        ax.xaxis.set_major_locator(LogLocator(base=log_base))
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: _tick(v) + tick_unit))
     if ref_line is not None:
         ax.axvline(ref_line, color="#333333", linewidth=1, linestyle="--")
     ax.set_yticks(range(len(row_keys)))
