@@ -365,3 +365,16 @@ def test_matrix_config_settle_key(tmp_path: Path) -> None:
     cfg.write_text('[matrix.quick]\nmodels = ["alexnet-small"]\nbackends = ["reference"]\nsettle = 1\n')
     with pytest.raises(RammerError, match="'settle' must be a bool"):
         load_matrix(str(cfg), None)
+
+
+def test_merge_names_files_and_machines_and_accepts_out_folders(tmp_path, capsys):
+    from rammer.cli import main
+
+    for name in ("box-a", "box-b"):
+        assert main(["bench", "--models", "lstm-tc-small", "--backends", "reference", "--repeat", "1", "--warmup", "0",
+                     "--no-charts", "--machine-name", name, "--out", str(tmp_path / f"run-{name}")]) == 0
+    capsys.readouterr()
+    assert main(["bench", "merge", str(tmp_path / "run-box-a"), str(tmp_path / "run-box-b" / "results.json"),
+                 "--no-charts", "--out", str(tmp_path / "all")]) == 0
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert "measured on 2 machine(s): box-a, box-b" in last and "run-box-a" in last

@@ -49,7 +49,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run_bench)
     actions = p.add_subparsers(dest="bench_action", metavar="ACTION")
     m = actions.add_parser("merge", help="join results.json files from several machines into one matrix")
-    m.add_argument("results", nargs="+", metavar="RESULTS.json")
+    m.add_argument("results", nargs="+", metavar="RESULTS.json",
+                   help="results.json files, or the --out folders of `rammer bench` that hold them")
     m.add_argument("--out", dest="merge_out", metavar="DIR", required=True, help="folder for the joined results")
     m.add_argument("--baseline", dest="merge_baseline", metavar="NAME", help="baseline column (default: the files')")
     m.add_argument("--no-charts", dest="merge_no_charts", action="store_true", help="skip the PNG charts")
@@ -132,10 +133,13 @@ def run_merge(args: argparse.Namespace) -> int:
     from ..bench.merge import merge_results
     from ..bench.report import load_results
 
-    docs = [(path, load_results(path)) for path in args.results]
+    # A folder written by `rammer bench --out DIR` stands for its results.json.
+    paths = [os.path.join(p, "results.json") if os.path.isdir(p) else p for p in args.results]
+    docs = [(path, load_results(path)) for path in paths]
     merged = merge_results(docs, baseline=args.merge_baseline, warn=_warn)
     written = _write(merged, args.merge_out, not args.merge_no_charts)
     _print_summary(merged, written)
-    print(f"merged {len(docs)} file(s) from {len(merged['machines'])} machine(s): "
-          f"{', '.join(os.path.basename(os.path.dirname(os.path.abspath(p))) or p for p in args.results)}")
+    machines = sorted(merged["machines"])
+    print(f"merged {len(docs)} file(s) ({', '.join(paths)}) measured on {len(machines)} machine(s): "
+          f"{', '.join(machines)}")
     return 0
