@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import time
 from typing import Any, Mapping, Sequence
 
@@ -27,6 +28,8 @@ class CompiledModel:
         self.executable = executable
         self.options = dict(options)
         self.compile_seconds = compile_seconds
+        #: Whether the executable's ``run`` takes ``outputs=`` (looked up on first use).
+        self._writes_into: bool | None = None
         #: (name, dtype, shape) per input, for the fast feed check.
         self._feed_plan = [(t.name, np.dtype(t.dtype), tuple(t.shape)) for t in graph.inputs]
 
@@ -86,8 +89,38 @@ class CompiledModel:
             out[name] = arr
         return out
 
-    def run(self, feeds: Mapping[str, Any]) -> dict[str, np.ndarray]:
-        return self.executable.run(self.check_feeds(feeds))
+    def run(self, feeds: Mapping[str, Any], outputs: Mapping[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
+        """The outputs for ``feeds``.  Arrays in ``outputs`` (by output name) receive that
+        output in place: backends that can write into them do, without another copy."""
+        if outputs is None:
+            return self.executable.run(self.check_feeds(feeds))
+        bound = self._check_outputs(outputs)
+        checked = self.check_feeds(feeds)
+        if self._writes_into is None:
+            self._writes_into = "outputs" in inspect.signature(self.executable.run).parameters
+        if self._writes_into:
+            return self.executable.run(checked, outputs=bound)
+        results = self.executable.run(checked)
+        for name, target in bound.items():
+            np.copyto(target, results[name])
+            results[name] = target
+        return results
+
+    def _check_outputs(self, outputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        expected = {t.name: t for t in self.graph.outputs}
+        problems = []
+        for name, arr in outputs.items():
+            info = expected.get(name)
+            if info is None:
+                problems.append(f"unknown output '{name}' (outputs: {list(expected)})")
+            elif not isinstance(arr, np.ndarray) or not arr.flags.writeable:
+                problems.append(f"output '{name}' must be bound to a writeable numpy array")
+            elif dtype_name(arr.dtype) != info.dtype or tuple(arr.shape) != info.shape:
+                problems.append(f"output '{name}' is bound to a {dtype_name(arr.dtype)}{list(arr.shape)} array but "
+                                f"the model produces {info.dtype}{list(info.shape)}")
+        if problems:
+            raise FeedError("; ".join(problems))
+        return dict(outputs)
 
     def __call__(self, feeds: Mapping[str, Any] | None = None, **named: Any) -> dict[str, np.ndarray]:
         merged = dict(feeds or {})

@@ -13,12 +13,13 @@ from typing import TYPE_CHECKING, Any, Mapping, Protocol
 
 import numpy as np
 
+from .errors import RammerError
 from .ir import Graph, Node
 from .passes import Pass, PipelineResult, run_pipeline
+from .vdevice import PRESETS, VDevice, get_preset
 
 if TYPE_CHECKING:  # pragma: no cover
     from .rtask import RKernel
-    from .vdevice import VDevice
 
 
 @dataclass(frozen=True)
@@ -85,7 +86,13 @@ class Availability:
 
 
 class Executable(Protocol):
-    """What a backend's ``compile`` returns: runs validated feeds."""
+    """What a backend's ``compile`` returns: runs validated feeds.
+
+    A backend that can write outputs straight into caller-owned arrays accepts
+    ``run(feeds, outputs={name: array})`` (arrays already checked by the core);
+    otherwise the core copies into them.  An optional ``report`` (dict, or a
+    method returning one) may list ``fallbacks`` (see :mod:`rammer.diagnostics`).
+    """
 
     def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]: ...
 
@@ -134,11 +141,23 @@ class Backend(ABC):
     def vdevice(self, preset: str | None = None) -> VDevice:
         """The vDevice to schedule for: ``preset`` (a name of
         :data:`rammer.vdevice.PRESETS` or a ``.json`` file), by default the
-        first of ``capabilities.vdevice_presets``, else ``"cpu"``."""
-        from .vdevice import get_preset
-
+        first of ``capabilities.vdevice_presets``, else ``"cpu"``.  A backend
+        that schedules refuses a vDevice of another device kind
+        (:meth:`check_vdevice`)."""
         presets = self.capabilities.vdevice_presets
-        return get_preset(preset or (presets[0] if presets else "cpu"))
+        return self.check_vdevice(get_preset(preset or (presets[0] if presets else "cpu")))
+
+    def check_vdevice(self, vdevice: VDevice) -> VDevice:
+        """``vdevice``, unless this backend schedules rTasks for another kind of device: its
+        rKernels are sized for its own device (a CPU's L2, not a GPU's shared memory)."""
+        if self.capabilities.schedules and vdevice.kind != self.capabilities.device:
+            same = [n for n, d in PRESETS.items() if d.get("kind") == self.capabilities.device]
+            raise RammerError(
+                f"backend '{self.name}' schedules for {self.capabilities.device} devices, but vDevice "
+                f"'{vdevice.name}' is a {vdevice.kind}; choose a {self.capabilities.device} preset "
+                f"({', '.join(same) or 'none known'}), or leave out --backend to schedule with a backend "
+                f"for {vdevice.kind} devices (the core rKernel families when none is installed)")
+        return vdevice
 
     def rkernel_families(self) -> list[Any]:
         """rKernel families for this backend: those plugins register through

@@ -313,24 +313,14 @@ class InferenceSession:
         return IOBinding(self)
 
     def run_with_iobinding(self, binding: IOBinding, run_options: Any = None) -> None:
-        """Run with the binding's feeds; bound output arrays receive the results in place."""
+        """Run with the binding's feeds; bound output arrays receive the results in place
+        (written there directly by backends that support it, with no extra copy)."""
         del run_options
         model = self._model_for(binding._feeds)
-        results = model.run(binding._feeds)
+        bound = {k: v for k, v in binding._outputs.items() if v is not None}
+        results = model.run(binding._feeds, outputs=bound or None)
         names = list(binding._outputs) or [o.name for o in self._outputs]
-        out: list[np.ndarray] = []
-        for name, value in zip(names, self._pick(results, names)):
-            target = binding._outputs.get(name)
-            if target is None:
-                out.append(value)
-                continue
-            if target.shape != value.shape or target.dtype != value.dtype:
-                raise FeedError(
-                    f"output '{name}' is bound to a {target.dtype}{list(target.shape)} array but the model "
-                    f"produces {value.dtype}{list(value.shape)}")
-            np.copyto(target, value)
-            out.append(target)
-        binding._results = out
+        binding._results = self._pick(results, names)
 
     def __repr__(self) -> str:
         return f"<rammer.InferenceSession {self._proto.graph.name!r} on {self._backend!r}>"

@@ -132,3 +132,17 @@ def test_int_outputs_keep_ort_type_names():
                        [("x", TensorProto.FLOAT, [2, 5])], [("i", TensorProto.INT64, [2])])
     sess = rammer.InferenceSession(model, backend="reference")
     assert sess.get_outputs()[0].type == "tensor(int64)"
+
+
+@pytest.mark.parametrize("backend", ["reference", "cpu"])
+def test_bound_outputs_are_written_in_place(backend):
+    model = rammer.compile(add_relu_model((4, 8)), backend=backend)
+    x, y = rand((4, 8), 7), rand((8,), 8)
+    out = np.full((4, 8), np.nan, np.float32)
+    got = model.run({"x": x, "y": y}, outputs={"r": out})
+    assert got["r"] is out
+    np.testing.assert_allclose(out, np.maximum(x + y, 0), rtol=1e-5)
+    with pytest.raises(FeedError, match="writeable"):
+        ro = np.empty((4, 8), np.float32)
+        ro.flags.writeable = False
+        model.run({"x": x, "y": y}, outputs={"r": ro})

@@ -156,31 +156,35 @@ class CpuExecutable:
         np.copyto(dst, value, casting="no")
 
     # -- running ------------------------------------------------------------------------
-    def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    def run(self, feeds: Mapping[str, np.ndarray],
+            outputs: Mapping[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
+        """The model's outputs for ``feeds``; arrays given in ``outputs`` (by name, right dtype and
+        shape, checked by the caller) receive their output in place instead of a new array."""
         if self.program.num_veus > 1:
             if self._pid != os.getpid():
-                return self._in_forked_child().run(feeds)
+                return self._in_forked_child().run(feeds, outputs)
             with self._callers_lock:
                 self._callers += 1
                 alone = self._callers == 1
             try:
                 if alone:
-                    return self._run_alone(feeds)
-                return self._run_on_lane(feeds)
+                    return self._run_alone(feeds, outputs)
+                return self._run_on_lane(feeds, outputs)
             finally:
                 with self._callers_lock:
                     self._callers -= 1
-        return self._run_here(feeds)
+        return self._run_here(feeds, outputs)
 
-    def _run_alone(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    def _run_alone(self, feeds: Mapping[str, np.ndarray],
+                   outputs: Mapping[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
         """One caller: the whole program, or a 1-vEU lane while the cores are shared (adaptive.py)."""
         if not self.adaptive:
-            return self._run_here(feeds)
+            return self._run_here(feeds, outputs)
         chooser = self._chooser
         lane = self._solo_lane
         variant = chooser.choose(lane is not None)
         start = time.perf_counter()
-        out = lane._run_here(feeds) if variant == LANE else self._run_here(feeds)
+        out = lane._run_here(feeds, outputs) if variant == LANE else self._run_here(feeds, outputs)
         chooser.record(variant, time.perf_counter() - start)
         if chooser.lane_wanted and lane is None and self._solo_builder is None:
             self._solo_builder = threading.Thread(target=self._build_solo_lane, name="rammer-lane", daemon=True)
@@ -193,7 +197,8 @@ class CpuExecutable:
         except Exception as exc:  # the whole program keeps running; nothing is lost
             logging.getLogger("rammer").debug("no 1-vEU lane for adaptive launches: %s", exc)
 
-    def _run_on_lane(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    def _run_on_lane(self, feeds: Mapping[str, np.ndarray],
+                     outputs: Mapping[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
         """Run on a 1-vEU copy of the program while other callers are inside ``run``.
 
         The whole program's vEUs wait for each other at barriers, so two callers
@@ -216,7 +221,7 @@ class CpuExecutable:
             else:
                 lane = self._lanes.get()
         try:
-            return lane._run_here(feeds)
+            return lane._run_here(feeds, outputs)
         finally:
             self._lanes.put(lane)
 
@@ -230,7 +235,8 @@ class CpuExecutable:
                 return exe
         return CpuExecutable(self.graph, first)
 
-    def _run_here(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    def _run_here(self, feeds: Mapping[str, np.ndarray],
+                  outputs: Mapping[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
         with self._lock:
             host_values: dict[str, np.ndarray] = {}
             for name, info, dt, shape, view in self._feed_plan:
@@ -255,7 +261,11 @@ class CpuExecutable:
             out = {}
             for name, view in self._out_views:
                 if view is not None:
-                    out[name] = view.copy()
+                    if outputs is not None and name in outputs:
+                        np.copyto(outputs[name], view)
+                        out[name] = outputs[name]
+                    else:
+                        out[name] = view.copy()
                 elif name in host_values:
                     out[name] = np.array(host_values[name], copy=True)
                 else:
