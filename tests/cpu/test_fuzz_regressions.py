@@ -308,3 +308,33 @@ def test_scan_capturing_outer_tensor():
     m = _graph_model(nodes, [_vi("x", [4, 3]), _vi("c", [], TensorProto.BOOL)], [_vi("y", [4, 3]), _vi("s", [3])],
                      {"s0": np.zeros(3, np.float32)})
     _run_both_branches(m, [4, 3])
+
+
+# -- zero-size tensors ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("case", ["conv-batch-0", "maxpool-0-channels", "matmul-K-0-epilogue", "pad-empty",
+                                  "reduce-empty-axis", "concat-empty-piece", "add-empty"])
+def test_zero_size_tensors(case):
+    """A node with only empty outputs computes nothing (a Conv over a batch of 0 divided by zero
+    at compile time, a MaxPool over 0 channels stepped a range by 0); empty inputs of non-empty
+    outputs still give the right values."""
+    consts: dict[str, np.ndarray] = {}
+    if case == "conv-batch-0":
+        feeds, consts = {"a": rand(0, 3, 5, 5)}, {"w": rand(4, 3, 3, 3, seed=1)}
+        nodes = [node("Conv", ["a", "w"], ["t"]), node("Relu", ["t"], ["y"])]
+    elif case == "maxpool-0-channels":
+        feeds, nodes = {"a": rand(1, 0, 4, 4)}, [node("MaxPool", ["a"], ["y"], kernel_shape=[2, 2])]
+    elif case == "matmul-K-0-epilogue":
+        feeds, consts = {"a": rand(2, 3, 0), "b": rand(0, 4, seed=1)}, {"c": rand(4, seed=2)}
+        nodes = [node("MatMul", ["a", "b"], ["m"]), node("Add", ["m", "c"], ["y"])]
+    elif case == "pad-empty":
+        feeds, consts = {"a": rand(2, 0)}, {"p": np.array([0, 1, 0, 1], np.int64)}
+        nodes = [node("Pad", ["a", "p"], ["y"])]
+    elif case == "reduce-empty-axis":
+        feeds, nodes = {"a": rand(2, 0, 3)}, [node("ReduceMax", ["a"], ["y"], axes=[1], keepdims=1)]
+    elif case == "concat-empty-piece":
+        feeds = {"a": rand(2, 0), "b": rand(2, 3, seed=1)}
+        nodes = [node("Concat", ["a", "b"], ["t"], axis=1), node("Relu", ["t"], ["y"])]
+    else:
+        feeds, nodes = {"a": rand(2, 0, 3), "b": rand(3, seed=1)}, [node("Add", ["a", "b"], ["y"])]
+    check(model(nodes, feeds, ["y"], consts), feeds, veus=2)
