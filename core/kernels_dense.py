@@ -29,6 +29,22 @@ def _staging(rows: int, cols: int, k: int, size: int) -> int:
     return 2 * (rows + cols) * min(k, _STAGE_K) * size
 
 
+def k_slice(depth: int, slice_bytes: float, fixed_bytes: float, local_mem: int) -> int | None:
+    """Reduction depth per slice for an rTask that loops over its reduction axis, staging
+    double-buffered slices of its operands in local memory: ``slice_bytes`` per unit of depth,
+    plus ``fixed_bytes`` held throughout (the output tile).  Equal slices, as deep as fit;
+    None when even a slice of depth 1 does not."""
+    if slice_bytes <= 0:
+        return depth
+    most = int((local_mem - fixed_bytes) // (2 * slice_bytes))
+    if most < 1:
+        return None
+    if most >= depth:
+        return depth
+    pieces = -(-depth // most)
+    return -(-depth // pieces)
+
+
 class MatMulFamily:
     """MatMul and Gemm cut into ``tile_m x tile_n`` output tiles (one per
     batch matrix); each rTask streams its A rows and B columns."""
@@ -49,6 +65,10 @@ class MatMulFamily:
         c = shape_of(graph, node.inputs[2]) if gemm and len(node.inputs) > 2 and node.inputs[2] else None
         size = itemsize(graph, node.inputs[0])
         batch = len(out) - 2
+        # On a local-memory-only device, operands a K loop stages (constants in flash are read in place).
+        flash = vd.constant_memory == "flash"
+        a_local = 0 if flash and node.inputs[0] in graph.initializers else 1
+        b_local = 0 if flash and node.inputs[1] in graph.initializers else 1
         rows = sorted({min(m, t) for t in _ROW_TILES})
         cols = sorted({min(n, t) for t in _COL_TILES})
         kernels = []
@@ -72,11 +92,22 @@ class MatMulFamily:
 
                 flops = 2.0 * tm * tn * k
                 nbytes = (tm * k + k * tn + tm * tn * (2 if c is not None else 1)) * size
-                kernels.append(make_kernel(
+                whole_k = make_kernel(
                     self.name, {"tile_m": tm, "tile_n": tn}, tiling.count, vd, flops, nbytes, access, node,
                     graph, efficiency=tile_efficiency(tm, tn), staging_bytes=_staging(tm, tn, k, size),
-                    contraction=True))
-        return pareto(kernels, vd.num_veus)
+                    contraction=True, work_items=tm * tn)
+                kernels.append(whole_k)
+                if vd.local_memory_only and not whole_k.resources.fits(vd.veu):
+                    # Operands past local memory: loop over K, staging slices of A and B.
+                    out_bytes = tm * tn * size * (2 if c is not None else 1)
+                    ks = k_slice(k, (tm * a_local + tn * b_local) * size, out_bytes, vd.veu.local_mem_bytes)
+                    if ks is not None and ks < k:
+                        kernels.append(make_kernel(
+                            self.name, {"tile_m": tm, "tile_n": tn, "k_slice": ks}, tiling.count, vd, flops,
+                            nbytes, access, node, graph, efficiency=tile_efficiency(tm, tn), contraction=True,
+                            work_items=tm * tn,
+                            local_bytes=2 * (tm * a_local + tn * b_local) * ks * size + out_bytes))
+        return pareto(kernels, vd.num_veus, vd.veu)
 
 
 def _window_pads(node: Node, spatial_in: tuple[int, ...], spatial_out: tuple[int, ...],
@@ -140,6 +171,7 @@ class ConvFamily:
         dilations = tuple(node.attr("dilations", [1] * rank))
         pads = _window_pads(node, tuple(x[2:]), tuple(out[2:]), kernel, strides, dilations)
         size = itemsize(graph, node.inputs[0])
+        flash = vd.constant_memory == "flash"
         if groups == 1:
             channel_blocks = {min(channels_out, b) for b in (8, 16, 32, 64, 128)}
         else:  # whole groups, or a divisor of one group
@@ -166,12 +198,28 @@ class ConvFamily:
                 nbytes = (box_size(in_box) + cb * math.prod(w[1:]) + (cb if has_bias else 0)
                           + cb * rb * ow) * size
                 flops = 2.0 * cb * rb * ow * in_per_group * math.prod(kernel)
-                kernels.append(make_kernel(
+                whole_k = make_kernel(
                     self.name, {"channels": cb, "rows": rb}, tiling.count, vd, flops, nbytes, access, node,
                     graph, efficiency=tile_efficiency(cb, rb * ow),
                     staging_bytes=_staging(min(cb, 64), min(rb * ow, 64), in_per_group * math.prod(kernel), size),
-                    contraction=True))
-        return pareto(kernels, vd.num_veus)
+                    contraction=True, work_items=cb * rb * ow)
+                kernels.append(whole_k)
+                if vd.local_memory_only and groups == 1 and not whole_k.resources.fits(vd.veu):
+                    # Operands past local memory: loop over input channels, staging slices of the
+                    # input window and of the weights (weights in flash are read in place).
+                    in_channels = in_box[1][1] - in_box[1][0]
+                    per_channel = box_size(in_box) // max(1, in_channels)
+                    w_local = 0 if flash and node.inputs[1] in graph.initializers else 1
+                    out_bytes = (cb * rb * ow + (cb if has_bias else 0)) * size
+                    cs = k_slice(in_channels, (per_channel + w_local * cb * math.prod(kernel)) * size, out_bytes,
+                                 vd.veu.local_mem_bytes)
+                    if cs is not None and cs < in_channels:
+                        kernels.append(make_kernel(
+                            self.name, {"channels": cb, "rows": rb, "k_slice": cs}, tiling.count, vd, flops, nbytes,
+                            access, node, graph, efficiency=tile_efficiency(cb, rb * ow), contraction=True,
+                            work_items=cb * rb * ow,
+                            local_bytes=2 * (per_channel + w_local * cb * math.prod(kernel)) * cs * size + out_bytes))
+        return pareto(kernels, vd.num_veus, vd.veu)
 
 
 class PoolFamily:
@@ -223,5 +271,5 @@ class PoolFamily:
                 nbytes = (box_size(acc.reads[0][1]) + out_elems * len(acc.writes)) * size
                 flops = float(out_elems * math.prod(kernel))
                 kernels.append(make_kernel(self.name, {"channels": cb, "rows": rb}, tiling.count, vd, flops,
-                                           nbytes, access, node, graph))
-        return pareto(kernels, vd.num_veus)
+                                           nbytes, access, node, graph, work_items=out_elems))
+        return pareto(kernels, vd.num_veus, vd.veu)

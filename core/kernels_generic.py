@@ -32,7 +32,7 @@ from .ir import Graph, Node
 from .rtask import Box, RKernel, RKernelFamily, RTaskAccess, RTaskResources
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .vdevice import VDevice
+    from .vdevice import VDevice, VEUResources
 
 
 # -- tiling ---------------------------------------------------------------
@@ -115,20 +115,42 @@ def make_kernel(
     family: str, params: dict[str, Any], count: int, vd: VDevice, flops: float, nbytes: float,
     access: Callable[[int], RTaskAccess] | None, node: Node, graph: Graph,
     efficiency: float = 1.0, staging_bytes: int = 0, contraction: bool = False,
+    work_items: float | None = None, local_bytes: int | None = None,
 ) -> RKernel:
     """An RKernel whose rTasks each do ``flops`` and move ``nbytes`` (costed by
-    :func:`rammer.cost.rtask_duration`; ``contraction`` for GEMM/conv tiles).  On
-    local-memory-only devices an rTask's working set must fit a vEU; elsewhere
-    it needs ``staging_bytes`` of local memory."""
-    local = int(nbytes) if vd.local_memory_only else int(staging_bytes)
+    :func:`rammer.cost.rtask_duration`; ``contraction`` for GEMM/conv tiles).
+
+    Local memory: on local-memory-only devices an rTask's working set must fit
+    a vEU (its constant operands excepted where the vDevice keeps constants in
+    flash); elsewhere it needs ``staging_bytes``.  ``local_bytes`` overrides
+    both (a kernel that stages slices of its operands).  Threads: one per work
+    item of a tile (``work_items``, e.g. its output elements), at most the
+    vEU's; the whole vEU when not given."""
+    if local_bytes is not None:
+        local = int(local_bytes)
+    elif vd.local_memory_only:
+        local = int(nbytes)
+        if vd.constant_memory == "flash":
+            local = max(0, local - int(constant_read_bytes(access, node, graph)))
+    else:
+        local = int(staging_bytes)
+    threads = vd.veu.threads if work_items is None else max(1, min(vd.veu.threads, math.ceil(work_items)))
     return RKernel(
         family=family, params=params, num_rtasks=int(count),
         duration_us=rtask_duration(vd, flops, nbytes, efficiency, contraction),
-        resources=RTaskResources(threads=vd.veu.threads, local_mem_bytes=local),
+        resources=RTaskResources(threads=threads, local_mem_bytes=local),
         flops=float(flops), bytes=float(nbytes), access_fn=access,
         input_shapes=tuple(shape_of(graph, i) for i in node.inputs),
         output_shapes=tuple(shape_of(graph, o) for o in node.outputs),
     )
+
+
+def constant_read_bytes(access: Callable[[int], RTaskAccess] | None, node: Node, graph: Graph) -> float:
+    """Bytes of constant inputs (initializers) the first rTask reads (all of them when ``access`` is None)."""
+    if access is None:
+        return float(sum(graph.initializers[i].nbytes for i in node.inputs if i and i in graph.initializers))
+    return float(sum(box_size(box) * itemsize(graph, node.inputs[s]) for s, box in access(0).reads
+                     if node.inputs[s] in graph.initializers))
 
 
 def shape_of(graph: Graph, name: str) -> tuple[int, ...] | None:
@@ -141,8 +163,11 @@ def itemsize(graph: Graph, name: str) -> int:
     return t.np_dtype.itemsize if t is not None else 4
 
 
-def pareto(kernels: list[RKernel], num_veus: int) -> list[RKernel]:
-    """Kernels not dominated in (latency alone, time x vEUs), one per point."""
+def pareto(kernels: list[RKernel], num_veus: int, veu: VEUResources | None = None) -> list[RKernel]:
+    """Kernels not dominated in (latency alone, time x vEUs), one per point.  With ``veu``, only
+    among those whose rTasks fit it: a kernel that cannot run must not hide one that can."""
+    if veu is not None:
+        kernels = [k for k in kernels if k.resources.fits(veu)]
     best: dict[tuple[float, float], RKernel] = {}
     for k in kernels:
         key = (round(k.latency_us(num_veus), 9), round(k.work_us(num_veus), 9))
@@ -158,17 +183,19 @@ def pareto(kernels: list[RKernel], num_veus: int) -> list[RKernel]:
     return kept
 
 
-#: Fewest elements an elementwise-like rTask handles (unless the tensor is smaller).
-MIN_TILE = 64
+#: Fewest bytes an elementwise-like rTask handles (unless the tensor is smaller):
+#: below a vector's worth per rTask, the overhead is all there is.
+MIN_TILE_BYTES = 256
 
 
-def chunk_sizes(total: int, num_veus: int) -> list[int]:
-    """Tile sizes (elements) to try for a tensor of ``total`` elements: fixed
-    powers of four and sizes giving 1, 2 and 4 tiles per vEU."""
-    sizes = {64, 256, 1024, 4096, 16384, 65536, 262144, total}
+def chunk_sizes(total: int, num_veus: int, unit_bytes: int = 4) -> list[int]:
+    """Tile sizes to try, in units (elements, or rows of a row-wise op) of ``unit_bytes`` each,
+    for a tensor of ``total`` units: fixed powers of four and sizes giving 1, 2 and 4 tiles per
+    vEU, none below :data:`MIN_TILE_BYTES` (in bytes, so a tile of long rows may be one row)."""
+    sizes = {1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, total}
     sizes |= {-(-total // (m * num_veus)) for m in (1, 2, 4)}
-    # Below a vector's worth of elements per rTask, the overhead is all there is.
-    return sorted(s for s in sizes if min(total, MIN_TILE) <= s <= total)
+    least = min(total, max(1, -(-MIN_TILE_BYTES // max(1, unit_bytes))))
+    return sorted(s for s in sizes if least <= s <= total)
 
 
 # -- elementwise and data movement ------------------------------------------
@@ -210,7 +237,7 @@ class TiledOutputFamily:
         if total == 0:
             return []
         in_shapes = [shape_of(graph, i) for i in node.inputs]
-        blocks = {chunk_block(out, c) for c in chunk_sizes(total, vd.num_veus)}
+        blocks = {chunk_block(out, c) for c in chunk_sizes(total, vd.num_veus, itemsize(graph, node.outputs[0]))}
         kernels = []
         for block in sorted(blocks):
             tiling = Tiling(out, block)
@@ -223,8 +250,8 @@ class TiledOutputFamily:
                 return RTaskAccess(tuple(self.reads(node, graph, box, in_shapes)), ((0, box),))
 
             kernels.append(make_kernel(self.name, {"block": list(block)}, tiling.count, vd, flops,
-                                       nbytes, access, node, graph))
-        return pareto(kernels, vd.num_veus)
+                                       nbytes, access, node, graph, work_items=box_size(first)))
+        return pareto(kernels, vd.num_veus, vd.veu)
 
     def weight(self, node: Node) -> float:
         return 0.0
@@ -314,11 +341,11 @@ class SplitFamily:
 
         biggest = max(math.prod(o) for o in outs)
         kernels = [make_kernel(self.name, {"per_output": False}, 1, vd, 0, 2 * math.prod(src) * size,
-                               all_outputs, node, graph)]
+                               all_outputs, node, graph, work_items=math.prod(src))]
         if len(outs) > 1:
             kernels.append(make_kernel(self.name, {"per_output": True}, len(outs), vd, 0,
-                                       2 * biggest * size, per_output, node, graph))
-        return pareto(kernels, vd.num_veus)
+                                       2 * biggest * size, per_output, node, graph, work_items=biggest))
+        return pareto(kernels, vd.num_veus, vd.veu)
 
 
 # -- row-wise operators: softmax, normalizations, reductions ------------------
@@ -374,7 +401,8 @@ class RowFamily:
         weight = 5.0 if node.op_type in ("Softmax", "LogSoftmax", "LayerNormalization",
                                          "InstanceNormalization") else 1.0
         kept_total = math.prod(src[a] for a in kept) if kept else 1
-        blocks = {chunk_block(src, c, kept) for c in chunk_sizes(kept_total, vd.num_veus)}
+        blocks = {chunk_block(src, c, kept)
+                  for c in chunk_sizes(kept_total, vd.num_veus, row * itemsize(graph, node.inputs[0]))}
         if not kept:
             blocks = {tuple(src)}
         out_names = [o for o in node.outputs]
@@ -391,8 +419,8 @@ class RowFamily:
             nbytes += sum(box_size(b) * itemsize(graph, out_names[s]) for s, b in acc.writes)
             flops = box_size(tiling.box(0)) * weight
             kernels.append(make_kernel(self.name, {"block": list(block)}, tiling.count, vd, flops, nbytes,
-                                       access, node, graph))
-        return pareto(kernels, vd.num_veus)
+                                       access, node, graph, work_items=box_size(tiling.box(0))))
+        return pareto(kernels, vd.num_veus, vd.veu)
 
     @staticmethod
     def _reads(node: Node, graph: Graph, box: Box) -> tuple[tuple[int, Box], ...]:

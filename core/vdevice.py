@@ -48,6 +48,10 @@ class VEUResources:
     local_mem_bytes: int
 
 
+#: Where a vDevice's constants may live (``VDevice.constant_memory``).
+CONSTANT_MEMORIES = ("global", "local", "flash")
+
+
 @dataclass(frozen=True)
 class VDevice:
     """A virtual device: ``num_veus`` homogeneous vEUs."""
@@ -67,6 +71,14 @@ class VDevice:
     description: str = ""
     #: fp32 rate of one vEU outside tuned contractions (None: ``veu_gflops``).
     loop_gflops: float | None = None
+    #: Where constants (weights) live: ``"global"`` (device memory, with the
+    #: tensors), ``"local"`` (the vEUs' local memory: an IPU tile's SRAM) or
+    #: ``"flash"`` (an MCU's flash, read in place: no local memory needed).
+    constant_memory: str = "global"
+    #: Bytes of device memory for tensors (global memory; an MCU's SRAM); 0: not modelled.
+    memory_bytes: int = 0
+    #: Bytes for constants where they live apart from the tensors (flash); 0: not modelled.
+    constant_bytes: int = 0
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -76,6 +88,11 @@ class VDevice:
             raise RammerError(f"vDevice '{self.name}' needs positive veu_gflops, veu_gbps and loop_gflops")
         if min(self.rtask_overhead_us, self.barrier_us, self.kernel_launch_us) < 0:
             raise RammerError(f"vDevice '{self.name}' has a negative overhead")
+        if self.constant_memory not in CONSTANT_MEMORIES:
+            raise RammerError(f"vDevice '{self.name}': constant_memory must be one of "
+                              f"{', '.join(CONSTANT_MEMORIES)}, got {self.constant_memory!r}")
+        if self.memory_bytes < 0 or self.constant_bytes < 0:
+            raise RammerError(f"vDevice '{self.name}' has a negative memory size")
 
     # Throughputs in the unit the cost models use (per microsecond).
     @property
@@ -117,6 +134,8 @@ class VDevice:
 
 
 KiB = 1024
+MiB = 1024 * KiB
+GiB = 1024 * MiB
 
 #: vDevice presets, as data.  Per-vEU figures are written as device totals
 #: divided by the vEU count so the public numbers stay visible.  ``num_veus``
@@ -125,32 +144,32 @@ PRESETS: dict[str, dict[str, Any]] = {
     "v100": dict(
         kind="gpu", num_veus=80, veu=dict(threads=1024, local_mem_bytes=96 * KiB),
         veu_gflops=15_700 / 80, veu_gbps=900 / 80,
-        rtask_overhead_us=0.2, barrier_us=1.0, kernel_launch_us=3.0,
+        rtask_overhead_us=0.2, barrier_us=1.0, kernel_launch_us=3.0, memory_bytes=32 * GiB,
         description="NVIDIA V100 SXM2: 80 SMs, one persistent thread block per SM",
     ),
     "a100": dict(
         kind="gpu", num_veus=108, veu=dict(threads=1024, local_mem_bytes=164 * KiB),
         veu_gflops=19_500 / 108, veu_gbps=1_555 / 108,
-        rtask_overhead_us=0.2, barrier_us=1.0, kernel_launch_us=3.0,
+        rtask_overhead_us=0.2, barrier_us=1.0, kernel_launch_us=3.0, memory_bytes=40 * GiB,
         description="NVIDIA A100 40GB: 108 SMs, one persistent thread block per SM",
     ),
     "h100": dict(
         kind="gpu", num_veus=132, veu=dict(threads=1024, local_mem_bytes=228 * KiB),
         veu_gflops=67_000 / 132, veu_gbps=3_350 / 132,
-        rtask_overhead_us=0.15, barrier_us=0.8, kernel_launch_us=2.5,
+        rtask_overhead_us=0.15, barrier_us=0.8, kernel_launch_us=2.5, memory_bytes=80 * GiB,
         description="NVIDIA H100 SXM5: 132 SMs, one persistent thread block per SM",
     ),
     "mi250x": dict(
         kind="gpu", num_veus=110, veu=dict(threads=1024, local_mem_bytes=64 * KiB),
         veu_gflops=23_950 / 110, veu_gbps=1_600 / 110,
-        rtask_overhead_us=0.25, barrier_us=1.2, kernel_launch_us=4.0,
+        rtask_overhead_us=0.25, barrier_us=1.2, kernel_launch_us=4.0, memory_bytes=64 * GiB,
         description="AMD MI250X, one GCD: 110 CUs, one persistent workgroup per CU",
     ),
     "gc200": dict(
         kind="ipu", num_veus=1472, veu=dict(threads=6, local_mem_bytes=624 * KiB),
         veu_gflops=62_500 / 1472, veu_gbps=47_500 / 1472,
         rtask_overhead_us=0.1, barrier_us=0.5, kernel_launch_us=1.5,
-        local_memory_only=True,
+        local_memory_only=True, constant_memory="local", memory_bytes=1472 * 624 * KiB,
         description="Graphcore GC200 IPU: 1472 tiles x 6 threads, 624 KiB SRAM per tile",
     ),
     # The cpu backend's vDevice too (one source): per-core figures measured on the
@@ -166,8 +185,8 @@ PRESETS: dict[str, dict[str, Any]] = {
         kind="mcu", num_veus=1, veu=dict(threads=1, local_mem_bytes=512 * KiB),
         veu_gflops=0.43, veu_gbps=0.4,
         rtask_overhead_us=1.0, barrier_us=0.0, kernel_launch_us=2.0,
-        local_memory_only=True,
-        description="an Arm Cortex-M7 MCU at 216 MHz with 512 KiB SRAM (single vEU)",
+        local_memory_only=True, constant_memory="flash", memory_bytes=512 * KiB, constant_bytes=2 * MiB,
+        description="an Arm Cortex-M7 MCU at 216 MHz with 512 KiB SRAM and 2 MiB flash for weights (single vEU)",
     ),
 }
 

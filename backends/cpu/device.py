@@ -70,7 +70,7 @@ class CpuBackend(Backend):
         if preset not in (None, "cpu", "auto", ""):
             from rammer.vdevice import get_preset
 
-            return get_preset(preset)
+            return self.check_vdevice(get_preset(preset))  # a cpu preset from a file; other kinds refused
         return cpu_vdevice(num_veus)
 
     def rkernels(self, node: Node, graph: Graph, vdevice) -> Iterable:

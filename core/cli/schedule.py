@@ -5,7 +5,10 @@ from __future__ import annotations
 import argparse
 import time
 
+from .. import plugins
+from ..backend import Backend
 from ..errors import RammerError
+from ..vdevice import VDevice, get_preset
 from .common import add_backend_arg, add_model_args, fmt_us, load_graph, table
 
 BASELINE = "op-by-op"
@@ -20,7 +23,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_model_args(p, required=False)
     add_backend_arg(p)
     p.add_argument("--vdevice", default=None, metavar="PRESET",
-                   help="vDevice preset or .json file (default: the backend's first preset; --list shows them)")
+                   help="vDevice preset or .json file (default: the backend's first preset; --list shows them). "
+                        "Without --backend, the rKernels come from an installed backend for that kind of device, "
+                        "or from the core's families when there is none")
     p.add_argument("--policy", default="wavefront", help="scheduling policy (default wavefront; --list shows them)")
     p.add_argument("--json", metavar="OUT", help="write the schedule, with simulated figures, to this JSON file")
     p.add_argument("--plot", metavar="OUT", help="draw a Gantt chart (vEU x time) of both schedules to this image")
@@ -44,21 +49,37 @@ def _list() -> int:
     return 0
 
 
+def _backend_and_vdevice(backend_name: str | None, preset: str | None) -> tuple[Backend | None, VDevice]:
+    """The backend whose rKernels schedule the model, and the vDevice.  A named backend uses its
+    own vDevice (and refuses a preset of another device kind); with only a preset, the available
+    scheduling backend for that kind of device with the highest priority, else the core's
+    families (backend None)."""
+    if backend_name is not None or preset is None:
+        backend = plugins.get_backend(backend_name)
+        return backend, backend.vdevice(preset) if preset else backend.vdevice()
+    vdevice = get_preset(preset)
+    matching = [b for b in plugins.backends().values()
+                if b.capabilities.schedules and b.capabilities.device == vdevice.kind and b.availability().ok]
+    if not matching:
+        return None, vdevice
+    backend = max(matching, key=lambda b: (b.default_priority, b.name))
+    return backend, backend.vdevice(preset)
+
+
 def run(args: argparse.Namespace) -> int:
     if args.list:
         return _list()
-    from .. import plugins
     from ..schedule import build_problem, get_policy, simulate, verify
 
     policy = get_policy(args.policy)
     baseline = get_policy(BASELINE) if args.policy != BASELINE else None
     graph, label = load_graph(args)
-    backend = plugins.get_backend(args.backend)
-    vdevice = backend.vdevice(args.vdevice) if args.vdevice else backend.vdevice()
+    backend, vdevice = _backend_and_vdevice(args.backend, args.vdevice)
     start = time.perf_counter()
     problem = build_problem(graph, vdevice, backend)
     kernels_s = time.perf_counter() - start
-    print(f"model {label}: {len(graph.nodes)} nodes; backend {backend.name}; vDevice {vdevice.summary()}")
+    source = f"backend {backend.name}" if backend is not None else "the core rKernel families"
+    print(f"model {label}: {len(graph.nodes)} nodes; {source}; vDevice {vdevice.summary()}")
     print(f"rKernel candidates: {sum(len(r.kernels) for r in problem.rops)} for {len(problem.rops)} ops "
           f"({kernels_s:.2f} s)")
     results = []

@@ -135,9 +135,10 @@ def test_local_memory_only_devices_drop_kernels_that_do_not_fit():
     rops = build_roperators(graph, ipu, _candidates)
     assert rops[0].kernels
     assert all(k.resources.local_mem_bytes <= ipu.veu.local_mem_bytes for k in rops[0].kernels)
-    assert min(k.num_rtasks for k in rops[0].kernels) > 100  # the whole matrix never fits one tile
+    # the whole matrix never fits one tile: few rTasks only with a K loop staging slices of A and B
+    assert all(k.num_rtasks > 100 or "k_slice" in k.params for k in rops[0].kernels)
     # A vEU too small for any tiling is reported with the node's name.
-    tiny = VDevice.from_dict({**ipu.to_dict(), "veu": {"threads": 6, "local_mem_bytes": 1024}})
+    tiny = VDevice.from_dict({**ipu.to_dict(), "veu": {"threads": 6, "local_mem_bytes": 64}})
     with pytest.raises(ScheduleError, match="n0_MatMul.*no rKernel can run it"):
         build_roperators(graph, tiny, _candidates)
 
