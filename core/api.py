@@ -11,6 +11,7 @@ import numpy as np
 from . import plugins
 from .backend import Backend, Executable
 from .diagnostics import fallbacks_of, report_fallbacks
+from .profile import Profile, write_chrome_trace
 from .progress import compile_progress
 from .errors import CompileError, FeedError, RammerError, UnsupportedOpError
 from .frontend import ModelSource, load
@@ -126,6 +127,23 @@ class CompiledModel:
         merged = dict(feeds or {})
         merged.update(named)
         return self.run(merged)
+
+    def profile(self, feeds: Mapping[str, Any], path: str | None = None, warmup: int = 1) -> Profile:
+        """Run once, timing every rTask, barrier wait and host step as it really runs;
+        write a Chrome trace (chrome://tracing, Perfetto) to ``path`` when given.  ``warmup``
+        traced runs go first (the first compiles the tracing variant and warms the caches)."""
+        trace_run = getattr(self.executable, "trace_run", None)
+        if trace_run is None:
+            raise CompileError(f"backend '{self.backend.name}' cannot profile a run (its executable has no "
+                               f"trace_run); profile on a backend that schedules rTasks, e.g. cpu")
+        checked = self.check_feeds(feeds)
+        for _ in range(warmup):
+            trace_run(checked)
+        _, slices = trace_run(checked)
+        wall_us = (max(x.end_ns for x in slices) - min(x.start_ns for x in slices)) / 1e3 if slices else 0.0
+        if path is not None:
+            write_chrome_trace(slices, path, f"rammer {self.graph.name} on {self.backend.name}")
+        return Profile(tuple(slices), wall_us, path)
 
     def random_feeds(self, seed: int = 0) -> dict[str, np.ndarray]:
         """Inputs of the right shapes and dtypes, drawn from ``seed``."""

@@ -20,6 +20,7 @@ rammer backend name is accepted as a provider too.
 
 from __future__ import annotations
 
+import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
@@ -32,6 +33,7 @@ from .api import CompiledModel, compile as compile_model
 from .errors import BackendUnavailableError, FeedError
 from .frontend import load_proto
 from .frontend.source import ModelSource
+from .profile import Profile, write_chrome_trace
 
 __all__ = ["InferenceSession", "SessionOptions", "NodeArg", "ModelMetadata", "IOBinding", "ort_type"]
 
@@ -99,6 +101,9 @@ class SessionOptions:
 
     intra_op_num_threads: int = 0
     inter_op_num_threads: int = 0
+    #: Time every run rTask by rTask; ``end_profiling()`` writes the Chrome trace.
+    enable_profiling: bool = False
+    profile_file_prefix: str = "rammer_profile"
     graph_optimization_level: Any = None
     log_severity_level: int = 2
     extra: dict[str, Any] = field(default_factory=dict)
@@ -229,6 +234,7 @@ class InferenceSession:
         self._outputs = [NodeArg(v.name, ort_type(_elem_dtype(v)), _dims(v)) for v in self._proto.graph.output]
         self._dynamic = any(not isinstance(d, int) for a in self._inputs for d in a.shape)
         self._variants: OrderedDict[tuple, CompiledModel] = OrderedDict()
+        self._profiles: list[Profile] = []
         self._static: CompiledModel | None = None
         if input_shapes is not None or not self._dynamic:
             self._static = compile_model(self._proto, backend=self._backend, input_shapes=input_shapes,
@@ -299,8 +305,21 @@ class InferenceSession:
             raise FeedError("input_feed must be a dict mapping input names to arrays "
                             f"(got {type(input_feed).__name__})")
         model = self._model_for(input_feed)
+        if self._sess_options.enable_profiling:
+            self._profiles.append(model.profile(input_feed, warmup=0 if self._profiles else 1))
         results = model.run(input_feed)
         return self._pick(results, output_names)
+
+    def end_profiling(self) -> str:
+        """Write the traces of the runs since profiling began to ``<prefix>_<time>.json``
+        (one Chrome trace; runs follow each other) and return its path, as onnxruntime does."""
+        if not self._sess_options.enable_profiling:
+            return ""
+        slices = [s for p in self._profiles for s in p.slices]
+        path = f"{self._sess_options.profile_file_prefix}_{time.strftime('%Y-%m-%d_%H-%M-%S')}.json"
+        write_chrome_trace(slices, path, f"rammer {self._proto.graph.name} on {self._backend}")
+        self._profiles.clear()
+        return path
 
     def _pick(self, results: Mapping[str, np.ndarray], output_names: Sequence[str] | None) -> list[np.ndarray]:
         names = [o.name for o in self._outputs] if output_names is None else list(output_names)

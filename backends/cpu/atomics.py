@@ -123,7 +123,7 @@ def cpu_relax(typingctx):
 # called through ctypes, whose pointers would stop numba from caching the
 # compiled workers); registering their addresses makes the JIT resolve them.
 _libc = ctypes.CDLL(None)
-for _name in ("sched_yield", "usleep", "sched_getcpu"):
+for _name in ("sched_yield", "usleep", "sched_getcpu", "clock_gettime"):
     llvm_binding.add_symbol(_name, ctypes.cast(getattr(_libc, _name), ctypes.c_void_p).value)
 
 
@@ -152,6 +152,29 @@ def os_sleep_us(typingctx, micros):
         return context.get_dummy_value()
 
     return types.none(micros), codegen
+
+
+#: ``CLOCK_MONOTONIC``: the clock of Python's ``time.perf_counter_ns`` on Linux.
+CLOCK_MONOTONIC = 1
+
+
+@intrinsic
+def monotonic_ns(typingctx):
+    """``clock_gettime(CLOCK_MONOTONIC)`` in nanoseconds (for traces: comparable with
+    ``time.perf_counter_ns()`` in the same process)."""
+
+    def codegen(context, builder, sig, args):
+        i64 = ir.IntType(64)
+        fnty = ir.FunctionType(ir.IntType(32), [ir.IntType(32), ir.IntType(8).as_pointer()])
+        fn = cgutils.get_or_insert_function(builder.module, fnty, "clock_gettime")
+        ts = cgutils.alloca_once(builder, ir.ArrayType(i64, 2))
+        builder.call(fn, [ir.Constant(ir.IntType(32), CLOCK_MONOTONIC), builder.bitcast(ts, ir.IntType(8).as_pointer())])
+        zero = ir.Constant(ir.IntType(32), 0)
+        sec = builder.load(builder.gep(ts, [zero, zero]))
+        nsec = builder.load(builder.gep(ts, [zero, ir.Constant(ir.IntType(32), 1)]))
+        return builder.add(builder.mul(sec, ir.Constant(i64, 1_000_000_000)), nsec)
+
+    return types.int64(), codegen
 
 
 #: Spin iterations with ``pause`` before yielding the core, and yields before

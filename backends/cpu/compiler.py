@@ -110,12 +110,26 @@ def compile_program(graph: Graph, num_veus: int | None = None, policy: str = "wa
     report = _report(graph, lowered, schedules, tables, arena, policy, n, {
         "lower": t_lower - t0, "schedule": t_sched - t_lower, "plan": t_plan - t_sched,
         "tables": t_tables - t_plan})
+    report["trace_map"] = _trace_map(lowered, seg_ops, tables)
     program = Program(
         arena_bytes=total, const_bytes=arena.const_bytes, const_blob=const_blob,
         T=tables.T, X=tables.X, R=tables.R, kernel_names=tables.kernel_names, steps=steps, tensors=tensors,
         host_tensors=sorted(lowered.host_tensors), num_veus=n,
         cores=[cores[v % len(cores)] for v in range(n)] if pin else [-1] * n, report=report)
     return Compiled(program, lowered, schedules, tables, program_source(program))
+
+
+def _trace_map(lowered: Lowered, seg_ops: list[list[CpuOp]], tables: Tables) -> dict[str, Any]:
+    """Which op every task row runs (-1: a barrier row), and each op's name, family and
+    nodes: what a run-time trace names its slices by (``CpuExecutable.trace_run``)."""
+    index = {id(op): j for j, op in enumerate(lowered.ops)}
+    row_op = [-1] * int(tables.T.shape[0])
+    for seg, ops in zip(tables.segments, seg_ops):
+        for row, i in seg.row_op.items():
+            row_op[row] = index[id(ops[i])]
+    return {"row_op": row_op,
+            "ops": [{"name": op.name, "family": op.family, "nodes": [n.name for n in op.nodes]}
+                    for op in lowered.ops]}
 
 
 def _report(graph: Graph, lowered: Lowered, schedules: list[Schedule], tables: Tables, arena, policy: str,

@@ -15,8 +15,8 @@ from . import _numba_cache  # noqa: F401  (drops stale numba caches first)
 
 from numba import njit, prange
 
-from .atomics import (atomic_add, call_kernel, current_cpu, data_ptr, pin_to_core, set_affinity, set_pool_threads,
-                      store_release, wait_at_least)
+from .atomics import (atomic_add, call_kernel, current_cpu, data_ptr, monotonic_ns, pin_to_core, set_affinity,
+                      set_pool_threads, store_release, wait_at_least)
 
 #: Progress counters sit 64 bytes apart (one cache line per vEU).
 STRIDE = 8
@@ -27,12 +27,17 @@ STATUS = {0: "ok", 1: "aborted because another vEU failed", 2: "barrier timed ou
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
-def walk(v, arena, X, R, T, start, end, entries, counters, abort, max_sleeps):
+def walk(v, arena, X, R, T, start, end, entries, counters, abort, max_sleeps, trace=None):
+    """vEU ``v`` walks rows ``start:end``.  With a ``trace`` array (rows x 2, int64) each
+    row's start and end time (``monotonic_ns``) is recorded; without one (``None``,
+    the normal launch) numba compiles the timing away."""
     nbytes = arena.shape[0]
     a = data_ptr(arena, 0)
     xp = data_ptr(X, 0)
     rp = data_ptr(R, 0)
     for r in range(start, end):
+        if trace is not None:
+            trace[r, 0] = monotonic_ns()
         k = T[r, 0]
         if k == BARRIER:
             st = wait_at_least(counters, T[r, 2] * STRIDE, T[r, 3], abort, max_sleeps)
@@ -42,13 +47,16 @@ def walk(v, arena, X, R, T, start, end, entries, counters, abort, max_sleeps):
         elif call_kernel(entries[k], a, nbytes, xp, X.shape[0], rp, R.shape[0], data_ptr(T[r], 2), T[r, 1]) != 0:
             atomic_add(counters, abort, 1)
             return 3
+        if trace is not None:
+            trace[r, 1] = monotonic_ns()
         store_release(counters, v * STRIDE, r - start + 1)
     return 0
 
 
 @njit(parallel=True, nogil=True, cache=True)
-def run(arena, X, R, T, starts, ends, entries, counters, status, cores, allowed, max_sleeps):
+def run(arena, X, R, T, starts, ends, entries, counters, status, cores, allowed, max_sleeps, trace=None):
     """One launch: every vEU walks its rows; returns the worst vEU status (0: ok).
+    ``trace`` (optional) records each row's times (see :func:`walk`).
 
     ``cores[v]`` >= 0 pins vEU v there for good; ``allowed`` is the process's
     cores (cpu_set_t words).  The counters are zeroed and numba's thread count
@@ -68,7 +76,7 @@ def run(arena, X, R, T, starts, ends, entries, counters, status, cores, allowed,
     for i in range(counters.shape[0]):
         counters[i] = 0
     if n == 1 and cores[0] < 0:
-        st = walk(0, arena, X, R, T, starts[0], ends[0], entries, counters, abort, max_sleeps)
+        st = walk(0, arena, X, R, T, starts[0], ends[0], entries, counters, abort, max_sleeps, trace)
         status[0] = st
         return st
     set_pool_threads(n)
@@ -78,7 +86,7 @@ def run(arena, X, R, T, starts, ends, entries, counters, status, cores, allowed,
             pin_to_core(cores[v])
         elif v > 0 and master >= 0 and current_cpu() == master:
             set_affinity(allowed, master)
-        st = walk(v, arena, X, R, T, starts[v], ends[v], entries, counters, abort, max_sleeps)
+        st = walk(v, arena, X, R, T, starts[v], ends[v], entries, counters, abort, max_sleeps, trace)
         if st == 0:
             # Join on our own counters before OpenMP's: its barrier spins for
             # milliseconds without yielding, and a worker woken on this core

@@ -22,6 +22,7 @@ import numpy as np
 
 from rammer import api
 from rammer.errors import FeedError, OpExecutionError
+from rammer.profile import TraceSlice
 from rammer.interpreter import run_graph
 from rammer.ir import Graph, Node, TensorInfo, dtype_name
 
@@ -236,7 +237,8 @@ class CpuExecutable:
         return CpuExecutable(self.graph, first)
 
     def _run_here(self, feeds: Mapping[str, np.ndarray],
-                  outputs: Mapping[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
+                  outputs: Mapping[str, np.ndarray] | None = None,
+                  trace: _Trace | None = None) -> dict[str, np.ndarray]:
         with self._lock:
             host_values: dict[str, np.ndarray] = {}
             for name, info, dt, shape, view in self._feed_plan:
@@ -254,7 +256,9 @@ class CpuExecutable:
                 else:
                     host_values[name] = value
             for step in self.program.steps:
-                if isinstance(step, HostStep):
+                if trace is not None:
+                    trace.step(self, step, host_values)
+                elif isinstance(step, HostStep):
                     self._run_host(step, host_values)
                 else:
                     self._launch(step)
@@ -291,9 +295,17 @@ class CpuExecutable:
             self._fork_copy = api.compile(self.graph, backend="cpu", veus=1, policy=policy).executable
         return self._fork_copy
 
-    def _launch(self, seg: CompiledSegment) -> None:
+    def trace_run(self, feeds: Mapping[str, np.ndarray]) -> tuple[dict[str, np.ndarray], list[TraceSlice]]:
+        """Run once on every vEU, recording when each task row ran: one slice per rTask
+        (named by its op and nodes) or barrier wait, per vEU, and one per host step."""
+        trace = _Trace(self)
+        out = self._run_here(feeds, trace=trace)
+        return out, trace.slices
+
+    def _launch(self, seg: CompiledSegment, rows: np.ndarray | None = None) -> None:
         worst = self._driver(self.arena, self.program.X, self.program.R, self.program.T, seg.starts, seg.ends,
-                             self._entries, self.counters, self.status, self.cores, self.allowed, self.max_sleeps)
+                             self._entries, self.counters, self.status, self.cores, self.allowed, self.max_sleeps,
+                             rows)
         if worst:
             raise OpExecutionError(f"CPU backend: {STATUS.get(worst, f'status {worst}')} "
                                    f"(vEU status codes {self.status.tolist()})")
@@ -328,3 +340,37 @@ class CpuExecutable:
                 self._write(info.name, np.asarray(value))
             else:
                 host_values[info.name] = np.asarray(value)
+
+
+class _Trace:
+    """Collects the slices of one traced run (``CpuExecutable.trace_run``)."""
+
+    def __init__(self, exe: CpuExecutable):
+        self.rows = np.zeros((exe.program.T.shape[0], 2), np.int64)
+        self.slices: list[TraceSlice] = []
+        tmap = exe.program.report.get("trace_map") or {}
+        self.row_op: list[int] = list(tmap.get("row_op", []))
+        self.ops: list[dict] = list(tmap.get("ops", []))
+
+    def step(self, exe: CpuExecutable, step: Any, host_values: dict[str, np.ndarray]) -> None:
+        if isinstance(step, HostStep):
+            start = time.perf_counter_ns()
+            exe._run_host(step, host_values)
+            node = exe.graph.nodes[step.node_index]
+            self.slices.append(TraceSlice("host", f"{node.op_type} (host step)", "host", start,
+                                          time.perf_counter_ns(), {"node": node.name, "reason": step.reason}))
+            return
+        exe._launch(step, self.rows)
+        T = exe.program.T
+        for v in range(len(step.starts)):
+            for r in range(int(step.starts[v]), int(step.ends[v])):
+                t0, t1 = int(self.rows[r, 0]), int(self.rows[r, 1])
+                if T[r, 0] == 0:
+                    self.slices.append(TraceSlice(f"vEU {v}", f"wait for vEU {int(T[r, 2])}", "barrier", t0, t1,
+                                                  {"row": r, "until_rows": int(T[r, 3])}))
+                    continue
+                i = self.row_op[r] if r < len(self.row_op) else -1
+                op = self.ops[i] if 0 <= i < len(self.ops) else {}
+                kernel = exe.program.kernel_names[int(T[r, 0])]
+                self.slices.append(TraceSlice(f"vEU {v}", str(op.get("name", kernel)), str(op.get("family", "op")),
+                                              t0, t1, {"kernel": kernel, "row": r, "nodes": op.get("nodes", [])}))

@@ -81,7 +81,12 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+#: Report entries that are data for tools (traces), not for reading.
+_NOT_PRINTED = ("trace_map",)
+
+
 def _print_report(report: dict[str, Any]) -> None:
+    report = {k: v for k, v in report.items() if k not in _NOT_PRINTED}
     fallbacks = report.get("fallbacks")
     if fallbacks is not None:
         if fallbacks:

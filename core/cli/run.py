@@ -29,6 +29,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="wait for idle cores before each timed run (as `rammer bench --settle`); "
                         "default: back to back")
     p.add_argument("--json", action="store_true", help="print outputs' summaries and the timing as JSON")
+    p.add_argument("--profile", metavar="TRACE.json",
+                   help="also time one run rTask by rTask and write a Chrome trace (chrome://tracing, Perfetto); "
+                        "prints the ops that took longest")
     p.set_defaults(func=run)
 
 
@@ -89,6 +92,13 @@ def run(args: argparse.Namespace) -> int:
     compile_s = time.perf_counter() - t0
     feeds = model.random_feeds(args.seed)
     feeds.update(_load_inputs(args.input))
+    if args.profile:
+        if getattr(model.executable, "trace_run", None) is None:
+            raise RammerError(f"--profile: backend '{model.backend.name}' cannot time its runs rTask by rTask; "
+                              f"profile on a backend that schedules rTasks (e.g. --backend cpu)")
+        folder = os.path.dirname(os.path.abspath(args.profile))
+        if not os.path.isdir(folder):
+            raise RammerError(f"--profile {args.profile}: folder '{folder}' does not exist")
     outputs = model.run(feeds)  # the checked run, whose outputs we print
     timing = time_calls(lambda: model.run(feeds), args.repeat, args.warmup, args.settle)
     if args.json:
@@ -104,6 +114,10 @@ def run(args: argparse.Namespace) -> int:
             arr = outputs[t.name]
             print(f"  output {t.name}: {arr.dtype}{list(arr.shape)} {_summary(arr)}")
         print(format_timing(timing))
+    if args.profile:
+        prof = model.profile(feeds, args.profile)
+        if not args.json:
+            print(prof.table())
     if args.output:
         save_npz(args.output, outputs)
         print(f"outputs saved to {args.output}")
