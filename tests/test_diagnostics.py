@@ -54,3 +54,24 @@ def test_no_warning_without_fallback(caplog):
         rammer.compile(model, backend="cpu", strict=True)
         rammer.compile(model, backend="reference", strict=True)
     assert not [r for r in caplog.records if r.name == "rammer"]
+
+
+def test_host_steps_run_blas_on_one_thread(monkeypatch):
+    from rammer.backends.cpu import runtime
+
+    seen = []
+
+    class FakeBlas:
+        user_api = "blas"
+        num_threads = 4
+
+        def set_num_threads(self, n):
+            seen.append(n)
+            self.num_threads = n
+
+    fake = FakeBlas()
+    monkeypatch.setattr(runtime, "_BLAS", [fake])
+    model = rammer.compile(_cumsum_model("cs_blas"), backend="cpu")
+    x = rand((2, 8))
+    np.testing.assert_allclose(model({"x": x})["y"], np.cumsum(np.maximum(x, 0), axis=1), rtol=1e-5)
+    assert seen == [1, 4] and fake.num_threads == 4  # one thread during the host step, restored after
