@@ -3,10 +3,10 @@ dependencies and the vDevice to place them on."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Callable, Iterable, Mapping
 
-from ..ir import Graph, Node, outer_names
+from ..ir import Graph, Node, TensorInfo, outer_names
 from ..rtask import RKernel, ROperator, build_roperators
 from ..vdevice import VDevice
 
@@ -54,19 +54,24 @@ class Problem:
     preds: tuple[tuple[int, ...], ...]
     succs: tuple[tuple[int, ...], ...]
     vdevice: VDevice
+    #: The graph's tensors and which are initializers, for self-contained schedules.
+    tensors: Mapping[str, TensorInfo] = field(default_factory=dict)
+    constants: frozenset[str] = frozenset()
 
     def __len__(self) -> int:
         return len(self.rops)
 
 
 def problem_from_rops(graph_name: str, rops: list[ROperator], names: list[str],
-                      preds: list[tuple[int, ...]], vdevice: VDevice) -> Problem:
+                      preds: list[tuple[int, ...]], vdevice: VDevice, tensors: Mapping[str, TensorInfo] | None = None,
+                      constants: Iterable[str] = ()) -> Problem:
     succs: list[list[int]] = [[] for _ in rops]
     for i, ps in enumerate(preds):
         for p in ps:
             succs[p].append(i)
     return Problem(graph_name, tuple(rops), tuple(names), tuple(tuple(p) for p in preds),
-                   tuple(tuple(s) for s in succs), vdevice)
+                   tuple(tuple(s) for s in succs), vdevice, tensors if tensors is not None else {},
+                   frozenset(constants))
 
 
 def build_problem(graph: Graph, vdevice: VDevice, backend: Backend | None = None,
@@ -85,4 +90,5 @@ def build_problem(graph: Graph, vdevice: VDevice, backend: Backend | None = None
                 return candidates_from(families, node, g, vd)
 
     rops = build_roperators(graph, vdevice, candidates)
-    return problem_from_rops(graph.name, rops, op_names(graph), op_predecessors(graph), vdevice)
+    return problem_from_rops(graph.name, rops, op_names(graph), op_predecessors(graph), vdevice,
+                             graph.value_info, graph.initializers)

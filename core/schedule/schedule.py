@@ -11,12 +11,18 @@ entry at a time; an rTask entry runs ``rtask_id`` of its op's kernel; a
 barrier on vEU ``v`` blocks ``v`` until every rTask it lists has completed.
 Program order on one vEU implies completion order, so a barrier need list
 only the last rTask it depends on per other vEU.
+
+The JSON is self-contained: each operator carries its op type, attributes,
+input and output tensors (name, dtype, shape, constant or not, and the arena
+offset once a backend has placed it, :meth:`Schedule.place`) and, when its
+kernel can say, each rTask's tile (the boxes it reads and writes), so a code
+generator can render a program from the JSON alone (:mod:`.records`).
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -26,7 +32,10 @@ from ..errors import ScheduleError
 from ..rtask import RKernel, RTask
 from ..vdevice import VDevice
 from .problem import Problem
+from .records import TensorRef, decode_attr, decode_tiles, encode_attr, encode_tiles, has_tiles, tensor_refs
 
+#: The self-contained fields (attrs, inputs, outputs, rtasks) are additions: a reader
+#: that ignores them still reads the schedule, and schedules without them still load.
 FORMAT = "rammer.schedule/1"
 
 
@@ -40,6 +49,10 @@ class ScheduledOp:
     first_rtask: int
     #: Indices of the ops it depends on (all their rTasks before any of its own).
     preds: tuple[int, ...]
+    #: The node's attributes, and the tensors it reads and writes (in slot order).
+    attrs: Mapping[str, Any] = field(default_factory=dict)
+    inputs: tuple[TensorRef, ...] = ()
+    outputs: tuple[TensorRef, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -69,6 +82,12 @@ class Schedule:
     #: Cost of one barrier once its rTasks are done (a kernel launch gap for op-by-op).
     barrier_cost_us: float
     options: dict[str, Any] = field(default_factory=dict)
+    #: Tensor name -> byte offset in the backend's arena, once memory is planned (:meth:`place`).
+    offsets: dict[str, int] = field(default_factory=dict)
+
+    def place(self, offsets: Mapping[str, int]) -> None:
+        """Record where a backend placed tensors (byte offsets in its arena); the JSON carries them."""
+        self.offsets.update({str(k): int(v) for k, v in offsets.items()})
 
     # -- sizes and lookups --------------------------------------------------
     @cached_property
@@ -129,13 +148,19 @@ class Schedule:
             "num_rtasks": self.num_rtasks, "num_barriers": self.num_barriers,
         }
         data.update(summary or {})
-        data["operators"] = [
-            {"name": op.name, "op_type": op.op_type, "first_rtask": op.first_rtask,
-             "preds": [self.ops[p].name for p in op.preds], **op.kernel.describe()}
-            for op in self.ops
-        ]
+        data["operators"] = [self._operator(op) for op in self.ops]
         data["programs"] = programs
         return data
+
+    def _operator(self, op: ScheduledOp) -> dict[str, Any]:
+        d = {"name": op.name, "op_type": op.op_type, "first_rtask": op.first_rtask,
+             "preds": [self.ops[p].name for p in op.preds], **op.kernel.describe(),
+             "attrs": {k: encode_attr(v) for k, v in op.attrs.items()},
+             "inputs": [t.to_dict(self.offsets.get(t.name)) for t in op.inputs],
+             "outputs": [t.to_dict(self.offsets.get(t.name)) for t in op.outputs]}
+        if has_tiles(op.kernel):
+            d["rtasks"] = encode_tiles(op.kernel)
+        return d
 
     def to_json(self, path: str, summary: Mapping[str, Any] | None = None) -> None:
         with open(path, "w", encoding="utf-8") as f:
@@ -147,8 +172,9 @@ class Schedule:
             raise ScheduleError(f"not a rammer schedule (format {data.get('format')!r}, expected {FORMAT!r})")
         try:
             index = {op["name"]: i for i, op in enumerate(data["operators"])}
-            ops = [ScheduledOp(op["name"], op["op_type"], RKernel.from_description(op), int(op["first_rtask"]),
-                               tuple(index[p] for p in op["preds"])) for op in data["operators"]]
+            ops = [_scheduled_op(op, index) for op in data["operators"]]
+            offsets = {t["name"]: int(t["offset"]) for op in data["operators"]
+                       for t in op.get("inputs", []) + op.get("outputs", []) if "offset" in t}
             num_rtasks = sum(op.kernel.num_rtasks for op in ops)
             programs: list[list[int]] = []
             waits: dict[int, tuple[int, ...]] = {}
@@ -161,7 +187,7 @@ class Schedule:
                 programs.append(ids)
             barrier_waits = [waits[num_rtasks + b] for b in range(len(waits))]
             return cls(data["policy"], data.get("graph", ""), VDevice.from_dict(data["vdevice"]), ops, programs,
-                       barrier_waits, float(data["barrier_cost_us"]), dict(data.get("options", {})))
+                       barrier_waits, float(data["barrier_cost_us"]), dict(data.get("options", {})), offsets)
         except (KeyError, TypeError, ValueError) as exc:
             raise ScheduleError(f"malformed schedule data: {type(exc).__name__}: {exc}") from None
 
@@ -169,6 +195,17 @@ class Schedule:
     def from_json(cls, path: str) -> Schedule:
         with open(path, encoding="utf-8") as f:
             return cls.from_dict(json.load(f))
+
+
+def _scheduled_op(op: Mapping[str, Any], index: Mapping[str, int]) -> ScheduledOp:
+    kernel = RKernel.from_description(op)
+    if "rtasks" in op:  # the tiles written by to_dict: the kernel can say them again
+        tiles = decode_tiles(op["rtasks"], kernel.num_rtasks, op["name"])
+        kernel = replace(kernel, access_fn=tiles.__getitem__)
+    return ScheduledOp(op["name"], op["op_type"], kernel, int(op["first_rtask"]), tuple(index[p] for p in op["preds"]),
+                       {k: decode_attr(v) for k, v in op.get("attrs", {}).items()},
+                       tuple(TensorRef.from_dict(t) for t in op.get("inputs", [])),
+                       tuple(TensorRef.from_dict(t) for t in op.get("outputs", [])))
 
 
 class ScheduleBuilder:
@@ -249,7 +286,9 @@ class ScheduleBuilder:
                     out.append(num_rtasks + len(barrier_waits))
                     barrier_waits.append(tuple(stable_list[w] for w in self._waits[-h - 1]))
             programs.append(out)
-        ops = [ScheduledOp(p.names[i], rop.node.op_type, self.kernels[i], int(firsts[i]), p.preds[i])
+        ops = [ScheduledOp(p.names[i], rop.node.op_type, self.kernels[i], int(firsts[i]), p.preds[i],
+                           rop.node.attrs, tensor_refs(rop.node.inputs, p.tensors, p.constants),
+                           tensor_refs(rop.node.outputs, p.tensors, p.constants))
                for i, rop in enumerate(p.rops)]
         return Schedule(self.policy, p.graph_name, p.vdevice, ops, programs, barrier_waits, self.barrier_cost_us,
                         self.options)
