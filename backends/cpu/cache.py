@@ -2,33 +2,60 @@
 
 Key: a hash of the graph (nodes, attributes, shapes, weights), the backend
 options that change the program (vEUs, policy, pinning) and the versions
-that change the code (rammer, numpy, numba, llvmlite, the CPU backend's own
-sources).  An entry is a folder with the task tables, the constant region,
-the program metadata and the generated driver; a digest of every file is in
-``meta.json`` and is checked on load, so a truncated or corrupted entry is
-detected, removed and rebuilt.  Entries are written to a temporary folder
-and renamed into place, so readers never see half an entry.
+that change the code (rammer, numpy, numba, llvmlite, the sources of rammer
+and of the CPU backend).  An entry is a folder (see :mod:`.cache_entry`)
+whose every file is covered by a SHA-256 manifest and whose indices are
+bounds-checked on load.
+
+The cache is best-effort.  Whatever goes wrong with it costs a compile,
+never a model:
+
+* a corrupt, truncated, edited or half-written entry, or one whose loading
+  or first run fails, is logged, removed and rebuilt;
+* a cache folder that cannot be written (read-only, disk full, a file where
+  a folder should be) is logged once per folder and the model is compiled
+  without saving;
+* concurrent processes compiling the same model each write their own
+  temporary folder; the first rename wins and the others drop theirs.
 """
 
 from __future__ import annotations
 
+import functools
 import glob
 import hashlib
-import io
 import json
+import logging
 import os
+import secrets
 import shutil
-import tempfile
-from typing import Any
+import socket
+import threading
+from typing import Any, Callable
 
 import numpy as np
 
+from rammer.errors import FeedError
 from rammer.ir import Graph
 
+from . import cache_entry
 from .batching import DEFAULT_BATCH_ROWS
-from .runtime import CompiledSegment, CpuExecutable, HostStep, Program
+from .cache_entry import FORMAT, CorruptEntry
+from .runtime import CpuExecutable, Program
 
-FORMAT = "rammer.cpu.program/1"
+__all__ = ["cache_root", "cache_key", "graph_digest", "compile_cached", "CorruptEntry", "CacheUnavailable"]
+
+log = logging.getLogger("rammer")
+
+_TMP = ".tmp-"
+_TRASH = ".trash-"
+#: (cache folder, kind of failure) pairs already warned about in this process.
+_warned: set[tuple[str, str]] = set()
+_warned_lock = threading.Lock()
+
+
+class CacheUnavailable(Exception):
+    """The cache folder cannot be used (read-only, full, not a folder, ...)."""
 
 
 def cache_root(cache_dir: str | None) -> str:
@@ -37,12 +64,18 @@ def cache_root(cache_dir: str | None) -> str:
     return os.path.join(root, "cpu", "programs")
 
 
-def _backend_fingerprint() -> str:
+@functools.lru_cache(maxsize=1)
+def _source_fingerprint() -> str:
+    """The sources of rammer and of this backend: graph passes and lowering live in both."""
+    import rammer
+
     h = hashlib.sha256()
-    folder = os.path.dirname(os.path.abspath(__file__))
-    for path in sorted(glob.glob(os.path.join(folder, "*.py"))):
-        with open(path, "rb") as f:
-            h.update(f.read())
+    folders = [os.path.dirname(os.path.abspath(rammer.__file__)), os.path.dirname(os.path.abspath(__file__))]
+    for folder in folders:
+        for path in sorted(glob.glob(os.path.join(folder, "**", "*.py"), recursive=True)):
+            h.update(os.path.relpath(path, folder).encode())
+            with open(path, "rb") as f:
+                h.update(f.read())
     return h.hexdigest()[:16]
 
 
@@ -65,24 +98,25 @@ def graph_digest(graph: Graph) -> str:
     h = hashlib.blake2b(digest_size=20)
     h.update(repr(sorted(graph.opset.items())).encode())
     for t in graph.inputs + graph.outputs:
-        h.update(f"{t.name}:{t.dtype}:{t.shape};".encode())
+        h.update(f"{t.name!r}:{t.dtype}:{t.shape};".encode())
     for node in graph.nodes:
-        h.update(f"{node.domain}:{node.op_type}:{node.inputs}:{node.outputs}".encode())
+        # node names too: they appear in the report and in host steps' reasons
+        h.update(f"{node.name!r}:{node.domain!r}:{node.op_type!r}:{node.inputs!r}:{node.outputs!r}".encode())
         for k in sorted(node.attrs):
-            h.update(k.encode())
+            h.update(repr(k).encode())
             _update_value(h, node.attrs[k])
     for name in sorted(graph.value_info):
         t = graph.value_info[name]
-        h.update(f"{name}:{t.dtype}:{t.shape};".encode())
+        h.update(f"{name!r}:{t.dtype}:{t.shape};".encode())
     for name in sorted(graph.initializers):
-        h.update(name.encode())
+        h.update(repr(name).encode())
         _update_value(h, np.asarray(graph.initializers[name]))
     return h.hexdigest()
 
 
 def cache_key(graph: Graph, num_veus: int, policy: str, pin: bool, batch_rows: int = DEFAULT_BATCH_ROWS) -> str:
-    import numba
     import llvmlite
+    import numba
 
     from rammer import __version__
 
@@ -90,155 +124,223 @@ def cache_key(graph: Graph, num_veus: int, policy: str, pin: bool, batch_rows: i
 
     h = hashlib.sha256()
     h.update(graph_digest(graph).encode())
+    # The graph's name is in the report (and the emitted program), so it is part of the entry.
+    h.update(repr(graph.name).encode())
     h.update(json.dumps({"veus": num_veus, "policy": policy, "pin": pin, "batch_rows": batch_rows,
                          "rammer": __version__,
                          "numpy": np.__version__, "numba": numba.__version__, "llvmlite": llvmlite.__version__,
-                         "backend": _backend_fingerprint(), "format": FORMAT,
+                         "sources": _source_fingerprint(), "format": FORMAT,
                          # scratch sizes depend on the micro-kernel chosen for this CPU
                          "cpu": CPU_NAME, "ukernel": [MR, NR]}, sort_keys=True).encode())
     return h.hexdigest()[:32]
 
 
-def _digest(data: bytes) -> str:
-    return hashlib.blake2b(data, digest_size=16).hexdigest()
+# -- the store ---------------------------------------------------------------------------------------
+
+def _warn_once(root: str, kind: str, message: str) -> None:
+    with _warned_lock:
+        if (root, kind) in _warned:
+            return
+        _warned.add((root, kind))
+    log.warning(message)
 
 
-def save(folder: str, program: Program, schedules: list | None = None) -> None:
-    """Write an entry atomically (temporary folder, then rename)."""
-    parent = os.path.dirname(folder)
-    os.makedirs(parent, exist_ok=True)
-    tmp = tempfile.mkdtemp(dir=parent, prefix=".tmp-")
+def _owner_tag() -> str:
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
+def _remove(path: str) -> None:
+    """Remove an entry (or a stray file where one should be) without racing its readers:
+    rename it out of the way first, so the key is free at once."""
+    parent = os.path.dirname(path)
+    trash = os.path.join(parent, f"{_TRASH}{_owner_tag()}-{secrets.token_hex(4)}")
     try:
-        segs = [s for s in program.steps if isinstance(s, CompiledSegment)]
-        buf = io.BytesIO()
-        arrays = {"T": program.T, "X": program.X, "R": program.R}
-        for k, s in enumerate(segs):
-            arrays[f"starts{k}"] = s.starts
-            arrays[f"ends{k}"] = s.ends
-        np.savez(buf, **arrays)
-        files = {"tables.npz": buf.getvalue(), "consts.bin": program.const_blob.tobytes(),
-                 "schedules.json": json.dumps([s.to_dict() for s in schedules or []],
-                                              separators=(",", ":")).encode()}
-        steps = [{"host": s.node_index, "reason": s.reason} if isinstance(s, HostStep) else {"segment": k}
-                 for k, s in enumerate(program.steps)]
-        seg_no = 0
-        for st in steps:
-            if "segment" in st:
-                st["segment"] = seg_no
-                seg_no += 1
-        meta = {
-            "format": FORMAT, "arena_bytes": program.arena_bytes, "const_bytes": program.const_bytes,
-            "kernel_names": program.kernel_names, "steps": steps,
-            "tensors": {k: [v[0], v[1], list(v[2]), list(v[3])] for k, v in program.tensors.items()},
-            "host_tensors": program.host_tensors, "num_veus": program.num_veus, "cores": program.cores,
-            "report": program.report, "digests": {name: _digest(data) for name, data in files.items()},
-        }
-        for name, data in files.items():
-            with open(os.path.join(tmp, name), "wb") as f:
-                f.write(data)
-        with open(os.path.join(tmp, "meta.json"), "w", encoding="utf-8") as f:
-            json.dump(meta, f)
+        os.rename(path, trash)
+    except OSError:
+        trash = path
+    if os.path.isdir(trash) and not os.path.islink(trash):
+        shutil.rmtree(trash, ignore_errors=True)
+    else:
         try:
-            os.rename(tmp, folder)
+            os.unlink(trash)
         except OSError:
-            shutil.rmtree(tmp, ignore_errors=True)  # another process won the race
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+            pass
 
 
-class CorruptEntry(Exception):
-    pass
+def _sweep(parent: str) -> None:
+    """Remove temporary folders left by processes of this host that died while writing."""
+    host = socket.gethostname()
+    for path in glob.glob(os.path.join(parent, f"{_TMP}*")) + glob.glob(os.path.join(parent, f"{_TRASH}*")):
+        tag = os.path.basename(path).split("-")
+        # .tmp-<host>-<pid>-<random>; a host name may hold dashes
+        if len(tag) < 4 or "-".join(tag[1:-2]) != host or not tag[-2].isdigit():
+            continue
+        pid = int(tag[-2])
+        if pid == os.getpid():
+            continue
+        try:
+            os.kill(pid, 0)
+            continue  # still alive: maybe still writing
+        except ProcessLookupError:
+            pass
+        except OSError:
+            continue
+        shutil.rmtree(path, ignore_errors=True)
 
 
-def load(folder: str) -> Program:
-    """Read and verify an entry; :class:`CorruptEntry` if anything is off."""
+def load(folder: str, num_nodes: int) -> tuple[Program, bytes]:
+    """The verified program of an entry and its schedules' JSON; :class:`CorruptEntry` if anything is off."""
+    key = os.path.basename(folder)
     try:
-        with open(os.path.join(folder, "meta.json"), encoding="utf-8") as f:
-            meta = json.load(f)
-        if meta.get("format") != FORMAT:
-            raise CorruptEntry(f"format {meta.get('format')!r}")
-        blobs = {}
-        for name, digest in meta["digests"].items():
-            if name == "schedules.json":
-                continue  # read (and checked) only when someone asks for the schedules
-            with open(os.path.join(folder, name), "rb") as f:
-                data = f.read()
-            if _digest(data) != digest:
-                raise CorruptEntry(f"{name} does not match its digest")
-            blobs[name] = data
-        if "schedules.json" not in meta["digests"] or not os.path.isfile(os.path.join(folder, "schedules.json")):
-            raise CorruptEntry("schedules.json is missing")
-        with np.load(io.BytesIO(blobs["tables.npz"]), allow_pickle=False) as z:
-            arrays = {k: z[k] for k in z.files}
-        steps = []
-        for st in meta["steps"]:
-            if "host" in st:
-                steps.append(HostStep(int(st["host"]), st["reason"]))
-            else:
-                k = int(st["segment"])
-                steps.append(CompiledSegment(arrays[f"starts{k}"], arrays[f"ends{k}"]))
-        program = Program(
-            arena_bytes=int(meta["arena_bytes"]), const_bytes=int(meta["const_bytes"]),
-            const_blob=np.frombuffer(blobs["consts.bin"], dtype=np.uint8),
-            T=arrays["T"], X=arrays["X"], R=arrays["R"], kernel_names=list(meta["kernel_names"]), steps=steps,
-            tensors={k: (v[0], int(v[1]), tuple(v[2]), tuple(v[3])) for k, v in meta["tensors"].items()},
-            host_tensors=list(meta["host_tensors"]), num_veus=int(meta["num_veus"]), cores=list(meta["cores"]),
-            report=dict(meta["report"]))
-        return program
+        if os.path.islink(folder) or not os.path.isdir(folder):
+            raise CorruptEntry("not a folder")
+        blobs = cache_entry.read_verified(folder, key)
+        return cache_entry.decode(blobs, num_nodes), blobs["schedules.json"]
     except CorruptEntry:
         raise
-    except (OSError, ValueError, KeyError, TypeError, json.JSONDecodeError) as exc:
+    except (OSError, ValueError, KeyError, TypeError, IndexError, AttributeError, json.JSONDecodeError) as exc:
         raise CorruptEntry(f"{type(exc).__name__}: {exc}") from None
 
 
-def load_schedules(folder: str) -> list:
-    """The schedules of a cache entry (checked against their digest)."""
-    from rammer.errors import RammerError
-    from rammer.schedule import Schedule
+def save(folder: str, program: Program, schedules: list | None = None) -> None:
+    """Write an entry atomically; :class:`CacheUnavailable` when the cache folder cannot take it."""
+    parent = os.path.dirname(folder)
+    files = cache_entry.encode(program, schedules)
+    files[cache_entry.MANIFEST] = cache_entry.manifest(os.path.basename(folder), files)
+    try:
+        os.makedirs(parent, exist_ok=True)
+        _sweep(parent)
+        tmp = os.path.join(parent, f"{_TMP}{_owner_tag()}-{secrets.token_hex(4)}")
+        os.mkdir(tmp, 0o755)
+    except OSError as exc:
+        raise CacheUnavailable(f"{type(exc).__name__}: {exc}") from None
+    try:
+        # the manifest last: a folder without one is never accepted
+        for name in cache_entry.FILES + (cache_entry.MANIFEST,):
+            cache_entry.write_file(os.path.join(tmp, name), files[name])
+        cache_entry.fsync_dir(tmp)
+        if os.path.lexists(folder) and (os.path.islink(folder) or not os.path.isdir(folder)):
+            _remove(folder)  # a stray file where the entry goes
+        try:
+            os.rename(tmp, folder)
+        except OSError:
+            if os.path.isdir(folder):
+                return  # another process saved this entry first; the finally drops ours
+            raise
+        tmp = ""
+        cache_entry.fsync_dir(parent)
+    except OSError as exc:
+        raise CacheUnavailable(f"{type(exc).__name__}: {exc}") from None
+    finally:
+        if tmp:
+            shutil.rmtree(tmp, ignore_errors=True)
 
-    with open(os.path.join(folder, "meta.json"), encoding="utf-8") as f:
-        digest = json.load(f)["digests"]["schedules.json"]
-    with open(os.path.join(folder, "schedules.json"), "rb") as f:
-        data = f.read()
-    if _digest(data) != digest:
-        raise RammerError(f"the cached schedules in {folder} are corrupt; delete the folder to rebuild it")
-    return [Schedule.from_dict(d) for d in json.loads(data)]
+
+def _schedules_from(data: bytes) -> Callable[[], list]:
+    def load_schedules() -> list:
+        from rammer.schedule import Schedule
+
+        return [Schedule.from_dict(d) for d in json.loads(data)]
+
+    return load_schedules
+
+
+class CachedExecutable(CpuExecutable):
+    """An executable whose program came from the cache.  If its first run fails for any
+    reason but the caller's feeds, the program is rebuilt (and the entry replaced), and
+    the run is retried on the rebuilt program."""
+
+    def __init__(self, graph: Graph, program: Program, max_wait_s: float, schedules_loader: Callable[[], list],
+                 rebuild: Callable[[], Any]):
+        super().__init__(graph, program, max_wait_s, schedules_loader=schedules_loader)
+        self._rebuild = rebuild
+        self._max_wait_s = max_wait_s
+        self._proven = False
+        self._first_run_lock = threading.Lock()
+
+    @functools.wraps(CpuExecutable.run)
+    def run(self, feeds, *args: Any, **kwargs: Any):
+        if self._proven:
+            return super().run(feeds, *args, **kwargs)
+        with self._first_run_lock:
+            if self._proven:
+                return super().run(feeds, *args, **kwargs)
+            try:
+                out = super().run(feeds, *args, **kwargs)
+            except FeedError:
+                raise
+            except Exception as exc:
+                log.warning("the cached cpu program of '%s' failed on its first run (%s: %s); rebuilding it",
+                            self.graph.name, type(exc).__name__, exc)
+                compiled = self._rebuild()
+                CpuExecutable.__init__(self, self.graph, compiled.program, self._max_wait_s,
+                                       schedules=compiled.schedules)
+                self.cache_status = f"rebuilt (first run failed: {type(exc).__name__})"
+                self.compiled = compiled
+                self._proven = True
+                return super().run(feeds, *args, **kwargs)
+            self._proven = True
+            return out
 
 
 def compile_cached(graph: Graph, num_veus: int | None, policy: str, pin: bool, use_cache: bool,
                    cache_dir: str | None, emit_dir: str | None, max_wait_s: float,
                    batch_rows: int = DEFAULT_BATCH_ROWS) -> CpuExecutable:
+    from .compiler import compile_program
     from .graph_passes import prepare
     from .scheduling import default_veus
 
     n = num_veus or default_veus()
-    folder = os.path.join(cache_root(cache_dir), cache_key(graph, n, policy, pin, batch_rows)) if use_cache else None
+    root = cache_root(cache_dir) if use_cache else ""
+    folder = os.path.join(root, cache_key(graph, n, policy, pin, batch_rows)) if use_cache else None
     # The program and its executable both see the rewritten graph (host steps name its
     # nodes by index); the passes are deterministic, so a cached program matches too.
     graph = prepare(graph)
-    if folder and not emit_dir and os.path.isdir(folder):
-        try:
-            exe = CpuExecutable(graph, load(folder), max_wait_s, schedules_loader=lambda: load_schedules(folder))
-            exe.cache_status = "hit"
-            return exe
-        except CorruptEntry as exc:
-            shutil.rmtree(folder, ignore_errors=True)
-            rebuilt = f"rebuilt (corrupt entry: {exc})"
-        else:  # pragma: no cover
-            rebuilt = ""
-    else:
-        rebuilt = "miss" if folder else "off"
-    from .compiler import compile_program
 
-    compiled = compile_program(graph, n, policy, pin, batch_rows=batch_rows)
+    def build() -> Any:
+        return compile_program(graph, n, policy, pin, batch_rows=batch_rows)
+
+    def store(compiled: Any) -> str:
+        """Save ``compiled``; the status suffix when that was not possible."""
+        try:
+            save(folder, compiled.program, compiled.schedules)
+            return ""
+        except CacheUnavailable as exc:
+            _warn_once(root, "write", f"the cpu compile cache at {root} cannot be written ({exc}); "
+                       "compiling without it")
+            return f" (not saved: {exc})"
+
+    status = "off"
     if folder:
-        save(folder, compiled.program, compiled.schedules)
+        status = "miss"
+        if not emit_dir and os.path.lexists(folder):
+            exe = None
+            try:
+                program, schedules_json = load(folder, len(graph.nodes))
+
+                def rebuild() -> Any:
+                    _remove(folder)
+                    compiled = build()
+                    store(compiled)
+                    return compiled
+
+                exe = CachedExecutable(graph, program, max_wait_s, _schedules_from(schedules_json), rebuild)
+            except Exception as exc:  # any failure to load an entry costs a compile, never the model
+                reason = f"{type(exc).__name__}: {exc}" if not isinstance(exc, CorruptEntry) else str(exc)
+                log.warning("the cpu compile cache entry %s is unusable (%s); rebuilding it", folder, reason)
+                _remove(folder)
+                status = f"rebuilt (corrupt entry: {reason})"
+            if exe is not None:
+                exe.cache_status = "hit"
+                return exe
+    compiled = build()
+    if folder:
+        status += store(compiled)
     if emit_dir:
         from .emit import emit
 
         emit(emit_dir, compiled)
     exe = CpuExecutable(graph, compiled.program, max_wait_s, schedules=compiled.schedules)
-    exe.cache_status = rebuilt
+    exe.cache_status = status
     exe.compiled = compiled
     return exe
