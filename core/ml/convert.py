@@ -17,6 +17,7 @@ from ..errors import CompileError
 from ..frontend import load
 from ..plugins import get_backend
 from .lower import lower_ml
+from .strategy import SINGLE_VEU_MAX_BATCH
 
 
 def to_onnx(estimator: Any, n_features: int, dtype: Any = np.float32) -> Any:
@@ -92,7 +93,9 @@ def convert(estimator: Any, backend: str | None = None, batch: int = 1, tree_str
 
     ``tree_strategy``: ``None``/``"auto"`` (the measured table), ``"gemm"``,
     ``"tree_traversal"``, ``"perfect_tree_traversal"`` or ``"off"`` (keep the
-    ai.onnx.ml ops).  Other keyword options go to ``rammer.compile``."""
+    ai.onnx.ml ops).  Other keyword options go to ``rammer.compile``; a backend taking a
+    ``veus`` option gets ``veus=1`` up to :data:`~rammer.ml.strategy.SINGLE_VEU_MAX_BATCH` rows
+    unless given."""
     n_features = getattr(estimator, "n_features_in_", None)
     if n_features is None:
         raise CompileError(f"{type(estimator).__name__} is not fitted (no n_features_in_)")
@@ -102,4 +105,7 @@ def convert(estimator: Any, backend: str | None = None, batch: int = 1, tree_str
     device = get_backend(backend).capabilities.device
     used: dict = {}
     graph = lower_ml(graph, tree_strategy, device=device, tree_groups=tree_groups, report=used)
+    accepted = get_backend(backend).capabilities.options
+    if batch <= SINGLE_VEU_MAX_BATCH and "veus" not in options and accepted is not None and "veus" in accepted:
+        options["veus"] = 1
     return MlModel(estimator, api.compile(graph, backend, **options), int(batch), used)

@@ -19,13 +19,25 @@ class Row(NamedTuple):
     strategy: str
 
 
-#: Measured on the 2-core development VM (ci/bench_ml.py, 100 trees, 28 features); see docs/ml.md.
+#: Measured on the 2-core development VM (100 trees of depth 2-12 on 28 features; 1 vEU up to
+#: 64 rows, 2 above; medians of 7 runs on a shared, noisy machine), ms per run:
+#:   batch 1:     depth 2-8 perfect_tree_traversal ~ tree_traversal (0.02-0.06) < gemm (0.05-4.1);
+#:                depth 12 tree_traversal 0.08 < perfect 0.15
+#:   batch 64:    depth 2 gemm 0.07 < perfect 0.10 < traversal 0.15; depth 3-12 perfect
+#:                (depth 8: perfect 0.50, traversal 0.91, gemm 10.8)
+#:   batch 1000:  depth 2 gemm 3.5 ~ perfect 3.6; depth 3-12 perfect (depth 8: 11.6 vs
+#:                traversal 15.6 vs gemm 140; depth 12: 13.8 vs traversal 25.2)
 TABLE: tuple[Row, ...] = (
-    Row("cpu", 3, 1_000_000_000, "gemm"),
-    Row("cpu", 4, 64, "gemm"),
-    Row("cpu", 10, 1_000_000_000, "perfect_tree_traversal"),
+    Row("cpu", 8, 1, "perfect_tree_traversal"),
+    Row("cpu", 1_000_000, 1, "tree_traversal"),
+    Row("cpu", 2, 64, "gemm"),
+    Row("cpu", 14, 1_000_000_000, "perfect_tree_traversal"),
     Row("cpu", 1_000_000, 1_000_000_000, "tree_traversal"),
 )
+
+#: Up to this many rows per run, one vEU: waking a second worker costs more than it saves
+#: (100 trees of depth 8: 0.04 ms on 1 vEU vs 3.5 ms on 2 at batch 1, 0.51 vs 0.72 at 64).
+SINGLE_VEU_MAX_BATCH = 64
 
 
 def choose(depth: int, batch: int, device: str = "cpu") -> str:
