@@ -294,6 +294,27 @@ def test_loop_capturing_outer_tensor():
     _run_both_branches(m, shape)
 
 
+def test_loop_body_if_capturing_outer_tensor():
+    """An If inside a Loop body reads a tensor two scopes out; the captured tensor also feeds a Concat
+    (whose inputs may live inside its output's buffer)."""
+    shape = [2, 3]
+    inner = helper.make_node(
+        "If", ["cond_in"], ["v_out"],
+        then_branch=helper.make_graph([helper.make_node("Add", ["v_in", "r"], ["o1"])], "bt", [], [_vi("o1", shape)]),
+        else_branch=helper.make_graph([helper.make_node("Sub", ["v_in", "r"], ["o2"])], "be", [], [_vi("o2", shape)]))
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["cond_in"], ["cond_out"]), inner], "body",
+        [_vi("i", [], TensorProto.INT64), _vi("cond_in", [], TensorProto.BOOL), _vi("v_in", shape)],
+        [_vi("cond_out", [], TensorProto.BOOL), _vi("v_out", shape)])
+    nodes = [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Sigmoid", ["x"], ["z"]),
+             helper.make_node("Concat", ["r", "z"], ["cc"], axis=0),
+             helper.make_node("Loop", ["n", "c", "x"], ["v"], body=body),
+             helper.make_node("Concat", ["v", "v"], ["v2"], axis=0), helper.make_node("Mul", ["v2", "cc"], ["y"])]
+    m = _graph_model(nodes, [_vi("x", shape), _vi("c", [], TensorProto.BOOL)], [_vi("y", [4, 3])],
+                     {"n": np.array(2, np.int64)})
+    _run_both_branches(m, shape)
+
+
 def test_scan_capturing_outer_tensor():
     """A Scan body reading an outer-scope tensor next to its state and scanned slice."""
     body = helper.make_graph(
