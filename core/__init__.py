@@ -10,12 +10,12 @@ Public API::
 
 from __future__ import annotations
 
-from .api import CompiledModel, compile, random_feeds
+from .api import CompiledModel, compile, load_compiled, random_feeds
 from .errors import RammerError
 from .frontend import load
 from .session import InferenceSession, SessionOptions
 
 __version__ = "0.1.0"
 
-__all__ = ["CompiledModel", "InferenceSession", "RammerError", "SessionOptions", "compile", "load", "random_feeds",
+__all__ = ["CompiledModel", "InferenceSession", "RammerError", "SessionOptions", "compile", "load", "load_compiled", "random_feeds",
            "__version__"]

@@ -9,6 +9,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from . import plugins
+from .artifact import read_compiled, save_compiled
 from .backend import Backend, Executable
 from .diagnostics import fallbacks_of, report_fallbacks
 from .profile import Profile, write_chrome_trace
@@ -29,6 +30,10 @@ class CompiledModel:
         self.executable = executable
         self.options = dict(options)
         self.compile_seconds = compile_seconds
+        #: The model as given to ``compile`` (a path, bytes or proto; None for an IR graph) and its
+        #: bound input shapes: what ``save`` writes beside the backend's program.
+        self.source: Any = None
+        self.input_shapes: Mapping[str, Sequence[int]] | None = None
         #: Whether the executable's ``run`` takes ``outputs=`` (looked up on first use).
         self._writes_into: bool | None = None
         #: (name, dtype, shape) per input, for the fast feed check.
@@ -145,6 +150,10 @@ class CompiledModel:
             write_chrome_trace(slices, path, f"rammer {self.graph.name} on {self.backend.name}")
         return Profile(tuple(slices), wall_us, path)
 
+    def save(self, path: str) -> str:
+        """Save the compiled model to ``path`` (a ``.rammer`` file; see :mod:`rammer.artifact`)."""
+        return save_compiled(self, path)
+
     def random_feeds(self, seed: int = 0) -> dict[str, np.ndarray]:
         """Inputs of the right shapes and dtypes, drawn from ``seed``."""
         return random_feeds(self.graph.inputs, seed)
@@ -205,4 +214,15 @@ def compile(model: ModelSource | Graph, backend: str | None = None,
         raise CompileError(f"backend '{be.name}' failed to compile '{graph.name}': {type(exc).__name__}: {exc}") from exc
     seconds = time.perf_counter() - start
     report_fallbacks(graph.name, be.name, fallbacks_of(executable), strict)
-    return CompiledModel(graph, be, executable, options, seconds)
+    compiled = CompiledModel(graph, be, executable, options, seconds)
+    if not isinstance(model, Graph):
+        compiled.source, compiled.input_shapes = model, input_shapes
+    return compiled
+
+
+def load_compiled(path: str, backend: str | None = None) -> CompiledModel:
+    """A model saved by :meth:`CompiledModel.save`, ready to run without compiling it again."""
+    loaded = read_compiled(path, backend)
+    model = CompiledModel(loaded.graph, loaded.backend, loaded.executable, loaded.options, 0.0)
+    model.source, model.input_shapes = loaded.source, loaded.input_shapes
+    return model

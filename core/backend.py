@@ -85,6 +85,15 @@ class Availability:
     reason: str = ""
 
 
+@dataclass(frozen=True)
+class ArtifactParts:
+    """What a backend saves of a compiled model (see :mod:`rammer.artifact`)."""
+
+    format: str
+    files: Mapping[str, bytes]
+    compat: Mapping[str, str]
+
+
 class Executable(Protocol):
     """What a backend's ``compile`` returns: runs validated feeds.
 
@@ -131,6 +140,23 @@ class Backend(ABC):
 
     def __repr__(self) -> str:
         return f"<backend {self.name!r}>"
+
+    # -- saved compiled models (rammer.artifact); a backend opts in -------------------
+    def artifact_format(self) -> str:
+        """The version of this backend's saved-program files (a change refuses older files)."""
+        return ""
+
+    def artifact_compat(self) -> dict[str, str]:
+        """Facts of this machine a saved program depends on (a mismatch refuses the file)."""
+        return {}
+
+    def export_artifact(self, executable: Any) -> ArtifactParts | None:
+        """The files that rebuild ``executable`` without compiling, or None when it cannot be saved."""
+        return None
+
+    def import_artifact(self, graph: Graph, files: Mapping[str, bytes], options: Mapping[str, Any]) -> Executable:
+        """The executable ``export_artifact`` saved, rebuilt from its files and checked."""
+        raise NotImplementedError(f"backend '{self.name}' cannot load saved programs")
 
     def prepare_graph(self, graph: Graph, verify: bool = False) -> PipelineResult:
         """``graph`` after :attr:`graph_passes` (each timed; ``Graph.verify()`` after each when

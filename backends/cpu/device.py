@@ -92,6 +92,29 @@ class CpuBackend(Backend):
         probe = IRNode("Cpu", (), (), attrs={"cpu_op": main})
         return kernel_candidates(ops)(probe, one, vdevice)
 
+    # -- saved programs (rammer.artifact) -------------------------------------------
+    # Imported when used, as compile's modules are: they load numba's kernels and
+    # listing backends should not.
+    def artifact_format(self) -> str:
+        from .cache_entry import FORMAT
+
+        return FORMAT
+
+    def artifact_compat(self) -> dict[str, str]:
+        from . import artifact
+
+        return artifact.compat()
+
+    def export_artifact(self, executable: Any):
+        from . import artifact
+
+        return artifact.export(executable)
+
+    def import_artifact(self, graph: Graph, files: Mapping[str, bytes], options: Mapping[str, Any]):
+        from . import artifact
+
+        return artifact.restore(graph, files, options)
+
     # -- compiling --------------------------------------------------------------------
     def compile(self, graph: Graph, options: Mapping[str, Any]):
         unknown = set(options) - OPTIONS

@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 from typing import Any
 
 from ..errors import RammerError
-from .common import add_backend_arg, add_model_args, add_strict_arg, load_graph, table
+from ..backend import Backend
+from .common import add_backend_arg, add_model_args, add_strict_arg, model_source, parse_shapes, table
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -29,6 +31,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--emit", metavar="DIR", help="write the generated source, schedule JSON and report to DIR")
     p.add_argument("--report", action="store_true", help="print the compile report (fallbacks and why, fusion, arena)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.add_argument("-o", "--output", metavar="MODEL.rammer",
+                   help="save the compiled model (load it with rammer.load_compiled or `rammer run MODEL.rammer`)")
     p.add_argument("--veus", type=int, default=None, help="vEUs (worker threads) for scheduling backends")
     p.add_argument("--policy", default=None, help="scheduling policy for scheduling backends (default wavefront)")
     p.add_argument("--no-cache", action="store_true", help="do not read or write the compile cache")
@@ -56,12 +60,23 @@ def run(args: argparse.Namespace) -> int:
     from .. import plugins
     from ..api import compile as compile_model
 
-    graph, label = load_graph(args)
+    source, label = model_source(args)
     backend = plugins.get_backend(args.backend)
     options = _options(args, backend)
+    if args.output:
+        if type(backend).export_artifact is Backend.export_artifact:
+            raise RammerError(f"backend '{backend.name}' cannot save compiled models (-o)")
+        folder = os.path.dirname(os.path.abspath(args.output))
+        if not os.path.isdir(folder):
+            raise RammerError(f"-o {args.output}: folder '{folder}' does not exist")
     start = time.perf_counter()
-    model = compile_model(graph, backend=backend.name, strict=args.strict, **options)
+    model = compile_model(source, backend=backend.name, input_shapes=parse_shapes(args.shape) or None,
+                          strict=args.strict, **options)
     seconds = time.perf_counter() - start
+    graph = model.graph
+    if args.output:
+        model.save(args.output)
+        print(f"saved the compiled model to {args.output} (rammer.load_compiled, or rammer run {args.output})")
     report = dict(getattr(model.executable, "report", None) or {})
     report.setdefault("model", label)
     report["backend"] = backend.name

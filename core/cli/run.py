@@ -87,8 +87,11 @@ def run(args: argparse.Namespace) -> int:
         raise RammerError("--warmup must be 0 or more")
     source, label = model_source(args)
     t0 = time.perf_counter()
-    model = rammer.compile(source, backend=args.backend, input_shapes=parse_shapes(args.shape) or None,
-                           strict=args.strict)
+    if isinstance(source, str) and source.endswith(".rammer"):
+        model = rammer.load_compiled(source, backend=args.backend)  # saved by `rammer compile -o`
+    else:
+        model = rammer.compile(source, backend=args.backend, input_shapes=parse_shapes(args.shape) or None,
+                               strict=args.strict)
     compile_s = time.perf_counter() - t0
     feeds = model.random_feeds(args.seed)
     feeds.update(_load_inputs(args.input))
