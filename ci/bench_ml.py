@@ -27,10 +27,11 @@ os.environ.setdefault("NUMBA_NUM_THREADS", str(os.cpu_count() or 1))
 
 import rammer.ml as rml  # noqa: E402
 from rammer.bench.quiet import wait_until_idle  # noqa: E402
+from rammer.ml.convert import RUN_ROWS  # noqa: E402
 
 STRATEGIES = ["auto", "gemm", "tree_traversal", "perfect_tree_traversal"]
-#: Batches above this also run through a model compiled for this many rows, chunk by chunk.
-CHUNK = 1024
+#: Batches above this also run as convert() runs them by default: in runs of this many rows.
+CHUNK = RUN_ROWS
 #: GEMM's middle product is trees x leaves x nodes x rows multiply-adds; past this, skip it.
 GEMM_LIMIT_FLOP = 2e11
 
@@ -83,7 +84,8 @@ def bench(est, x_pool: np.ndarray, batch: int, repeat: int, strategies: list[str
             row[f"{s}_note"] = f"skipped ({flop / 1e9:.0f} GFLOP per run)"
             continue
         t0 = time.perf_counter()
-        model = rml.convert(est, backend="cpu", batch=batch, tree_strategy=None if s == "auto" else s, cache=False)
+        model = rml.convert(est, backend="cpu", batch=batch, tree_strategy=None if s == "auto" else s, cache=False,
+                            max_run_rows=None)
         row[f"{s}_compile_s"] = time.perf_counter() - t0
         if s == "auto":
             row["auto_strategy"] = ",".join(sorted({u for v in model.strategies.values() for u in v}))
@@ -94,9 +96,9 @@ def bench(est, x_pool: np.ndarray, batch: int, repeat: int, strategies: list[str
         run = model.compiled.run
         row[f"{s}_ms"] = 1e3 * median_seconds(lambda: run(feeds), reps)
     if batch > CHUNK:
-        # The same rows through a model compiled for CHUNK rows (predict runs it chunk by chunk).
+        # convert's default: a model compiled for CHUNK rows, which predict runs chunk by chunk.
         t0 = time.perf_counter()
-        model = rml.convert(est, backend="cpu", batch=CHUNK, cache=False)
+        model = rml.convert(est, backend="cpu", batch=batch, cache=False)
         row["chunked_compile_s"] = time.perf_counter() - t0
         row["chunked_strategy"] = ",".join(sorted({u for v in model.strategies.values() for u in v}))
         if np.abs(model.predict_proba(x) - want).max() > 1e-5:

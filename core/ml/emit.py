@@ -30,6 +30,7 @@ class GraphWriter:
         self.initializers: dict[str, np.ndarray] = {}
         self.infos: dict[str, TensorInfo] = {}
         self._count = 0
+        self._consts: dict[tuple, str] = {}
         self.opset = int(graph.opset.get("", 17))
 
     def fresh(self, hint: str) -> str:
@@ -44,7 +45,13 @@ class GraphWriter:
 
     def const(self, value: Any, hint: str = "c", dtype: Any = None) -> str:
         arr = np.ascontiguousarray(np.asarray(value, dtype=dtype))
+        # Equal constants share one initializer (row blocks reuse the node tables).
+        key = (hint, arr.dtype.str, arr.shape, hash(arr.tobytes()) if arr.dtype != object else id(arr))
+        known = self._consts.get(key)
+        if known is not None and known in self.initializers and np.array_equal(self.initializers[known], arr):
+            return known
         name = self.fresh(hint)
+        self._consts[key] = name
         self.initializers[name] = arr
         self.infos[name] = TensorInfo(name, dtype_name(arr.dtype), tuple(int(d) for d in arr.shape))
         return name
