@@ -13,7 +13,6 @@ import numpy as np
 from onnx import TensorProto
 
 from ..ir import Graph, Node, TensorInfo, dtype_name
-from ..ops.ml import probit  # noqa: F401  (the numpy twin of GraphEmitter's probit)
 from ..ops.registry import OpContext, get_op
 
 _ONNX_TYPES = {"float32": TensorProto.FLOAT, "float64": TensorProto.DOUBLE, "int64": TensorProto.INT64,

@@ -23,6 +23,7 @@ that would pass that limit refuses with a reason and the next one is used.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
@@ -69,12 +70,12 @@ def split_groups(t: TreeTables, n_groups: int) -> list[Group]:
         remap[nodes] = np.arange(len(nodes))
         local = TreeTables(t.feature[nodes], t.threshold[nodes], t.mode[nodes], remap[t.true[nodes]],
                            remap[t.false[nodes]], t.missing_true[nodes], remap[t.roots[a:b]], t.tree_of[nodes] - a,
-                           t.weights[nodes], t.has_weight, _group_depth(t, nodes, a, b))
+                           t.weights[nodes], t.has_weight, _group_depth(t, a, b))
         groups.append(Group(nodes, local))
     return groups
 
 
-def _group_depth(t: TreeTables, nodes: np.ndarray, a: int, b: int) -> int:
+def _group_depth(t: TreeTables, a: int, b: int) -> int:
     depth = 0
     frontier = t.roots[a:b]
     while True:
@@ -96,7 +97,8 @@ class _Lowering:
         self.rows = rows
         self.features = features
 
-    def condition(self, v: str, thr: str, modes: np.ndarray, mode_of: "callable", missing: "callable | None") -> str:
+    def condition(self, v: str, thr: str, modes: np.ndarray, mode_of: Callable[[int], str],
+                  missing: Callable[[], str] | None) -> str:
         """Bool tensor: the branch taken is the true one.  ``modes`` are the modes present;
         ``mode_of(m)`` gives a bool tensor selecting nodes of mode ``m`` (only called when
         several are present); ``missing()`` a bool tensor of missing-tracks-true nodes."""

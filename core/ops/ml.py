@@ -82,12 +82,10 @@ def _attr_floats(node: Node, name: str) -> np.ndarray | None:
 def _depths(true: np.ndarray, false: np.ndarray, roots: np.ndarray, is_leaf: np.ndarray) -> int:
     depth = 0
     frontier = roots
-    seen = 0
     while not np.all(is_leaf[frontier]):
         inner = frontier[~is_leaf[frontier]]
         frontier = np.concatenate([true[inner], false[inner]])
         depth += 1
-        seen += len(frontier)
         if depth > len(true):
             raise MlModelError("the trees have a cycle")
     return depth

@@ -12,7 +12,7 @@ from onnx import TensorProto, helper
 import rammer
 from rammer.errors import CompileError
 from rammer.ml import lower_ml
-from rammer.ops.ml import probit
+from rammer.ops.ml import probit, tree_tables
 
 from ml_models import single_op_model, tree_inputs, tree_model
 
@@ -245,3 +245,25 @@ def _scale_weights(model: onnx.ModelProto, scale: float, offset: float, absolute
             values = [abs(v) if absolute else v for v in a.floats]
             del a.floats[:]
             a.floats.extend([v * scale + offset / 5 for v in values])
+
+
+def test_rammer_run_accepts_ml_models(tmp_path, capsys):
+    from rammer.cli import main
+
+    path = tmp_path / "trees.onnx"
+    onnx.save(tree_model("clf", np.random.default_rng(9), n_out=3, post="SOFTMAX", batch=8), str(path))
+    assert main(["run", str(path), "--backend", "cpu", "--repeat", "1"]) == 0
+    assert "output scores: float32[8, 3]" in capsys.readouterr().out
+
+
+def test_strategy_off_keeps_the_ml_nodes_and_auto_uses_the_table():
+    from rammer.ml import choose
+
+    graph = rammer.load(tree_model("reg", np.random.default_rng(1), depth=3))
+    assert lower_ml(graph, "off") is graph
+    report: dict = {}
+    lower_ml(graph, None, report=report)
+    depth = tree_tables(graph.nodes[0], 3).depth
+    assert report["trees"] == [choose(depth, 16, "cpu")]
+    assert choose(8, 1000, "cpu") == "perfect_tree_traversal"
+    assert choose(20, 1000, "cpu") == "tree_traversal"
