@@ -219,14 +219,17 @@ def save(folder: str, program: Program, schedules: list | None = None) -> None:
         for name in cache_entry.FILES + (cache_entry.MANIFEST,):
             cache_entry.write_file(os.path.join(tmp, name), files[name])
         cache_entry.fsync_dir(tmp)
-        if os.path.lexists(folder) and (os.path.islink(folder) or not os.path.isdir(folder)):
-            _remove(folder)  # a stray file where the entry goes
-        try:
-            os.rename(tmp, folder)
-        except OSError:
-            if os.path.isdir(folder):
-                return  # another process saved this entry first; the finally drops ours
-            raise
+        for attempt in range(3):
+            if os.path.lexists(folder) and (os.path.islink(folder) or not os.path.isdir(folder)):
+                _remove(folder)  # a stray file where the entry goes
+            try:
+                os.rename(tmp, folder)
+                break
+            except OSError:
+                if os.path.isdir(folder) and not os.path.islink(folder):
+                    return  # another process saved this entry first; the finally drops ours
+                if attempt == 2:
+                    raise
         tmp = ""
         cache_entry.fsync_dir(parent)
     except OSError as exc:

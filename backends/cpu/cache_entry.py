@@ -148,6 +148,8 @@ def read_verified(folder: str, key: str) -> dict[str, bytes]:
     body = {k: v for k, v in man.items() if k != "sha256"}
     if man.get("sha256") != _manifest_digest(body):
         raise CorruptEntry("the manifest does not match its own digest")
+    if raw != json.dumps(man, sort_keys=True).encode():
+        raise CorruptEntry("the manifest is not byte for byte as written")
     if man.get("format") != FORMAT:
         raise CorruptEntry(f"format {man.get('format')!r}, expected {FORMAT!r}")
     if man.get("key") != key:

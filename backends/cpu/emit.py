@@ -60,8 +60,8 @@ def emit(folder: str, compiled: Any) -> list[str]:
     try:
         return _publish(folder, files)
     except OSError as exc:
-        raise CompileError(f"--emit could not write to {folder} ({type(exc).__name__}: {exc}); nothing there "
-                           "was changed but whole files; choose a writable folder") from None
+        raise CompileError(f"--emit could not write to {folder} ({type(exc).__name__}: {exc}); no file there is "
+                           "half-written; choose a writable folder with free space") from None
 
 
 def _publish(folder: str, files: dict[str, bytes]) -> list[str]:
