@@ -170,10 +170,26 @@ def k_gather(F, B, I, J, X, R, p, sbase):
     idx = X[d + 5]
     n_idx = X[d + 6]
     out = X[d + 7]
+    wide = X[d + 8] == 8
+    # (o, i) stepped rather than divided out of r: two 64-bit divisions per row dominated
+    # one-element rows (the per-node lookups of rammer.ml's tree traversals).
+    i = p[1] % n_idx
+    o = p[1] // n_idx
+    if inner == 1 and esize == 4:
+        for r in range(p[1], p[2]):
+            k = I[idx + i] if wide else np.int64(J[idx + i])
+            if k < 0:
+                k += axis_len
+            if k < 0 or k >= axis_len:
+                return 1
+            J[_u(out + r)] = J[_u(data + o * outer_stride + k)]
+            i += 1
+            if i == n_idx:
+                i = 0
+                o += 1
+        return 0
     for r in range(p[1], p[2]):
-        i = r % n_idx
-        o = r // n_idx
-        k = I[idx + i] if X[d + 8] == 8 else np.int64(J[idx + i])
+        k = I[idx + i] if wide else np.int64(J[idx + i])
         if k < 0:
             k += axis_len
         if k < 0 or k >= axis_len:
@@ -186,4 +202,8 @@ def k_gather(F, B, I, J, X, R, p, sbase):
             _copy_row(I, src, 1, dst, 1, inner)
         else:
             _copy_row(B, src, 1, dst, 1, inner)
+        i += 1
+        if i == n_idx:
+            i = 0
+            o += 1
     return 0

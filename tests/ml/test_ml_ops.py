@@ -267,3 +267,21 @@ def test_strategy_off_keeps_the_ml_nodes_and_auto_uses_the_table():
     assert report["trees"] == [choose(depth, 16, "cpu")]
     assert choose(8, 1000, "cpu") == "perfect_tree_traversal"
     assert choose(20, 1000, "cpu") == "tree_traversal"
+
+
+@pytest.mark.parametrize("axis,idx_type", [(0, np.int64), (1, np.int64), (1, np.int32), (2, np.int64)])
+def test_cpu_gather_of_single_elements(axis, idx_type):
+    """The cpu Gather's one-element-row path (the tree lookups) on every outer/inner layout,
+    negative indices included."""
+    data = np.arange(3 * 5 * 7, dtype=np.float32).reshape(3, 5, 7)
+    size = data.shape[axis]
+    idx = np.asarray([[0, -1, 2], [size - 1, 1, -size]], idx_type)
+    out_shape = list(data.shape[:axis]) + [2, 3] + list(data.shape[axis + 1:])
+    idx_t = TensorProto.INT64 if idx_type == np.int64 else TensorProto.INT32
+    node = helper.make_node("Gather", ["X", "I"], ["Y"], axis=axis)
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("X", TensorProto.FLOAT, data.shape),
+                                            helper.make_tensor_value_info("I", idx_t, idx.shape)],
+                              [helper.make_tensor_value_info("Y", TensorProto.FLOAT, out_shape)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    got = rammer.compile(model, backend="cpu")({"X": data, "I": idx})["Y"]
+    np.testing.assert_array_equal(got, np.take(data, idx.astype(np.int64), axis=axis))
