@@ -19,7 +19,7 @@ from typing import Iterator
 from ..errors import RammerError
 
 #: Subcommand modules, in help order.  A module that is not there yet is skipped.
-_COMMANDS = ["backends", "run", "inspect", "compile", "schedule", "zoo", "bench"]
+_COMMANDS = ["backends", "run", "inspect", "compile", "schedule", "zoo", "bench", "serve"]
 
 
 def build_parser() -> argparse.ArgumentParser:

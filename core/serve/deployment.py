@@ -1,0 +1,145 @@
+"""A compiled model as a Ray Serve deployment speaking KServe v2 (needs ``rammer[serve]``).
+
+Each replica is a Ray actor process that compiles the model itself (the disk
+compile cache makes every replica after the first fast) and runs it on its
+own ``veus`` vEUs; Ray reserves that many CPUs per replica, so replicas do
+not share cores.  With ``batch=B`` the model is compiled for batch ``B`` and
+``@serve.batch`` gathers concurrent requests, padded to ``B`` rows
+(:mod:`.batching`).  Routes (KServe v2 / Triton HTTP)::
+
+    GET  /v2/health/live, /v2/health/ready
+    GET  /v2/models/{name}, /v2/models/{name}/ready
+    POST /v2/models/{name}/infer
+"""
+
+# No ``from __future__ import annotations`` here: FastAPI reads the routes' parameter
+# annotations (``request: Request``) at run time, and strings would turn them into query fields.
+import asyncio
+import os
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from fastapi import FastAPI, HTTPException, Request
+from ray import serve
+
+from ..errors import RammerError
+from .batching import batch_size, run_batched
+from .kserve import decode_request, encode_response, model_metadata
+
+__all__ = ["ServeConfig", "build_app", "start"]
+
+
+@dataclass(frozen=True)
+class ServeConfig:
+    """What a deployment serves, and how."""
+
+    model: bytes  # the ONNX model
+    name: str = "model"
+    backend: Optional[str] = None
+    veus: int = 1
+    replicas: int = 1
+    batch: Optional[int] = None
+    max_wait_ms: float = 5.0
+    input_shapes: Optional[dict[str, tuple[int, ...]]] = None
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+api = FastAPI(title="rammer")
+
+
+@serve.deployment
+@serve.ingress(api)
+class RammerModel:
+    """One replica: a compiled model and the KServe v2 routes."""
+
+    def __init__(self, config: ServeConfig):
+        import rammer
+
+        self.config = config
+        shapes = dict(config.input_shapes or {})
+        options = dict(config.options)
+        be = rammer.plugins.get_backend(config.backend)
+        if be.capabilities.options is None or "veus" in be.capabilities.options:
+            options.setdefault("veus", config.veus)
+        if config.batch:
+            from .batching import compile_batch_sizes
+
+            self.model = compile_batch_sizes(config.model, [config.batch], config.backend, **options)[config.batch]
+            self.batch = batch_size(self.model)
+            self.batched.set_max_batch_size(self.batch)
+            self.batched.set_batch_wait_timeout_s(config.max_wait_ms / 1e3)
+        else:
+            self.model = rammer.compile(config.model, backend=config.backend, input_shapes=shapes or None, **options)
+            self.batch = None
+        self.pid = os.getpid()
+
+    @serve.batch(max_batch_size=8, batch_wait_timeout_s=0.005)
+    async def batched(self, requests: list[dict]) -> list[dict]:
+        inputs = self.model.inputs
+        return await asyncio.to_thread(run_batched, self.model.run, inputs, requests, self.batch)
+
+    def _check_name(self, name: str) -> None:
+        if name != self.config.name:
+            raise HTTPException(404, f"unknown model {name!r} (this server has {self.config.name!r})")
+
+    @api.get("/v2/health/live")
+    async def live(self) -> dict:
+        return {"live": True}
+
+    @api.get("/v2/health/ready")
+    async def ready(self) -> dict:
+        return {"ready": True}
+
+    @api.get("/v2/models/{name}")
+    async def metadata(self, name: str) -> dict:
+        self._check_name(name)
+        return model_metadata(name, self.model.inputs, self.model.outputs, f"rammer_{self.model.backend.name}",
+                              batch_dim=self.batch is not None)
+
+    @api.get("/v2/models/{name}/ready")
+    async def model_ready(self, name: str) -> dict:
+        self._check_name(name)
+        return {"name": name, "ready": True}
+
+    @api.post("/v2/models/{name}/infer")
+    async def infer(self, name: str, request: Request) -> dict:
+        self._check_name(name)
+        try:
+            body = await request.json()
+        except ValueError:
+            raise HTTPException(400, "the request body is not JSON") from None
+        try:
+            feeds, names, request_id = decode_request(body, self.model.inputs)
+            if self.batch is not None:
+                results = await self.batched(feeds)
+            else:
+                results = await asyncio.to_thread(self.model.run, feeds)
+            out = encode_response(name, results, names, request_id)
+        except RammerError as exc:
+            raise HTTPException(400, str(exc)) from None
+        out["parameters"] = {"replica_pid": self.pid}
+        return out
+
+
+def build_app(config: ServeConfig) -> Any:
+    """The Ray Serve application: ``config.replicas`` replicas, ``config.veus`` CPUs each."""
+    return RammerModel.options(num_replicas=config.replicas,
+                               ray_actor_options={"num_cpus": config.veus},
+                               max_ongoing_requests=max(8, 4 * (config.batch or 1))).bind(config)
+
+
+def start(config: ServeConfig, host: str = "127.0.0.1", port: int = 8000, address: Optional[str] = None) -> str:
+    """Start Ray (locally on 127.0.0.1 with usage statistics off, unless ``address`` names a
+    cluster) and the deployment; returns the URL of the inference route."""
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    import ray
+
+    if not ray.is_initialized():
+        if address:
+            ray.init(address=address, log_to_driver=False)
+        else:
+            ray.init(address="local", include_dashboard=False, _node_ip_address="127.0.0.1", log_to_driver=False,
+                     num_cpus=max(os.cpu_count() or 1, config.replicas * config.veus))
+    serve.start(http_options={"host": host, "port": port})
+    serve.run(build_app(config), name=config.name, route_prefix="/")
+    return f"http://{host}:{port}/v2/models/{config.name}/infer"

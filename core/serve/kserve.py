@@ -1,0 +1,96 @@
+"""The KServe v2 (Open Inference Protocol) JSON codec, as Triton and KServe clients speak it.
+
+Requests: ``{"id"?, "inputs": [{"name", "shape", "datatype", "data"}], "outputs"?: [{"name"}]}``
+with ``data`` flat in row-major order (nested lists are accepted too).
+Responses: ``{"model_name", "model_version", "id", "outputs": [{"name", "shape", "datatype", "data"}]}``.
+Errors are ``{"error": "..."}`` with an HTTP status (400 for a bad request).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from ..errors import FeedError
+
+__all__ = ["DATATYPES", "decode_request", "encode_response", "model_metadata", "datatype_of"]
+
+#: KServe v2 datatype -> numpy dtype.
+DATATYPES: Mapping[str, str] = {
+    "BOOL": "bool", "UINT8": "uint8", "UINT16": "uint16", "UINT32": "uint32", "UINT64": "uint64",
+    "INT8": "int8", "INT16": "int16", "INT32": "int32", "INT64": "int64",
+    "FP16": "float16", "FP32": "float32", "FP64": "float64",
+}
+_BY_DTYPE = {v: k for k, v in DATATYPES.items()}
+
+
+def datatype_of(dtype: Any) -> str:
+    name = np.dtype(dtype).name
+    if name not in _BY_DTYPE:
+        raise FeedError(f"dtype {name} has no KServe v2 datatype")
+    return _BY_DTYPE[name]
+
+
+def decode_request(body: Any, inputs: Sequence[Any]) -> tuple[dict[str, np.ndarray], list[str] | None, Any]:
+    """Feeds, the requested output names (None: all) and the request id, from a request body.
+
+    ``inputs`` are the model's input TensorInfos (name, dtype); a wrong datatype, a
+    shape that does not match the data, or an unknown input is a :class:`FeedError`.
+    """
+    if not isinstance(body, Mapping) or not isinstance(body.get("inputs"), list):
+        raise FeedError('a KServe v2 request is a JSON object with an "inputs" list')
+    expected = {t.name: t for t in inputs}
+    feeds: dict[str, np.ndarray] = {}
+    for item in body["inputs"]:
+        if not isinstance(item, Mapping):
+            raise FeedError("every entry of \"inputs\" must be an object with name, shape, datatype and data")
+        name = item.get("name")
+        if name not in expected:
+            raise FeedError(f"unknown input {name!r} (inputs: {sorted(expected)})")
+        datatype = item.get("datatype")
+        if datatype not in DATATYPES:
+            raise FeedError(f"input {name!r}: datatype {datatype!r} is not one of {sorted(DATATYPES)}")
+        want = expected[name].dtype
+        if DATATYPES[datatype] != want:
+            raise FeedError(f"input {name!r} is {datatype} but the model expects {_BY_DTYPE.get(want, want)}")
+        shape = item.get("shape")
+        if not isinstance(shape, list) or not all(isinstance(d, int) and d >= 0 for d in shape):
+            raise FeedError(f"input {name!r}: shape must be a list of non-negative ints")
+        try:
+            arr = np.asarray(item.get("data"), dtype=DATATYPES[datatype])
+            feeds[name] = arr.reshape(shape)
+        except (ValueError, TypeError) as exc:
+            raise FeedError(f"input {name!r}: data does not fit shape {shape} ({exc})") from None
+    outputs = body.get("outputs")
+    names = None
+    if outputs is not None:
+        if not isinstance(outputs, list) or not all(isinstance(o, Mapping) and "name" in o for o in outputs):
+            raise FeedError('"outputs" must be a list of objects with a "name"')
+        names = [str(o["name"]) for o in outputs]
+    return feeds, names, body.get("id")
+
+
+def encode_response(model_name: str, results: Mapping[str, np.ndarray], names: Sequence[str] | None,
+                    request_id: Any = None, version: str = "1") -> dict[str, Any]:
+    wanted = list(results) if names is None else list(names)
+    unknown = [n for n in wanted if n not in results]
+    if unknown:
+        raise FeedError(f"unknown output(s) {unknown} (outputs: {sorted(results)})")
+    out = {"model_name": model_name, "model_version": version,
+           "outputs": [{"name": n, "shape": list(results[n].shape), "datatype": datatype_of(results[n].dtype),
+                        "data": np.asarray(results[n]).reshape(-1).tolist()} for n in wanted]}
+    if request_id is not None:
+        out["id"] = request_id
+    return out
+
+
+def model_metadata(model_name: str, inputs: Sequence[Any], outputs: Sequence[Any], platform: str,
+                   batch_dim: bool) -> dict[str, Any]:
+    """``GET /v2/models/{name}``: the inputs and outputs; a dynamic batch dim is -1."""
+    def tensors(ts: Sequence[Any]) -> list[dict[str, Any]]:
+        return [{"name": t.name, "datatype": datatype_of(t.dtype),
+                 "shape": ([-1] + list(t.shape[1:])) if batch_dim else list(t.shape)} for t in ts]
+
+    return {"name": model_name, "versions": ["1"], "platform": platform, "inputs": tensors(inputs),
+            "outputs": tensors(outputs)}

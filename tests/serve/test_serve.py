@@ -1,0 +1,119 @@
+"""Serving: the KServe v2 codec and batching (plain Python), and a 2-replica Ray Serve deployment on loopback."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import urllib.error
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+
+import rammer
+import rammer.zoo
+from rammer.errors import FeedError
+from rammer.ir import TensorInfo
+from rammer.serve.batching import batch_size, run_batched
+from rammer.serve.kserve import decode_request, encode_response
+
+
+def test_kserve_codec_round_trip_and_errors():
+    inputs = [TensorInfo("x", "float32", (2, 3))]
+    body = {"id": "7", "inputs": [{"name": "x", "shape": [2, 3], "datatype": "FP32", "data": list(range(6))}],
+            "outputs": [{"name": "y"}]}
+    feeds, names, rid = decode_request(body, inputs)
+    assert feeds["x"].dtype == np.float32 and feeds["x"].shape == (2, 3) and names == ["y"] and rid == "7"
+    out = encode_response("m", {"y": np.arange(4, dtype=np.int64).reshape(2, 2)}, names, rid)
+    assert out["outputs"][0] == {"name": "y", "shape": [2, 2], "datatype": "INT64", "data": [0, 1, 2, 3]}
+    assert out["id"] == "7"
+    for bad, match in [({"inputs": [{"name": "z", "shape": [1], "datatype": "FP32", "data": [1]}]}, "unknown input"),
+                       ({"inputs": [{"name": "x", "shape": [2, 3], "datatype": "INT64", "data": [0] * 6}]},
+                        "expects FP32"),
+                       ({"inputs": [{"name": "x", "shape": [4], "datatype": "FP32", "data": [0] * 6}]}, "does not fit"),
+                       ({"nope": 1}, "inputs")]:
+        with pytest.raises(FeedError, match=match):
+            decode_request(bad, inputs)
+
+
+def test_batching_pads_and_splits_back():
+    inputs = [TensorInfo("x", "float32", (4, 2))]
+    seen = []
+
+    def run(feeds):
+        seen.append(feeds["x"].shape[0])
+        return {"y": feeds["x"] * 2}
+
+    reqs = [{"x": np.full((n, 2), n, np.float32)} for n in (1, 3, 2, 5)]
+    outs = run_batched(run, inputs, reqs, 4)
+    assert seen == [4, 4, 4]  # 11 rows -> 3 full batches, the last padded
+    for n, o in zip((1, 3, 2, 5), outs):
+        np.testing.assert_array_equal(o["y"], np.full((n, 2), 2 * n, np.float32))
+    with pytest.raises(FeedError, match="rows are"):
+        run_batched(run, inputs, [{"x": np.zeros((1, 3), np.float32)}], 4)
+
+
+def test_batch_size_needs_dim0_everywhere():
+    model = rammer.compile(rammer.zoo.build("lstm-tc-small", batch=4), backend="reference")
+    assert batch_size(model) == 4
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _post(url: str, body: dict) -> dict:
+    req = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=60) as r:
+        return json.loads(r.read())
+
+
+@pytest.mark.slow
+def test_two_replicas_answer_concurrent_requests_correctly():
+    pytest.importorskip("ray.serve", reason="needs Ray Serve: pip install 'rammer[serve]'")
+    from ray import serve
+
+    import ray
+    from rammer.serve.deployment import ServeConfig, start
+
+    proto = rammer.zoo.build("lstm-tc-small", batch=4)
+    ref = rammer.compile(proto, backend="reference")
+    port = _free_port()
+    config = ServeConfig(model=proto.SerializeToString(), name="lstm", backend="cpu", veus=1, replicas=2, batch=4)
+    try:
+        url = start(config, port=port)
+        base = f"http://127.0.0.1:{port}"
+        with urllib.request.urlopen(f"{base}/v2/health/ready", timeout=30) as r:
+            assert json.loads(r.read())["ready"]
+        with urllib.request.urlopen(f"{base}/v2/models/lstm", timeout=30) as r:
+            meta = json.loads(r.read())
+        assert meta["inputs"][0]["shape"] == [-1, 5, 32] and meta["inputs"][0]["datatype"] == "FP32"
+        rng = np.random.default_rng(0)
+
+        def one(i: int) -> tuple[int, int]:
+            rows = 1 + i % 3
+            x = rng.standard_normal((rows, 5, 32)).astype(np.float32)
+            out = _post(url, {"id": str(i), "inputs": [{"name": "x", "shape": list(x.shape), "datatype": "FP32",
+                                                        "data": x.reshape(-1).tolist()}]})
+            assert out["id"] == str(i)
+            y = np.asarray(out["outputs"][0]["data"], np.float32).reshape(out["outputs"][0]["shape"])
+            padded = np.concatenate([x, np.zeros((4 - rows, 5, 32), np.float32)])
+            want = ref.run({"x": padded})["h_final"][:rows]
+            np.testing.assert_allclose(y, want, rtol=1e-3, atol=1e-4)
+            return out["parameters"]["replica_pid"], rows
+
+        with ThreadPoolExecutor(16) as pool:
+            results = list(pool.map(one, range(240)))
+        assert len(results) == 240
+        assert len({pid for pid, _ in results}) == 2  # both replicas served
+        with pytest.raises(urllib.error.HTTPError) as err:
+            _post(url, {"inputs": [{"name": "x", "shape": [1, 5, 31], "datatype": "FP32", "data": [0.0] * 155}]})
+        assert err.value.code == 400
+    finally:
+        serve.shutdown()
+        ray.shutdown()
+        os.environ.pop("RAY_ADDRESS", None)
