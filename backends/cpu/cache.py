@@ -312,6 +312,9 @@ def compile_cached(graph: Graph, num_veus: int | None, policy: str, pin: bool, u
             _warn_once(root, "write", f"the cpu compile cache at {root} cannot be written ({exc}); "
                        "compiling without it")
             return f" (not saved: {exc})"
+        except Exception as exc:  # the cache is best-effort: a failure to save never fails the compile
+            log.warning("the cpu compile cache could not save '%s' (%s: %s)", graph.name, type(exc).__name__, exc)
+            return f" (not saved: {type(exc).__name__})"
 
     status = "off"
     if folder:
@@ -337,7 +340,7 @@ def compile_cached(graph: Graph, num_veus: int | None, policy: str, pin: bool, u
                 exe.cache_status = "hit"
                 return exe
     compiled = build()
-    if folder:
+    if folder and not (emit_dir and os.path.isdir(folder)):  # --emit compiles anew; a saved entry stays
         status += store(compiled)
     if emit_dir:
         from .emit import emit
