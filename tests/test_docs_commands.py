@@ -28,6 +28,9 @@ from rammer.cli import main
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 
+#: Commands that serve until stopped: checked for their flags only.
+_LONG_RUNNING = ("serve",)
+
 #: Options that make a documented timing command cheap in a test.
 _CHEAP = {"--repeat": "1", "--warmup": "0"}
 
@@ -83,6 +86,16 @@ def test_documented_command_runs(doc, command, tmp_path, monkeypatch, capsys):
     (tmp_path / "docs").mkdir()
     if argv[0] == "rammer":
         args = _cheap(argv[1:])
+        if args[0] in _LONG_RUNNING:
+            # A server runs until stopped (tests/serve runs one); here the documented flags must parse.
+            from rammer.cli import build_parser
+
+            build_parser().parse_args(args)
+            return
+        placeholders = [a for a in args if a.endswith((".onnx", ".rammer")) and not (tmp_path / a).exists()]
+        if placeholders:
+            pytest.skip(f"the command names a file of the reader's ({placeholders[0]}); its flags are checked by "
+                        f"the command's own tests")
         if "--backends" in args:
             from rammer import plugins
 
