@@ -179,8 +179,12 @@ def test_emit_is_atomic(tmp_path, private_cache, monkeypatch):
         rammer.compile(m, backend="cpu", emit=str(fresh))
     assert not fresh.exists() and not list(tmp_path.glob(".rammer-emit-*"))
     monkeypatch.setattr(emit_mod, "_write", real)
+    (out / "schedule3.json").write_text("{}")  # from an earlier emit with more segments
+    (out / "notes.txt").write_text("mine")
     rammer.compile(m, backend="cpu", emit=str(out))
     assert "MODEL = " in (out / "program.py").read_text(encoding="utf-8")
+    assert sorted(p.name for p in out.iterdir()) == ["consts.bin", "notes.txt", "program.py", "report.json",
+                                                    "schedule.json", "tables.npz"]
 
 
 def test_names_module_escapes():

@@ -16,6 +16,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import secrets
 import shutil
 from typing import Any
@@ -25,6 +26,8 @@ import numpy as np
 from rammer.errors import CompileError
 
 from .runtime import CompiledSegment
+
+_SCHEDULE = re.compile(r"schedule\d*\.json")
 
 
 def emitted_files(compiled: Any) -> dict[str, bytes]:
@@ -86,6 +89,10 @@ def _publish(folder: str, files: dict[str, bytes]) -> list[str]:
         if not fresh:
             for name in files:
                 os.replace(os.path.join(tmp, name), os.path.join(folder, name))
+            # schedule JSON of an earlier emit with another number of segments would mislead
+            for old in os.listdir(folder):
+                if _SCHEDULE.fullmatch(old) and old not in files:
+                    os.unlink(os.path.join(folder, old))
     finally:
         if tmp:
             shutil.rmtree(tmp, ignore_errors=True)
