@@ -78,6 +78,9 @@ def _check_emitted(out: Path, workdir: Path) -> dict:
     """py_compile accepts program.py, importing it runs nothing, JSON files parse; its globals."""
     source = out / "program.py"
     py_compile.compile(str(source), cfile=str(workdir / "program.pyc"), doraise=True)
+    checked = subprocess.run([sys.executable, "-m", "py_compile", str(source)], capture_output=True, text=True,
+                             timeout=120, cwd=workdir)
+    assert checked.returncode == 0, checked.stderr
     for path in out.glob("*.json"):
         json.loads(path.read_text(encoding="utf-8"))
     assert not list(out.glob(".rammer-emit-*")) and not list(out.parent.glob(".rammer-emit-*"))
