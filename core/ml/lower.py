@@ -93,8 +93,6 @@ def _bind(w: GraphWriter, outputs: tuple[str, ...], values: list[str]) -> None:
 def _tree_ensemble(w: GraphWriter, node: Node, forced: str | None, device: str, groups: int | None,
                    report: dict | None) -> bool:
     tables = mlops.tree_tables(node, mlops.n_tree_outputs(node))
-    if node.op_type == "TreeEnsembleClassifier" and mlops.class_labels(node).dtype == object:
-        return False  # string labels: the reference implementation
     agg = "SUM" if node.op_type == "TreeEnsembleClassifier" else mlops.aggregate_function(node)
     thr_dtype = str(tables.threshold.dtype)
     score_dtype = mlops._score_dtype(node)

@@ -157,3 +157,15 @@ def test_missing_values_match_onnxruntime():
             compiled = rml.convert(est, backend=backend, batch=128, tree_strategy=strategy)
             np.testing.assert_array_equal(compiled.predict(x), labels, err_msg=f"{backend} {strategy}")
             np.testing.assert_allclose(compiled.predict_proba(x), proba, atol=1e-5)
+
+
+def test_string_class_labels():
+    """Trees lowered; only the label lookup (a Gather of strings) runs in numpy on cpu."""
+    x, y = dataset("iris")
+    names = np.asarray(["setosa", "versicolor", "virginica"])[y]
+    est = RandomForestClassifier(5, max_depth=4, random_state=0).fit(x, names)
+    for backend in ("reference", "cpu"):
+        compiled = rml.convert(est, backend=backend, batch=64)
+        np.testing.assert_array_equal(compiled.predict(x), est.predict(x))
+        np.testing.assert_allclose(compiled.predict_proba(x), est.predict_proba(x), atol=1e-5)
+        assert not any(n.domain for n in compiled.compiled.graph.nodes)
