@@ -166,6 +166,20 @@ def test_one_digit_edits_of_the_json_files_never_change_a_result(case, tmp_path)
     assert case.compile(cache).executable.cache_status == "hit"
 
 
+def test_reordered_kernel_names_are_caught(case, tmp_path):
+    """The issue's segfault: swapping two kernel names in meta.json (valid JSON, plausible names)
+    made rows call the wrong kernel with another kernel's parameters."""
+    cache = tmp_path / "cache"
+    entry = _fresh_entry(case, cache)
+    meta = json.loads((entry / "meta.json").read_text(encoding="utf-8"))
+    names = meta["kernel_names"]
+    assert len(names) >= 3, names
+    names[1], names[2] = names[2], names[1]
+    (entry / "meta.json").write_text(json.dumps(meta), encoding="utf-8")
+    status = _rebuilt_then_hit(case, cache)
+    assert "meta.json" in status, status
+
+
 def test_a_stray_file_in_place_of_an_entry_is_replaced(case, tmp_path):
     cache = tmp_path / "cache"
     entry = _fresh_entry(case, cache)
