@@ -3,10 +3,11 @@
 ``lower_ml(graph)`` returns a graph in which tree ensembles, linear models
 and the numeric preprocessing ops are ordinary tensor ops (MatMul, Gather,
 comparisons, Where, reductions...), which any backend compiles and
-schedules like a network.  Nodes it cannot lower (string labels or
-categories, ArrayFeatureExtractor with run-time indices, BRANCH_MEMBER) stay
-as they are and run through the op registry's reference implementation
-(the cpu backend runs them as host steps).
+schedules like a network.  Nodes it cannot lower (OneHotEncoder with string
+categories, Imputer on integers, ArrayFeatureExtractor with run-time
+indices) stay as they are and run through the op registry's reference
+implementation (the cpu backend runs them as host steps), as does the label
+lookup of a classifier with string labels.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from ..ir import Graph, Node
 from ..ops import ml as mlops
 from .emit import GraphEmitter, GraphWriter
 from .strategy import OFF, check_strategy, choose
-from .trees import (STRATEGIES, StrategyRefused, _Lowering, lower_gemm, lower_perfect, lower_tree_traversal,
+from .trees import (STRATEGIES, StrategyRefused, Lowering, lower_gemm, lower_perfect, lower_tree_traversal,
                     split_groups)
 
 ML = mlops.ML
@@ -95,12 +96,12 @@ def _tree_ensemble(w: GraphWriter, node: Node, forced: str | None, device: str, 
     tables = mlops.tree_tables(node, mlops.n_tree_outputs(node))
     agg = "SUM" if node.op_type == "TreeEnsembleClassifier" else mlops.aggregate_function(node)
     thr_dtype = str(tables.threshold.dtype)
-    score_dtype = mlops._score_dtype(node)
+    score_dtype = mlops.score_dtype(node)
     x, rows, feats = _matrix_input(w, node.inputs[0], thr_dtype)
     if int(tables.feature.max(initial=0)) >= feats:
         raise mlops.MlModelError(f"a node reads feature {int(tables.feature.max())}, the input has {feats}")
     xt = w.op("Transpose", [x], perm=[1, 0])
-    low = _Lowering(w, xt, w.reshape(xt, [feats * rows]), rows, feats, score_dtype)
+    low = Lowering(w, xt, w.reshape(xt, [feats * rows]), rows, feats, score_dtype)
     n_groups = groups if groups else min(4, max(1, tables.n_trees // 8))
     order = [forced] if forced else [choose(tables.depth, rows, device)]
     order += [s for s in ("perfect_tree_traversal", "tree_traversal", "gemm") if s not in order]
@@ -130,7 +131,7 @@ def _tree_ensemble(w: GraphWriter, node: Node, forced: str | None, device: str, 
         report[node.name] = sorted(set(used))
     E = GraphEmitter(w, score_dtype)
     if node.op_type == "TreeEnsembleClassifier":
-        weights = mlops._attr_floats(node, "class_weights")
+        weights = mlops.attr_floats(node, "class_weights")
         positive = weights is None or bool(np.all(weights >= 0))
         label, scores = mlops.finalize_classifier(E, raw, tables.has_weight, mlops.base_values(node),
                                                   mlops.post_transform(node), mlops.class_labels(node), positive)
@@ -165,8 +166,8 @@ def _scaler(w: GraphWriter, node: Node, *_args) -> bool:
     info = w.info(node.inputs[0])
     width = info.shape[-1] if info.shape else 1
     x = w.cast(node.inputs[0], "float32")
-    offset = mlops._per_feature(node.attrs.get("offset"), width)
-    scale = mlops._per_feature(node.attrs.get("scale", [1.0]), width)
+    offset = mlops.per_feature(node.attrs.get("offset"), width)
+    scale = mlops.per_feature(node.attrs.get("scale", [1.0]), width)
     _bind(w, node.outputs, [w.op("Mul", [w.op("Sub", [x, w.const(offset)]), w.const(scale)])])
     return True
 
@@ -203,7 +204,7 @@ def _imputer(w: GraphWriter, node: Node, *_args) -> bool:
     info = w.info(node.inputs[0])
     if info.np_dtype.kind != "f":
         return False
-    fill = mlops._per_feature(node.attrs.get("imputed_value_floats"), info.shape[-1]).astype(info.dtype)
+    fill = mlops.per_feature(node.attrs.get("imputed_value_floats"), info.shape[-1]).astype(info.dtype)
     missing = float(node.attrs.get("replaced_value_float", 0.0))
     x = node.inputs[0]
     hit = w.op("IsNaN", [x]) if np.isnan(missing) else w.op("Equal", [x, w.const(np.asarray(missing, info.dtype))])

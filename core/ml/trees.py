@@ -86,7 +86,7 @@ def _group_depth(t: TreeTables, a: int, b: int) -> int:
         depth += 1
 
 
-class _Lowering:
+class Lowering:
     """Shared pieces: the branch condition for gathered values and thresholds."""
 
     def __init__(self, w: GraphWriter, xt: str, xt_flat: str, rows: int, features: int, score_dtype: str):
@@ -139,7 +139,7 @@ def _check_exact(rows: int, features: int, nodes: int, what: str) -> None:
                               f"exact integers (2**24)")
 
 
-def lower_gemm(low: _Lowering, g: TreeTables) -> str:
+def lower_gemm(low: Lowering, g: TreeTables) -> str:
     """[T, K, B] per-tree outputs of one group, GEMM strategy."""
     w = low.w
     t_count = g.n_trees
@@ -186,7 +186,7 @@ def lower_gemm(low: _Lowering, g: TreeTables) -> str:
     return w.op("MatMul", [w.const(et, "leaf_values"), leaf])
 
 
-def lower_tree_traversal(low: _Lowering, g: TreeTables) -> str:
+def lower_tree_traversal(low: Lowering, g: TreeTables) -> str:
     """[T, B, K] per-tree outputs of one group, tree traversal strategy."""
     w = low.w
     n = len(g.mode)
@@ -229,7 +229,7 @@ def lower_tree_traversal(low: _Lowering, g: TreeTables) -> str:
     return w.op("Gather", [leaf_w, w.cast(pos, "int64")], axis=0)
 
 
-def lower_perfect(low: _Lowering, g: TreeTables) -> str:
+def lower_perfect(low: Lowering, g: TreeTables) -> str:
     """[T, B, K] per-tree outputs of one group, perfect tree traversal strategy."""
     w = low.w
     depth = g.depth
@@ -283,7 +283,7 @@ def lower_perfect(low: _Lowering, g: TreeTables) -> str:
     return w.op("Gather", [table, w.cast(pos, "int64")], axis=0)
 
 
-def _perfect_top(low: _Lowering, t_count: int, top: int, feat: list, thr: list, mode: list, miss: list) -> str:
+def _perfect_top(low: Lowering, t_count: int, top: int, feat: list, thr: list, mode: list, miss: list) -> str:
     """Positions [T, B] after the first ``top`` levels of perfect trees (see :data:`TOP_LEVELS`)."""
     w = low.w
     n = (1 << top) - 1  # heap order: level lv, position j is node 2**lv - 1 + j

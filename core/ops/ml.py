@@ -70,7 +70,7 @@ class TreeTables:
         return self.weights.shape[1]
 
 
-def _attr_floats(node: Node, name: str) -> np.ndarray | None:
+def attr_floats(node: Node, name: str) -> np.ndarray | None:
     """A float list attribute or its ``*_as_tensor`` twin (double precision)."""
     tensor = node.attrs.get(name + "_as_tensor")
     if tensor is not None:
@@ -106,7 +106,7 @@ def tree_tables(node: Node, n_outputs: int) -> TreeTables:
         mode = np.asarray([_MODE_CODES[m] for m in modes_raw], np.int8)
     except KeyError as exc:
         raise MlModelError(f"node mode {exc.args[0]!r} is not supported (BRANCH_MEMBER is not)") from None
-    values = _attr_floats(node, "nodes_values")
+    values = attr_floats(node, "nodes_values")
     if values is None:
         raise MlModelError("nodes_values is missing")
     index = {(int(t), int(i)): k for k, (t, i) in enumerate(zip(tids, nids))}
@@ -143,7 +143,7 @@ def tree_tables(node: Node, n_outputs: int) -> TreeTables:
     prefix = "class" if "class_ids" in a else "target"
     weights = np.zeros((n, n_outputs), np.float64)
     has = np.zeros(n_outputs, bool)
-    w = _attr_floats(node, prefix + "_weights")
+    w = attr_floats(node, prefix + "_weights")
     for t, i, c, v in zip(a.get(prefix + "_treeids", []), a.get(prefix + "_nodeids", []), a.get(prefix + "_ids", []),
                           w if w is not None else []):
         k = index.get((int(t), int(i)))
@@ -440,7 +440,7 @@ def aggregate_function(node: Node) -> str:
 
 
 def base_values(node: Node) -> np.ndarray:
-    b = _attr_floats(node, "base_values")
+    b = attr_floats(node, "base_values")
     return np.zeros(0) if b is None else b.astype(np.float64)
 
 
@@ -463,7 +463,7 @@ def _rows(ctx: OpContext) -> int:
     return x.shape[0] if len(x.shape) > 1 else 1
 
 
-def _score_dtype(node: Node) -> str:
+def score_dtype(node: Node) -> str:
     # float64 outputs only for the opset-5 TreeEnsemble with double splits.
     if node.op_type == "TreeEnsemble":
         return str(np.asarray(node.attrs["nodes_splits"]).dtype)
@@ -483,7 +483,7 @@ def _infer_tree_classifier(ctx: OpContext) -> list[OutSpec]:
 def tree_ensemble_classifier(ctx: OpContext, x: np.ndarray):
     t = _tables(ctx)
     raw = raw_scores(t, x, "SUM").astype(np.float32)
-    w = _attr_floats(ctx.node, "class_weights")
+    w = attr_floats(ctx.node, "class_weights")
     positive = w is None or bool(np.all(w >= 0))
     try:
         label, scores = finalize_classifier(NumpyEmitter(), raw, t.has_weight, base_values(ctx.node),
@@ -494,14 +494,14 @@ def tree_ensemble_classifier(ctx: OpContext, x: np.ndarray):
 
 
 def _infer_tree_regressor(ctx: OpContext) -> list[OutSpec]:
-    return [(_score_dtype(ctx.node), (_rows(ctx), n_tree_outputs(ctx.node)))]
+    return [(score_dtype(ctx.node), (_rows(ctx), n_tree_outputs(ctx.node)))]
 
 
 @register_op(["TreeEnsembleRegressor", "TreeEnsemble"], infer=_infer_tree_regressor, domain=ML)
 def tree_ensemble_regressor(ctx: OpContext, x: np.ndarray) -> np.ndarray:
     t = _tables(ctx)
     agg = aggregate_function(ctx.node)
-    dt = np.dtype(_score_dtype(ctx.node))
+    dt = np.dtype(score_dtype(ctx.node))
     raw = raw_scores(t, x, agg).astype(dt)
     out = finalize_regression(NumpyEmitter(dt), raw, t.has_weight, t.n_trees, base_values(ctx.node), agg,
                               post_transform(ctx.node))
@@ -573,7 +573,7 @@ def _same_shape_float(ctx: OpContext) -> list[OutSpec]:
     return [("float32", x.shape)]
 
 
-def _per_feature(values: Any, width: int) -> np.ndarray:
+def per_feature(values: Any, width: int) -> np.ndarray:
     v = np.asarray(values if values is not None else [0.0], np.float32).reshape(-1)
     return v if len(v) != 1 else np.full(width, v[0], np.float32)
 
@@ -581,8 +581,8 @@ def _per_feature(values: Any, width: int) -> np.ndarray:
 @register_op("Scaler", infer=_same_shape_float, domain=ML)
 def scaler(ctx: OpContext, x: np.ndarray) -> np.ndarray:
     width = x.shape[-1] if x.ndim else 1
-    offset = _per_feature(ctx.attr("offset"), width)
-    scale = _per_feature(ctx.attr("scale", [1.0]), width)
+    offset = per_feature(ctx.attr("offset"), width)
+    scale = per_feature(ctx.attr("scale", [1.0]), width)
     return ((x.astype(np.float32) - offset) * scale).astype(np.float32)
 
 
@@ -610,7 +610,7 @@ def binarizer(ctx: OpContext, x: np.ndarray) -> np.ndarray:
 @register_op("Imputer", infer=lambda ctx: [(ctx.inputs[0].dtype, ctx.inputs[0].shape)], domain=ML)
 def imputer(ctx: OpContext, x: np.ndarray) -> np.ndarray:
     if x.dtype.kind == "f":
-        fill = _per_feature(ctx.attr("imputed_value_floats"), x.shape[-1]).astype(x.dtype)
+        fill = per_feature(ctx.attr("imputed_value_floats"), x.shape[-1]).astype(x.dtype)
         missing = np.float32(ctx.attr("replaced_value_float", 0.0))
         hit = np.isnan(x) if np.isnan(missing) else (x == missing)
     else:
