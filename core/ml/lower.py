@@ -12,6 +12,7 @@ lookup of a classifier with string labels.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Callable
 
 import numpy as np
@@ -107,6 +108,11 @@ def _tree_ensemble(w: GraphWriter, node: Node, forced: str | None, device: str, 
     order += [s for s in ("perfect_tree_traversal", "tree_traversal", "gemm") if s not in order]
     parts = []
     used = []
+    # Outputs no leaf writes (a binary classifier scores one class) are zeros, not table columns.
+    scored = np.flatnonzero(tables.has_weight)
+    full_width = tables.n_outputs
+    if 0 < len(scored) < full_width:
+        tables = dataclasses.replace(tables, weights=tables.weights[:, scored])
     for g in split_groups(tables, n_groups):
         reasons = []
         for strategy in order:
@@ -127,6 +133,11 @@ def _tree_ensemble(w: GraphWriter, node: Node, forced: str | None, device: str, 
         parts.append(w.op("Transpose", [reduced], perm=[1, 0]) if strategy == "gemm" else reduced)
     combine = {"MIN": "Min", "MAX": "Max"}.get(agg, "Sum")
     raw = parts[0] if len(parts) == 1 else w.op(combine, parts)
+    if 0 < len(scored) < full_width:
+        zero = w.const(np.zeros((rows, 1), score_dtype), "unscored")
+        at = {int(c): j for j, c in enumerate(scored)}
+        raw = w.op("Concat", [w.slice(raw, 1, at[c], at[c] + 1) if c in at else zero for c in range(full_width)],
+                   axis=1)
     if report is not None:
         report[node.name] = sorted(set(used))
     E = GraphEmitter(w, score_dtype)
