@@ -16,6 +16,7 @@ gives correct results, but typically 10-100x slower for those nodes.
 from __future__ import annotations
 
 import logging
+import re
 from typing import Any, Iterable, Mapping
 
 from .errors import CompileError
@@ -40,10 +41,16 @@ def fallbacks_of(executable: Any) -> list[Mapping[str, Any]]:
     return [f for f in found if isinstance(f, Mapping)]
 
 
+def _printable(text: Any, limit: int = 80) -> str:
+    """A model's name as one line of log text (control characters could forge log lines)."""
+    out = re.sub(r"[\x00-\x1f\x7f\u2028\u2029\u202a-\u202e]", "?", str(text))
+    return out if len(out) <= limit else out[:limit - 3] + "..."
+
+
 def _summary(fallbacks: Iterable[Mapping[str, Any]]) -> str:
     by_op: dict[str, list[str]] = {}
     for f in fallbacks:
-        by_op.setdefault(str(f.get("op", "?")), []).append(str(f.get("node", "?")))
+        by_op.setdefault(_printable(f.get("op", "?")), []).append(_printable(f.get("node", "?")))
     parts = []
     for op, nodes in sorted(by_op.items()):
         shown = ", ".join(nodes[:3]) + (", ..." if len(nodes) > 3 else "")
@@ -57,11 +64,13 @@ def report_fallbacks(model_name: str, backend: str, fallbacks: list[Mapping[str,
         return
     what = _summary(fallbacks)
     if strict:
-        reasons = "; ".join(f"{f.get('node')} ({f.get('op')}): {f.get('reason')}" for f in fallbacks[:5])
+        reasons = "; ".join(f"{_printable(f.get('node'))} ({_printable(f.get('op'))}): {_printable(f.get('reason'), 200)}"
+                            for f in fallbacks[:5])
         raise CompileError(
-            f"backend '{backend}' would run {len(fallbacks)} node(s) of '{model_name}' through the reference "
+            f"backend '{backend}' would run {len(fallbacks)} node(s) of '{_printable(model_name)}' through the reference "
             f"implementation ({what}), and strict mode forbids fallbacks. Why: {reasons}. "
             f"Choose another backend, or compile without strict=True / --no-fallback")
+    model_name = _printable(model_name)
     message = (f"backend '{backend}' runs {len(fallbacks)} node(s) of '{model_name}' in numpy, op by op, between "
                f"compiled segments: {what}. Results are correct, but these nodes are typically 10-100x slower than "
                f"compiled kernels; 'rammer compile MODEL --report' says why each falls back, strict=True "
