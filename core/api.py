@@ -16,6 +16,7 @@ from .profile import Profile, write_chrome_trace
 from .progress import compile_progress
 from .errors import CompileError, FeedError, RammerError, UnsupportedOpError
 from .frontend import ModelSource, load
+from .frontend.limits import Limits
 from .ir import Graph, TensorInfo, dtype_name
 from .ml.lower import lower_ml
 
@@ -180,15 +181,16 @@ def random_feeds(inputs: Sequence[TensorInfo], seed: int = 0) -> dict[str, np.nd
 
 def compile(model: ModelSource | Graph, backend: str | None = None,
             input_shapes: Mapping[str, Sequence[int]] | None = None, strict: bool = False,
-            **options: Any) -> CompiledModel:
+            limits: Limits | Mapping[str, int] | None = None, **options: Any) -> CompiledModel:
     """Compile ``model`` (a path, bytes, an ``onnx.ModelProto`` or an IR graph)
-    for ``backend`` (the default backend when None).
+    for ``backend`` (the default backend when None).  ``limits`` bounds tensor sizes and
+    unroll lengths at import (:mod:`rammer.frontend.limits`; e.g. ``{"max_unroll": 10**6}``).
 
     Nodes the backend leaves to the reference implementation are logged once as a
     warning on the ``rammer`` logger; ``strict=True`` makes them a :class:`CompileError`.
     """
     be = plugins.get_backend(backend)
-    graph = model if isinstance(model, Graph) else load(model, input_shapes)
+    graph = model if isinstance(model, Graph) else load(model, input_shapes, limits)
     # ai.onnx.ml nodes become standard ops; tree_strategy= picks Hummingbird's strategy (docs/ml.md).
     graph = lower_ml(graph, options.pop("tree_strategy", None), device=be.capabilities.device)
     bad = be.unsupported_nodes(graph)
@@ -210,6 +212,9 @@ def compile(model: ModelSource | Graph, backend: str | None = None,
             executable = be.compile(graph, options)
     except RammerError:
         raise
+    except MemoryError:
+        raise CompileError(f"backend '{be.name}' ran out of memory compiling '{graph.name}'; check the model's "
+                           f"sizes and input_shapes, or compile for a smaller batch") from None
     except Exception as exc:
         raise CompileError(f"backend '{be.name}' failed to compile '{graph.name}': {type(exc).__name__}: {exc}") from exc
     seconds = time.perf_counter() - start

@@ -8,11 +8,12 @@ import onnx
 
 from ..errors import ModelLoadError
 from ..ir import Graph
+from .limits import Limits, resolve_limits
 from .onnx_import import import_model, raise_if_unsupported, unsupported_ops
 from .source import ModelSource, check_model, read_model
 from .upgrade import MIN_NATIVE_OPSET, ai_onnx_opset, inline_functions, upgrade_opset
 
-__all__ = ["load", "load_proto", "import_model", "unsupported_ops", "ModelSource"]
+__all__ = ["load", "load_proto", "import_model", "unsupported_ops", "ModelSource", "Limits"]
 
 
 def load_proto(source: ModelSource) -> onnx.ModelProto:
@@ -29,13 +30,20 @@ def load_proto(source: ModelSource) -> onnx.ModelProto:
     return model
 
 
-def load(source: ModelSource, input_shapes: Mapping[str, Sequence[int]] | None = None) -> Graph:
+def load(source: ModelSource, input_shapes: Mapping[str, Sequence[int]] | None = None,
+         limits: Limits | Mapping[str, int] | None = None) -> Graph:
     """Load an ONNX model as a verified, fully static IR graph.
 
     ``source`` is a path, bytes or an ``onnx.ModelProto``.  Dynamic input
     dimensions are bound from ``input_shapes`` (name -> shape) or rejected
-    with an error that names the input and the dimension.
+    with an error that names the input and the dimension.  ``limits`` bounds
+    tensor sizes and unroll lengths (see :mod:`rammer.frontend.limits`).
     """
-    graph = import_model(load_proto(source), input_shapes)
+    bounds = resolve_limits(limits)
+    try:
+        graph = import_model(load_proto(source), input_shapes, limits=bounds)
+    except MemoryError:
+        raise ModelLoadError("ran out of memory loading the model; check its sizes and input_shapes, "
+                             "or lower the bounds (limits={'max_tensor_bytes': ...})") from None
     graph.verify()
     return graph

@@ -24,6 +24,8 @@ import numpy as np
 from ..errors import ModelLoadError, RammerError, ShapeError, UnsupportedOpError
 from ..ir import Graph, Node, TensorInfo, dtype_name, outer_names
 from ..ops.registry import OpContext, lookup
+from .limits import Limits, check_tensor, check_unroll
+from .validate import check_node_params, check_node_types
 
 #: Folding is skipped for outputs larger than this (elements): such constants
 #: are cheaper to compute at run time than to keep in the model.
@@ -93,8 +95,10 @@ def _fold_run_graph(graph: Graph, feeds: dict[str, np.ndarray]) -> list[np.ndarr
 class GraphBuilder:
     """Accumulates the nodes and constants of one (sub)graph being imported."""
 
-    def __init__(self, scope: Scope, output_names: set[str], fold: bool, taken_names: set[str]):
+    def __init__(self, scope: Scope, output_names: set[str], fold: bool, taken_names: set[str],
+                 limits: Limits | None = None):
         self.scope = scope
+        self.limits = limits or Limits()
         self.fold = fold
         self.output_names = output_names
         self.initializers: dict[str, np.ndarray] = {}
@@ -179,14 +183,20 @@ class GraphBuilder:
                 raise ModelLoadError(f"{label} reads tensor '{tname}', which is not defined before it")
             in_infos.append(info)
             in_values.append(self.scope.const(tname))
-        ctx = OpContext(node, int(self.scope.opset.get(node.domain or "", 1)), in_infos, in_values,
-                        run_graph=_fold_run_graph)
+        opset = int(self.scope.opset.get(node.domain or "", 1))
+        check_node_types(node, opset, in_infos)
+        check_node_params(node, opset, in_infos)
+        check_unroll(node, in_infos, self.limits)
+        ctx = OpContext(node, opset, in_infos, in_values, run_graph=_fold_run_graph)
         try:
             specs = list(op.infer(ctx))
         except RammerError:
             raise
+        except MemoryError:
+            raise ShapeError(f"{label}: out of memory inferring its output shapes; check the model's sizes") from None
         except Exception as exc:
-            raise ShapeError(f"{label}: shape inference failed ({type(exc).__name__}: {exc})") from exc
+            raise ShapeError(f"{label}: shape inference failed ({type(exc).__name__}: {exc}); the node's inputs "
+                             f"or attributes are probably invalid for {node.op_type}, fix the model") from exc
         out_infos: dict[str, TensorInfo] = {}
         for i, oname in enumerate(node.outputs):
             if not oname:
@@ -194,7 +204,12 @@ class GraphBuilder:
             if i >= len(specs):
                 raise ShapeError(f"{label}: inference gave {len(specs)} outputs, the node has {len(node.outputs)}")
             dt, shape = specs[i]
-            out_infos[oname] = TensorInfo(oname, dtype_name(dt), tuple(int(d) for d in shape))
+            info = TensorInfo(oname, dtype_name(dt), tuple(int(d) for d in shape))
+            if any(d < 0 for d in info.shape):
+                raise ShapeError(f"{label}: output '{oname}' would have shape {list(info.shape)}, with a negative "
+                                 f"dim; the node's inputs or attributes are invalid for {node.op_type}, fix the model")
+            check_tensor(info, f"{label} output", self.limits)
+            out_infos[oname] = info
 
         if self.fold and op.foldable and sum(t.size for t in out_infos.values()) <= MAX_FOLD_ELEMENTS:
             fold_values = self._fold_inputs(node, in_infos, in_values)
@@ -234,6 +249,8 @@ class GraphBuilder:
                 out = op.compute(ctx, *values)
         except RammerError:
             raise
+        except MemoryError:
+            raise ShapeError(f"{node.label}: out of memory folding it into a constant") from None
         except Exception as exc:
             raise ShapeError(f"{node.label}: constant folding failed ({type(exc).__name__}: {exc})") from exc
         outs = list(out) if isinstance(out, (tuple, list)) else [out]

@@ -23,6 +23,7 @@ from ..ops.control import unreachable_branch
 from ..ops.registry import lookup
 from .builder import MAX_FOLD_ELEMENTS, GraphBuilder, Scope
 from .inputs import InputShapes, bind_input_shapes, input_info
+from .limits import Limits, check_dims, check_tensor, resolve_limits
 from .sequences import LOWERED_OPS, lower
 
 __all__ = ["MAX_FOLD_ELEMENTS", "import_model", "raise_if_unsupported", "unsupported_ops"]
@@ -30,12 +31,20 @@ __all__ = ["MAX_FOLD_ELEMENTS", "import_model", "raise_if_unsupported", "unsuppo
 # -- attributes ---------------------------------------------------------------
 
 
-def _tensor_value(t: onnx.TensorProto, where: str) -> np.ndarray:
-    dtypes.from_onnx(t.data_type, where)  # clear error for unsupported element types
+def _tensor_value(t: onnx.TensorProto, where: str, limits: Limits) -> np.ndarray:
+    dtype = dtypes.from_onnx(t.data_type, where)  # clear error for unsupported element types
+    if any(d < 0 for d in t.dims):
+        raise ModelLoadError(f"{where}: tensor '{t.name}' has a negative dim {list(t.dims)}; fix the model")
+    check_dims(t.name, list(t.dims), dtypes.np_dtype(dtype).itemsize, where, limits)
     try:
         arr = numpy_helper.to_array(t)
     except Exception as exc:
-        raise ModelLoadError(f"{where}: cannot read tensor '{t.name}': {exc}") from None
+        raise ModelLoadError(f"{where}: cannot read tensor '{t.name}' (dims {list(t.dims)}, "
+                             f"{onnx.TensorProto.DataType.Name(t.data_type)}): {exc}; its data does not match "
+                             f"its dims and type, fix or re-export the model") from None
+    if tuple(arr.shape) != tuple(t.dims):
+        raise ModelLoadError(f"{where}: tensor '{t.name}' holds {arr.size} values but its dims {list(t.dims)} "
+                             f"need {int(np.prod(t.dims))}; fix or re-export the model")
     if arr.dtype.kind in "SU":
         arr = arr.astype(object)
     return arr
@@ -58,9 +67,9 @@ def _attr_value(attr: onnx.AttributeProto, where: str, builder: GraphBuilder) ->
     if attr.type == A.STRINGS:
         return [s.decode("utf-8", errors="replace") for s in attr.strings]
     if attr.type == A.TENSOR:
-        return _tensor_value(attr.t, f"{where} attribute '{attr.name}'")
+        return _tensor_value(attr.t, f"{where} attribute '{attr.name}'", builder.limits)
     if attr.type == A.TENSORS:
-        return [_tensor_value(t, f"{where} attribute '{attr.name}'") for t in attr.tensors]
+        return [_tensor_value(t, f"{where} attribute '{attr.name}'", builder.limits) for t in attr.tensors]
     if attr.type == A.GRAPH:
         return _import_graph(attr.g, {}, builder, f"{where} attribute '{attr.name}'")
     if attr.type == A.GRAPHS:
@@ -86,19 +95,20 @@ def _all_names(g: onnx.GraphProto, into: set[str]) -> set[str]:
 
 
 def _import_graph(g: onnx.GraphProto, input_shapes: InputShapes, parent: GraphBuilder | None, where: str,
-                  opset: Mapping[str, int] | None = None, fold: bool = True) -> Graph:
+                  opset: Mapping[str, int] | None = None, fold: bool = True, limits: Limits | None = None) -> Graph:
     if opset is None:
         assert parent is not None, "the top-level graph needs the model's opsets"
         opset = parent.scope.opset
     scope = Scope(parent.scope if parent else None, opset)
     taken = parent._taken if parent else _all_names(g, set())
-    b = GraphBuilder(scope, {vi.name for vi in g.output}, fold, taken)
+    b = GraphBuilder(scope, {vi.name for vi in g.output}, fold, taken, parent.limits if parent else limits)
     _add_initializers(b, g, where)
     inputs: list[TensorInfo] = []
     for vi in g.input:
         if vi.name in b.initializers:
             continue  # IR < 4: initializers listed as inputs are constants here
         info = input_info(vi, input_shapes, "subgraph input" if parent else "graph input")
+        check_tensor(info, f"{where} input", b.limits)
         inputs.append(info)
         scope.infos[vi.name] = info
     _import_nodes(b, g.node, "")
@@ -145,7 +155,7 @@ def _add_initializers(b: GraphBuilder, g: onnx.GraphProto, where: str) -> None:
     if g.sparse_initializer:
         raise ModelLoadError(f"{where}: sparse initializers are not supported")
     for t in g.initializer:
-        b.add_constant(t.name, _tensor_value(t, f"initializer '{t.name}'"))
+        b.add_constant(t.name, _tensor_value(t, f"{where} initializer", b.limits))
 
 
 def _import_nodes(b: GraphBuilder, nodes: Sequence[onnx.NodeProto], prefix: str) -> None:
@@ -238,8 +248,10 @@ def raise_if_unsupported(model: onnx.ModelProto) -> None:
         )
 
 
-def import_model(model: onnx.ModelProto, input_shapes: InputShapes | None = None, fold: bool = True) -> Graph:
+def import_model(model: onnx.ModelProto, input_shapes: InputShapes | None = None, fold: bool = True,
+                 limits: Limits | None = None) -> Graph:
+    """The IR graph of a checked ``model``; sizes are bounded by ``limits`` (the defaults when None)."""
     opset = _opsets(model)
     raise_if_unsupported(model)
     shapes = bind_input_shapes(model.graph, input_shapes or {})
-    return _import_graph(model.graph, shapes, None, "model", opset=opset, fold=fold)
+    return _import_graph(model.graph, shapes, None, "model", opset=opset, fold=fold, limits=resolve_limits(limits))

@@ -51,7 +51,17 @@ def spatial_ints(ctx: OpContext, name: str, rank: int, default: int) -> tuple[in
         return (default,) * rank
     if len(value) != rank:
         raise ctx.fail(f"attribute '{name}' has {len(value)} values for {rank} spatial axes")
+    if name in ("strides", "dilations") and any(int(v) < 1 for v in value):
+        raise ctx.fail(f"attribute '{name}' = {list(value)}: every value must be at least 1; fix the model")
     return tuple(int(v) for v in value)
+
+
+def check_kernel_and_pads(ctx: OpContext, kernel: Sequence[int], pads: Sequence[int] | None) -> None:
+    """Clear errors for a kernel size below 1 and negative pads (ONNX allows neither)."""
+    if any(int(k) < 1 for k in kernel):
+        raise ctx.fail(f"kernel shape {list(kernel)}: every size must be at least 1; fix the model")
+    if pads is not None and any(int(p) < 0 for p in pads):
+        raise ctx.fail(f"attribute 'pads' = {list(pads)} has a negative value; ONNX pads are >= 0, fix the model")
 
 
 def window_geometry(
@@ -69,6 +79,7 @@ def window_geometry(
     """
     rank = len(in_shape)
     kernel = tuple(int(k) for k in kernel)
+    check_kernel_and_pads(ctx, kernel, ctx.attr("pads"))
     strides = spatial_ints(ctx, "strides", rank, 1)
     dilations = spatial_ints(ctx, "dilations", rank, 1)
     spans = [(k - 1) * d + 1 for k, d in zip(kernel, dilations)]
@@ -223,9 +234,12 @@ class _TransposeGeometry:
 
 def _transpose_geometry(ctx: OpContext, in_shape: tuple[int, ...], kernel: tuple[int, ...]) -> _TransposeGeometry:
     rank = len(in_shape)
+    check_kernel_and_pads(ctx, kernel, ctx.attr("pads"))
     strides = spatial_ints(ctx, "strides", rank, 1)
     dilations = spatial_ints(ctx, "dilations", rank, 1)
     out_pad = spatial_ints(ctx, "output_padding", rank, 0)
+    if any(p < 0 for p in out_pad):
+        raise ctx.fail(f"attribute 'output_padding' = {list(out_pad)} has a negative value; fix the model")
     full = tuple(
         s * (n - 1) + (k - 1) * d + 1 + op for n, s, k, d, op in zip(in_shape, strides, kernel, dilations, out_pad)
     )

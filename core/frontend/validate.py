@@ -1,0 +1,261 @@
+"""Checking each node against its ONNX schema before rammer infers it.
+
+The ONNX checker (run on every model at load) verifies the proto's structure:
+input and output counts, attribute names and types, required attributes.  It
+does not know tensor types, so a string constant fed to ``Relu`` or a bool
+tensor added to a float one pass it and used to fail deep inside an op's
+numpy code.  At import every input's dtype is known, so this module checks
+each node against the schema's type constraints for the node's opset, for all
+ops alike:
+
+* each input's element type is one its formal parameter allows;
+* inputs that share a type parameter (``T`` of ``Add``'s ``A`` and ``B``)
+  have one element type;
+* required (non-optional) inputs are present.
+
+Ops whose schema ONNX does not know (rammer's own domains) are left to the
+op's ``infer``.  Parameter inputs whose shape follows from the main input's
+(a Conv bias, BatchNormalization's statistics, an LSTM's B and initial states,
+Clip's bounds) are checked by :func:`check_node_params`, from one table; the
+window attributes (``strides=0``, negative pads) in the ops' geometry code.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Sequence
+
+import onnx.defs
+
+from ..errors import ShapeError
+from ..ir import Node, TensorInfo
+
+__all__ = ["check_node_params", "check_node_types", "onnx_type_name"]
+
+_SINGLE = onnx.defs.OpSchema.FormalParameterOption.Single
+_VARIADIC = onnx.defs.OpSchema.FormalParameterOption.Variadic
+
+#: IR dtype name -> the element type's name in ONNX type strings (``tensor(float)``).
+_ONNX_TYPE_NAMES = {"float32": "float", "float64": "double", "object": "string"}
+
+
+def onnx_type_name(dtype: str) -> str:
+    """``tensor(...)`` spelling of an IR dtype (``float32`` -> ``tensor(float)``)."""
+    return f"tensor({_ONNX_TYPE_NAMES.get(dtype, dtype)})"
+
+
+def _ir_name(type_str: str) -> str:
+    inner = type_str[len("tensor("):-1] if type_str.startswith("tensor(") else type_str
+    back = {v: k for k, v in _ONNX_TYPE_NAMES.items() if k != "object"}
+    return back.get(inner, inner)
+
+
+def _shown(dtype: str) -> str:
+    return "string" if dtype == "object" else dtype
+
+
+@lru_cache(maxsize=4096)
+def _schema(op_type: str, domain: str, opset: int) -> onnx.defs.OpSchema | None:
+    try:
+        return onnx.defs.get_schema(op_type, opset, domain)
+    except onnx.defs.SchemaError:
+        return None
+
+
+@lru_cache(maxsize=4096)
+def _formal_inputs(op_type: str, domain: str, opset: int) -> tuple | None:
+    """(name, option, homogeneous, type param, allowed tensor types or None) per formal input."""
+    schema = _schema(op_type, domain, opset)
+    if schema is None:
+        return None
+    constraints = {tc.type_param_str: tuple(tc.allowed_type_strs) for tc in schema.type_constraints}
+    out = []
+    for f in schema.inputs:
+        allowed = constraints.get(f.type_str, (f.type_str,))
+        tensors = frozenset(t for t in allowed if t.startswith("tensor("))
+        # A parameter that also takes sequences/optionals is checked only for its tensor types,
+        # and one that takes no tensor at all is not checked (rammer lowers sequences first).
+        out.append((f.name, f.option, f.is_homogeneous, f.type_str, tensors or None))
+    return tuple(out)
+
+
+def _formal_for(formals: tuple, index: int) -> tuple | None:
+    if index < len(formals):
+        return formals[index]
+    if formals and formals[-1][1] == _VARIADIC:
+        return formals[-1]
+    return None
+
+
+def check_node_types(node: Node, opset: int, inputs: Sequence[TensorInfo | None]) -> None:
+    """A :class:`ShapeError` naming the node, the input and the allowed types when ``node``'s
+    inputs break its ONNX schema (element types, one type per type parameter, required inputs)."""
+    domain = node.domain or ""
+    formals = _formal_inputs(node.op_type, domain, opset)
+    if formals is None:
+        return
+    label = node.label
+    for i, (fname, option, _, _, _) in enumerate(formals):
+        if option == _SINGLE and (i >= len(node.inputs) or not node.inputs[i]):
+            raise ShapeError(f"{label}: required input {i} ('{fname}') is missing; the ONNX spec of "
+                             f"{node.op_type} (opset {opset}) requires it. Fix the model's node.")
+    first_of_param: dict[str, tuple[str, str]] = {}
+    for i, (tname, info) in enumerate(zip(node.inputs, inputs)):
+        if not tname or info is None:
+            continue
+        formal = _formal_for(formals, i)
+        if formal is None:
+            continue
+        fname, option, homogeneous, param, allowed = formal
+        if allowed is not None and onnx_type_name(info.dtype) not in allowed:
+            names = ", ".join(sorted(_ir_name(t) for t in allowed))
+            raise ShapeError(
+                f"{label}: input {i} ('{fname}') is tensor '{tname}' of type {_shown(info.dtype)}, but "
+                f"{node.op_type} (opset {opset}) accepts only {names} there. Fix the model: cast "
+                f"'{tname}' or feed the node a tensor of an allowed type.")
+        if option == _VARIADIC and not homogeneous:
+            continue
+        seen = first_of_param.setdefault(param, (tname, info.dtype))
+        if seen[1] != info.dtype and allowed is not None and len(allowed) > 1:
+            raise ShapeError(
+                f"{label}: inputs '{seen[0]}' ({_shown(seen[1])}) and '{tname}' ({_shown(info.dtype)}) must have "
+                f"one element "
+                f"type (both are '{param}' in the ONNX spec of {node.op_type}); cast one of them.")
+
+
+# -- secondary inputs: parameters whose shape follows from the main input's ----------------------
+
+
+def _fail(node: Node, message: str) -> ShapeError:
+    return ShapeError(f"{node.label}: {message}")
+
+
+def _param(node: Node, inputs: Sequence[TensorInfo | None], i: int) -> TensorInfo | None:
+    return inputs[i] if i < len(inputs) and i < len(node.inputs) and node.inputs[i] else None
+
+
+def _expect_shape(node: Node, inputs: Sequence[TensorInfo | None], i: int, what: str,
+                  shape: tuple[int, ...], why: str) -> None:
+    info = _param(node, inputs, i)
+    if info is not None and tuple(info.shape) != tuple(shape):
+        raise _fail(node, f"{what} '{info.name}' has shape {list(info.shape)}, but {why} it must be {list(shape)}; "
+                          f"fix the model (the initializer's size or the node's inputs)")
+
+
+def _unidirectional(node: Node, inputs: Sequence[TensorInfo | None], i: int, what: str,
+                    target: tuple[int, ...]) -> None:
+    info = _param(node, inputs, i)
+    if info is None:
+        return
+    shape = tuple(info.shape)
+    ok = len(shape) <= len(target) and all(s in (1, t) for s, t in zip(shape[::-1], target[::-1]))
+    if not ok:
+        raise _fail(node, f"{what} '{info.name}' of shape {list(shape)} does not broadcast to {list(target)}; "
+                          f"fix the model (the initializer's size or the node's inputs)")
+
+
+def _main(inputs: Sequence[TensorInfo | None], i: int = 0) -> TensorInfo | None:
+    return inputs[i] if i < len(inputs) else None
+
+
+def _conv(node: Node, inputs: Sequence[TensorInfo | None], opset: int) -> None:
+    w = _main(inputs, 1)
+    if w is not None and w.shape:
+        _expect_shape(node, inputs, 2, "bias B", (w.shape[0],), f"with {w.shape[0]} output channels (W's dim 0)")
+
+
+def _conv_transpose(node: Node, inputs: Sequence[TensorInfo | None], opset: int) -> None:
+    w = _main(inputs, 1)
+    if w is not None and len(w.shape) > 1:
+        m = w.shape[1] * int(node.attrs.get("group", 1))
+        _expect_shape(node, inputs, 2, "bias B", (m,), f"with {m} output channels (W's dim 1 x group)")
+
+
+def _per_channel(*indices: int, names: Sequence[str]) -> object:
+    def check(node: Node, inputs: Sequence[TensorInfo | None], opset: int) -> None:
+        x = _main(inputs)
+        if x is None or len(x.shape) < 2:
+            return
+        for i, what in zip(indices, names):
+            _expect_shape(node, inputs, i, what, (x.shape[1],), f"with {x.shape[1]} channels (X's dim 1)")
+    return check
+
+
+def _normalized(*indices: int, names: Sequence[str]) -> object:
+    def check(node: Node, inputs: Sequence[TensorInfo | None], opset: int) -> None:
+        x = _main(inputs)
+        if x is None:
+            return
+        for i, what in zip(indices, names):
+            _unidirectional(node, inputs, i, what, tuple(x.shape))
+    return check
+
+
+def _recurrent(gates: int) -> object:
+    def check(node: Node, inputs: Sequence[TensorInfo | None], opset: int) -> None:
+        x, r = _main(inputs), _main(inputs, 2)
+        if x is None or r is None or len(x.shape) != 3 or len(r.shape) != 3:
+            return  # the op's infer names what is wrong with X, W and R
+        direction = node.attrs.get("direction", "forward")
+        dirs = 2 if (direction.decode() if isinstance(direction, bytes) else direction) == "bidirectional" else 1
+        hidden = int(node.attrs.get("hidden_size", r.shape[-1]))
+        layout = int(node.attrs.get("layout", 0))
+        batch = x.shape[0] if layout else x.shape[1]
+        _expect_shape(node, inputs, 3, "bias B", (dirs, 2 * gates * hidden),
+                      f"with {dirs} direction(s), {gates} gate(s) and hidden_size {hidden}")
+        _expect_shape(node, inputs, 4, "sequence_lens", (batch,), f"with batch {batch}")
+        state = (batch, dirs, hidden) if layout else (dirs, batch, hidden)
+        why = f"with {dirs} direction(s), batch {batch}, hidden_size {hidden} and layout {layout}"
+        _expect_shape(node, inputs, 5, "initial_h", state, why)
+        if gates == 4:
+            _expect_shape(node, inputs, 6, "initial_c", state, why)
+            _expect_shape(node, inputs, 7, "peepholes P", (dirs, 3 * hidden),
+                          f"with {dirs} direction(s) and hidden_size {hidden}")
+    return check
+
+
+def _scalar_bounds(node: Node, inputs: Sequence[TensorInfo | None], opset: int) -> None:
+    for i, what in ((1, "min"), (2, "max")):
+        info = _param(node, inputs, i)
+        if info is not None and info.size != 1:
+            raise _fail(node, f"bound {what} '{info.name}' has shape {list(info.shape)}; Clip's bounds are scalars. "
+                              f"Fix the model (use Min/Max for element-wise bounds)")
+
+
+def _group_norm(node: Node, inputs: Sequence[TensorInfo | None], opset: int) -> None:
+    scale = _param(node, inputs, 1)
+    if scale is not None:
+        _expect_shape(node, inputs, 2, "bias", tuple(scale.shape), "like the scale")
+
+
+def _prelu(node: Node, inputs: Sequence[TensorInfo | None], opset: int) -> None:
+    x = _main(inputs)
+    if x is not None:
+        _unidirectional(node, inputs, 1, "slope", tuple(x.shape))
+
+
+_PARAM_CHECKS = {
+    "Conv": _conv,
+    "ConvTranspose": _conv_transpose,
+    "BatchNormalization": _per_channel(1, 2, 3, 4, names=("scale", "bias B", "input_mean", "input_var")),
+    "InstanceNormalization": _per_channel(1, 2, names=("scale", "bias B")),
+    "LayerNormalization": _normalized(1, 2, names=("Scale", "bias B")),
+    "RMSNormalization": _normalized(1, names=("scale",)),
+    "GroupNormalization": _group_norm,
+    "RNN": _recurrent(1),
+    "GRU": _recurrent(3),
+    "LSTM": _recurrent(4),
+    "Clip": _scalar_bounds,
+    "PRelu": _prelu,
+}
+
+
+def check_node_params(node: Node, opset: int, inputs: Sequence[TensorInfo | None]) -> None:
+    """A :class:`ShapeError` naming the node and tensor when a parameter input's shape does not
+    fit the node's main input (a 5-element bias on an 8-channel Conv, an LSTM bias for another
+    hidden size, a Clip bound that is not a scalar...)."""
+    if node.domain:
+        return
+    check = _PARAM_CHECKS.get(node.op_type)
+    if check is not None:
+        check(node, inputs, opset)  # type: ignore[operator]
