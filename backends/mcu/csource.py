@@ -1,0 +1,288 @@
+"""The C99 kernels of the mcu backend (int8 path and bit-serial weight pool).
+
+KERNEL C LIVES HERE, IN ONE PLACE: the core's C-style renderer (``core/codegen`` render/dialects)
+did not exist when this backend was written; when it does, these kernels move to it and
+:mod:`.codegen` keeps emitting only the model's data and calls.
+
+Portable C99 without heap or floating point.  Assumes what every C compiler for Cortex-M and x86
+does: two's complement, ``>>`` of a negative integer is arithmetic (implementation-defined in C99;
+GCC and Clang define it so).  The arithmetic is that of :mod:`.kernels` (the numpy specification):
+TFLite's SaturatingRoundingDoublingHighMul and RoundingDivideByPOT.
+"""
+
+from __future__ import annotations
+
+KERNELS_C = r"""
+/* Kernels a model does not use are compiled but unused: not a warning. */
+#if defined(__GNUC__)
+#define MCU_KERNEL static __attribute__((unused))
+#else
+#define MCU_KERNEL static
+#endif
+/* ---- fixed-point requantization (TFLite / gemmlowp) ---- */
+MCU_KERNEL int32_t q_srdhm(int32_t a, int32_t b)
+{
+    int64_t ab, nudge;
+    if (a == INT32_MIN && b == INT32_MIN) return INT32_MAX;
+    ab = (int64_t)a * (int64_t)b;
+    nudge = ab >= 0 ? ((int64_t)1 << 30) : (1 - ((int64_t)1 << 30));
+    return (int32_t)((ab + nudge) / ((int64_t)1 << 31));
+}
+
+MCU_KERNEL int32_t q_rdbpot(int32_t x, int32_t e)
+{
+    const int32_t mask = (int32_t)((1u << e) - 1u);
+    const int32_t remainder = x & mask;
+    const int32_t threshold = (mask >> 1) + (x < 0 ? 1 : 0);
+    return (x >> e) + (remainder > threshold ? 1 : 0);
+}
+
+MCU_KERNEL int32_t q_mbqm(int32_t x, int32_t mult, int32_t shift)
+{
+    int64_t v = (int64_t)x * ((int64_t)1 << (shift > 0 ? shift : 0));
+    if (v > INT32_MAX) v = INT32_MAX;
+    if (v < INT32_MIN) v = INT32_MIN;
+    return q_rdbpot(q_srdhm((int32_t)v, mult), shift > 0 ? 0 : -shift);
+}
+
+MCU_KERNEL int8_t q_out(int32_t acc, int32_t mult, int32_t shift, int32_t zp, int32_t lo, int32_t hi)
+{
+    int32_t y = q_mbqm(acc, mult, shift) + zp;
+    if (y < lo) y = lo;
+    if (y > hi) y = hi;
+    return (int8_t)y;
+}
+
+typedef struct {
+    int16_t ih, iw, ic, oh, ow, oc, kh, kw, sh, sw, pt, pl;
+    int32_t in_zp, out_zp, act_min, act_max;
+} geom_t;
+
+/* ---- int8 path (the TFLite Micro reference kernels' arithmetic) ---- */
+MCU_KERNEL void k_conv_s8(const geom_t *g, const int8_t *in, const int8_t *w, const int32_t *bias,
+                      const int32_t *mult, const int32_t *shift, int8_t *out)
+{
+    int oy, ox, k, ky, kx, c;
+    const int32_t in_off = -g->in_zp;
+    for (oy = 0; oy < g->oh; ++oy) {
+        for (ox = 0; ox < g->ow; ++ox) {
+            for (k = 0; k < g->oc; ++k) {
+                int32_t acc = bias[k];
+                for (ky = 0; ky < g->kh; ++ky) {
+                    const int iy = oy * g->sh - g->pt + ky;
+                    if (iy < 0 || iy >= g->ih) continue;
+                    for (kx = 0; kx < g->kw; ++kx) {
+                        const int ix = ox * g->sw - g->pl + kx;
+                        const int8_t *ip, *wp;
+                        if (ix < 0 || ix >= g->iw) continue;
+                        ip = in + ((long)iy * g->iw + ix) * g->ic;
+                        wp = w + (((long)k * g->kh + ky) * g->kw + kx) * g->ic;
+                        for (c = 0; c < g->ic; ++c) acc += ((int32_t)ip[c] + in_off) * (int32_t)wp[c];
+                    }
+                }
+                *out++ = q_out(acc, mult[k], shift[k], g->out_zp, g->act_min, g->act_max);
+            }
+        }
+    }
+}
+
+MCU_KERNEL void k_dwconv_s8(const geom_t *g, const int8_t *in, const int8_t *w, const int32_t *bias,
+                        const int32_t *mult, const int32_t *shift, int8_t *out)
+{
+    int oy, ox, c, ky, kx;
+    const int32_t in_off = -g->in_zp;
+    for (oy = 0; oy < g->oh; ++oy) {
+        for (ox = 0; ox < g->ow; ++ox) {
+            for (c = 0; c < g->oc; ++c) {
+                int32_t acc = bias[c];
+                for (ky = 0; ky < g->kh; ++ky) {
+                    const int iy = oy * g->sh - g->pt + ky;
+                    if (iy < 0 || iy >= g->ih) continue;
+                    for (kx = 0; kx < g->kw; ++kx) {
+                        const int ix = ox * g->sw - g->pl + kx;
+                        if (ix < 0 || ix >= g->iw) continue;
+                        acc += ((int32_t)in[((long)iy * g->iw + ix) * g->ic + c] + in_off) *
+                               (int32_t)w[(ky * g->kw + kx) * g->ic + c];
+                    }
+                }
+                *out++ = q_out(acc, mult[c], shift[c], g->out_zp, g->act_min, g->act_max);
+            }
+        }
+    }
+}
+
+MCU_KERNEL void k_maxpool_s8(const geom_t *g, const int8_t *in, int8_t *out)
+{
+    int oy, ox, c, ky, kx;
+    for (oy = 0; oy < g->oh; ++oy)
+        for (ox = 0; ox < g->ow; ++ox)
+            for (c = 0; c < g->oc; ++c) {
+                int32_t m = -128;
+                for (ky = 0; ky < g->kh; ++ky) {
+                    const int iy = oy * g->sh - g->pt + ky;
+                    if (iy < 0 || iy >= g->ih) continue;
+                    for (kx = 0; kx < g->kw; ++kx) {
+                        const int ix = ox * g->sw - g->pl + kx;
+                        int32_t v;
+                        if (ix < 0 || ix >= g->iw) continue;
+                        v = in[((long)iy * g->iw + ix) * g->ic + c];
+                        if (v > m) m = v;
+                    }
+                }
+                if (m < g->act_min) m = g->act_min;
+                if (m > g->act_max) m = g->act_max;
+                *out++ = (int8_t)m;
+            }
+}
+
+MCU_KERNEL void k_avgpool_s8(const geom_t *g, const int8_t *in, int8_t *out)
+{
+    int oy, ox, c, ky, kx;
+    const int32_t count = (int32_t)g->kh * g->kw;
+    for (oy = 0; oy < g->oh; ++oy)
+        for (ox = 0; ox < g->ow; ++ox)
+            for (c = 0; c < g->oc; ++c) {
+                int32_t s = 0, avg;
+                for (ky = 0; ky < g->kh; ++ky)
+                    for (kx = 0; kx < g->kw; ++kx)
+                        s += in[(((long)oy * g->sh + ky) * g->iw + ox * g->sw + kx) * g->ic + c];
+                avg = s > 0 ? (s + count / 2) / count : (s - count / 2) / count;
+                if (avg < g->act_min) avg = g->act_min;
+                if (avg > g->act_max) avg = g->act_max;
+                *out++ = (int8_t)avg;
+            }
+}
+
+MCU_KERNEL void k_add_s8(long n, const int8_t *a, const int8_t *b, const int32_t *p, int32_t zp_a, int32_t zp_b,
+                     int32_t zp_out, int32_t lo, int32_t hi, int8_t *out)
+{
+    long i;
+    for (i = 0; i < n; ++i) {
+        const int32_t sa = q_mbqm(((int32_t)a[i] - zp_a) * (1 << 20), p[0], p[1]);
+        const int32_t sb = q_mbqm(((int32_t)b[i] - zp_b) * (1 << 20), p[2], p[3]);
+        int32_t y = q_mbqm(sa + sb, p[4], p[5]) + zp_out;
+        if (y < lo) y = lo;
+        if (y > hi) y = hi;
+        out[i] = (int8_t)y;
+    }
+}
+
+MCU_KERNEL void k_clamp_s8(long n, const int8_t *in, int32_t lo, int32_t hi, int8_t *out)
+{
+    long i;
+    for (i = 0; i < n; ++i) {
+        int32_t v = in[i];
+        out[i] = (int8_t)(v < lo ? lo : (v > hi ? hi : v));
+    }
+}
+
+/* ---- bit-serial weight pool ----
+ * rows[(tap * J + j) * nb + s] = &table[pattern(tap, block j, bit lo + s) * P]; a padded tap reads
+ * row 0 (all zeros).  The pattern is rebuilt from scratch for every block and bit. */
+MCU_KERNEL void bs_patterns(const geom_t *g, const int8_t *in, int oy, int ox, int nb, const int16_t *table,
+                        int32_t pool, const int16_t **rows)
+{
+    const int lo = 8 - nb;
+    const int J = g->ic / 8;
+    int ky, kx, j, s;
+    for (ky = 0; ky < g->kh; ++ky) {
+        const int iy = oy * g->sh - g->pt + ky;
+        for (kx = 0; kx < g->kw; ++kx) {
+            const int ix = ox * g->sw - g->pl + kx;
+            const int inside = iy >= 0 && iy < g->ih && ix >= 0 && ix < g->iw;
+            const uint8_t *ip = inside ? (const uint8_t *)(in + ((long)iy * g->iw + ix) * g->ic) : 0;
+            for (j = 0; j < J; ++j) {
+                /* u = q - zp = q + 128: flip the sign bit of each byte. */
+                uint32_t w0 = 0, w1 = 0;
+                if (inside) {
+                    const uint8_t *b = ip + 8 * j;
+                    w0 = ((uint32_t)b[0] | ((uint32_t)b[1] << 8) | ((uint32_t)b[2] << 16) | ((uint32_t)b[3] << 24))
+                         ^ 0x80808080u;
+                    w1 = ((uint32_t)b[4] | ((uint32_t)b[5] << 8) | ((uint32_t)b[6] << 16) | ((uint32_t)b[7] << 24))
+                         ^ 0x80808080u;
+                }
+                for (s = 0; s < nb; ++s) {
+                    /* bit (lo+s) of the 4 bytes of a word gathered into 4 bits by one multiply */
+                    const uint32_t p0 = ((((w0 >> (lo + s)) & 0x01010101u) * 0x01020408u) >> 24) & 0xFu;
+                    const uint32_t p1 = ((((w1 >> (lo + s)) & 0x01010101u) * 0x01020408u) >> 24) & 0xFu;
+                    *rows++ = table + (long)(p0 | (p1 << 4)) * pool;
+                }
+            }
+        }
+    }
+}
+"""
+
+
+def horner(nb: int) -> str:
+    """sum_s r[s][i] << s as a Horner expression over the nb bit rows (most significant first)."""
+    expr = f"(int32_t)r[{nb - 1}][i]"
+    for s in range(nb - 2, -1, -1):
+        expr = f"({expr} * 2 + r[{s}][i])"
+    return expr
+
+
+def bitserial_kernel_c() -> str:
+    """The direct and memoised bit-serial conv kernels, the inner loop unrolled per bit count."""
+    direct_cases = "\n".join(
+        f"            case {nb}: for (b = 0; b < nblk; ++b, r += {nb}) {{ const unsigned i = ip[b]; acc += {horner(nb)}; }} break;"
+        for nb in range(2, 9))
+    memo_cases = "\n".join(
+        f"            case {nb}: for (i = 0; i < (unsigned)pool; ++i) sums[i] = {horner(nb)}; break;"
+        for nb in range(2, 9))
+    return r"""
+/* acc[k] = sum over blocks of sum_s T[pattern_s][idx[k][block]] << (lo + s), + bias + correction */
+MCU_KERNEL void k_conv_bs(const geom_t *g, const int8_t *in, const uint8_t *idx, const int32_t *bias,
+                      const int32_t *wsum, const int32_t *mult, const int32_t *shift, const int16_t *table,
+                      int32_t pool, int nb, const int16_t **rows, int8_t *out)
+{
+    const int lo = 8 - nb;
+    const int nblk = g->kh * g->kw * (g->ic / 8);
+    int oy, ox, k;
+    for (oy = 0; oy < g->oh; ++oy)
+        for (ox = 0; ox < g->ow; ++ox) {
+            bs_patterns(g, in, oy, ox, nb, table, pool, rows);
+            for (k = 0; k < g->oc; ++k) {
+                const uint8_t *ip = idx + (long)k * nblk;
+                const int16_t **r = rows;
+                int32_t acc = 0;
+                int b;
+                switch (nb) {
+""" + direct_cases + r"""
+            default: break;
+                }
+                acc = acc * (1 << lo) + bias[k] + ((wsum[k] * ((1 << lo) - 1)) >> 1);
+                *out++ = q_out(acc, mult[k], shift[k], g->out_zp, g->act_min, g->act_max);
+            }
+        }
+}
+
+/* Memoised: per block, the bit-serial sums of all pool vectors once, then one lookup per channel. */
+MCU_KERNEL void k_conv_bs_memo(const geom_t *g, const int8_t *in, const uint8_t *idx, const int32_t *bias,
+                           const int32_t *wsum, const int32_t *mult, const int32_t *shift,
+                           const int16_t *table, int32_t pool, int nb, const int16_t **rows,
+                           int32_t *sums, int32_t *acc, int8_t *out)
+{
+    const int lo = 8 - nb;
+    const int nblk = g->kh * g->kw * (g->ic / 8);
+    int oy, ox, k, b;
+    for (oy = 0; oy < g->oh; ++oy)
+        for (ox = 0; ox < g->ow; ++ox) {
+            bs_patterns(g, in, oy, ox, nb, table, pool, rows);
+            for (k = 0; k < g->oc; ++k) acc[k] = 0;
+            for (b = 0; b < nblk; ++b) {
+                const int16_t **r = rows + (long)b * nb;
+                unsigned i;
+                switch (nb) {
+""" + memo_cases + r"""
+            default: break;
+                }
+                for (k = 0; k < g->oc; ++k) acc[k] += sums[idx[(long)k * nblk + b]];
+            }
+            for (k = 0; k < g->oc; ++k) {
+                const int32_t a = acc[k] * (1 << lo) + bias[k] + ((wsum[k] * ((1 << lo) - 1)) >> 1);
+                *out++ = q_out(a, mult[k], shift[k], g->out_zp, g->act_min, g->act_max);
+            }
+        }
+}
+"""

@@ -1,0 +1,113 @@
+"""The mcu executable: the quantized model, its C program, a host build to run it, and the report."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+import numpy as np
+
+from rammer.errors import FeedError
+from rammer.ir import Graph
+
+from .codegen import Source
+from .host import HostBuild
+from .kernels import run_model
+from .plan import MemoryPlan
+from .quantize import QModel, dequantize, quantize_input
+
+
+@dataclass
+class McuProgram:
+    """Everything one compile produced (shared by the executable, the ARM build and benchmarks)."""
+
+    model: QModel
+    plan: MemoryPlan
+    source: Source
+    act_bits: int
+    calibration_note: str
+
+
+def _nhwc(x: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(np.transpose(x, (0, 2, 3, 1)))
+
+
+class McuExecutable:
+    """Runs float NCHW feeds: quantize, ``model_run`` (host build, or the numpy model), dequantize."""
+
+    def __init__(self, graph: Graph, program: McuProgram, engine: str = "c"):
+        self.graph = graph
+        self.program = program
+        self.engine = engine
+        q = program.model
+        self.host = HostBuild(program.source, q.input_tensor.nbytes, q.output_tensor.nbytes) if engine == "c" else None
+        self.report = build_report(program, engine)
+
+    def quantize(self, x: np.ndarray) -> np.ndarray:
+        return quantize_input(_nhwc(np.asarray(x, np.float32)), self.program.model.input_tensor)
+
+    def run_int8(self, xq: np.ndarray, act_bits: int | None = None) -> np.ndarray:
+        bits = self.program.act_bits if act_bits is None else act_bits
+        if self.host is not None:
+            return self.host.run(xq, bits)
+        return run_model(self.program.model, xq, bits).reshape(len(xq), -1)
+
+    def run(self, feeds: Mapping[str, np.ndarray], act_bits: int | None = None) -> dict[str, np.ndarray]:
+        (inp,), (outp,) = self.graph.inputs, self.graph.outputs
+        if inp.name not in feeds:
+            raise FeedError(f"missing input '{inp.name}'")
+        x = np.asarray(feeds[inp.name], np.float32)
+        if x.ndim != 4 or x.shape[1:] != tuple(inp.shape[1:]):
+            raise FeedError(f"input '{inp.name}' must be [N, {', '.join(map(str, inp.shape[1:]))}], got {list(x.shape)}")
+        q = self.program.model
+        y = dequantize(self.run_int8(self.quantize(x), act_bits), q.output_tensor)
+        h, w, c = q.output_tensor.shape
+        if len(outp.shape) == 4:
+            y = np.transpose(y.reshape(len(x), h, w, c), (0, 3, 1, 2))
+        return {outp.name: np.ascontiguousarray(y.reshape((len(x),) + tuple(outp.shape[1:])))}
+
+
+def layer_rows(program: McuProgram) -> list[dict[str, Any]]:
+    """One row per layer: path (weight pool / int8), why not pooled, flash and RAM bytes."""
+    q, plan, src = program.model, program.plan, program.source
+    rows = []
+    for li in plan.order:
+        layer = q.layers[li]
+        weighted = layer.kind in ("conv", "fc", "dwconv")
+        rows.append({
+            "layer": layer.name, "kind": layer.kind,
+            "path": ("weight pool" + (" (memoised)" if li in src.memoised else "")) if layer.pooled
+            else ("int8" if weighted else "int8 (no weights)"),
+            "why_not_pooled": layer.reason if weighted and not layer.pooled else "",
+            "flash_bytes": int(src.flash.get(li, 0)),
+            "int8_weight_bytes": int(layer.weight.size) if weighted else 0,
+            "ram_bytes": int(plan.live_bytes.get(li, 0)),
+            "output": list(q.tensors[layer.output].shape),
+        })
+    return rows
+
+
+def build_report(program: McuProgram, engine: str) -> dict[str, Any]:
+    q, plan, src = program.model, program.plan, program.source
+    rows = layer_rows(program)
+    pooled = [r["layer"] for r in rows if r["path"].startswith("weight pool")]
+    not_pooled = [f"{r['layer']} ({r['why_not_pooled']})" for r in rows if r["why_not_pooled"]]
+    flash_layers = sum(r["flash_bytes"] for r in rows)
+    io = q.input_tensor.nbytes + q.output_tensor.nbytes
+    return {
+        "pool_size": 0 if q.pool is None else int(len(q.pool)),
+        "pooled_layers": ", ".join(pooled) or "none",
+        "not_pooled": "; ".join(not_pooled) or "none",
+        "act_bits": program.act_bits,
+        "table_bytes": int(src.flash.get("table", 0)),
+        "flash_bytes_constants": int(flash_layers + src.flash.get("table", 0)),
+        "ram_arena_bytes": int(plan.arena_bytes),
+        "ram_scratch_bytes": int(src.scratch_bytes),
+        "ram_io_bytes": int(io),
+        "operator_order": "as given" if plan.order == sorted(plan.order) else "reordered for peak RAM",
+        "calibration": program.calibration_note,
+        "engine": "generated C, host build (gcc)" if engine == "c" else "numpy model of the kernels",
+        "layers": [f"{r['layer']}: {r['path']}{' - ' + r['why_not_pooled'] if r['why_not_pooled'] else ''}, "
+                   f"flash {r['flash_bytes']} B, RAM {r['ram_bytes']} B" for r in rows],
+        "layer_table": rows,
+    }
