@@ -19,18 +19,19 @@ class Row(NamedTuple):
     strategy: str
 
 
-#: Measured on the 2-core development VM (100 trees of depth 2-12 on 28 features; 1 vEU up to
-#: 64 rows, 2 above; medians of 7 runs on a shared, noisy machine), ms per run:
-#:   batch 1:     depth 2-8 perfect_tree_traversal ~ tree_traversal (0.02-0.06) < gemm (0.05-4.1);
-#:                depth 12 tree_traversal 0.08 < perfect 0.15
-#:   batch 64:    depth 2 gemm 0.07 < perfect 0.10 < traversal 0.15; depth 3-12 perfect
-#:                (depth 8: perfect 0.50, traversal 0.91, gemm 10.8)
-#:   batch 1000:  depth 2 gemm 3.5 ~ perfect 3.6; depth 3-12 perfect (depth 8: 11.6 vs
-#:                traversal 15.6 vs gemm 140; depth 12: 13.8 vs traversal 25.2)
+#: Measured on the 2-core development VM: 100-tree forests on 28 features, each compiled
+#: op of the cpu program timed alone and summed (the program's work; wall-clock runs on the
+#: shared VM were too noisy to rank strategies), ms, gemm / tree_traversal / perfect:
+#:   depth 2:  batch 1 0.055/0.079/0.042   batch 64 0.087/0.149/0.091   batch 1000 0.355/0.886/0.414
+#:   depth 3:  batch 1 0.058/0.124/0.043   batch 64 0.122/0.236/0.123   batch 1000 0.735/1.464/0.645
+#:   depth 4:  batch 1 0.066/0.168/0.045   batch 64 0.213/0.322/0.182   batch 1000 1.344/2.038/1.090
+#:   depth 6:  batch 1 0.125/0.255/0.109   batch 64 0.845/0.491/0.315   batch 1000 9.745/3.161/1.969
+#:   depth 8:  batch 1 3.179/0.346/0.172   batch 64 6.392/0.674/0.445   batch 1000 81.17/4.373/2.846
+#:   depth 12: batch 1 -/0.531/0.299       batch 64 -/1.015/0.714       batch 1000 -/6.376/4.401
+#: Perfect tree traversal is refused past depth 14 (2**depth table rows per tree).
 TABLE: tuple[Row, ...] = (
-    Row("cpu", 8, 1, "perfect_tree_traversal"),
-    Row("cpu", 1_000_000, 1, "tree_traversal"),
-    Row("cpu", 2, 64, "gemm"),
+    Row("cpu", 2, 1, "perfect_tree_traversal"),
+    Row("cpu", 2, 4096, "gemm"),
     Row("cpu", 14, 1_000_000_000, "perfect_tree_traversal"),
     Row("cpu", 1_000_000, 1_000_000_000, "tree_traversal"),
 )
