@@ -88,9 +88,10 @@ def generate(model: QModel, plan: MemoryPlan) -> Source:
             out.append(f"static int32_t bs_sums[{pool_size}];\nstatic int32_t bs_acc[{acc_needed}];\n")
             scratch += 4 * (pool_size + acc_needed)
         src.scratch_bytes = scratch
-    arena = max(plan.arena_bytes, 4)
-    out.append(f"static int32_t arena_words[{(arena + 3) // 4}]; /* {plan.arena_bytes} bytes of activations */\n")
-    out.append("#define ARENA ((int8_t *)arena_words)\n")
+    if plan.offsets:  # a one-layer model needs no arena (an unused static would be a warning)
+        words = (plan.arena_bytes + 3) // 4
+        out.append(f"static int32_t arena_words[{words}]; /* {plan.arena_bytes} bytes of activations */\n")
+        out.append("#define ARENA ((int8_t *)arena_words)\n")
 
     def ptr(tid: int) -> str:
         if tid == model.input:

@@ -1,0 +1,89 @@
+"""The mcu backend through rammer.compile: the digits CNN, the report, refusals and budgets."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+import rammer
+from rammer.backends.mcu import models
+from rammer.backends.mcu.layers import run_float
+from rammer.backends.mcu.lower import lower_graph
+from rammer.errors import CompileError, RammerError
+from rammer.frontend import load
+
+from .conftest import nhwc
+
+
+def _accuracy(compiled, x, y, **kw) -> float:
+    out = compiled.executable.run({"image": x}, **kw)["fc2"]
+    return float((out.argmax(1) == y).mean())
+
+
+def test_digits_int8_and_pool(mcu_backend, digits):
+    model, xtr, ytr, xte, yte = digits
+    net = lower_graph(load(model))
+    fp32 = float((run_float(net, nhwc(xte)).reshape(len(xte), -1).argmax(1) == yte).mean())
+    assert fp32 > 0.9
+    int8 = rammer.compile(model, backend="mcu", calibration=xtr[:256], pool_size=0)
+    assert abs(_accuracy(int8, xte, yte) - fp32) <= 0.02
+    pooled = rammer.compile(model, backend="mcu", calibration=xtr[:256], pool_size=64)
+    rep = pooled.executable.report
+    assert rep["pooled_layers"] == "conv2, conv3, fc1"
+    assert "conv1 (first layer" in rep["not_pooled"] and "fc2 (last layer" in rep["not_pooled"]
+    assert rep["pool_size"] == 64 and rep["table_bytes"] == 256 * 64 * 2
+    rows = {r["layer"]: r for r in rep["layer_table"]}
+    for name in ("conv2", "conv3", "fc1"):
+        r = rows[name]
+        assert r["path"].startswith("weight pool")
+        # 1-byte index per 8 weights: exactly 8x fewer weight bytes (plus the same bias/requant words)
+        k = {"conv2": 32, "conv3": 64, "fc1": 64}[name]
+        assert r["flash_bytes"] - 16 * k - 32 == r["int8_weight_bytes"] // 8
+    # without fine-tuning the pool costs accuracy, and fewer bits cost more
+    acc8 = _accuracy(pooled, xte, yte, act_bits=8)
+    acc3 = _accuracy(pooled, xte, yte, act_bits=3)
+    assert acc8 > 0.6 and acc3 <= acc8 + 0.02
+    # the outputs are the dequantized int8 results of the C program
+    out = pooled.run({"image": xte[:1]})["fc2"]
+    assert out.shape == (1, 10) and out.dtype == np.float32
+    np.testing.assert_array_equal(out, pooled.executable.run({"image": xte[:1]})["fc2"])
+
+
+def test_numpy_engine_equals_c_engine(mcu_backend, digits):
+    model, xtr, _, xte, _ = digits
+    c = rammer.compile(model, backend="mcu", calibration=xtr[:64], pool_size=32)
+    py = rammer.compile(model, backend="mcu", calibration=xtr[:64], pool_size=32, engine="numpy")
+    for bits in (8, 3):
+        np.testing.assert_array_equal(c.executable.run({"image": xte[:40]}, act_bits=bits)["fc2"],
+                                      py.executable.run({"image": xte[:40]}, act_bits=bits)["fc2"])
+
+
+def _tiny(op: str = "Conv", name: str = "n") -> onnx.ModelProto:
+    w = helper.make_tensor("w", TensorProto.FLOAT, [8, 3, 3, 3], np.ones(8 * 27, np.float32) * 0.01)
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], name=name, pads=[1, 1, 1, 1])]
+    if op != "Conv":
+        nodes.append(helper.make_node(op, ["c"], ["y"], name="bad"))
+    out = "y" if op != "Conv" else "c"
+    g = helper.make_graph(nodes, "tiny", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+                          [helper.make_tensor_value_info(out, TensorProto.FLOAT, [1, 8, 8, 8])], [w])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_unsupported_op_is_refused_naming_it(mcu_backend):
+    with pytest.raises(RammerError, match="Sigmoid"):
+        rammer.compile(_tiny("Sigmoid"), backend="mcu")
+
+
+def test_hostile_names_reach_c_only_sanitized(mcu_backend):
+    compiled = rammer.compile(_tiny(name='*/ int evil; /* "\n#'), backend="mcu", pool_size=0)
+    src = compiled.executable.program.source.c
+    assert "*/ int evil" not in src and "?? int evil; ?? " in src  # kept as comment text only
+    x = np.random.default_rng(0).random((2, 3, 8, 8), dtype=np.float32)
+    assert compiled.executable.run({"x": x})["c"].shape == (2, 8, 8, 8)
+
+
+def test_resnet_over_budget_names_layer_tensor_bytes(mcu_backend):
+    with pytest.raises(CompileError, match=r"bytes of RAM .* layer '[^']+' \(\w+: tensor \d+ \[\d+, \d+, \d+\] = \d+ bytes"):
+        rammer.compile(models.resnet32(width=64), backend="mcu", ram_budget=64 * 1024)
