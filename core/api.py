@@ -49,9 +49,13 @@ class CompiledModel:
         return list(self.graph.outputs)
 
     def check_feeds(self, feeds: Mapping[str, Any]) -> dict[str, np.ndarray]:
-        """Validated feeds, as arrays; a :class:`FeedError` naming every problem otherwise."""
+        """Validated feeds, as arrays; a :class:`FeedError` naming every problem otherwise.
+
+        Arrays are taken as numpy would read them, made native: a big-endian array is
+        converted to the machine's byte order, a masked array without masked elements
+        to its data, a ``str`` array for a string input to objects."""
         if type(feeds) is not dict and not isinstance(feeds, Mapping):  # (the ABC check is slow)
-            raise FeedError("feeds must be a dict mapping input names to arrays")
+            raise FeedError(_not_a_mapping(feeds, [t.name for t in self.graph.inputs]))
         fast = self._fast_feeds(feeds)
         if fast is not None:
             return fast
@@ -67,11 +71,13 @@ class CompiledModel:
         for name, info in expected.items():
             if name not in feeds:
                 continue
-            arr = np.asarray(feeds[name])
-            if dtype_name(arr.dtype) != info.dtype:
+            arr, problem = _feed_array(name, feeds[name], info)
+            if problem:
+                problems.append(problem)
+            elif dtype_name(arr.dtype) != info.dtype:
                 problems.append(
-                    f"input '{name}' is {dtype_name(arr.dtype)} but the model expects {info.dtype} "
-                    f"(convert it with .astype(np.{info.dtype}))"
+                    f"input '{name}' is {_dtype_shown(arr.dtype)} but the model expects {_dtype_shown(info.dtype)} "
+                    f"(convert it with .astype(np.{'object_' if info.dtype == 'object' else info.dtype}))"
                 )
             elif tuple(arr.shape) != info.shape:
                 problems.append(
@@ -91,7 +97,8 @@ class CompiledModel:
         out = {}
         for name, dt, shape in self._feed_plan:
             arr = feeds.get(name)
-            if not isinstance(arr, np.ndarray) or arr.dtype != dt or arr.shape != shape:
+            # (type() is: subclasses such as masked arrays take the full check)
+            if type(arr) is not np.ndarray or arr.dtype != dt or arr.shape != shape:
                 return None
             out[name] = arr
         return out
@@ -130,6 +137,8 @@ class CompiledModel:
         return dict(outputs)
 
     def __call__(self, feeds: Mapping[str, Any] | None = None, **named: Any) -> dict[str, np.ndarray]:
+        if feeds is not None and not isinstance(feeds, Mapping):
+            raise FeedError(_not_a_mapping(feeds, [t.name for t in self.graph.inputs]))
         merged = dict(feeds or {})
         merged.update(named)
         return self.run(merged)
@@ -163,7 +172,55 @@ class CompiledModel:
         return f"<CompiledModel {self.graph.name!r} on {self.backend.name!r}: {len(self.graph.nodes)} nodes>"
 
 
+def _not_a_mapping(feeds: Any, names: list[str]) -> str:
+    example = ", ".join(f"'{n}': {n.replace('.', '_') if n.isidentifier() else 'array'}" for n in names[:3])
+    return (f"feeds must be a dict mapping input names to arrays, got a {type(feeds).__name__}; "
+            f"this model's inputs are {names}: call it as model({{{example}{', ...' if len(names) > 3 else ''}}})")
+
+
+def _dtype_shown(dtype: Any) -> str:
+    name = dtype_name(dtype)
+    return "string (object)" if name == "object" else name
+
+
+def _feed_array(name: str, value: Any, info: TensorInfo) -> tuple[np.ndarray, str | None]:
+    """``value`` as a native numpy array for input ``info``, or a problem to report."""
+    if isinstance(value, np.ma.MaskedArray):
+        if np.ma.count_masked(value):
+            return np.asarray(()), (f"input '{name}' is a masked array with {np.ma.count_masked(value)} masked "
+                                    f"element(s); models read every element: fill them (x.filled(value))")
+        value = np.ma.getdata(value)
+    try:
+        arr = np.asarray(value)
+    except (TypeError, ValueError) as exc:
+        return np.asarray(()), f"input '{name}' cannot be read as an array ({exc})"
+    if arr.dtype.kind == "O" and info.dtype != "object":
+        # A list of arrays of different lengths, or arbitrary objects: numpy cannot give it a number type.
+        return arr, (f"input '{name}' is not a numeric array (numpy reads it as objects, "
+                     f"e.g. ragged nested lists); pass a {info.dtype} array of shape {list(info.shape)}")
+    if arr.dtype.byteorder not in ("=", "|") and arr.dtype.byteorder != _NATIVE:
+        arr = arr.astype(arr.dtype.newbyteorder("="))  # big-endian data (read from files of other machines)
+    if info.dtype == "object" and arr.dtype.kind in "US":
+        arr = arr.astype(object)
+    return arr, None
+
+
+_NATIVE = "<" if np.little_endian else ">"
+
+
 def random_feeds(inputs: Sequence[TensorInfo], seed: int = 0) -> dict[str, np.ndarray]:
+    """Inputs of the right shapes and dtypes, drawn from ``seed``; a :class:`FeedError` when
+    they do not fit in memory."""
+    try:
+        return _random_feeds(inputs, seed)
+    except MemoryError:
+        total = sum(t.size * t.np_dtype.itemsize for t in inputs)
+        raise FeedError(f"not enough memory for random inputs of {total / (1 << 20):,.1f} MiB "
+                        f"({', '.join(f'{t.name}{list(t.shape)}' for t in inputs)}); use smaller input shapes "
+                        f"(--shape) or a smaller batch") from None
+
+
+def _random_feeds(inputs: Sequence[TensorInfo], seed: int) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(seed)
     feeds: dict[str, np.ndarray] = {}
     for t in inputs:

@@ -63,6 +63,12 @@ def _schema(op_type: str, domain: str, opset: int) -> onnx.defs.OpSchema | None:
 
 
 @lru_cache(maxsize=4096)
+def _input_count_range(op_type: str, domain: str, opset: int) -> tuple[int, int] | None:
+    schema = _schema(op_type, domain, opset)
+    return None if schema is None else (int(schema.min_input), int(schema.max_input))
+
+
+@lru_cache(maxsize=4096)
 def _formal_inputs(op_type: str, domain: str, opset: int) -> tuple | None:
     """(name, option, homogeneous, type param, allowed tensor types or None) per formal input."""
     schema = _schema(op_type, domain, opset)
@@ -95,6 +101,14 @@ def check_node_types(node: Node, opset: int, inputs: Sequence[TensorInfo | None]
     if formals is None:
         return
     label = node.label
+    low, high = _input_count_range(node.op_type, domain, opset)  # type: ignore[misc]
+    given = len(node.inputs)
+    while given and not node.inputs[given - 1]:
+        given -= 1  # trailing omitted optional inputs do not count
+    if given < low or given > high:
+        want = f"{low}" if low == high else (f"at least {low}" if high > 1 << 20 else f"{low} to {high}")
+        raise ShapeError(f"{label}: has {given} input(s), but {node.op_type} (opset {opset}) takes {want}; "
+                         f"fix the model's node")
     for i, (fname, option, _, _, _) in enumerate(formals):
         if option == _SINGLE and (i >= len(node.inputs) or not node.inputs[i]):
             raise ShapeError(f"{label}: required input {i} ('{fname}') is missing; the ONNX spec of "
@@ -214,12 +228,14 @@ def _recurrent(gates: int) -> object:
     return check
 
 
-def _scalar_bounds(node: Node, inputs: Sequence[TensorInfo | None], opset: int) -> None:
-    for i, what in ((1, "min"), (2, "max")):
-        info = _param(node, inputs, i)
-        if info is not None and info.size != 1:
-            raise _fail(node, f"bound {what} '{info.name}' has shape {list(info.shape)}; Clip's bounds are scalars. "
-                              f"Fix the model (use Min/Max for element-wise bounds)")
+def _scalars(*pairs: tuple[int, str]) -> object:
+    def check(node: Node, inputs: Sequence[TensorInfo | None], opset: int) -> None:
+        for i, what in pairs:
+            info = _param(node, inputs, i)
+            if info is not None and info.size != 1:
+                raise _fail(node, f"input {i} ({what}) '{info.name}' has shape {list(info.shape)}, but "
+                                  f"{node.op_type} takes a single value there; fix the model")
+    return check
 
 
 def _group_norm(node: Node, inputs: Sequence[TensorInfo | None], opset: int) -> None:
@@ -245,7 +261,13 @@ _PARAM_CHECKS = {
     "RNN": _recurrent(1),
     "GRU": _recurrent(3),
     "LSTM": _recurrent(4),
-    "Clip": _scalar_bounds,
+    "Clip": _scalars((1, "min"), (2, "max")),
+    "Trilu": _scalars((1, "k")),
+    "Dropout": _scalars((1, "ratio"), (2, "training_mode")),
+    "CumSum": _scalars((1, "axis")),
+    "Range": _scalars((0, "start"), (1, "limit"), (2, "delta")),
+    "OneHot": _scalars((1, "depth")),
+    "TopK": _scalars((1, "K")),
     "PRelu": _prelu,
 }
 

@@ -45,8 +45,36 @@ def _attention_infer(ctx: OpContext) -> list[OutSpec]:
             f"incompatible heads: Q {hq}x{dq}, K {hk}x{dk}, V {hv}x{dv} "
             "(Q and K head sizes must match and Q heads must be a multiple of KV heads)"
         )
+    _, sv, _ = _heads(ctx, v.shape, "kv_num_heads")
+    if k.shape[0] != batch or v.shape[0] != batch or sv != skv:
+        raise ctx.fail(f"Q {list(q.shape)}, K {list(k.shape)} and V {list(v.shape)} must share the batch size, "
+                       f"and K and V the sequence length")
     past = ctx.inputs[4] if len(ctx.inputs) > 4 else None
+    past_v = ctx.inputs[5] if len(ctx.inputs) > 5 else None
+    if (past is None) != (past_v is None):
+        raise ctx.fail("past_key and past_value must be given together")
+    if past is not None and past_v is not None:
+        if len(past.shape) != 4 or len(past_v.shape) != 4 or past.shape[2] != past_v.shape[2] or \
+                tuple(past.shape[:2]) + (past.shape[3],) != (batch, hk, dk) or \
+                tuple(past_v.shape[:2]) + (past_v.shape[3],) != (batch, hv, dv):
+            raise ctx.fail(f"past_key {list(past.shape)} / past_value {list(past_v.shape)} must be "
+                           f"[{batch}, {hk}, past_len, {dk}] / [{batch}, {hv}, past_len, {dv}]")
     total = skv + (past.shape[2] if past is not None else 0)
+    mask = ctx.inputs[3] if len(ctx.inputs) > 3 else None
+    if mask is not None:
+        full = (batch, hq, sq, total)
+        m = tuple(mask.shape)
+        # The mask's last dim may be shorter than the total key length (the rest is masked).
+        ok = 1 <= len(m) <= 4 and m[-1] <= total and all(a in (1, b) for a, b in zip(m[-2::-1], full[-2::-1]))
+        if not ok:
+            raise ctx.fail(f"attn_mask of shape {list(m)} does not broadcast to [batch, heads, q_len, "
+                           f"total_len] = {list(full)}")
+    lens = ctx.inputs[6] if len(ctx.inputs) > 6 else None
+    if lens is not None and tuple(lens.shape) != (batch,):
+        raise ctx.fail(f"nonpad_kv_seqlen of shape {list(lens.shape)} must be [{batch}] (one length per batch entry)")
+    mode = int(ctx.attr("qk_matmul_output_mode", 0))
+    if mode not in (0, 1, 2, 3):
+        raise ctx.fail(f"qk_matmul_output_mode={mode} is not 0, 1, 2 or 3")
     y_shape = (batch, hq, sq, dv) if len(q.shape) == 4 else (batch, sq, hq * dv)
     specs: list[OutSpec] = [
         (q.dtype, y_shape),
@@ -207,6 +235,28 @@ def _rotary_infer(ctx: OpContext) -> list[OutSpec]:
         raise ctx.fail("3-D input needs the 'num_heads' attribute")
     if len(x.shape) not in (3, 4):
         raise ctx.fail(f"input must be 3-D or 4-D, got shape {list(x.shape)}")
+    if len(x.shape) == 4:
+        batch, seq, head = x.shape[0], x.shape[2], x.shape[3]
+    else:
+        heads = int(ctx.attr("num_heads"))
+        if heads <= 0 or x.shape[2] % heads:
+            raise ctx.fail(f"num_heads={heads} must be positive and divide the hidden size {x.shape[2]}")
+        batch, seq, head = x.shape[0], x.shape[1], x.shape[2] // heads
+    rot = int(ctx.attr("rotary_embedding_dim", 0)) or head
+    if rot > head or rot % 2:
+        raise ctx.fail(f"rotary_embedding_dim={rot} must be even and at most the head size {head}")
+    cos, sin = ctx.inputs[1], ctx.inputs[2]
+    ids = ctx.inputs[3] if len(ctx.inputs) > 3 else None
+    for what, cache in (("cos_cache", cos), ("sin_cache", sin)):
+        if cache is None:
+            continue
+        want = "[max_position, rot/2]" if ids is not None else "[batch, seq, rot/2]"
+        ok = (len(cache.shape) == 2 if ids is not None else tuple(cache.shape[:2]) == (batch, seq)
+              and len(cache.shape) == 3) and cache.shape[-1] == rot // 2
+        if not ok:
+            raise ctx.fail(f"{what} of shape {list(cache.shape)} must be {want} with rot/2 = {rot // 2}")
+    if ids is not None and tuple(ids.shape) != (batch, seq):
+        raise ctx.fail(f"position_ids of shape {list(ids.shape)} must be [batch, seq] = [{batch}, {seq}]")
     return [(x.dtype, x.shape)]
 
 

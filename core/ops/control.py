@@ -38,6 +38,16 @@ def _run(ctx: OpContext, body: Graph, feeds: dict[str, np.ndarray]) -> list[np.n
     return [np.asarray(v) for v in ctx.run_graph(body, feeds)]
 
 
+def _check_body_inputs(ctx: OpContext, body: Graph, first: int, given: list[tuple[str, tuple[int, ...]] | None],
+                       what: str) -> None:
+    """The body's inputs from ``first`` on were imported with the types the body declares; the
+    values the node passes in must have those types, or the body was inferred for other shapes."""
+    for k, (t, want) in enumerate(zip(body.inputs[first:], given)):
+        if want is not None and (t.dtype, tuple(t.shape)) != (want[0], tuple(want[1])):
+            raise ctx.fail(f"{what} {k} is {want[0]}{list(want[1])} but the body's input '{t.name}' declares "
+                           f"{t.dtype}{list(t.shape)}; fix the body's input types (or the node's inputs)")
+
+
 def _specs(infos: tuple[TensorInfo, ...] | list[TensorInfo]) -> list[OutSpec]:
     return [(t.dtype, t.shape) for t in infos]
 
@@ -148,6 +158,8 @@ def _loop_counts(ctx: OpContext, body: Graph) -> tuple[int, int]:
 def _infer_loop(ctx: OpContext) -> list[OutSpec]:
     body = _body(ctx, "body")
     carried, scans = _loop_counts(ctx, body)
+    _check_body_inputs(ctx, body, 2, [None if t is None else (t.dtype, t.shape) for t in ctx.inputs[2:]],
+                       "loop-carried value")
     specs: list[OutSpec] = []
     for i in range(carried):
         out, initial = body.outputs[1 + i], ctx.inputs[2 + i]
@@ -220,6 +232,20 @@ def _infer_scan(ctx: OpContext) -> list[OutSpec]:
     if ctx.opset < 9:
         return _infer_scan8(ctx, body)
     layout = _ScanLayout(ctx, body, [t.shape if t is not None else () for t in ctx.inputs])
+    given: list[tuple[str, tuple[int, ...]] | None] = []
+    for i, t in enumerate(ctx.inputs):
+        if t is None:
+            given.append(None)
+        elif i < layout.carried:
+            given.append((t.dtype, t.shape))
+        else:
+            axis = layout.in_axes[i - layout.carried]
+            given.append((t.dtype, t.shape[:axis] + t.shape[axis + 1:]))
+    _check_body_inputs(ctx, body, 0, given, "state/scan input")
+    for k, (t, out) in enumerate(zip(ctx.inputs[: layout.carried], body.outputs)):
+        if t is not None and (t.dtype, tuple(t.shape)) != (out.dtype, tuple(out.shape)):
+            raise ctx.fail(f"state {k} starts as {t.dtype}{list(t.shape)} but the body makes it "
+                           f"{out.dtype}{list(out.shape)}; a state must keep its type across iterations")
     specs = _specs(body.outputs[: layout.carried])
     for axis, t in zip(layout.out_axes, body.outputs[layout.carried :]):
         shape = list(t.shape)
@@ -277,6 +303,9 @@ def _infer_scan8(ctx: OpContext, body: Graph) -> list[OutSpec]:
     if first is None or len(first.shape) < 2:
         raise ctx.fail("Scan-8 scan inputs must be [batch, sequence, ...]")
     batch, steps = first.shape[:2]
+    given = [None if t is None else (t.dtype, t.shape[1:] if i < carried else t.shape[2:])
+             for i, t in enumerate(ctx.inputs[1:])]
+    _check_body_inputs(ctx, body, 0, given, "state/scan input")
     return [(t.dtype, (batch, *t.shape)) for t in body.outputs[:carried]] + [
         (t.dtype, (batch, steps, *t.shape)) for t in body.outputs[carried:]
     ]

@@ -287,8 +287,9 @@ def dropout(
     if ctx.opset < 12:
         rate, train = float(ctx.attr("ratio", 0.5)), False  # opset 10/11: inference only
     else:
-        rate = 0.5 if ratio is None else float(np.asarray(ratio))
-        train = training is not None and bool(np.asarray(training))
+        # (a one-element [1] tensor is read as the scalar the spec asks for)
+        rate = 0.5 if ratio is None else float(np.asarray(ratio).reshape(-1)[0])
+        train = training is not None and bool(np.asarray(training).reshape(-1)[0])
     if not train or rate == 0.0:
         out, mask = x, np.ones(x.shape, bool)
     else:

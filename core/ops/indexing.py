@@ -166,7 +166,42 @@ def _scatter_into(ctx: OpContext, out: np.ndarray, where: tuple[np.ndarray, ...]
     return out
 
 
-@register_op(["ScatterElements", "Scatter"], infer=same_as_input)
+_REDUCTIONS = ("none", "add", "mul", "max", "min")
+
+
+def _check_reduction(ctx: OpContext) -> None:
+    reduction = ctx.attr("reduction", "none")
+    if reduction not in _REDUCTIONS:
+        raise ctx.fail(f"unknown reduction '{reduction}' (expected one of {', '.join(_REDUCTIONS)})")
+
+
+def _infer_scatter_elements(ctx: OpContext) -> list[OutSpec]:
+    data, indices, updates = ctx.inputs[0], ctx.inputs[1], ctx.inputs[2]
+    assert data is not None and indices is not None and updates is not None
+    normalize_axis(ctx, int(ctx.attr("axis", 0)), len(data.shape))
+    if indices.shape != updates.shape or len(indices.shape) != len(data.shape):
+        raise ctx.fail(f"indices {list(indices.shape)} and updates {list(updates.shape)} must have one shape, "
+                       f"of the data's rank {len(data.shape)}")
+    _check_reduction(ctx)
+    return [(data.dtype, data.shape)]
+
+
+def _infer_scatter_nd(ctx: OpContext) -> list[OutSpec]:
+    data, indices, updates = ctx.inputs[0], ctx.inputs[1], ctx.inputs[2]
+    assert data is not None and indices is not None and updates is not None
+    if not indices.shape or indices.shape[-1] > len(data.shape):
+        raise ctx.fail(f"indices of shape {list(indices.shape)} need a last dim of at most the data's rank "
+                       f"{len(data.shape)}")
+    k = indices.shape[-1]
+    expected = indices.shape[:-1] + data.shape[k:]
+    if tuple(updates.shape) != tuple(expected):
+        raise ctx.fail(f"updates shape {list(updates.shape)} should be {list(expected)} (indices "
+                       f"{list(indices.shape)}, data {list(data.shape)})")
+    _check_reduction(ctx)
+    return [(data.dtype, data.shape)]
+
+
+@register_op(["ScatterElements", "Scatter"], infer=_infer_scatter_elements)
 def scatter_elements(ctx: OpContext, data: np.ndarray, indices: np.ndarray, updates: np.ndarray) -> np.ndarray:
     axis = normalize_axis(ctx, int(ctx.attr("axis", 0)), data.ndim)
     if indices.shape != updates.shape or indices.ndim != data.ndim:
@@ -176,11 +211,11 @@ def scatter_elements(ctx: OpContext, data: np.ndarray, indices: np.ndarray, upda
     return _scatter_into(ctx, data.copy(), tuple(where), updates.astype(data.dtype, copy=False))
 
 
-@register_op("ScatterND", infer=same_as_input)
+@register_op("ScatterND", infer=_infer_scatter_nd)
 def scatter_nd(ctx: OpContext, data: np.ndarray, indices: np.ndarray, updates: np.ndarray) -> np.ndarray:
     k = indices.shape[-1]
     expected = indices.shape[:-1] + data.shape[k:]
-    if k > data.ndim or updates.shape != expected:
+    if k > data.ndim or tuple(updates.shape) != tuple(expected):
         raise ctx.fail(f"updates shape {list(updates.shape)} should be {list(expected)}")
     where = tuple(_normalized_indices(ctx, indices[..., j], data.shape[j]) for j in range(k))
     return _scatter_into(ctx, data.copy(), where, updates.astype(data.dtype, copy=False))

@@ -184,7 +184,16 @@ def rms_normalization(ctx: OpContext, x: np.ndarray, scale: np.ndarray) -> np.nd
 # -- LpNormalization, LRN, MeanVarianceNormalization --------------------------
 
 
-@register_op("LpNormalization", infer=same_as_input)
+def _lp_norm_infer(ctx: OpContext) -> list[OutSpec]:
+    x = ctx.inputs[0]
+    assert x is not None
+    if int(ctx.attr("p", 2)) not in (1, 2):
+        raise ctx.fail(f"p={ctx.attr('p')} is not supported (ONNX allows 1 or 2)")
+    normalize_axis(ctx, int(ctx.attr("axis", -1)), len(x.shape))
+    return [(x.dtype, x.shape)]
+
+
+@register_op("LpNormalization", infer=_lp_norm_infer)
 def lp_normalization(ctx: OpContext, x: np.ndarray) -> np.ndarray:
     p = int(ctx.attr("p", 2))
     if p not in (1, 2):

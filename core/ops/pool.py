@@ -27,10 +27,16 @@ def _check_rank(ctx: OpContext, shape: tuple[int, ...]) -> None:
         raise ctx.fail(f"input must be [N, C, spatial...], got shape {list(shape)}")
 
 
+def _check_p(ctx: OpContext) -> None:
+    if ctx.node.op_type in ("LpPool", "GlobalLpPool") and float(ctx.attr("p", 2)) <= 0:
+        raise ctx.fail(f"attribute p = {ctx.attr('p')}: the norm's order must be positive; fix the model")
+
+
 def _pool_infer(ctx: OpContext) -> list[OutSpec]:
     x = ctx.inputs[0]
     assert x is not None
     _check_rank(ctx, x.shape)
+    _check_p(ctx)
     geo = _pool_geometry(ctx, x.shape[2:])
     shape = x.shape[:2] + geo.out
     specs = [(x.dtype, shape)]
@@ -142,6 +148,7 @@ def _global_infer(ctx: OpContext) -> list[OutSpec]:
     x = ctx.inputs[0]
     assert x is not None
     _check_rank(ctx, x.shape)
+    _check_p(ctx)
     return [(x.dtype, x.shape[:2] + (1,) * (len(x.shape) - 2))]
 
 

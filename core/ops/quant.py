@@ -36,6 +36,30 @@ def _expand_scale(ctx: OpContext, param: np.ndarray, x_shape: tuple[int, ...]) -
     return np.repeat(param, block, axis=axis).take(np.arange(x_shape[axis]), axis=axis)
 
 
+def _check_scales(ctx: OpContext) -> None:
+    """At import: the scale's and zero point's shapes fit the input (what ``_expand_scale`` needs)."""
+    x, scale = ctx.inputs[0], ctx.inputs[1]
+    zp = ctx.inputs[2] if len(ctx.inputs) > 2 else None
+    if x is None or scale is None:
+        return
+    shape = tuple(scale.shape)
+    if zp is not None and tuple(zp.shape) != shape:
+        raise ctx.fail(f"zero point of shape {list(zp.shape)} must have the scale's shape {list(shape)}")
+    if len(shape) <= 1 and (scale.size == 1 if shape else True):
+        return
+    axis = normalize_axis(ctx, int(ctx.attr("axis", 1)), len(x.shape))
+    block = int(ctx.attr("block_size", 0))
+    if len(shape) == 1 and not block:
+        if shape[0] != x.shape[axis]:
+            raise ctx.fail(f"per-axis scale has {shape[0]} values but axis {axis} of the input "
+                           f"{list(x.shape)} has {x.shape[axis]}")
+        return
+    blocked = tuple(-(-d // block) if i == axis else d for i, d in enumerate(x.shape)) if block > 0 else None
+    if shape != blocked:
+        raise ctx.fail(f"scale of shape {list(shape)} fits neither per-tensor, per-axis nor blocked quantization "
+                       f"of an input of shape {list(x.shape)} (axis={axis}, block_size={block})")
+
+
 def _saturate(values: np.ndarray, dtype: np.dtype) -> np.ndarray:
     info = np.iinfo(dtype)
     return np.clip(values, info.min, info.max).astype(dtype)
@@ -49,6 +73,7 @@ def _quantized_dtype(ctx: OpContext, zero_point_dtype: str | None) -> str:
 
 
 def _quantize_infer(ctx: OpContext) -> list[OutSpec]:
+    _check_scales(ctx)
     zp = ctx.inputs[2] if len(ctx.inputs) > 2 else None
     return [(_quantized_dtype(ctx, zp.dtype if zp is not None else None), ctx.inputs[0].shape)]
 
@@ -70,6 +95,7 @@ def quantize_linear(
 
 
 def _dequantize_infer(ctx: OpContext) -> list[OutSpec]:
+    _check_scales(ctx)
     output_dtype = int(ctx.attr("output_dtype", 0))
     dtype = from_onnx(output_dtype, ctx.node.label) if output_dtype else ctx.inputs[1].dtype
     return [(dtype, ctx.inputs[0].shape)]

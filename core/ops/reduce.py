@@ -112,6 +112,9 @@ for _op_type, _reducer in _REDUCERS.items():
 def _arg_infer(ctx: OpContext) -> list[OutSpec]:
     shape = ctx.inputs[0].shape
     axis = normalize_axis(ctx, int(ctx.attr("axis", 0)), len(shape))
+    if shape and shape[axis] == 0:
+        raise ctx.fail(f"axis {axis} of the input {list(shape)} is empty: there is no element to pick the index of "
+                       f"(check the input shapes)")
     if ctx.attr("keepdims", 1):
         return [("int64", shape[:axis] + (1,) + shape[axis + 1 :])]
     return [("int64", shape[:axis] + shape[axis + 1 :])]
