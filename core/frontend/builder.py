@@ -25,7 +25,7 @@ from ..errors import ModelLoadError, RammerError, ShapeError, UnsupportedOpError
 from ..ir import Graph, Node, TensorInfo, dtype_name, outer_names
 from ..ops.registry import OpContext, lookup
 from .limits import Limits, check_tensor, check_unroll
-from .validate import check_node_params, check_node_types
+from .validate import check_node_attrs, check_node_params, check_node_types
 
 #: Folding is skipped for outputs larger than this (elements): such constants
 #: are cheaper to compute at run time than to keep in the model.
@@ -186,6 +186,7 @@ class GraphBuilder:
         opset = int(self.scope.opset.get(node.domain or "", 1))
         check_node_types(node, opset, in_infos)
         check_node_params(node, opset, in_infos)
+        check_node_attrs(node)
         check_unroll(node, in_infos, self.limits)
         ctx = OpContext(node, opset, in_infos, in_values, run_graph=_fold_run_graph)
         try:

@@ -30,7 +30,7 @@ import onnx.defs
 from ..errors import ShapeError
 from ..ir import Node, TensorInfo
 
-__all__ = ["check_node_params", "check_node_types", "onnx_type_name"]
+__all__ = ["ENUM_ATTRS", "check_node_attrs", "check_node_params", "check_node_types", "onnx_type_name"]
 
 _SINGLE = onnx.defs.OpSchema.FormalParameterOption.Single
 _VARIADIC = onnx.defs.OpSchema.FormalParameterOption.Variadic
@@ -188,8 +188,11 @@ def _conv_transpose(node: Node, inputs: Sequence[TensorInfo | None], opset: int)
 def _per_channel(*indices: int, names: Sequence[str]) -> object:
     def check(node: Node, inputs: Sequence[TensorInfo | None], opset: int) -> None:
         x = _main(inputs)
-        if x is None or len(x.shape) < 2:
+        if x is None:
             return
+        if len(x.shape) < 2:
+            raise _fail(node, f"input X '{x.name}' has shape {list(x.shape)}; {node.op_type} needs [N, C, ...] "
+                              f"(rank 2 or more)")
         for i, what in zip(indices, names):
             _expect_shape(node, inputs, i, what, (x.shape[1],), f"with {x.shape[1]} channels (X's dim 1)")
     return check
@@ -270,6 +273,57 @@ _PARAM_CHECKS = {
     "TopK": _scalars((1, "K")),
     "PRelu": _prelu,
 }
+
+
+_AUTO_PAD = ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
+_LOSS_REDUCTIONS = ("none", "sum", "mean")
+_SCATTER_REDUCTIONS = ("none", "add", "mul", "max", "min")
+
+#: String attributes that take one of a few values: op -> attribute -> the values rammer computes.
+#: Checked at import, so a misspelt mode fails when the model loads instead of when it first runs.
+ENUM_ATTRS: dict[str, dict[str, tuple[str, ...]]] = {
+    "Conv": {"auto_pad": _AUTO_PAD},
+    "ConvTranspose": {"auto_pad": _AUTO_PAD},
+    "ConvInteger": {"auto_pad": _AUTO_PAD},
+    "QLinearConv": {"auto_pad": _AUTO_PAD},
+    "MaxPool": {"auto_pad": _AUTO_PAD},
+    "AveragePool": {"auto_pad": _AUTO_PAD},
+    "LpPool": {"auto_pad": _AUTO_PAD},
+    "RNN": {"direction": ("forward", "reverse", "bidirectional")},
+    "GRU": {"direction": ("forward", "reverse", "bidirectional")},
+    "LSTM": {"direction": ("forward", "reverse", "bidirectional")},
+    "Resize": {
+        "mode": ("nearest", "linear", "cubic"),
+        "coordinate_transformation_mode": ("half_pixel", "half_pixel_symmetric", "pytorch_half_pixel",
+                                           "align_corners", "asymmetric", "tf_crop_and_resize"),
+        "nearest_mode": ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil"),
+        "keep_aspect_ratio_policy": ("stretch", "not_larger", "not_smaller"),
+    },
+    "GridSample": {"mode": ("bilinear", "nearest", "bicubic", "linear", "cubic"),
+                   "padding_mode": ("zeros", "border", "reflection")},
+    "Pad": {"mode": ("constant", "reflect", "edge", "wrap")},
+    "DepthToSpace": {"mode": ("DCR", "CRD")},
+    "ScatterElements": {"reduction": _SCATTER_REDUCTIONS},
+    "ScatterND": {"reduction": _SCATTER_REDUCTIONS},
+    "NegativeLogLikelihoodLoss": {"reduction": _LOSS_REDUCTIONS},
+    "SoftmaxCrossEntropyLoss": {"reduction": _LOSS_REDUCTIONS},
+    "Gelu": {"approximate": ("none", "tanh")},
+}
+
+
+def check_node_attrs(node: Node) -> None:
+    """A :class:`ShapeError` naming the node and attribute when a mode-like string attribute
+    has a value rammer does not know (a typo, or a mode of a newer spec)."""
+    if node.domain:
+        return
+    for name, allowed in ENUM_ATTRS.get(node.op_type, {}).items():
+        value = node.attrs.get(name)
+        if value is None:
+            continue
+        if isinstance(value, bytes):
+            value = value.decode("utf-8", errors="replace")
+        if not isinstance(value, str) or value not in allowed:
+            raise _fail(node, f"attribute {name}={value!r} is not one of {', '.join(allowed)}; fix the model")
 
 
 def check_node_params(node: Node, opset: int, inputs: Sequence[TensorInfo | None]) -> None:

@@ -278,7 +278,11 @@ def rotary_embedding(
     xs = xs.astype(acc)
     rot = int(ctx.attr("rotary_embedding_dim", 0)) or xs.shape[3]
     if position_ids is not None:
-        cos_cache, sin_cache = cos_cache[position_ids], sin_cache[position_ids]
+        ids = np.asarray(position_ids)
+        if ids.size and (ids.min() < 0 or ids.max() >= cos_cache.shape[0]):
+            raise ctx.fail(f"position_ids hold {int(ids.min() if ids.min() < 0 else ids.max())}, out of range for "
+                           f"caches of {cos_cache.shape[0]} positions")
+        cos_cache, sin_cache = cos_cache[ids], sin_cache[ids]
     if cos_cache.shape[-1] != rot // 2 or sin_cache.shape[-1] != rot // 2:
         raise ctx.fail(
             f"cos/sin caches must have rotary_embedding_dim/2 = {rot // 2} columns, got {cos_cache.shape[-1]}"

@@ -218,6 +218,8 @@ class _ScanLayout:
         out_axes = int_list(ctx.attr("scan_output_axes")) or [0] * self.n_scan_out
         self.out_dirs = int_list(ctx.attr("scan_output_directions")) or [0] * self.n_scan_out
         scanned = input_shapes[self.carried :]
+        if any(len(shape) == 0 for shape in scanned):
+            raise ctx.fail(f"scan inputs must have a sequence axis; got shapes {[list(x) for x in scanned]}")
         self.in_axes = [normalize_axis(ctx, a, len(s)) for a, s in zip(in_axes, scanned)]
         lengths = {s[a] for a, s in zip(self.in_axes, scanned)}
         if len(lengths) > 1:

@@ -315,8 +315,30 @@ def _parse_number(text: str, integer: bool) -> float | int:
     return float(text)
 
 
-def cast_to(x: np.ndarray, dtype: str) -> np.ndarray:
+def cast_to(x: np.ndarray, dtype: str, ctx: OpContext | None = None) -> np.ndarray:
     """ONNX Cast: floats truncate toward zero into ints; strings parse/print."""
+    if x.dtype == object and dtype != "object":
+        try:
+            return _cast_from_strings(x, dtype)
+        except (TypeError, ValueError, OverflowError) as exc:
+            bad = next((s for s in x.ravel() if not _is_number(str(s))), None)
+            message = (f"cannot convert the string {str(bad)[:40]!r} to {dtype}: the input must hold numbers "
+                       f"written as text" if bad is not None else f"cannot convert the strings to {dtype} ({exc})")
+            if ctx is None:
+                raise ValueError(message) from None
+            raise ctx.fail(message) from None
+    return _cast_from_strings(x, dtype)
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+        return True
+    except ValueError:
+        return False
+
+
+def _cast_from_strings(x: np.ndarray, dtype: str) -> np.ndarray:
     target = np_dtype(dtype)
     if dtype == "object":
         # bool prints as "1"/"0" (onnxruntime does so); numbers in shortest form.
@@ -336,9 +358,9 @@ def cast_to(x: np.ndarray, dtype: str) -> np.ndarray:
 
 @numpy_op("Cast", infer=lambda ctx: [(from_onnx(int(ctx.attr("to")), ctx.node.label), ctx.inputs[0].shape)])
 def cast(ctx: OpContext, x: np.ndarray) -> np.ndarray:
-    return cast_to(x, from_onnx(int(ctx.attr("to")), ctx.node.label))
+    return cast_to(x, from_onnx(int(ctx.attr("to")), ctx.node.label), ctx)
 
 
 @numpy_op("CastLike", infer=lambda ctx: [(ctx.inputs[1].dtype, ctx.inputs[0].shape)])
 def cast_like(ctx: OpContext, x: np.ndarray, like: np.ndarray) -> np.ndarray:
-    return cast_to(x, "object" if like.dtype == object else like.dtype.name)
+    return cast_to(x, "object" if like.dtype == object else like.dtype.name, ctx)

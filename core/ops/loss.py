@@ -27,8 +27,11 @@ def _reduction(ctx: OpContext) -> str:
 def _loss_shape(ctx: OpContext) -> tuple[int, ...]:
     scores, target = ctx.inputs[0], ctx.inputs[1]
     assert scores is not None and target is not None
-    if len(scores.shape) < 2:
-        raise ctx.fail(f"scores must be [N, C, ...], got shape {list(scores.shape)}")
+    if len(scores.shape) < 2 or scores.shape[1] == 0:
+        raise ctx.fail(f"scores must be [N, C, ...] with at least one class, got shape {list(scores.shape)}")
+    weight = ctx.inputs[2] if len(ctx.inputs) > 2 else None
+    if weight is not None and tuple(weight.shape) != (scores.shape[1],):
+        raise ctx.fail(f"weight of shape {list(weight.shape)} must hold one value per class: [{scores.shape[1]}]")
     expected = scores.shape[:1] + scores.shape[2:]
     if tuple(target.shape) != expected:
         raise ctx.fail(f"target shape {list(target.shape)} should be {list(expected)} for scores {list(scores.shape)}")

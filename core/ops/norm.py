@@ -207,7 +207,17 @@ def lp_normalization(ctx: OpContext, x: np.ndarray) -> np.ndarray:
     return y.astype(x.dtype)
 
 
-@register_op("LRN", infer=same_as_input)
+def _lrn_infer(ctx: OpContext) -> list[OutSpec]:
+    x = ctx.inputs[0]
+    assert x is not None
+    if int(ctx.attr("size", 0)) < 1:
+        raise ctx.fail(f"attribute size = {ctx.attr('size')}: the window must cover at least one channel")
+    if len(x.shape) < 2:
+        raise ctx.fail(f"input must be [N, C, ...], got shape {list(x.shape)}")
+    return [(x.dtype, x.shape)]
+
+
+@register_op("LRN", infer=_lrn_infer)
 def lrn(ctx: OpContext, x: np.ndarray) -> np.ndarray:
     size = int(ctx.attr("size"))
     alpha = float(ctx.attr("alpha", 1e-4))

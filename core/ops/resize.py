@@ -327,6 +327,9 @@ def _infer_grid_sample(ctx: OpContext) -> list[OutSpec]:
     nd = len(x.shape) - 2
     if nd < 1 or grid.shape != (x.shape[0], *grid.shape[1:-1], nd) or len(grid.shape) != nd + 2:
         raise ctx.fail(f"grid {list(grid.shape)} must be [N, *out_spatial, {nd}] for input {list(x.shape)}")
+    if x.dtype in ("object", "bool"):
+        raise ctx.fail(f"sampling a {'string' if x.dtype == 'object' else x.dtype} input is not supported "
+                       f"(X must be numeric)")
     return [(x.dtype, (x.shape[0], x.shape[1], *grid.shape[1:-1]))]
 
 
