@@ -19,6 +19,14 @@ KERNELS_C = r"""
 #else
 #define MCU_KERNEL static
 #endif
+/* A little-endian word from memcpy'd bytes; on a big-endian target swap (the pattern bits follow
+ * the channel order). */
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+#define MCU_LE32(w) (((w) >> 24) | (((w) >> 8) & 0xFF00u) | (((w) << 8) & 0xFF0000u) | ((w) << 24))
+#else
+#define MCU_LE32(w) (w)
+#endif
+
 /* ---- fixed-point requantization (TFLite / gemmlowp) ---- */
 MCU_KERNEL int32_t q_srdhm(int32_t a, int32_t b)
 {
@@ -177,109 +185,132 @@ MCU_KERNEL void k_clamp_s8(long n, const int8_t *in, int32_t lo, int32_t hi, int
 }
 
 /* ---- bit-serial weight pool ----
- * rows[(tap * J + j) * nb + s] = &table[pattern(tap, block j, bit lo + s) * P]; a padded tap reads
- * row 0 (all zeros).  The pattern is rebuilt from scratch for every block and bit. */
-MCU_KERNEL void bs_patterns(const geom_t *g, const int8_t *in, int oy, int ox, int nb, const int16_t *table,
-                        int32_t pool, const int16_t **rows)
+ * For every tap inside the input (padded taps add nothing, as in the int8 kernel, and are skipped)
+ * and 8-channel block j: blk[n] = the block's index (tap * J + j), and
+ * rows[n * nb + s] = &table[pattern(block, bit lo + s) * P].  The pattern is rebuilt from scratch for
+ * every block and bit.  Returns the number of blocks n. */
+MCU_KERNEL int bs_patterns(const geom_t *g, const int8_t *in, int oy, int ox, int nb, const int16_t *table,
+                           int32_t pool, const int16_t **rows, uint16_t *blk)
 {
     const int lo = 8 - nb;
     const int J = g->ic / 8;
-    int ky, kx, j, s;
+    int ky, kx, j, s, n = 0;
     for (ky = 0; ky < g->kh; ++ky) {
         const int iy = oy * g->sh - g->pt + ky;
+        if (iy < 0 || iy >= g->ih) continue;
         for (kx = 0; kx < g->kw; ++kx) {
             const int ix = ox * g->sw - g->pl + kx;
-            const int inside = iy >= 0 && iy < g->ih && ix >= 0 && ix < g->iw;
-            const uint8_t *ip = inside ? (const uint8_t *)(in + ((long)iy * g->iw + ix) * g->ic) : 0;
+            const int8_t *ip;
+            if (ix < 0 || ix >= g->iw) continue;
+            ip = in + ((long)iy * g->iw + ix) * g->ic;
             for (j = 0; j < J; ++j) {
-                /* u = q - zp = q + 128: flip the sign bit of each byte. */
-                uint32_t w0 = 0, w1 = 0;
-                if (inside) {
-                    const uint8_t *b = ip + 8 * j;
-                    w0 = ((uint32_t)b[0] | ((uint32_t)b[1] << 8) | ((uint32_t)b[2] << 16) | ((uint32_t)b[3] << 24))
-                         ^ 0x80808080u;
-                    w1 = ((uint32_t)b[4] | ((uint32_t)b[5] << 8) | ((uint32_t)b[6] << 16) | ((uint32_t)b[7] << 24))
-                         ^ 0x80808080u;
-                }
+                /* u = q - zp = q + 128: flip the sign bit of each byte (byte order is irrelevant:
+                 * both words are split back into bytes the same way). */
+                uint32_t w0, w1;
+                memcpy(&w0, ip + 8 * j, 4);
+                memcpy(&w1, ip + 8 * j + 4, 4);
+                w0 = MCU_LE32(w0) ^ 0x80808080u;
+                w1 = MCU_LE32(w1) ^ 0x80808080u;
+                blk[n] = (uint16_t)((ky * g->kw + kx) * J + j);
                 for (s = 0; s < nb; ++s) {
                     /* bit (lo+s) of the 4 bytes of a word gathered into 4 bits by one multiply */
                     const uint32_t p0 = ((((w0 >> (lo + s)) & 0x01010101u) * 0x01020408u) >> 24) & 0xFu;
                     const uint32_t p1 = ((((w1 >> (lo + s)) & 0x01010101u) * 0x01020408u) >> 24) & 0xFu;
                     *rows++ = table + (long)(p0 | (p1 << 4)) * pool;
                 }
+                ++n;
             }
         }
     }
+    return n;
 }
 """
 
 
-def horner(nb: int) -> str:
-    """sum_s r[s][i] << s as a Horner expression over the nb bit rows (most significant first)."""
-    expr = f"(int32_t)r[{nb - 1}][i]"
+def horner(nb: int, index: str = "i") -> str:
+    """sum_s r_s[i] << s as a Horner expression over the nb bit rows (most significant first)."""
+    expr = f"(int32_t)r{nb - 1}[{index}]"
     for s in range(nb - 2, -1, -1):
-        expr = f"({expr} * 2 + r[{s}][i])"
+        expr = f"({expr} * 2 + r{s}[{index}])"
     return expr
 
 
+def _rows(nb: int) -> str:
+    return " ".join(f"const int16_t *const r{s} = r[{s}];" for s in range(nb))
+
+
 def bitserial_kernel_c() -> str:
-    """The direct and memoised bit-serial conv kernels, the inner loop unrolled per bit count."""
-    direct_cases = "\n".join(
-        f"            case {nb}: for (b = 0; b < nblk; ++b, r += {nb}) {{ const unsigned i = ip[b]; acc += {horner(nb)}; }} break;"
+    """The direct and memoised bit-serial conv kernels, the inner loop unrolled per bit count.
+
+    Both walk the (tap x 8-channel) blocks outermost so the nb table rows of a block stay in
+    registers, and keep one int32 accumulator per output channel (``acc``, static scratch); the
+    indices are stored block-major ([block][channel]) so the channel loop reads them in order."""
+    # One small leaf function per bit count: the rows stay in registers (inside the big kernel GCC
+    # spilled them to the stack, costing a load per row per channel).
+    leaves = "".join(
+        f"MCU_LEAF void bs_direct{nb}(const int16_t *const *r, const uint8_t *ip, int32_t *acc, int oc)\n{{\n"
+        f"    {_rows(nb)}\n    int k;\n"
+        f"    for (k = 0; k < oc; ++k) {{ const unsigned i = ip[k]; acc[k] += {horner(nb)}; }}\n}}\n"
+        f"MCU_LEAF void bs_memo{nb}(const int16_t *const *r, int32_t *sums, unsigned pool)\n{{\n"
+        f"    {_rows(nb)}\n    unsigned i;\n"
+        f"    for (i = 0; i < pool; ++i) sums[i] = {horner(nb)};\n}}\n"
         for nb in range(2, 9))
-    memo_cases = "\n".join(
-        f"            case {nb}: for (i = 0; i < (unsigned)pool; ++i) sums[i] = {horner(nb)}; break;"
-        for nb in range(2, 9))
-    return r"""
-/* acc[k] = sum over blocks of sum_s T[pattern_s][idx[k][block]] << (lo + s), + bias + correction */
+    direct_cases = "\n".join(f"                case {nb}: bs_direct{nb}(r, ip, acc, oc); break;" for nb in range(2, 9))
+    memo_cases = "\n".join(f"                case {nb}: bs_memo{nb}(r, sums, (unsigned)pool); break;"
+                            for nb in range(2, 9))
+    leaves = ("#if defined(__GNUC__)\n#define MCU_LEAF static __attribute__((noinline, unused))\n#else\n"
+              "#define MCU_LEAF static\n#endif\n" + leaves)
+    return leaves + r"""
+/* acc[k] = sum over blocks of sum_s T[pattern_s][idx[block][k]] << (lo + s), + bias + correction */
 MCU_KERNEL void k_conv_bs(const geom_t *g, const int8_t *in, const uint8_t *idx, const int32_t *bias,
-                      const int32_t *wsum, const int32_t *mult, const int32_t *shift, const int16_t *table,
-                      int32_t pool, int nb, const int16_t **rows, int8_t *out)
+                          const int32_t *wsum, const int32_t *mult, const int32_t *shift, const int16_t *table,
+                          int32_t pool, int nb, const int16_t **rows, uint16_t *blk, int32_t *acc, int8_t *out)
 {
     const int lo = 8 - nb;
-    const int nblk = g->kh * g->kw * (g->ic / 8);
-    int oy, ox, k;
+    const int oc = g->oc;
+    int oy, ox, k, b;
     for (oy = 0; oy < g->oh; ++oy)
         for (ox = 0; ox < g->ow; ++ox) {
-            bs_patterns(g, in, oy, ox, nb, table, pool, rows);
-            for (k = 0; k < g->oc; ++k) {
-                const uint8_t *ip = idx + (long)k * nblk;
-                const int16_t **r = rows;
-                int32_t acc = 0;
-                int b;
+            const int n = bs_patterns(g, in, oy, ox, nb, table, pool, rows, blk);
+            for (k = 0; k < oc; ++k) acc[k] = 0;
+            for (b = 0; b < n; ++b) {
+                const int16_t *const *r = rows + (long)b * nb;
+                const uint8_t *ip = idx + (long)blk[b] * oc;
                 switch (nb) {
 """ + direct_cases + r"""
-            default: break;
+                default: break;
                 }
-                acc = acc * (1 << lo) + bias[k] + ((wsum[k] * ((1 << lo) - 1)) >> 1);
-                *out++ = q_out(acc, mult[k], shift[k], g->out_zp, g->act_min, g->act_max);
+            }
+            for (k = 0; k < oc; ++k) {
+                const int32_t a = acc[k] * (1 << lo) + bias[k] + ((wsum[k] * ((1 << lo) - 1)) >> 1);
+                *out++ = q_out(a, mult[k], shift[k], g->out_zp, g->act_min, g->act_max);
             }
         }
 }
 
 /* Memoised: per block, the bit-serial sums of all pool vectors once, then one lookup per channel. */
 MCU_KERNEL void k_conv_bs_memo(const geom_t *g, const int8_t *in, const uint8_t *idx, const int32_t *bias,
-                           const int32_t *wsum, const int32_t *mult, const int32_t *shift,
-                           const int16_t *table, int32_t pool, int nb, const int16_t **rows,
-                           int32_t *sums, int32_t *acc, int8_t *out)
+                               const int32_t *wsum, const int32_t *mult, const int32_t *shift,
+                               const int16_t *table, int32_t pool, int nb, const int16_t **rows,
+                               uint16_t *blk, int32_t *sums, int32_t *acc, int8_t *out)
 {
     const int lo = 8 - nb;
-    const int nblk = g->kh * g->kw * (g->ic / 8);
+    const int oc = g->oc;
     int oy, ox, k, b;
     for (oy = 0; oy < g->oh; ++oy)
         for (ox = 0; ox < g->ow; ++ox) {
-            bs_patterns(g, in, oy, ox, nb, table, pool, rows);
-            for (k = 0; k < g->oc; ++k) acc[k] = 0;
-            for (b = 0; b < nblk; ++b) {
-                const int16_t **r = rows + (long)b * nb;
-                unsigned i;
+            const int n = bs_patterns(g, in, oy, ox, nb, table, pool, rows, blk);
+            for (k = 0; k < oc; ++k) acc[k] = 0;
+            for (b = 0; b < n; ++b) {
+                const int16_t *const *r = rows + (long)b * nb;
+                const uint8_t *ip = idx + (long)blk[b] * oc;
                 switch (nb) {
 """ + memo_cases + r"""
-            default: break;
+                default: break;
                 }
-                for (k = 0; k < g->oc; ++k) acc[k] += sums[idx[(long)k * nblk + b]];
+                for (k = 0; k < oc; ++k) acc[k] += sums[ip[k]];
             }
-            for (k = 0; k < g->oc; ++k) {
+            for (k = 0; k < oc; ++k) {
                 const int32_t a = acc[k] * (1 << lo) + bias[k] + ((wsum[k] * ((1 << lo) - 1)) >> 1);
                 *out++ = q_out(a, mult[k], shift[k], g->out_zp, g->act_min, g->act_max);
             }

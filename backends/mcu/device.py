@@ -18,13 +18,13 @@ from rammer.ir import Graph
 
 from .codegen import generate
 from .lower import SUPPORTED_OPS, lower_graph
-from .plan import plan_memory
-from .pool import build_pool
+from .plan import check_budget, plan_memory
+from .pool import build_pool, finetune
 from .quantize import quantize_net
 from .runtime import McuExecutable, McuProgram
 
 OPTIONS = frozenset({"calibration", "pool_size", "act_bits", "ram_budget", "flash_budget", "engine",
-                     "pool_layers", "seed"})
+                     "pool_layers", "seed", "finetune"})
 
 #: Budgets of the experiment's target (a Cortex-M4 with 256 KiB SRAM and 1 MiB flash).
 DEFAULT_RAM = 256 * 1024
@@ -53,12 +53,17 @@ def compile_program(graph: Graph, options: Mapping[str, Any]) -> McuProgram:
         raise CompileError(f"act_bits must be 2..8, got {act_bits}")
     if pool_size:
         plan = build_pool(net, calib, pool_size, seed, options.get("pool_layers"))
+        ft = options.get("finetune")
+        if ft is not None and plan.pooled:
+            # {"x": NCHW float, "y": int labels, "epochs": n, "lr": f}: train with the pool fixed (torch)
+            x = np.ascontiguousarray(np.asarray(ft["x"], np.float32).transpose(0, 2, 3, 1))
+            net, plan = finetune(net, plan, x, np.asarray(ft["y"]), epochs=int(ft.get("epochs", 10)),
+                                 lr=float(ft.get("lr", 1e-3)), seed=seed)
         model = quantize_net(net, calib, plan.pooled, plan.pool if plan.pooled else None, plan.reasons)
     else:
         model = quantize_net(net, calib, reasons={l.name: "weight pool off (pool_size=0)" for l in net.layers})
     mem = plan_memory(model)
     src = generate(model, mem)
-    from .plan import check_budget
     check_budget(model, mem, src.scratch_bytes, int(options.get("ram_budget", DEFAULT_RAM)))
     flash = sum(v for v in src.flash.values())
     flash_budget = int(options.get("flash_budget", DEFAULT_FLASH))
