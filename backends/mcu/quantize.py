@@ -53,6 +53,7 @@ class QLayer:
     bias: np.ndarray | None = None  # int32 [K]
     mult: np.ndarray | None = None  # int32 [K]
     shift: np.ndarray | None = None  # int32 [K]
+    weight_scale: np.ndarray | None = None  # float32 values [K] (what a .tflite stores)
     act_min: int = -128
     act_max: int = 127
     #: add: (mult1, shift1, mult2, shift2, mult_out, shift_out)
@@ -93,7 +94,8 @@ def activation_qparams(lo: float, hi: float) -> tuple[float, int]:
     lo, hi = min(float(lo), 0.0), max(float(hi), 0.0)
     if hi - lo < 1e-8:
         hi = lo + 1e-8
-    scale = (hi - lo) / 255.0
+    # Scales are float32, as stored in a .tflite: the multipliers are then exactly TFLite's.
+    scale = float(np.float32((hi - lo) / 255.0))
     zp = int(np.clip(-128 - np.round(lo / scale), -128, 127))
     return scale, zp
 
@@ -110,11 +112,14 @@ def _act_bounds(act: str, t: QTensor) -> tuple[int, int]:
     if act == "relu":
         return max(-128, t.zero_point), 127
     if act == "relu6":
-        return max(-128, t.zero_point), min(127, t.zero_point + int(np.round(6.0 / t.scale)))
+        # TFLite: zero_point + TfLiteRound(6.0f / scale) (float32 division, half away from zero)
+        six = float(np.float32(6.0) / np.float32(t.scale))
+        return max(-128, t.zero_point), min(127, t.zero_point + int(np.floor(six + 0.5)))
     return -128, 127
 
 
 def _requant(s_in: float, s_w: np.ndarray, s_out: float) -> tuple[np.ndarray, np.ndarray]:
+    # TFLite: (double)input_scale * (double)filter_scale / (double)output_scale, all float32 values.
     pairs = [quantize_multiplier(float(s_in * s / s_out)) for s in s_w]
     return (np.array([p[0] for p in pairs], np.int32), np.array([p[1] for p in pairs], np.int32))
 
@@ -123,7 +128,7 @@ def quantize_weights(w: np.ndarray, axis0: bool = True) -> tuple[np.ndarray, np.
     """Per-channel symmetric int8 (channel = axis 0, or the last axis for depthwise)."""
     wk = w.reshape(w.shape[0], -1) if axis0 else w.reshape(-1, w.shape[-1]).T
     amax = np.abs(wk).max(axis=1)
-    scale = np.where(amax > 0, amax / 127.0, 1.0)
+    scale = np.where(amax > 0, amax / 127.0, 1.0).astype(np.float32).astype(np.float64)
     q = np.clip(np.round(wk / scale[:, None]), -127, 127).astype(np.int8)
     q = q.reshape(w.shape) if axis0 else q.T.reshape(w.shape)
     return q, scale
@@ -192,7 +197,7 @@ def _quantize_layer(fl: FloatLayer, tensors: dict[int, QTensor], pw: PooledWeigh
     if fl.kind in ("conv", "fc", "dwconv"):
         if pw is not None:
             w_q = pool_q[pw.indices.astype(np.int64)].reshape(fl.weight.shape)
-            s_w = pw.alpha * pool_scale
+            s_w = (pw.alpha * pool_scale).astype(np.float32).astype(np.float64)
             ql.indices = pw.indices.astype(np.uint8)
             if tin.zero_point != -128:
                 raise CompileError(f"layer '{fl.name}' is pooled but its input (tensor {tin.id}) can be negative "
@@ -202,6 +207,7 @@ def _quantize_layer(fl: FloatLayer, tensors: dict[int, QTensor], pw: PooledWeigh
                 _dw_weights(fl.weight)
             ql.reason = reason
         ql.weight = w_q
+        ql.weight_scale = np.asarray(s_w, np.float64)
         ql.bias = np.clip(np.round(fl.bias / (tin.scale * s_w)), -(1 << 31), (1 << 31) - 1).astype(np.int32)
         ql.mult, ql.shift = _requant(tin.scale, s_w, tout.scale)
     elif fl.kind == "add":
