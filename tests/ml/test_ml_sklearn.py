@@ -51,6 +51,8 @@ CLASSIFIERS = {
     "extra_trees": lambda: ExtraTreesClassifier(8, max_depth=7, random_state=0),
     "gradient_boosting": lambda: GradientBoostingClassifier(n_estimators=6, max_depth=3, random_state=0),
     "decision_tree": lambda: DecisionTreeClassifier(max_depth=8, random_state=0),
+    # Unlimited depth (15+ on digits): past perfect tree traversal's limit of 14.
+    "deep_decision_tree": lambda: DecisionTreeClassifier(random_state=0),
     "logistic_regression": lambda: LogisticRegression(max_iter=5000),
     "linear_svc": lambda: LinearSVC(max_iter=5000),
     "standard_scaler_logistic": lambda: make_pipeline(StandardScaler(), LogisticRegression(max_iter=5000)),
@@ -91,6 +93,8 @@ def _cases():
                     tree = any(w in model for w in ("forest", "trees", "boosting", "tree"))
                     if not tree:
                         strategies = [None]
+                    elif model.startswith("deep"):
+                        strategies = [None, "tree_traversal"]
                     elif backend == "reference" or data in CPU_ALL_STRATEGIES:
                         strategies = TREE_STRATEGIES
                     else:
