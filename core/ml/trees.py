@@ -40,7 +40,7 @@ MAX_PERFECT_DEPTH = 14
 #: Perfect tree traversal evaluates this many top levels for every node at once: a node's
 #: feature row is copied whole (constant indices), which is far cheaper per value than a
 #: per-element Gather, and Where picks each row's path through the 2**levels - 1 results.
-TOP_LEVELS = 4
+TOP_LEVELS = 3
 #: ... as long as those copies stay below this many values per group (large batches: fewer levels).
 TOP_ELEMENTS = 1 << 23
 #: Dense GEMM matrices above this many elements per group are refused.
