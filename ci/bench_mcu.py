@@ -142,9 +142,19 @@ def cortex_m4(int8, pooled, x, bits_range) -> dict:
 
 
 def resnet() -> dict:
-    from rammer.backends.mcu import models
+    from rammer.backends.mcu import arm, models
 
     out = {}
+    if not arm.missing_tools():
+        # the width-16 ResNet on the Cortex-M4 under QEMU, bit for bit with the host build
+        exe = rammer.compile(models.resnet32(width=16), backend="mcu").executable
+        q = exe.program.model
+        x = exe.quantize(np.random.default_rng(0).random((2, 3, 32, 32), dtype=np.float32))
+        build = arm.build(exe.program.source, "cortex-m4", x, [8, 4], q.input_tensor.nbytes, q.output_tensor.nbytes)
+        got = arm.run_qemu(build, timeout=600)
+        same = all(np.array_equal(got[(b, n)], exe.run_int8(x[n:n + 1], b)[0]) for b in (8, 4) for n in range(2))
+        out["width 16 on qemu mps2-an386"] = (f"{'bit-exact' if same else 'DIFFERS'} with the host build at 8 and 4 "
+                                               f"bits; arm-none-eabi-size model.o text {build.text} B, bss {build.bss} B")
     for width in (16, 64, 128):
         try:
             exe = rammer.compile(models.resnet32(width=width), backend="mcu").executable
