@@ -119,11 +119,19 @@ class RammerBackendRep(BackendRep):
         else:
             if isinstance(inputs, np.ndarray):
                 inputs = [inputs]
+            inputs = list(inputs)
+            if len(inputs) > len(self.input_names):
+                raise FeedError(f"{len(inputs)} inputs given, but the model takes {len(self.input_names)}: "
+                                f"{self.input_names}")
             feeds = dict(zip(self.input_names, inputs))
         feeds = {k: numpy_helper.to_array(v) if isinstance(v, onnx.TensorProto) else np.asarray(v)
                  for k, v in feeds.items()}
         compiled = self.compiled
         if compiled is None:
+            missing = [n for n in self.bound_names if n not in feeds]
+            if missing:
+                raise FeedError(f"missing feed(s) {missing}: the model needs their values to know its shapes "
+                                f"(inputs: {self.input_names})")
             compiled = self._specialise(feeds)
             feeds = {k: v for k, v in feeds.items() if k not in self.bound_names}
         outs = compiled.run(feeds)

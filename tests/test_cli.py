@@ -105,3 +105,90 @@ def test_debug_shows_traceback(capsys):
 def test_console_script_entry_point():
     proc = subprocess.run([sys.executable, "-m", "rammer.cli", "backends"], capture_output=True, text=True)
     assert proc.returncode == 0 and "reference" in proc.stdout
+
+
+# -- friction items (issue 27) -------------------------------------------------------
+
+
+def _dynamic_batch_model(tmp_path):
+    model = add_relu_model()
+    model.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "N"
+    model.graph.output[0].type.tensor_type.shape.dim[0].dim_param = "N"
+    path = tmp_path / "dyn.onnx"
+    onnx.save(model, str(path))
+    return str(path)
+
+
+def test_debug_is_accepted_after_the_subcommand_too(capsys):
+    assert main(["run", "/nonexistent.onnx", "--debug"]) != 0
+    assert "Traceback" in capsys.readouterr().err
+    assert main(["run", "/nonexistent.onnx"]) != 0
+    assert "Traceback" not in capsys.readouterr().err
+
+
+def test_batch_binds_dim_0_of_an_onnx_file(tmp_path, capsys):
+    path = _dynamic_batch_model(tmp_path)
+    assert main(["run", path, "-b", "reference", "--batch", "4", "--repeat", "1"]) == 0
+    assert "output r: float32[4, 3]" in capsys.readouterr().out
+
+
+def test_batch_on_a_model_without_a_dynamic_batch_is_an_error(model_path, capsys):
+    assert main(["run", model_path, "-b", "reference", "--batch", "4"]) != 0
+    err = capsys.readouterr().err
+    assert "--batch 4: no input of the model has a dynamic dim 0" in err and "x[2, 3]" in err
+
+
+def test_zero_batch_from_shape_runs_cleanly(tmp_path, capsys):
+    path = _dynamic_batch_model(tmp_path)
+    assert main(["run", path, "-b", "reference", "--shape", "x=0,3", "--repeat", "1"]) == 0
+    assert "output r: float32[0, 3]" in capsys.readouterr().out
+    assert main(["run", path, "-b", "reference", "--shape", "x=-1,3"]) != 0
+    assert "dims must be 0 or more" in capsys.readouterr().err
+
+
+def test_output_into_a_missing_folder_fails_before_running(model_path, tmp_path, capsys, monkeypatch):
+    import rammer
+
+    def no_compile(*args, **kwargs):
+        raise AssertionError("compiled although -o cannot be written")
+
+    monkeypatch.setattr(rammer, "compile", no_compile)
+    assert main(["run", model_path, "-o", str(tmp_path / "missing" / "out.npz")]) != 0
+    assert "folder" in capsys.readouterr().err
+
+
+def test_npz_and_big_endian_inputs(model_path, tmp_path, capsys):
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    np.savez(tmp_path / "one.npz", anything=x)
+    np.savez(tmp_path / "named.npz", x=x, other=np.ones(3))
+    np.savez(tmp_path / "two.npz", a=x, b=x)
+    np.save(tmp_path / "be.npy", x.astype(">f4"))
+    for path in ("one.npz", "named.npz", "be.npy"):
+        assert main(["run", model_path, "-b", "reference", "-i", f"x={tmp_path / path}", "--repeat", "1",
+                     "--json"]) == 0, path
+        assert json.loads(capsys.readouterr().out)["outputs"]["r"]["shape"] == [2, 3]
+    assert main(["run", model_path, "-b", "reference", "-i", f"x={tmp_path / 'two.npz'}"]) != 0
+    assert "holds arrays ['a', 'b'] and none is named 'x'" in capsys.readouterr().err
+
+
+def test_folder_or_file_shadowing_the_package_is_named(tmp_path, capsys, monkeypatch):
+    from rammer.cli import shadowing_paths
+
+    (tmp_path / "rammer").mkdir()
+    (tmp_path / "rammer.py").write_text("")
+    monkeypatch.chdir(tmp_path)
+    assert shadowing_paths() == [str(tmp_path / "rammer"), str(tmp_path / "rammer.py")]
+    assert main(["backends"]) == 0
+    err = capsys.readouterr().err
+    assert f"the folder '{tmp_path / 'rammer'}' has the package's name" in err and "rename it" in err
+    # A script run there really imports the shadow (a module file always wins over the installed
+    # package), so the warning is not a false alarm.
+    proc = subprocess.run([sys.executable, "-c", "import rammer; rammer.compile"], cwd=tmp_path,
+                          capture_output=True, text=True)
+    assert proc.returncode != 0 and "AttributeError" in proc.stderr
+
+
+def test_no_shadow_warning_in_an_ordinary_folder(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(["backends"]) == 0
+    assert "package's name" not in capsys.readouterr().err

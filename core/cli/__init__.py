@@ -12,6 +12,7 @@ import argparse
 import contextlib
 import importlib
 import logging
+import os
 import sys
 import traceback
 from typing import Iterator
@@ -40,6 +41,12 @@ def build_parser() -> argparse.ArgumentParser:
                 raise
             continue
         module.register(sub)
+    # --debug is accepted after the subcommand too (`rammer run m.onnx --debug`); SUPPRESS keeps a
+    # subparser from resetting a --debug given before the subcommand.
+    for subparser in set(sub.choices.values()):
+        if "--debug" not in subparser._option_string_actions:
+            subparser.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                                   help="show tracebacks of errors")
     return parser
 
 
@@ -69,7 +76,31 @@ def _log_to_stderr(level: int) -> Iterator[None]:
         log.propagate = saved[1]
 
 
+def shadowing_paths(folder: str | None = None) -> list[str]:
+    """Files and folders in ``folder`` (the current one) that a Python script run there would
+    import as ``rammer`` instead of the installed package: ``import rammer`` then gets them, and
+    ``rammer.compile`` fails with an AttributeError that does not say why.  Nothing in the real
+    package can run once a shadow wins, so the CLI names them up front."""
+    folder = folder or os.getcwd()
+    real = os.path.realpath(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    found = []
+    for name in ("rammer", "rammer.py"):
+        path = os.path.join(folder, name)
+        if os.path.exists(path) and os.path.realpath(path) != real:
+            found.append(path)
+    return found
+
+
+def _warn_if_shadowed() -> None:
+    for path in shadowing_paths():
+        kind = "folder" if os.path.isdir(path) else "file"
+        print(f"rammer: warning: the {kind} '{path}' has the package's name: Python scripts run from this folder "
+              f"import it instead of rammer ('import rammer' then fails with AttributeError: module 'rammer' has "
+              f"no attribute ...); rename it", file=sys.stderr)
+
+
 def main(argv: list[str] | None = None) -> int:
+    _warn_if_shadowed()
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):

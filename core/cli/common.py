@@ -14,7 +14,9 @@ def add_model_args(parser: argparse.ArgumentParser, required: bool = True) -> No
     parser.add_argument("model", nargs="?", help="path of an .onnx model")
     parser.add_argument("--zoo", metavar="NAME", help="a model of the built-in zoo (`rammer zoo list`)")
     parser.add_argument("--seed", type=int, default=0, help="seed for zoo weights and random inputs (default 0)")
-    parser.add_argument("--batch", type=int, default=None, help="batch size for zoo models (default 1)")
+    parser.add_argument("--batch", type=int, default=None,
+                        help="batch size: zoo models are built at it (default 1); for an .onnx file, "
+                             "every input's dim 0 is bound to it")
     parser.add_argument(
         "--shape", action="append", default=[], metavar="NAME=D0,D1,...",
         help="bind a dynamic input shape (repeatable)",
@@ -42,7 +44,45 @@ def parse_shapes(items: list[str]) -> dict[str, tuple[int, ...]]:
             shapes[name] = tuple(int(d) for d in dims.split(",") if d.strip())
         except ValueError:
             raise RammerError(f"--shape {item!r}: expected NAME=D0,D1,... with integer dims") from None
+        if any(d < 0 for d in shapes[name]):
+            raise RammerError(f"--shape {item!r}: dims must be 0 or more")
     return shapes
+
+
+def input_shapes(args: argparse.Namespace, source: Any) -> dict[str, tuple[int, ...]] | None:
+    """The ``input_shapes`` of ``--shape``, plus ``--batch`` as dim 0 of every other input of an
+    .onnx file (a zoo model is already built at ``--batch``)."""
+    shapes = parse_shapes(args.shape)
+    if args.batch is None or args.zoo:
+        return shapes or None
+    if args.batch < 1:
+        raise RammerError(f"--batch {args.batch}: the batch size must be at least 1")
+    from ..frontend.inputs import declared_dims
+    from ..frontend.source import read_model
+
+    if isinstance(source, str) and source.endswith(".rammer"):
+        raise RammerError("--batch does not apply to a compiled .rammer model (it was compiled for fixed shapes)")
+    proto, _ = read_model(source)
+    constants = {t.name for t in proto.graph.initializer}
+    bound: list[str] = []
+    fixed: list[str] = []
+    for vi in proto.graph.input:
+        if vi.name in constants or vi.name in shapes:
+            continue
+        dims = declared_dims(vi)
+        if not dims or isinstance(dims[0], int):
+            fixed.append(f"{vi.name}{dims if dims else '(no shape)'}")
+            continue  # not batched (a fixed dim 0), or nothing declared to bind
+        if not all(isinstance(d, int) for d in dims[1:]):
+            shown = ",".join(str(d) if isinstance(d, int) else "?" for d in dims)
+            raise RammerError(f"--batch binds dim 0 of input '{vi.name}' ({shown}); its other dynamic dims need "
+                              f"--shape {vi.name}={args.batch},...")
+        shapes[vi.name] = (args.batch, *dims[1:])  # type: ignore[arg-type]
+        bound.append(vi.name)
+    if not bound:
+        raise RammerError(f"--batch {args.batch}: no input of the model has a dynamic dim 0 to bind it to "
+                          f"(inputs: {', '.join(fixed) or 'none'}); drop --batch, or use --shape NAME=D0,D1,...")
+    return shapes or None
 
 
 def model_source(args: argparse.Namespace) -> tuple[Any, str]:
@@ -65,7 +105,7 @@ def load_graph(args: argparse.Namespace):
     from ..frontend import load
 
     source, label = model_source(args)
-    return load(source, parse_shapes(args.shape) or None), label
+    return load(source, input_shapes(args, source)), label
 
 
 def table(rows: list[list[Any]], headers: list[str]) -> str:

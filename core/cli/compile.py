@@ -19,7 +19,7 @@ from typing import Any
 
 from ..errors import RammerError
 from ..backend import Backend
-from .common import add_backend_arg, add_model_args, add_strict_arg, model_source, parse_shapes, table
+from .common import add_backend_arg, add_model_args, add_strict_arg, input_shapes, model_source, table
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -70,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
         if not os.path.isdir(folder):
             raise RammerError(f"-o {args.output}: folder '{folder}' does not exist")
     start = time.perf_counter()
-    model = compile_model(source, backend=backend.name, input_shapes=parse_shapes(args.shape) or None,
+    model = compile_model(source, backend=backend.name, input_shapes=input_shapes(args, source),
                           strict=args.strict, **options)
     seconds = time.perf_counter() - start
     graph = model.graph

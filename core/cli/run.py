@@ -12,7 +12,7 @@ import numpy as np
 
 from ..errors import FeedError, RammerError
 from ..bench.timing import Timing, time_calls
-from .common import add_backend_arg, add_model_args, add_strict_arg, fmt_us, model_source, parse_shapes
+from .common import add_backend_arg, add_model_args, add_strict_arg, fmt_us, input_shapes, model_source
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -21,7 +21,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_backend_arg(p)
     add_strict_arg(p)
     p.add_argument("--input", "-i", action="append", default=[], metavar="NAME=FILE.npy",
-                   help="feed an input from a .npy file (repeatable); others are random")
+                   help="feed an input from a .npy file, or from a .npz file's array NAME (or its only array); "
+                        "repeatable; others are random")
     p.add_argument("--output", "-o", metavar="OUT.npz", help="save the outputs")
     p.add_argument("--repeat", type=int, default=10, help="timed runs (default 10)")
     p.add_argument("--warmup", type=int, default=1, help="untimed runs after the first, checked run (default 1)")
@@ -42,10 +43,29 @@ def _load_inputs(items: list[str]) -> dict[str, np.ndarray]:
         if not sep or not name or not path:
             raise FeedError(f"--input {item!r}: expected NAME=FILE.npy")
         try:
-            feeds[name] = np.load(path, allow_pickle=False)
+            loaded = np.load(path, allow_pickle=False)
         except (OSError, ValueError) as exc:
             raise FeedError(f"--input {name}: cannot read '{path}' as a .npy array ({exc})") from None
+        if isinstance(loaded, np.lib.npyio.NpzFile):
+            with loaded:
+                keys = list(loaded.files)
+                if name in keys:
+                    feeds[name] = loaded[name]
+                elif len(keys) == 1:
+                    feeds[name] = loaded[keys[0]]
+                else:
+                    raise FeedError(f"--input {name}: '{path}' holds arrays {keys} and none is named '{name}'; "
+                                    f"save the input under its name (np.savez(f, {name}=x)) or use a .npy file")
+        else:
+            feeds[name] = loaded
     return feeds
+
+
+def _check_folder(option: str, path: str) -> None:
+    """Fail before compiling and running when an output file's folder does not exist."""
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise RammerError(f"{option} {path}: folder '{folder}' does not exist")
 
 
 def _summary(arr: np.ndarray) -> str:
@@ -86,22 +106,27 @@ def run(args: argparse.Namespace) -> int:
     if args.warmup < 0:
         raise RammerError("--warmup must be 0 or more")
     source, label = model_source(args)
+    # Output folders and input files are checked before the (possibly long) compile and run.
+    if args.output:
+        _check_folder("-o", args.output)
+    if args.profile:
+        _check_folder("--profile", args.profile)
+    given = _load_inputs(args.input)
     t0 = time.perf_counter()
     if isinstance(source, str) and source.endswith(".rammer"):
+        if args.shape or args.batch is not None:
+            raise RammerError(f"{'--shape' if args.shape else '--batch'} does not apply to a compiled .rammer "
+                              f"model: it runs at the shapes it was compiled for")
         model = rammer.load_compiled(source, backend=args.backend)  # saved by `rammer compile -o`
     else:
-        model = rammer.compile(source, backend=args.backend, input_shapes=parse_shapes(args.shape) or None,
+        model = rammer.compile(source, backend=args.backend, input_shapes=input_shapes(args, source),
                                strict=args.strict)
     compile_s = time.perf_counter() - t0
-    feeds = model.random_feeds(args.seed)
-    feeds.update(_load_inputs(args.input))
-    if args.profile:
-        if getattr(model.executable, "trace_run", None) is None:
-            raise RammerError(f"--profile: backend '{model.backend.name}' cannot time its runs rTask by rTask; "
-                              f"profile on a backend that schedules rTasks (e.g. --backend cpu)")
-        folder = os.path.dirname(os.path.abspath(args.profile))
-        if not os.path.isdir(folder):
-            raise RammerError(f"--profile {args.profile}: folder '{folder}' does not exist")
+    feeds = rammer.random_feeds([t for t in model.inputs if t.name not in given], args.seed)
+    feeds.update(given)
+    if args.profile and getattr(model.executable, "trace_run", None) is None:
+        raise RammerError(f"--profile: backend '{model.backend.name}' cannot time its runs rTask by rTask; "
+                          f"profile on a backend that schedules rTasks (e.g. --backend cpu)")
     outputs = model.run(feeds)  # the checked run, whose outputs we print
     timing = time_calls(lambda: model.run(feeds), args.repeat, args.warmup, args.settle)
     if args.json:
