@@ -48,7 +48,7 @@ def _measure(runtime: str, model: str, runs: int, busy: bool) -> float:
     try:
         if spinner:
             time.sleep(0.2)
-            for _ in range(max(20, runs // 10)):  # let an adaptive runtime notice
+            for _ in range(max(40, runs // 5)):  # let an adaptive runtime notice
                 call(feeds)
         times = []
         for _ in range(runs):

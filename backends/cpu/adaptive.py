@@ -8,8 +8,9 @@ the variant whose recent launches were faster:
 
 * it starts on the whole program and keeps per variant the median of its
   last :data:`WINDOW` launches;
-* when the whole program's recent median is :data:`SLOW` times its best
-  median so far, or its median is worse than the lane's, the lane is tried;
+* when the whole program's recent median stays above :data:`SLOW` times its
+  best median for :data:`STREAK` refreshes in a row (after :data:`WARMUP`
+  launches), a lane is built and tried; the faster variant then wins;
 * the variant not in use is re-measured now and then, after 16, 32, 64...
   launches (the interval doubles each time it loses, resets when the one in
   use slows down, and shrinks to 2 while its probes beat the one in use), so
@@ -36,6 +37,10 @@ MAX_PROBE = 1024
 
 #: Launches of the variant in use between recomputations of its median.
 REFRESH = 4
+#: Launches of a variant that only warm it up (their times set no best).
+WARMUP = 2 * WINDOW
+#: Refreshes in a row that must find the whole program slowed before a lane is built.
+STREAK = 3
 
 FULL, LANE = "full", "lane"
 INF = float("inf")
@@ -56,6 +61,7 @@ class LaunchChooser:
         self.interval = FIRST_PROBE
         self.since_probe = 0
         self.lane_wanted = False
+        self.slow_streak = 0
         self.launches = {FULL: 0, LANE: 0}
 
     def choose(self, lane_ready: bool) -> str:
@@ -79,10 +85,14 @@ class LaunchChooser:
         if len(times) < 3:
             return
         med = self.med[variant] = statistics.median(times)
+        if n <= WARMUP:
+            return  # first launches: cold caches and page faults, not a shared core
         slowed = med > SLOW * self.best[variant]
         self.best[variant] = min(self.best[variant], med)
-        if variant == FULL and slowed:
-            self.lane_wanted = True
+        if variant == FULL:
+            self.slow_streak = self.slow_streak + 1 if slowed else 0
+            if self.slow_streak >= STREAK:
+                self.lane_wanted = True  # slowed for STREAK refreshes in a row: worth a lane
         if variant == self.current and slowed:
             self.interval = FIRST_PROBE  # the one in use slowed: look at the other soon
         other = LANE if self.current == FULL else FULL
