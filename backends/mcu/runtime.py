@@ -52,6 +52,38 @@ class McuExecutable:
             return self.host.run(xq, bits)
         return run_model(self.program.model, xq, bits).reshape(len(xq), -1)
 
+    def device_metrics(self, feeds: Mapping[str, np.ndarray] | None = None,
+                       act_bits: int | None = None) -> dict[str, Any]:
+        """Flash/RAM of the plan and, with arm-none-eabi-gcc and unicorn, the exact Cortex-M4
+        instruction count of one ``model_run`` (per layer too), for benchmark tables."""
+        from . import arm
+
+        q = self.program.model
+        r = self.report
+        out: dict[str, Any] = {"flash_bytes": r["flash_bytes_constants"],
+                               "ram_bytes": r["ram_arena_bytes"] + r["ram_scratch_bytes"] + r["ram_io_bytes"]}
+        bits = self.program.act_bits if act_bits is None else act_bits
+        try:
+            import elftools  # noqa: F401
+            import unicorn  # noqa: F401
+        except ImportError:
+            out["cortex_m4_instructions"] = "n/a (needs unicorn and pyelftools)"
+            return out
+        if arm.missing_tools():
+            out["cortex_m4_instructions"] = f"n/a (needs {', '.join(arm.missing_tools())})"
+            return out
+        if feeds is None:
+            x = np.zeros((1, q.input_tensor.nbytes), np.int8)
+        else:
+            x = self.quantize(np.asarray(next(iter(feeds.values())), np.float32)[:1])
+        build = arm.build(self.program.source, "cortex-m4", x, [bits], q.input_tensor.nbytes, q.output_tensor.nbytes)
+        _, counts = arm.UnicornM4(build.elf, self.program.source.functions).run(x[0], q.output_tensor.nbytes, bits)
+        out["cortex_m4_instructions"] = sum(counts.values())
+        out["cortex_m4_instructions_per_layer"] = {q.layers[li].name: n for li, n in counts.items() if li >= 0}
+        out["cortex_m4_text_bytes"] = build.text
+        out["cortex_m4_bss_bytes"] = build.bss
+        return out
+
     def run(self, feeds: Mapping[str, np.ndarray], act_bits: int | None = None) -> dict[str, np.ndarray]:
         (inp,), (outp,) = self.graph.inputs, self.graph.outputs
         if inp.name not in feeds:

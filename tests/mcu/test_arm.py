@@ -94,3 +94,18 @@ def test_thumb_instruction_widths():
 def test_missing_tools_are_named():
     assert all(t in arm.TOOLS for t in arm.missing_tools())
     assert shutil.which("gcc")
+
+
+@needs_arm
+@needs_unicorn
+def test_device_metrics_of_a_compiled_model(mcu_backend, digits):
+    import rammer
+
+    model, xtr, _, xte, _ = digits
+    exe = rammer.compile(model, backend="mcu", calibration=xtr[:64], pool_size=32, act_bits=4).executable
+    m = exe.device_metrics({"image": xte[:1]})
+    # the total also holds model_run's own few instructions before the first layer
+    layers = sum(m["cortex_m4_instructions_per_layer"].values())
+    assert layers < m["cortex_m4_instructions"] <= layers + 64
+    assert set(m["cortex_m4_instructions_per_layer"]) == {"conv1", "conv2", "pool1", "conv3", "pool2", "fc1", "fc2"}
+    assert m["flash_bytes"] > 0 and m["cortex_m4_text_bytes"] >= m["flash_bytes"] // 2
