@@ -4,9 +4,12 @@
 
 Models (trained here, on synthetic data): a random forest of 100 trees of depth 8 on
 28 features (Hummingbird's HIGGS-sized case) and a deeper one (100 trees, depth 12).
-For each batch size it times ``predict_proba`` of scikit-learn, onnxruntime's run of
-the skl2onnx model (zipmap off) and rammer's cpu backend for every strategy and for the
-strategy the measured table picks ("auto"), and reports rammer's compile time.
+For each batch size it times ``predict_proba`` of scikit-learn (n_jobs=1), onnxruntime's
+run of the skl2onnx model (zipmap off; default threads and one intra-op thread) and
+rammer's cpu backend for every strategy and for the strategy the measured table picks
+("auto"), compiled for the whole batch; above 1,024 rows also ``predict_proba`` of a
+default ``rammer.ml.convert`` model, which runs 1,024 rows at a time.  Compile times are
+reported.
 Numbers are medians of ``--repeat`` runs (fewer at 100,000 rows); every rammer result is
 checked against scikit-learn before it is timed.  Not a test: timings vary with load.
 """
@@ -74,6 +77,12 @@ def bench(est, x_pool: np.ndarray, batch: int, repeat: int, strategies: list[str
     name = sess.get_inputs()[0].name
     row["onnxruntime_ms"] = 1e3 * median_seconds(lambda: sess.run(None, {name: x}), reps)
     del sess
+    # One intra-op thread too: on a loaded machine onnxruntime's spinning pool can lose to itself.
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = 1
+    sess1 = ort.InferenceSession(onx.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    row["onnxruntime_1t_ms"] = 1e3 * median_seconds(lambda: sess1.run(None, {name: x}), reps)
+    del sess1
     want = est.predict_proba(x)
     depth = max(t.get_depth() for t in est.estimators_)
     leaves = 2 ** depth
@@ -108,21 +117,23 @@ def bench(est, x_pool: np.ndarray, batch: int, repeat: int, strategies: list[str
 
 
 def markdown(results: list[dict], strategies: list[str]) -> str:
-    head = ["model", "batch", "sklearn ms", "onnxruntime ms"] + [f"rammer {s} ms" for s in strategies] + \
-        [f"rammer auto, {CHUNK:,}-row runs ms", "auto picks", "compile s (auto)", "best rammer vs ort",
+    head = ["model", "batch", "sklearn ms", "onnxruntime ms", "onnxruntime 1 thread ms"] + [f"rammer {s} ms" for s in strategies] + \
+        [f"rammer auto, {CHUNK:,}-row runs ms", "auto picks", "compile s (auto)", "best rammer vs best ort",
          "best rammer vs sklearn"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in results:
-        timed = [r[k] for k in r if k.endswith("_ms") and k not in ("sklearn_ms", "onnxruntime_ms") and r[k]]
+        timed = [r[k] for k in r if k.endswith("_ms") and not k.startswith(("sklearn", "onnxruntime")) and r[k]]
         best = min(timed) if timed else None
-        cells = [r["model"], f"{r['batch']:,}", f"{r['sklearn_ms']:.3f}", f"{r['onnxruntime_ms']:.3f}"]
+        cells = [r["model"], f"{r['batch']:,}", f"{r['sklearn_ms']:.3f}", f"{r['onnxruntime_ms']:.3f}",
+                 f"{r['onnxruntime_1t_ms']:.3f}"]
         for s in strategies:
             v = r.get(f"{s}_ms")
             cells.append("-" if v is None else f"{v:.3f}")
         cells.append(f"{r['chunked_ms']:.3f}" if r.get("chunked_ms") else "-")
         cells.append(r.get("auto_strategy", ""))
         cells.append(f"{r.get('auto_compile_s', float('nan')):.2f}")
-        cells.append("-" if best is None else f"{r['onnxruntime_ms'] / best:.2f}x")
+        ort_best = min(r["onnxruntime_ms"], r["onnxruntime_1t_ms"])
+        cells.append("-" if best is None else f"{ort_best / best:.2f}x")
         cells.append("-" if best is None else f"{r['sklearn_ms'] / best:.2f}x")
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
