@@ -194,6 +194,9 @@ class _Lowering:
                                   bias=np.asarray(b, np.float32)))
 
     def finish(self, out: int) -> FloatNet:
+        if not self.layers or out == 0:
+            raise CompileError(f"'{self.g.name}' computes nothing the mcu backend runs (its output is its input, "
+                               f"reshaped at most); the backend compiles networks of conv/fc/pool/add layers")
         # renumber tensors 1..n in layer order
         remap = {0: 0}
         for l in self.layers:

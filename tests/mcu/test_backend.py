@@ -87,3 +87,11 @@ def test_hostile_names_reach_c_only_sanitized(mcu_backend):
 def test_resnet_over_budget_names_layer_tensor_bytes(mcu_backend):
     with pytest.raises(CompileError, match=r"bytes of RAM .* layer '[^']+' \(\w+: tensor \d+ \[\d+, \d+, \d+\] = \d+ bytes"):
         rammer.compile(models.resnet32(width=64), backend="mcu", ram_budget=64 * 1024)
+
+
+def test_a_model_without_layers_is_refused(mcu_backend):
+    g = helper.make_graph([helper.make_node("Flatten", ["x"], ["y"], name="f", axis=1)], "flat",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 4, 4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 48])])
+    with pytest.raises(CompileError, match="computes nothing"):
+        rammer.compile(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), backend="mcu")
