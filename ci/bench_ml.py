@@ -1,6 +1,6 @@
 """Tree ensembles on CPU: rammer (each strategy) vs onnxruntime vs scikit-learn's own predict.
 
-    python ci/bench_ml.py [--batches 1,1000,100000] [--repeat 20] [--json out.json]
+    python ci/bench_ml.py [--batches 1,1000,100000] [--repeat 20] [--json out.json] [--export DIR]
 
 Models (trained here, on synthetic data): a random forest of 100 trees of depth 8 on
 28 features (Hummingbird's HIGGS-sized case) and a deeper one (100 trees, depth 12).
@@ -146,11 +146,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--strategies", default=",".join(STRATEGIES))
     p.add_argument("--repeat", type=int, default=20)
     p.add_argument("--json", help="write the rows here")
+    p.add_argument("--export", metavar="DIR", help="also write the forests as ONNX files (rf_depth8.onnx...) "
+                                                   "for `rammer bench --models DIR/rf_depth8.onnx`")
     args = p.parse_args(argv)
     strategies = args.strategies.split(",")
     results = []
     for depth in (int(d) for d in args.depths.split(",")):
         est, x = build(depth)
+        if args.export:
+            os.makedirs(args.export, exist_ok=True)
+            with open(os.path.join(args.export, f"rf_depth{depth}.onnx"), "wb") as f:
+                f.write(rml.to_onnx(est, x.shape[1]).SerializeToString())
         for batch in (int(b) for b in args.batches.split(",")):
             row = bench(est, x, batch, args.repeat, strategies)
             row["model"] = f"RF 100 trees depth {depth}, 28 features"
