@@ -108,7 +108,7 @@ def generate(model: QModel, plan: MemoryPlan) -> Source:
         layer = model.layers[li]
         fn = identifier("layer", li, layer.name)
         src.functions[li] = fn
-        body, flash = _layer(model, layer, li, ptr, pool_size, src)
+        body, flash = _layer(model, layer, li)
         src.flash[li] = flash
         out.append(body)
         out.append(f"MCU_NOINLINE void {fn}(const int8_t *in, int8_t *out, int nb)\n{{\n")
@@ -146,7 +146,7 @@ def _geom(model: QModel, layer: QLayer, name: str) -> str:
     return f"static const geom_t {name} = {{{', '.join(str(int(v)) for v in vals)}}};\n"
 
 
-def _layer(model: QModel, layer: QLayer, li: int, ptr, pool_size: int, src: Source) -> tuple[str, int]:
+def _layer(model: QModel, layer: QLayer, li: int) -> tuple[str, int]:
     """Const data of one layer and its flash bytes."""
     parts = [f"/* ---- layer {li}: {layer.kind} '{comment_text(layer.name)}' ---- */\n"]
     flash = 0

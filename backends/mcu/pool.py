@@ -24,7 +24,7 @@ import numpy as np
 
 from rammer.errors import CompileError
 
-from .layers import FloatLayer, FloatNet, run_float
+from .layers import FloatNet, run_float
 from .quantize import PooledWeights
 
 VECTOR = 8

@@ -110,3 +110,34 @@ def test_8_bit_bitserial_equals_int8_conv_with_pooled_weights(models):
         layer.indices = None  # same int8 weights, int8 path
     np.testing.assert_array_equal(kernels.run_model(pooled, x, 8), kernels.run_model(plain, x, 8))
     assert not np.array_equal(kernels.run_model(pooled, x, 3), kernels.run_model(plain, x, 8))
+
+
+def test_memory_plan_order_is_topological_and_reuses_memory(models):
+    _, int8, _, _, _ = models
+    mem = plan.plan_memory(int8)
+    assert sorted(mem.order) == list(range(len(int8.layers)))
+    done = {int8.input}
+    for li in mem.order:
+        layer = int8.layers[li]
+        assert all(t in done for t in layer.inputs)
+        done.add(layer.output)
+    assert 0 < mem.arena_bytes < mem.unshared_bytes
+    # tensors live at the same time never overlap
+    last = {}
+    for pos, li in enumerate(mem.order):
+        for t in int8.layers[li].inputs:
+            last[t] = pos
+    spans = {int8.layers[li].output: (pos, last.get(int8.layers[li].output, pos)) for pos, li in enumerate(mem.order)}
+    placed = [(t, mem.offsets[t], int8.tensors[t].nbytes) for t in mem.offsets]
+    for a, oa, na in placed:
+        for b, ob, nb in placed:
+            if a < b and not (spans[a][1] < spans[b][0] or spans[b][1] < spans[a][0]):
+                assert oa + na <= ob or ob + nb <= oa, (a, b)
+
+
+def test_budget_error_names_layer_tensors_and_bytes(models):
+    _, int8, _, _, _ = models
+    from rammer.errors import CompileError
+
+    with pytest.raises(CompileError, match=r"needs \d+ bytes of RAM .* budget is 100; the peak is at layer '\w+'"):
+        plan.plan_memory(int8, scratch_bytes=0, ram_budget=100)
