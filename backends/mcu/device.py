@@ -88,7 +88,13 @@ class McuBackend(Backend):
         emits_source="c",
         source_compiler="gcc",
         options=OPTIONS,
-        extra={"cortex_m": "arm-none-eabi-gcc, qemu-system-arm (mps2-an385/an386), unicorn for instruction counts"},
+        extra={
+            "cortex_m": "arm-none-eabi-gcc, qemu-system-arm (mps2-an385/an386), unicorn for instruction counts",
+            # Results are int8 approximations calibrated on data: not comparable to float node cases
+            # with fixed tolerances.  Models: image CNNs, one [N, C, H, W] input (see docs/mcu.md).
+            "quantized": "int8",
+            "sample_model": "rammer.backends.mcu.models:tiny_cnn",
+        },
     )
     default_priority = -10
 

@@ -112,3 +112,22 @@ def resnet32(width: int = 16, blocks: tuple[int, ...] = (2, 2, 2), seed: int = 0
     x = b.op("Gemm", [x, w, bias], "fc", transB=1)
     b.output(x, [1, 10])
     return b.model("small ResNet for 32x32 inputs, random weights")
+
+
+def tiny_cnn(seed: int = 0) -> onnx.ModelProto:
+    """A [1, 3, 8, 8] CNN with random weights touching every kernel kind (conv, pooled conv, depthwise,
+    add, max/avg pool, fc): the backend's sample model for contract checks."""
+    b = GraphBuilder("mcu_tiny_cnn", seed)
+    x = b.input("image", [1, 3, 8, 8])
+    x = relu(b, conv(b, x, 3, 16, 3, "conv1"), "relu1")
+    y = relu(b, conv(b, x, 16, 16, 3, "conv2"), "relu2")
+    y = relu(b, conv(b, y, 16, 16, 3, "dw", group=16), "relu3")
+    x = relu(b, b.op("Add", [x, y], "add"), "relu4")
+    x = b.op("MaxPool", [x], "pool", kernel_shape=[2, 2], strides=[2, 2])
+    x = relu(b, conv(b, x, 16, 16, 1, "conv3"), "relu5")
+    x = b.op("GlobalAveragePool", [x], "gap")
+    x = b.op("Flatten", [x], "flatten", axis=1)
+    w = b.weight("fc_W", (10, 16), std=0.25)
+    x = b.op("Gemm", [x, w, b.weight("fc_B", (10,), std=0.05)], "fc", transB=1)
+    b.output(x, [1, 10])
+    return b.model("mcu backend sample model, random weights")

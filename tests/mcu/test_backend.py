@@ -95,3 +95,20 @@ def test_a_model_without_layers_is_refused(mcu_backend):
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 48])])
     with pytest.raises(CompileError, match="computes nothing"):
         rammer.compile(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), backend="mcu")
+
+
+def test_sample_model_compiles_and_runs_every_kernel_kind(mcu_backend):
+    from rammer.backends.mcu.models import tiny_cnn
+
+    exe = rammer.compile(tiny_cnn(), backend="mcu").executable
+    kinds = {layer.kind for layer in exe.program.model.layers}
+    assert kinds == {"conv", "dwconv", "add", "maxpool", "avgpool", "fc"}
+    assert any(layer.pooled for layer in exe.program.model.layers)
+    x = np.random.default_rng(0).random((3, 3, 8, 8), dtype=np.float32)
+    ref = rammer.compile(tiny_cnn(), backend="reference").executable.run({"image": x[:1]})["fc"]
+    got = exe.run({"image": x[:1]})["fc"]
+    assert got.shape == ref.shape == (1, 10)
+    # the int8 path (no pool) stays close to float on data like its calibration ([0, 1) images)
+    int8 = rammer.compile(tiny_cnn(), backend="mcu", pool_size=0).executable.run({"image": x[:1]})["fc"]
+    assert np.abs(int8 - ref).max() <= 0.05 * np.abs(ref).max() + 0.02
+    assert mcu_backend.capabilities.extra["sample_model"].endswith(":tiny_cnn")
