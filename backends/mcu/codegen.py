@@ -39,6 +39,10 @@ class Source:
     functions: dict[int, str] = field(default_factory=dict)
     memoised: set[int] = field(default_factory=set)
 
+    def single_file(self) -> str:
+        """model.c with model.h pasted in: one self-contained translation unit."""
+        return self.c.replace('#include "model.h"\n', self.h, 1)
+
 
 def _array(ctype: str, name: str, values: np.ndarray, per_line: int = 24) -> str:
     flat = [str(int(v)) for v in np.asarray(values).reshape(-1)]

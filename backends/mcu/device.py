@@ -21,10 +21,10 @@ from .lower import SUPPORTED_OPS, lower_graph
 from .plan import check_budget, plan_memory
 from .pool import build_pool, finetune
 from .quantize import quantize_net
-from .runtime import McuExecutable, McuProgram
+from .runtime import McuExecutable, McuProgram, emit
 
 OPTIONS = frozenset({"calibration", "pool_size", "act_bits", "ram_budget", "flash_budget", "engine",
-                     "pool_layers", "seed", "finetune"})
+                     "pool_layers", "seed", "finetune", "emit"})
 
 #: Budgets of the experiment's target (a Cortex-M4 with 256 KiB SRAM and 1 MiB flash).
 DEFAULT_RAM = 256 * 1024
@@ -94,6 +94,8 @@ class McuBackend(Backend):
             # with fixed tolerances.  Models: image CNNs, one [N, C, H, W] input (see docs/mcu.md).
             "quantized": "int8",
             "sample_model": "rammer.backends.mcu.models:tiny_cnn",
+            "source_compile_args": ["{compiler}", "-std=c99", "-Wall", "-Wextra", "-Werror", "-pedantic", "-c",
+                                    "{src}", "-o", "{out}"],
         },
     )
     default_priority = -10
@@ -111,4 +113,7 @@ class McuBackend(Backend):
         engine = str(options.get("engine", "c"))
         if engine not in ("c", "numpy"):
             raise CompileError(f"engine must be 'c' or 'numpy', got {engine!r}")
-        return McuExecutable(graph, compile_program(graph, options), engine)
+        exe = McuExecutable(graph, compile_program(graph, options), engine)
+        if options.get("emit"):
+            emit(exe, str(options["emit"]))
+        return exe

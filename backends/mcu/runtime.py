@@ -11,7 +11,7 @@ from rammer.errors import FeedError
 from rammer.ir import Graph
 
 from .codegen import Source
-from .host import HostBuild
+from .host import HostBuild, write_source
 from .kernels import run_model
 from .plan import MemoryPlan
 from .quantize import QModel, dequantize, quantize_input
@@ -42,6 +42,8 @@ class McuExecutable:
         q = program.model
         self.host = HostBuild(program.source, q.input_tensor.nbytes, q.output_tensor.nbytes) if engine == "c" else None
         self.report = build_report(program, engine)
+        #: The generated C as one translation unit (what conformance's source check compiles).
+        self.source = program.source.single_file()
 
     def quantize(self, x: np.ndarray) -> np.ndarray:
         return quantize_input(_nhwc(np.asarray(x, np.float32)), self.program.model.input_tensor)
@@ -97,6 +99,27 @@ class McuExecutable:
         if len(outp.shape) == 4:
             y = np.transpose(y.reshape(len(x), h, w, c), (0, 3, 1, 2))
         return {outp.name: np.ascontiguousarray(y.reshape((len(x),) + tuple(outp.shape[1:])))}
+
+
+def emit(exe: "McuExecutable", folder: str) -> None:
+    """``--emit DIR``: model.c, model.h and report.json, written to a fresh folder then renamed."""
+    import json
+    import os
+    import shutil
+    import tempfile
+
+    parent = os.path.dirname(os.path.abspath(folder)) or "."
+    tmp = tempfile.mkdtemp(prefix=".mcu-emit-", dir=parent)
+    try:
+        write_source(exe.program.source, tmp)
+        with open(os.path.join(tmp, "report.json"), "w") as f:
+            json.dump(exe.report, f, indent=2, default=str)
+        if os.path.isdir(folder):
+            shutil.rmtree(folder)
+        os.replace(tmp, folder)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
 
 
 def layer_rows(program: McuProgram) -> list[dict[str, Any]]:

@@ -112,3 +112,21 @@ def test_sample_model_compiles_and_runs_every_kernel_kind(mcu_backend):
     int8 = rammer.compile(tiny_cnn(), backend="mcu", pool_size=0).executable.run({"image": x[:1]})["fc"]
     assert np.abs(int8 - ref).max() <= 0.05 * np.abs(ref).max() + 0.02
     assert mcu_backend.capabilities.extra["sample_model"].endswith(":tiny_cnn")
+
+
+def test_emit_writes_source_that_compiles(mcu_backend, tmp_path):
+    import subprocess
+
+    from rammer.backends.mcu.models import tiny_cnn
+
+    out = tmp_path / "emitted"
+    exe = rammer.compile(tiny_cnn(), backend="mcu", emit=str(out)).executable
+    assert sorted(p.name for p in out.iterdir()) == ["model.c", "model.h", "report.json"]
+    done = subprocess.run(["gcc", "-std=c99", "-Wall", "-Wextra", "-Werror", "-pedantic", "-c", "model.c", "-o",
+                           "m.o"], cwd=out, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    single = tmp_path / "one.c"
+    single.write_text(exe.source)
+    done = subprocess.run(["gcc", "-std=c99", "-Wall", "-Wextra", "-Werror", "-c", str(single), "-o",
+                           str(tmp_path / "one.o")], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
