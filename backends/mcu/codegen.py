@@ -38,6 +38,7 @@ class Source:
     #: Function name of each layer (by layer index), for per-layer instruction counts.
     functions: dict[int, str] = field(default_factory=dict)
     memoised: set[int] = field(default_factory=set)
+    int8_kernel: str = "col"
 
     def single_file(self) -> str:
         """model.c with model.h pasted in: one self-contained translation unit."""
@@ -57,9 +58,17 @@ def use_memoised(layer: QLayer, pool_size: int) -> bool:
     return layer.weight.shape[0] > pool_size
 
 
-def generate(model: QModel, plan: MemoryPlan) -> Source:
+INT8_KERNELS = ("col", "direct")
+
+
+def generate(model: QModel, plan: MemoryPlan, int8_kernel: str = "col") -> Source:
+    """``int8_kernel``: "col" (window to an int16 column, then dot products: CMSIS-NN's portable
+    scheme, the default) or "direct" (TFLite Micro's reference loop nest)."""
+    if int8_kernel not in INT8_KERNELS:
+        raise CompileError(f"int8_kernel must be one of {', '.join(INT8_KERNELS)}, got {int8_kernel!r}")
     out: list[str] = []
     src = Source("", "")
+    src.int8_kernel = int8_kernel
     t = model.tensors
     pool_size = 0 if model.pool is None else len(model.pool)
     pooled = [model.layers[i] for i in plan.order if model.layers[i].pooled]
@@ -95,6 +104,12 @@ def generate(model: QModel, plan: MemoryPlan) -> Source:
             out.append(f"static int32_t bs_sums[{pool_size}];\n")
             scratch += 4 * pool_size
         src.scratch_bytes = scratch
+    int8_convs = [model.layers[i] for i in plan.order if model.layers[i].kind in ("conv", "fc")
+                  and not model.layers[i].pooled]
+    if int8_kernel == "col" and int8_convs:
+        col = max(int(np.prod(l.weight.shape[1:])) for l in int8_convs)
+        out.append(f"static int16_t s8_col[{col}];\n")
+        src.scratch_bytes += 2 * col
     if plan.offsets:  # a one-layer model needs no arena (an unused static would be a warning)
         words = (plan.arena_bytes + 3) // 4
         out.append(f"static int32_t arena_words[{words}]; /* {plan.arena_bytes} bytes of activations */\n")
@@ -190,6 +205,8 @@ def _call(model: QModel, layer: QLayer, li: int, ptr, pool_size: int, src: Sourc
         return (f"    k_conv_bs(&g{li}, {x}, idx{li}, bias{li}, wsum{li}, mult{li}, shift{li}, bs_table, "
                 f"{pool_size}, nb, bs_rows, bs_blk, bs_acc, {y});\n")
     if k in ("conv", "fc"):
+        if src.int8_kernel == "col":
+            return f"    k_conv_s8_col(&g{li}, {x}, w{li}, bias{li}, mult{li}, shift{li}, s8_col, {y});\n"
         return f"    k_conv_s8(&g{li}, {x}, w{li}, bias{li}, mult{li}, shift{li}, {y});\n"
     if k == "dwconv":
         return f"    k_dwconv_s8(&g{li}, {x}, w{li}, bias{li}, mult{li}, shift{li}, {y});\n"

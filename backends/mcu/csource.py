@@ -94,6 +94,43 @@ MCU_KERNEL void k_conv_s8(const geom_t *g, const int8_t *in, const int8_t *w, co
     }
 }
 
+/* The same convolution the way CMSIS-NN's portable path does it: per output pixel, the window as
+ * int16 (q - zp; padding is real 0) in a scratch column, then one dot product per output channel,
+ * unrolled by 4.  Same integer sums, so the same results as k_conv_s8. */
+MCU_KERNEL void k_conv_s8_col(const geom_t *g, const int8_t *in, const int8_t *w, const int32_t *bias,
+                              const int32_t *mult, const int32_t *shift, int16_t *col, int8_t *out)
+{
+    int oy, ox, k, ky, kx, c;
+    const int32_t in_off = -g->in_zp;
+    const int n = g->kh * g->kw * g->ic;
+    for (oy = 0; oy < g->oh; ++oy) {
+        for (ox = 0; ox < g->ow; ++ox) {
+            int16_t *cp = col;
+            for (ky = 0; ky < g->kh; ++ky) {
+                const int iy = oy * g->sh - g->pt + ky;
+                for (kx = 0; kx < g->kw; ++kx) {
+                    const int ix = ox * g->sw - g->pl + kx;
+                    if (iy < 0 || iy >= g->ih || ix < 0 || ix >= g->iw) {
+                        for (c = 0; c < g->ic; ++c) *cp++ = 0;
+                    } else {
+                        const int8_t *ip = in + ((long)iy * g->iw + ix) * g->ic;
+                        for (c = 0; c < g->ic; ++c) *cp++ = (int16_t)(ip[c] + in_off);
+                    }
+                }
+            }
+            for (k = 0; k < g->oc; ++k) {
+                const int8_t *wp = w + (long)k * n;
+                int32_t acc = bias[k];
+                int i = 0;
+                for (; i + 4 <= n; i += 4)
+                    acc += col[i] * wp[i] + col[i + 1] * wp[i + 1] + col[i + 2] * wp[i + 2] + col[i + 3] * wp[i + 3];
+                for (; i < n; ++i) acc += col[i] * wp[i];
+                *out++ = q_out(acc, mult[k], shift[k], g->out_zp, g->act_min, g->act_max);
+            }
+        }
+    }
+}
+
 MCU_KERNEL void k_dwconv_s8(const geom_t *g, const int8_t *in, const int8_t *w, const int32_t *bias,
                         const int32_t *mult, const int32_t *shift, int8_t *out)
 {

@@ -24,7 +24,7 @@ from .quantize import quantize_net
 from .runtime import McuExecutable, McuProgram, emit
 
 OPTIONS = frozenset({"calibration", "pool_size", "act_bits", "ram_budget", "flash_budget", "engine",
-                     "pool_layers", "seed", "finetune", "emit"})
+                     "pool_layers", "seed", "finetune", "emit", "int8_kernel"})
 
 #: Budgets of the experiment's target (a Cortex-M4 with 256 KiB SRAM and 1 MiB flash).
 DEFAULT_RAM = 256 * 1024
@@ -63,7 +63,7 @@ def compile_program(graph: Graph, options: Mapping[str, Any]) -> McuProgram:
     else:
         model = quantize_net(net, calib, reasons={l.name: "weight pool off (pool_size=0)" for l in net.layers})
     mem = plan_memory(model)
-    src = generate(model, mem)
+    src = generate(model, mem, str(options.get("int8_kernel", "col")))
     check_budget(model, mem, src.scratch_bytes, int(options.get("ram_budget", DEFAULT_RAM)))
     flash = sum(v for v in src.flash.values())
     flash_budget = int(options.get("flash_budget", DEFAULT_FLASH))

@@ -63,12 +63,14 @@ def test_pool_selection_and_reasons(models):
                                           pooled.pool[layer.indices.reshape(-1).astype(int)])
 
 
-@pytest.mark.parametrize("which", ["int8", "pooled"])
-def test_host_build_equals_numpy_model_at_every_precision(models, which):
+@pytest.mark.parametrize("which,int8_kernel", [("int8", "col"), ("int8", "direct"), ("pooled", "col"),
+                                               ("pooled", "direct")])
+def test_host_build_equals_numpy_model_at_every_precision(models, which, int8_kernel):
     _, int8, pooled, x, _ = models
     model = int8 if which == "int8" else pooled
     mem = plan.plan_memory(model)
-    src = codegen.generate(model, mem)
+    src = codegen.generate(model, mem, int8_kernel)
+    assert ("k_conv_s8_col(&" in src.c) == (int8_kernel == "col")
     if which == "pooled":
         assert src.memoised, "the 48-channel layer with a 32-vector pool should use the memoised kernel"
     build = HostBuild(src, model.input_tensor.nbytes, model.output_tensor.nbytes)
