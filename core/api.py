@@ -220,12 +220,22 @@ def random_feeds(inputs: Sequence[TensorInfo], seed: int = 0) -> dict[str, np.nd
                         f"(--shape) or a smaller batch") from None
 
 
+_CHUNK = 1 << 22
+
+
 def _random_feeds(inputs: Sequence[TensorInfo], seed: int) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(seed)
     feeds: dict[str, np.ndarray] = {}
     for t in inputs:
         dt = t.np_dtype
-        if dt.kind == "f":
+        if dt.kind == "f" and t.size > _CHUNK:
+            # In chunks: no float64 copy of a large input (the same values as one call gives).
+            out = np.empty(t.size, dt)
+            for start in range(0, t.size, _CHUNK):
+                stop = min(start + _CHUNK, t.size)
+                out[start:stop] = rng.standard_normal(stop - start)
+            feeds[t.name] = out.reshape(t.shape)
+        elif dt.kind == "f":
             feeds[t.name] = rng.standard_normal(t.shape).astype(dt)
         elif dt.kind in "iu":
             feeds[t.name] = rng.integers(0, 10, size=t.shape).astype(dt)

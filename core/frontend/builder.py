@@ -186,7 +186,7 @@ class GraphBuilder:
         opset = int(self.scope.opset.get(node.domain or "", 1))
         check_node_types(node, opset, in_infos)
         check_node_params(node, opset, in_infos)
-        check_node_attrs(node)
+        check_node_attrs(node, in_infos)
         check_unroll(node, in_infos, self.limits)
         ctx = OpContext(node, opset, in_infos, in_values, run_graph=_fold_run_graph)
         try:

@@ -11,7 +11,7 @@ the step count of every unrolled op, against :class:`Limits`:
 bound                             default                environment variable
 ================================  =====================  ===========================
 ``max_tensor_elements``           2**31 elements         ``RAMMER_MAX_TENSOR_ELEMENTS``
-``max_tensor_bytes``              8 GiB                  ``RAMMER_MAX_TENSOR_BYTES``
+``max_tensor_bytes``              4 GiB                  ``RAMMER_MAX_TENSOR_BYTES``
 ``max_unroll``                    100,000 steps          ``RAMMER_MAX_UNROLL``
 ================================  =====================  ===========================
 
@@ -42,7 +42,7 @@ class Limits:
     """Bounds on tensor sizes and unroll lengths (see the module's table)."""
 
     max_tensor_elements: int = 1 << 31
-    max_tensor_bytes: int = 8 << 30
+    max_tensor_bytes: int = 4 << 30
     max_unroll: int = 100_000
 
     @classmethod

@@ -30,7 +30,7 @@ import onnx.defs
 from ..errors import ShapeError
 from ..ir import Node, TensorInfo
 
-__all__ = ["ENUM_ATTRS", "check_node_attrs", "check_node_params", "check_node_types", "onnx_type_name"]
+__all__ = ["AXIS_ATTRS", "ENUM_ATTRS", "check_node_attrs", "check_node_params", "check_node_types", "onnx_type_name"]
 
 _SINGLE = onnx.defs.OpSchema.FormalParameterOption.Single
 _VARIADIC = onnx.defs.OpSchema.FormalParameterOption.Variadic
@@ -247,6 +247,16 @@ def _group_norm(node: Node, inputs: Sequence[TensorInfo | None], opset: int) -> 
         _expect_shape(node, inputs, 2, "bias", tuple(scale.shape), "like the scale")
 
 
+def _reverse_sequence(node: Node, inputs: Sequence[TensorInfo | None], opset: int) -> None:
+    x = _main(inputs)
+    if x is None or len(x.shape) < 2:
+        raise _fail(node, "input must have rank 2 or more (time and batch axes)")
+    batch_axis, time_axis = int(node.attrs.get("batch_axis", 1)), int(node.attrs.get("time_axis", 0))
+    if {batch_axis, time_axis} != {0, 1}:
+        raise _fail(node, f"batch_axis={batch_axis} and time_axis={time_axis} must be 0 and 1, one each")
+    _expect_shape(node, inputs, 1, "sequence_lens", (x.shape[batch_axis],), f"with batch {x.shape[batch_axis]}")
+
+
 def _prelu(node: Node, inputs: Sequence[TensorInfo | None], opset: int) -> None:
     x = _main(inputs)
     if x is not None:
@@ -272,6 +282,7 @@ _PARAM_CHECKS = {
     "OneHot": _scalars((1, "depth")),
     "TopK": _scalars((1, "K")),
     "PRelu": _prelu,
+    "ReverseSequence": _reverse_sequence,
 }
 
 
@@ -311,11 +322,39 @@ ENUM_ATTRS: dict[str, dict[str, tuple[str, ...]]] = {
 }
 
 
-def check_node_attrs(node: Node) -> None:
+#: Axis attributes of ops whose ``infer`` keeps the input's shape (and so never reads them):
+#: op -> attributes, each an axis or a list of axes of input 0.
+AXIS_ATTRS: dict[str, tuple[str, ...]] = {
+    "Softmax": ("axis",),
+    "LogSoftmax": ("axis",),
+    "Hardmax": ("axis",),
+    "ReverseSequence": ("batch_axis", "time_axis"),
+    "MeanVarianceNormalization": ("axes",),
+}
+
+
+def _check_axes(node: Node, inputs: Sequence[TensorInfo | None]) -> None:
+    x = _main(inputs)
+    if x is None:
+        return
+    rank = len(x.shape)
+    for name in AXIS_ATTRS.get(node.op_type, ()):
+        value = node.attrs.get(name)
+        if value is None:
+            continue
+        for axis in value if isinstance(value, list) else [value]:
+            if not isinstance(axis, int) or not -max(rank, 1) <= axis < max(rank, 1):
+                raise _fail(node, f"attribute {name}={value!r} is out of range for the input '{x.name}' of rank "
+                                  f"{rank}; fix the model")
+
+
+def check_node_attrs(node: Node, inputs: Sequence[TensorInfo | None] = ()) -> None:
     """A :class:`ShapeError` naming the node and attribute when a mode-like string attribute
-    has a value rammer does not know (a typo, or a mode of a newer spec)."""
+    has a value rammer does not know (a typo, or a mode of a newer spec), or an axis attribute
+    the op's shape inference does not read is out of range."""
     if node.domain:
         return
+    _check_axes(node, inputs)
     for name, allowed in ENUM_ATTRS.get(node.op_type, {}).items():
         value = node.attrs.get(name)
         if value is None:

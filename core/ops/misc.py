@@ -38,9 +38,19 @@ def _data_dependent(ctx: OpContext, i: int, what: str) -> np.ndarray:
     return np.asarray(value)
 
 
-@register_op("Trilu", infer=same_as_input)
+def _infer_trilu(ctx: OpContext) -> list[OutSpec]:
+    x = ctx.inputs[0]
+    assert x is not None
+    if len(x.shape) < 2:
+        raise ctx.fail(f"Trilu needs an input of rank 2 or more, got shape {list(x.shape)}")
+    return [(x.dtype, x.shape)]
+
+
+@register_op("Trilu", infer=_infer_trilu)
 def trilu(ctx: OpContext, x: np.ndarray, k: np.ndarray | None = None) -> np.ndarray:
     diagonal = int(np.asarray(k).reshape(-1)[0]) if k is not None else 0
+    # Diagonals past the matrix keep all or nothing; clamped, numpy builds no mask of that size.
+    diagonal = max(-x.shape[-2], min(x.shape[-1], diagonal))
     keep = np.triu if int(ctx.attr("upper", 1)) else np.tril
     return keep(x, diagonal).astype(x.dtype, copy=False)
 

@@ -171,7 +171,14 @@ def layer_normalization(
     return outputs[0] if n_out == 1 else outputs[:n_out]
 
 
-@register_op("RMSNormalization", infer=same_as_input)
+def _rms_norm_infer(ctx: OpContext) -> list[OutSpec]:
+    x = ctx.inputs[0]
+    assert x is not None
+    _trailing_axes(ctx, len(x.shape))  # a clear error for an axis out of range
+    return [(x.dtype, x.shape)]
+
+
+@register_op("RMSNormalization", infer=_rms_norm_infer)
 def rms_normalization(ctx: OpContext, x: np.ndarray, scale: np.ndarray) -> np.ndarray:
     acc = _stash_dtype(ctx, x.dtype)
     eps = float(ctx.attr("epsilon", 1e-5))
