@@ -30,11 +30,15 @@ KERNELS_C = r"""
 /* ---- fixed-point requantization (TFLite / gemmlowp) ---- */
 MCU_KERNEL int32_t q_srdhm(int32_t a, int32_t b)
 {
-    int64_t ab, nudge;
+    int64_t ab, s;
+    int32_t q;
     if (a == INT32_MIN && b == INT32_MIN) return INT32_MAX;
     ab = (int64_t)a * (int64_t)b;
-    nudge = ab >= 0 ? ((int64_t)1 << 30) : (1 - ((int64_t)1 << 30));
-    return (int32_t)((ab + nudge) / ((int64_t)1 << 31));
+    s = ab + (ab >= 0 ? ((int64_t)1 << 30) : (1 - ((int64_t)1 << 30)));
+    /* s / 2^31 truncated toward zero: floor, plus one for a negative s with a remainder */
+    q = (int32_t)(s >> 31);
+    if (s < 0 && (s & 0x7FFFFFFF) != 0) q += 1;
+    return q;
 }
 
 MCU_KERNEL int32_t q_rdbpot(int32_t x, int32_t e)
@@ -47,10 +51,12 @@ MCU_KERNEL int32_t q_rdbpot(int32_t x, int32_t e)
 
 MCU_KERNEL int32_t q_mbqm(int32_t x, int32_t mult, int32_t shift)
 {
-    int64_t v = (int64_t)x * ((int64_t)1 << (shift > 0 ? shift : 0));
-    if (v > INT32_MAX) v = INT32_MAX;
-    if (v < INT32_MIN) v = INT32_MIN;
-    return q_rdbpot(q_srdhm((int32_t)v, mult), shift > 0 ? 0 : -shift);
+    if (shift > 0) {  /* multiplier >= 1: saturating left shift first (TFLite: int32 x << shift) */
+        const int64_t v = (int64_t)x * ((int64_t)1 << shift);
+        x = v > INT32_MAX ? INT32_MAX : (v < INT32_MIN ? INT32_MIN : (int32_t)v);
+        return q_srdhm(x, mult);
+    }
+    return q_rdbpot(q_srdhm(x, mult), -shift);
 }
 
 MCU_KERNEL int8_t q_out(int32_t acc, int32_t mult, int32_t shift, int32_t zp, int32_t lo, int32_t hi)
@@ -264,16 +270,18 @@ MCU_KERNEL int bs_patterns(const geom_t *g, const int8_t *in, int oy, int ox, in
 """
 
 
-def horner(nb: int, index: str = "i") -> str:
-    """sum_s r_s[i] << s as a Horner expression over the nb bit rows (most significant first)."""
-    expr = f"(int32_t)r{nb - 1}[{index}]"
+def horner(nb: int, index: str = "i", row: str = "r") -> str:
+    """sum_s row_s[i] << s as a Horner expression over the nb bit rows (most significant first).
+    Doubling is written v + v: GCC then uses one add with a shifted operand (with * 2 it spent a
+    register on the constant 2 for smlabb and spilled a table row)."""
+    expr = f"(int32_t){row}{nb - 1}[{index}]"
     for s in range(nb - 2, -1, -1):
-        expr = f"({expr} * 2 + r{s}[{index}])"
+        expr = f"mcu_dbl({expr}) + {row}{s}[{index}]"
     return expr
 
 
-def _rows(nb: int) -> str:
-    return " ".join(f"const int16_t *const r{s} = r[{s}];" for s in range(nb))
+def _rows(nb: int, first: int = 0, row: str = "r") -> str:
+    return " ".join(f"const int16_t *const {row}{s} = r[{first + s}];" for s in range(nb))
 
 
 def bitserial_kernel_c() -> str:
@@ -292,11 +300,20 @@ def bitserial_kernel_c() -> str:
         f"    {_rows(nb)}\n    unsigned i;\n"
         f"    for (i = 0; i < pool; ++i) sums[i] = {horner(nb)};\n}}\n"
         for nb in range(2, 9))
+    # Two blocks per call: one accumulator load/store and one loop step per two blocks.
+    leaves += "".join(
+        f"MCU_LEAF void bs_pair{nb}(const int16_t *const *r, const uint8_t *ia, const uint8_t *ib, int32_t *acc, "
+        f"int oc)\n{{\n    {_rows(nb)}\n    {_rows(nb, nb, 'q')}\n    int k;\n"
+        f"    for (k = 0; k < oc; ++k) {{ const unsigned i = ia[k], j = ib[k]; "
+        f"acc[k] += {horner(nb)} + {horner(nb, 'j', 'q')}; }}\n}}\n"
+        for nb in range(2, 4))
     direct_cases = "\n".join(f"                case {nb}: bs_direct{nb}(r, ip, acc, oc); break;" for nb in range(2, 9))
+    pair_cases = "\n".join(f"                case {nb}: bs_pair{nb}(r, ia, ib, acc, oc); break;" for nb in range(2, 4))
     memo_cases = "\n".join(f"                case {nb}: bs_memo{nb}(r, sums, (unsigned)pool); break;"
                             for nb in range(2, 9))
     leaves = ("#if defined(__GNUC__)\n#define MCU_LEAF static __attribute__((noinline, unused))\n#else\n"
-              "#define MCU_LEAF static\n#endif\n" + leaves)
+              "#define MCU_LEAF static\n#endif\n"
+              "static int32_t mcu_dbl(int32_t v) { return v + v; }\n" + leaves)
     return leaves + r"""
 /* acc[k] = sum over blocks of sum_s T[pattern_s][idx[block][k]] << (lo + s), + bias + correction */
 MCU_KERNEL void k_conv_bs(const geom_t *g, const int8_t *in, const uint8_t *idx, const int32_t *bias,
@@ -310,7 +327,15 @@ MCU_KERNEL void k_conv_bs(const geom_t *g, const int8_t *in, const uint8_t *idx,
         for (ox = 0; ox < g->ow; ++ox) {
             const int n = bs_patterns(g, in, oy, ox, nb, table, pool, rows, blk);
             for (k = 0; k < oc; ++k) acc[k] = 0;
-            for (b = 0; b < n; ++b) {
+            for (b = 0; nb <= 3 && b + 1 < n; b += 2) {
+                const int16_t *const *r = rows + (long)b * nb;
+                const uint8_t *ia = idx + (long)blk[b] * oc, *ib = idx + (long)blk[b + 1] * oc;
+                switch (nb) {
+""" + pair_cases + r"""
+                default: break;
+                }
+            }
+            for (; b < n; ++b) {
                 const int16_t *const *r = rows + (long)b * nb;
                 const uint8_t *ip = idx + (long)blk[b] * oc;
                 switch (nb) {
