@@ -368,3 +368,27 @@ def test_anonymous_dim_params_are_not_one_symbol():
     with pytest.raises(_rammer.errors.ShapeError, match="'batch'"):
         _rammer.load(named, input_shapes={"a": (2, 4), "b": (3, 4)})
     del _onnx
+
+
+# -- validation at import (issue 20) ------------------------------------------------------
+
+
+def test_future_opset_is_refused_instead_of_read_with_todays_semantics():
+    model = _relu_model()
+    model.opset_import[0].version = onnx.defs.onnx_opset_version() + 2
+    with pytest.raises(ModelLoadError, match=r"imports ai.onnx opset \d+, newer than the newest"):
+        load(model)
+
+
+def test_compile_passes_limits_to_the_frontend():
+    model = _relu_model()
+    with pytest.raises(ShapeError, match=r"tensor 'x' of shape \[2, 3\] is too large"):
+        rammer.compile(model, backend="reference", limits={"max_tensor_elements": 5})
+    assert rammer.compile(model, backend="reference", limits={"max_tensor_elements": 6}).graph.op_counts() == {"Relu": 1}
+
+
+def test_mixed_dtype_add_is_refused_at_import():
+    model = _model([h.make_node("Add", ["x", "c"], ["y"], name="add")], [_vi("x", [2])], [_vi("y", [2])],
+                   [numpy_helper.from_array(np.array([1, 2], np.int32), "c")])
+    with pytest.raises(ShapeError, match=r"node 'add' \(Add\): inputs 'x' \(float32\) and 'c' \(int32\)"):
+        load(model)

@@ -19,6 +19,12 @@ __all__ = ["load", "load_proto", "import_model", "unsupported_ops", "ModelSource
 def load_proto(source: ModelSource) -> onnx.ModelProto:
     """Read, check and normalise a model (function inlining, opset upgrade)."""
     model, _ = read_model(source)
+    newest = onnx.defs.onnx_opset_version()
+    if ai_onnx_opset(model) > newest:
+        # onnx's checker lets a future opset through; its ops would be read with today's semantics.
+        raise ModelLoadError(f"the model imports ai.onnx opset {ai_onnx_opset(model)}, newer than the newest this "
+                             f"installation knows ({newest}); re-export it with opset <= {newest}, or upgrade onnx "
+                             f"and rammer")
     model = inline_functions(model)
     if 0 < ai_onnx_opset(model) < MIN_NATIVE_OPSET:
         # Upgrade first: old ops (Upsample, Scatter...) become ops rammer implements.
