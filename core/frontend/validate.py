@@ -23,7 +23,7 @@ window attributes (``strides=0``, negative pads) in the ops' geometry code.
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import Sequence
+from typing import Callable, Sequence
 
 import onnx.defs
 
@@ -133,11 +133,15 @@ def check_node_types(node: Node, opset: int, inputs: Sequence[TensorInfo | None]
         if seen[1] != info.dtype and allowed is not None and len(allowed) > 1:
             raise ShapeError(
                 f"{label}: inputs '{seen[0]}' ({_shown(seen[1])}) and '{tname}' ({_shown(info.dtype)}) must have "
-                f"one element "
-                f"type (both are '{param}' in the ONNX spec of {node.op_type}); cast one of them.")
+                f"one element type (both are '{param}' in the ONNX spec of {node.op_type}); cast one of them.")
 
 
 # -- secondary inputs: parameters whose shape follows from the main input's ----------------------
+
+
+Inputs = Sequence[TensorInfo | None]
+#: A parameter check: (node, input infos, opset) -> None, raising a ShapeError.
+ParamCheck = Callable[[Node, Inputs, int], None]
 
 
 def _fail(node: Node, message: str) -> ShapeError:
@@ -185,7 +189,7 @@ def _conv_transpose(node: Node, inputs: Sequence[TensorInfo | None], opset: int)
         _expect_shape(node, inputs, 2, "bias B", (m,), f"with {m} output channels (W's dim 1 x group)")
 
 
-def _per_channel(*indices: int, names: Sequence[str]) -> object:
+def _per_channel(*indices: int, names: Sequence[str]) -> ParamCheck:
     def check(node: Node, inputs: Sequence[TensorInfo | None], opset: int) -> None:
         x = _main(inputs)
         if x is None:
@@ -198,7 +202,7 @@ def _per_channel(*indices: int, names: Sequence[str]) -> object:
     return check
 
 
-def _normalized(*indices: int, names: Sequence[str]) -> object:
+def _normalized(*indices: int, names: Sequence[str]) -> ParamCheck:
     def check(node: Node, inputs: Sequence[TensorInfo | None], opset: int) -> None:
         x = _main(inputs)
         if x is None:
@@ -208,7 +212,7 @@ def _normalized(*indices: int, names: Sequence[str]) -> object:
     return check
 
 
-def _recurrent(gates: int) -> object:
+def _recurrent(gates: int) -> ParamCheck:
     def check(node: Node, inputs: Sequence[TensorInfo | None], opset: int) -> None:
         x, r = _main(inputs), _main(inputs, 2)
         if x is None or r is None or len(x.shape) != 3 or len(r.shape) != 3:
@@ -231,7 +235,7 @@ def _recurrent(gates: int) -> object:
     return check
 
 
-def _scalars(*pairs: tuple[int, str]) -> object:
+def _scalars(*pairs: tuple[int, str]) -> ParamCheck:
     def check(node: Node, inputs: Sequence[TensorInfo | None], opset: int) -> None:
         for i, what in pairs:
             info = _param(node, inputs, i)
@@ -263,7 +267,7 @@ def _prelu(node: Node, inputs: Sequence[TensorInfo | None], opset: int) -> None:
         _unidirectional(node, inputs, 1, "slope", tuple(x.shape))
 
 
-_PARAM_CHECKS = {
+_PARAM_CHECKS: dict[str, ParamCheck] = {
     "Conv": _conv,
     "ConvTranspose": _conv_transpose,
     "BatchNormalization": _per_channel(1, 2, 3, 4, names=("scale", "bias B", "input_mean", "input_var")),
@@ -373,4 +377,4 @@ def check_node_params(node: Node, opset: int, inputs: Sequence[TensorInfo | None
         return
     check = _PARAM_CHECKS.get(node.op_type)
     if check is not None:
-        check(node, inputs, opset)  # type: ignore[operator]
+        check(node, inputs, opset)

@@ -12,7 +12,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .registry import OpContext, OutSpec, normalize_axis, register_op, same_as_input
+from .registry import OpContext, OutSpec, normalize_axis, register_op
 from .tensor import int_list
 
 
