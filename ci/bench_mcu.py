@@ -15,6 +15,7 @@ import argparse
 import json
 import os
 import sys
+import tempfile
 import time
 
 import numpy as np
@@ -22,6 +23,10 @@ import numpy as np
 import rammer
 from rammer import plugins
 from rammer.errors import CompileError
+
+
+#: ARM builds of this run (removed at exit).
+TMP = tempfile.TemporaryDirectory(prefix="rammer-mcu-bench-")
 
 
 def _register() -> None:
@@ -120,7 +125,8 @@ def cortex_m4(int8, int8_direct, pooled, x, bits_range) -> dict:
         prog = exe.program
         q = prog.model
         xq = exe.quantize(x)
-        build = arm.build(prog.source, "cortex-m4", xq, [8], q.input_tensor.nbytes, q.output_tensor.nbytes)
+        build = arm.build(prog.source, "cortex-m4", xq, [8], q.input_tensor.nbytes, q.output_tensor.nbytes,
+                          folder=tempfile.mkdtemp(prefix="rammer-mcu-bench-", dir=TMP.name))
         emu = arm.UnicornM4(build.elf, prog.source.functions)
         by_bits = {}
         for b in (bits_range if name == "pool" else [8]):
@@ -162,7 +168,8 @@ def resnet() -> dict:
         exe = rammer.compile(models.resnet32(width=16), backend="mcu").executable
         q = exe.program.model
         x = exe.quantize(np.random.default_rng(0).random((2, 3, 32, 32), dtype=np.float32))
-        build = arm.build(exe.program.source, "cortex-m4", x, [8, 4], q.input_tensor.nbytes, q.output_tensor.nbytes)
+        build = arm.build(exe.program.source, "cortex-m4", x, [8, 4], q.input_tensor.nbytes, q.output_tensor.nbytes,
+                          folder=tempfile.mkdtemp(prefix="rammer-mcu-bench-", dir=TMP.name))
         got = arm.run_qemu(build, timeout=600)
         same = all(np.array_equal(got[(b, n)], exe.run_int8(x[n:n + 1], b)[0]) for b in (8, 4) for n in range(2))
         out["width 16 on qemu mps2-an386"] = (f"{'bit-exact' if same else 'DIFFERS'} with the host build at 8 and 4 "

@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import weakref
 
 import numpy as np
 
@@ -32,6 +33,8 @@ class HostBuild:
             raise BackendUnavailableError(f"the mcu backend's host build needs a C compiler ('{cc}' not found); "
                                           f"install gcc or set CC")
         self.folder = tempfile.mkdtemp(prefix="rammer-mcu-")
+        # The library stays loaded after its file is gone (Linux): the folder goes with this object.
+        self._cleanup = weakref.finalize(self, shutil.rmtree, self.folder, True)
         write_source(src, self.folder)
         lib = os.path.join(self.folder, "libmodel.so")
         cmd = [cc, *CFLAGS, "-O2", "-shared", "-fPIC", "-o", lib, os.path.join(self.folder, "model.c")]
@@ -57,4 +60,4 @@ class HostBuild:
         return y
 
     def close(self) -> None:
-        shutil.rmtree(self.folder, ignore_errors=True)
+        self._cleanup()

@@ -78,8 +78,16 @@ class McuExecutable:
             x = np.zeros((1, q.input_tensor.nbytes), np.int8)
         else:
             x = self.quantize(np.asarray(next(iter(feeds.values())), np.float32)[:1])
-        build = arm.build(self.program.source, "cortex-m4", x, [bits], q.input_tensor.nbytes, q.output_tensor.nbytes)
-        _, counts = arm.UnicornM4(build.elf, self.program.source.functions).run(x[0], q.output_tensor.nbytes, bits)
+        import shutil
+        import tempfile
+
+        folder = tempfile.mkdtemp(prefix="rammer-mcu-m4-")
+        try:
+            build = arm.build(self.program.source, "cortex-m4", x, [bits], q.input_tensor.nbytes,
+                              q.output_tensor.nbytes, folder=folder)
+            _, counts = arm.UnicornM4(build.elf, self.program.source.functions).run(x[0], q.output_tensor.nbytes, bits)
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
         out["cortex_m4_instructions"] = sum(counts.values())
         out["cortex_m4_instructions_per_layer"] = {q.layers[li].name: n for li, n in counts.items() if li >= 0}
         out["cortex_m4_text_bytes"] = build.text
