@@ -122,6 +122,12 @@ def test_emit_writes_source_that_compiles(mcu_backend, tmp_path):
     out = tmp_path / "emitted"
     exe = rammer.compile(tiny_cnn(), backend="mcu", emit=str(out)).executable
     assert sorted(p.name for p in out.iterdir()) == ["model.c", "model.h", "report.json"]
+    import re
+
+    code = re.sub(r"/\*.*?\*/", "", exe.source, flags=re.S)  # comments may say anything
+    assert not re.search(r"\b(float|double|malloc|calloc|realloc|free)\b", code)
+    assert "int model_run(const int8_t *in, int8_t *out, int act_bits)" in code
+    assert re.search(r"static const int8_t w\d+\[", code) and re.search(r"static const int16_t bs_table\[", code)
     done = subprocess.run(["gcc", "-std=c99", "-Wall", "-Wextra", "-Werror", "-pedantic", "-c", "model.c", "-o",
                            "m.o"], cwd=out, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
