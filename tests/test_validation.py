@@ -315,3 +315,11 @@ def test_mutated_model_fails_at_load_with_a_rammer_error_or_runs(name, model):
             assert relay not in text, text
         return
     compiled(compiled.random_feeds())  # what loads must run
+
+
+def test_required_attribute_is_checked_even_without_the_onnx_checker():
+    from rammer.frontend import import_model
+
+    model = _model([h.make_node("Cast", ["x"], ["y"], name="cast")], [_vi("x", [2])], [_vi("y", [2], T.INT64)])
+    with pytest.raises(ShapeError, match=r"node 'cast' \(Cast\): required attribute\(s\) to missing"):
+        import_model(model)  # import_model does not run onnx's checker; the schema check still applies

@@ -63,6 +63,12 @@ def _schema(op_type: str, domain: str, opset: int) -> onnx.defs.OpSchema | None:
 
 
 @lru_cache(maxsize=4096)
+def _required_attrs(op_type: str, domain: str, opset: int) -> tuple[str, ...]:
+    schema = _schema(op_type, domain, opset)
+    return () if schema is None else tuple(sorted(a.name for a in schema.attributes.values() if a.required))
+
+
+@lru_cache(maxsize=4096)
 def _input_count_range(op_type: str, domain: str, opset: int) -> tuple[int, int] | None:
     schema = _schema(op_type, domain, opset)
     return None if schema is None else (int(schema.min_input), int(schema.max_input))
@@ -109,6 +115,10 @@ def check_node_types(node: Node, opset: int, inputs: Sequence[TensorInfo | None]
         want = f"{low}" if low == high else (f"at least {low}" if high > 1 << 20 else f"{low} to {high}")
         raise ShapeError(f"{label}: has {given} input(s), but {node.op_type} (opset {opset}) takes {want}; "
                          f"fix the model's node")
+    missing_attrs = [a for a in _required_attrs(node.op_type, domain, opset) if a not in node.attrs]
+    if missing_attrs:
+        raise ShapeError(f"{label}: required attribute(s) {', '.join(missing_attrs)} missing; the ONNX spec of "
+                         f"{node.op_type} (opset {opset}) requires them. Fix the model's node.")
     for i, (fname, option, _, _, _) in enumerate(formals):
         if option == _SINGLE and (i >= len(node.inputs) or not node.inputs[i]):
             raise ShapeError(f"{label}: required input {i} ('{fname}') is missing; the ONNX spec of "
