@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     res["test_samples"] = len(yte)
 
     # weight bytes of the pooled layers
-    rows = ft.report["layer_table"]
+    rows = ft.layer_table
     pooled_rows = [r for r in rows if r["path"].startswith("weight pool")]
     int8_bytes = sum(r["int8_weight_bytes"] for r in pooled_rows)
     q = ft.program.model

@@ -42,6 +42,8 @@ class McuExecutable:
         q = program.model
         self.host = HostBuild(program.source, q.input_tensor.nbytes, q.output_tensor.nbytes) if engine == "c" else None
         self.report = build_report(program, engine)
+        #: The report's layers as rows (dicts), for tools.
+        self.layer_table = layer_rows(program)
         #: The generated C as one translation unit (what conformance's source check compiles).
         self.source = program.source.single_file()
 
@@ -157,7 +159,7 @@ def build_report(program: McuProgram, engine: str) -> dict[str, Any]:
     not_pooled = [f"{r['layer']} ({r['why_not_pooled']})" for r in rows if r["why_not_pooled"]]
     flash_layers = sum(r["flash_bytes"] for r in rows)
     io = q.input_tensor.nbytes + q.output_tensor.nbytes
-    return {
+    report: dict[str, Any] = {
         "pool_size": 0 if q.pool is None else int(len(q.pool)),
         "pooled_layers": ", ".join(pooled) or "none",
         "not_pooled": "; ".join(not_pooled) or "none",
@@ -170,7 +172,10 @@ def build_report(program: McuProgram, engine: str) -> dict[str, Any]:
         "operator_order": "as given" if plan.order == sorted(plan.order) else "reordered for peak RAM",
         "calibration": program.calibration_note,
         "engine": "generated C, host build (gcc)" if engine == "c" else "numpy model of the kernels",
-        "layers": [f"{r['layer']}: {r['path']}{' - ' + r['why_not_pooled'] if r['why_not_pooled'] else ''}, "
-                   f"flash {r['flash_bytes']} B, RAM {r['ram_bytes']} B" for r in rows],
-        "layer_table": rows,
     }
+    # One line per layer (the CLI prints each scalar entry on its own line).
+    for pos, r in enumerate(rows):
+        why = f" ({r['why_not_pooled']})" if r["why_not_pooled"] else ""
+        report[f"layer {pos:02d} {r['layer']}"] = (f"{r['kind']}, {r['path']}{why}, flash {r['flash_bytes']} B, "
+                                                 f"RAM {r['ram_bytes']} B live, output {r['output']}")
+    return report

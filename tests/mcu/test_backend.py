@@ -34,7 +34,7 @@ def test_digits_int8_and_pool(mcu_backend, digits):
     assert rep["pooled_layers"] == "conv2, conv3, fc1"
     assert "conv1 (first layer" in rep["not_pooled"] and "fc2 (last layer" in rep["not_pooled"]
     assert rep["pool_size"] == 64 and rep["table_bytes"] == 256 * 64 * 2
-    rows = {r["layer"]: r for r in rep["layer_table"]}
+    rows = {r["layer"]: r for r in pooled.executable.layer_table}
     for name in ("conv2", "conv3", "fc1"):
         r = rows[name]
         assert r["path"].startswith("weight pool")
