@@ -66,10 +66,19 @@ def _geometry(lw: Lowerer, node: Node) -> tuple:
     spatial = x.shape[2:]
     kernel = node.attr("kernel_shape") or w.shape[2:]
     geo = window_geometry(ctx, spatial, kernel)
+    strides, dilations = effective_steps(geo.out, geo.kernel, geo.strides, geo.dilations)
     if len(spatial) == 1:
-        return ((1,) + spatial, (1,) + geo.kernel, (1,) + geo.strides, (0,) + geo.pad_begin, (1,) + geo.dilations,
+        return ((1,) + spatial, (1,) + geo.kernel, (1,) + strides, (0,) + geo.pad_begin, (1,) + dilations,
                 (1,) + geo.out)
-    return spatial, geo.kernel, geo.strides, geo.pad_begin, geo.dilations, geo.out
+    return spatial, geo.kernel, strides, geo.pad_begin, dilations, geo.out
+
+
+def effective_steps(out: tuple, kernel: tuple, strides: tuple, dilations: tuple) -> tuple[tuple, tuple]:
+    """The strides and dilations a window op's kernels need: 1 along an axis with one output
+    pixel (no step is taken) or a kernel of 1 tap.  The phase planes are split ``stride`` ways
+    per axis, so a stride of 2**33 over a single output pixel asked for terabytes of scratch."""
+    return (tuple(1 if o <= 1 else int(s) for o, s in zip(out, strides)),
+            tuple(1 if k <= 1 else int(d) for k, d in zip(kernel, dilations)))
 
 
 def lower_conv(lw: Lowerer, node: Node, members: list[Node], internal: set[str], target: View,

@@ -105,8 +105,9 @@ def bn_constants(node: Node, graph: Graph) -> tuple[np.ndarray, np.ndarray]:
     """BatchNormalization as y = x * a + b per channel: (a, b) shaped to broadcast over [N, C, ...]."""
     scale, bias, mean, var = (graph.initializers[i].astype(np.float64) for i in node.inputs[1:5])
     eps = float(node.attr("epsilon", 1e-5))
-    a = scale / np.sqrt(var + eps)
-    b = bias - mean * a
+    with np.errstate(invalid="ignore", divide="ignore"):  # a negative variance gives NaN, as in reference
+        a = scale / np.sqrt(var + eps)
+        b = bias - mean * a
     rank = len(graph.value_info[node.inputs[0]].shape)
     shape = (-1,) + (1,) * max(rank - 2, 0)
     return a.astype(np.float32).reshape(shape), b.astype(np.float32).reshape(shape)

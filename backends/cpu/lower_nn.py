@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
+from rammer.errors import ShapeError
 from rammer.ir import Node
 from rammer.ops.conv import window_geometry
 from rammer.ops.registry import OpContext
@@ -20,6 +21,7 @@ from . import kernels_nn as knn
 from . import kernels_window as kwin
 from . import lower_rnn
 from .ewops import BLOCK
+from .lower_conv import effective_steps
 from .lower_views import copy_descriptors
 from .ops import CpuOp, EmitContext, Row, split_range
 from .program import EwProgram, epilogue_io
@@ -193,9 +195,10 @@ def lower_pool(lw: Lowerer, node: Node, out: View, prog: EwProgram | None, nodes
     ctx = OpContext(node, lw.opset, [x_info], [None])
     spatial = x_info.shape[2:]
     geo = window_geometry(ctx, spatial, node.attr("kernel_shape"), ceil_mode=bool(node.attr("ceil_mode", 0)))
+    strides, dilations = effective_steps(geo.out, geo.kernel, geo.strides, geo.dilations)
     if len(spatial) == 1:
         H, W = 1, spatial[0]
-        kh, kw, sh, sw, ph, pw, dh, dw = 1, geo.kernel[0], 1, geo.strides[0], 0, geo.pad_begin[0], 1, geo.dilations[0]
+        kh, kw, sh, sw, ph, pw, dh, dw = 1, geo.kernel[0], 1, strides[0], 0, geo.pad_begin[0], 1, dilations[0]
         OH, OW = 1, geo.out[0]
         pe = (0, geo.pad_end[0])
         pb = (0, geo.pad_begin[0])
@@ -203,9 +206,9 @@ def lower_pool(lw: Lowerer, node: Node, out: View, prog: EwProgram | None, nodes
     else:
         H, W = spatial
         kh, kw = geo.kernel
-        sh, sw = geo.strides
+        sh, sw = strides
         ph, pw = geo.pad_begin
-        dh, dw = geo.dilations
+        dh, dw = dilations
         OH, OW = geo.out
         pb, pe, dims = geo.pad_begin, geo.pad_end, spatial
     mode = 0 if node.op_type == "MaxPool" else 1
@@ -411,6 +414,9 @@ def reason(lw: Lowerer, node: Node) -> str | None:
                 return "broadcast scale/bias"
         return None
     if op in ("Softmax", "LogSoftmax"):
+        if not ins[0].shape:  # (shape inference lets it through; the kernel would index a missing axis)
+            raise ShapeError(f"{node.label}: axis {node.attr('axis', -1)} is out of range for the rank-0 input "
+                             f"'{node.inputs[0]}'; fix the model")
         return None
     return "no CPU rKernel for this op"
 

@@ -359,3 +359,46 @@ def test_zero_size_tensors(case):
     else:
         feeds, nodes = {"a": rand(2, 0, 3), "b": rand(3, seed=1)}, [node("Add", ["a", "b"], ["y"])]
     check(model(nodes, feeds, ["y"], consts), feeds, veus=2)
+
+
+# -- mutants: huge strides over one output pixel, Softmax over a rank-0 tensor ---------------
+
+@pytest.mark.parametrize("case", ["maxpool-1d", "maxpool-2d-h", "maxpool-2d-w", "avgpool", "conv", "conv-1d",
+                                  "depthwise", "dilation"])
+def test_huge_stride_over_one_output_pixel(case):
+    """A stride of 2**33 along an axis with one output pixel takes no step, but the phase planes
+    were split that many ways: a ScheduleError (scratch beyond a vEU) where reference runs it."""
+    big = 2 ** 33
+    consts: dict[str, np.ndarray] = {}
+    if case == "maxpool-1d":
+        feeds, nd = {"x": rand(4, 5, 1)}, node("MaxPool", ["x"], ["y"], kernel_shape=[1], strides=[big])
+    elif case == "maxpool-2d-h":
+        feeds = {"x": rand(4, 1, 2, 3)}
+        nd = node("MaxPool", ["x"], ["y"], kernel_shape=[2, 2], pads=[0, 1, 0, 1], strides=[big, 2])
+    elif case == "maxpool-2d-w":
+        feeds, nd = {"x": rand(2, 1, 3, 1)}, node("MaxPool", ["x"], ["y"], kernel_shape=[1, 1], strides=[2, big])
+    elif case == "avgpool":
+        feeds = {"x": rand(2, 3, 4, 4)}
+        nd = node("AveragePool", ["x"], ["y"], kernel_shape=[3, 2], strides=[big, big], pads=[1, 0, 0, 1],
+                  count_include_pad=1)
+    elif case in ("conv", "depthwise"):
+        groups = 8 if case == "depthwise" else 1
+        feeds, consts = {"x": rand(1, 8, 5, 6)}, {"w": rand(8, 8 // groups, 3, 3, seed=1)}
+        nd = node("Conv", ["x", "w"], ["y"], strides=[big, 2], group=groups)
+    elif case == "conv-1d":
+        feeds, consts = {"x": rand(1, 16, 5)}, {"w": rand(8, 16, 3, seed=1)}
+        nd = node("Conv", ["x", "w"], ["y"], strides=[big])
+    else:  # a dilation over a kernel of one tap takes no step either
+        feeds, consts = {"x": rand(1, 8, 5, 6)}, {"w": rand(8, 8, 1, 3, seed=1)}
+        nd = node("Conv", ["x", "w"], ["y"], dilations=[big, 2])
+    check(model([nd, node("Relu", ["y"], ["z"])], feeds, ["z"], consts), feeds, veus=2)
+
+
+def test_softmax_of_rank_0_tensor_is_refused_naming_the_node():
+    """Shape inference lets a rank-0 Softmax through; the lowering indexed its axis past the shape
+    (an IndexError); now a ShapeError naming the node and tensor, as reference raises at run time."""
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Softmax", ["r"], ["y"], name="sm")],
+                          "g", [_vi("x", [])], [_vi("y", [])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(rammer.errors.ShapeError, match=r"'sm'.*rank-0 input 'r'"):
+        rammer.compile(m, backend="cpu", cache=False)
