@@ -323,3 +323,18 @@ def test_required_attribute_is_checked_even_without_the_onnx_checker():
     model = _model([h.make_node("Cast", ["x"], ["y"], name="cast")], [_vi("x", [2])], [_vi("y", [2], T.INT64)])
     with pytest.raises(ShapeError, match=r"node 'cast' \(Cast\): required attribute\(s\) to missing"):
         import_model(model)  # import_model does not run onnx's checker; the schema check still applies
+
+
+def test_errors_in_nodes_the_opset_upgrade_made_name_the_users_node():
+    # Fuzz finding F1: upgrading LogSoftmax-10 makes Flatten + LogSoftmax + Reshape; an invalid
+    # axis failed in "node 'Flatten_3' (Flatten)", a node the user's model does not have.
+    model = _model([h.make_node("Relu", ["x"], ["r"]), h.make_node("LogSoftmax", ["r"], ["y"], axis=-6,
+                                                                   name="logsoftmax_9")],
+                   [_vi("x", [4])], [_vi("y", [4])], opset=10)
+    model.ir_version = 6
+    with pytest.raises(ShapeError, match=r"^node 'logsoftmax_9' \(LogSoftmax\), in the Flatten node that upgrading "
+                                         r"the model from opset 10 made of it: axis -?\d+ is out of range"):
+        load(model)
+    model.graph.node[1].ClearField("name")  # unnamed: named as the importer names it, by its index
+    with pytest.raises(ShapeError, match=r"^node 'LogSoftmax_1' \(LogSoftmax\), in the Flatten node"):
+        load(model)

@@ -25,6 +25,7 @@ from .builder import MAX_FOLD_ELEMENTS, GraphBuilder, Scope
 from .inputs import InputShapes, bind_input_shapes, input_info
 from .limits import Limits, check_dims, check_tensor, resolve_limits
 from .sequences import LOWERED_OPS, lower
+from .upgrade import upgrade_context
 
 __all__ = ["MAX_FOLD_ELEMENTS", "import_model", "raise_if_unsupported", "unsupported_ops"]
 
@@ -170,10 +171,21 @@ def _import_nodes(b: GraphBuilder, nodes: Sequence[onnx.NodeProto], prefix: str)
         else:
             attrs = {a.name: _attr_value(a, label, b) for a in proto.attribute}
         node = Node(proto.op_type, tuple(proto.input), tuple(proto.output), name, domain, attrs)
-        if not domain and node.op_type in LOWERED_OPS:
-            lower(b, node)
-        else:
-            b.add(node)
+        try:
+            if not domain and node.op_type in LOWERED_OPS:
+                lower(b, node)
+            else:
+                b.add(node)
+        except RammerError as exc:
+            context = upgrade_context(proto)
+            if context is None or not exc.args:
+                raise
+            # The user's model has no such node: name theirs, and what the converter made of it.
+            text = str(exc.args[0])
+            detail = text[len(node.label) + 2:] if text.startswith(node.label + ": ") else text
+            exc.args = (f"{context}: {detail}. Fix the node (or re-export the model at a newer opset)",
+                        *exc.args[1:])
+            raise
 
 
 def _inline_constant_if(b: GraphBuilder, proto: onnx.NodeProto, name: str) -> bool:
