@@ -338,3 +338,25 @@ def test_errors_in_nodes_the_opset_upgrade_made_name_the_users_node():
     model.graph.node[1].ClearField("name")  # unnamed: named as the importer names it, by its index
     with pytest.raises(ShapeError, match=r"^node 'LogSoftmax_1' \(LogSoftmax\), in the Flatten node"):
         load(model)
+
+
+def test_gather_on_a_scalar_is_refused_at_import():
+    # Fuzz mutants:47313: a dropped attribute left a Gather on a scalar; the cpu lowering divided by its rank.
+    model = _model([h.make_node("Gather", ["d", "i"], ["y"], name="gather")], [], [_vi("y", [])],
+                   [_init("d", np.float32(1.0)), _init("i", np.int64(0))])
+    with pytest.raises(ShapeError, match=r"node 'gather' \(Gather\): data 'd' is a scalar"):
+        rammer.compile(model, backend="reference")
+
+
+def test_undecodable_op_names_are_listed_not_crashed_on():
+    # Fuzz mutants:32495: protobuf hands back undecodable strings as bytes; sorting them with str crashed.
+    from rammer.errors import UnsupportedOpError
+    from rammer.frontend.onnx_import import raise_if_unsupported
+
+    model = _model([h.make_node("Relu", ["x"], ["a"], name="r"), h.make_node("Foo", ["a"], ["y"], name="f")],
+                   [_vi("x", [2])], [_vi("y", [2])])
+    data = model.SerializeToString().replace(b"Relu", b"R\xf3lu")
+    corrupt = onnx.ModelProto()
+    corrupt.ParseFromString(data)
+    with pytest.raises(UnsupportedOpError, match="2 unsupported op type"):
+        raise_if_unsupported(corrupt)

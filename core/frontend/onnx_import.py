@@ -250,7 +250,8 @@ def raise_if_unsupported(model: onnx.ModelProto) -> None:
         for op_type, domain, node_name in missing:
             by_op.setdefault((domain, op_type), []).append(node_name)
         lines = []
-        for (domain, op_type), names in sorted(by_op.items()):
+        # (str(): a corrupt proto can hold undecodable names, which protobuf gives as bytes)
+        for (domain, op_type), names in sorted(by_op.items(), key=lambda kv: (str(kv[0][0]), str(kv[0][1]))):
             shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
             lines.append(f"{domain or 'ai.onnx'}::{op_type} (opset {opset.get(domain, '?')}) at nodes {shown}")
         raise UnsupportedOpError(

@@ -96,6 +96,8 @@ def slice_(ctx: OpContext, x: np.ndarray, *operands: np.ndarray | None) -> np.nd
 def _infer_gather(ctx: OpContext) -> list[OutSpec]:
     data, indices = ctx.inputs[0], ctx.inputs[1]
     assert data is not None and indices is not None
+    if not data.shape:
+        raise ctx.fail(f"data '{ctx.node.inputs[0]}' is a scalar; Gather needs data of rank 1 or more")
     axis = normalize_axis(ctx, int(ctx.attr("axis", 0)), len(data.shape))
     return [(data.dtype, data.shape[:axis] + indices.shape + data.shape[axis + 1 :])]
 
@@ -110,8 +112,9 @@ def gather(ctx: OpContext, data: np.ndarray, indices: np.ndarray) -> np.ndarray:
 def _infer_gather_elements(ctx: OpContext) -> list[OutSpec]:
     data, indices = ctx.inputs[0], ctx.inputs[1]
     assert data is not None and indices is not None
-    if len(indices.shape) != len(data.shape):
-        raise ctx.fail(f"indices rank {len(indices.shape)} differs from data rank {len(data.shape)}")
+    if len(indices.shape) != len(data.shape) or not data.shape:
+        raise ctx.fail(f"indices rank {len(indices.shape)} must equal the data's rank {len(data.shape)}, "
+                       f"which must be 1 or more")
     normalize_axis(ctx, int(ctx.attr("axis", 0)), len(data.shape))
     return [(data.dtype, indices.shape)]
 
