@@ -14,10 +14,10 @@ import numpy as np
 
 from rammer.backend import Availability, Backend, Capabilities
 from rammer.errors import CompileError
-from rammer.ir import Graph
+from rammer.ir import Graph, Node
 
 from .codegen import generate
-from .lower import SUPPORTED_OPS, lower_graph
+from .lower import SUPPORTED_OPS, graph_refusal, lower_graph, node_refusal
 from .plan import check_budget, plan_memory
 from .pool import build_pool, finetune
 from .quantize import quantize_net
@@ -108,6 +108,16 @@ class McuBackend(Backend):
         if shutil.which(cc) is None:
             return Availability(False, f"needs a C compiler for the host build ('{cc}' not found)")
         return Availability(True)
+
+    def supports(self, node: Node) -> bool:
+        return node.op_type in SUPPORTED_OPS
+
+    def unsupported_nodes(self, graph: Graph) -> list[Node]:
+        """Nodes the backend cannot lower, judged by their attributes and constants too (a grouped
+        conv is a Conv it refuses); every node when the graph is not one image in, one tensor out."""
+        if graph_refusal(graph) is not None:
+            return list(graph.nodes)
+        return [n for n in graph.nodes if node_refusal(graph, n) is not None]
 
     def compile(self, graph: Graph, options: Mapping[str, Any]) -> McuExecutable:
         engine = str(options.get("engine", "c"))

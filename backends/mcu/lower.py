@@ -211,9 +211,70 @@ class _Lowering:
 
 def g_shape(graph: Graph, name: str) -> tuple[int, ...]:
     info = graph.value_info.get(name)
+    if info is None:
+        info = next((t for t in graph.inputs if t.name == name), None)
     return tuple(info.shape) if info is not None else ()
 
 
 def lower_graph(graph: Graph) -> FloatNet:
     """The graph as NHWC float layers, or a CompileError naming the node that cannot be lowered."""
     return _Lowering(graph).lower()
+
+
+def node_refusal(graph: Graph, node: Node) -> str | None:
+    """Why the mcu backend cannot lower ``node`` (attributes, constants), or None: a static check
+    so callers learn every refused node at once."""
+    op = node.op_type
+    if op not in SUPPORTED_OPS:
+        return f"op {op}"
+    consts = graph.initializers
+    if op == "Conv":
+        if len(node.inputs) < 2 or node.inputs[1] not in consts:
+            return "Conv weights are not a constant"
+        w = np.asarray(consts[node.inputs[1]])
+        group = int(node.attr("group", 1))
+        if w.ndim != 4:
+            return "only 2-D convolutions"
+        if group != 1 and not (group == w.shape[0] and w.shape[1] == 1):
+            return f"grouped conv (group {group}) other than depthwise"
+        if any(d != 1 for d in node.attr("dilations", [1, 1])) or \
+                node.attr("auto_pad", "NOTSET") not in ("NOTSET", "VALID"):
+            return "dilated conv or auto_pad SAME"
+    elif op in ("MaxPool", "AveragePool"):
+        if len(node.attr("kernel_shape", [])) != 2 or node.attr("ceil_mode", 0) or \
+                any(d != 1 for d in node.attr("dilations", [1, 1])) or \
+                node.attr("auto_pad", "NOTSET") not in ("NOTSET", "VALID"):
+            return "pooling other than 2-D without ceil_mode, dilations or auto_pad SAME"
+        if op == "AveragePool" and any(node.attr("pads", [0, 0, 0, 0])):
+            return "padded AveragePool"
+        if op == "MaxPool" and len(node.outputs) > 1 and node.outputs[1]:
+            return "MaxPool indices output"
+    elif op in ("Gemm", "MatMul"):
+        if len(node.inputs) < 2 or node.inputs[1] not in consts:
+            return f"{op} weights are not a constant"
+        if op == "Gemm" and (float(node.attr("alpha", 1.0)) != 1.0 or float(node.attr("beta", 1.0)) != 1.0
+                             or node.attr("transA", 0)):
+            return "Gemm with alpha/beta != 1 or transA"
+    elif op == "Clip":
+        if any(i not in consts for i in node.inputs[1:] if i):
+            return "Clip bounds are not constants"
+    elif op == "Add":
+        a, b = node.inputs
+        if a not in consts and b not in consts:
+            sa, sb = g_shape(graph, a), g_shape(graph, b)
+            if sa and sb and sa != sb:
+                return "Add with broadcasting"
+    elif op == "Dropout" and len(node.inputs) > 1 and any(node.inputs[1:]):
+        return "Dropout with ratio/training inputs"
+    return None
+
+
+def graph_refusal(graph: Graph) -> str | None:
+    """Why the whole graph is outside what the backend compiles (one image input, one output)."""
+    if len(graph.inputs) != 1 or len(graph.outputs) != 1:
+        return f"one input and one output (the graph has {len(graph.inputs)} and {len(graph.outputs)})"
+    if len(graph.inputs[0].shape) != 4:
+        return f"an image input [N, C, H, W] (input '{graph.inputs[0].name}' is {list(graph.inputs[0].shape)})"
+    if not any(n.op_type not in ("Flatten", "Reshape", "Identity", "Dropout") for n in graph.nodes):
+        return "at least one layer (the graph only reshapes or copies its input)"
+    return None

@@ -93,8 +93,22 @@ def test_a_model_without_layers_is_refused(mcu_backend):
     g = helper.make_graph([helper.make_node("Flatten", ["x"], ["y"], name="f", axis=1)], "flat",
                           [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 4, 4])],
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 48])])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    assert mcu_backend.unsupported_nodes(load(model))
+    with pytest.raises(RammerError, match="cannot compile"):
+        rammer.compile(model, backend="mcu")
+    from rammer.backends.mcu.lower import lower_graph as lower
+
     with pytest.raises(CompileError, match="computes nothing"):
-        rammer.compile(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), backend="mcu")
+        lower(load(model))
+
+
+def test_grouped_conv_is_listed_as_unsupported(mcu_backend):
+    from rammer.zoo import build
+
+    graph = load(build("resnext-small", seed=0))
+    bad = mcu_backend.unsupported_nodes(graph)
+    assert bad and all(n.op_type == "Conv" and n.attr("group", 1) > 1 for n in bad)
 
 
 def test_sample_model_compiles_and_runs_every_kernel_kind(mcu_backend):
