@@ -143,3 +143,23 @@ def test_budget_error_names_layer_tensors_and_bytes(models):
 
     with pytest.raises(CompileError, match=r"needs \d+ bytes of RAM .* budget is 100; the peak is at layer '\w+'"):
         plan.plan_memory(int8, scratch_bytes=0, ram_budget=100)
+
+
+def test_a_layer_that_could_overflow_the_bitserial_accumulator_is_refused():
+    from rammer.errors import CompileError
+
+    rng = np.random.default_rng(3)
+    blocks = codegen.MAX_BS_BLOCKS + 1
+    c = 8 * blocks
+    net = FloatNet("wide", (1, 1, c), [
+        FloatLayer("relu", "r", (0,), 1, act="relu"),
+        FloatLayer("fc", "first", (1,), 2, _w(rng, 8, c), np.zeros(8, np.float32), act="relu"),
+        FloatLayer("fc", "wide", (2,), 3, _w(rng, 8, 8), np.zeros(8, np.float32), act="relu"),
+        FloatLayer("fc", "last", (3,), 4, _w(rng, 2, 8), np.zeros(2, np.float32))], output=4)
+    infer_shapes(net)
+    q = quantize.quantize_net(net, np.abs(rng.standard_normal((4, 1, 1, c))).astype(np.float32))
+    layer = q.layers[1]
+    layer.indices = np.zeros((8, blocks), np.uint8)  # pretend the wide layer is pooled
+    q.pool = np.ones((32, 8), np.int8)
+    with pytest.raises(CompileError, match="overflow the int32 bit-serial accumulator"):
+        codegen.generate(q, plan.plan_memory(q))
