@@ -88,6 +88,13 @@ _BINARY = ["Add", "Sub", "Mul", "Div", "Max", "Min", "Pow"]
 def _unary(b: _Builder) -> None:
     name, shape = b.pick()
     op = str(b.rng.choice(_UNARY))
+    if op in ("Floor", "Ceil"):
+        # Steps amplify rounding into whole units: apply them to graph inputs only (random normals
+        # are never within rounding of an integer), not to computed values.
+        ins = [t for t in b.pool if t[0] in {vi.name for vi in b.inputs}]
+        name, shape = ins[int(b.rng.integers(len(ins)))] if ins else (name, shape)
+        if name not in {vi.name for vi in b.inputs}:
+            op = "Relu"
     if op in ("Sqrt", "Log", "Reciprocal"):  # keep the domain valid: |x| + 0.5
         absn = b.add("Abs", [name], shape)
         name = b.add("Add", [absn, b.const(np.float32(0.5))], shape)
