@@ -218,6 +218,11 @@ def _inline_constant_if(b: GraphBuilder, proto: onnx.NodeProto, name: str) -> bo
 # -- model import ---------------------------------------------------------------
 
 
+def _text(value: str | bytes) -> str:
+    # A corrupt proto can hold undecodable strings, which protobuf hands back as bytes.
+    return value if isinstance(value, str) else repr(value)
+
+
 def unsupported_ops(model: onnx.ModelProto) -> list[tuple[str, str, str]]:
     """(op_type, domain, node name) of every node no registry entry covers."""
     missing: list[tuple[str, str, str]] = []
@@ -226,7 +231,8 @@ def unsupported_ops(model: onnx.ModelProto) -> list[tuple[str, str, str]]:
         for i, n in enumerate(g.node):
             lowered = n.domain in ("", "ai.onnx") and n.op_type in LOWERED_OPS
             if not lowered and lookup(n.op_type, n.domain) is None:
-                missing.append((n.op_type, n.domain, n.name or f"{n.op_type}_{i}"))
+                op_type, domain = _text(n.op_type), _text(n.domain)
+                missing.append((op_type, domain, _text(n.name) or f"{op_type}_{i}"))
             for a in n.attribute:
                 if a.type == onnx.AttributeProto.GRAPH:
                     walk(a.g)
@@ -250,8 +256,7 @@ def raise_if_unsupported(model: onnx.ModelProto) -> None:
         for op_type, domain, node_name in missing:
             by_op.setdefault((domain, op_type), []).append(node_name)
         lines = []
-        # (str(): a corrupt proto can hold undecodable names, which protobuf gives as bytes)
-        for (domain, op_type), names in sorted(by_op.items(), key=lambda kv: (str(kv[0][0]), str(kv[0][1]))):
+        for (domain, op_type), names in sorted(by_op.items()):
             shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
             lines.append(f"{domain or 'ai.onnx'}::{op_type} (opset {opset.get(domain, '?')}) at nodes {shown}")
         raise UnsupportedOpError(
