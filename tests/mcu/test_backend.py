@@ -150,3 +150,11 @@ def test_emit_writes_source_that_compiles(mcu_backend, tmp_path):
     done = subprocess.run(["gcc", "-std=c99", "-Wall", "-Wextra", "-Werror", "-c", str(single), "-o",
                            str(tmp_path / "one.o")], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
+
+
+def test_generated_source_is_deterministic(mcu_backend):
+    from rammer.backends.mcu.models import tiny_cnn
+
+    a = rammer.compile(tiny_cnn(seed=2), backend="mcu", pool_size=32).executable.source
+    b = rammer.compile(tiny_cnn(seed=2), backend="mcu", pool_size=32).executable.source
+    assert a == b
