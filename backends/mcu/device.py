@@ -109,6 +109,22 @@ class McuBackend(Backend):
             return Availability(False, f"needs a C compiler for the host build ('{cc}' not found)")
         return Availability(True)
 
+    # -- saved programs (rammer.artifact) ----------------------------------------------
+    def artifact_format(self) -> str:
+        from .artifact import FORMAT
+
+        return FORMAT
+
+    def export_artifact(self, executable: Any):
+        from .artifact import export
+
+        return export(executable) if isinstance(executable, McuExecutable) else None
+
+    def import_artifact(self, graph: Graph, files: Mapping[str, bytes], options: Mapping[str, Any]):
+        from .artifact import restore
+
+        return restore(graph, files, options)
+
     def supports(self, node: Node) -> bool:
         return node.op_type in SUPPORTED_OPS
 

@@ -14,7 +14,7 @@ from .codegen import Source
 from .host import HostBuild, write_source
 from .kernels import run_model
 from .plan import MemoryPlan
-from .quantize import QModel, dequantize, quantize_input
+from .quantize import QModel, QTensor, dequantize, quantize_input
 
 
 @dataclass
@@ -97,18 +97,24 @@ class McuExecutable:
         return out
 
     def run(self, feeds: Mapping[str, np.ndarray], act_bits: int | None = None) -> dict[str, np.ndarray]:
-        (inp,), (outp,) = self.graph.inputs, self.graph.outputs
-        if inp.name not in feeds:
-            raise FeedError(f"missing input '{inp.name}'")
-        x = np.asarray(feeds[inp.name], np.float32)
-        if x.ndim != 4 or x.shape[1:] != tuple(inp.shape[1:]):
-            raise FeedError(f"input '{inp.name}' must be [N, {', '.join(map(str, inp.shape[1:]))}], got {list(x.shape)}")
         q = self.program.model
-        y = dequantize(self.run_int8(self.quantize(x), act_bits), q.output_tensor)
-        h, w, c = q.output_tensor.shape
-        if len(outp.shape) == 4:
-            y = np.transpose(y.reshape(len(x), h, w, c), (0, 3, 1, 2))
-        return {outp.name: np.ascontiguousarray(y.reshape((len(x),) + tuple(outp.shape[1:])))}
+        return run_float_io(self.graph, feeds, q.input_tensor, q.output_tensor,
+                            lambda xq: self.run_int8(xq, act_bits))
+
+
+def run_float_io(graph: Graph, feeds: Mapping[str, np.ndarray], tin: QTensor, tout: QTensor, run_int8) -> dict:
+    """Float NCHW feed -> quantized NHWC -> ``run_int8`` -> dequantized output in the graph's layout."""
+    (inp,), (outp,) = graph.inputs, graph.outputs
+    if inp.name not in feeds:
+        raise FeedError(f"missing input '{inp.name}'")
+    x = np.asarray(feeds[inp.name], np.float32)
+    if x.ndim != 4 or x.shape[1:] != tuple(inp.shape[1:]):
+        raise FeedError(f"input '{inp.name}' must be [N, {', '.join(map(str, inp.shape[1:]))}], got {list(x.shape)}")
+    y = dequantize(run_int8(quantize_input(_nhwc(x), tin)), tout)
+    h, w, c = tout.shape
+    if len(outp.shape) == 4:
+        y = np.transpose(y.reshape(len(x), h, w, c), (0, 3, 1, 2))
+    return {outp.name: np.ascontiguousarray(y.reshape((len(x),) + tuple(outp.shape[1:])))}
 
 
 def emit(exe: "McuExecutable", folder: str) -> None:

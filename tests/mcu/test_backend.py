@@ -158,3 +158,18 @@ def test_generated_source_is_deterministic(mcu_backend):
     a = rammer.compile(tiny_cnn(seed=2), backend="mcu", pool_size=32).executable.source
     b = rammer.compile(tiny_cnn(seed=2), backend="mcu", pool_size=32).executable.source
     assert a == b
+
+
+def test_saved_program_loads_and_runs_the_same(mcu_backend, tmp_path):
+    from rammer.backends.mcu.models import tiny_cnn
+
+    compiled = rammer.compile(tiny_cnn(), backend="mcu", pool_size=32, act_bits=5)
+    path = str(tmp_path / "m.rammer")
+    compiled.save(path)
+    loaded = rammer.load_compiled(path)
+    x = np.random.default_rng(3).random((1, 3, 8, 8), dtype=np.float32)
+    np.testing.assert_array_equal(loaded.run({"image": x})["fc"], compiled.run({"image": x})["fc"])
+    for bits in (8, 2):
+        np.testing.assert_array_equal(loaded.executable.run({"image": x}, act_bits=bits)["fc"],
+                                      compiled.executable.run({"image": x}, act_bits=bits)["fc"])
+    assert loaded.executable.report["pool_size"] == 32
