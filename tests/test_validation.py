@@ -361,3 +361,22 @@ def test_undecodable_op_names_are_listed_not_crashed_on():
     assert isinstance(corrupt.graph.node[1].name, bytes)  # the corrupt node name, as protobuf returns it
     with pytest.raises(UnsupportedOpError, match="2 unsupported op type"):
         raise_if_unsupported(corrupt)
+
+
+def test_names_that_are_not_utf8_are_refused_when_the_model_loads():
+    # Fuzz mutants:58424/51188/58022: undecodable names came back from protobuf as bytes and
+    # crashed later steps (sorting, passes) with a raw TypeError.
+    model = _model([h.make_node("LayerNormalization", ["x", "s"], ["y"], epsilon=1e-5, name="ln")],
+                   [_vi("x", [2, 4])], [_vi("y", [2, 4])], [_init("s", _f32(4))])
+    corrupt = onnx.ModelProto()
+    corrupt.ParseFromString(model.SerializeToString().replace(b"epsilon", b"\xe5psilon"))
+    with pytest.raises(ModelLoadError, match=r"not a valid ONNX model: model: node #0: an attribute name "
+                                             r"b'\\xe5psilon' is not valid UTF-8"):
+        load(corrupt)
+
+
+@pytest.mark.parametrize("op", ["Softmax", "LogSoftmax", "Hardmax"])
+def test_softmax_family_of_a_scalar_is_refused_at_import(op):
+    model = _model([h.make_node(op, ["x"], ["y"], name="sm")], [_vi("x", [])], [_vi("y", [])])
+    with pytest.raises(ShapeError, match=rf"node 'sm' \({op}\): input 'x' has shape \[\]; {op} needs rank 1"):
+        load(model)

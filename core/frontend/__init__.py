@@ -10,7 +10,7 @@ from ..errors import ModelLoadError
 from ..ir import Graph
 from .limits import Limits, resolve_limits
 from .onnx_import import import_model, raise_if_unsupported, unsupported_ops
-from .source import ModelSource, check_model, read_model
+from .source import ModelSource, check_model, check_names, read_model
 from .upgrade import MIN_NATIVE_OPSET, ai_onnx_opset, inline_functions, upgrade_opset
 
 __all__ = ["load", "load_proto", "import_model", "unsupported_ops", "ModelSource", "Limits"]
@@ -19,6 +19,7 @@ __all__ = ["load", "load_proto", "import_model", "unsupported_ops", "ModelSource
 def load_proto(source: ModelSource) -> onnx.ModelProto:
     """Read, check and normalise a model (function inlining, opset upgrade)."""
     model, _ = read_model(source)
+    check_names(model)
     newest = onnx.defs.onnx_opset_version()
     if ai_onnx_opset(model) > newest:
         # onnx's checker lets a future opset through; its ops would be read with today's semantics.

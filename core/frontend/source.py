@@ -72,6 +72,37 @@ def _load_external_data(model: onnx.ModelProto, base: Path) -> None:
             raise ModelLoadError(f"failed to load external data: {exc}") from None
 
 
+def check_names(model: onnx.ModelProto) -> None:
+    """A :class:`ModelLoadError` for a name that is not valid UTF-8 (protobuf then hands it back
+    as bytes, which every later step would trip over)."""
+
+    def bad(value: object, what: str) -> None:
+        if isinstance(value, bytes):
+            raise ModelLoadError(f"not a valid ONNX model: {what} {value!r} is not valid UTF-8 text (a corrupt file, "
+                                 f"or a broken exporter); re-export the model")
+
+    def walk(g: onnx.GraphProto, where: str) -> None:
+        for vi in list(g.input) + list(g.output) + list(g.value_info):
+            bad(vi.name, f"{where}: a value name")
+        for t in g.initializer:
+            bad(t.name, f"{where}: an initializer name")
+        for i, n in enumerate(g.node):
+            label = f"{where}: node #{i}"
+            bad(n.name, f"{label}: its name")
+            bad(n.op_type, f"{label}: its op type")
+            bad(n.domain, f"{label}: its domain")
+            for name in list(n.input) + list(n.output):
+                bad(name, f"{label} ({n.op_type!r}): a tensor name")
+            for a in n.attribute:
+                bad(a.name, f"{label}: an attribute name")
+                for sub in [a.g] if a.HasField("g") else list(a.graphs):
+                    walk(sub, f"{label} attribute '{a.name}'")
+
+    for o in model.opset_import:
+        bad(o.domain, "an opset import's domain")
+    walk(model.graph, "model")
+
+
 def check_model(model: onnx.ModelProto) -> None:
     try:
         onnx.checker.check_model(model)

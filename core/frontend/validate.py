@@ -271,6 +271,14 @@ def _reverse_sequence(node: Node, inputs: Sequence[TensorInfo | None], opset: in
     _expect_shape(node, inputs, 1, "sequence_lens", (x.shape[batch_axis],), f"with batch {x.shape[batch_axis]}")
 
 
+def _min_rank(rank: int) -> ParamCheck:
+    def check(node: Node, inputs: Inputs, opset: int) -> None:
+        x = _main(inputs)
+        if x is not None and len(x.shape) < rank:
+            raise _fail(node, f"input '{x.name}' has shape {list(x.shape)}; {node.op_type} needs rank {rank} or more")
+    return check
+
+
 def _prelu(node: Node, inputs: Sequence[TensorInfo | None], opset: int) -> None:
     x = _main(inputs)
     if x is not None:
@@ -296,6 +304,9 @@ _PARAM_CHECKS: dict[str, ParamCheck] = {
     "OneHot": _scalars((1, "depth")),
     "TopK": _scalars((1, "K")),
     "PRelu": _prelu,
+    "Softmax": _min_rank(1),
+    "LogSoftmax": _min_rank(1),
+    "Hardmax": _min_rank(1),
     "ReverseSequence": _reverse_sequence,
 }
 
