@@ -28,12 +28,12 @@ import hashlib
 import importlib.metadata
 import json
 import os
-import tempfile
 import zipfile
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping
 
 from . import plugins
+from .atomic_file import atomic_write
 from .backend import Backend
 from .errors import ModelLoadError, RammerError
 from .frontend import load
@@ -87,20 +87,10 @@ def save_compiled(model: CompiledModel, path: str) -> str:
         "options": {k: v for k, v in model.options.items() if isinstance(v, (str, int, float, bool)) or v is None},
         "files": {name: {"size": len(data), "sha256": _digest(data)} for name, data in files.items()},
     }
-    folder = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(folder):
-        raise RammerError(f"cannot save to '{path}': folder '{folder}' does not exist")
-    fd, tmp = tempfile.mkstemp(dir=folder, suffix=".rammer.tmp")
-    try:
-        with os.fdopen(fd, "wb") as f, zipfile.ZipFile(f, "w", zipfile.ZIP_STORED) as z:
-            z.writestr(MANIFEST, json.dumps(manifest, indent=1, sort_keys=True))
-            for name, data in files.items():
-                z.writestr(name, data)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    with atomic_write(path, "the compiled model") as f, zipfile.ZipFile(f, "w", zipfile.ZIP_STORED) as z:
+        z.writestr(MANIFEST, json.dumps(manifest, indent=1, sort_keys=True))
+        for name, data in files.items():
+            z.writestr(name, data)
     return path
 
 

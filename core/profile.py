@@ -12,12 +12,10 @@ Nothing here is simulated: ``rammer schedule`` is the simulator.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-from .errors import RammerError
+from .atomic_file import atomic_write
 
 __all__ = ["TraceSlice", "Profile", "chrome_trace", "write_chrome_trace", "top_ops"]
 
@@ -101,16 +99,6 @@ def _track_order(track: str) -> tuple[int, str]:
 
 def write_chrome_trace(slices: Sequence[TraceSlice], path: str, process_name: str = "rammer") -> str:
     """Write the trace atomically (a temp file, then ``os.replace``); returns ``path``."""
-    folder = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(folder):
-        raise RammerError(f"cannot write the profile to '{path}': folder '{folder}' does not exist")
-    fd, tmp = tempfile.mkstemp(dir=folder, suffix=".json.tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(chrome_trace(slices, process_name), f, separators=(",", ":"))
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    with atomic_write(path, "the profile", binary=False) as f:
+        json.dump(chrome_trace(slices, process_name), f, separators=(",", ":"))
     return path

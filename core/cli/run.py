@@ -5,12 +5,12 @@ from __future__ import annotations
 import argparse
 import os
 import json
-import tempfile
 import time
 
 import numpy as np
 
 from ..errors import FeedError, RammerError
+from ..atomic_file import atomic_write
 from ..bench.timing import Timing, time_calls
 from .common import add_backend_arg, add_model_args, add_strict_arg, fmt_us, input_shapes, model_source
 
@@ -78,16 +78,8 @@ def _summary(arr: np.ndarray) -> str:
 
 def save_npz(path: str, arrays: dict[str, np.ndarray]) -> None:
     """Write atomically: a reader never sees a half-written file."""
-    folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=folder, suffix=".npz.tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            np.savez(f, **arrays)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    with atomic_write(path, "the outputs") as f:
+        np.savez(f, **arrays)
 
 
 def format_timing(timing: Timing) -> str:
