@@ -92,6 +92,14 @@ class Target:
             pytest.skip(f"uses dtype(s) {', '.join(sorted(extra))} outside the backend's declared "
                         f"capabilities.dtypes ({', '.join(sorted(self.caps.dtypes))})")
 
+    def skip_if_quantized(self, what: str) -> None:
+        """Skip a float-exactness check on a backend that declares quantized results
+        (``capabilities.extra["quantized"]``): its accuracy is checked against its own spec."""
+        q = self.caps.extra.get("quantized")
+        if q:
+            pytest.skip(f"backend '{self.name}' computes {q} approximations of float models (capabilities.extra"
+                        f"['quantized']); {what} compares float results at fixed tolerances")
+
     def require_run(self) -> None:
         """Skip the rest of a check that needs to run code: the backend cannot run here."""
         if not self.available:
