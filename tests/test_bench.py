@@ -378,3 +378,22 @@ def test_merge_names_files_and_machines_and_accepts_out_folders(tmp_path, capsys
                  "--no-charts", "--out", str(tmp_path / "all")]) == 0
     last = capsys.readouterr().out.strip().splitlines()[-1]
     assert "measured on 2 machine(s): box-a, box-b" in last and "run-box-a" in last
+
+
+def test_device_metrics_and_quantized_cells_in_the_matrix(tmp_path):
+    """A quantized backend's cell is timed and marked as an approximation, with the metrics its
+    executable reports (the mcu backend: flash, RAM, Cortex-M4 instructions)."""
+    import onnx as _onnx
+
+    from rammer.cli import main
+
+    mcu_models = pytest.importorskip("rammer.backends.mcu.models")
+    path = tmp_path / "tiny_cnn.onnx"
+    _onnx.save(mcu_models.tiny_cnn(), str(path))
+    assert main(["bench", "--models", str(path), "--backends", "mcu,reference", "--repeat", "1", "--warmup", "0",
+                 "--no-charts", "--out", str(tmp_path / "out")]) == 0
+    cells = {c["backend"]: c for c in json.loads((tmp_path / "out" / "results.json").read_text())["cells"]}
+    mcu = cells["mcu"]
+    assert mcu["status"] in ("ok", "approx") and mcu["median_s"] > 0
+    assert mcu["device_metrics"]["flash_bytes"] > 0 and mcu["device_metrics"]["ram_bytes"] > 0
+    assert "flash_bytes=" in (tmp_path / "out" / "results.md").read_text()

@@ -71,6 +71,11 @@ def short_cell(cell: dict[str, Any] | None, baseline: str | None) -> str:
     if cell is None:
         return ""
     status = cell["status"]
+    sim = (cell.get("device_metrics") or {}).get("simulated_latency_s")
+    if status == "ok" and isinstance(sim, (int, float)):
+        return f"{fmt_time(sim)} (simulated)"
+    if status == "approx":
+        return f"{fmt_time(cell['median_s'])} (quantized, err {cell.get('max_abs_err') or 0:.2g})"
     if status == "ok":
         text = fmt_time(cell["median_s"])
         if cell["backend"] == baseline:
@@ -142,7 +147,7 @@ def summary_table(doc: dict[str, Any]) -> list[str]:
 
 def details_table(doc: dict[str, Any]) -> list[str]:
     headers = ["model", "batch", "backend", "machine", "status", "median", "min", "max", "mean ± std", "p90",
-               "p99", "runs", "speedup", "compile", "max abs err", "note"]
+               "p99", "runs", "speedup", "compile", "max abs err", "device metrics", "note"]
     body = []
     for c in doc["cells"]:
         body.append([c["model"], str(c["batch"]), c["backend"], c["machine"], c["status"],
@@ -152,8 +157,9 @@ def details_table(doc: dict[str, Any]) -> list[str]:
                      "-" if c.get("speedup") is None else fmt_speedup(c["speedup"]),
                      "-" if c.get("compile_s") is None else f"{c['compile_s']:.2f} s",
                      "-" if c.get("max_abs_err") is None else f"{c['max_abs_err']:.2g}",
+                     ", ".join(f"{k}={v}" for k, v in (c.get("device_metrics") or {}).items()) or "-",
                      c["reason"] or ""])
-    return _md_table(headers, body, ["l", "r", "l", "l", "l"] + ["r"] * 10 + ["l"])
+    return _md_table(headers, body, ["l", "r", "l", "l", "l"] + ["r"] * 10 + ["l", "l"])
 
 
 def machines_lines(doc: dict[str, Any]) -> list[str]:

@@ -78,6 +78,14 @@ class _CompiledRun:
     def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         return self.compiled.run(feeds)
 
+    def device_metrics(self, feeds: Mapping[str, np.ndarray]) -> dict[str, Any]:
+        """What the executable reports about the device (``device_metrics(feeds)``: e.g. a
+        microcontroller's instruction count and flash/RAM, or a simulator's ``simulated_latency_s``)."""
+        fn = getattr(self.compiled.executable, "device_metrics", None)
+        if fn is None:
+            return {}
+        return {k: v for k, v in dict(fn(feeds)).items() if isinstance(v, (int, float, str, bool))}
+
 
 class RammerRunner(BenchRunner):
     """A rammer backend, driven through the public ``rammer.compile`` API."""
@@ -91,6 +99,8 @@ class RammerRunner(BenchRunner):
         self.backend = plugins.backends()[backend_name]
         caps = self.backend.capabilities
         self.rtol, self.atol = caps.rtol, caps.atol
+        #: Results are quantized approximations (checked at the output's scale, see matrix._check_one).
+        self.quantized = bool(caps.extra.get("quantized"))
         self.description = self.backend.description
 
     def availability(self) -> Availability:
@@ -101,7 +111,13 @@ class RammerRunner(BenchRunner):
 
         if case.graph is None:
             raise RuntimeError(f"rammer cannot load the model: {case.load_error}")
-        return _CompiledRun(rammer_compile(case.graph, backend=self.name))
+        options: dict[str, Any] = {}
+        known = self.backend.capabilities.options or frozenset()
+        if self.quantized and "calibration" in known and len(case.graph.inputs) == 1:
+            # A quantized backend calibrates its ranges on the benchmark's own inputs (the convention
+            # for post-training quantization: a `calibration` option taking samples of the input).
+            options["calibration"] = np.asarray(next(iter(case.feeds.values())))
+        return _CompiledRun(rammer_compile(case.graph, backend=self.name, **options))
 
 
 class UnknownRunner(BenchRunner):
