@@ -380,3 +380,9 @@ def test_softmax_family_of_a_scalar_is_refused_at_import(op):
     model = _model([h.make_node(op, ["x"], ["y"], name="sm")], [_vi("x", [])], [_vi("y", [])])
     with pytest.raises(ShapeError, match=rf"node 'sm' \({op}\): input 'x' has shape \[\]; {op} needs rank 1"):
         load(model)
+
+
+def test_graph_output_declared_with_another_element_type_is_refused():
+    model = _model([h.make_node("Shape", ["x"], ["y"], name="shape")], [_vi("x", [2, 3])], [_vi("y", [2], T.FLOAT)])
+    with pytest.raises(ShapeError, match="model output 'y' is declared float32 but the model computes int64"):
+        load(model)

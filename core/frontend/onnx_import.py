@@ -17,7 +17,7 @@ import onnx
 from onnx import numpy_helper
 
 from .. import dtypes
-from ..errors import ModelLoadError, RammerError, UnsupportedOpError
+from ..errors import ModelLoadError, RammerError, ShapeError, UnsupportedOpError
 from ..ir import Graph, Node, TensorInfo
 from ..ops.control import unreachable_branch
 from ..ops.registry import lookup
@@ -118,7 +118,26 @@ def _import_graph(g: onnx.GraphProto, input_shapes: InputShapes, parent: GraphBu
             # An output that is an alias of an enclosing graph's tensor: copy it under its name.
             b.add(Node("Identity", (vi.name,), (vi.name,), f"{where}/output_{vi.name}", ""))
     outputs = [b.output_info(vi.name, where) for vi in g.output]
+    if parent is None:
+        _check_declared_output_types(g, outputs)
     return b.build(g.name or "main", inputs, outputs)
+
+
+def _check_declared_output_types(g: onnx.GraphProto, outputs: list[TensorInfo]) -> None:
+    """A graph output whose declared element type is not the one its node computes is a broken
+    model (onnxruntime refuses it too); callers would otherwise get arrays of a surprising dtype.
+    (Declared *shapes* are not compared: exporters often leave dims fixed that input_shapes rebinds.)"""
+    for vi, info in zip(g.output, outputs):
+        declared = vi.type.tensor_type.elem_type if vi.type.HasField("tensor_type") else 0
+        if not declared:
+            continue
+        try:
+            want = dtypes.from_onnx(declared)
+        except RammerError:
+            continue  # a type rammer has no numpy dtype for; the op that makes it decides
+        if want != info.dtype:
+            raise ShapeError(f"model output '{vi.name}' is declared {want} but the model computes {info.dtype} "
+                             f"for it; fix the output's declared type or the nodes that make it")
 
 
 def _if_branches(proto: onnx.NodeProto, label: str, b: GraphBuilder) -> dict[str, Any]:
