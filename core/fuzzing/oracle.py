@@ -72,7 +72,8 @@ def _names(model_bytes: bytes) -> set[str]:
         names.update(v.name for v in (*g.input, *g.output, *g.value_info) if v.name)
         names.update(t.name for t in g.initializer if t.name)
     walk(m.graph)
-    return {n for n in names if len(n) >= 2}
+    # a damaged string field can decode as bytes; only text can appear in an error message
+    return {n for n in names if isinstance(n, str) and len(n) >= 2}
 
 
 def _judge_error(exc: BaseException, model_bytes: bytes) -> Outcome | None:

@@ -85,3 +85,19 @@ def test_the_oracle_flags_raw_exceptions(monkeypatch):
     # rammer.compile wraps a backend's internal error in a CompileError that only relays it: a finding
     assert out.kind == "vague-error" and "KeyError" in out.detail
     assert "vague-error" in FAILURES
+
+
+def test_the_oracle_judges_errors_of_models_with_undecodable_names():
+    """A mutant's damaged name decodes as bytes; judging the error about it must not crash the oracle."""
+    from onnx import TensorProto, helper
+
+    from rammer.errors import ModelLoadError
+    from rammer.fuzzing.oracle import _judge_error, _names
+
+    node = helper.make_node("Relu", ["xx"], ["yy"], name="NODEQQ")
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("xx", TensorProto.FLOAT, [2])],
+                              [helper.make_tensor_value_info("yy", TensorProto.FLOAT, [2])])
+    data = helper.make_model(graph).SerializeToString().replace(b"NODEQQ", b"NO\xff\xfeQQ")
+    assert _names(data) == {"Relu", "xx", "yy"}
+    assert _judge_error(ModelLoadError("tensor 'yy' is bad"), data) is None
+    assert _judge_error(ModelLoadError("something is bad"), data).kind == "vague-error"
