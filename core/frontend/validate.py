@@ -275,7 +275,8 @@ def _min_rank(rank: int) -> ParamCheck:
     def check(node: Node, inputs: Inputs, opset: int) -> None:
         x = _main(inputs)
         if x is not None and len(x.shape) < rank:
-            raise _fail(node, f"input '{x.name}' has shape {list(x.shape)}; {node.op_type} needs rank {rank} or more")
+            raise _fail(node, f"rank-{len(x.shape)} input '{x.name}' (shape {list(x.shape)}); {node.op_type} needs "
+                              f"rank {rank} or more")
     return check
 
 
