@@ -46,11 +46,13 @@ def ancestors(graph: Graph) -> list[int]:
     return anc
 
 
-def build_groups(graph: Graph, kinds: list[str], anc: list[int] | None = None) -> tuple[list[Group], dict[int, int]]:
+def build_groups(graph: Graph, kinds: list[str], anc: list[int] | None = None,
+                 fuse: bool = True) -> tuple[list[Group], dict[int, int]]:
     """Groups over nodes of kind "ew" and "head"; returns groups and node -> group id.
 
     ``kinds[i]`` is "ew" (fusible elementwise), "head" (GEMM-like that takes
-    an epilogue) or anything else (not fused).
+    an epilogue) or anything else (not fused).  With ``fuse=False`` every node
+    is a group of its own.
     """
     if anc is None:
         anc = ancestors(graph)
@@ -75,7 +77,7 @@ def build_groups(graph: Graph, kinds: list[str], anc: list[int] | None = None) -
         shape = shape_of(i)
         candidates: list[int] = []
         externals: list[int] = []
-        for t in dict.fromkeys(x for x in node.inputs if x):
+        for t in dict.fromkeys(x for x in node.inputs if x and fuse):
             p = producer.get(t)
             if p is None:
                 continue
@@ -129,7 +131,75 @@ def build_groups(graph: Graph, kinds: list[str], anc: list[int] | None = None) -
         group_of[i] = keep.id
     for g in groups.values():
         g.members.sort()
+    _break_cycles(graph, groups, group_of)
     return list(groups.values()), group_of
+
+
+def _group_edges(graph: Graph, groups: dict[int, Group], group_of: dict[int, int]) -> dict[int, set[int]]:
+    """Group -> the groups it reads from (a group runs as one op, so a read by any member counts)."""
+    producer = graph.producer
+    index = {id(n): i for i, n in enumerate(graph.nodes)}
+    edges: dict[int, set[int]] = {gid: set() for gid in groups}
+    for gid, g in groups.items():
+        for m in _members(g):
+            for t in graph.nodes[m].inputs:
+                p = producer.get(t) if t else None
+                if p is None:
+                    continue
+                src = group_of.get(index[id(p)])
+                if src is not None and src != gid:
+                    edges[gid].add(src)
+    return edges
+
+
+def _find_cycle(edges: dict[int, set[int]]) -> list[int] | None:
+    state: dict[int, int] = {}
+    stack: list[int] = []
+
+    def visit(u: int) -> list[int] | None:
+        state[u] = 1
+        stack.append(u)
+        for w in sorted(edges[u]):
+            if state.get(w) == 1:
+                return stack[stack.index(w):]
+            if w not in state:
+                found = visit(w)
+                if found:
+                    return found
+        stack.pop()
+        state[u] = 2
+        return None
+
+    for u in sorted(edges):
+        if u not in state:
+            found = visit(u)
+            if found:
+                return found
+    return None
+
+
+def _break_cycles(graph: Graph, groups: dict[int, Group], group_of: dict[int, int]) -> None:
+    """Split groups until no two groups feed each other.
+
+    Merging checks ancestry node by node, but a group runs as a unit: group A can read from an
+    elementwise group B one of whose members needs a node that a later merge put into A (a MatMul
+    epilogue that pulled in a producer B also reads).  Such a cycle is broken by splitting a
+    head-less group on it into single nodes (rare; it costs that group's fusion, never a result).
+    """
+    while True:
+        cycle = _find_cycle(_group_edges(graph, groups, group_of))
+        if cycle is None:
+            return
+        victims = [g for g in cycle if groups[g].head is None and len(groups[g].members) > 1] or \
+                  [g for g in cycle if len(_members(groups[g])) > 1]
+        if not victims:
+            raise AssertionError("cycle among single-node fusion groups")
+        g = groups.pop(max(victims, key=lambda k: len(_members(groups[k]))))
+        for m in _members(g):
+            single = Group(max(groups, default=-1) + 1, graph.value_info[graph.nodes[m].outputs[0]].shape,
+                           head=m if m == g.head else None, members=[] if m == g.head else [m], mask=1 << m)
+            groups[single.id] = single
+            group_of[m] = single.id
 
 
 def _members(g: Group) -> list[int]:

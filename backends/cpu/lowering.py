@@ -14,6 +14,8 @@ Steps:
 
 from __future__ import annotations
 
+import logging
+
 import heapq
 import itertools
 import math
@@ -48,9 +50,22 @@ class Lowered:
     fused_groups: int = 0
 
 
+log = logging.getLogger("rammer")
+
+
+def _printable(name: object) -> str:
+    return "".join(ch if ch.isprintable() else "?" for ch in str(name))[:80]
+
+
+class _OpCycle(Exception):
+    """The fused ops depend on each other in a circle (see ``Lowerer.run``)."""
+
+
 class Lowerer:
-    def __init__(self, graph: Graph, cost: CostModel | None = None, batch_rows: int = 0):
+    def __init__(self, graph: Graph, cost: CostModel | None = None, batch_rows: int = 0, fuse: bool = True):
         self.graph = graph
+        #: Elementwise fusion (groups, epilogues); off only for the rare graph where it makes a cycle.
+        self.fuse = fuse
         #: Largest stacked row count of batched shared-weight MatMuls (0: off); see batching.py.
         self.batch_rows = batch_rows
         self.cost = cost or CostModel()
@@ -119,6 +134,19 @@ class Lowerer:
 
     # -- the pipeline ---------------------------------------------------------
     def run(self) -> Lowered:
+        """The lowered graph.  Fusion and batching check for cycles as they merge, node by node;
+        should the merged ops still feed each other in a circle (a fuzzer found such graphs), the
+        graph is lowered again without fusion or batching: slower for that model, never wrong."""
+        try:
+            return self._run()
+        except _OpCycle:
+            if not self.fuse:
+                raise AssertionError("cycle among CPU ops without fusion") from None
+            log.warning("the cpu backend's fusion made a cycle in '%s'; compiling it without elementwise fusion",
+                        _printable(self.graph.name))
+            return Lowerer(self.graph, self.cost, 0, fuse=False)._run()
+
+    def _run(self) -> Lowered:
         g = self.graph
         kinds, reasons = self._classify()
         anc = ancestors(g)
@@ -126,7 +154,7 @@ class Lowerer:
         chunk_of = {i: k for k, c in enumerate(chunks) for i in c}
         for i in chunk_of:
             kinds[i] = "batched"
-        groups, group_of = build_groups(g, kinds, anc)
+        groups, group_of = build_groups(g, kinds, anc, fuse=self.fuse)
         by_id = {gr.id: gr for gr in groups}
         internal = self._internal_tensors(groups, group_of)
         for t in g.inputs:
@@ -264,7 +292,7 @@ class Lowerer:
                 if remaining[s] == 0:
                     heapq.heappush(heap, s)
         if len(order) != len(ops):
-            raise AssertionError("cycle among CPU ops (fusion bug)")
+            raise _OpCycle()
         for k, op in enumerate(order):
             op.index = k
         return order

@@ -402,3 +402,57 @@ def test_softmax_of_rank_0_tensor_is_refused_naming_the_node():
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
     with pytest.raises(rammer.errors.ShapeError, match=r"'sm'.*rank-0 input 'r'"):
         rammer.compile(m, backend="cpu", cache=False)
+
+
+def test_fusion_groups_that_would_feed_each_other_are_split():
+    """Fuzz graphs:1045344: a 1-D MatMul's epilogue pulled in Mul(in1, in1), whose output an
+    elementwise group also reads while that group feeds the MatMul: the groups formed a cycle and
+    the cpu backend refused the model ("cycle among CPU ops")."""
+    import numpy as _np
+    import onnx as _onnx
+    from onnx import TensorProto as _TP
+    from onnx import helper as _h
+
+    import rammer as _rammer
+
+    w12 = _h.make_tensor("w12", _TP.FLOAT, [2], [-0.228, -0.295])
+    half = _h.make_tensor("half", _TP.FLOAT, [], [0.5])
+    nodes = [
+        _h.make_node("Mul", ["in1", "in1"], ["t2"], name="mul"), _h.make_node("Abs", ["in4"], ["t5"], name="abs1"),
+        _h.make_node("Add", ["t5", "half"], ["t8"], name="add1"), _h.make_node("Div", ["t2", "t8"], ["t10"], name="div"),
+        _h.make_node("MatMul", ["w12", "t5"], ["t13"], name="mm"), _h.make_node("Abs", ["t13"], ["t15"], name="abs2"),
+        _h.make_node("Add", ["t15", "half"], ["t18"], name="add2"), _h.make_node("Tanh", ["t2"], ["t20"], name="tanh"),
+        _h.make_node("Pow", ["t18", "t20"], ["t22"], name="pow"),
+        _h.make_node("Softmax", ["t18"], ["t25"], name="softmax", axis=0)]
+    g = _h.make_graph(nodes, "cycle", [_h.make_tensor_value_info("in1", _TP.FLOAT, [6]),
+                                       _h.make_tensor_value_info("in4", _TP.FLOAT, [2, 6])],
+                      [_h.make_tensor_value_info(n, _TP.FLOAT, [s]) if n != "t10" else
+                       _h.make_tensor_value_info(n, _TP.FLOAT, [2, 6]) for n, s in (("t10", 6), ("t22", 6), ("t25", 6))],
+                      initializer=[w12, half])
+    model = _h.make_model(g, opset_imports=[_h.make_opsetid("", 17)])
+    model.ir_version = 8
+    _onnx.checker.check_model(model, full_check=True)
+    rng = _np.random.default_rng(0)
+    feeds = {"in1": rng.standard_normal(6).astype(_np.float32), "in4": rng.standard_normal((2, 6)).astype(_np.float32)}
+    got = _rammer.compile(model, backend="cpu").run(feeds)
+    want = _rammer.compile(model, backend="reference").run(feeds)
+    for k in want:
+        _np.testing.assert_allclose(got[k], want[k], rtol=1e-4, atol=1e-5)
+
+
+def test_an_op_cycle_after_fusion_compiles_without_fusion(caplog):
+    """Fuzz graphs:110258: two MatMuls batched on a shared input, an epilogue group and a host If made
+    a cycle among the lowered ops; the backend now lowers such a graph again without fusion."""
+    import logging
+
+    import numpy as _np
+
+    import rammer as _rammer
+    from rammer.fuzzing.campaign import build_case
+
+    data, feeds, _ = build_case("graphs", 110258)
+    with caplog.at_level(logging.WARNING, logger="rammer"):
+        got = _rammer.compile(data, backend="cpu").run(feeds)
+    want = _rammer.compile(data, backend="reference").run(feeds)
+    for k in want:
+        _np.testing.assert_allclose(got[k], want[k], rtol=1e-4, atol=1e-5)
