@@ -3,6 +3,7 @@
     python ci/fuzz.py --minutes 60                         # the long run: both campaigns, every backend here
     python ci/fuzz.py --graphs 2000 --mutants 1000 --seed 7 --backends cpu
     python ci/fuzz.py --replay graphs:1234 --backends cpu  # one case again, minimised and printed
+    python ci/fuzz.py --summarize a.jsonl b.jsonl           # the per-backend, per-campaign table of runs
 
 Campaigns: "graphs" (valid random models: the backend must agree with reference) and "mutants" (broken
 copies: run correctly or refused with an error naming the node, op or tensor).  Findings are printed
@@ -34,6 +35,36 @@ def _replay(spec: str, backend: str) -> int:
     return 1
 
 
+def _summarize(paths: list[str]) -> int:
+    """Print the table of docs/reliability.md from the JSON lines of earlier runs (a case counted once)."""
+    from collections import Counter, defaultdict
+
+    from rammer.fuzzing.oracle import FAILURES
+
+    seen: dict[tuple, str] = {}
+    for path in paths:
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                try:
+                    r = json.loads(line)
+                except ValueError:  # a run killed mid-line
+                    continue
+                seen[(r["backend"], r["campaign"], r["seed"])] = r["kind"]
+    counts: dict[tuple, Counter] = defaultdict(Counter)
+    for (backend, campaign, _), kind in seen.items():
+        counts[(backend, campaign)][kind] += 1
+    print("| backend | campaign | cases | ok | invalid (refused by name) | skipped | failures | failure kinds |")
+    print("|---|---|---:|---:|---:|---:|---:|---|")
+    bad = 0
+    for (backend, campaign), c in sorted(counts.items()):
+        fails = {k: v for k, v in c.items() if k in FAILURES}
+        bad += sum(fails.values())
+        kinds = ", ".join(f"{k} {v}" for k, v in sorted(fails.items())) or "-"
+        print(f"| {backend} | {campaign} | {sum(c.values())} | {c.get('ok', 0)} | {c.get('invalid', 0)} | "
+              f"{c.get('skipped', 0)} | {sum(fails.values())} | {kinds} |")
+    return 1 if bad else 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--minutes", type=float, help="stop after this long (campaigns share it)")
@@ -47,7 +78,10 @@ def main() -> int:
     ap.add_argument("--out", default="fuzz-results.jsonl", help="one JSON line per case")
     ap.add_argument("--replay", metavar="CAMPAIGN:SEED", help="rerun one case, minimise it if it fails")
     ap.add_argument("--no-minimize", action="store_true")
+    ap.add_argument("--summarize", nargs="+", metavar="JSONL", help="print the table of these runs' results")
     args = ap.parse_args()
+    if args.summarize:
+        return _summarize(args.summarize)
     import rammer
 
     backends = args.backends.split(",") if args.backends else sorted(
