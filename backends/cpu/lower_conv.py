@@ -198,6 +198,11 @@ def implicit_conv_op(lw: Lowerer, name: str, nodes: tuple[Node, ...], x: View, w
         pad_rows = 0  # read in place: no phase planes
     # B panels, edge tile, overrun slack, the padded input rows of one group as phase planes, slack
     phases = sh * sw * -(-pad_rows // sh) * -(-wp_width // sw)  # stride-phase planes of the padded rows
+    # A task's phase planes hold only the input rows its pixels reach (kernels_conv): on large
+    # planes (detectors at 640 px) tasks are cut to at most rows_cap output rows so that they fit.
+    rows_cap = _phase_rows_cap(cg, pad_rows, OH, OW, sh, sw, kh, dh, wp_width)
+    if rows_cap < OH:
+        phases = sh * sw * -(-((rows_cap - 1) * sh + (kh - 1) * dh + 1) // sh) * -(-wp_width // sw)
     pack = False
     if form == FORM_PIXEL_ROWS:
         kc = pixel_rows_depth(K, cg * (phases if pad_rows else geo[2] * geo[3]))
@@ -227,6 +232,9 @@ def implicit_conv_op(lw: Lowerer, name: str, nodes: tuple[Node, ...], x: View, w
         m_parts = min(max(1, per // q_parts), m_panels)
         return _grid_parts(blocks, mg, unit, m_panels, m_parts, ohw, NR, q_panels, q_parts)
 
+    if rows_cap < OH:
+        partition = _rows_capped(partition, blocks, mg, ohw, max(NR, (rows_cap - 1) * OW // NR * NR))
+
     return _conv_op(name, nodes, x, wp, out, prog, space, geo, [groups, cg, mg, wp, mpad, kc, nc],
                     [regs, wp_width, form], bias, relu, residual, int(inplace) | (PACK_PIXEL_ROWS if pack else 0),
                     flops, partition, regs + panel,
@@ -253,6 +261,38 @@ def _conv_op(name: str, nodes: tuple[Node, ...], x: View, wp: View, out: View, p
 
     return CpuOp(name, "conv", nodes, tuple(sorted(reads - writes)), tuple(sorted(writes)), flops, nbytes,
                  partition, emit, scratch=scratch, blas=True, extra=extra)
+
+
+#: Floats of a vEU's scratch the phase planes of one conv rTask may take (1.5 of its 2 MiB).
+PHASE_PLANES_MAX_FLOATS = 384 * 1024
+
+
+def _phase_rows_cap(cg: int, pad_rows: int, OH: int, OW: int, sh: int, sw: int, kh: int, dh: int,
+                    wp_width: int) -> int:
+    """The most output rows one rTask may cover so that its phase planes fit in
+    :data:`PHASE_PLANES_MAX_FLOATS` (``OH`` when the whole plane fits, or nothing is padded)."""
+    def floats(rows: int) -> int:
+        return cg * sh * sw * -(-((rows - 1) * sh + (kh - 1) * dh + 1) // sh) * -(-wp_width // sw)
+    if pad_rows == 0 or floats(OH) <= PHASE_PLANES_MAX_FLOATS:
+        return OH
+    rows = OH
+    while rows > 2 and floats(rows) > PHASE_PLANES_MAX_FLOATS:
+        rows = max(2, rows // 2 if floats(rows // 2) > PHASE_PLANES_MAX_FLOATS else rows - max(1, rows // 16))
+    # (a task of P pixels spans at most P / OW + 1 rows: the pixel cap below keeps it to rows)
+    return max(2, rows) if (max(2, rows) - 1) * OW >= NR else OH
+
+
+def _rows_capped(partition, blocks: int, mg: int, ohw: int, max_pixels: int):
+    """``partition`` with every task's pixel range cut into runs of at most ``max_pixels``
+    (a multiple of NR), so that its phase planes fit the scratch sized for them."""
+    def capped(k: int) -> list:
+        parts = partition(k) or [(b, b + 1, 0, mg, 0, ohw) for b in range(blocks)]
+        out = []
+        for b0, b1, m0, m1, q0, q1 in parts:
+            for c0 in range(q0, q1, max_pixels):
+                out.append((b0, b1, m0, m1, c0, min(q1, c0 + max_pixels)))
+        return out
+    return capped
 
 
 def _grid_parts(blocks: int, mg: int, unit: int, m_panels: int, m_parts: int, ohw: int, q_unit: int,
