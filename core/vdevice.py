@@ -172,6 +172,13 @@ PRESETS: dict[str, dict[str, Any]] = {
         local_memory_only=True, constant_memory="local", memory_bytes=1472 * 624 * KiB,
         description="Graphcore GC200 IPU: 1472 tiles x 6 threads, 624 KiB SRAM per tile",
     ),
+    "gc2": dict(
+        kind="ipu", num_veus=1216, veu=dict(threads=6, local_mem_bytes=256 * KiB),
+        veu_gflops=31_100 / 1216, veu_gbps=45_000 / 1216,
+        rtask_overhead_us=0.1, barrier_us=0.5, kernel_launch_us=1.5,
+        local_memory_only=True, constant_memory="local", memory_bytes=1216 * 256 * KiB,
+        description="Graphcore GC2 IPU (Mk1): 1216 tiles x 6 threads, 256 KiB SRAM per tile",
+    ),
     # The cpu backend's vDevice too (one source): per-core figures measured on the
     # CPU backend's kernels (GEMM micro-kernel vs elementwise loops, streaming from L3),
     # the cost of reading one task row, and of a barrier row / a parallel-region launch.
