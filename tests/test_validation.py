@@ -386,3 +386,12 @@ def test_graph_output_declared_with_another_element_type_is_refused():
     model = _model([h.make_node("Shape", ["x"], ["y"], name="shape")], [_vi("x", [2, 3])], [_vi("y", [2], T.FLOAT)])
     with pytest.raises(ShapeError, match="model output 'y' is declared float32 but the model computes int64"):
         load(model)
+
+
+def test_a_tensor_written_twice_is_refused_even_without_the_onnx_checker():
+    from rammer.frontend import import_model
+
+    model = _model([h.make_node("Relu", ["x"], ["y"], name="first"), h.make_node("Neg", ["x"], ["y"], name="second")],
+                   [_vi("x", [2])], [_vi("y", [2])])
+    with pytest.raises(ModelLoadError, match=r"node 'second' \(Neg\) writes tensor 'y', which an earlier node"):
+        import_model(model)

@@ -183,6 +183,12 @@ class GraphBuilder:
                 raise ModelLoadError(f"{label} reads tensor '{tname}', which is not defined before it")
             in_infos.append(info)
             in_values.append(self.scope.const(tname))
+        for oname in node.outputs:
+            if oname and (oname in self.scope.infos or oname in self.scope.aliases):
+                # onnx's checker refuses this (SSA); import_model without it must not let a second
+                # writer silently replace the first.
+                raise ModelLoadError(f"{label} writes tensor '{oname}', which an earlier node or input already "
+                                     f"defines; every tensor name must be written once. Rename one of them")
         opset = int(self.scope.opset.get(node.domain or "", 1))
         check_node_types(node, opset, in_infos)
         check_node_params(node, opset, in_infos)
