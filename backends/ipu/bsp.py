@@ -1,0 +1,118 @@
+"""The bulk-synchronous program an IPU runs, as plain data.
+
+Superstep ``s`` is: exchange ``s`` (slices produced in earlier supersteps move
+between tiles), a global sync, then compute ``s`` (every tile runs its rTasks).
+Every tensor slice has exactly one owner tile; a tile may read only slices it
+owns or received in the exchange of the current superstep.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from rammer.errors import RammerError
+from rammer.rtask import Box
+
+
+class IpuPlacementError(RammerError):
+    """The model does not fit the IPU's tile memories."""
+
+
+class BSPOrderError(RammerError):
+    """A tile read a slice it neither owns nor received (a missing or late exchange)."""
+
+
+@dataclass(frozen=True)
+class TensorSlice:
+    tensor: str
+    box: Box
+    owner: int
+    #: Superstep whose compute writes it; -1 for constants and graph inputs (loaded before superstep 0).
+    superstep: int
+
+
+@dataclass(frozen=True)
+class Exchange:
+    superstep: int
+    src: int
+    dst: int
+    tensor: str
+    box: Box
+    nbytes: int
+
+
+@dataclass(frozen=True)
+class TileTask:
+    """The rTasks of one op that one tile runs in one superstep's compute."""
+
+    superstep: int
+    tile: int
+    op: int
+    rtasks: tuple[int, ...]
+
+
+@dataclass(eq=False)
+class BSPProgram:
+    mode: str
+    policy: str
+    num_tiles: int
+    sram_bytes: int
+    num_supersteps: int
+    slices: dict[str, list[TensorSlice]]
+    exchanges: list[Exchange]
+    tasks: list[TileTask]
+    #: Per-superstep estimated compute, exchange and sync time (us).
+    compute_us: np.ndarray
+    exchange_us: np.ndarray
+    sync_us: float
+    tile_peak_bytes: np.ndarray
+    busy_us: float
+    num_veus: int
+    cost_model: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def latency_us(self) -> float:
+        return float(self.compute_us.sum() + self.exchange_us.sum() + self.sync_us * self.num_supersteps)
+
+    @property
+    def exchange_bytes(self) -> int:
+        return int(sum(e.nbytes for e in self.exchanges))
+
+    def exchange_bytes_per_superstep(self) -> list[int]:
+        out = [0] * self.num_supersteps
+        for e in self.exchanges:
+            out[e.superstep] += e.nbytes
+        return out
+
+    def report(self) -> dict[str, Any]:
+        lat = self.latency_us
+        tiles_busy = {}
+        for t in self.tasks:
+            tiles_busy.setdefault(t.superstep, set()).add(t.tile)
+        tile_util = (sum(len(v) for v in tiles_busy.values()) / (self.num_tiles * max(1, self.num_supersteps)))
+        return {
+            "mode": self.mode, "policy": self.policy, "simulated": True,
+            "latency_us": lat, "supersteps": self.num_supersteps,
+            "exchange_bytes": self.exchange_bytes, "exchanges": len(self.exchanges),
+            "tile_peak_bytes": int(self.tile_peak_bytes.max(initial=0)),
+            "tile_sram_bytes": self.sram_bytes,
+            "tile_utilisation": tile_util,
+            "veu_utilisation": self.busy_us / (lat * self.num_veus) if lat > 0 else 0.0,
+            "compute_us": float(self.compute_us.sum()), "exchange_us": float(self.exchange_us.sum()),
+            "sync_us": self.sync_us * self.num_supersteps, "cost_model": dict(self.cost_model),
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        """The tile mapping and the superstep program, for Poplar tooling and inspection."""
+        return {
+            "format": "rammer.ipu.bsp/1", **self.report(),
+            "slices": [{"tensor": s.tensor, "box": [list(b) for b in s.box], "tile": s.owner,
+                        "superstep": s.superstep} for ss in self.slices.values() for s in ss],
+            "exchanges": [{"superstep": e.superstep, "src": e.src, "dst": e.dst, "tensor": e.tensor,
+                           "box": [list(b) for b in e.box], "bytes": e.nbytes} for e in self.exchanges],
+            "compute": [{"superstep": t.superstep, "tile": t.tile, "op": t.op, "rtasks": list(t.rtasks)}
+                        for t in self.tasks],
+        }

@@ -1,0 +1,64 @@
+"""The ipu backend's declaration: name, capabilities, availability, compile."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from rammer.backend import Availability, Backend, Capabilities
+from rammer.errors import RammerError
+from rammer.ir import Graph
+from rammer.schedule import build_problem, get_policy, verify
+
+from .codegen import MODES, lower
+from .poptorch_path import build_poptorch_runner, poptorch_status
+from .runtime import IpuExecutable
+
+OPTIONS = frozenset({"policy", "mode", "vdevice", "engine", "export_json"})
+ENGINES = ("auto", "simulator", "poptorch")
+
+
+class IpuBackend(Backend):
+    name = "ipu"
+    capabilities = Capabilities(
+        ops=None,
+        dtypes=frozenset({"float32", "int64", "int32", "bool"}),
+        rtol=1e-4,
+        atol=1e-5,
+        device="ipu",
+        schedules=True,
+        vdevice_presets=("gc200", "gc2"),
+        options=OPTIONS,
+        extra={"simulated": True, "superstep_modes": list(MODES), "engines": list(ENGINES)},
+    )
+    default_priority = -10  # a simulator: never the default backend
+
+    @property
+    def description(self) -> str:  # type: ignore[override]
+        ok, why = poptorch_status()
+        engine = "poptorch (untested here)" if ok else f"the numpy BSP simulator ({why})"
+        return f"Graphcore IPU: rTasks on tiles in bulk-synchronous supersteps; runs on {engine}"
+
+    def availability(self) -> Availability:
+        return Availability(True)
+
+    def compile(self, graph: Graph, options: Mapping[str, Any]) -> IpuExecutable:
+        unknown = set(options) - OPTIONS
+        if unknown:
+            raise TypeError(f"unknown option(s) for the ipu backend: {sorted(unknown)} (known: {sorted(OPTIONS)})")
+        engine = str(options.get("engine", "auto"))
+        if engine not in ENGINES:
+            raise RammerError(f"ipu backend: unknown engine '{engine}'; choose one of {', '.join(ENGINES)}")
+        mode = str(options.get("mode", "merged"))
+        if mode not in MODES:
+            raise RammerError(f"ipu backend: unknown superstep mode '{mode}'; choose one of {', '.join(MODES)}")
+        vd = self.vdevice(options.get("vdevice"))
+        schedule = get_policy(str(options.get("policy", "wavefront"))).schedule(build_problem(graph, vd, self))
+        verify(schedule, graph)
+        program = lower(schedule, graph, mode)
+        runner = None
+        if engine == "poptorch" or (engine == "auto" and poptorch_status()[0]):
+            runner = build_poptorch_runner(graph, schedule, program, required=engine == "poptorch")
+        exe = IpuExecutable(graph, schedule, program, runner)
+        if options.get("export_json"):
+            exe.export_json(str(options["export_json"]))
+        return exe

@@ -1,0 +1,73 @@
+"""Where tensor slices live: constants and graph inputs cut into chunks and placed
+on tiles, and each tile's SRAM high-water mark over the supersteps."""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import numpy as np
+
+from rammer.rtask import Box
+
+#: Constants and graph inputs are cut along their first axis into slices of at most this size.
+CHUNK_BYTES = 16 * 1024
+
+
+#: Integer constants up to this many elements (shapes, axes, split sizes) are compile-time
+#: parameters of the vertex code, present on every tile, not tensor slices.
+STATIC_MAX_ELEMENTS = 64
+
+
+def is_static(graph, name: str) -> bool:
+    value = graph.initializers.get(name)
+    return value is not None and not np.issubdtype(value.dtype, np.floating) and value.size <= STATIC_MAX_ELEMENTS
+
+
+def chunk_boxes(shape: Sequence[int], itemsize: int, chunk_bytes: int = CHUNK_BYTES) -> list[Box]:
+    """``shape`` cut along axis 0 into boxes of at most ``chunk_bytes`` (at least one row each)."""
+    if len(shape) == 0:
+        return [()]
+    rows = int(shape[0])
+    row_bytes = itemsize * math.prod(int(d) for d in shape[1:])
+    per = max(1, chunk_bytes // max(1, row_bytes))
+    rest = tuple((0, int(d)) for d in shape[1:])
+    if rows == 0:
+        return [((0, 0),) + rest]
+    return [((lo, min(rows, lo + per)),) + rest for lo in range(0, rows, per)]
+
+
+def box_volume(box: Box) -> int:
+    return math.prod(max(0, hi - lo) for lo, hi in box)
+
+
+def boxes_array(boxes: Sequence[Box], ndim: int) -> np.ndarray:
+    if not boxes:
+        return np.zeros((0, ndim, 2), dtype=np.int64)
+    return np.asarray(boxes, dtype=np.int64).reshape(len(boxes), ndim, 2)
+
+
+def peak_per_tile(num_tiles: int, tile: np.ndarray, start: np.ndarray, end: np.ndarray,
+                  nbytes: np.ndarray) -> np.ndarray:
+    """Peak bytes per tile of intervals ``[start, end]`` (supersteps) holding ``nbytes`` on ``tile``."""
+    peak = np.zeros(num_tiles, dtype=np.int64)
+    if len(tile) == 0:
+        return peak
+    ev_tile = np.concatenate([tile, tile])
+    ev_time = np.concatenate([start, end + 1])
+    ev_delta = np.concatenate([nbytes, -nbytes])
+    # At equal time, frees (negative) first: an interval ending at s-1 and one starting at s do not overlap.
+    order = np.lexsort((ev_delta, ev_time, ev_tile))
+    ev_tile, ev_delta = ev_tile[order], ev_delta[order]
+    running = np.cumsum(ev_delta)
+    first = np.flatnonzero(np.r_[True, ev_tile[1:] != ev_tile[:-1]])
+    before = np.r_[0, running[first[1:] - 1]] if len(first) > 1 else np.array([0])
+    offsets = np.repeat(before, np.diff(np.r_[first, len(ev_tile)]))
+    local = running - offsets
+    np.maximum.at(peak, ev_tile, local)
+    return peak
+
+
+def live_at(tile_id: int, superstep: int, tile: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Indices of the intervals live on ``tile_id`` at ``superstep``."""
+    return np.flatnonzero((tile == tile_id) & (start <= superstep) & (end >= superstep))
