@@ -1,0 +1,227 @@
+"""More GPU rKernels written once in the kernel IR: conv (direct, grouped so depthwise too), pooling,
+row reductions, layer norm and a shared-memory tiled transpose.
+
+Each builder states threads per block and shared memory (``Kernel.threads``,
+``Kernel.shared``); a kernel's block index is its rTask index.  Every block
+barrier is passed by every thread (barriers sit only in straight-line code or
+in loops whose trip count is uniform over the block), which is also the shape
+PoCL compiles correctly (shared/notes/gpu.md).  Layouts are NCHW, row-major.
+"""
+
+from __future__ import annotations
+
+from rammer.codegen import kernel_ir as ir
+from rammer.codegen.kernel_ir import BinOp, Call, Load, Special, c, v
+
+from .kernels import _halvings
+
+__all__ = ["conv2d_direct", "pool2d", "reduce_rows", "layernorm_rows", "transpose_tiled", "REDUCE_KINDS"]
+
+#: Row reductions ``reduce_rows`` builds.
+REDUCE_KINDS = ("sum", "mean", "max", "min")
+
+
+def _add(a: ir.Expr, b: ir.Expr) -> ir.Expr:
+    return BinOp("+", a, b)
+
+
+def _mul(a: ir.Expr, b: ir.Expr) -> ir.Expr:
+    return BinOp("*", a, b)
+
+
+def _lt(a: ir.Expr, b: ir.Expr) -> ir.Expr:
+    return BinOp("<", a, b)
+
+
+def _and(*terms: ir.Expr) -> ir.Expr:
+    out = terms[0]
+    for t in terms[1:]:
+        out = BinOp("&&", out, t)
+    return out
+
+
+def _gid() -> ir.Expr:
+    return _add(_mul(Special("block_id"), Special("block_dim")), Special("thread_id"))
+
+
+def _ints(*names: str) -> tuple[ir.Param, ...]:
+    return tuple(ir.Param(n, "int") for n in names)
+
+
+def _unflatten(index: str, dims: list[tuple[str, str]]) -> list[ir.Stmt]:
+    """Declarations splitting the flat ``index`` into coordinates, innermost last: ``dims`` is
+    ``[(coord, extent), ...]`` outermost first."""
+    out: list[ir.Stmt] = [ir.Decl("int", "rest", v(index))]
+    for coord, extent in reversed(dims[1:]):
+        out.append(ir.Decl("int", coord, BinOp("%", v("rest"), v(extent))))
+        out.append(ir.Assign("rest", BinOp("/", v("rest"), v(extent))))
+    out.append(ir.Decl("int", dims[0][0], v("rest")))
+    return out
+
+
+def conv2d_direct(name: str, threads: int = 128) -> ir.Kernel:
+    """ONNX Conv (NCHW, groups, strides, pads, dilations, optional bias): one thread per output
+    element; depthwise is ``groups == C == OC``.  No shared memory."""
+    oc, ic, kh, kw = v("oc"), v("ic"), v("kh"), v("kw")
+    icg = BinOp("/", v("C"), v("G"))
+    ocg = BinOp("/", v("OC"), v("G"))
+    ih = _add(BinOp("-", _mul(v("oh"), v("SH")), v("PH")), _mul(kh, v("DH")))
+    iw = _add(BinOp("-", _mul(v("ow"), v("SW")), v("PW")), _mul(kw, v("DW")))
+    cin = _add(_mul(BinOp("/", oc, ocg), icg), ic)
+    x_idx = _add(_mul(_add(_mul(_add(_mul(v("n"), v("C")), cin), v("H")), v("ih")), v("W")), v("iw"))
+    w_idx = _add(_mul(_add(_mul(_add(_mul(oc, icg), ic), v("KH")), kh), v("KW")), kw)
+    body = (
+        ir.Decl("int", "i", _gid()),
+        ir.If(_lt(v("i"), v("total")), (
+            *_unflatten("i", [("n", "N"), ("oc", "OC"), ("oh", "OH"), ("ow", "OW")]),
+            ir.Decl("float", "acc", ir.Select(BinOp("!=", v("has_bias"), c(0)), Load("bias", oc), c(0.0))),
+            ir.For("ic", c(0), icg, c(1), (
+                ir.For("kh", c(0), v("KH"), c(1), (
+                    ir.Decl("int", "ih", ih),
+                    ir.For("kw", c(0), v("KW"), c(1), (
+                        ir.Decl("int", "iw", iw),
+                        ir.If(_and(BinOp(">=", v("ih"), c(0)), _lt(v("ih"), v("H")),
+                                   BinOp(">=", v("iw"), c(0)), _lt(v("iw"), v("W"))),
+                              (ir.Assign("acc", _add(v("acc"), _mul(Load("x", x_idx), Load("w", w_idx)))),)),
+                    )),
+                )),
+            )),
+            ir.Store("y", v("i"), v("acc")),
+        )),
+    )
+    params = (ir.Param("x", "float", True, True), ir.Param("w", "float", True, True),
+              ir.Param("bias", "float", True, True), ir.Param("y", "float", True),
+              *_ints("has_bias", "total", "N", "C", "H", "W", "OC", "OH", "OW", "KH", "KW",
+                     "SH", "SW", "PH", "PW", "DH", "DW", "G"))
+    return ir.Kernel(name, params, body, threads=threads, meta=(("op", "Conv"), ("tiling", "direct")))
+
+
+def pool2d(name: str, kind: str, threads: int = 128) -> ir.Kernel:
+    """MaxPool / AveragePool (NCHW, strides, pads; average over the in-bounds window, ONNX's
+    ``count_include_pad=0``): one thread per output element.  No shared memory."""
+    if kind not in ("max", "avg"):
+        raise ValueError(f"pool kind {kind!r} is not max or avg")
+    ih = _add(BinOp("-", _mul(v("oh"), v("SH")), v("PH")), v("kh"))
+    iw = _add(BinOp("-", _mul(v("ow"), v("SW")), v("PW")), v("kw"))
+    x_idx = _add(_mul(_add(_mul(v("nc"), v("H")), v("ih")), v("W")), v("iw"))
+    update = (ir.Assign("acc", Call("fmax", (v("acc"), Load("x", x_idx)))) if kind == "max"
+              else ir.Assign("acc", _add(v("acc"), Load("x", x_idx))))
+    body = (
+        ir.Decl("int", "i", _gid()),
+        ir.If(_lt(v("i"), v("total")), (
+            *_unflatten("i", [("nc", "NC"), ("oh", "OH"), ("ow", "OW")]),
+            ir.Decl("float", "acc", c(-3.0e38) if kind == "max" else c(0.0)),
+            ir.Decl("int", "cnt", c(0)),
+            ir.For("kh", c(0), v("KH"), c(1), (
+                ir.Decl("int", "ih", ih),
+                ir.For("kw", c(0), v("KW"), c(1), (
+                    ir.Decl("int", "iw", iw),
+                    ir.If(_and(BinOp(">=", v("ih"), c(0)), _lt(v("ih"), v("H")),
+                               BinOp(">=", v("iw"), c(0)), _lt(v("iw"), v("W"))),
+                          (update, ir.Assign("cnt", _add(v("cnt"), c(1))))),
+                )),
+            )),
+            ir.Store("y", v("i"), v("acc") if kind == "max"
+                     else BinOp("/", v("acc"), ir.Cast("float", ir.Select(BinOp(">", v("cnt"), c(0)), v("cnt"),
+                                                                        c(1))))),
+        )),
+    )
+    params = (ir.Param("x", "float", True, True), ir.Param("y", "float", True),
+              *_ints("total", "NC", "H", "W", "OH", "OW", "KH", "KW", "SH", "SW", "PH", "PW"))
+    return ir.Kernel(name, params, body, threads=threads,
+                     meta=(("op", "MaxPool" if kind == "max" else "AveragePool"),))
+
+
+def _block_reduce(kind: str, threads: int, part: str = "part") -> tuple[ir.Stmt, ...]:
+    """Tree reduction of each thread's ``part`` through shared ``red``; every thread passes every
+    barrier and ends with the block's result in ``part``."""
+    tid = v("tid")
+    if kind == "max":
+        def combine(a, b): return Call("fmax", (a, b))
+    elif kind == "min":
+        def combine(a, b): return Call("fmin", (a, b))
+    else:
+        def combine(a, b): return _add(a, b)
+    steps: list[ir.Stmt] = []
+    for step in _halvings(threads):
+        steps += [ir.If(_lt(tid, c(step)),
+                        (ir.Store("red", tid, combine(Load("red", tid), Load("red", _add(tid, c(step))))),)),
+                  ir.Barrier()]
+    return (ir.Store("red", tid, v(part)), ir.Barrier(), *steps, ir.Assign(part, Load("red", c(0))), ir.Barrier())
+
+
+def reduce_rows(name: str, kind: str, threads: int = 128) -> ir.Kernel:
+    """``y[r] = reduce(x[r, :n])`` (ReduceSum/Mean/Max/Min over the last axis after the caller
+    permutes the reduced axes last): one block per row; shared memory ``threads`` floats."""
+    if kind not in REDUCE_KINDS:
+        raise ValueError(f"reduce kind {kind!r} is not one of {REDUCE_KINDS}")
+    tid = v("tid")
+    base = _mul(Special("block_id"), v("n"))
+    init = {"sum": c(0.0), "mean": c(0.0), "max": c(-3.0e38), "min": c(3.0e38)}[kind]
+    x = Load("x", _add(base, v("j")))
+    step = {"max": Call("fmax", (v("part"), x)), "min": Call("fmin", (v("part"), x))}.get(kind, _add(v("part"), x))
+    out = BinOp("/", v("part"), ir.Cast("float", v("n"))) if kind == "mean" else v("part")
+    body = (
+        ir.Decl("int", "tid", Special("thread_id")),
+        ir.Decl("float", "part", init),
+        ir.For("j", tid, v("n"), c(threads), (ir.Assign("part", step),)),
+        *_block_reduce("sum" if kind == "mean" else kind, threads),
+        ir.If(BinOp("==", tid, c(0)), (ir.Store("y", Special("block_id"), out),)),
+    )
+    params = (ir.Param("x", "float", True, True), ir.Param("y", "float", True), ir.Param("n", "int"))
+    op = {"sum": "ReduceSum", "mean": "ReduceMean", "max": "ReduceMax", "min": "ReduceMin"}[kind]
+    return ir.Kernel(name, params, body, shared=(ir.SharedArray("red", "float", threads),), threads=threads,
+                     meta=(("op", op),))
+
+
+def layernorm_rows(name: str, threads: int = 128) -> ir.Kernel:
+    """LayerNormalization over the last axis of ``x[rows, n]`` with ``scale[n]``, ``bias[n]``:
+    one block per row; mean, then variance, each a block reduction (``threads`` floats shared)."""
+    tid = v("tid")
+    base = _mul(Special("block_id"), v("n"))
+    x = Load("x", _add(base, v("j")))
+    centred = BinOp("-", x, v("mean"))
+    body = (
+        ir.Decl("int", "tid", Special("thread_id")),
+        ir.Decl("float", "part", c(0.0)),
+        ir.For("j", tid, v("n"), c(threads), (ir.Assign("part", _add(v("part"), x)),)),
+        *_block_reduce("sum", threads),
+        ir.Decl("float", "mean", BinOp("/", v("part"), ir.Cast("float", v("n")))),
+        ir.Assign("part", c(0.0)),
+        ir.For("j", tid, v("n"), c(threads), (ir.Assign("part", _add(v("part"), _mul(centred, centred))),)),
+        *_block_reduce("sum", threads),
+        ir.Decl("float", "inv", Call("rsqrt", (_add(BinOp("/", v("part"), ir.Cast("float", v("n"))), v("eps")),))),
+        ir.For("j", tid, v("n"), c(threads), (
+            ir.Store("y", _add(base, v("j")),
+                     _add(_mul(_mul(centred, v("inv")), Load("scale", v("j"))), Load("bias", v("j")))),)),
+    )
+    params = (ir.Param("x", "float", True, True), ir.Param("scale", "float", True, True),
+              ir.Param("bias", "float", True, True), ir.Param("y", "float", True), ir.Param("n", "int"),
+              ir.Param("eps", "float"))
+    return ir.Kernel(name, params, body, shared=(ir.SharedArray("red", "float", threads),), threads=threads,
+                     meta=(("op", "LayerNormalization"),))
+
+
+def transpose_tiled(name: str, tile: int = 16) -> ir.Kernel:
+    """``y[C, R] = x[R, C]^T`` through a ``tile x (tile + 1)`` shared tile (the pad column avoids
+    bank conflicts): one block of ``tile * tile`` threads per tile."""
+    t = tile
+    tx, ty = v("tx"), v("ty")
+    body = (
+        ir.Decl("int", "tiles_c", BinOp("/", _add(v("C"), c(t - 1)), c(t))),
+        ir.Decl("int", "tx", BinOp("%", Special("thread_id"), c(t))),
+        ir.Decl("int", "ty", BinOp("/", Special("thread_id"), c(t))),
+        ir.Decl("int", "r0", _mul(BinOp("/", Special("block_id"), v("tiles_c")), c(t))),
+        ir.Decl("int", "c0", _mul(BinOp("%", Special("block_id"), v("tiles_c")), c(t))),
+        ir.If(_and(_lt(_add(v("r0"), ty), v("R")), _lt(_add(v("c0"), tx), v("C"))),
+              (ir.Store("tileb", _add(_mul(ty, c(t + 1)), tx),
+                        Load("x", _add(_mul(_add(v("r0"), ty), v("C")), _add(v("c0"), tx)))),)),
+        ir.Barrier(),
+        ir.If(_and(_lt(_add(v("c0"), ty), v("C")), _lt(_add(v("r0"), tx), v("R"))),
+              (ir.Store("y", _add(_mul(_add(v("c0"), ty), v("R")), _add(v("r0"), tx)),
+                        Load("tileb", _add(_mul(tx, c(t + 1)), ty))),)),
+    )
+    params = (ir.Param("x", "float", True, True), ir.Param("y", "float", True), ir.Param("R", "int"),
+              ir.Param("C", "int"))
+    return ir.Kernel(name, params, body, shared=(ir.SharedArray("tileb", "float", t * (t + 1)),), threads=t * t,
+                     meta=(("op", "Transpose"), ("tile", f"{t}x{t}")))
