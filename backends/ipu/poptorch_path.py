@@ -54,7 +54,7 @@ def build_torch_module(graph: Graph, torch: Any) -> Any:
     class IRModule(torch.nn.Module):
         def __init__(self) -> None:
             super().__init__()
-            self.consts = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in graph.initializers.items()}
+            self.consts = {k: torch.from_numpy(np.array(v, copy=True)) for k, v in graph.initializers.items()}
 
         def forward(self, *inputs: Any) -> Any:
             env = dict(self.consts)
