@@ -35,6 +35,17 @@ def _replay(spec: str, backend: str) -> int:
     return 1
 
 
+def _print_minimized(campaign: str, seed: int, kind: str, backend: str) -> None:
+    from rammer.fuzzing.campaign import build_case
+    from rammer.fuzzing.minimize import as_text, minimize
+    from rammer.fuzzing.oracle import run_case
+
+    data, feeds, _ = build_case(campaign, seed)
+    if campaign == "graphs":
+        data, feeds = minimize(data, feeds, kind, lambda d, f: run_case(d, f, backend).kind)
+    print("    " + as_text(data, feeds).replace("\n", "\n    "), flush=True)
+
+
 def _summarize(paths: list[str]) -> int:
     """Print the table of docs/reliability.md from the JSON lines of earlier runs (a case counted once)."""
     from collections import Counter, defaultdict
@@ -77,7 +88,7 @@ def main() -> int:
     ap.add_argument("--timeout", type=float, default=60.0, help="seconds before a case counts as a hang")
     ap.add_argument("--out", default="fuzz-results.jsonl", help="one JSON line per case")
     ap.add_argument("--replay", metavar="CAMPAIGN:SEED", help="rerun one case, minimise it if it fails")
-    ap.add_argument("--no-minimize", action="store_true")
+    ap.add_argument("--no-minimize", action="store_true", help="print findings without minimising them")
     ap.add_argument("--summarize", nargs="+", metavar="JSONL", help="print the table of these runs' results")
     args = ap.parse_args()
     if args.summarize:
@@ -115,8 +126,11 @@ def main() -> int:
                                    deadline=share, log=log)
                 results.append(res)
                 print(json.dumps(res.summary()), flush=True)
-                for f in res.findings[:20]:
+                for n, f in enumerate(res.findings[:20]):
                     print(f"  {f['kind']}: {campaign}:{f['seed']} ({f.get('label', '')}) {f['detail'][:300]}")
+                    # a crash or hang would take this process down with it: those are replayed by hand
+                    if not args.no_minimize and n < 5 and f["kind"] not in ("crash", "hang"):
+                        _print_minimized(campaign, f["seed"], f["kind"], backend)
     print("\n| backend | campaign | cases | ok | invalid | failures | kinds | seconds |")
     print("|---|---|---:|---:|---:|---:|---|---:|")
     for r in results:
