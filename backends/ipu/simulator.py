@@ -48,8 +48,10 @@ class TileMemory:
         mask[_sl(box)] = True
 
     def holds(self, name: str, box) -> bool:
+        if any(hi <= lo for lo, hi in box):
+            return True  # an empty box reads nothing
         if name not in self.data:
-            return all(hi <= lo for lo, hi in box) and len(box) > 0
+            return False
         return bool(self.data[name][1][_sl(box)].all())
 
     def view(self, name: str) -> np.ndarray:
