@@ -203,6 +203,8 @@ def _from_torch(which: str) -> bytes:
 
     module, example, names = _torch_module(which)
     buf = io.BytesIO()
+    # (the fused inference fast path of nn.TransformerEncoderLayer has no ONNX export)
+    torch.backends.mha.set_fastpath_enabled(False)
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         torch.onnx.export(module, (example,), buf, input_names=names, output_names=["out"], opset_version=17,

@@ -13,6 +13,7 @@ from rammer.ir import Graph
 from rammer.passes import CSE, RELU_CONCAT, Pass, PipelineResult, merge_convs_pass, run_pipeline
 
 from .lower_ew import EW_OPS
+from .rewrites import REWRITE_FOR_CPU
 
 #: Readers a conv applies in its own kernel or epilogue when they are its only reader:
 #: sibling convs with such a reader are not merged (a Split in between would stop the fusion).
@@ -21,6 +22,7 @@ EPILOGUE_OPS = EW_OPS | {"BatchNormalization"}
 #: In order.  CSE runs again last: a ReLU moved onto a concatenated part often
 #: repeats one that a branch already applies to that part.
 PIPELINE: tuple[Pass, ...] = (
+    REWRITE_FOR_CPU,
     CSE,
     RELU_CONCAT,
     merge_convs_pass(EPILOGUE_OPS),

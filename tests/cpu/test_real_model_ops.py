@@ -38,3 +38,91 @@ def test_rows_cap_bounds_the_phase_planes():
     rows = (cap - 1) * 2 + 3
     assert 3 * 4 * -(-rows // 2) * 321 <= lower_conv.PHASE_PLANES_MAX_FLOATS
     assert lower_conv._phase_rows_cap(3, 34, 16, 16, 2, 2, 3, 1, 34) == 16  # small planes: uncut
+
+
+# -- rewrites (backends/cpu/rewrites.py) -------------------------------------------------------------
+
+@pytest.mark.parametrize("ctm,nm,factors", [
+    ("asymmetric", "floor", (1, 1, 2, 2)),          # PaddleOCR's DB detector
+    ("half_pixel", "round_prefer_floor", (1, 1, 3, 2)),
+    ("pytorch_half_pixel", "round_prefer_ceil", (1, 2, 2, 4)),
+])
+def test_nearest_resize_by_integer_factors_matches_reference(ctm, nm, factors):
+    x = rand(2, 3, 5, 7)
+    scales = np.array(factors, dtype=np.float32)
+    m = model([node("Resize", ["x", "", "scales"], mode="nearest", coordinate_transformation_mode=ctm,
+                    nearest_mode=nm)], {"x": x}, ["y"], {"scales": scales}, opset=13)
+    compare(m, {"x": x})
+
+
+def test_nearest_resize_by_sizes_matches_reference():
+    x = rand(1, 4, 6, 5)
+    m = model([node("Resize", ["x", "", "", "sizes"], mode="nearest", coordinate_transformation_mode="asymmetric",
+                    nearest_mode="floor")], {"x": x}, ["y"], {"sizes": np.array([1, 4, 12, 15], dtype=np.int64)},
+              opset=13)
+    compare(m, {"x": x})
+
+
+def test_resize_forms_not_rewritten_still_fall_back():
+    x = rand(1, 2, 4, 4)
+    m = model([node("Resize", ["x", "", "scales"], mode="linear")], {"x": x}, ["y"],
+              {"scales": np.array([1, 1, 2, 2], dtype=np.float32)}, opset=13)
+    compare(m, {"x": x}, expect_fallback=True)
+
+
+@pytest.mark.parametrize("k,bias", [(2, False), (2, True), (3, True)])
+def test_conv_transpose_with_kernel_equal_to_stride_matches_reference(k, bias):
+    x = rand(2, 6, 5, 7)
+    consts = {"w": rand(6, 4, k, k, seed=1)}
+    ins = ["x", "w"]
+    if bias:
+        consts["b"] = rand(4, seed=2)
+        ins.append("b")
+    m = model([node("ConvTranspose", ins, ["c"], kernel_shape=[k, k], strides=[k, k]), node("Relu", ["c"])],
+              {"x": x}, ["y"], consts)
+    compare(m, {"x": x})
+
+
+@pytest.mark.parametrize("opset,size", [(9, 5), (13, 4), (13, 3)])
+def test_lrn_matches_reference(opset, size):
+    x = rand(2, 7, 6, 5)
+    m = model([node("LRN", ["x"], size=size, alpha=1e-2, beta=0.75, bias=2.0)], {"x": x}, ["y"], opset=opset)
+    compare(m, {"x": x})
+
+
+def test_dropout_with_an_unread_mask_is_a_view():
+    x = rand(3, 8)
+    m = model([node("Dropout", ["x"], ["d", "mask"], ratio=0.5), node("Relu", ["d"])], {"x": x}, ["y"], opset=9)
+    compare(m, {"x": x})
+
+
+@pytest.mark.parametrize("shape,pads", [
+    ((1, 512), [0, 64, 0, 64]),                   # silero VAD's STFT padding
+    ((2, 3, 6, 7), [0, 0, 2, 1, 0, 0, 1, 3]),
+])
+def test_reflect_pad_matches_reference(shape, pads):
+    x = rand(*shape)
+    m = model([node("Pad", ["x", "pads"], mode="reflect")], {"x": x}, ["y"],
+              {"pads": np.array(pads, dtype=np.int64)}, opset=13)
+    compare(m, {"x": x})
+
+
+def test_constant_of_shape_of_a_constant_shape_becomes_a_constant():
+    from rammer.backends.cpu.rewrites import rewrite_for_cpu
+    from rammer.ir import Graph, Node, TensorInfo
+
+    shape = np.array([3, 4], dtype=np.int64)
+    g = Graph("t", (TensorInfo("x", "float32", (3, 4)),), (TensorInfo("y", "float32", (3, 4)),),
+              (Node("ConstantOfShape", ("s",), ("c",), name="fill", attrs={"value": np.array([0.5], np.float32)}),
+               Node("Add", ("x", "c"), ("y",), name="add")),
+              {"s": shape},
+              {"x": TensorInfo("x", "float32", (3, 4)), "s": TensorInfo("s", "int64", (2,)),
+               "c": TensorInfo("c", "float32", (3, 4)), "y": TensorInfo("y", "float32", (3, 4))}, {"": 13})
+    out = rewrite_for_cpu(g)
+    assert [n.op_type for n in out.nodes] == ["Add"]
+    np.testing.assert_array_equal(out.initializers["c"], np.full((3, 4), 0.5, np.float32))
+    x = rand(3, 4)
+    import rammer
+
+    got = rammer.compile(g, backend="cpu", cache=False)({"x": x})["y"]
+    np.testing.assert_allclose(got, x + 0.5, rtol=1e-6)
