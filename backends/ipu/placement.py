@@ -25,16 +25,26 @@ def is_static(graph, name: str) -> bool:
 
 
 def chunk_boxes(shape: Sequence[int], itemsize: int, chunk_bytes: int = CHUNK_BYTES) -> list[Box]:
-    """``shape`` cut along axis 0 into boxes of at most ``chunk_bytes`` (at least one row each)."""
+    """``shape`` cut into boxes of at most ``chunk_bytes`` (at least one element each): single
+    indices of the leading axes, then ranges of the first axis whose inner rows fit."""
+    shape = tuple(int(d) for d in shape)
     if len(shape) == 0:
         return [()]
-    rows = int(shape[0])
-    row_bytes = itemsize * math.prod(int(d) for d in shape[1:])
-    per = max(1, chunk_bytes // max(1, row_bytes))
-    rest = tuple((0, int(d)) for d in shape[1:])
-    if rows == 0:
-        return [((0, 0),) + rest]
-    return [((lo, min(rows, lo + per)),) + rest for lo in range(0, rows, per)]
+    if any(d == 0 for d in shape):
+        return [tuple((0, d) for d in shape)]
+    axis = 0
+    while axis < len(shape) - 1 and itemsize * math.prod(shape[axis:]) > chunk_bytes \
+            and itemsize * math.prod(shape[axis + 1:]) > chunk_bytes:
+        axis += 1
+    inner = itemsize * math.prod(shape[axis + 1:])
+    per = max(1, chunk_bytes // max(1, inner))
+    rest = tuple((0, d) for d in shape[axis + 1:])
+    boxes = []
+    for lead in np.ndindex(*shape[:axis]):
+        head = tuple((i, i + 1) for i in lead)
+        for lo in range(0, shape[axis], per):
+            boxes.append(head + ((lo, min(shape[axis], lo + per)),) + rest)
+    return boxes
 
 
 def box_volume(box: Box) -> int:
