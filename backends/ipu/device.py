@@ -39,7 +39,9 @@ class IpuBackend(Backend):
         return f"Graphcore IPU: rTasks on tiles in bulk-synchronous supersteps; runs on {engine}"
 
     def availability(self) -> Availability:
-        return Availability(True)
+        # Always runnable: on the simulator when poptorch is absent, which the note says.
+        ok, why = poptorch_status()
+        return Availability(True, "" if ok else f"runs the simulated IPU ({why})")
 
     def compile(self, graph: Graph, options: Mapping[str, Any]) -> IpuExecutable:
         unknown = set(options) - OPTIONS
