@@ -192,3 +192,21 @@ def test_no_shadow_warning_in_an_ordinary_folder(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert main(["backends"]) == 0
     assert "package's name" not in capsys.readouterr().err
+
+
+def test_tree_strategy_flag_reaches_the_ml_lowering(tmp_path, capsys):
+    sklearn = pytest.importorskip("sklearn", reason="needs scikit-learn")
+    pytest.importorskip("skl2onnx", reason="needs skl2onnx")
+    from sklearn.datasets import load_iris
+    from sklearn.ensemble import RandomForestClassifier
+    from skl2onnx import to_onnx
+
+    X, y = load_iris(return_X_y=True)
+    est = RandomForestClassifier(n_estimators=3, max_depth=3, random_state=0).fit(X, y)
+    path = tmp_path / "rf.onnx"
+    path.write_bytes(to_onnx(est, X[:1].astype("float32"), options={"zipmap": False}).SerializeToString())
+    for strategy in ("gemm", "perfect_tree_traversal"):
+        assert main(["run", str(path), "--backend", "reference", "--batch", "4", "--tree-strategy", strategy,
+                     "--repeat", "1"]) == 0
+    assert "output" in capsys.readouterr().out
+    del sklearn

@@ -34,6 +34,13 @@ def add_strict_arg(parser: argparse.ArgumentParser) -> None:
                         help="fail instead of running nodes the backend cannot compile in numpy (strict=True)")
 
 
+def add_tree_strategy_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--tree-strategy", default=None,
+                        choices=["auto", "off", "gemm", "tree_traversal", "perfect_tree_traversal"],
+                        help="how ai.onnx.ml tree ensembles become tensor ops (default: chosen from a measured "
+                             "table; docs/ml.md)")
+
+
 def parse_shapes(items: list[str]) -> dict[str, tuple[int, ...]]:
     shapes: dict[str, tuple[int, ...]] = {}
     for item in items:

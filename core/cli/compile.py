@@ -19,7 +19,8 @@ from typing import Any
 
 from ..errors import RammerError
 from ..backend import Backend
-from .common import add_backend_arg, add_model_args, add_strict_arg, input_shapes, model_source, table
+from .common import (add_backend_arg, add_model_args, add_strict_arg, add_tree_strategy_arg, input_shapes,
+                     model_source, table)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -28,6 +29,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_model_args(p)
     add_backend_arg(p)
     add_strict_arg(p)
+    add_tree_strategy_arg(p)
     p.add_argument("--emit", metavar="DIR", help="write the generated source, schedule JSON and report to DIR")
     p.add_argument("--report", action="store_true", help="print the compile report (fallbacks and why, fusion, arena)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
@@ -70,6 +72,8 @@ def run(args: argparse.Namespace) -> int:
         if not os.path.isdir(folder):
             raise RammerError(f"-o {args.output}: folder '{folder}' does not exist")
     start = time.perf_counter()
+    if args.tree_strategy:
+        options["tree_strategy"] = args.tree_strategy
     model = compile_model(source, backend=backend.name, input_shapes=input_shapes(args, source),
                           strict=args.strict, **options)
     seconds = time.perf_counter() - start

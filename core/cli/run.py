@@ -12,7 +12,7 @@ import numpy as np
 from ..errors import FeedError, RammerError
 from ..atomic_file import atomic_write
 from ..bench.timing import Timing, time_calls
-from .common import add_backend_arg, add_model_args, add_strict_arg, fmt_us, input_shapes, model_source
+from .common import add_backend_arg, add_model_args, add_strict_arg, add_tree_strategy_arg, fmt_us, input_shapes, model_source
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -20,6 +20,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_model_args(p)
     add_backend_arg(p)
     add_strict_arg(p)
+    add_tree_strategy_arg(p)
     p.add_argument("--input", "-i", action="append", default=[], metavar="NAME=FILE.npy",
                    help="feed an input from a .npy file, or from a .npz file's array NAME (or its only array); "
                         "repeatable; others are random")
@@ -111,8 +112,9 @@ def run(args: argparse.Namespace) -> int:
                               f"model: it runs at the shapes it was compiled for")
         model = rammer.load_compiled(source, backend=args.backend)  # saved by `rammer compile -o`
     else:
+        extra = {"tree_strategy": args.tree_strategy} if args.tree_strategy else {}
         model = rammer.compile(source, backend=args.backend, input_shapes=input_shapes(args, source),
-                               strict=args.strict)
+                               strict=args.strict, **extra)
     compile_s = time.perf_counter() - t0
     feeds = rammer.random_feeds([t for t in model.inputs if t.name not in given], args.seed)
     feeds.update(given)
