@@ -177,12 +177,29 @@ def _as_matrices(prog: EwProgram, axes: tuple[int, ...]) -> EwProgram:
     return prog
 
 
+def _transposed_const(lw: Lowerer, name: str) -> View | None:
+    """A Gemm's constant transB weights, transposed once at compile time into a dense constant
+    (the kernel then streams rows instead of gathering columns: a 33 MB classifier head ran
+    as a strided view at 2.5x numpy's time); None when ``name`` is not a 2-D initializer."""
+    init = lw.graph.initializers.get(name)
+    if init is None or np.ndim(init) != 2 or np.asarray(init).dtype != np.float32:
+        return None
+    cache = lw.__dict__.setdefault("_transposed_consts", {})
+    found = cache.get(name)
+    if found is None:
+        found = cache[name] = lw.const_view(np.ascontiguousarray(np.asarray(init).T))
+    return found
+
+
 def _gemm_spec(lw: Lowerer, node: Node, c: View) -> GemmSpec:
-    a, b = lw.view(node.inputs[0]), lw.view(node.inputs[1])
+    a = lw.view(node.inputs[0])
+    b = _transposed_const(lw, node.inputs[1]) if node.attr("transB", 0) else None
     if node.attr("transA", 0):
         a = View(a.buffer, a.dtype, a.shape[::-1], a.strides[::-1], a.offset)
-    if node.attr("transB", 0):
-        b = View(b.buffer, b.dtype, b.shape[::-1], b.strides[::-1], b.offset)
+    if b is None:
+        b = lw.view(node.inputs[1])
+        if node.attr("transB", 0):
+            b = View(b.buffer, b.dtype, b.shape[::-1], b.strides[::-1], b.offset)
     M, K = a.shape
     N = b.shape[1]
     a_rs, a_cs = _matrix(a)

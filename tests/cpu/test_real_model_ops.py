@@ -126,3 +126,26 @@ def test_constant_of_shape_of_a_constant_shape_becomes_a_constant():
 
     got = rammer.compile(g, backend="cpu", cache=False)({"x": x})["y"]
     np.testing.assert_allclose(got, x + 0.5, rtol=1e-6)
+
+
+@pytest.mark.parametrize("trans_a,m_rows", [(0, 1), (0, 7), (1, 5)])
+def test_gemm_with_constant_transposed_weights_matches_reference(trans_a, m_rows):
+    # The weights are transposed once at compile time into a dense constant.
+    x = rand(*((37, m_rows) if trans_a else (m_rows, 37)))
+    consts = {"w": rand(50, 37, seed=1), "b": rand(50, seed=2)}
+    m = model([node("Gemm", ["x", "w", "b"], ["g"], transA=trans_a, transB=1, alpha=0.5), node("Relu", ["g"])],
+              {"x": x}, ["y"], consts)
+    compare(m, {"x": x})
+
+
+def test_two_gemms_share_one_transposed_constant():
+    from rammer.backends.cpu.compiler import compile_program
+    from rammer.frontend import load
+
+    x = rand(3, 16)
+    m = model([node("Gemm", ["x", "w"], ["a"], transB=1), node("Gemm", ["x", "w"], ["b"], transB=1, alpha=2.0),
+               node("Add", ["a", "b"])], {"x": x}, ["y"], {"w": rand(24, 16, seed=1)})
+    compare(m, {"x": x})
+    lowered = compile_program(load(m)).lowered
+    consts = [b for b in lowered.buffers if b.kind == "const" and b.size == 24 * 16]
+    assert len(consts) == 1  # transposed once, the original never copied into the arena
