@@ -19,7 +19,7 @@ from typing import Union
 
 __all__ = [
     "Expr", "Const", "Var", "Special", "BinOp", "UnOp", "Select", "Cast", "Call", "Load",
-    "Stmt", "Decl", "Assign", "Store", "For", "If", "Barrier", "Fence", "AtomicAdd", "Shuffle", "Comment", "Block",
+    "Stmt", "Decl", "Assign", "Store", "For", "If", "While", "Invoke", "Barrier", "Fence", "AtomicAdd", "Shuffle", "Comment", "Block",
     "Param", "SharedArray", "Kernel", "c", "v", "SPECIALS", "MATH_FUNCS", "DTYPES",
 ]
 
@@ -161,6 +161,22 @@ class Shuffle:
 
 
 @dataclass(frozen=True)
+class While:
+    """``while (cond) body``; used for a spin wait, which only one thread of a block runs."""
+
+    cond: Expr
+    body: tuple[Stmt, ...]
+
+
+@dataclass(frozen=True)
+class Invoke:
+    """``func(args...);``: a call of a device function (an rKernel) generated in the same module."""
+
+    func: str
+    args: tuple[Expr, ...]
+
+
+@dataclass(frozen=True)
 class Comment:
     text: str
 
@@ -170,7 +186,7 @@ class Block:
     body: tuple[Stmt, ...]
 
 
-Stmt = Union[Decl, Assign, Store, For, If, Barrier, Fence, AtomicAdd, Shuffle, Comment, Block]
+Stmt = Union[Decl, Assign, Store, For, If, While, Invoke, Barrier, Fence, AtomicAdd, Shuffle, Comment, Block]
 
 
 @dataclass(frozen=True)
@@ -179,6 +195,7 @@ class Param:
     dtype: str
     pointer: bool = False
     const: bool = False
+    space: str = "global"  # a pointer's address space: "global" or "local" (a block's shared memory)
 
 
 @dataclass(frozen=True)

@@ -99,6 +99,10 @@ class _Renderer:
             head = (f"{pad}for (int {var} = {self.expr(s.start)}; {var} < {self.expr(s.stop)}; "
                     f"{var} += {self.expr(s.step)}) {{")
             return [head, *self.stmts(s.body, depth + 1), f"{pad}}}"]
+        if isinstance(s, ir.While):
+            return [f"{pad}while ({self.expr(s.cond)}) {{", *self.stmts(s.body, depth + 1), f"{pad}}}"]
+        if isinstance(s, ir.Invoke):
+            return [f"{pad}{_ident(s.func)}({', '.join(self.expr(a) for a in s.args)});"]
         if isinstance(s, ir.If):
             lines = [f"{pad}if ({self.expr(s.cond)}) {{", *self.stmts(s.then, depth + 1)]
             if s.orelse:
@@ -127,7 +131,9 @@ class _Renderer:
         params = []
         for p in k.params:
             if p.pointer:
-                params.append(f"{self.t('global')}{self.t('const') if p.const else ''}{self.t('type.' + p.dtype)} *"
+                if p.space not in ("global", "local"):
+                    raise ValueError(f"unknown address space {p.space!r} of parameter {p.name!r}")
+                params.append(f"{self.t(p.space)}{self.t('const') if p.const else ''}{self.t('type.' + p.dtype)} *"
                               f"{self.t('restrict')} {_ident(p.name)}")
             else:
                 params.append(f"{self.t('type.' + p.dtype)} {_ident(p.name)}")

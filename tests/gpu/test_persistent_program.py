@@ -1,0 +1,93 @@
+"""A persistent program (relu -> tiled MatMul, two waves on two blocks with counter barriers;
+the three-wave relu -> MatMul -> softmax program for nvcc) runs on PoCL for two launches without resetting its counters and matches numpy;
+the same program's CUDA text compiles with nvcc; removing barriers is refused before anything runs."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from rammer.backends.gpu import kernels as gk
+from rammer.backends.gpu import program as gp
+from rammer.codegen.dialects import DIALECTS
+from rammer.codegen.render import neutral, render_module
+
+M, K, N, T, BLOCK = 32, 40, 48, 16, 256
+X, W, H, Z, Y = 0, M * K, M * K + K * N, 2 * M * K + K * N, 2 * M * K + K * N + M * N
+ARENA = Y + M * N
+KERNELS = {"relu": gk.elementwise("relu", "Relu", BLOCK), "mm": gk.matmul_tiled("mm", T),
+           "softmax": gk.softmax_rows("softmax", BLOCK)}
+
+
+def _waves() -> list[list[gp.Task]]:
+    relu = [gp.Task("relu", r, (X, H, M * K), reads=((X + r * BLOCK, BLOCK),), writes=((H + r * BLOCK, BLOCK),))
+            for r in range(-(-M * K // BLOCK))]
+    tiles_n = -(-N // T)
+    mm = []
+    for r in range(-(-M // T) * tiles_n):
+        r0, c0 = (r // tiles_n) * T, (r % tiles_n) * T
+        rows = range(r0, min(r0 + T, M))
+        mm.append(gp.Task("mm", r, (H, W, Z, M, N, K),
+                          reads=tuple((H + i * K, K) for i in rows) + ((W, K * N),),
+                          writes=tuple((Z + i * N + c0, min(T, N - c0)) for i in rows)))
+    soft = [gp.Task("softmax", r, (Z, Y, N), reads=((Z + r * N, N),), writes=((Y + r * N, N),)) for r in range(M)]
+    return [relu, mm, soft]
+
+
+def _expected(x, w):
+    z = np.maximum(x, 0) @ w
+    e = np.exp(z - z.max(1, keepdims=True))
+    return e / e.sum(1, keepdims=True)
+
+
+def test_persistent_program_runs_on_pocl_across_launches(opencl):
+    # relu -> MatMul only: with the softmax wave added, PoCL 3.0 aborts the process (heap
+    # corruption inside the runtime) although the results are right; not yet understood (issue 22).
+    programs = gp.from_waves(_waves()[:2], blocks=2)
+    source = render_module(gp.persistent_kernel("net", KERNELS, programs, BLOCK), DIALECTS["opencl"])
+    prog = opencl.build(source)
+    rng = np.random.default_rng(7)
+    w = rng.standard_normal((K, N)).astype(np.float32) * 0.3
+    counters = opencl.buffer(np.zeros(2, np.int32))
+    for epoch in range(2):  # the counters are never reset: the epoch moves the targets
+        x = rng.standard_normal((M, K)).astype(np.float32)
+        arena = np.zeros(ARENA, np.float32)
+        arena[X:X + M * K], arena[W:W + K * N] = x.ravel(), w.ravel()
+        abuf = opencl.buffer(arena)
+        prog.net(opencl.queue, (2 * BLOCK,), (BLOCK,), abuf, counters, np.int32(epoch))
+        out = opencl.read(arena, abuf)
+        np.testing.assert_allclose(out[Z:Y].reshape(M, N), np.maximum(x, 0) @ w, rtol=1e-4, atol=1e-4)
+    seen = np.zeros(2, np.int32)
+    opencl.read(seen, counters)
+    assert seen.tolist() == [2, 2]  # one signal per block per launch
+
+
+def test_cuda_and_opencl_programs_are_one_template():
+    kernels = gp.persistent_kernel("net", KERNELS, gp.from_waves(_waves(), blocks=3), BLOCK)
+    assert (neutral(render_module(kernels, DIALECTS["cuda"], mark=True))
+            == neutral(render_module(kernels, DIALECTS["opencl"], mark=True)))
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+def test_nvcc_compiles_the_persistent_program(arch, tmp_path, ptxas_usage):
+    kernels = gp.persistent_kernel("net", KERNELS, gp.from_waves(_waves(), blocks=4), BLOCK)
+    usage = ptxas_usage(arch, render_module(kernels, DIALECTS["cuda"]), tmp_path)
+    assert usage["net"]["smem"] == 2 * T * T * 4  # the pooled buffer: the largest rKernel's shared memory
+    assert 0 < usage["net"]["registers"] <= 255
+
+
+def test_removed_barriers_are_caught_before_running():
+    with pytest.raises(gp.ProgramError, match="race: relu rTask .* mm rTask"):
+        gp.persistent_kernel("net", KERNELS, gp.from_waves(_waves(), blocks=2, barriers=False), BLOCK)
+    programs = gp.from_waves(_waves(), blocks=2)
+    one_wait_gone = [programs[0], [s for s in programs[1] if s != gp.Wait(0, 2)]]
+    with pytest.raises(gp.ProgramError, match="race: mm rTask .* softmax rTask"):
+        gp.check_races(one_wait_gone)
+    gp.check_races(gp.from_waves(_waves(), blocks=1, barriers=False))  # one block: program order suffices
+
+
+def test_an_rkernel_with_barriers_must_fill_the_block():
+    with pytest.raises(gp.ProgramError, match="every thread must pass every barrier"):
+        gp.device_function(gk.softmax_rows("s", 128), 256)
+    fn, _ = gp.device_function(gk.elementwise("e", "Relu", 128), 256)  # no barriers: guarded instead
+    assert fn.device and fn.params[0].name == "rtask_id"
