@@ -90,19 +90,19 @@ def generate(model: QModel, plan: MemoryPlan, int8_kernel: str = "col") -> Sourc
     out.append("#if defined(__GNUC__)\n#define MCU_NOINLINE __attribute__((noinline))\n#else\n#define MCU_NOINLINE\n#endif\n")
     out.append(KERNELS_C)
     if pooled:
-        out.append(bitserial_kernel_c())
+        out.append(bitserial_kernel_c(pool_size))
         table = pattern_table(model.pool)
         out.append(f"/* pattern table: T[p][v] = sum_i bit_i(p) * pool[v][i], {pool_size} pool vectors */\n")
         out.append(_array("int16_t", "bs_table", table))
         src.flash["table"] = table.size * 2
-        out.append(f"static const int16_t *bs_rows[{rows_needed}];\n")
-        out.append(f"static uint16_t bs_blk[{rows_needed // 8}];\n")
-        scratch = rows_needed * 4 + rows_needed // 4
         out.append(f"static int32_t bs_acc[{acc_needed}];\n")
-        scratch += 4 * acc_needed
+        scratch = 4 * acc_needed
         if any(use_memoised(l, pool_size) for l in pooled):
+            # the memoised kernel keeps the table rows and block numbers of one output
+            out.append(f"static const int16_t *bs_rows[{rows_needed}];\n")
+            out.append(f"static uint16_t bs_blk[{rows_needed // 8}];\n")
             out.append(f"static int32_t bs_sums[{pool_size}];\n")
-            scratch += 4 * pool_size
+            scratch += rows_needed * 4 + rows_needed // 4 + 4 * pool_size
         src.scratch_bytes = scratch
     int8_convs = [model.layers[i] for i in plan.order if model.layers[i].kind in ("conv", "fc")
                   and not model.layers[i].pooled]
@@ -203,7 +203,7 @@ def _call(model: QModel, layer: QLayer, li: int, ptr, pool_size: int, src: Sourc
             return (f"    k_conv_bs_memo(&g{li}, {x}, idx{li}, bias{li}, wsum{li}, mult{li}, shift{li}, bs_table, "
                     f"{pool_size}, nb, bs_rows, bs_blk, bs_sums, bs_acc, {y});\n")
         return (f"    k_conv_bs(&g{li}, {x}, idx{li}, bias{li}, wsum{li}, mult{li}, shift{li}, bs_table, "
-                f"{pool_size}, nb, bs_rows, bs_blk, bs_acc, {y});\n")
+                f"nb, bs_acc, {y});\n")
     if k in ("conv", "fc"):
         if src.int8_kernel == "col":
             return f"    k_conv_s8_col(&g{li}, {x}, w{li}, bias{li}, mult{li}, shift{li}, s8_col, {y});\n"
