@@ -24,7 +24,7 @@ __all__ = [
 ]
 
 #: Scalar types the IR knows (the dialect table gives their spelling).
-DTYPES = ("float", "int", "uint", "long", "bool")
+DTYPES = ("float", "int", "uint", "long", "bool", "int8", "uint8", "int16", "uint16", "int32", "uint32")
 #: The dialect-dependent values a kernel may read.
 SPECIALS = ("thread_id", "block_id", "block_dim", "grid_dim", "warp_size", "lane_id")
 #: Math functions (each dialect maps them to its own names).
