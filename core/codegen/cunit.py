@@ -7,7 +7,7 @@ This module adds those, rendered by the same renderer and dialect tables (``rend
 ``dialects.py``):
 
 - :class:`Function`: ``[static] [noinline] ret name(params) { body }``; statements and expressions
-  are the kernel IR's plus :class:`Return`, :class:`Continue`, :class:`Addr` (``&name`` or
+  are the kernel IR's plus :class:`Return`, :class:`Continue`, :class:`Unused`, :class:`Addr` (``&name`` or
   ``&name[index]``) and :class:`PointerCast` (``(T *)x``).  Calls are ``kernel_ir.Invoke`` (a
   statement) or :class:`CallFn` (an expression with a value).
 - :class:`GlobalArray`: ``[static] [const] T name[size] [= {values}];``.
@@ -28,7 +28,7 @@ from .dialects import Dialect
 from .names import comment_text
 from .render import _ident, _Renderer
 
-__all__ = ["Addr", "PointerCast", "CallFn", "Return", "Continue", "Function", "GlobalArray", "Verbatim",
+__all__ = ["Addr", "PointerCast", "CallFn", "Return", "Continue", "Unused", "Function", "GlobalArray", "Verbatim",
            "render_function", "render_global", "render_prototype", "render_unit"]
 
 
@@ -68,6 +68,13 @@ class Continue:
 
 
 @dataclass(frozen=True)
+class Unused:
+    """``(void)name;``: a parameter the body may not read (no -Wunused-parameter warning)."""
+
+    name: str
+
+
+@dataclass(frozen=True)
 class Function:
     name: str
     params: tuple[ir.Param, ...]
@@ -92,6 +99,8 @@ class GlobalArray:
     const: bool = False
     static: bool = True
     comment: str = ""
+    #: An array of pointers to ``dtype`` (``const`` then qualifies the pointed-to values).
+    pointer: bool = False
 
 
 @dataclass(frozen=True)
@@ -122,6 +131,8 @@ class _UnitRenderer(_Renderer):
             return [f"{pad}return;" if s.value is None else f"{pad}return {self.expr(s.value)};"]
         if isinstance(s, Continue):
             return [f"{pad}continue;"]
+        if isinstance(s, Unused):
+            return [f"{pad}(void){_ident(s.name)};"]
         return super().stmt(s, depth)
 
     def head(self, f: Function) -> str:
@@ -148,7 +159,7 @@ class _UnitRenderer(_Renderer):
         if g.size < 1:
             raise ValueError(f"array {g.name!r} must have at least one element")
         decl = (f"{self.t('fn.static') if g.static else ''}{self.t('const') if g.const else ''}"
-                f"{self.t('type.' + g.dtype)} {_ident(g.name)}[{int(g.size)}]")
+                f"{self.t('type.' + g.dtype)} {'*' if g.pointer else ''}{_ident(g.name)}[{int(g.size)}]")
         lines = [f"/* {comment_text(g.comment, 200)} */"] if g.comment else []
         if g.values is None:
             lines.append(decl + ";")
