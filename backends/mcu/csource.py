@@ -67,34 +67,47 @@ MCU_KERNEL int8_t q_out(int32_t acc, int32_t mult, int32_t shift, int32_t zp, in
     return (int8_t)y;
 }
 
-typedef struct {
-    int16_t ih, iw, ic, oh, ow, oc, kh, kw, sh, sw, pt, pl;
-    int32_t in_zp, out_zp, act_min, act_max;
-} geom_t;
+/* A layer's geometry: a const int32_t array (generated per layer), read through these indices. */
+#define G_IH 0
+#define G_IW 1
+#define G_IC 2
+#define G_OH 3
+#define G_OW 4
+#define G_OC 5
+#define G_KH 6
+#define G_KW 7
+#define G_SH 8
+#define G_SW 9
+#define G_PT 10
+#define G_PL 11
+#define G_IN_ZP 12
+#define G_OUT_ZP 13
+#define G_ACT_MIN 14
+#define G_ACT_MAX 15
 
 /* ---- int8 path (the TFLite Micro reference kernels' arithmetic) ---- */
-MCU_KERNEL void k_conv_s8(const geom_t *g, const int8_t *in, const int8_t *w, const int32_t *bias,
+MCU_KERNEL void k_conv_s8(const int32_t *g, const int8_t *in, const int8_t *w, const int32_t *bias,
                       const int32_t *mult, const int32_t *shift, int8_t *out)
 {
     int oy, ox, k, ky, kx, c;
-    const int32_t in_off = -g->in_zp;
-    for (oy = 0; oy < g->oh; ++oy) {
-        for (ox = 0; ox < g->ow; ++ox) {
-            for (k = 0; k < g->oc; ++k) {
+    const int32_t in_off = -g[G_IN_ZP];
+    for (oy = 0; oy < g[G_OH]; ++oy) {
+        for (ox = 0; ox < g[G_OW]; ++ox) {
+            for (k = 0; k < g[G_OC]; ++k) {
                 int32_t acc = bias[k];
-                for (ky = 0; ky < g->kh; ++ky) {
-                    const int iy = oy * g->sh - g->pt + ky;
-                    if (iy < 0 || iy >= g->ih) continue;
-                    for (kx = 0; kx < g->kw; ++kx) {
-                        const int ix = ox * g->sw - g->pl + kx;
+                for (ky = 0; ky < g[G_KH]; ++ky) {
+                    const int iy = oy * g[G_SH] - g[G_PT] + ky;
+                    if (iy < 0 || iy >= g[G_IH]) continue;
+                    for (kx = 0; kx < g[G_KW]; ++kx) {
+                        const int ix = ox * g[G_SW] - g[G_PL] + kx;
                         const int8_t *ip, *wp;
-                        if (ix < 0 || ix >= g->iw) continue;
-                        ip = in + ((long)iy * g->iw + ix) * g->ic;
-                        wp = w + (((long)k * g->kh + ky) * g->kw + kx) * g->ic;
-                        for (c = 0; c < g->ic; ++c) acc += ((int32_t)ip[c] + in_off) * (int32_t)wp[c];
+                        if (ix < 0 || ix >= g[G_IW]) continue;
+                        ip = in + ((long)iy * g[G_IW] + ix) * g[G_IC];
+                        wp = w + (((long)k * g[G_KH] + ky) * g[G_KW] + kx) * g[G_IC];
+                        for (c = 0; c < g[G_IC]; ++c) acc += ((int32_t)ip[c] + in_off) * (int32_t)wp[c];
                     }
                 }
-                *out++ = q_out(acc, mult[k], shift[k], g->out_zp, g->act_min, g->act_max);
+                *out++ = q_out(acc, mult[k], shift[k], g[G_OUT_ZP], g[G_ACT_MIN], g[G_ACT_MAX]);
             }
         }
     }
@@ -103,103 +116,103 @@ MCU_KERNEL void k_conv_s8(const geom_t *g, const int8_t *in, const int8_t *w, co
 /* The same convolution the way CMSIS-NN's portable path does it: per output pixel, the window as
  * int16 (q - zp; padding is real 0) in a scratch column, then one dot product per output channel,
  * unrolled by 4.  Same integer sums, so the same results as k_conv_s8. */
-MCU_KERNEL void k_conv_s8_col(const geom_t *g, const int8_t *in, const int8_t *w, const int32_t *bias,
+MCU_KERNEL void k_conv_s8_col(const int32_t *g, const int8_t *in, const int8_t *w, const int32_t *bias,
                               const int32_t *mult, const int32_t *shift, int16_t *col, int8_t *out)
 {
     int oy, ox, k, ky, kx, c;
-    const int32_t in_off = -g->in_zp;
-    const int n = g->kh * g->kw * g->ic;
-    for (oy = 0; oy < g->oh; ++oy) {
-        for (ox = 0; ox < g->ow; ++ox) {
+    const int32_t in_off = -g[G_IN_ZP];
+    const int n = g[G_KH] * g[G_KW] * g[G_IC];
+    for (oy = 0; oy < g[G_OH]; ++oy) {
+        for (ox = 0; ox < g[G_OW]; ++ox) {
             int16_t *cp = col;
-            for (ky = 0; ky < g->kh; ++ky) {
-                const int iy = oy * g->sh - g->pt + ky;
-                for (kx = 0; kx < g->kw; ++kx) {
-                    const int ix = ox * g->sw - g->pl + kx;
-                    if (iy < 0 || iy >= g->ih || ix < 0 || ix >= g->iw) {
-                        for (c = 0; c < g->ic; ++c) *cp++ = 0;
+            for (ky = 0; ky < g[G_KH]; ++ky) {
+                const int iy = oy * g[G_SH] - g[G_PT] + ky;
+                for (kx = 0; kx < g[G_KW]; ++kx) {
+                    const int ix = ox * g[G_SW] - g[G_PL] + kx;
+                    if (iy < 0 || iy >= g[G_IH] || ix < 0 || ix >= g[G_IW]) {
+                        for (c = 0; c < g[G_IC]; ++c) *cp++ = 0;
                     } else {
-                        const int8_t *ip = in + ((long)iy * g->iw + ix) * g->ic;
-                        for (c = 0; c < g->ic; ++c) *cp++ = (int16_t)(ip[c] + in_off);
+                        const int8_t *ip = in + ((long)iy * g[G_IW] + ix) * g[G_IC];
+                        for (c = 0; c < g[G_IC]; ++c) *cp++ = (int16_t)(ip[c] + in_off);
                     }
                 }
             }
-            for (k = 0; k < g->oc; ++k) {
+            for (k = 0; k < g[G_OC]; ++k) {
                 const int8_t *wp = w + (long)k * n;
                 int32_t acc = bias[k];
                 int i = 0;
                 for (; i + 4 <= n; i += 4)
                     acc += col[i] * wp[i] + col[i + 1] * wp[i + 1] + col[i + 2] * wp[i + 2] + col[i + 3] * wp[i + 3];
                 for (; i < n; ++i) acc += col[i] * wp[i];
-                *out++ = q_out(acc, mult[k], shift[k], g->out_zp, g->act_min, g->act_max);
+                *out++ = q_out(acc, mult[k], shift[k], g[G_OUT_ZP], g[G_ACT_MIN], g[G_ACT_MAX]);
             }
         }
     }
 }
 
-MCU_KERNEL void k_dwconv_s8(const geom_t *g, const int8_t *in, const int8_t *w, const int32_t *bias,
+MCU_KERNEL void k_dwconv_s8(const int32_t *g, const int8_t *in, const int8_t *w, const int32_t *bias,
                         const int32_t *mult, const int32_t *shift, int8_t *out)
 {
     int oy, ox, c, ky, kx;
-    const int32_t in_off = -g->in_zp;
-    for (oy = 0; oy < g->oh; ++oy) {
-        for (ox = 0; ox < g->ow; ++ox) {
-            for (c = 0; c < g->oc; ++c) {
+    const int32_t in_off = -g[G_IN_ZP];
+    for (oy = 0; oy < g[G_OH]; ++oy) {
+        for (ox = 0; ox < g[G_OW]; ++ox) {
+            for (c = 0; c < g[G_OC]; ++c) {
                 int32_t acc = bias[c];
-                for (ky = 0; ky < g->kh; ++ky) {
-                    const int iy = oy * g->sh - g->pt + ky;
-                    if (iy < 0 || iy >= g->ih) continue;
-                    for (kx = 0; kx < g->kw; ++kx) {
-                        const int ix = ox * g->sw - g->pl + kx;
-                        if (ix < 0 || ix >= g->iw) continue;
-                        acc += ((int32_t)in[((long)iy * g->iw + ix) * g->ic + c] + in_off) *
-                               (int32_t)w[(ky * g->kw + kx) * g->ic + c];
+                for (ky = 0; ky < g[G_KH]; ++ky) {
+                    const int iy = oy * g[G_SH] - g[G_PT] + ky;
+                    if (iy < 0 || iy >= g[G_IH]) continue;
+                    for (kx = 0; kx < g[G_KW]; ++kx) {
+                        const int ix = ox * g[G_SW] - g[G_PL] + kx;
+                        if (ix < 0 || ix >= g[G_IW]) continue;
+                        acc += ((int32_t)in[((long)iy * g[G_IW] + ix) * g[G_IC] + c] + in_off) *
+                               (int32_t)w[(ky * g[G_KW] + kx) * g[G_IC] + c];
                     }
                 }
-                *out++ = q_out(acc, mult[c], shift[c], g->out_zp, g->act_min, g->act_max);
+                *out++ = q_out(acc, mult[c], shift[c], g[G_OUT_ZP], g[G_ACT_MIN], g[G_ACT_MAX]);
             }
         }
     }
 }
 
-MCU_KERNEL void k_maxpool_s8(const geom_t *g, const int8_t *in, int8_t *out)
+MCU_KERNEL void k_maxpool_s8(const int32_t *g, const int8_t *in, int8_t *out)
 {
     int oy, ox, c, ky, kx;
-    for (oy = 0; oy < g->oh; ++oy)
-        for (ox = 0; ox < g->ow; ++ox)
-            for (c = 0; c < g->oc; ++c) {
+    for (oy = 0; oy < g[G_OH]; ++oy)
+        for (ox = 0; ox < g[G_OW]; ++ox)
+            for (c = 0; c < g[G_OC]; ++c) {
                 int32_t m = -128;
-                for (ky = 0; ky < g->kh; ++ky) {
-                    const int iy = oy * g->sh - g->pt + ky;
-                    if (iy < 0 || iy >= g->ih) continue;
-                    for (kx = 0; kx < g->kw; ++kx) {
-                        const int ix = ox * g->sw - g->pl + kx;
+                for (ky = 0; ky < g[G_KH]; ++ky) {
+                    const int iy = oy * g[G_SH] - g[G_PT] + ky;
+                    if (iy < 0 || iy >= g[G_IH]) continue;
+                    for (kx = 0; kx < g[G_KW]; ++kx) {
+                        const int ix = ox * g[G_SW] - g[G_PL] + kx;
                         int32_t v;
-                        if (ix < 0 || ix >= g->iw) continue;
-                        v = in[((long)iy * g->iw + ix) * g->ic + c];
+                        if (ix < 0 || ix >= g[G_IW]) continue;
+                        v = in[((long)iy * g[G_IW] + ix) * g[G_IC] + c];
                         if (v > m) m = v;
                     }
                 }
-                if (m < g->act_min) m = g->act_min;
-                if (m > g->act_max) m = g->act_max;
+                if (m < g[G_ACT_MIN]) m = g[G_ACT_MIN];
+                if (m > g[G_ACT_MAX]) m = g[G_ACT_MAX];
                 *out++ = (int8_t)m;
             }
 }
 
-MCU_KERNEL void k_avgpool_s8(const geom_t *g, const int8_t *in, int8_t *out)
+MCU_KERNEL void k_avgpool_s8(const int32_t *g, const int8_t *in, int8_t *out)
 {
     int oy, ox, c, ky, kx;
-    const int32_t count = (int32_t)g->kh * g->kw;
-    for (oy = 0; oy < g->oh; ++oy)
-        for (ox = 0; ox < g->ow; ++ox)
-            for (c = 0; c < g->oc; ++c) {
+    const int32_t count = (int32_t)g[G_KH] * g[G_KW];
+    for (oy = 0; oy < g[G_OH]; ++oy)
+        for (ox = 0; ox < g[G_OW]; ++ox)
+            for (c = 0; c < g[G_OC]; ++c) {
                 int32_t s = 0, avg;
-                for (ky = 0; ky < g->kh; ++ky)
-                    for (kx = 0; kx < g->kw; ++kx)
-                        s += in[(((long)oy * g->sh + ky) * g->iw + ox * g->sw + kx) * g->ic + c];
+                for (ky = 0; ky < g[G_KH]; ++ky)
+                    for (kx = 0; kx < g[G_KW]; ++kx)
+                        s += in[(((long)oy * g[G_SH] + ky) * g[G_IW] + ox * g[G_SW] + kx) * g[G_IC] + c];
                 avg = s > 0 ? (s + count / 2) / count : (s - count / 2) / count;
-                if (avg < g->act_min) avg = g->act_min;
-                if (avg > g->act_max) avg = g->act_max;
+                if (avg < g[G_ACT_MIN]) avg = g[G_ACT_MIN];
+                if (avg > g[G_ACT_MAX]) avg = g[G_ACT_MAX];
                 *out++ = (int8_t)avg;
             }
 }
@@ -232,20 +245,20 @@ MCU_KERNEL void k_clamp_s8(long n, const int8_t *in, int32_t lo, int32_t hi, int
  * and 8-channel block j: blk[n] = the block's index (tap * J + j), and
  * rows[n * nb + s] = &table[pattern(block, bit lo + s) * P].  The pattern is rebuilt from scratch for
  * every block and bit.  Returns the number of blocks n. */
-MCU_KERNEL int bs_patterns(const geom_t *g, const int8_t *in, int oy, int ox, int nb, const int16_t *table,
+MCU_KERNEL int bs_patterns(const int32_t *g, const int8_t *in, int oy, int ox, int nb, const int16_t *table,
                            int32_t pool, const int16_t **rows, uint16_t *blk)
 {
     const int lo = 8 - nb;
-    const int J = g->ic / 8;
+    const int J = g[G_IC] / 8;
     int ky, kx, j, s, n = 0;
-    for (ky = 0; ky < g->kh; ++ky) {
-        const int iy = oy * g->sh - g->pt + ky;
-        if (iy < 0 || iy >= g->ih) continue;
-        for (kx = 0; kx < g->kw; ++kx) {
-            const int ix = ox * g->sw - g->pl + kx;
+    for (ky = 0; ky < g[G_KH]; ++ky) {
+        const int iy = oy * g[G_SH] - g[G_PT] + ky;
+        if (iy < 0 || iy >= g[G_IH]) continue;
+        for (kx = 0; kx < g[G_KW]; ++kx) {
+            const int ix = ox * g[G_SW] - g[G_PL] + kx;
             const int8_t *ip;
-            if (ix < 0 || ix >= g->iw) continue;
-            ip = in + ((long)iy * g->iw + ix) * g->ic;
+            if (ix < 0 || ix >= g[G_IW]) continue;
+            ip = in + ((long)iy * g[G_IW] + ix) * g[G_IC];
             for (j = 0; j < J; ++j) {
                 /* u = q - zp = q + 128: flip the sign bit of each byte (byte order is irrelevant:
                  * both words are split back into bytes the same way). */
@@ -254,7 +267,7 @@ MCU_KERNEL int bs_patterns(const geom_t *g, const int8_t *in, int oy, int ox, in
                 memcpy(&w1, ip + 8 * j + 4, 4);
                 w0 = MCU_LE32(w0) ^ 0x80808080u;
                 w1 = MCU_LE32(w1) ^ 0x80808080u;
-                blk[n] = (uint16_t)((ky * g->kw + kx) * J + j);
+                blk[n] = (uint16_t)((ky * g[G_KW] + kx) * J + j);
                 for (s = 0; s < nb; ++s) {
                     /* bit (lo+s) of the 4 bytes of a word gathered into 4 bits by one multiply */
                     const uint32_t p0 = ((((w0 >> (lo + s)) & 0x01010101u) * 0x01020408u) >> 24) & 0xFu;
@@ -371,29 +384,29 @@ def bitserial_kernel_c(pool_size: int, unroll: int = 8) -> str:
             "static int32_t mcu_dbl(int32_t v) { return v + v; }\n")
     return head + memo_leaves + run_leaves + r"""
 /* acc[k] = sum over blocks of sum_s T[pattern_s][idx[block][k]] << (lo + s), + bias + correction */
-MCU_KERNEL void k_conv_bs(const geom_t *g, const int8_t *in, const uint8_t *idx, const int32_t *bias,
+MCU_KERNEL void k_conv_bs(const int32_t *g, const int8_t *in, const uint8_t *idx, const int32_t *bias,
                           const int32_t *wsum, const int32_t *mult, const int32_t *shift, const int16_t *table,
                           int nb, int32_t *acc, int8_t *out)
 {
     const int lo = 8 - nb;
-    const int oc = g->oc;
-    const int J = g->ic / 8;
+    const int oc = g[G_OC];
+    const int J = g[G_IC] / 8;
     int oy, ox, k, ky;
-    for (oy = 0; oy < g->oh; ++oy)
-        for (ox = 0; ox < g->ow; ++ox) {
+    for (oy = 0; oy < g[G_OH]; ++oy)
+        for (ox = 0; ox < g[G_OW]; ++ox) {
             /* the taps inside the input: kernel columns kx0..kx1-1 of every kernel row inside */
-            const int x0 = ox * g->sw - g->pl;
+            const int x0 = ox * g[G_SW] - g[G_PL];
             const int kx0 = x0 < 0 ? -x0 : 0;
-            const int kx1 = g->iw - x0 < g->kw ? g->iw - x0 : g->kw;
+            const int kx1 = g[G_IW] - x0 < g[G_KW] ? g[G_IW] - x0 : g[G_KW];
             for (k = 0; k < oc; ++k) acc[k] = 0;
-            for (ky = 0; kx0 < kx1 && ky < g->kh; ++ky) {
-                const int iy = oy * g->sh - g->pt + ky;
+            for (ky = 0; kx0 < kx1 && ky < g[G_KH]; ++ky) {
+                const int iy = oy * g[G_SH] - g[G_PT] + ky;
                 const int8_t *ip;
                 const uint8_t *ix;
                 int n;
-                if (iy < 0 || iy >= g->ih) continue;
-                ip = in + ((long)iy * g->iw + x0 + kx0) * g->ic;
-                ix = idx + (long)(ky * g->kw + kx0) * J * oc;
+                if (iy < 0 || iy >= g[G_IH]) continue;
+                ip = in + ((long)iy * g[G_IW] + x0 + kx0) * g[G_IC];
+                ix = idx + (long)(ky * g[G_KW] + kx0) * J * oc;
                 n = (kx1 - kx0) * J;
                 switch (nb) {
 """ + run_cases + r"""
@@ -402,22 +415,22 @@ MCU_KERNEL void k_conv_bs(const geom_t *g, const int8_t *in, const uint8_t *idx,
             }
             for (k = 0; k < oc; ++k) {
                 const int32_t a = acc[k] * (1 << lo) + bias[k] + ((wsum[k] * ((1 << lo) - 1)) >> 1);
-                *out++ = q_out(a, mult[k], shift[k], g->out_zp, g->act_min, g->act_max);
+                *out++ = q_out(a, mult[k], shift[k], g[G_OUT_ZP], g[G_ACT_MIN], g[G_ACT_MAX]);
             }
         }
 }
 
 /* Memoised: per block, the bit-serial sums of all pool vectors once, then one lookup per channel. */
-MCU_KERNEL void k_conv_bs_memo(const geom_t *g, const int8_t *in, const uint8_t *idx, const int32_t *bias,
+MCU_KERNEL void k_conv_bs_memo(const int32_t *g, const int8_t *in, const uint8_t *idx, const int32_t *bias,
                                const int32_t *wsum, const int32_t *mult, const int32_t *shift,
                                const int16_t *table, int32_t pool, int nb, const int16_t **rows,
                                uint16_t *blk, int32_t *sums, int32_t *acc, int8_t *out)
 {
     const int lo = 8 - nb;
-    const int oc = g->oc;
+    const int oc = g[G_OC];
     int oy, ox, k, b;
-    for (oy = 0; oy < g->oh; ++oy)
-        for (ox = 0; ox < g->ow; ++ox) {
+    for (oy = 0; oy < g[G_OH]; ++oy)
+        for (ox = 0; ox < g[G_OW]; ++ox) {
             const int n = bs_patterns(g, in, oy, ox, nb, table, pool, rows, blk);
             for (k = 0; k < oc; ++k) acc[k] = 0;
             for (b = 0; b < n; ++b) {
@@ -431,7 +444,7 @@ MCU_KERNEL void k_conv_bs_memo(const geom_t *g, const int8_t *in, const uint8_t 
             }
             for (k = 0; k < oc; ++k) {
                 const int32_t a = acc[k] * (1 << lo) + bias[k] + ((wsum[k] * ((1 << lo) - 1)) >> 1);
-                *out++ = q_out(a, mult[k], shift[k], g->out_zp, g->act_min, g->act_max);
+                *out++ = q_out(a, mult[k], shift[k], g[G_OUT_ZP], g[G_ACT_MIN], g[G_ACT_MAX]);
             }
         }
 }
