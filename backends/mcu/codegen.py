@@ -20,6 +20,7 @@ from rammer.codegen.names import comment_text, identifier
 from rammer.errors import CompileError
 
 from .csource import KERNELS_C, bitserial_kernel_c
+from .kernels_ir import int8_kernels
 from .kernels import pattern_table, weight_sums
 from .plan import MemoryPlan
 from .quantize import QLayer, QModel
@@ -89,6 +90,7 @@ def generate(model: QModel, plan: MemoryPlan, int8_kernel: str = "col") -> Sourc
         f" * int8 (TFLite/CMSIS-NN quantization) and bit-serial weight-pool kernels; C99, no heap,\n"
         f" * no floating point.  Do not edit. */\n#include <stdint.h>\n#include <string.h>\n#include \"model.h\"\n"))
     out.append(cu.Verbatim(KERNELS_C))
+    kernel_at = len(out)  # the int8 kernels (IR) go here, once the layers' calls are known
     if pooled:
         out.append(cu.Verbatim(bitserial_kernel_c(pool_size)))
         table = pattern_table(model.pool)
@@ -136,6 +138,8 @@ def generate(model: QModel, plan: MemoryPlan, int8_kernel: str = "col") -> Sourc
                 cu.Unused("in"), cu.Unused("out"), cu.Unused("nb"),
                 _call(model, layer, li, ptr, pool_size, src))
         layer_fns.append(cu.Function(fn, io, body, noinline=True))
+    used = {st.func for f in layer_fns for st in f.body if isinstance(st, ir.Invoke)}
+    out[kernel_at:kernel_at] = int8_kernels(used)
     out += layer_fns
     run = cu.Function("model_run", (ir.Param("in", "int8", True, True), ir.Param("out", "int8", True),
                                      ir.Param("act_bits", "int")), (
