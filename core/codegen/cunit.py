@@ -7,7 +7,7 @@ This module adds those, rendered by the same renderer and dialect tables (``rend
 ``dialects.py``):
 
 - :class:`Function`: ``[static] [noinline] ret name(params) { body }``; statements and expressions
-  are the kernel IR's plus :class:`Return`, :class:`Continue`, :class:`Unused`, :class:`Addr` (``&name`` or
+  are the kernel IR's plus :class:`Return`, :class:`Continue`, :class:`Switch`, :class:`Unused`, :class:`PointerDecl`, :class:`Addr` (``&name`` or
   ``&name[index]``) and :class:`PointerCast` (``(T *)x``).  Calls are ``kernel_ir.Invoke`` (a
   statement) or :class:`CallFn` (an expression with a value).
 - :class:`GlobalArray`: ``[static] [const] T name[size] [= {values}];``.
@@ -28,7 +28,7 @@ from .dialects import Dialect
 from .names import comment_text
 from .render import _ident, _Renderer
 
-__all__ = ["Addr", "PointerCast", "CallFn", "Return", "Continue", "Unused", "Function", "GlobalArray", "Verbatim",
+__all__ = ["Addr", "PointerCast", "CallFn", "Return", "Continue", "Switch", "Unused", "PointerDecl", "Function", "GlobalArray", "Verbatim",
            "render_function", "render_global", "render_prototype", "render_unit"]
 
 
@@ -65,6 +65,25 @@ class Return:
 @dataclass(frozen=True)
 class Continue:
     """``continue;`` in the innermost ``For``."""
+
+
+@dataclass(frozen=True)
+class PointerDecl:
+    """``[const] T *name = init;`` (``const`` qualifies the pointed-to values), a local pointer."""
+
+    dtype: str
+    name: str
+    init: ir.Expr
+    const: bool = False
+
+
+@dataclass(frozen=True)
+class Switch:
+    """``switch (value) { case k: body; break; ... default: body; }`` (integer case labels)."""
+
+    value: ir.Expr
+    cases: tuple[tuple[int, tuple], ...]
+    default: tuple = ()
 
 
 @dataclass(frozen=True)
@@ -131,6 +150,15 @@ class _UnitRenderer(_Renderer):
             return [f"{pad}return;" if s.value is None else f"{pad}return {self.expr(s.value)};"]
         if isinstance(s, Continue):
             return [f"{pad}continue;"]
+        if isinstance(s, PointerDecl):
+            return [f"{pad}{self.t('const') if s.const else ''}{self.t('type.' + s.dtype)} *{_ident(s.name)} = "
+                    f"{self.expr(s.init)};"]
+        if isinstance(s, Switch):
+            lines = [f"{pad}switch ({self.expr(s.value)}) {{"]
+            for label, body in s.cases:
+                lines += [f"{pad}case {int(label)}: {{", *self.stmts(body, depth + 1), f"{pad}    break;", f"{pad}}}"]
+            lines += [f"{pad}default: {{", *self.stmts(s.default, depth + 1), f"{pad}    break;", f"{pad}}}", f"{pad}}}"]
+            return lines
         if isinstance(s, Unused):
             return [f"{pad}(void){_ident(s.name)};"]
         return super().stmt(s, depth)
