@@ -20,7 +20,7 @@ from rammer.codegen.names import comment_text, identifier
 from rammer.errors import CompileError
 
 from .csource import KERNELS_C, bitserial_kernel_c
-from .kernels_ir import int8_kernels
+from .kernels_ir import bitserial_direct, int8_kernels
 from .kernels import pattern_table, weight_sums
 from .plan import MemoryPlan
 from .quantize import QLayer, QModel
@@ -75,6 +75,7 @@ def generate(model: QModel, plan: MemoryPlan, int8_kernel: str = "col") -> Sourc
     pool_size = 0 if model.pool is None else len(model.pool)
     pooled = [model.layers[i] for i in plan.order if model.layers[i].pooled]
     rows_needed, acc_needed = 1, 1
+    direct_at = -1
     for layer in pooled:
         kh, kw = layer.kernel
         c = layer.weight.shape[-1]
@@ -93,6 +94,7 @@ def generate(model: QModel, plan: MemoryPlan, int8_kernel: str = "col") -> Sourc
     kernel_at = len(out)  # the int8 kernels (IR) go here, once the layers' calls are known
     if pooled:
         out.append(cu.Verbatim(bitserial_kernel_c(pool_size)))
+        direct_at = len(out)
         table = pattern_table(model.pool)
         out.append(cu.GlobalArray("bs_table", "int16", table.size, tuple(int(x) for x in table.reshape(-1)),
                                   const=True, comment=f"pattern table: T[p][v] = sum_i bit_i(p) * pool[v][i], "
@@ -139,6 +141,8 @@ def generate(model: QModel, plan: MemoryPlan, int8_kernel: str = "col") -> Sourc
                 _call(model, layer, li, ptr, pool_size, src))
         layer_fns.append(cu.Function(fn, io, body, noinline=True))
     used = {st.func for f in layer_fns for st in f.body if isinstance(st, ir.Invoke)}
+    if "k_conv_bs" in used:
+        out[direct_at:direct_at] = bitserial_direct(pool_size)
     out[kernel_at:kernel_at] = int8_kernels(used)
     out += layer_fns
     run = cu.Function("model_run", (ir.Param("in", "int8", True, True), ir.Param("out", "int8", True),

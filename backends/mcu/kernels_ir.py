@@ -227,3 +227,132 @@ BUILDERS = {"k_conv_s8": conv_s8, "k_conv_s8_col": conv_s8_col, "k_dwconv_s8": d
 def int8_kernels(names) -> list[cu.Function]:
     """The IR functions of the int8 kernels ``names`` uses (each once, in a fixed order)."""
     return [BUILDERS[n]() for n in BUILDERS if n in set(names)]
+
+
+# ---- bit-serial weight pool: the direct kernel -------------------------------------------------
+
+def _u32(x: int) -> ir.Expr:
+    """An unsigned 32-bit constant (a decimal literal above INT_MAX would be a 64-bit one)."""
+    return ir.Cast("uint32", c(x)) if x > 0x7FFFFFFF else c(x)
+
+
+def _horner(rows: list[str], i: ir.Expr) -> ir.Expr:
+    """sum_s row_s[i] << s, most significant first; doubling through ``mcu_dbl`` (GCC then
+    uses one add with a shifted operand)."""
+    e = ir.Cast("int32", ir.Load(rows[-1], i))
+    for r in reversed(rows[:-1]):
+        e = add(cu.CallFn("mcu_dbl", (e,)), ir.Load(r, i))
+    return e
+
+
+def _pattern_rows(tag: str, at: ir.Expr, nb: int, pool: int) -> list:
+    """The nb table rows (pointers) of the 8 activations at ``word``: nibble planes of the two
+    32-bit words (bits 4..7 of all 8 bytes in one word, sign bits flipped: u = q + 128; bits 0..3 in
+    another), then per bit one shift, mask and multiply that gathers the 8 bits into the top byte."""
+    lo = 8 - nb
+    w0, w1 = f"{tag}0", f"{tag}1"
+    out = [ir.Decl("uint32", w0, cu.CallFn("mcu_le32_at", (at,))),
+           ir.Decl("uint32", w1, cu.CallFn("mcu_le32_at", (add(at, c(4)),))),
+           ir.Decl("uint32", f"{tag}h", _b("^", _b("|", _b("&", _b(">>", v(w0), c(4)), _u32(0x0F0F0F0F)),
+                                                   _b("&", v(w1), _u32(0xF0F0F0F0))), _u32(0x88888888)))]
+    if lo < 4:
+        out.append(ir.Decl("uint32", f"{tag}l", _b("|", _b("&", v(w0), _u32(0x0F0F0F0F)),
+                                                   _b("<<", _b("&", v(w1), _u32(0x0F0F0F0F)), c(4)))))
+    for s in range(nb):
+        bit = lo + s
+        src, sh = (f"{tag}h", bit - 4) if bit >= 4 else (f"{tag}l", bit)
+        gathered = _b(">>", mul(_b("&", _b(">>", v(src), c(sh)), _u32(0x11111111)), _u32(0x01020408)), c(24))
+        out.append(cu.PointerDecl("int16", f"{tag}r{s}", add(v("table"), mul(ir.Cast("int", gathered), c(pool))),
+                                  const=True))
+    return out
+
+
+def bs_run(nb: int, pair: bool, pool: int, unroll: int = 8) -> cu.Function:
+    """``bs_run{nb}[p]``: the bit-serial sums of a run of ``n`` consecutive 8-channel blocks (one kernel
+    row of taps inside the input: contiguous activations and, block-major, contiguous index rows)
+    added to ``acc[k]``; the channel loop unrolled by ``unroll``; ``pair``: two blocks per channel
+    step (one accumulator load/store per two blocks)."""
+    step = 2 if pair else 1
+    ra = [f"ar{s}" for s in range(nb)]
+    rb = [f"br{s}" for s in range(nb)]
+    body = _pattern_rows("a", v("ip"), nb, pool)
+    if pair:
+        body += _pattern_rows("b", add(v("ip"), c(8)), nb, pool)
+
+    def term(kk: ir.Expr) -> ir.Expr:
+        e = _horner(ra, ir.Cast("int", ir.Load("ix", kk)))
+        if pair:
+            e = add(e, _horner(rb, ir.Cast("int", ir.Load("ix", add(v("oc"), kk)))))
+        return e
+
+    def upd(kk):
+        return ir.Store("acc", kk, add(ir.Load("acc", kk), term(kk)))
+
+    body += [ir.Decl("int", "k", c(0)),
+             ir.While(_b("<=", add(v("k"), c(unroll)), v("oc")),
+                      tuple(upd(add(v("k"), c(u)) if u else v("k")) for u in range(unroll)) + (inc("k", unroll),)),
+             ir.While(lt(v("k"), v("oc")), (upd(v("k")), inc("k"))),
+             ir.Assign("n", sub(v("n"), c(step))), ir.Assign("ip", add(v("ip"), c(8 * step))),
+             ir.Assign("ix", add(v("ix"), mul(c(step), v("oc")) if pair else v("oc")))]
+    loop_body = tuple(body)
+    return cu.Function(f"bs_run{nb}{'p' if pair else ''}", (
+        P("table", "int16", True, True), P("ip", "int8", True, True), P("ix", "uint8", True, True), P("n", "int"),
+        P("acc", "int32", True), P("oc", "int")), (ir.While(_b(">=", v("n"), c(step)), loop_body),),
+        static=True, noinline=True)
+
+
+PAIR_BITS = (2, 3, 4)
+PAIR_UNROLL = 8
+
+
+def _dispatch(nb: int) -> ir.Stmt:
+    """The run of kernel row ``ky`` at ``nb`` bits (pairs of blocks, then an odd last one)."""
+    ip, ix = add(v("in"), v("ib")), add(v("idx"), v("xb"))
+    args = (v("table"), ip, ix, v("n"), v("acc"), v("oc"))
+    if nb not in PAIR_BITS:
+        return ir.Invoke(f"bs_run{nb}", args)
+    last = sub(v("n"), c(1))
+    return ir.Block((ir.Invoke(f"bs_run{nb}p", args),
+                     ir.If(_b("!=", _b("&", v("n"), c(1)), c(0)), (ir.Invoke(f"bs_run{nb}", (
+                         v("table"), add(ip, mul(c(8), last)), add(ix, mul(last, v("oc"))), c(1), v("acc"),
+                         v("oc"))),))))
+
+
+def conv_bs() -> cu.Function:
+    """acc[k] = sum over the taps inside the input and their 8-channel blocks of
+    sum_s T[pattern_s][idx[block][k]] << (lo + s); out = requantized acc + bias + the correction
+    for the dropped low bits.  Per output, each kernel row of taps inside the input is one run."""
+    chain = cu.Switch(v("nb"), tuple((nb, (_dispatch(nb),)) for nb in range(2, 9)),
+                      (ir.Comment("act_bits outside 2..8: model_run refused it"),))
+    row = (ir.Decl("int", "iy", add(sub(mul(v("oy"), v("sh")), v("pt")), v("ky"))),
+           ir.If(any_of(lt(v("iy"), c(0)), ge(v("iy"), v("ih"))), (cu.Continue(),)),
+           ir.Decl("int", "n", mul(sub(v("kx1"), v("kx0")), v("nj"))),
+           ir.Decl("int", "ib", mul(add(add(mul(v("iy"), v("iw")), v("x0")), v("kx0")), v("ic"))),
+           ir.Decl("int", "xb", mul(mul(add(mul(v("ky"), v("kw")), v("kx0")), v("nj")), v("oc"))),
+           chain)
+    lo_mask = sub(_b("<<", c(1), v("lo")), c(1))
+    requant = (ir.Decl("int32", "a", add(add(mul(ir.Load("acc", v("k")), _b("<<", c(1), v("lo"))), ir.Load("bias", v("k"))),
+                                         _b(">>", mul(ir.Load("wsum", v("k")), lo_mask), c(1)))),
+               ir.Store("out", v("o"), _q_out(v("a"), v("k"))), inc("o"))
+    body = (*_geometry("ih", "iw", "ic", "oh", "ow", "oc", "kh", "kw", "sh", "sw", "pt", "pl", "out_zp", "act_min",
+                       "act_max"),
+            ir.Decl("int", "lo", sub(c(8), v("nb"))), ir.Decl("int", "nj", _b("/", v("ic"), c(8))),
+            ir.Decl("int", "o", c(0)),
+            for_("oy", v("oh"), for_("ox", v("ow"),
+                 ir.Decl("int", "x0", sub(mul(v("ox"), v("sw")), v("pl"))),
+                 ir.Decl("int", "kx0", ir.Select(lt(v("x0"), c(0)), ir.UnOp("-", v("x0")), c(0))),
+                 ir.Decl("int", "kx1", ir.Select(lt(sub(v("iw"), v("x0")), v("kw")), sub(v("iw"), v("x0")), v("kw"))),
+                 for_("k", v("oc"), ir.Store("acc", v("k"), c(0))),
+                 ir.If(lt(v("kx0"), v("kx1")), (for_("ky", v("kh"), *row),)),
+                 for_("k", v("oc"), *requant))))
+    return cu.Function("k_conv_bs", (
+        P("g", "int32", True, True), P("in", "int8", True, True), P("idx", "uint8", True, True),
+        P("bias", "int32", True, True), P("wsum", "int32", True, True), P("mult", "int32", True, True),
+        P("shift", "int32", True, True), P("table", "int16", True, True), P("nb", "int"), P("acc", "int32", True),
+        P("out", "int8", True)), body, static=True)
+
+
+def bitserial_direct(pool: int) -> list[cu.Function]:
+    """The direct bit-serial kernel and its leaves (one per bit count, pairs up to 4 bits)."""
+    return ([bs_run(nb, False, pool) for nb in range(2, 9)] + [bs_run(nb, True, pool, PAIR_UNROLL) for nb in PAIR_BITS]
+            + [conv_bs()])
