@@ -1,10 +1,13 @@
 """C99 source of a quantized model: ``model.c`` (kernels, const data, one function per layer,
 ``model_run``) and ``model.h``.
 
-Model names reach the source only through :mod:`rammer.codegen.names` (comments and identifier
-hints).  Constants are ``const`` arrays (flash on a microcontroller); activations live in one static
-arena planned by :mod:`.plan`; the bit-serial kernels' scratch (row pointers, per-channel
-accumulators of the memoised variant) is static too.  No heap, no floating point.
+The whole unit is kernel IR (:mod:`rammer.codegen.cunit`: functions, file-scope arrays) rendered by
+the core's C99 dialect; the kernels come from :mod:`.kernels_ir`, each emitted only when a layer
+calls it; :mod:`.csource` adds two lines of C the IR does not model.  Model names reach the source
+only through :mod:`rammer.codegen.names` (comments and identifier hints).  Constants are ``const``
+arrays (flash on a microcontroller); activations live in one static arena planned by :mod:`.plan`;
+the bit-serial kernels' scratch (per-channel accumulators, the memoised variant's pool sums) is
+static too.  No heap, no floating point.
 """
 
 from __future__ import annotations
@@ -19,8 +22,8 @@ from rammer.codegen.dialects import C99
 from rammer.codegen.names import comment_text, identifier
 from rammer.errors import CompileError
 
-from .csource import KERNELS_C, bitserial_kernel_c
-from .kernels_ir import bitserial_direct, int8_kernels
+from .csource import BITSERIAL_HELPERS_C, KERNELS_C
+from .kernels_ir import bitserial_direct, bitserial_memo, int8_kernels, requant_helpers
 from .kernels import pattern_table, weight_sums
 from .plan import MemoryPlan
 from .quantize import QLayer, QModel
@@ -93,7 +96,7 @@ def generate(model: QModel, plan: MemoryPlan, int8_kernel: str = "col") -> Sourc
     out.append(cu.Verbatim(KERNELS_C))
     kernel_at = len(out)  # the int8 kernels (IR) go here, once the layers' calls are known
     if pooled:
-        out.append(cu.Verbatim(bitserial_kernel_c(pool_size)))
+        out.append(cu.Verbatim(BITSERIAL_HELPERS_C))
         direct_at = len(out)
         table = pattern_table(model.pool)
         out.append(cu.GlobalArray("bs_table", "int16", table.size, tuple(int(x) for x in table.reshape(-1)),
@@ -103,11 +106,8 @@ def generate(model: QModel, plan: MemoryPlan, int8_kernel: str = "col") -> Sourc
         out.append(cu.GlobalArray("bs_acc", "int32", acc_needed))
         scratch = 4 * acc_needed
         if any(use_memoised(l, pool_size) for l in pooled):
-            # the memoised kernel keeps the table rows and block numbers of one output
-            out.append(cu.GlobalArray("bs_rows", "int16", rows_needed, const=True, pointer=True))
-            out.append(cu.GlobalArray("bs_blk", "uint16", rows_needed // 8))
-            out.append(cu.GlobalArray("bs_sums", "int32", pool_size))
-            scratch += rows_needed * 4 + rows_needed // 4 + 4 * pool_size
+            out.append(cu.GlobalArray("bs_sums", "int32", pool_size))  # one block's sums of all pool vectors
+            scratch += 4 * pool_size
         src.scratch_bytes = scratch
     int8_convs = [model.layers[i] for i in plan.order if model.layers[i].kind in ("conv", "fc")
                   and not model.layers[i].pooled]
@@ -141,9 +141,12 @@ def generate(model: QModel, plan: MemoryPlan, int8_kernel: str = "col") -> Sourc
                 _call(model, layer, li, ptr, pool_size, src))
         layer_fns.append(cu.Function(fn, io, body, noinline=True))
     used = {st.func for f in layer_fns for st in f.body if isinstance(st, ir.Invoke)}
-    if "k_conv_bs" in used:
-        out[direct_at:direct_at] = bitserial_direct(pool_size)
-    out[kernel_at:kernel_at] = int8_kernels(used)
+    if pooled:
+        out[direct_at:direct_at] = ((bitserial_direct(pool_size) if "k_conv_bs" in used else [])
+                                    + (bitserial_memo(pool_size) if "k_conv_bs_memo" in used else []))
+    need_out = bool(used - {"k_maxpool_s8", "k_avgpool_s8", "k_add_s8", "k_clamp_s8"})
+    helpers = requant_helpers(need_out) if need_out or "k_add_s8" in used else []
+    out[kernel_at:kernel_at] = helpers + int8_kernels(used)
     out += layer_fns
     run = cu.Function("model_run", (ir.Param("in", "int8", True, True), ir.Param("out", "int8", True),
                                      ir.Param("act_bits", "int")), (
@@ -217,8 +220,8 @@ def _call(model: QModel, layer: QLayer, li: int, ptr, pool_size: int, src: Sourc
         if use_memoised(layer, pool_size):
             src.memoised.add(li)
             return ir.Invoke("k_conv_bs_memo", (v(f"g{li}"), x, v(f"idx{li}"), v(f"bias{li}"), v(f"wsum{li}"),
-                                                v(f"mult{li}"), v(f"shift{li}"), v("bs_table"), c(pool_size), v("nb"),
-                                                v("bs_rows"), v("bs_blk"), v("bs_sums"), v("bs_acc"), y))
+                                                v(f"mult{li}"), v(f"shift{li}"), v("bs_table"), v("nb"), v("bs_sums"),
+                                                v("bs_acc"), y))
         return ir.Invoke("k_conv_bs", (v(f"g{li}"), x, v(f"idx{li}"), v(f"bias{li}"), v(f"wsum{li}"), v(f"mult{li}"),
                                        v(f"shift{li}"), v("bs_table"), v("nb"), v("bs_acc"), y))
     if k in ("conv", "fc"):

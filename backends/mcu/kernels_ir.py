@@ -1,10 +1,11 @@
-"""The int8 kernels of the mcu backend as kernel IR (``rammer.codegen.kernel_ir`` + ``cunit``),
-rendered by the core's C99 dialect.
+"""Every kernel of the mcu backend as kernel IR (``rammer.codegen.kernel_ir`` + ``cunit``), rendered by
+the core's C99 dialect: the requantization helpers, the int8 path (the TFLite Micro reference loop
+nest, CMSIS-NN's portable column scheme, depthwise, pooling, add, clamp) and the bit-serial direct and
+memoised kernels with their per-bit-count leaves.
 
-Same loops and integer arithmetic as the numpy specification (:mod:`.kernels`) and TFLite Micro's
-reference kernels; the requantization helpers (``q_out``, ``q_mbqm``) and the bit-serial kernels are
-still hand-written C in :mod:`.csource`.  A layer's geometry is a ``const int32_t g[16]`` read by the
-indices of ``G`` (the ``G_*`` macros of the C text).
+Same loops and integer arithmetic as the numpy specification (:mod:`.kernels`).  A layer's geometry
+is a ``const int32_t g[16]`` read at the indices of ``G``.  :mod:`.csource` holds the two lines of C
+the IR does not model (the byte order of a memcpy'd word, a doubling helper).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 from rammer.codegen import cunit as cu
 from rammer.codegen import kernel_ir as ir
 
-__all__ = ["int8_kernels", "G"]
+__all__ = ["int8_kernels", "requant_helpers", "bitserial_direct", "bitserial_memo", "G"]
 
 #: Index of each geometry field in a layer's ``g`` array.
 G = {f: i for i, f in enumerate("ih iw ic oh ow oc kh kw sh sw pt pl in_zp out_zp act_min act_max".split())}
@@ -301,13 +302,32 @@ def bs_run(nb: int, pair: bool, pool: int, unroll: int = 8) -> cu.Function:
         static=True, noinline=True)
 
 
+def bs_memo_run(nb: int, pool: int) -> cu.Function:
+    """``bs_memo{nb}``: the memoised variant of :func:`bs_run` (for layers with more output channels
+    than pool vectors): per block, the bit-serial sum of every pool vector once, then one lookup per
+    output channel."""
+    rows = [f"ar{s}" for s in range(nb)]
+    body = (*_pattern_rows("a", v("ip"), nb, pool),
+            for_("i", c(pool), ir.Store("sums", v("i"), _horner(rows, v("i")))),
+            for_("k", v("oc"), ir.Store("acc", v("k"), add(ir.Load("acc", v("k")),
+                                                           ir.Load("sums", ir.Cast("int", ir.Load("ix", v("k"))))))),
+            ir.Assign("n", sub(v("n"), c(1))), ir.Assign("ip", add(v("ip"), c(8))),
+            ir.Assign("ix", add(v("ix"), v("oc"))))
+    return cu.Function(f"bs_memo{nb}", (
+        P("table", "int16", True, True), P("ip", "int8", True, True), P("ix", "uint8", True, True), P("n", "int"),
+        P("sums", "int32", True), P("acc", "int32", True), P("oc", "int")), (ir.While(_b(">=", v("n"), c(1)), body),),
+        static=True, noinline=True)
+
+
 PAIR_BITS = (2, 3, 4)
 PAIR_UNROLL = 8
 
 
-def _dispatch(nb: int) -> ir.Stmt:
+def _dispatch(nb: int, memo: bool = False) -> ir.Stmt:
     """The run of kernel row ``ky`` at ``nb`` bits (pairs of blocks, then an odd last one)."""
     ip, ix = add(v("in"), v("ib")), add(v("idx"), v("xb"))
+    if memo:
+        return ir.Invoke(f"bs_memo{nb}", (v("table"), ip, ix, v("n"), v("sums"), v("acc"), v("oc")))
     args = (v("table"), ip, ix, v("n"), v("acc"), v("oc"))
     if nb not in PAIR_BITS:
         return ir.Invoke(f"bs_run{nb}", args)
@@ -318,11 +338,11 @@ def _dispatch(nb: int) -> ir.Stmt:
                          v("oc"))),))))
 
 
-def conv_bs() -> cu.Function:
+def conv_bs(memo: bool = False) -> cu.Function:
     """acc[k] = sum over the taps inside the input and their 8-channel blocks of
     sum_s T[pattern_s][idx[block][k]] << (lo + s); out = requantized acc + bias + the correction
     for the dropped low bits.  Per output, each kernel row of taps inside the input is one run."""
-    chain = cu.Switch(v("nb"), tuple((nb, (_dispatch(nb),)) for nb in range(2, 9)),
+    chain = cu.Switch(v("nb"), tuple((nb, (_dispatch(nb, memo),)) for nb in range(2, 9)),
                       (ir.Comment("act_bits outside 2..8: model_run refused it"),))
     row = (ir.Decl("int", "iy", add(sub(mul(v("oy"), v("sh")), v("pt")), v("ky"))),
            ir.If(any_of(lt(v("iy"), c(0)), ge(v("iy"), v("ih"))), (cu.Continue(),)),
@@ -345,10 +365,11 @@ def conv_bs() -> cu.Function:
                  for_("k", v("oc"), ir.Store("acc", v("k"), c(0))),
                  ir.If(lt(v("kx0"), v("kx1")), (for_("ky", v("kh"), *row),)),
                  for_("k", v("oc"), *requant))))
-    return cu.Function("k_conv_bs", (
+    return cu.Function("k_conv_bs_memo" if memo else "k_conv_bs", (
         P("g", "int32", True, True), P("in", "int8", True, True), P("idx", "uint8", True, True),
         P("bias", "int32", True, True), P("wsum", "int32", True, True), P("mult", "int32", True, True),
-        P("shift", "int32", True, True), P("table", "int16", True, True), P("nb", "int"), P("acc", "int32", True),
+        P("shift", "int32", True, True), P("table", "int16", True, True), P("nb", "int"),
+        *((P("sums", "int32", True),) if memo else ()), P("acc", "int32", True),
         P("out", "int8", True)), body, static=True)
 
 
@@ -356,3 +377,55 @@ def bitserial_direct(pool: int) -> list[cu.Function]:
     """The direct bit-serial kernel and its leaves (one per bit count, pairs up to 4 bits)."""
     return ([bs_run(nb, False, pool) for nb in range(2, 9)] + [bs_run(nb, True, pool, PAIR_UNROLL) for nb in PAIR_BITS]
             + [conv_bs()])
+
+
+def bitserial_memo(pool: int) -> list[cu.Function]:
+    """The memoised bit-serial kernel and its leaves."""
+    return [bs_memo_run(nb, pool) for nb in range(2, 9)] + [conv_bs(memo=True)]
+
+
+# ---- fixed-point requantization (TFLite / gemmlowp) ----------------------------------------------
+
+def _l(x) -> ir.Expr:
+    return ir.Cast("long", x if not isinstance(x, int) else c(x))
+
+
+def requant_helpers(need_out: bool) -> list[cu.Function]:
+    """q_srdhm (SaturatingRoundingDoublingHighMul), q_rdbpot (RoundingDivideByPOT), q_mbqm
+    (MultiplyByQuantizedMultiplier, with a saturating left shift where TFLite's would overflow) and,
+    with ``need_out``, q_out (requantize, add the zero point, clamp)."""
+    i32min, i32max = v("INT32_MIN"), v("INT32_MAX")
+    srdhm = cu.Function("q_srdhm", (P("a", "int32"), P("b", "int32")), (
+        ir.If(_b("&&", _b("==", v("a"), i32min), _b("==", v("b"), i32min)), (cu.Return(i32max),)),
+        ir.Decl("long", "ab", mul(_l(v("a")), _l(v("b")))),
+        ir.Decl("long", "s", add(v("ab"), ir.Select(ge(v("ab"), c(0)), _b("<<", _l(1), c(30)),
+                                                     sub(c(1), _b("<<", _l(1), c(30)))))),
+        ir.Comment("s / 2^31 truncated toward zero: floor, plus one for a negative s with a remainder"),
+        ir.Decl("int32", "q", ir.Cast("int32", _b(">>", v("s"), c(31)))),
+        ir.If(_b("&&", lt(v("s"), c(0)), _b("!=", _b("&", v("s"), c(0x7FFFFFFF)), c(0))), (inc("q"),)),
+        cu.Return(v("q"))), returns="int32", static=True)
+    rdbpot = cu.Function("q_rdbpot", (P("x", "int32"), P("e", "int32")), (
+        ir.Decl("int32", "mask", ir.Cast("int32", sub(_b("<<", ir.Cast("uint32", c(1)), v("e")),
+                                                      ir.Cast("uint32", c(1))))),
+        ir.Decl("int32", "remainder", _b("&", v("x"), v("mask"))),
+        ir.Decl("int32", "threshold", add(_b(">>", v("mask"), c(1)), ir.Select(lt(v("x"), c(0)), c(1), c(0)))),
+        cu.Return(add(_b(">>", v("x"), v("e")), ir.Select(_b(">", v("remainder"), v("threshold")), c(1), c(0))))),
+        returns="int32", static=True)
+    mbqm = cu.Function("q_mbqm", (P("x", "int32"), P("mult", "int32"), P("shift", "int32")), (
+        ir.If(_b(">", v("shift"), c(0)), (
+            ir.Comment("multiplier >= 1: saturating left shift first (TFLite: int32 x << shift)"),
+            ir.Decl("long", "w", mul(_l(v("x")), _b("<<", _l(1), v("shift")))),
+            ir.Assign("x", ir.Select(_b(">", v("w"), i32max), i32max,
+                                     ir.Select(lt(v("w"), i32min), i32min, ir.Cast("int32", v("w"))))),
+            cu.Return(cu.CallFn("q_srdhm", (v("x"), v("mult")))))),
+        cu.Return(cu.CallFn("q_rdbpot", (cu.CallFn("q_srdhm", (v("x"), v("mult"))), ir.UnOp("-", v("shift")))))),
+        returns="int32", static=True)
+    out = [srdhm, rdbpot, mbqm]
+    if need_out:
+        out.append(cu.Function("q_out", (P("acc", "int32"), P("mult", "int32"), P("shift", "int32"), P("zp", "int32"),
+                                         P("lo", "int32"), P("hi", "int32")), (
+            ir.Decl("int32", "y", add(cu.CallFn("q_mbqm", (v("acc"), v("mult"), v("shift"))), v("zp"))),
+            ir.If(lt(v("y"), v("lo")), (ir.Assign("y", v("lo")),)),
+            ir.If(_b(">", v("y"), v("hi")), (ir.Assign("y", v("hi")),)),
+            cu.Return(ir.Cast("int8", v("y")))), returns="int8", static=True))
+    return out
