@@ -22,10 +22,10 @@ correctly (shared/notes/gpu.md).
 that every cross-block conflict is ordered by a signal/wait pair, so a
 program whose barriers were removed is refused before it runs.
 
-TODO(issue 22): build programs from a core ``rammer.schedule`` Schedule and
-plan the arena with ``rammer.memory``; today the caller states the waves and
-arena offsets (see :func:`from_waves`).  Wave mode (one launch per wave) is
-not built yet.
+Programs come from a core :class:`rammer.schedule.Schedule` (:func:`from_schedule`, used by
+:mod:`.compiler`) or, in tests, from caller-stated waves (:func:`from_waves`).  Consecutive calls
+of one rKernel with the same arguments and evenly spaced rTask ids are rendered as one loop, so a
+block's straight-line program stays short.
 """
 
 from __future__ import annotations
@@ -34,11 +34,13 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Union
 
+import numpy as np
+
 from rammer.codegen import kernel_ir as ir
 from rammer.codegen.kernel_ir import BinOp, Special, c, v
 
 __all__ = ["Call", "Signal", "Wait", "Task", "ProgramError", "device_function", "persistent_kernel",
-           "from_waves", "check_races", "signals_per_block"]
+           "from_waves", "from_schedule", "check_races", "wave_kernel", "split_waves", "signals_per_block"]
 
 
 class ProgramError(ValueError):
@@ -56,6 +58,9 @@ class Call:
     args: tuple[Union[int, float], ...]
     reads: tuple[tuple[int, int], ...] = ()
     writes: tuple[tuple[int, int], ...] = ()
+    #: Calls of one operator (``op >= 0``) write disjoint parts of its outputs by construction:
+    #: :func:`check_races` does not order them against each other.
+    op: int = -1
 
 
 @dataclass(frozen=True)
@@ -141,11 +146,43 @@ def signals_per_block(programs: list[list[Step]]) -> list[int]:
     return [sum(isinstance(s, Signal) for s in p) for p in programs]
 
 
+def _call_args(k: ir.Kernel, step: Call, block: int, rtask: ir.Expr) -> tuple[ir.Expr, ...]:
+    if len(step.args) != len(k.params):
+        raise ProgramError(f"block {block}: {step.kernel} takes {len(k.params)} arguments, got {len(step.args)}")
+    args: list[ir.Expr] = [rtask, v("smem")]
+    for p, a in zip(k.params, step.args):
+        if p.pointer:
+            args.append(BinOp("+", v("arena"), c(int(a))))
+        else:
+            args.append(c(float(a)) if p.dtype == "float" else c(int(a)))
+    return tuple(args)
+
+
+def _runs(steps: list[Step]) -> list[tuple[Step, int, int]]:
+    """``steps`` as (first step, count, rTask stride): consecutive calls of one rKernel with equal
+    arguments and evenly spaced rTask ids become one run (rendered as a loop)."""
+    out: list[tuple[Step, int, int]] = []
+    for s in steps:
+        if out and isinstance(s, Call):
+            first, count, stride = out[-1]
+            if isinstance(first, Call) and first.kernel == s.kernel and first.args == s.args:
+                delta = s.rtask_id - first.rtask_id
+                if count == 1 and delta > 0:
+                    out[-1] = (first, 2, delta)
+                    continue
+                if count > 1 and delta == stride * count:
+                    out[-1] = (first, count + 1, stride)
+                    continue
+        out.append((s, 1, 0))
+    return out
+
+
 def persistent_kernel(name: str, kernels: dict[str, ir.Kernel], programs: list[list[Step]],
-                      block_threads: int) -> list[ir.Kernel]:
+                      block_threads: int, check: bool = True) -> list[ir.Kernel]:
     """The device functions and the persistent kernel ``name(arena, counters, epoch)``; block ``b``
     runs ``programs[b]``.  Raises :class:`ProgramError` on races (:func:`check_races`)."""
-    check_races(programs)
+    if check:
+        check_races(programs)
     fns, smem = [], 1
     for k in kernels.values():
         fn, size = device_function(k, block_threads)
@@ -156,21 +193,17 @@ def persistent_kernel(name: str, kernels: dict[str, ir.Kernel], programs: list[l
     blocks: list[ir.Stmt] = []
     for b, steps in enumerate(programs):
         body: list[ir.Stmt] = []
-        for step in steps:
+        for step, count, stride in _runs(steps):
             if isinstance(step, Call):
                 k = kernels.get(step.kernel)
                 if k is None:
                     raise ProgramError(f"block {b} calls unknown rKernel {step.kernel!r}")
-                if len(step.args) != len(k.params):
-                    raise ProgramError(f"block {b}: {step.kernel} takes {len(k.params)} arguments, "
-                                       f"got {len(step.args)}")
-                args: list[ir.Expr] = [c(int(step.rtask_id)), v("smem")]
-                for p, a in zip(k.params, step.args):
-                    if p.pointer:
-                        args.append(BinOp("+", v("arena"), c(int(a))))
-                    else:
-                        args.append(c(float(a)) if p.dtype == "float" else c(int(a)))
-                body.append(ir.Invoke(step.kernel, tuple(args)))
+                if count == 1:
+                    body.append(ir.Invoke(step.kernel, _call_args(k, step, b, c(int(step.rtask_id)))))
+                else:
+                    stop = step.rtask_id + stride * count
+                    body.append(ir.For("r", c(int(step.rtask_id)), c(int(stop)), c(int(stride)),
+                                       (ir.Invoke(step.kernel, _call_args(k, step, b, v("r"))),)))
             elif isinstance(step, Signal):
                 body += [ir.Barrier(), ir.If(tid0, (ir.Fence(), ir.AtomicAdd("counters", c(b), c(1))))]
             elif isinstance(step, Wait):
@@ -184,11 +217,164 @@ def persistent_kernel(name: str, kernels: dict[str, ir.Kernel], programs: list[l
                          ir.Barrier()]
             else:
                 raise ProgramError(f"block {b}: not a program step: {step!r}")
-        blocks.append(ir.If(BinOp("==", Special("block_id"), c(b)), (ir.Comment(f"block {b}"), *body)))
+        if body:
+            blocks.append(ir.If(BinOp("==", Special("block_id"), c(b)), (ir.Comment(f"block {b}"), *body)))
     params = (ir.Param("arena", "float", True), ir.Param("counters", "int", True), ir.Param("epoch", "int"))
     main = ir.Kernel(name, params, tuple(blocks), shared=(ir.SharedArray("smem", "float", smem),),
                      threads=block_threads, meta=(("program", "persistent"), ("blocks", str(len(programs)))))
     return [*fns, main]
+
+
+def wave_kernel(name: str, kernels: dict[str, ir.Kernel], waves: list[list[list[Call]]],
+                block_threads: int, check: bool = True) -> tuple[list[ir.Kernel], dict[str, np.ndarray]]:
+    """Wave mode: ``name(arena, counters, wave, itab, ftab, ranges)``, launched once per wave
+    (``waves[w][b]``: block ``b``'s calls in wave ``w``; the launch boundary orders the waves, so
+    there are no barriers between blocks; ``counters`` is unused).
+
+    The calls are data: row ``i`` of ``itab`` holds a call's rtask_id and integer arguments (arena
+    offsets included), row ``i`` of ``ftab`` its float arguments.  The kernel has one loop per
+    rKernel, ``for (i = ranges[lo]; i < ranges[hi]; i++) rkernel(itab[i, ...])``, its bounds picked
+    by wave and block, so its size does not grow with the model (PoCL compiled straight-line
+    programs of a few hundred calls for many minutes) and no barrier sits under a branch on a
+    loaded value (the shape PoCL miscompiles).  Calls of one wave and block need no order among
+    themselves: a wave's ops are independent and memory is reused across waves only.
+    Returns the kernels and the tables ``itab``, ``ftab``, ``ranges``."""
+    blocks = max((len(w) for w in waves), default=1)
+    if check:
+        check_races(_wave_steps(waves, blocks))
+    names = list(kernels)
+    fns, smem = [], 1
+    for k in kernels.values():
+        fn, size = device_function(k, block_threads)
+        fns.append(fn)
+        smem = max(smem, size)
+    n_int = {n: 1 + sum(1 for p in kernels[n].params if p.pointer or p.dtype != "float") for n in names}
+    n_flt = {n: sum(1 for p in kernels[n].params if not p.pointer and p.dtype == "float") for n in names}
+    wi, wf = max(n_int.values(), default=1), max(max(n_flt.values(), default=1), 1)
+    irows: list[list[int]] = []
+    frows: list[list[float]] = []
+    ranges: list[int] = []
+    for per_block in waves:
+        for b in range(blocks):
+            calls = per_block[b] if b < len(per_block) else []
+            for n in names:
+                ranges.append(len(irows))
+                for call in calls:
+                    if call.kernel != n:
+                        continue
+                    k = kernels[n]
+                    if len(call.args) != len(k.params):
+                        raise ProgramError(f"{n} takes {len(k.params)} arguments, got {len(call.args)}")
+                    ints = [int(call.rtask_id)] + [int(a) for p, a in zip(k.params, call.args)
+                                                   if p.pointer or p.dtype != "float"]
+                    flts = [float(a) for p, a in zip(k.params, call.args) if not p.pointer and p.dtype == "float"]
+                    irows.append(ints + [0] * (wi - len(ints)))
+                    frows.append(flts + [0.0] * (wf - len(flts)))
+                ranges.append(len(irows))
+    for k in kernels:
+        if k not in n_int:
+            raise ProgramError(f"unknown rKernel {k!r}")
+    for per_block in waves:
+        for calls in per_block:
+            for call in calls:
+                if call.kernel not in kernels:
+                    raise ProgramError(f"a call of unknown rKernel {call.kernel!r}")
+    body: list[ir.Stmt] = []
+    base = BinOp("*", BinOp("+", BinOp("*", v("wave"), c(blocks)), Special("block_id")), c(2 * len(names)))
+    for t, n in enumerate(names):
+        k = kernels[n]
+        row_i, row_f = BinOp("*", v("i"), c(wi)), BinOp("*", v("i"), c(wf))
+        args: list[ir.Expr] = [ir.Load("itab", row_i), v("smem")]
+        ci, cf = 1, 0
+        for p in k.params:
+            if p.pointer:
+                args.append(BinOp("+", v("arena"), ir.Load("itab", BinOp("+", row_i, c(ci)))))
+                ci += 1
+            elif p.dtype == "float":
+                args.append(ir.Load("ftab", BinOp("+", row_f, c(cf))))
+                cf += 1
+            else:
+                args.append(ir.Load("itab", BinOp("+", row_i, c(ci))))
+                ci += 1
+        body.append(ir.For("i", ir.Load("ranges", BinOp("+", base, c(2 * t))),
+                           ir.Load("ranges", BinOp("+", base, c(2 * t + 1))), c(1), (ir.Invoke(n, tuple(args)),)))
+    params = (ir.Param("arena", "float", True), ir.Param("counters", "int", True), ir.Param("wave", "int"),
+              ir.Param("itab", "int", True, True), ir.Param("ftab", "float", True, True),
+              ir.Param("ranges", "int", True, True))
+    main = ir.Kernel(name, params, tuple(body), shared=(ir.SharedArray("smem", "float", smem),),
+                     threads=block_threads, meta=(("program", "wave"), ("waves", str(len(waves)))))
+    tables = {"itab": np.asarray(irows or [[0] * wi], np.int32).ravel(),
+              "ftab": np.asarray(frows or [[0.0] * wf], np.float32).ravel(),
+              "ranges": np.asarray(ranges or [0, 0], np.int32)}
+    return [*fns, main], tables
+
+
+def _wave_steps(waves: list[list[list[Call]]], blocks: int) -> list[list[Step]]:
+    programs: list[list[Step]] = [[] for _ in range(blocks)]
+    for w, per_block in enumerate(waves):
+        if w:
+            for p in programs:
+                p.append(Signal())
+            for p in programs:
+                p.extend(Wait(j, w) for j in range(blocks))
+        for b, calls in enumerate(per_block):
+            programs[b].extend(calls)
+    return programs
+
+
+def split_waves(programs: list[list[Step]], wave_of_op: list[int]) -> list[list[list[Call]]]:
+    """Block programs (from :func:`from_schedule`) cut into waves by their calls' ops, dropping
+    signals and waits; each block's program must visit waves in order."""
+    n = max(wave_of_op, default=-1) + 1
+    waves: list[list[list[Call]]] = [[[] for _ in programs] for _ in range(n)]
+    for b, steps in enumerate(programs):
+        last = 0
+        for s in steps:
+            if isinstance(s, Call):
+                w = wave_of_op[s.op]
+                if w < last:
+                    raise ProgramError(f"block {b} runs wave {w} after wave {last}; wave mode needs a wave-ordered schedule")
+                last = w
+                waves[w][b].append(s)
+    return waves
+
+
+def from_schedule(schedule, calls: dict[int, Call]) -> list[list[Step]]:
+    """The block programs of a core :class:`rammer.schedule.Schedule`: vEU ``v`` is block ``v``;
+    ``calls[rtask id]`` is what each rTask runs.  A barrier entry becomes one :class:`Wait` per
+    other block it waits on (for the last waited rTask there), and each rTask some barrier waits
+    for is followed by a :class:`Signal` on its block."""
+    n = schedule.num_rtasks
+    where: dict[int, tuple[int, int]] = {}
+    for veu, prog in enumerate(schedule.programs):
+        for pos, e in enumerate(prog):
+            if e < n:
+                where[e] = (veu, pos)
+    waited = {r for waits in schedule.barrier_waits for r in waits}
+    signal_no: dict[int, int] = {}
+    for veu, prog in enumerate(schedule.programs):
+        k = 0
+        for e in prog:
+            if e in waited:
+                k += 1
+                signal_no[e] = k
+    programs: list[list[Step]] = []
+    for veu, prog in enumerate(schedule.programs):
+        steps: list[Step] = []
+        for e in prog:
+            if e < n:
+                steps.append(calls[e])
+                if e in waited:
+                    steps.append(Signal())
+                continue
+            need: dict[int, int] = {}
+            for r in schedule.barrier_waits[e - n]:
+                blk = where[r][0]
+                if blk != veu:
+                    need[blk] = max(need.get(blk, 0), signal_no[r])
+            steps.extend(Wait(blk, cnt) for blk, cnt in sorted(need.items()))
+        programs.append(steps)
+    return programs
 
 
 def from_waves(waves: list[list[Task]], blocks: int, barriers: bool = True) -> list[list[Step]]:
@@ -210,32 +396,86 @@ def _overlap(a: tuple[tuple[int, int], ...], b: tuple[tuple[int, int], ...]) -> 
     return any(s1 < s2 + n2 and s2 < s1 + n1 for s1, n1 in a for s2, n2 in b)
 
 
+def _clocks(programs: list[list[Step]]) -> list[list[tuple[int, ...]]]:
+    """Per block and step, the vector clock before the step: per block, how many of its signals
+    are certainly sent (through waits, transitively).  Raises on a wait that can never be met."""
+    nb = len(programs)
+    at_signal: list[list[tuple[int, ...]]] = [[] for _ in range(nb)]  # clock after each signal
+    before: list[list[tuple[int, ...]]] = [[] for _ in range(nb)]
+    pos, clock = [0] * nb, [[0] * nb for _ in range(nb)]
+    progress = True
+    while progress:
+        progress = False
+        for b in range(nb):
+            while pos[b] < len(programs[b]):
+                s = programs[b][pos[b]]
+                if isinstance(s, Wait):
+                    if not 0 <= s.block < nb:
+                        raise ProgramError(f"block {b} waits for block {s.block}, which does not exist")
+                    if len(at_signal[s.block]) < s.count:
+                        break
+                    before[b].append(tuple(clock[b]))
+                    if s.count:
+                        clock[b] = [max(x, y) for x, y in zip(clock[b], at_signal[s.block][s.count - 1])]
+                else:
+                    before[b].append(tuple(clock[b]))
+                    if isinstance(s, Signal):
+                        clock[b][b] += 1
+                        at_signal[b].append(tuple(clock[b]))
+                pos[b] += 1
+                progress = True
+    stuck = [b for b in range(nb) if pos[b] < len(programs[b])]
+    if stuck:
+        raise ProgramError(f"deadlock: block {stuck[0]} waits at step {pos[stuck[0]]} for a signal never sent")
+    return before
+
+
 def check_races(programs: list[list[Step]]) -> None:
-    """Raise :class:`ProgramError` unless every pair of calls on different blocks that touch the
-    same arena floats (one writing) is ordered: the later one's block waited for a signal the
-    earlier one's block sent after it.  Direct waits only (conservative: may refuse a program
-    ordered only transitively, never accepts a racing one)."""
-    n = len(programs)
-    info = []  # (block, call, signals sent before it, counts waited for per block before it)
+    """Raise :class:`ProgramError` unless every two calls on different blocks that touch the same
+    arena floats (one writing) are ordered: the later one's block has seen (through waits, also
+    transitively) a signal the earlier one's block sent after it.  Calls of one operator
+    (equal ``op >= 0``) are not ordered against each other.  Checked per group of calls (an
+    operator, or a call with ``op < 0``), so whole models check in well under a second."""
+    before = _clocks(programs)
+    groups: dict[object, dict] = {}
     for b, steps in enumerate(programs):
-        sent, seen = 0, [0] * n
-        for s in steps:
+        sent = 0
+        for i, s in enumerate(steps):
             if isinstance(s, Signal):
                 sent += 1
-            elif isinstance(s, Wait):
-                if not 0 <= s.block < n:
-                    raise ProgramError(f"block {b} waits for block {s.block}, which does not exist")
-                seen[s.block] = max(seen[s.block], s.count)
+                for g in groups.values():  # the first signal after a group's last call on b
+                    if g["need"].get(b) == -1:
+                        g["need"][b] = sent
             elif isinstance(s, Call):
-                info.append((b, s, sent, tuple(seen)))
-    for i, (b1, c1, sent1, seen1) in enumerate(info):
-        for b2, c2, sent2, seen2 in info[i + 1:]:
-            if b1 == b2:
+                key = ("op", s.op) if s.op >= 0 else ("call", b, i)
+                g = groups.setdefault(key, {"call": s, "reads": set(), "writes": set(), "first": {}, "last": {},
+                                            "need": {}})
+                g["reads"].update(s.reads)
+                g["writes"].update(s.writes)
+                g["first"].setdefault(b, (i, before[b][i]))
+                g["last"][b] = i
+                g["need"][b] = -1
+    items = list(groups.values())
+    for g in items:
+        g["reads"], g["writes"] = tuple(sorted(g["reads"])), tuple(sorted(g["writes"]))
+
+    def ordered(a: dict, z: dict) -> bool:  # every call of a before every call of z
+        for b2, (pos2, clock2) in z["first"].items():
+            for b1, last1 in a["last"].items():
+                if b1 == b2:
+                    if last1 >= pos2:
+                        return False
+                elif a["need"][b1] < 0 or clock2[b1] < a["need"][b1]:
+                    return False
+        return True
+
+    for i, g1 in enumerate(items):
+        for g2 in items[i + 1:]:
+            if not (_overlap(g1["writes"], g2["reads"] + g2["writes"]) or _overlap(g2["writes"], g1["reads"])):
                 continue
-            if not (_overlap(c1.writes, c2.reads + c2.writes) or _overlap(c2.writes, c1.reads)):
+            if ordered(g1, g2) or ordered(g2, g1):
                 continue
-            if seen2[b1] >= sent1 + 1 or seen1[b2] >= sent2 + 1:
-                continue
-            raise ProgramError(f"race: {c1.kernel} rTask {c1.rtask_id} on block {b1} and {c2.kernel} rTask "
-                               f"{c2.rtask_id} on block {b2} touch the same arena memory with no barrier "
-                               f"between them")
+            c1, c2 = g1["call"], g2["call"]
+            raise ProgramError(f"race: {c1.kernel} rTask {c1.rtask_id} on block {next(iter(g1['first']))} and "
+                               f"{c2.kernel} rTask {c2.rtask_id} on block {next(iter(g2['first']))} touch the "
+                               f"same arena memory with no barrier between them")

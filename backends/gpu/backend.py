@@ -1,0 +1,94 @@
+"""The Backend class the cuda, rocm and opencl backends share; each supplies a :class:`DeviceTable`.
+
+Capabilities are data: the ops with a GPU rKernel (:data:`.lower.GPU_OPS`), float32, the GPU
+vDevice presets, the source language and compiler.  A node of a claimed op whose attributes no
+rKernel implements (edge padding, 3-d conv...) is refused by :meth:`GpuBackend.unsupported_nodes`,
+so ``rammer.compile`` raises an ``UnsupportedOpError`` naming node and op before anything runs;
+there is no silent fallback (``reference_fallback`` is off).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+from rammer.backend import Availability, Backend, Capabilities
+from rammer.errors import RammerError
+from rammer.ir import Graph, Node
+from rammer.passes import CSE
+from rammer.rtask import RKernel
+from rammer.vdevice import VDevice
+
+from .compiler import GpuProgram, compile_program, gpu_rkernels, unsupported
+from .lower import GPU_OPS
+
+__all__ = ["DeviceTable", "GpuBackend", "OPTIONS"]
+
+OPTIONS = frozenset({"policy", "vdevice", "mode"})
+
+
+@dataclass(frozen=True)
+class DeviceTable:
+    """Everything that differs between the GPU backends."""
+
+    name: str
+    #: The :mod:`rammer.codegen.dialects` table the program is rendered with.
+    dialect: str
+    #: Language and compiler of the emitted source (for capabilities and check_source).
+    language: str
+    compiler: str | None
+    #: GPU vDevice presets (first: the default).
+    presets: tuple[str, ...]
+    description: str
+    #: ``(backend) -> Availability``: whether programs can run here.
+    availability: Callable[[], Availability]
+    #: ``(program, options) -> executable``.
+    executable: Callable[[GpuProgram, Mapping[str, Any]], Any]
+    #: The vDevice actually scheduled for (e.g. as many vEUs as the OpenCL device has compute units).
+    fit_vdevice: Callable[[VDevice], VDevice] = lambda vd: vd
+    #: Execution mode when the caller names none ("persistent" or "wave").
+    default_mode: str = "persistent"
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+
+class GpuBackend(Backend):
+    graph_passes = (CSE,)
+    default_priority = -5
+
+    def __init__(self, table: DeviceTable) -> None:
+        self.table = table
+        self.name = table.name
+        self.description = table.description
+        self.capabilities = Capabilities(
+            ops=GPU_OPS, reference_fallback=False, dtypes=frozenset({"float32"}), rtol=1e-4, atol=1e-5,
+            device="gpu", schedules=True, emits_source=table.language, source_compiler=table.compiler,
+            vdevice_presets=table.presets, options=OPTIONS,
+            extra={"dialect": table.dialect, "execution_modes": ["persistent", "wave"],
+                   "default_mode": table.default_mode, **table.extra})
+
+    def availability(self) -> Availability:
+        return self.table.availability()
+
+    def unsupported_nodes(self, graph: Graph) -> list[Node]:
+        return [n for n, _ in unsupported(graph)]
+
+    def rkernels(self, node: Node, graph: Graph, vdevice: VDevice) -> list[RKernel]:
+        return gpu_rkernels(node, graph, vdevice)
+
+    def program(self, graph: Graph, options: Mapping[str, Any]) -> GpuProgram:
+        """The persistent program of ``graph`` (no device needed)."""
+        unknown = set(options) - OPTIONS
+        if unknown:
+            raise TypeError(f"unknown option(s) for the {self.name} backend: {sorted(unknown)} "
+                            f"(known: {sorted(OPTIONS)})")
+        graph = self.prepare_graph(graph).graph
+        vd = self.table.fit_vdevice(self.vdevice(options.get("vdevice")))
+        return compile_program(graph, self, vd, str(options.get("policy", "wavefront")),
+                               str(options.get("mode", self.table.default_mode)))
+
+    def compile(self, graph: Graph, options: Mapping[str, Any]) -> Any:
+        try:
+            prog = self.program(graph, options)
+        except RecursionError:
+            raise RammerError(f"{self.name}: the model is too deep to compile") from None
+        return self.table.executable(prog, options)

@@ -1,0 +1,231 @@
+"""The model-level GPU compiler shared by the cuda, rocm and opencl backends.
+
+graph (after the backend's core passes) -> one GPU rKernel per node (:mod:`.lower`; tilings are
+candidates the core scheduler chooses among) -> a core :class:`rammer.schedule.Schedule` on a
+GPU vDevice (wavefront by default), verified -> one float arena planned by
+:func:`rammer.memory.plan_arena` with the schedule's "done before" relation -> block programs
+(:func:`.program.from_schedule`), race-checked -> ONE persistent kernel (:mod:`.program`),
+rendered in any dialect of :mod:`rammer.codegen`.  Nothing here depends on the dialect: the
+backends differ in the table they render with and the runtime that launches the program.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from rammer.codegen import kernel_ir as ir
+from rammer.codegen.dialects import get_dialect
+from rammer.codegen.render import render_module
+from rammer.errors import RammerError, UnsupportedOpError
+from rammer.ir import Graph, Node
+from rammer.memory import plan_arena
+from rammer.rtask import RKernel, RTaskResources
+from rammer.schedule import Schedule, build_problem, get_policy, schedule_order, verify
+from rammer.vdevice import VDevice
+
+from . import program as gp
+from .lower import BLOCK_THREADS, BINARY, COPY, TILINGS, UNARY, Lowered, NoGpuKernel, Ref, lower_node
+
+__all__ = ["GpuProgram", "compile_program", "op_waves", "MODES", "gpu_rkernels", "unsupported", "KERNEL_NAME"]
+
+#: The persistent kernel's name in every dialect.
+KERNEL_NAME = "rammer_main"
+_ALIGN = 64
+
+
+def unsupported(graph: Graph) -> list[tuple[Node, str]]:
+    """Nodes no GPU rKernel implements, each with the reason."""
+    bad = []
+    for node in graph.nodes:
+        try:
+            lower_node(node, graph, 1)
+        except NoGpuKernel as exc:
+            bad.append((node, str(exc)))
+    return bad
+
+
+def _mults(node: Node) -> tuple[int, ...]:
+    return TILINGS if node.op_type in UNARY | BINARY | COPY else (1,)
+
+
+def gpu_rkernels(node: Node, graph: Graph, vd: VDevice) -> list[RKernel]:
+    """The candidate rKernels of ``node``: one per tiling, costed from the vDevice's figures."""
+    shapes_in = tuple(tuple(graph.value_info[n].shape) if n else None for n in node.inputs)
+    shapes_out = tuple(tuple(graph.value_info[n].shape) if n else None for n in node.outputs)
+    out, seen = [], set()
+    for mult in _mults(node):
+        low = lower_node(node, graph, mult)
+        if len(low.calls) in seen:
+            continue
+        seen.add(len(low.calls))
+        duration = vd.rtask_overhead_us + max(low.flops / vd.flops_per_us, low.bytes / vd.bytes_per_us)
+        out.append(RKernel(family=f"gpu.{low.kernel.name}", params={"mult": mult}, num_rtasks=len(low.calls),
+                           duration_us=duration, resources=RTaskResources(low.kernel.threads, low.shared_bytes),
+                           flops=low.flops, bytes=low.bytes, input_shapes=shapes_in, output_shapes=shapes_out))
+    return out
+
+
+@dataclass
+class _Buffer:
+    id: int
+    name: str
+    kind: str
+    nbytes: int
+    byte_offset: int = -1
+
+
+@dataclass
+class _MemOp:
+    reads: tuple[int, ...]
+    writes: tuple[int, ...]
+    host: bool = False
+
+
+@dataclass
+class GpuProgram:
+    """A compiled model: the persistent kernel (and its device functions), the arena layout and
+    the schedule.  ``tensors[name] = (float offset, shape)``."""
+
+    graph_name: str
+    schedule: Schedule
+    kernels: list[ir.Kernel]
+    blocks: int
+    block_threads: int
+    arena_floats: int
+    tensors: dict[str, tuple[int, tuple[int, ...]]]
+    constants: list[tuple[int, np.ndarray]]
+    inputs: list[str]
+    outputs: list[str]
+    report: dict[str, Any] = field(default_factory=dict)
+    #: "persistent" (one launch, argument ``epoch``) or "wave" (one launch per wave, argument ``wave``).
+    mode: str = "persistent"
+    launches: int = 1
+    #: Wave mode's call tables, passed after ``(arena, counters, wave)`` in this order.
+    tables: dict[str, np.ndarray] = field(default_factory=dict)
+
+    def source(self, dialect: str) -> str:
+        """The self-contained source file of the program in ``dialect`` (cuda, hip, opencl)."""
+        return render_module(self.kernels, get_dialect(dialect), title=f"rammer persistent program of "
+                             f"{self.graph_name}: {self.blocks} blocks x {self.block_threads} threads")
+
+    def constant_arena(self) -> np.ndarray:
+        """The arena with every constant in place (the rest zero)."""
+        arena = np.zeros(max(self.arena_floats, 1), np.float32)
+        for off, value in self.constants:
+            arena[off:off + value.size] = value.ravel()
+        return arena
+
+
+#: Execution modes: one launch per run, blocks ordered by counters; or one launch per wave.
+MODES = ("persistent", "wave")
+
+
+def op_waves(graph: Graph) -> list[int]:
+    """Each node's wave: 1 + the latest wave among the nodes it reads from (0 for sources)."""
+    from rammer.schedule import op_predecessors
+
+    wave: list[int] = []
+    for preds in op_predecessors(graph):
+        wave.append(1 + max((wave[p] for p in preds), default=-1))
+    return wave
+
+
+def compile_program(graph: Graph, backend: Any, vdevice: VDevice, policy: str = "wavefront",
+                    mode: str = "persistent") -> GpuProgram:
+    """``graph`` (already through the backend's passes) as one GPU program: one persistent kernel
+    launched once per run, or (``mode="wave"``) one kernel launched once per wave."""
+    if mode not in MODES:
+        raise RammerError(f"unknown GPU execution mode '{mode}'; choose one of {', '.join(MODES)}")
+    bad = unsupported(graph)
+    if bad:
+        raise UnsupportedOpError("; ".join(why for _, why in bad[:5]) + (" ..." if len(bad) > 5 else ""),
+                                 [(n.op_type, n.domain, n.name) for n, _ in bad])
+    schedule = get_policy(policy).schedule(build_problem(graph, vdevice, backend))
+    verify(schedule, graph)
+    lowered: list[Lowered] = []
+    for i, node in enumerate(graph.nodes):
+        low = lower_node(node, graph, int(schedule.ops[i].kernel.params.get("mult", 1)))
+        if len(low.calls) != schedule.ops[i].kernel.num_rtasks:  # cannot happen: lowering is deterministic
+            raise gp.ProgramError(f"{node.label}: {len(low.calls)} calls for {schedule.ops[i].kernel.num_rtasks} rTasks")
+        lowered.append(low)
+
+    # Buffers: every tensor a kernel touches, the inputs and the outputs, in one float arena.
+    names: list[str] = []
+    index: dict[str, int] = {}
+
+    def buf(name: str) -> int:
+        if name not in index:
+            index[name] = len(names)
+            names.append(name)
+        return index[name]
+
+    inputs = [t.name for t in graph.inputs]
+    outputs = [t.name for t in graph.outputs]
+    for n in inputs:
+        buf(n)
+    ops = []
+    for node, low in zip(graph.nodes, lowered):
+        refs = {(a.io, a.slot) for _, args in low.calls for a in args if isinstance(a, Ref)}
+        reads = tuple(sorted({buf(node.inputs[s]) for io, s in refs if io == "in"}))
+        writes = tuple(sorted({buf(node.outputs[s]) for io, s in refs if io == "out"}))
+        ops.append(_MemOp(reads, writes))
+    for n in outputs:
+        buf(n)
+    buffers = []
+    for i, n in enumerate(names):
+        info = graph.value_info[n]
+        if info.dtype != "float32":
+            raise UnsupportedOpError(f"tensor '{n}' is {info.dtype}; the GPU backends run float32 tensors",
+                                     [])
+        kind = "const" if n in graph.initializers else "input" if n in inputs else "temp"
+        buffers.append(_Buffer(i, n, kind, 4 * int(np.prod(info.shape))))
+    order, anc = schedule_order([ops], [schedule])
+    waves = op_waves(graph)
+    if mode == "wave":  # only the launch boundaries order anything: reuse memory across waves only
+        pos = {id(op): k for k, op in enumerate(order)}
+        by_wave: dict[int, int] = {}
+        for i, op in enumerate(ops):
+            by_wave[waves[i]] = by_wave.get(waves[i], 0) | (1 << pos[id(op)])
+        node_of = {id(op): i for i, op in enumerate(ops)}
+        anc = [sum(m for w, m in by_wave.items() if w < waves[node_of[id(op)]]) for op in order]
+    plan = plan_arena(buffers, order, keep=[index[n] for n in outputs], ancestors=anc, alignment=_ALIGN)
+    offset = {b.name: b.byte_offset // 4 for b in buffers}
+    tensors = {b.name: (offset[b.name], tuple(graph.value_info[b.name].shape)) for b in buffers}
+
+    # Calls per rTask id, with arena offsets and the ranges they read and write.
+    calls: dict[int, gp.Call] = {}
+    templates: dict[str, ir.Kernel] = {}
+    for i, (node, low) in enumerate(zip(graph.nodes, lowered)):
+        templates.setdefault(low.kernel.name, low.kernel)
+        first = schedule.ops[i].first_rtask
+        reads = tuple((offset[node.inputs[s]], max(1, buffers[index[node.inputs[s]]].nbytes // 4))
+                      for s in sorted({a.slot for _, args in low.calls for a in args
+                                       if isinstance(a, Ref) and a.io == "in"}))
+        writes = tuple((offset[node.outputs[s]], max(1, buffers[index[node.outputs[s]]].nbytes // 4))
+                       for s in sorted({a.slot for _, args in low.calls for a in args
+                                        if isinstance(a, Ref) and a.io == "out"}))
+        for r, (rtask, args) in enumerate(low.calls):
+            resolved = tuple(offset[(node.inputs if a.io == "in" else node.outputs)[a.slot]] + a.offset
+                             if isinstance(a, Ref) else a for a in args)
+            calls[first + r] = gp.Call(low.kernel.name, rtask, resolved, reads, writes, op=i)
+    programs = gp.from_schedule(schedule, calls)
+    if mode == "wave":
+        wave_programs = gp.split_waves(programs, waves)
+        kernels, tables = gp.wave_kernel(KERNEL_NAME, templates, wave_programs, BLOCK_THREADS)
+        launches = len(wave_programs)
+    else:
+        kernels, tables = gp.persistent_kernel(KERNEL_NAME, templates, programs, BLOCK_THREADS), {}
+        launches = 1
+    schedule.place({n: o * 4 for n, o in offset.items()})
+    constants = [(offset[n], np.asarray(graph.initializers[n], np.float32)) for n in names if n in graph.initializers]
+    arena_floats = plan.total_bytes // 4
+    report = {"blocks": len(programs), "block_threads": BLOCK_THREADS, "rtasks": schedule.num_rtasks,
+              "barriers": schedule.num_barriers, "signals": sum(gp.signals_per_block(programs)),
+              "arena_bytes": plan.total_bytes, "kernels": sorted(templates), "vdevice": vdevice.name,
+              "policy": policy, "mode": mode, "launches_per_run": launches,
+              "shared_bytes": max((sum(s.size for s in k.shared) * 4 for k in templates.values()), default=0)}
+    return GpuProgram(graph.name, schedule, kernels, len(programs), BLOCK_THREADS, arena_floats, tensors,
+                      constants, inputs, outputs, report, mode, launches, tables)

@@ -1,0 +1,440 @@
+"""Lowering one graph node to a GPU rKernel: the kernel-IR template, and per rTask the device
+function's ``rtask_id`` and arguments (pointer arguments are :class:`Ref`: a tensor of the node
+plus an element offset, resolved to arena offsets once memory is planned).
+
+:func:`lower_node` either returns a :class:`Lowered` or raises :class:`NoGpuKernel` saying why
+(an op with no rKernel, an attribute value no rKernel implements, a non-float tensor).  Data
+movement (Slice, Split, Concat, Transpose, constant Pad, Reshape...) is derived from rammer's
+own reference implementation run on index arrays, turned into strided views and then checked
+against that index map element by element, so a view this module gets wrong is refused, never
+run.  ``mult`` picks among tilings: elements per rTask = threads x mult.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Union
+
+import numpy as np
+
+from rammer.codegen import kernel_ir as ir
+from rammer.errors import RammerError
+from rammer.ir import Graph, Node
+from rammer.ops.registry import OpContext, get_op
+
+from . import kernels as gk
+from . import kernels_model as km
+from . import kernels_nn as kn
+
+__all__ = ["Ref", "Lowered", "NoGpuKernel", "lower_node", "GPU_OPS", "TILINGS", "BLOCK_THREADS"]
+
+#: Threads of a persistent block: kernels with barriers use exactly this many.
+BLOCK_THREADS = 256
+#: Elements per rTask, in units of the kernel's threads, for the chunked kernels.
+TILINGS = (1, 4)
+_BIG = 1 << 30
+
+UNARY = frozenset(km.UNARY_OPS)
+BINARY = frozenset(km.BINARY_OPS)
+COPY = frozenset({"Identity", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "Slice", "Split",
+                  "Concat", "Pad"})
+GPU_OPS = UNARY | BINARY | COPY | frozenset({"MatMul", "Gemm", "Conv", "MaxPool", "AveragePool",
+                                             "GlobalAveragePool", "GlobalMaxPool", "Softmax"})
+
+
+class NoGpuKernel(RammerError):
+    """No GPU rKernel implements this node (the message names node, op and why)."""
+
+
+@dataclass(frozen=True)
+class Ref:
+    """A pointer argument: input (``io="in"``) or output ``slot`` of the node, plus ``offset`` floats."""
+
+    io: str
+    slot: int
+    offset: int = 0
+
+
+Arg = Union[Ref, int, float]
+
+
+@dataclass(frozen=True)
+class Lowered:
+    kernel: ir.Kernel
+    #: One per rTask: (the device function's rtask_id, arguments per kernel parameter).
+    calls: tuple[tuple[int, tuple[Arg, ...]], ...]
+    flops: float
+    bytes: float
+
+    @property
+    def shared_bytes(self) -> int:
+        return sum(s.size * 4 for s in self.kernel.shared)
+
+
+def _fail(node: Node, why: str) -> NoGpuKernel:
+    return NoGpuKernel(f"{node.label}: no GPU rKernel for {node.op_type}: {why}")
+
+
+def _shape(graph: Graph, name: str) -> tuple[int, ...]:
+    return tuple(int(d) for d in graph.value_info[name].shape)
+
+
+def _strides(shape: tuple[int, ...]) -> list[int]:
+    out, acc = [], 1
+    for d in reversed(shape):
+        out.append(acc)
+        acc *= d
+    return out[::-1]
+
+
+def _pad6(values: list[int], fill: int) -> list[int]:
+    if len(values) > km.MAX_RANK:
+        raise ValueError("rank")
+    return [fill] * (km.MAX_RANK - len(values)) + list(values)
+
+
+def _chunks(total: int, chunk: int) -> int:
+    return max(1, math.ceil(total / chunk))
+
+
+def lower_node(node: Node, graph: Graph, mult: int = 1) -> Lowered:
+    """The GPU rKernel of ``node`` at tiling ``mult``; :class:`NoGpuKernel` when there is none."""
+    op = node.op_type
+    if node.domain not in ("", "ai.onnx") or op not in GPU_OPS:
+        raise _fail(node, "the GPU backends have no rKernel for this op")
+    for name in [*node.inputs, *node.outputs]:
+        if name and name not in graph.initializers and graph.value_info[name].dtype != "float32":
+            if op in COPY and name in node.inputs[1:]:
+                raise _fail(node, f"its input '{name}' is computed at run time; it must be a constant")
+            raise _fail(node, f"tensor '{name}' is {graph.value_info[name].dtype}; the GPU rKernels are float32")
+    try:
+        if op in UNARY:
+            return _unary(node, graph, mult)
+        if op in BINARY:
+            return _binary(node, graph, mult)
+        if op in COPY:
+            return _copy(node, graph, mult)
+        if op in ("MatMul", "Gemm"):
+            return _gemm(node, graph)
+        if op == "Conv":
+            return _conv(node, graph)
+        if op in ("MaxPool", "AveragePool"):
+            return _pool(node, graph)
+        if op in ("GlobalAveragePool", "GlobalMaxPool"):
+            return _global_pool(node, graph)
+        return _softmax(node, graph)
+    except NoGpuKernel:
+        raise
+    except ValueError as exc:
+        raise _fail(node, str(exc) if str(exc) != "rank" else f"more than {km.MAX_RANK} dimensions") from None
+
+
+def _unary(node: Node, graph: Graph, mult: int) -> Lowered:
+    n = int(np.prod(_shape(graph, node.outputs[0])))
+    chunk = 256 * mult
+    calls = tuple((r, (Ref("in", 0), Ref("out", 0), n, chunk)) for r in range(_chunks(n, chunk)))
+    return Lowered(km.unary_chunked(f"un_{node.op_type.lower()}", node.op_type), calls, 4.0 * chunk, 8.0 * chunk)
+
+
+def _bcast_strides(shape: tuple[int, ...], out: tuple[int, ...]) -> list[int]:
+    shape = (1,) * (len(out) - len(shape)) + tuple(shape)
+    st = _strides(shape)
+    return _pad6([0 if d == 1 else s for d, s in zip(shape, st)], 0)
+
+
+def _binary(node: Node, graph: Graph, mult: int) -> Lowered:
+    out = _shape(graph, node.outputs[0])
+    n = int(np.prod(out))
+    dims = _pad6(list(out), 1)
+    sa = _bcast_strides(_shape(graph, node.inputs[0]), out)
+    sb = _bcast_strides(_shape(graph, node.inputs[1]), out)
+    chunk = 256 * mult
+    args = (Ref("in", 0), Ref("in", 1), Ref("out", 0), n, chunk, *dims[1:], *sa, *sb)
+    calls = tuple((r, args) for r in range(_chunks(n, chunk)))
+    return Lowered(km.binary_nd(f"bin_{node.op_type.lower()}", node.op_type), calls, 1.0 * chunk, 12.0 * chunk)
+
+
+# -- data movement -------------------------------------------------------------------------------
+
+def _reference(node: Node, graph: Graph, arrays: dict[int, np.ndarray]) -> list[np.ndarray]:
+    values = [arrays.get(i, graph.initializers.get(n)) if n else None for i, n in enumerate(node.inputs)]
+    infos = [graph.value_info.get(n) if n else None for n in node.inputs]
+    ctx = OpContext(node, graph.opset.get(node.domain, 1), infos, values)
+    out = get_op(node).compute(ctx, *values)
+    return [np.asarray(o) for o in (out if isinstance(out, (tuple, list)) else [out])]
+
+
+@dataclass(frozen=True)
+class _View:
+    """One copy: over extents ``dims``, source coordinate k + st, valid below se, source index
+    ``src_base + ss . s`` and destination ``dst_base + ds . k``."""
+
+    in_slot: int
+    out_slot: int
+    dims: tuple[int, ...]
+    ss: tuple[int, ...]
+    ds: tuple[int, ...]
+    st: tuple[int, ...]
+    se: tuple[int, ...]
+    src_base: int
+    dst_base: int
+
+
+def _grid(dims: tuple[int, ...]) -> list[np.ndarray]:
+    return list(np.indices(dims, dtype=np.int64)) if dims else []
+
+
+def _affine(index: np.ndarray) -> tuple[int, list[int]]:
+    """``index`` (an n-d array of flat positions) as base + strides . coords; ValueError if not."""
+    if index.size == 0:
+        return 0, [0] * index.ndim
+    base = int(index.flat[0])
+    strides = []
+    for d in range(index.ndim):
+        unit = [0] * index.ndim
+        if index.shape[d] > 1:
+            unit[d] = 1
+            strides.append(int(index[tuple(unit)]) - base)
+        else:
+            strides.append(0)
+    got = base + sum(g * s for g, s in zip(_grid(index.shape), strides)) if index.ndim else np.int64(base)
+    if not np.array_equal(got, index):
+        raise ValueError("its data movement is not a strided view")
+    return base, strides
+
+
+def _gather_view(src: np.ndarray, valid: np.ndarray, in_shape: tuple[int, ...], in_slot: int,
+                 out_slot: int) -> _View:
+    """The view producing ``out[k] = valid ? x[src[k]] : pad``, checked element by element."""
+    dims = tuple(src.shape)
+    if valid.all():
+        base, ss = _affine(src)
+        view = _View(in_slot, out_slot, dims, tuple(ss), tuple(_strides(dims)), (0,) * len(dims),
+                     (_BIG,) * len(dims), base, 0)
+    else:
+        if len(in_shape) != len(dims) or not valid.any():
+            raise ValueError("its padding is not a box around the input")
+        p = np.unravel_index(int(np.argmax(valid)), dims)
+        s = np.unravel_index(int(src[p]), in_shape)
+        view = _View(in_slot, out_slot, dims, tuple(_strides(in_shape)), tuple(_strides(dims)),
+                     tuple(int(a) - int(b) for a, b in zip(s, p)), tuple(in_shape), 0, 0)
+    # Check the view against the reference's index map.
+    g = _grid(dims)
+    sc = [k + st for k, st in zip(g, view.st)]
+    ok = np.ones(dims, bool)
+    idx = np.full(dims, view.src_base, np.int64)
+    for a, se, ssd in zip(sc, view.se, view.ss):
+        ok &= (a >= 0) & (a < se)
+        idx += a * ssd
+    if not (np.array_equal(ok, valid) and np.array_equal(idx[ok], src[ok])):
+        raise ValueError("its data movement is not a strided, box-padded view (e.g. edge or reflect padding)")
+    return view
+
+
+def _views(node: Node, graph: Graph) -> list[_View]:
+    op = node.op_type
+    if op == "Concat":
+        ins = [(i, n) for i, n in enumerate(node.inputs) if n]
+        arrays, offs, off = {}, [], 0
+        for i, n in ins:
+            size = int(np.prod(_shape(graph, n)))
+            arrays[i] = (np.arange(size, dtype=np.float64) + off).reshape(_shape(graph, n))
+            offs.append(off)
+            off += size
+        out = _reference(node, graph, arrays)[0]
+        pos = np.empty(out.size, np.int64)
+        pos[out.ravel().astype(np.int64)] = np.arange(out.size)
+        views = []
+        for (i, n), o in zip(ins, offs):
+            shape = _shape(graph, n)
+            dst = pos[o:o + int(np.prod(shape))].reshape(shape)
+            base, ds = _affine(dst)
+            views.append(_View(i, 0, shape, tuple(_strides(shape)), tuple(ds), (0,) * len(shape),
+                               (_BIG,) * len(shape), 0, base))
+        return views
+    in_shape = _shape(graph, node.inputs[0])
+    arrays = {0: (np.arange(int(np.prod(in_shape)), dtype=np.float64) + 1).reshape(in_shape)}
+    if op == "Pad":
+        if node.attrs.get("mode", "constant") not in ("constant", b"constant"):
+            raise ValueError(f"pad mode {node.attrs.get('mode')!r} (only constant padding)")
+        if len(node.inputs) > 2 and node.inputs[2]:
+            arrays[2] = np.zeros((), np.float64)
+    outs = _reference(node, graph, arrays)
+    views = []
+    for k, (name, out) in enumerate(zip(node.outputs, outs)):
+        if name:
+            valid = out != 0
+            views.append(_gather_view(out.astype(np.int64) - 1, valid, in_shape, 0, k))
+    return views
+
+
+def _pad_value(node: Node, graph: Graph) -> float:
+    if node.op_type != "Pad":
+        return 0.0
+    if graph.opset.get("", 1) < 11:
+        return float(node.attrs.get("value", 0.0))
+    if len(node.inputs) > 2 and node.inputs[2]:
+        value = graph.initializers.get(node.inputs[2])
+        if value is None:
+            raise ValueError("its constant_value is computed at run time")
+        return float(np.asarray(value).ravel()[0]) if value.size else 0.0
+    return 0.0
+
+
+def _copy(node: Node, graph: Graph, mult: int) -> Lowered:
+    for i, n in enumerate(node.inputs):
+        if n and i > 0 and node.op_type != "Concat" and n not in graph.initializers:
+            raise ValueError(f"its input '{n}' is computed at run time; it must be a constant")
+    pv = _pad_value(node, graph)
+    chunk = 256 * mult
+    calls = []
+    for view in _views(node, graph):
+        total = int(np.prod(view.dims))
+        args = (Ref("in", view.in_slot, view.src_base), Ref("out", view.out_slot, view.dst_base), total, chunk,
+                *_pad6(list(view.dims), 1)[1:], *_pad6(list(view.ss), 0), *_pad6(list(view.ds), 0),
+                *_pad6(list(view.st), 0), *_pad6(list(view.se), _BIG), pv)
+        calls += [(r, args) for r in range(_chunks(total, chunk))]
+    if not calls:  # nothing to move (an empty tensor): one rTask that does nothing
+        calls = [(0, (Ref("in", 0), Ref("out", 0), 0, chunk, *[1] * 5, *[0] * 18, *[_BIG] * 6, pv))]
+    return Lowered(km.copy_nd("copy_nd"), tuple(calls), 0.0, 8.0 * chunk)
+
+
+# -- contractions, conv, pooling, softmax ------------------------------------------------------
+
+def _gemm(node: Node, graph: Graph) -> Lowered:
+    a, b = _shape(graph, node.inputs[0]), _shape(graph, node.inputs[1])
+    has_c, c_strides, alpha, beta = 0, (0, 0), 1.0, 1.0
+    if node.op_type == "Gemm":
+        ta, tb = int(node.attrs.get("transA", 0)), int(node.attrs.get("transB", 0))
+        m, k = (a[1], a[0]) if ta else a
+        n = b[0] if tb else b[1]
+        sam, sak = (1, m) if ta else (k, 1)
+        sbk, sbn = (1, k) if tb else (n, 1)
+        alpha, beta = float(node.attrs.get("alpha", 1.0)), float(node.attrs.get("beta", 1.0))
+        sab = sbb = 0
+        nb = 1
+        if len(node.inputs) > 2 and node.inputs[2]:
+            cs = _shape(graph, node.inputs[2])
+            st = _bcast_strides(cs, (m, n))
+            has_c, c_strides = 1, (st[-2], st[-1])
+    else:
+        if len(a) < 1 or len(b) < 1:
+            raise ValueError("MatMul of a scalar")
+        a2 = (1,) + a if len(a) == 1 else a
+        b2 = b + (1,) if len(b) == 1 else b
+        m, k, n = a2[-2], a2[-1], b2[-1]
+        batch = tuple(np.broadcast_shapes(a2[:-2], b2[:-2]))
+        nb = int(np.prod(batch)) if batch else 1
+
+        def batch_stride(bs: tuple[int, ...], size: int) -> int:
+            if int(np.prod(bs)) == 1 if bs else True:
+                return 0
+            if (1,) * (len(batch) - len(bs)) + bs == batch:
+                return size
+            raise ValueError("its batch dimensions broadcast partially (only all-or-nothing broadcasting)")
+
+        sab, sbb = batch_stride(a2[:-2], m * k), batch_stride(b2[:-2], k * n)
+        sam, sak, sbk, sbn = k, 1, n, 1
+    t = 16
+    tiles = math.ceil(m / t) * math.ceil(n / t) if m and n else 0
+    cref = Ref("in", 2) if has_c else Ref("in", 0)
+    args = (Ref("in", 0), Ref("in", 1), cref, Ref("out", 0), m, n, k, sab, sam, sak, sbb, sbk, sbn,
+            *c_strides, has_c, alpha, beta)
+    calls = tuple((r, args) for r in range(max(1, nb * tiles)))
+    return Lowered(km.gemm_strided("gemm16", t), calls, 2.0 * t * t * k, 4.0 * 2 * t * k + 4.0 * t * t)
+
+
+def _spatial(node: Node, graph: Graph, kernel: tuple[int, ...], dil: tuple[int, ...]) -> tuple[list[int], tuple]:
+    """Begin pads (ONNX pads or auto_pad) and strides of a 1-d or 2-d conv/pool."""
+    x = _shape(graph, node.inputs[0])
+    nsp = len(x) - 2
+    if nsp not in (1, 2):
+        raise ValueError(f"{nsp}-d {node.op_type} (only 1-d and 2-d)")
+    strides = tuple(node.attrs.get("strides", [1] * nsp))
+    auto = node.attrs.get("auto_pad", "NOTSET")
+    auto = auto.decode() if isinstance(auto, bytes) else auto
+    if auto in ("SAME_UPPER", "SAME_LOWER"):
+        pads = []
+        for i in range(nsp):
+            total = max(0, (math.ceil(x[2 + i] / strides[i]) - 1) * strides[i] + (kernel[i] - 1) * dil[i] + 1 - x[2 + i])
+            pads.append(total // 2 if auto == "SAME_UPPER" else total - total // 2)
+    elif auto == "VALID":
+        pads = [0] * nsp
+    else:
+        pads = list(node.attrs.get("pads", [0] * (2 * nsp)))[:nsp]
+    return pads, strides
+
+
+def _as2d(values, fill: int) -> list[int]:
+    values = list(values)
+    return [fill] + values if len(values) == 1 else values
+
+
+def _conv(node: Node, graph: Graph) -> Lowered:
+    x, w, y = _shape(graph, node.inputs[0]), _shape(graph, node.inputs[1]), _shape(graph, node.outputs[0])
+    nsp = len(x) - 2
+    kernel = tuple(w[2:])
+    dil = tuple(node.attrs.get("dilations", [1] * max(nsp, 1)))
+    pads, strides = _spatial(node, graph, kernel, dil)
+    group = int(node.attrs.get("group", 1))
+    has_bias = len(node.inputs) > 2 and bool(node.inputs[2])
+    h, wd = _as2d(x[2:], 1)
+    oh, ow = _as2d(y[2:], 1)
+    kh, kw = _as2d(kernel, 1)
+    sh, sw = _as2d(strides, 1)
+    ph, pw = _as2d(pads, 0)
+    dh, dw = _as2d(dil, 1)
+    total = int(np.prod(y))
+    args = (Ref("in", 0), Ref("in", 1), Ref("in", 2) if has_bias else Ref("in", 1), Ref("out", 0), int(has_bias),
+            total, x[0], x[1], h, wd, y[1], oh, ow, kh, kw, sh, sw, ph, pw, dh, dw, group)
+    threads = 128
+    calls = tuple((r, args) for r in range(_chunks(total, threads)))
+    macs = x[1] // max(group, 1) * kh * kw
+    return Lowered(kn.conv2d_direct("conv_direct", threads), calls, 2.0 * threads * macs, 8.0 * threads * macs)
+
+
+def _pool(node: Node, graph: Graph) -> Lowered:
+    if len([o for o in node.outputs if o]) > 1:
+        raise ValueError("the Indices output of MaxPool")
+    kernel = tuple(node.attrs["kernel_shape"])
+    if any(d != 1 for d in node.attrs.get("dilations", [1] * len(kernel))):
+        raise ValueError("dilated pooling")
+    if node.op_type == "AveragePool" and int(node.attrs.get("count_include_pad", 0)):
+        raise ValueError("count_include_pad=1")
+    pads, strides = _spatial(node, graph, kernel, (1,) * len(kernel))
+    x, y = _shape(graph, node.inputs[0]), _shape(graph, node.outputs[0])
+    h, wd = _as2d(x[2:], 1)
+    oh, ow = _as2d(y[2:], 1)
+    kh, kw = _as2d(kernel, 1)
+    sh, sw = _as2d(strides, 1)
+    ph, pw = _as2d(pads, 0)
+    total = int(np.prod(y))
+    args = (Ref("in", 0), Ref("out", 0), total, x[0] * x[1], h, wd, oh, ow, kh, kw, sh, sw, ph, pw)
+    kind = "max" if node.op_type == "MaxPool" else "avg"
+    calls = tuple((r, args) for r in range(_chunks(total, 128)))
+    return Lowered(kn.pool2d(f"pool_{kind}", kind, 128), calls, 128.0 * kh * kw, 4.0 * 128 * kh * kw)
+
+
+def _global_pool(node: Node, graph: Graph) -> Lowered:
+    x = _shape(graph, node.inputs[0])
+    rows, n = x[0] * x[1], int(np.prod(x[2:]))
+    kind = "mean" if node.op_type == "GlobalAveragePool" else "max"
+    calls = tuple((r, (Ref("in", 0), Ref("out", 0), n)) for r in range(max(rows, 1)))
+    return Lowered(kn.reduce_rows(f"rows_{kind}", kind, BLOCK_THREADS), calls, float(n), 4.0 * n)
+
+
+def _softmax(node: Node, graph: Graph) -> Lowered:
+    x = _shape(graph, node.inputs[0])
+    axis = int(node.attrs.get("axis", -1 if graph.opset.get("", 13) >= 13 else 1))
+    if axis % max(len(x), 1) != len(x) - 1:
+        raise ValueError(f"softmax over axis {axis} of a rank-{len(x)} tensor (only the last axis)")
+    n = x[-1] if x else 1
+    rows = int(np.prod(x[:-1])) if len(x) > 1 else 1
+    calls = tuple((r, (Ref("in", 0), Ref("out", 0), n)) for r in range(max(rows, 1)))
+    return Lowered(gk.softmax_rows("softmax_rows", BLOCK_THREADS), calls, 4.0 * n, 12.0 * n)
+
+
+def describe(low: Lowered) -> dict[str, Any]:
+    return {"kernel": low.kernel.name, "rtasks": len(low.calls), "threads": low.kernel.threads,
+            "shared_bytes": low.shared_bytes}

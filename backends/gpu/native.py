@@ -1,0 +1,144 @@
+"""What the cuda and rocm backends share beyond the model compiler: an executable holding the
+rendered source, a check that the vendor compiler builds it (registers and shared memory per
+kernel), and a CuPy runner used only when CuPy and a GPU are present.
+
+Without a GPU the executable still has ``source``/``sources``, ``schedule`` and ``report``;
+``run`` raises a :class:`~rammer.errors.BackendUnavailableError` naming the missing GPU.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+import numpy as np
+
+from rammer.errors import BackendUnavailableError, RammerError
+
+from .compiler import KERNEL_NAME, GpuProgram
+
+__all__ = ["Toolchain", "NativeExecutable", "cupy_gpu"]
+
+
+@dataclass(frozen=True)
+class Toolchain:
+    """How a vendor compiler builds one source file for one architecture without a GPU."""
+
+    compiler: str
+    #: ``{arch}``, ``{src}``, ``{out}`` are replaced.
+    args: tuple[str, ...]
+    archs: tuple[str, ...]
+    env: Mapping[str, str] = field(default_factory=dict)
+    #: Regexes reading (kernel, registers, shared bytes) from the compiler's verbose output, if any.
+    usage: tuple[str, str, str] | None = None
+
+    def build(self, source: str, suffix: str, arch: str, folder: str | None = None) -> dict[str, Any]:
+        """Compile ``source`` for ``arch``; returns the command, output and per-kernel usage.
+        Raises :class:`RammerError` when the compiler fails, and when it is absent."""
+        if shutil.which(self.compiler) is None:
+            raise RammerError(f"{self.compiler} is not on PATH")
+        with tempfile.TemporaryDirectory(dir=folder) as tmp:
+            src = os.path.join(tmp, "program" + suffix)
+            out = os.path.join(tmp, f"program_{arch}.bin")
+            with open(src, "w", encoding="utf-8") as f:
+                f.write(source)
+            cmd = [a.format(arch=arch, src=src, out=out) for a in (self.compiler, *self.args)]
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900,
+                                  env={**os.environ, **self.env})
+            if proc.returncode != 0:
+                raise RammerError(f"{' '.join(cmd)} failed:\n{(proc.stderr or proc.stdout)[-3000:]}")
+            size = os.path.getsize(out) if os.path.exists(out) else 0
+        return {"arch": arch, "command": " ".join(os.path.basename(c) if c == src else c for c in cmd),
+                "binary_bytes": size, "usage": self._usage(proc.stderr + proc.stdout)}
+
+    def _usage(self, text: str) -> dict[str, dict[str, int]]:
+        if not self.usage:
+            return {}
+        entry, regs, smem = (re.compile(p) for p in self.usage)
+        found: dict[str, dict[str, int]] = {}
+        current = None
+        for line in text.splitlines():
+            m = entry.search(line)
+            if m:
+                current = m.group(1)
+                found[current] = {}
+            m = regs.search(line)
+            if m and current:
+                found[current]["registers"] = int(m.group(1))
+                s = smem.search(line)
+                found[current]["smem"] = int(s.group(1)) if s else 0
+        return found
+
+
+def cupy_gpu() -> tuple[Any, str]:
+    """``(cupy, "")`` when CuPy imports and sees a GPU, else ``(None, why not)``."""
+    try:
+        import cupy
+    except Exception as exc:  # ImportError, or a CUDA/ROCm library that fails to load
+        return None, f"CuPy is not installed ({type(exc).__name__})"
+    try:
+        count = cupy.cuda.runtime.getDeviceCount()
+    except Exception as exc:
+        return None, f"the driver reports no device ({type(exc).__name__}: {exc})"
+    return (cupy, "") if count > 0 else (None, "the driver reports no device")
+
+
+class NativeExecutable:
+    """The program rendered in the backend's dialect; runs through CuPy when a GPU is present."""
+
+    def __init__(self, program: GpuProgram, dialect: str, suffix: str, toolchain: Toolchain,
+                 gpu: Callable[[], tuple[Any, str]], gpu_name: str) -> None:
+        self.program = program
+        self.schedule = program.schedule
+        self.source = program.source(dialect)
+        self.sources = {f"{program.graph_name or 'model'}{suffix}": self.source}
+        self.suffix, self.toolchain, self.gpu_name = suffix, toolchain, gpu_name
+        self.report = dict(program.report, dialect=dialect)
+        self._gpu = gpu
+        self._runner: Any = None
+
+    def compile_check(self, arch: str | None = None) -> dict[str, Any]:
+        """Build the source with the vendor compiler for ``arch`` (default: the first of the table)."""
+        return self.toolchain.build(self.source, self.suffix, arch or self.toolchain.archs[0])
+
+    def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        if self._runner is None:
+            cupy, why = self._gpu()
+            if cupy is None:
+                raise BackendUnavailableError(f"no {self.gpu_name} to run on: {why}")
+            self._runner = _CupyRunner(cupy, self.program, self.source)
+        return self._runner(feeds)
+
+
+class _CupyRunner:
+    """One RawModule, the arena and counters on the device; one launch per run (per wave in wave mode).
+    Written for CuPy's RawModule API; not executed on this project's machines (no GPU)."""
+
+    def __init__(self, cupy: Any, program: GpuProgram, source: str) -> None:
+        self.cp, self.p = cupy, program
+        self.fn = cupy.RawModule(code=source).get_function(KERNEL_NAME)
+        self.arena = cupy.asarray(program.constant_arena())
+        self.counters = cupy.zeros(max(program.blocks, 1), dtype=cupy.int32)
+        self.tables = [cupy.asarray(t) for t in program.tables.values()]
+        self.epoch = 0
+
+    def __call__(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        cp, p = self.cp, self.p
+        for name in p.inputs:
+            off, shape = p.tensors[name]
+            size = int(np.prod(shape))
+            self.arena[off:off + size] = cp.asarray(np.ascontiguousarray(feeds[name], np.float32).ravel())
+        launches = range(p.launches) if p.mode == "wave" else [self.epoch]
+        for arg in launches:
+            self.fn((p.blocks,), (p.block_threads,), (self.arena, self.counters, np.int32(arg), *self.tables))
+        self.epoch += 1
+        out = {}
+        for name in p.outputs:
+            off, shape = p.tensors[name]
+            out[name] = cp.asnumpy(self.arena[off:off + int(np.prod(shape))]).reshape(shape)
+        return out

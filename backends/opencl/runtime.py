@@ -1,0 +1,84 @@
+"""Running a compiled program on an OpenCL device through pyopencl: one launch per run.
+
+The arena (constants uploaded once), the per-block counters and the program are created at
+compile time; a run copies the inputs into the arena, launches the persistent kernel once with
+the next epoch (the counters are never reset between runs) and reads the outputs back.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Mapping
+
+import numpy as np
+
+from rammer.backends.gpu.compiler import KERNEL_NAME, GpuProgram
+from rammer.errors import BackendUnavailableError, RammerError
+
+from .codegen import render
+from .device import opencl_device
+
+__all__ = ["OpenCLExecutable"]
+
+
+class OpenCLExecutable:
+    def __init__(self, program: GpuProgram) -> None:
+        self.program = program
+        self.schedule = program.schedule
+        self.source = render(program)
+        self.sources = {f"{program.graph_name or 'model'}.cl": self.source}
+        cl, device, why = opencl_device()
+        if cl is None:
+            raise BackendUnavailableError(f"opencl: {why}")
+        if program.blocks > device.max_compute_units:
+            raise RammerError(f"opencl: the program has {program.blocks} persistent blocks but {device.name.strip()} "
+                              f"has {device.max_compute_units} compute units; spinning blocks must all be resident")
+        self.cl, self.device = cl, device
+        self.ctx = cl.Context([device])
+        self.queue = cl.CommandQueue(self.ctx)
+        self.kernel = cl.Kernel(cl.Program(self.ctx, self.source).build(), KERNEL_NAME)
+        wg = self.kernel.get_work_group_info(cl.kernel_work_group_info.WORK_GROUP_SIZE, device)
+        if wg < program.block_threads:
+            raise RammerError(f"opencl: {device.name.strip()} runs at most {wg} work-items per group for this "
+                              f"program; it needs {program.block_threads}")
+        mf = cl.mem_flags
+        self.arena = cl.Buffer(self.ctx, mf.READ_WRITE | mf.COPY_HOST_PTR, hostbuf=program.constant_arena())
+        self.counters = cl.Buffer(self.ctx, mf.READ_WRITE | mf.COPY_HOST_PTR,
+                                  hostbuf=np.zeros(max(program.blocks, 1), np.int32))
+        self.tables = [cl.Buffer(self.ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=t)
+                       for t in program.tables.values()]
+        self.max_signals = max(1, program.report.get("signals", 0))
+        self.epoch = 0
+        self.lock = threading.Lock()
+
+    def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        cl, p = self.cl, self.program
+        with self.lock:
+            if (self.epoch + 1) * self.max_signals >= 2 ** 30:  # reset before the int counters overflow
+                cl.enqueue_fill_buffer(self.queue, self.counters, np.int32(0), 0, 4 * max(p.blocks, 1))
+                self.epoch = 0
+            for name in p.inputs:
+                off, shape = p.tensors[name]
+                data = np.ascontiguousarray(feeds[name], np.float32)
+                if data.size:
+                    cl.enqueue_copy(self.queue, self.arena, data, dst_offset=4 * off)
+            if p.mode == "wave":  # one launch per wave; the in-order queue orders them
+                for w in range(p.launches):
+                    self.kernel(self.queue, (p.blocks * p.block_threads,), (p.block_threads,), self.arena,
+                                self.counters, np.int32(w), *self.tables)
+            else:
+                self.kernel(self.queue, (p.blocks * p.block_threads,), (p.block_threads,), self.arena,
+                            self.counters, np.int32(self.epoch))
+            self.epoch += 1
+            out: dict[str, np.ndarray] = {}
+            for name in p.outputs:
+                off, shape = p.tensors[name]
+                arr = np.empty(shape, np.float32)
+                if arr.size:
+                    cl.enqueue_copy(self.queue, arr, self.arena, src_offset=4 * off)
+                out[name] = arr
+            self.queue.finish()
+        return out
+
+    def report(self) -> dict[str, Any]:
+        return {"device": self.device.name.strip(), **self.program.report}
