@@ -63,7 +63,9 @@ def use_memoised(layer: QLayer, pool_size: int) -> bool:
     return layer.weight.shape[0] > pool_size
 
 
-INT8_KERNELS = ("col", "direct")
+#: "col": the column kernel, dot products unrolled by 4 (the default); "col8"/"col16": unrolled by 8/16
+#: (a stronger int8 baseline, for the benchmark); "direct": TFLite Micro's reference loop nest.
+INT8_KERNELS = ("col", "col8", "col16", "direct")
 
 
 def generate(model: QModel, plan: MemoryPlan, int8_kernel: str = "col") -> Source:
@@ -111,7 +113,7 @@ def generate(model: QModel, plan: MemoryPlan, int8_kernel: str = "col") -> Sourc
         src.scratch_bytes = scratch
     int8_convs = [model.layers[i] for i in plan.order if model.layers[i].kind in ("conv", "fc")
                   and not model.layers[i].pooled]
-    if int8_kernel == "col" and int8_convs:
+    if int8_kernel.startswith("col") and int8_convs:
         col = max(int(np.prod(l.weight.shape[1:])) for l in int8_convs)
         out.append(cu.GlobalArray("s8_col", "int16", col))
         src.scratch_bytes += 2 * col
@@ -146,7 +148,8 @@ def generate(model: QModel, plan: MemoryPlan, int8_kernel: str = "col") -> Sourc
                                     + (bitserial_memo(pool_size) if "k_conv_bs_memo" in used else []))
     need_out = bool(used - {"k_maxpool_s8", "k_avgpool_s8", "k_add_s8", "k_clamp_s8"})
     helpers = requant_helpers(need_out) if need_out or "k_add_s8" in used else []
-    out[kernel_at:kernel_at] = helpers + int8_kernels(used)
+    col_unroll = int(int8_kernel[3:] or 4) if int8_kernel.startswith("col") else 4
+    out[kernel_at:kernel_at] = helpers + int8_kernels(used, col_unroll)
     out += layer_fns
     run = cu.Function("model_run", (ir.Param("in", "int8", True, True), ir.Param("out", "int8", True),
                                      ir.Param("act_bits", "int")), (
@@ -225,7 +228,7 @@ def _call(model: QModel, layer: QLayer, li: int, ptr, pool_size: int, src: Sourc
         return ir.Invoke("k_conv_bs", (v(f"g{li}"), x, v(f"idx{li}"), v(f"bias{li}"), v(f"wsum{li}"), v(f"mult{li}"),
                                        v(f"shift{li}"), v("bs_table"), v("nb"), v("bs_acc"), y))
     if k in ("conv", "fc"):
-        if src.int8_kernel == "col":
+        if src.int8_kernel.startswith("col"):
             return ir.Invoke("k_conv_s8_col", (v(f"g{li}"), x, v(f"w{li}"), v(f"bias{li}"), v(f"mult{li}"),
                                                v(f"shift{li}"), v("s8_col"), y))
         return ir.Invoke("k_conv_s8", (v(f"g{li}"), x, v(f"w{li}"), v(f"bias{li}"), v(f"mult{li}"), v(f"shift{li}"), y))

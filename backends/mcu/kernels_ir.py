@@ -114,9 +114,17 @@ def conv_s8() -> cu.Function:
     return cu.Function("k_conv_s8", _conv_params(), body, static=True)
 
 
-def conv_s8_col() -> cu.Function:
+def _sum(xs: list) -> ir.Expr:
+    e = xs[0]
+    for x in xs[1:]:
+        e = add(e, x)
+    return e
+
+
+def conv_s8_col(unroll: int = 4) -> cu.Function:
     """CMSIS-NN's portable scheme: per output pixel the window as int16 (q - zp; padding is real 0)
-    in a scratch column, then one dot product per output channel, unrolled by 4."""
+    in a scratch column, then one dot product per output channel, unrolled by ``unroll`` (4 by
+    default; 8 and 16 for the benchmark's sensitivity check)."""
     fill = for_("kx", v("kw"), _ix(),
                 ir.If(any_of(lt(v("iy"), c(0)), ge(v("iy"), v("ih")), lt(v("ix"), c(0)), ge(v("ix"), v("iw"))),
                       (for_("ci", v("ic"), ir.Store("col", add(v("cp"), v("ci")), c(0))),),
@@ -131,8 +139,8 @@ def conv_s8_col() -> cu.Function:
 
     dot = (ir.Decl("int", "wb", mul(v("k"), v("n"))), ir.Decl("int32", "acc", ir.Load("bias", v("k"))),
            ir.Decl("int", "i", c(0)),
-           ir.While(_b("<=", add(v("i"), c(4)), v("n")), (
-               ir.Assign("acc", add(v("acc"), add(add(add(mac(0), mac(1)), mac(2)), mac(3)))), inc("i", 4))),
+           ir.While(_b("<=", add(v("i"), c(unroll)), v("n")), (
+               ir.Assign("acc", add(v("acc"), _sum([mac(j) for j in range(unroll)]))), inc("i", unroll))),
            ir.While(lt(v("i"), v("n")), (ir.Assign("acc", add(v("acc"), mac(0))), inc("i"))),
            ir.Store("out", v("o"), _q_out(v("acc"), v("k"))), inc("o"))
     body = (*_geometry(*_ALL), ir.Decl("int32", "in_off", ir.UnOp("-", geo("in_zp"))),
@@ -225,9 +233,9 @@ BUILDERS = {"k_conv_s8": conv_s8, "k_conv_s8_col": conv_s8_col, "k_dwconv_s8": d
             "k_maxpool_s8": maxpool_s8, "k_avgpool_s8": avgpool_s8, "k_add_s8": add_s8, "k_clamp_s8": clamp_s8}
 
 
-def int8_kernels(names) -> list[cu.Function]:
+def int8_kernels(names, col_unroll: int = 4) -> list[cu.Function]:
     """The IR functions of the int8 kernels ``names`` uses (each once, in a fixed order)."""
-    return [BUILDERS[n]() for n in BUILDERS if n in set(names)]
+    return [conv_s8_col(col_unroll) if n == "k_conv_s8_col" else BUILDERS[n]() for n in BUILDERS if n in set(names)]
 
 
 # ---- bit-serial weight pool: the direct kernel -------------------------------------------------
@@ -268,7 +276,7 @@ def _pattern_rows(tag: str, at: ir.Expr, nb: int, pool: int) -> list:
     return out
 
 
-def bs_run(nb: int, pair: bool, pool: int, unroll: int = 8) -> cu.Function:
+def bs_run(nb: int, pair: bool, pool: int, unroll: int = 16) -> cu.Function:
     """``bs_run{nb}[p]``: the bit-serial sums of a run of ``n`` consecutive 8-channel blocks (one kernel
     row of taps inside the input: contiguous activations and, block-major, contiguous index rows)
     added to ``acc[k]``; the channel loop unrolled by ``unroll``; ``pair``: two blocks per channel
@@ -319,7 +327,7 @@ def bs_memo_run(nb: int, pool: int) -> cu.Function:
         static=True, noinline=True)
 
 
-PAIR_BITS = (2, 3, 4)
+PAIR_BITS = (2, 3)
 PAIR_UNROLL = 8
 
 
