@@ -39,7 +39,7 @@ from rammer.errors import FeedError
 from rammer.ir import Graph
 
 from . import cache_entry
-from .batching import DEFAULT_BATCH_ROWS
+from rammer.lower.batching import DEFAULT_BATCH_ROWS
 from .cache_entry import FORMAT, CorruptEntry
 from .runtime import CpuExecutable, Program
 

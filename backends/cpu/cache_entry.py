@@ -31,7 +31,7 @@ from . import entries as _entries
 from .driver import BARRIER
 from .entries import ROW_PARAMS
 from .runtime import CompiledSegment, HostStep, Program
-from .views import ARENA_DTYPES
+from .ops import ARENA_DTYPES
 
 FORMAT = "rammer.cpu.program/2"
 MANIFEST = "manifest.json"

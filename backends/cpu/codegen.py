@@ -27,7 +27,7 @@ from rammer.schedule import Schedule
 
 from .ops import CpuOp, EmitContext
 from .program import SideTables
-from .views import Buffer
+from rammer.lower.views import Buffer
 
 from .driver import BARRIER
 from .entries import ROW_PARAMS

@@ -22,7 +22,7 @@ from .codegen import Tables, build_tables, program_source
 from .lowering import Lowered, Lowerer
 from .ops import CostModel, CpuOp
 from .planner import plan
-from .batching import DEFAULT_BATCH_ROWS
+from rammer.lower.batching import DEFAULT_BATCH_ROWS
 from .runtime import CompiledSegment, HostStep, Program, view_placement
 from .scheduling import available_cores, cpu_vdevice, default_veus, schedule_segment
 

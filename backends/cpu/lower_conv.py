@@ -31,7 +31,7 @@ from .lower_linalg import _dwconv_op, _epilogue, _resolve, _unfuse, _window_desc
 from .ops import CpuOp, EmitContext, Row, split_range
 from .program import EwProgram, epilogue_io
 from .ukernel import MR, NR, PX_MR, PX_NR
-from .views import View
+from rammer.lower.views import View
 
 if TYPE_CHECKING:  # pragma: no cover
     from .lowering import Lowerer

@@ -24,7 +24,7 @@ from .ewops import BLOCK
 from .kernels_gemm import PACK_FLOATS, packed_ok
 from .ops import CpuOp, EmitContext, Row, grid_split, split_range
 from .program import EwProgram, epilogue_io
-from .views import View, broadcast_view
+from rammer.lower.views import View, broadcast_view
 
 if TYPE_CHECKING:  # pragma: no cover
     from .lowering import Lowerer
@@ -297,7 +297,7 @@ def _epilogue(lw: Lowerer, head: Node, members: list[Node], internal: set[str], 
         def constant(array: np.ndarray) -> int:
             return prog.load(lw.const_view(array))
 
-        from .lower_ew import ew_translate
+        from rammer.lower.ew_translate import ew_translate
 
         o = node.outputs[0]
         regs[o] = ew_translate(node, lw.graph, prog, operand, constant)

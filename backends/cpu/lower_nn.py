@@ -25,7 +25,9 @@ from .lower_conv import effective_steps
 from .lower_views import copy_descriptors
 from .ops import CpuOp, EmitContext, Row, split_range
 from .program import EwProgram, epilogue_io
-from .views import ARENA_DTYPES, View
+from rammer.lower.views import View
+
+from .ops import ARENA_DTYPES
 
 if TYPE_CHECKING:  # pragma: no cover
     from .lowering import Lowerer

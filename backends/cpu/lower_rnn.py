@@ -21,7 +21,7 @@ from rammer.ir import Node
 from .lower_linalg import GemmSpec, gemm_op
 from .lower_views import multi_copy_op
 from .program import EwProgram
-from .views import View
+from rammer.lower.views import View
 
 if TYPE_CHECKING:  # pragma: no cover
     from .lowering import Lowerer

@@ -14,10 +14,8 @@ Steps:
 
 from __future__ import annotations
 
-import logging
-
-import heapq
 import itertools
+import logging
 import math
 from dataclasses import dataclass, field, replace
 
@@ -25,14 +23,16 @@ import numpy as np
 
 from rammer.errors import CompileError
 from rammer.ir import Graph, Node
+from rammer.lower.aliasing import is_view
+from rammer.lower.batching import find_chunks
+from rammer.lower.ew_translate import EW_OPS, ew_reason, ew_translate
+from rammer.lower.fusion import Group, ancestors, build_groups
+from rammer.lower.operator import OpCycle, Rules, classify, topological_order
+from rammer.lower.views import Buffer, View, collapse, dense_strides
 
 from . import lower_linalg, lower_nn, lower_views
-from .batching import find_chunks
-from .fusion import Group, ancestors, build_groups
-from .lower_ew import EW_OPS, ew_reason, ew_translate
-from .ops import CostModel, CpuOp, EmitContext, Row, grid_split
+from .ops import ARENA_DTYPES, CostModel, CpuOp, EmitContext, Row, grid_split
 from .program import EwProgram, epilogue_io
-from .views import ARENA_DTYPES, Buffer, View, collapse, dense_strides
 
 HEAD_OPS = lower_linalg.HEAD_OPS
 
@@ -57,16 +57,12 @@ def _printable(name: object) -> str:
     return "".join(ch if ch.isprintable() else "?" for ch in str(name))[:80]
 
 
-class _OpCycle(Exception):
-    """The fused ops depend on each other in a circle (see ``Lowerer.run``)."""
-
-
 class Lowerer:
     def __init__(self, graph: Graph, cost: CostModel | None = None, batch_rows: int = 0, fuse: bool = True):
         self.graph = graph
         #: Elementwise fusion (groups, epilogues); off only for the rare graph where it makes a cycle.
         self.fuse = fuse
-        #: Largest stacked row count of batched shared-weight MatMuls (0: off); see batching.py.
+        #: Largest stacked row count of batched shared-weight MatMuls (0: off); see rammer.lower.batching.
         self.batch_rows = batch_rows
         self.cost = cost or CostModel()
         self.opset = graph.opset.get("", 1)
@@ -139,7 +135,7 @@ class Lowerer:
         graph is lowered again without fusion or batching: slower for that model, never wrong."""
         try:
             return self._run()
-        except _OpCycle:
+        except OpCycle:
             if not self.fuse:
                 raise AssertionError("cycle among CPU ops without fusion") from None
             log.warning("the cpu backend's fusion made a cycle in '%s'; compiling it without elementwise fusion",
@@ -195,7 +191,7 @@ class Lowerer:
             else:
                 self.add_op(self.host_op(node, reasons[i]))
         self._check_views()
-        ops = self._topological(self.ops)
+        ops = topological_order(self.ops)
         n_groups = sum(1 for gr in groups if len(gr.members) + (gr.head is not None) > 1)
         return Lowered(g, self.buffers, self.views, ops, self.fallbacks, self.host_tensors, n_groups)
 
@@ -212,33 +208,13 @@ class Lowerer:
 
     def _classify(self) -> tuple[list[str], list[str]]:
         g = self.graph
-        kinds: list[str] = []
-        reasons: list[str] = []
-        for node in g.nodes:
-            reason = self._host_reason(node)
-            if reason:
-                kinds.append("host")
-            elif self._all_empty(node):
-                # (kernels divide by and step over their dims: a Conv of a batch of 0 divided by zero)
-                kinds.append("empty")
-            elif lower_views.is_view(self, node):
-                kinds.append("view")
-            elif ew_reason(node, g) is None:
-                kinds.append("ew")
-            elif node.op_type in HEAD_OPS and lower_linalg.head_reason(self, node) is None:
-                kinds.append("head")
-            else:
-                why = lower_nn.reason(self, node) if node.op_type in lower_nn.LOWERINGS else (
-                    lower_linalg.head_reason(self, node) if node.op_type in HEAD_OPS else
-                    ew_reason(node, g) if node.op_type in EW_OPS else
-                    "no CPU rKernel for this op")
-                if why is None:
-                    kinds.append("op")
-                else:
-                    kinds.append("host")
-                    reason = why
-            reasons.append(reason)
-        return kinds, reasons
+        return classify(g, Rules(
+            host_reason=self._host_reason, is_empty=self._all_empty,
+            is_view=lambda node: is_view(g, self.opset, node),
+            ew_reason=lambda node: ew_reason(node, g),
+            head_ops=frozenset(HEAD_OPS), head_reason=lambda node: lower_linalg.head_reason(self, node),
+            op_types=frozenset(lower_nn.LOWERINGS), op_reason=lambda node: lower_nn.reason(self, node),
+            ew_ops=EW_OPS, no_kernel="no CPU rKernel for this op"))
 
     def _all_empty(self, node: Node) -> bool:
         """Whether every output of ``node`` has no elements (and lives in the arena)."""
@@ -269,33 +245,6 @@ class Lowerer:
                     if users and all(group_of.get(index[id(u)]) == gr.id for u in users):
                         internal.add(t)
         return internal
-
-    def _topological(self, ops: list[CpuOp]) -> list[CpuOp]:
-        writer = {}
-        for op in ops:
-            for b in op.writes:
-                writer[b] = op.index
-        preds = [sorted({writer[b] for b in op.reads if b in writer and writer[b] != op.index}) for op in ops]
-        succs: list[list[int]] = [[] for _ in ops]
-        remaining = [len(p) for p in preds]
-        for i, ps in enumerate(preds):
-            for p in ps:
-                succs[p].append(i)
-        heap = [i for i, r in enumerate(remaining) if r == 0]
-        heapq.heapify(heap)
-        order = []
-        while heap:
-            i = heapq.heappop(heap)
-            order.append(ops[i])
-            for s in succs[i]:
-                remaining[s] -= 1
-                if remaining[s] == 0:
-                    heapq.heappush(heap, s)
-        if len(order) != len(ops):
-            raise _OpCycle()
-        for k, op in enumerate(order):
-            op.index = k
-        return order
 
     # -- batched shared-weight MatMuls ------------------------------------------------
     def _chunk_outputs(self, chunk: list[int]) -> View:

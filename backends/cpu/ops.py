@@ -1,24 +1,25 @@
 """The CPU backend's rOperators: what lowering produces and codegen consumes.
 
-A :class:`CpuOp` covers one or more graph nodes (a fused group, or a GEMM
-with its epilogue), reads and writes arena buffers, and offers tilings: ways
-to cut it into rTasks, each with a cost.  Once the scheduler has picked a
-tiling and the memory planner has placed the buffers, :meth:`CpuOp.emit`
-writes one task row per rTask.
+A :class:`CpuOp` is the core's lowered operator (:mod:`rammer.lower.operator`: nodes covered,
+buffers read and written, cost, tilings).  Once the scheduler has picked a tiling and the memory
+planner has placed the buffers, its ``emit`` writes one task row per rTask.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
-from typing import Callable
 
 from rammer.cost import rtask_duration
-from rammer.ir import Node
+from rammer.lower.operator import LoweredOp, grid_split, split_range
+from rammer.lower.views import Buffer, View
 from rammer.vdevice import VDevice, get_preset
 
 from .program import SideTables
-from .views import Buffer, View
+
+__all__ = ["ARENA_DTYPES", "CostModel", "CpuOp", "EmitContext", "Row", "grid_split", "split_range"]
+
+#: Dtypes the cpu kernels keep in the arena, with their byte sizes; anything else runs on the host.
+ARENA_DTYPES: dict[str, int] = {"float32": 4, "int64": 8, "int32": 4, "bool": 1}
 
 #: Task rows: (kernel name, params).
 Row = tuple[str, list[int]]
@@ -47,71 +48,6 @@ class EmitContext:
 
 
 @dataclass
-class CpuOp:
-    name: str
-    #: Kernel family, e.g. "ew", "gemm", "conv", "conv.depthwise", "copy", "host".
-    family: str
-    nodes: tuple[Node, ...]
-    reads: tuple[int, ...]
-    writes: tuple[int, ...]
-    #: Work of the whole op, for costs and reports.
-    flops: float
-    nbytes: float
-    #: ``partition(n) -> parts``: cut the op into about ``n`` rTasks
-    #: (shape-only; the number of parts returned is the real rTask count).
-    partition: Callable[[int], list] | None
-    #: ``emit(ctx, parts) -> rows``: one task row per part, once buffers are placed.
-    emit: Callable[[EmitContext, list], list[Row]] | None
-    #: Float32 scratch elements one rTask needs on its vEU.
-    scratch: int = 0
-    blas: bool = False
-    #: Host ops (reference fallback) run between compiled segments.
-    host: bool = False
-    host_reason: str = ""
-    index: int = -1
-    extra: dict = field(default_factory=dict)
-
-    def tilings(self, max_veus: int) -> dict[int, list]:
-        """Candidate partitions by rTask count: about 1, 2, 4... up to 4x the vEUs."""
-        if self.host or self.partition is None:
-            return {1: [None]}
-        found: dict[int, list] = {}
-        wanted = {1, max_veus}
-        n = 2
-        while n <= 4 * max_veus:
-            wanted.add(n)
-            n *= 2
-        for n in sorted(wanted):
-            parts = self.partition(n)
-            if parts and len(parts) not in found:
-                found[len(parts)] = parts
-        return found
-
-    def task_us(self, n_tasks: int, vdevice: VDevice) -> float:
-        """One of ``n_tasks`` equal rTasks on a vEU of ``vdevice``."""
-        return rtask_duration(vdevice, self.flops / n_tasks, self.nbytes / n_tasks, contraction=self.blas)
-
-
-def split_range(total: int, parts: int, index: int) -> tuple[int, int]:
-    """The ``index``-th of ``parts`` near-equal chunks of ``range(total)``."""
-    base, extra = divmod(total, parts)
-    lo = index * base + min(index, extra)
-    return lo, lo + base + (1 if index < extra else 0)
-
-
-def grid_split(rows: int, cols: int, parts: int, col_align: int = 1) -> list[tuple[int, int, int, int]]:
-    """Cut a rows x cols space into ``parts`` rectangles: rows first, then columns."""
-    if parts <= rows or cols <= col_align:
-        parts = min(parts, max(rows, 1))
-        return [split_range(rows, parts, i) + (0, cols) for i in range(parts)]
-    row_parts = max(rows, 1)
-    col_parts = max(1, parts // row_parts)
-    col_parts = min(col_parts, max(1, cols // col_align))
-    out = []
-    for r in range(row_parts):
-        r0, r1 = split_range(rows, row_parts, r)
-        chunks = math.ceil(cols / col_align)
-        for c in range(col_parts):
-            c0, c1 = split_range(chunks, col_parts, c)
-            out.append((r0, r1, c0 * col_align, min(cols, c1 * col_align)))
-    return out
+class CpuOp(LoweredOp):
+    """A core lowered operator (:class:`rammer.lower.operator.LoweredOp`) whose ``emit(ctx, parts)``
+    writes one cpu task row (:data:`Row`) per part through an :class:`EmitContext`."""

@@ -14,7 +14,9 @@ from typing import Sequence
 from rammer.memory import Alias, ArenaPlan, plan_arena
 
 from .ops import CpuOp
-from .views import ARENA_DTYPES, Buffer
+from rammer.lower.views import Buffer
+
+from .ops import ARENA_DTYPES
 
 #: Bytes every buffer is aligned to.
 ALIGN = 64

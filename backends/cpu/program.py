@@ -2,20 +2,25 @@
 
 :class:`SideTables` accumulates the int64 and float32 side arrays that task
 rows point into (GEMM descriptors, elementwise programs, shape tables).
-:class:`EwProgram` is the builder of one fused elementwise program; views are
-symbolic (buffer + strides) until the memory planner has placed buffers, then
-:meth:`EwProgram.emit` writes concrete element offsets.
+:class:`EwProgram` is the core's fused elementwise program (:mod:`rammer.lower.ewprogram`)
+with the cpu kernel's encoding: views are symbolic (buffer + strides) until the
+memory planner has placed buffers, then :meth:`EwProgram.emit` writes concrete
+element offsets.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
 
+from rammer.lower.ewprogram import EwProgram as _EwProgram
+from rammer.lower.ewprogram import epilogue_io
+from rammer.lower.views import View, to_rank4
+
 from . import ewops
-from .views import View, broadcast_view, to_rank4
+
+__all__ = ["EwProgram", "Locate", "SideTables", "epilogue_io"]
 
 
 class SideTables:
@@ -52,59 +57,12 @@ class SideTables:
 Locate = Callable[[View], int]
 
 
-@dataclass
-class _Instr:
-    op: str
-    dst: int
-    args: tuple[int, ...]
-    imms: tuple[float, ...]
-
-
-@dataclass
-class EwProgram:
-    """A fused elementwise program over one output shape.
-
-    ``shape`` is the logical iteration shape; :meth:`canonical` maps it to
-    the 4-D space the kernel walks (see there for the GEMM and convolution
-    epilogue spaces, which keep the tile's rows and columns apart).
+class EwProgram(_EwProgram):
+    """A core elementwise program (:class:`rammer.lower.ewprogram.EwProgram`) with the cpu kernel's
+    encoding: :meth:`canonical` maps its shape to the 4-D space the kernel walks (see there for the
+    GEMM and convolution epilogue spaces, which keep the tile's rows and columns apart) and
+    :meth:`emit` writes it as descriptor words.
     """
-
-    shape: tuple[int, ...]
-    inputs: list[tuple[View, str]] = field(default_factory=list)  # (view broadcast to shape, dtype)
-    instrs: list[_Instr] = field(default_factory=list)
-    outputs: list[tuple[int, View]] = field(default_factory=list)
-    n_values: int = 0
-    #: Value id of each input, in load order (inputs get registers 0..n_in-1).
-    input_values: list[int] = field(default_factory=list)
-    _input_index: dict[tuple, int] = field(default_factory=dict)
-
-    def load(self, view: View) -> int:
-        """A register holding ``view`` broadcast to the program's shape."""
-        v = broadcast_view(view, self.shape)
-        key = (v.buffer, v.offset, v.strides, v.dtype)
-        if key in self._input_index:
-            return self._input_index[key]
-        value = self.n_values
-        self.n_values += 1
-        self.inputs.append((v, v.dtype))
-        self.input_values.append(value)
-        self._input_index[key] = value
-        return value
-
-    def op(self, name: str, *args: int, imms: tuple[float, ...] = ()) -> int:
-        if ewops.ARITY[name] != len(args):
-            raise ValueError(f"{name} takes {ewops.ARITY[name]} operands")
-        if ewops.N_IMM[name] != len(imms):
-            raise ValueError(f"{name} takes {ewops.N_IMM[name]} immediates")
-        dst = self.n_values
-        self.n_values += 1
-        self.instrs.append(_Instr(name, dst, tuple(args), tuple(imms)))
-        return dst
-
-    def store(self, value: int, view: View) -> None:
-        if view.shape != self.shape:
-            raise ValueError(f"output view {view.shape} does not match program shape {self.shape}")
-        self.outputs.append((value, view))
 
     # -- emission ------------------------------------------------------------
     def canonical(self, space: tuple = ("flat",)) -> tuple[tuple[int, ...], list[tuple[int, ...]]] | None:
@@ -153,7 +111,7 @@ class EwProgram:
         if got is None:
             raise ValueError(f"elementwise program over {self.shape} does not fit the {space[0]} space")
         shape, strides = got
-        regs = self._allocate_registers()
+        regs = self.registers()
         words: list[int] = [len(self.inputs), len(self.outputs), len(self.instrs), max(regs.values(), default=-1) + 1]
         words += list(shape)
         for (view, dtype), st in zip(self.inputs, strides):
@@ -166,41 +124,3 @@ class EwProgram:
             words += [regs[value], ewops.DTYPE_CODE[view.dtype], locate(view)] + list(st)
         return side.add_ints(words)
 
-    def n_registers(self) -> int:
-        return max(self._allocate_registers().values(), default=-1) + 1
-
-    def _allocate_registers(self) -> dict[int, int]:
-        """Linear-scan register reuse: a register frees after its value's last read.
-
-        Inputs start in registers 0..n_in-1 (the kernel loads them there at
-        the start of every block), after which those registers may be reused too.
-        """
-        last_use: dict[int, int] = {}
-        for i, ins in enumerate(self.instrs):
-            for a in ins.args:
-                last_use[a] = i
-        stored = {v for v, _ in self.outputs}
-        regs = {value: k for k, value in enumerate(self.input_values)}
-        free: list[int] = []
-        next_reg = len(self.inputs)
-        for i, ins in enumerate(self.instrs):
-            # The destination never shares a register with an operand of the
-            # same instruction: distinct registers let LLVM vectorize the
-            # kernel's loops without falling back on a possible overlap.
-            if free:
-                regs[ins.dst] = free.pop()
-            else:
-                regs[ins.dst] = next_reg
-                next_reg += 1
-            for a in set(ins.args):
-                if last_use.get(a) == i and a not in stored:
-                    free.append(regs[a])
-        return regs
-
-
-def epilogue_io(prog: EwProgram | None) -> tuple[set[int], set[int], int]:
-    """What a fused elementwise program (or None) adds to the op that runs it: the buffers it
-    reads, the buffers it writes, and how many inputs it reads per output element."""
-    if prog is None:
-        return set(), set(), 0
-    return {v.buffer for v, _ in prog.inputs}, {v.buffer for _, v in prog.outputs}, len(prog.inputs)

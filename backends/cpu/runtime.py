@@ -30,7 +30,9 @@ from .adaptive import LANE, LaunchChooser
 from .atomics import cpuset_words
 from .driver import STATUS, STRIDE
 from .scheduling import available_cores
-from .views import ARENA_DTYPES, View
+from rammer.lower.views import View
+
+from .ops import ARENA_DTYPES
 
 
 @dataclass

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from rammer.ir import Graph
 
-#: Default limit of stacked rows per batched GEMM.  Measured on 2 cores (Zen 5), one
+#: Default limit of stacked rows per batched GEMM.  Measured on the cpu backend, 2 cores (Zen 5), one
 #: chunk per layer beat 16-step chunks: LSTM-TC 12.9 -> 10.1 ms, DeepSpeech2 19.7 ->
 #: 17.9 ms, Seq2Seq 4.1 -> 3.5 ms.  The longer pipeline delay between layers costs
 #: nothing while there are other layers' steps to overlap, and the weight is read
@@ -26,8 +26,13 @@ from rammer.ir import Graph
 DEFAULT_BATCH_ROWS = 128
 
 
-def find_chunks(graph: Graph, anc: list[int], max_rows: int) -> list[list[int]]:
-    """Chunks (lists of node indices, in order) of at least two batchable MatMuls."""
+def find_chunks(graph: Graph, anc: list[int], max_rows: int,
+                dtypes: frozenset[str] = frozenset({"float32"})) -> list[list[int]]:
+    """Chunks (lists of node indices, in order) of at least two batchable MatMuls.
+
+    ``anc`` is :func:`rammer.lower.fusion.ancestors` of ``graph``; ``dtypes`` are the operand
+    dtypes the backend's GEMM batches.
+    """
     if max_rows < 2:
         return []
     by_key: dict[tuple, list[int]] = {}
@@ -38,7 +43,7 @@ def find_chunks(graph: Graph, anc: list[int], max_rows: int) -> list[list[int]]:
         if b not in graph.initializers:
             continue
         ai, bi = graph.value_info[a], graph.value_info[b]
-        if len(ai.shape) != 2 or len(bi.shape) != 2 or ai.dtype != "float32" or bi.dtype != "float32":
+        if len(ai.shape) != 2 or len(bi.shape) != 2 or ai.dtype not in dtypes or bi.dtype != ai.dtype:
             continue
         by_key.setdefault((b, ai.shape), []).append(i)
     chunks: list[list[int]] = []

@@ -16,7 +16,7 @@ import numpy as np
 
 from rammer.ir import Graph, Node
 
-from .program import EwProgram
+from .ewprogram import EwProgram
 
 UNARY = {
     "Relu": "RELU", "Sigmoid": "SIGMOID", "Tanh": "TANH", "Exp": "EXP", "Log": "LOG", "Sqrt": "SQRT",

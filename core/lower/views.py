@@ -1,21 +1,28 @@
-"""Where tensors live: buffers in the arena and strided views of them.
+"""Where tensors live: buffers in an arena and strided views of them.
 
-Every tensor of a compiled graph is a :class:`View` of a :class:`Buffer`:
+Every tensor of a lowered graph is a :class:`View` of a :class:`Buffer`:
 an element offset, a shape and element strides.  Reshape-like ops, Split,
 Slice, Transpose and Expand create views of their input's buffer instead of
-copying it; kernels read views through their strides, and a kernel that
-needs a dense input gets an explicit copy op in front of it.
+copying it (:mod:`.aliasing`); kernels read views through their strides, and a
+kernel that needs a dense input gets an explicit copy op in front of it.
+
+Which dtypes may live in the arena is the backend's choice (a dtype set passed
+to its lowering); element sizes here are numpy's.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
-#: Arena dtypes and their byte sizes; anything else runs on the host.
-ARENA_DTYPES = {"float32": 4, "int64": 8, "int32": 4, "bool": 1}
+
+@lru_cache(maxsize=None)
+def itemsize(dtype: str) -> int:
+    """Bytes per element of a numpy dtype name (``bool``: 1)."""
+    return np.dtype(dtype).itemsize
 
 
 @dataclass
@@ -33,12 +40,12 @@ class Buffer:
 
     @property
     def nbytes(self) -> int:
-        return self.size * ARENA_DTYPES[self.dtype]
+        return self.size * itemsize(self.dtype)
 
     @property
     def elem_offset(self) -> int:
-        """Offset in elements of this buffer's dtype (the planner aligns to 64 bytes)."""
-        return self.byte_offset // ARENA_DTYPES[self.dtype]
+        """Offset in elements of this buffer's dtype (the planner aligns it to the element size)."""
+        return self.byte_offset // itemsize(self.dtype)
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""Batching of shared-weight MatMuls (batching.py) and its effect on results."""
+"""Batching of shared-weight MatMuls (rammer.lower.batching) and its effect on results."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import pytest
 
 import rammer
 import rammer.zoo
-from rammer.backends.cpu.batching import find_chunks
-from rammer.backends.cpu.fusion import ancestors
+from rammer.lower.batching import find_chunks
+from rammer.lower.fusion import ancestors
 from rammer.frontend import load
 
 
