@@ -54,6 +54,22 @@ class TileTask:
     rtasks: tuple[int, ...]
 
 
+@dataclass(frozen=True)
+class ExchangeGroup:
+    """Exchanges of one tensor as arrays (full-size models have millions of exchanges)."""
+
+    tensor: str
+    superstep: np.ndarray
+    src: np.ndarray
+    dst: np.ndarray
+    boxes: np.ndarray  # (count, ndim, 2)
+    nbytes: np.ndarray
+
+    def exchanges(self) -> list[Exchange]:
+        return [Exchange(int(s), int(a), int(b), self.tensor, tuple((int(lo), int(hi)) for lo, hi in box), int(nb))
+                for s, a, b, box, nb in zip(self.superstep, self.src, self.dst, self.boxes, self.nbytes)]
+
+
 @dataclass(eq=False)
 class BSPProgram:
     mode: str
@@ -62,7 +78,7 @@ class BSPProgram:
     sram_bytes: int
     num_supersteps: int
     slices: dict[str, list[TensorSlice]]
-    exchanges: list[Exchange]
+    exchange_groups: list[ExchangeGroup]
     tasks: list[TileTask]
     #: Per-superstep estimated compute, exchange and sync time (us).
     compute_us: np.ndarray
@@ -72,6 +88,26 @@ class BSPProgram:
     busy_us: float
     num_veus: int
     cost_model: dict[str, float] = field(default_factory=dict)
+    _exchanges: list[Exchange] | None = field(default=None, repr=False)
+
+    @property
+    def exchanges(self) -> list[Exchange]:
+        """Every exchange, ordered by superstep, source, destination, tensor and box (built on
+        first use; a test may replace the list, and the simulator then runs the replacement)."""
+        if self._exchanges is None:
+            self._exchanges = sorted((e for g in self.exchange_groups for e in g.exchanges()),
+                                     key=lambda e: (e.superstep, e.src, e.dst, e.tensor, e.box))
+        return self._exchanges
+
+    @exchanges.setter
+    def exchanges(self, value: list[Exchange]) -> None:
+        self._exchanges = list(value)
+
+    @property
+    def num_exchanges(self) -> int:
+        if self._exchanges is not None:
+            return len(self._exchanges)
+        return sum(len(g.nbytes) for g in self.exchange_groups)
 
     @property
     def latency_us(self) -> float:
@@ -79,13 +115,19 @@ class BSPProgram:
 
     @property
     def exchange_bytes(self) -> int:
-        return int(sum(e.nbytes for e in self.exchanges))
+        if self._exchanges is not None:
+            return int(sum(e.nbytes for e in self._exchanges))
+        return int(sum(int(g.nbytes.sum()) for g in self.exchange_groups))
 
     def exchange_bytes_per_superstep(self) -> list[int]:
-        out = [0] * self.num_supersteps
-        for e in self.exchanges:
-            out[e.superstep] += e.nbytes
-        return out
+        out = np.zeros(self.num_supersteps, dtype=np.int64)
+        if self._exchanges is not None:
+            for e in self._exchanges:
+                out[e.superstep] += e.nbytes
+        else:
+            for g in self.exchange_groups:
+                np.add.at(out, g.superstep, g.nbytes)
+        return out.tolist()
 
     def report(self) -> dict[str, Any]:
         lat = self.latency_us
@@ -96,7 +138,7 @@ class BSPProgram:
         return {
             "mode": self.mode, "policy": self.policy, "simulated": True,
             "latency_us": lat, "supersteps": self.num_supersteps,
-            "exchange_bytes": self.exchange_bytes, "exchanges": len(self.exchanges),
+            "exchange_bytes": self.exchange_bytes, "exchanges": self.num_exchanges,
             "tile_peak_bytes": int(self.tile_peak_bytes.max(initial=0)),
             "tile_sram_bytes": self.sram_bytes,
             "tile_utilisation": tile_util,

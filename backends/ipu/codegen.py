@@ -29,7 +29,7 @@ from rammer.ir import Graph
 from rammer.rtask import Box, boxes_overlap
 from rammer.schedule import Schedule
 
-from .bsp import BSPOrderError, BSPProgram, Exchange, IpuPlacementError, TensorSlice, TileTask
+from .bsp import BSPOrderError, BSPProgram, ExchangeGroup, IpuPlacementError, TensorSlice, TileTask
 from .kernels import CODE_BYTES_PER_KERNEL, VERTEX_BYTES, IpuCostModel
 from .placement import box_volume, boxes_array, chunk_boxes, is_static, live_at, peak_per_tile
 
@@ -72,36 +72,44 @@ def lower(schedule: Schedule, graph: Graph, mode: str = "merged") -> BSPProgram:
     sources = set(graph.initializers) | {t.name for t in graph.inputs}
     const_load = np.zeros(num_tiles, dtype=np.int64)
 
-    slices: dict[str, list[TensorSlice]] = {}
-    arrays: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}  # boxes, owners, supersteps
-    rtask_step = np.zeros(n, dtype=np.int64)
-    last_use: dict[str, int] = {}
-    exchange_set: set[tuple[int, int, int, str, Box]] = set()
+    # Slices as (box, owner, writer rTask); the writer's superstep is known once a mode chose the steps.
+    # Constants and graph inputs have writer -1 (loaded before superstep 0).
+    raw: dict[str, list[tuple[Box, int, int]]] = {}
+    arrays: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}  # boxes, owners, writers
+    asap = np.zeros(n, dtype=np.int64)  # earliest superstep with the rTask's data on its tile
+    wave = np.zeros(n, dtype=np.int64)  # Rammer's compute set (its schedule wave)
+    readers: dict[str, list[np.ndarray]] = defaultdict(list)  # rTasks reading each tensor
+    # Reads of another tile's slice, per tensor: (reader rTasks, their tiles, source slice indices,
+    # the boxes read from those slices), as arrays.
+    remote: dict[str, list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]] = defaultdict(list)
 
-    def add_slices(name: str, new: list[TensorSlice]) -> None:
-        slices.setdefault(name, []).extend(new)
-        ss = slices[name]
-        ndim = len(ss[0].box)
-        arrays[name] = (boxes_array([s.box for s in ss], ndim), np.array([s.owner for s in ss], dtype=np.int64),
-                        np.array([s.superstep for s in ss], dtype=np.int64))
+    def add_slices(name: str, new: list[tuple[Box, int, int]]) -> None:
+        raw.setdefault(name, []).extend(new)
+        ss = raw[name]
+        ndim = len(ss[0][0])
+        arrays[name] = (boxes_array([b for b, _, _ in ss], ndim), np.array([o for _, o, _ in ss], dtype=np.int64),
+                        np.array([w for _, _, w in ss], dtype=np.int64))
 
-    def place_source(name: str, readers: list[tuple[int, Box]]) -> None:
+    def place_source(name: str, readers_: list[tuple[int, Box]]) -> None:
         info = graph.value_info[name]
         size = _itemsize(graph, name)
         new = []
-        rb = boxes_array([b for _, b in readers], len(info.shape))
+        rb = boxes_array([b for _, b in readers_], len(info.shape))
         for box in chunk_boxes(info.shape, size):
             nbytes = box_volume(box) * size
             owner = -1
             if len(rb):
                 hit = np.flatnonzero(boxes_overlap(boxes_array([box], len(info.shape)), rb)[0]) if box else [0]
                 if len(hit):
-                    owner = readers[int(hit[0])][0]
+                    owner = readers_[int(hit[0])][0]
             if owner < 0 or const_load[owner] + nbytes > sram // 2:
                 owner = int(np.argmin(const_load))
             const_load[owner] += nbytes
-            new.append(TensorSlice(name, box, owner, -1))
+            new.append((box, owner, -1))
         add_slices(name, new)
+
+    def step_of(steps: np.ndarray, writers: np.ndarray) -> np.ndarray:
+        return np.where(writers >= 0, steps[np.maximum(writers, 0)], -1)
 
     for i, op in enumerate(schedule.ops):
         node = graph.nodes[i]
@@ -115,122 +123,193 @@ def lower(schedule: Schedule, graph: Graph, mode: str = "merged") -> BSPProgram:
                 if slot < len(node.inputs) and node.inputs[slot] and not is_static(graph, node.inputs[slot]):
                     by_slot[slot].append((r, box))
         need = np.zeros(k.num_rtasks, dtype=np.int64)
-        hits: list[tuple[str, list[tuple[int, Box]], np.ndarray, np.ndarray]] = []
+        need_wave = np.zeros(k.num_rtasks, dtype=np.int64)
         for slot, reads in by_slot.items():
             name = node.inputs[slot]
-            if name not in slices:
+            if name not in raw:
                 if name not in sources:
                     raise BSPOrderError(f"{node.label} reads '{name}', which no earlier rTask wrote")
                 place_source(name, [(int(tiles[r]), b) for r, b in reads])
-            sboxes, owners, steps = arrays[name]
+            sboxes, owners, writers = arrays[name]
+            s_asap, s_wave = step_of(asap, writers), step_of(wave, writers)
             ndim = sboxes.shape[1]
             rtiles = np.array([tiles[r] for r, _ in reads], dtype=np.int64)
             rlocal = np.array([r for r, _ in reads], dtype=np.int64)
             rboxes = boxes_array([b for _, b in reads], ndim)
+            readers[name].append(ids[rlocal])
             for lo in range(0, len(reads), _BLOCK):
                 sl = slice(lo, lo + _BLOCK)
                 hit = boxes_overlap(rboxes[sl], sboxes) if ndim else np.ones((len(rlocal[sl]), len(owners)), bool)
-                remote = owners[None, :] != rtiles[sl, None]
-                req = np.where(hit, steps[None, :] + remote, -1).max(axis=1, initial=-1)
-                np.maximum.at(need, rlocal[sl], req)
-                pr, ps = np.nonzero(hit & remote)
-                hits.append((name, reads, pr + lo, ps))
-        if mode == "compute-set":
-            step = np.full(k.num_rtasks, waves[i], dtype=np.int64)
-            if (need > step).any():  # cannot happen for a valid schedule: waves follow the dependencies
-                raise BSPOrderError(f"{node.label}: wave {waves[i]} comes before data it reads")
-        else:
-            step = need
-        rtask_step[ids] = step
-        for name, reads, pr, ps in hits:
-            sboxes, owners, _ = arrays[name]
-            size = _itemsize(graph, name)
-            last_use[name] = max(last_use.get(name, -1), int(step.max(initial=0)))
-            for j, m in zip(pr.tolist(), ps.tolist()):
-                r, rbox = reads[j]
-                box = tuple((max(a, c), min(b, d)) for (a, b), (c, d) in zip(rbox, slices[name][m].box))
-                exchange_set.add((int(step[r]), int(owners[m]), int(tiles[r]), name, box))
-        for slot in by_slot:
-            name = node.inputs[slot]
-            last_use[name] = max(last_use.get(name, -1), int(step.max(initial=0)))
-        writes: dict[str, list[TensorSlice]] = defaultdict(list)
+                far = owners[None, :] != rtiles[sl, None]
+                np.maximum.at(need, rlocal[sl], np.where(hit, s_asap[None, :] + far, -1).max(axis=1, initial=-1))
+                np.maximum.at(need_wave, rlocal[sl], np.where(hit, s_wave[None, :] + far, -1).max(axis=1, initial=-1))
+                pj, pm = np.nonzero(hit & far)
+                if len(pj):
+                    rb, sb = rboxes[sl][pj], sboxes[pm]
+                    inter = np.stack([np.maximum(rb[..., 0], sb[..., 0]), np.minimum(rb[..., 1], sb[..., 1])], axis=-1)
+                    remote[name].append((ids[rlocal[sl][pj]], rtiles[sl][pj], pm, inter))
+        if (need_wave > waves[i]).any():  # cannot happen for a valid schedule: waves follow the dependencies
+            raise BSPOrderError(f"{node.label}: wave {waves[i]} comes before data it reads")
+        asap[ids] = need
+        wave[ids] = waves[i]
+        writes: dict[str, list[tuple[Box, int, int]]] = defaultdict(list)
         for r, a in enumerate(acc):
             for slot, box in a.writes:
                 if slot < len(node.outputs) and node.outputs[slot]:
-                    writes[node.outputs[slot]].append(TensorSlice(node.outputs[slot], box, int(tiles[r]), int(step[r])))
+                    writes[node.outputs[slot]].append((box, int(tiles[r]), int(ids[r])))
         for name, new in writes.items():
             add_slices(name, new)
 
-    num_steps = int(rtask_step.max(initial=-1)) + 1
     for t in graph.outputs:  # outputs that are constants or inputs still need an owner
-        if t.name not in slices and t.name in sources and not is_static(graph, t.name):
+        if t.name not in raw and t.name in sources and not is_static(graph, t.name):
             place_source(t.name, [])
-    exchanges = [Exchange(s, src, dst, name, box, box_volume(box) * _itemsize(graph, name))
-                 for s, src, dst, name, box in sorted(exchange_set, key=lambda e: (e[0], e[1], e[2], e[3], e[4]))]
 
-    # Tile tasks and timing.
-    groups: dict[tuple[int, int, int], list[int]] = defaultdict(list)
-    dur = np.zeros(n)
-    for i, op in enumerate(schedule.ops):
-        lo, hi = op.first_rtask, op.first_rtask + op.kernel.num_rtasks
-        dur[lo:hi] = cost.rtask_us(op.kernel)
-        for r in range(lo, hi):
-            groups[(int(rtask_step[r]), int(tile_of[r]), i)].append(r - lo)
-    tasks = [TileTask(s, t, i, tuple(rs)) for (s, t, i), rs in sorted(groups.items())]
-    compute_us = np.zeros(num_steps)
-    if n:
-        key = rtask_step * vd.num_veus + veu_of
-        uniq, inv = np.unique(key, return_inverse=True)
-        per = np.bincount(inv, weights=dur)
-        np.maximum.at(compute_us, uniq // vd.num_veus, per)
-    exchange_us = np.zeros(num_steps)
-    if exchanges:
-        es = np.array([e.superstep for e in exchanges])
-        eb = np.array([e.nbytes for e in exchanges], dtype=np.float64)
-        for ends in (np.array([e.src for e in exchanges]), np.array([e.dst for e in exchanges])):
-            key = es * num_tiles + ends
+    parts = _Parts(schedule, graph, cost, num_tiles, sram, tile_of, veu_of, raw, arrays, readers, remote, sources)
+    if mode == "compute-set":
+        return parts.build(wave, mode)
+    # merged: the better (lower estimated latency) of two ways to need fewer supersteps than
+    # compute-set -- Rammer's waves with consecutive supersteps merged where no exchange separates
+    # them (never slower than compute-set), and every rTask at its earliest superstep (asap).
+    candidates, errors = [], []
+    for steps in (_merge_waves(wave, remote, arrays), asap):
+        try:
+            candidates.append(parts.build(steps, mode))
+        except IpuPlacementError as exc:
+            errors.append(exc)
+    if not candidates:
+        raise errors[0]
+    return min(candidates, key=lambda p: (p.latency_us, p.num_supersteps))
+
+
+def _merge_waves(wave: np.ndarray, remote: dict, arrays: dict) -> np.ndarray:
+    """Waves mapped to supersteps: wave ``s`` joins the superstep of wave ``s - 1`` unless an
+    exchange into wave ``s`` carries data written since that superstep began (greedy, which
+    gives the fewest supersteps for these constraints)."""
+    num_waves = int(wave.max(initial=-1)) + 1
+    src_wave = np.full(num_waves, -1, dtype=np.int64)
+    for name, chunks in remote.items():
+        writers_of = arrays[name][2]
+        for rid, _, m, _ in chunks:
+            writers = writers_of[m]
+            ok = writers >= 0
+            np.maximum.at(src_wave, wave[rid[ok]], wave[writers[ok]])
+    to_step = np.zeros(num_waves, dtype=np.int64)
+    group, start = 0, 0
+    for s in range(1, num_waves):
+        if src_wave[s] >= start:
+            group, start = group + 1, s
+        to_step[s] = group
+    return to_step[wave] if len(wave) else wave
+
+
+class _Parts:
+    """What the lowering found (slices, reads, remote reads), made into a BSPProgram once the
+    superstep of every rTask is chosen."""
+
+    def __init__(self, schedule, graph, cost, num_tiles, sram, tile_of, veu_of, raw, arrays, readers, remote,
+                 sources):
+        self.schedule, self.graph, self.cost = schedule, graph, cost
+        self.num_tiles, self.sram, self.tile_of, self.veu_of = num_tiles, sram, tile_of, veu_of
+        self.raw, self.arrays, self.readers, self.remote, self.sources = raw, arrays, readers, remote, sources
+
+    def exchange_groups(self, rtask_step: np.ndarray) -> list[ExchangeGroup]:
+        """One exchange per (superstep, source tile, destination tile, box) of each tensor."""
+        groups = []
+        for name, chunks in self.remote.items():
+            rid = np.concatenate([c[0] for c in chunks])
+            dst = np.concatenate([c[1] for c in chunks])
+            src = self.arrays[name][1][np.concatenate([c[2] for c in chunks])]
+            boxes = np.concatenate([c[3] for c in chunks])
+            ndim = boxes.shape[1]
+            key = np.unique(np.column_stack([rtask_step[rid], src, dst, boxes.reshape(len(rid), 2 * ndim)]), axis=0)
+            bx = key[:, 3:].reshape(len(key), ndim, 2)
+            nbytes = np.prod(np.maximum(bx[..., 1] - bx[..., 0], 0), axis=1) * _itemsize(self.graph, name)
+            groups.append(ExchangeGroup(name, key[:, 0], key[:, 1], key[:, 2], bx, nbytes.astype(np.int64)))
+        return groups
+
+    def build(self, rtask_step: np.ndarray, mode: str) -> BSPProgram:
+        schedule, graph, cost, num_tiles, sram = self.schedule, self.graph, self.cost, self.num_tiles, self.sram
+        tile_of, veu_of, vd = self.tile_of, self.veu_of, schedule.vdevice
+        n = len(rtask_step)
+        num_steps = int(rtask_step.max(initial=-1)) + 1
+        slices = {name: [TensorSlice(name, box, owner, int(rtask_step[w]) if w >= 0 else -1) for box, owner, w in ss]
+                  for name, ss in self.raw.items()}
+        last_use = {name: max(int(rtask_step[r].max(initial=-1)) for r in rs) for name, rs in self.readers.items()}
+        groups_x = self.exchange_groups(rtask_step)
+        es = np.concatenate([g.superstep for g in groups_x] or [np.zeros(0, np.int64)])
+        esrc = np.concatenate([g.src for g in groups_x] or [np.zeros(0, np.int64)])
+        edst = np.concatenate([g.dst for g in groups_x] or [np.zeros(0, np.int64)])
+        eb = np.concatenate([g.nbytes for g in groups_x] or [np.zeros(0, np.int64)])
+
+        # Tile tasks and timing.
+        groups: dict[tuple[int, int, int], list[int]] = defaultdict(list)
+        dur = np.zeros(n)
+        for i, op in enumerate(schedule.ops):
+            lo, hi = op.first_rtask, op.first_rtask + op.kernel.num_rtasks
+            dur[lo:hi] = cost.rtask_us(op.kernel)
+            for r in range(lo, hi):
+                groups[(int(rtask_step[r]), int(tile_of[r]), i)].append(r - lo)
+        tasks = [TileTask(s, t, i, tuple(rs)) for (s, t, i), rs in sorted(groups.items())]
+        compute_us = np.zeros(num_steps)
+        if n:
+            key = rtask_step * vd.num_veus + veu_of
             uniq, inv = np.unique(key, return_inverse=True)
-            per = np.bincount(inv, weights=eb)
-            busiest = np.zeros(num_steps)
-            np.maximum.at(busiest, uniq // num_tiles, per)
-            exchange_us = np.maximum(exchange_us, busiest)
-        exchange_us = np.array([cost.exchange_us(b) for b in exchange_us])
+            per = np.bincount(inv, weights=dur)
+            np.maximum.at(compute_us, uniq // vd.num_veus, per)
+        exchange_us = np.zeros(num_steps)
+        if len(es):
+            for ends in (esrc, edst):
+                key = es * num_tiles + ends
+                uniq, inv = np.unique(key, return_inverse=True)
+                per = np.bincount(inv, weights=eb.astype(np.float64))
+                busiest = np.zeros(num_steps)
+                np.maximum.at(busiest, uniq // num_tiles, per)
+                exchange_us = np.maximum(exchange_us, busiest)
+            exchange_us = np.array([cost.exchange_us(b) for b in exchange_us])
 
-    # Memory: owned slices from their superstep to the tensor's last use, received boxes for
-    # their superstep, code for the whole program.
-    keep = {t.name for t in graph.outputs}
-    it_tile, it_start, it_end, it_bytes, it_name = [], [], [], [], []
-    for name, ss in slices.items():
-        size = _itemsize(graph, name)
-        end = num_steps - 1 if name in keep or name in sources else last_use.get(name, -1)
-        for s in ss:
-            it_tile.append(s.owner)
-            it_start.append(max(0, s.superstep))
-            it_end.append(max(end, s.superstep, 0))
-            it_bytes.append(box_volume(s.box) * size)
-            it_name.append(name)
-    for e in exchanges:
-        it_tile.append(e.dst), it_start.append(e.superstep), it_end.append(e.superstep)
-        it_bytes.append(e.nbytes), it_name.append(f"{e.tensor} (received)")
-    kernels_on: dict[int, set[str]] = defaultdict(set)
-    vertices = np.zeros(num_tiles, dtype=np.int64)
-    for t in tasks:
-        kernels_on[t.tile].add(schedule.ops[t.op].kernel.kernel_id)
-        vertices[t.tile] += len(t.rtasks)
-    for tile, ks in kernels_on.items():
-        it_tile.append(tile), it_start.append(0), it_end.append(max(0, num_steps - 1))
-        it_bytes.append(len(ks) * CODE_BYTES_PER_KERNEL + int(vertices[tile]) * VERTEX_BYTES), it_name.append("(code)")
-    arr = [np.asarray(x, dtype=np.int64) for x in (it_tile, it_start, it_end, it_bytes)]
-    peak = peak_per_tile(num_tiles, *arr)
-    if (peak > sram).any():
-        raise IpuPlacementError(_overflow_message(peak, sram, arr, it_name, vd.name))
+        # Memory: owned slices from their superstep to the tensor's last use, received boxes for
+        # their superstep, code for the whole program.
+        keep = {t.name for t in graph.outputs}
+        labels: list[str] = []
+        it_tile, it_start, it_end, it_bytes, it_label = [], [], [], [], []
+        for name, ss in slices.items():
+            size = _itemsize(graph, name)
+            end = num_steps - 1 if name in keep or name in self.sources else last_use.get(name, -1)
+            labels.append(name)
+            for s in ss:
+                it_tile.append(s.owner)
+                it_start.append(max(0, s.superstep))
+                it_end.append(max(end, s.superstep, 0))
+                it_bytes.append(box_volume(s.box) * size)
+                it_label.append(len(labels) - 1)
+        kernels_on: dict[int, set[str]] = defaultdict(set)
+        vertices = np.zeros(num_tiles, dtype=np.int64)
+        for t in tasks:
+            kernels_on[t.tile].add(schedule.ops[t.op].kernel.kernel_id)
+            vertices[t.tile] += len(t.rtasks)
+        labels.append("(code)")
+        for tile, ks in kernels_on.items():
+            it_tile.append(tile), it_start.append(0), it_end.append(max(0, num_steps - 1))
+            it_bytes.append(len(ks) * CODE_BYTES_PER_KERNEL + int(vertices[tile]) * VERTEX_BYTES)
+            it_label.append(len(labels) - 1)
+        x_label = []
+        for g in groups_x:  # received boxes live for their superstep
+            labels.append(f"{g.tensor} (received)")
+            x_label.append(np.full(len(g.nbytes), len(labels) - 1, dtype=np.int64))
+        arr = [np.concatenate([np.asarray(a, dtype=np.int64), b]) for a, b in
+               ((it_tile, edst), (it_start, es), (it_end, es), (it_bytes, eb))]
+        label_ids = np.concatenate([np.asarray(it_label, dtype=np.int64), *x_label])
+        peak = peak_per_tile(num_tiles, *arr)
+        if (peak > sram).any():
+            raise IpuPlacementError(_overflow_message(peak, sram, arr, label_ids, labels, vd.name))
 
-    busy = float(dur.sum())
-    return BSPProgram(mode, schedule.policy, num_tiles, sram, num_steps, slices, exchanges, tasks, compute_us,
-                      exchange_us, cost.sync_us, peak, busy, vd.num_veus, cost.describe())
+        busy = float(dur.sum())
+        return BSPProgram(mode, schedule.policy, num_tiles, sram, num_steps, slices, groups_x, tasks, compute_us,
+                          exchange_us, cost.sync_us, peak, busy, vd.num_veus, cost.describe())
 
 
-def _overflow_message(peak: np.ndarray, sram: int, arr: list[np.ndarray], names: list[str], device: str) -> str:
+def _overflow_message(peak: np.ndarray, sram: int, arr: list[np.ndarray], label_ids: np.ndarray, labels: list[str],
+                      device: str) -> str:
     tile, start, end, nbytes = arr
     over = np.flatnonzero(peak > sram)
     worst = int(over[np.argmax(peak[over])])
@@ -239,7 +318,7 @@ def _overflow_message(peak: np.ndarray, sram: int, arr: list[np.ndarray], names:
     live = live_at(worst, at, tile, start, end)
     per: dict[str, int] = defaultdict(int)
     for j in live.tolist():
-        per[names[j]] += int(nbytes[j])
+        per[labels[int(label_ids[j])]] += int(nbytes[j])
     top = sorted(per.items(), key=lambda kv: -kv[1])[:6]
     listing = ", ".join(f"'{k}' {v / 1024:.1f} KiB" for k, v in top)
     return (f"the model does not fit the {device} tile memories: {len(over)} tile(s) overflow their "
