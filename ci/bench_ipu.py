@@ -97,8 +97,9 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     rows = []
     for name in args.models.split(","):
-        rows.extend(bench_model(name, args.vdevice, args.budget))
-        print(table(rows[-3:]).splitlines()[-1], file=sys.stderr, flush=True)
+        new = bench_model(name, args.vdevice, args.budget)
+        rows.extend(new)
+        print("\n".join(table(new).splitlines()[2:]), file=sys.stderr, flush=True)
     print(table(rows))
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:

@@ -31,7 +31,7 @@ from rammer.schedule import Schedule
 
 from .bsp import BSPOrderError, BSPProgram, ExchangeGroup, IpuPlacementError, TensorSlice, TileTask
 from .kernels import CODE_BYTES_PER_KERNEL, VERTEX_BYTES, IpuCostModel
-from .placement import box_volume, boxes_array, chunk_boxes, is_static, live_at, peak_per_tile
+from .placement import box_volume, boxes_array, chunk_boxes, is_static, peak_per_tile
 
 MODES = ("merged", "compute-set")
 _BLOCK = 512  # reads compared with slices per numpy step (bounds memory on large models)
@@ -314,8 +314,12 @@ def _overflow_message(peak: np.ndarray, sram: int, arr: list[np.ndarray], label_
     over = np.flatnonzero(peak > sram)
     worst = int(over[np.argmax(peak[over])])
     mine = np.flatnonzero(tile == worst)
-    at = max(set(start[mine].tolist()), key=lambda s: int(nbytes[live_at(worst, s, tile, start, end)].sum()))
-    live = live_at(worst, at, tile, start, end)
+    ms, me, mb = start[mine], end[mine], nbytes[mine]
+    diff = np.zeros(int(me.max(initial=0)) + 2, dtype=np.int64)
+    np.add.at(diff, ms, mb)
+    np.add.at(diff, me + 1, -mb)
+    at = int(np.argmax(np.cumsum(diff)))  # the superstep of the tile's peak
+    live = mine[(ms <= at) & (me >= at)]
     per: dict[str, int] = defaultdict(int)
     for j in live.tolist():
         per[labels[int(label_ids[j])]] += int(nbytes[j])
