@@ -225,7 +225,7 @@ def compile_program(graph: Graph, backend: Any, vdevice: VDevice, policy: str = 
     report = {"blocks": len(programs), "block_threads": BLOCK_THREADS, "rtasks": schedule.num_rtasks,
               "barriers": schedule.num_barriers, "signals": sum(gp.signals_per_block(programs)),
               "arena_bytes": plan.total_bytes, "kernels": sorted(templates), "vdevice": vdevice.name,
-              "policy": policy, "mode": mode, "launches_per_run": launches,
+              "policy": policy, "mode": mode, "launches_per_run": launches, "waves": max(waves, default=-1) + 1,
               "shared_bytes": max((sum(s.size for s in k.shared) * 4 for k in templates.values()), default=0)}
     return GpuProgram(graph.name, schedule, kernels, len(programs), BLOCK_THREADS, arena_floats, tensors,
                       constants, inputs, outputs, report, mode, launches, tables)

@@ -33,6 +33,10 @@ class OpenCLExecutable:
         if program.blocks > device.max_compute_units:
             raise RammerError(f"opencl: the program has {program.blocks} persistent blocks but {device.name.strip()} "
                               f"has {device.max_compute_units} compute units; spinning blocks must all be resident")
+        if program.mode == "persistent" and "Portable Computing Language" in device.platform.name:
+            raise RammerError("opencl: PoCL does not run persistent programs correctly (a block's counter wait "
+                              "let it read another block's results early, and programs of three or more waves "
+                              "deadlocked); use mode='wave', the default: one launch per wave (docs/gpu.md)")
         self.cl, self.device = cl, device
         self.ctx = cl.Context([device])
         self.queue = cl.CommandQueue(self.ctx)

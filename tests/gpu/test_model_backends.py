@@ -1,0 +1,185 @@
+"""The model-level GPU compiler and the opencl, cuda and rocm backends: whole models become one
+program scheduled by the core scheduler; opencl runs them on PoCL against reference; the CUDA text
+of a whole model compiles with nvcc; HIP text follows the HIP table; what has no rKernel is
+refused naming node and op; a program whose barriers are removed is refused before it runs."""
+
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+import rammer
+from rammer import plugins, zoo
+from rammer.api import random_feeds
+from rammer.backends.gpu import program as gp
+from rammer.backends.gpu.compiler import compile_program
+from rammer.codegen.dialects import DIALECTS
+from rammer.codegen.render import neutral, render_module
+from rammer.errors import BackendUnavailableError, UnsupportedOpError
+from rammer.frontend import load
+from rammer.vdevice import get_preset
+
+
+def _model(nodes, inputs, outputs, inits=()) -> onnx.ModelProto:
+    g = helper.make_graph(nodes, "m", inputs, outputs, list(inits))
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _vi(name, shape):
+    return helper.make_tensor_value_info(name, TensorProto.FLOAT, shape)
+
+
+def _mixed() -> onnx.ModelProto:
+    """Relu -> MatMul (+ bias broadcast) -> Softmax, a Transpose/Slice/Concat branch and a Pad."""
+    rng = np.random.default_rng(3)
+    w = helper.make_tensor("w", TensorProto.FLOAT, [24, 20], rng.standard_normal((24, 20)).astype(np.float32).ravel())
+    b = helper.make_tensor("b", TensorProto.FLOAT, [20], rng.standard_normal(20).astype(np.float32))
+    starts = helper.make_tensor("st", TensorProto.INT64, [1], [2])
+    ends = helper.make_tensor("en", TensorProto.INT64, [1], [14])
+    axes = helper.make_tensor("ax", TensorProto.INT64, [1], [0])
+    pads = helper.make_tensor("pd", TensorProto.INT64, [4], [1, 0, 0, 2])
+    nodes = [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("MatMul", ["r", "w"], ["mm"]),
+             helper.make_node("Add", ["mm", "b"], ["z"]), helper.make_node("Softmax", ["z"], ["s"]),
+             helper.make_node("Transpose", ["x"], ["xt"], perm=[1, 0]),
+             helper.make_node("Slice", ["xt", "st", "en", "ax"], ["xs"]),
+             helper.make_node("Concat", ["s", "xs"], ["y"], axis=1),
+             helper.make_node("Pad", ["y", "pd"], ["out"], mode="constant")]
+    return _model(nodes, [_vi("x", [12, 24])], [_vi("out", [13, 34])], [w, b, starts, ends, axes, pads])
+
+
+def _backend(name: str):
+    table = plugins.backends()
+    if name not in table:
+        pytest.skip(f"backend {name} is not registered")
+    return table[name]
+
+
+def _opencl():
+    be = _backend("opencl")
+    if not be.availability().ok:
+        pytest.skip(f"opencl backend unavailable: {be.availability().reason}")
+    return be
+
+
+def test_mixed_model_runs_on_opencl_and_matches_reference():
+    _opencl()
+    model = _mixed()
+    compiled = rammer.compile(model, backend="opencl")
+    feeds = random_feeds(compiled.inputs, seed=2)
+    want = rammer.compile(model, backend="reference").run(feeds)
+    for _ in range(2):  # a second run reuses the arena and the call tables
+        got = compiled.run(feeds)
+        for k in want:
+            np.testing.assert_allclose(got[k], want[k], rtol=1e-4, atol=1e-5)
+    report = compiled.executable.report()
+    assert report["mode"] == "wave" and report["launches_per_run"] == report["waves"]
+    assert report["blocks"] <= compiled.executable.device.max_compute_units
+
+
+@pytest.mark.parametrize("name", ["alexnet-small", "resnext-small"])
+def test_small_zoo_models_match_reference_on_opencl(name):
+    _opencl()
+    graph = load(zoo.build(name, seed=0))
+    compiled = rammer.compile(graph, backend="opencl")
+    feeds = random_feeds(graph.inputs, seed=1)
+    want = rammer.compile(graph, backend="reference").run(feeds)
+    got = compiled.run(feeds)
+    for k in want:
+        np.testing.assert_allclose(got[k], want[k], rtol=1e-4, atol=1e-4)
+
+
+def test_what_has_no_rkernel_is_refused_naming_node_and_op():
+    be = _backend("opencl")
+    cos = _model([helper.make_node("Cos", ["x"], ["y"], name="the_cos")], [_vi("x", [4])], [_vi("y", [4])])
+    reflect = _model([helper.make_node("Pad", ["x", "p"], ["y"], name="the_pad", mode="reflect")],
+                     [_vi("x", [4, 4])], [_vi("y", [4, 6])],
+                     [helper.make_tensor("p", TensorProto.INT64, [4], [0, 1, 0, 1])])
+    for model, node, op in ((cos, "the_cos", "Cos"), (reflect, "the_pad", "Pad")):
+        if be.availability().ok:
+            with pytest.raises(UnsupportedOpError, match=f"{op}.*{node}"):
+                rammer.compile(model, backend="opencl")
+        with pytest.raises(UnsupportedOpError, match=f"{node}.*{op}"):
+            be.compile(load(model), {})  # Backend.compile itself refuses too (compile-only use)
+
+
+def _cuda_program(name: str, mode: str = "persistent"):
+    be = _backend("cuda")
+    graph = be.prepare_graph(load(zoo.build(name, seed=0))).graph
+    return be, graph, compile_program(graph, be, be.vdevice("a100"), mode=mode)
+
+
+def test_removed_barriers_are_refused_before_running(monkeypatch):
+    be, graph, _ = _cuda_program("resnext-small")
+    original = gp.from_schedule
+
+    def without_waits(schedule, calls):
+        return [[s for s in p if not isinstance(s, gp.Wait)] for p in original(schedule, calls)]
+
+    monkeypatch.setattr(gp, "from_schedule", without_waits)
+    with pytest.raises(gp.ProgramError, match="race"):
+        compile_program(graph, be, be.vdevice("a100"))
+
+
+def test_hip_text_uses_the_hip_table_and_differs_from_cuda_only_there():
+    _, _, prog = _cuda_program("alexnet-small")
+    hip, cuda = prog.source("hip"), prog.source("cuda")
+    assert "#include <hip/hip_runtime.h>" in hip and "#include" not in cuda
+    assert "__shfl_down_sync" not in hip and "__syncthreads();" in hip and "atomicAdd(" in hip
+    assert (neutral(render_module(prog.kernels, DIALECTS["cuda"], mark=True))
+            == neutral(render_module(prog.kernels, DIALECTS["hip"], mark=True))
+            == neutral(render_module(prog.kernels, DIALECTS["opencl"], mark=True)))
+
+
+def test_cuda_and_rocm_report_the_missing_gpu_and_still_compile():
+    for name, gpu in (("cuda", "NVIDIA GPU"), ("rocm", "AMD GPU")):
+        be = _backend(name)
+        avail = be.availability()
+        if avail.ok:
+            pytest.skip(f"{name}: a GPU is present here")
+        assert gpu in avail.reason
+        exe = be.compile(load(zoo.build("alexnet-small", seed=0)), {})
+        assert exe.report["launches_per_run"] == 1 and exe.source.count("rammer_main") == 1
+        with pytest.raises(BackendUnavailableError, match=gpu):
+            exe.run({})
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc (CUDA toolkit)")
+@pytest.mark.parametrize("name,mode", [("alexnet-small", "persistent"), ("nasnet-small", "wave"),
+                                       ("lstm-tc-small", "wave")])
+def test_nvcc_compiles_whole_small_models_for_sm80_and_sm90(name, mode):
+    # Persistent programs are straight-line code per block (nasnet-small on an a100: 108 blocks,
+    # about 1,600 rTasks; nvcc takes minutes), so CI compiles one; wave mode's table-driven kernel
+    # does not grow with the model.
+    be = _backend("cuda")
+    exe = be.compile(load(zoo.build(name, seed=0)), {"mode": mode})
+    for arch in ("sm_80", "sm_90"):
+        built = exe.compile_check(arch)
+        usage = built["usage"]["rammer_main"]
+        assert usage["smem"] == exe.report["shared_bytes"]
+        assert 0 < usage["registers"] <= 255
+
+
+def test_persistent_mode_on_pocl_is_refused():
+    be = _opencl()
+    if "Portable Computing Language" not in be.availability().reason:
+        pytest.skip("not PoCL")
+    from rammer.errors import RammerError
+
+    with pytest.raises(RammerError, match="PoCL.*mode='wave'"):
+        rammer.compile(_mixed(), backend="opencl", mode="persistent")
+
+
+def test_opencl_refuses_a_grid_larger_than_the_device():
+    be = _opencl()
+    from rammer.backends.opencl.runtime import OpenCLExecutable
+    from rammer.errors import RammerError
+
+    graph = load(_mixed())
+    prog = compile_program(be.prepare_graph(graph).graph, be, get_preset("v100").with_veus(64))
+    assert prog.blocks == 64
+    with pytest.raises(RammerError, match="compute units"):
+        OpenCLExecutable(prog)
