@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 
 from rammer.backends.gpu.compiler import GpuProgram
@@ -46,8 +47,10 @@ def emit(model: str, folder: str, build: bool = True) -> dict:
         f.write(exe.source)
     exe.schedule.to_json(os.path.join(folder, "schedule.json"))
     report = dict(exe.report)
-    if build:
+    if build and shutil.which(TOOLCHAIN.compiler):
         report["builds"] = [TOOLCHAIN.build(exe.source, SUFFIX, arch) for arch in TOOLCHAIN.archs]
+    elif build:
+        report["builds_skipped"] = f"{TOOLCHAIN.compiler} is not on PATH"
     with open(os.path.join(folder, "report.json"), "w", encoding="utf-8") as f:
         json.dump(report, f, indent=2, default=str)
     return report
@@ -57,6 +60,6 @@ if __name__ == "__main__":  # pragma: no cover - a command-line helper
     if len(sys.argv) != 3:
         sys.exit(f"usage: python -m rammer.backends.rocm.codegen MODEL.onnx|ZOO-NAME DIR")
     out = emit(sys.argv[1], sys.argv[2])
-    print(json.dumps({k: out[k] for k in ("blocks", "rtasks", "barriers", "arena_bytes")}))
+    print(json.dumps({k: out.get(k) for k in ("blocks", "rtasks", "barriers", "arena_bytes", "builds_skipped")}))
     for b in out.get("builds", []):
         print(f"{b['arch']}: {b['binary_bytes']} bytes; {b['usage'].get('rammer_main', {})}")
