@@ -188,9 +188,9 @@ class Backend(ABC):
     def rkernel_families(self) -> list[Any]:
         """rKernel families for this backend: those plugins register through
         ``rammer_register_rkernels`` for it, then the generic ones of
-        :mod:`rammer.kernels_generic`."""
+        :mod:`rammer.kernel_families`."""
         from . import plugins
-        from .kernels_generic import generic_families
+        from .kernel_families import generic_families
 
         pm = plugins.plugin_manager()
         cached = getattr(self, "_rkernel_families", None)

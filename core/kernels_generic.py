@@ -17,7 +17,8 @@ those not dominated in (latency alone on the device, time x vEUs) are kept.
 Families: ``elementwise.tile``, ``copy.tile`` (data movement), ``split.outputs``,
 ``rows.tile`` (softmax, normalizations, reductions), ``matmul.tile``,
 ``conv.tile``, ``pool.tile`` (in :mod:`rammer.kernels_dense`), and the
-fallback ``whole`` (the whole operator as one rTask) for anything else.
+fallback ``whole`` (the whole operator as one rTask) for anything else;
+:func:`rammer.kernel_families.generic_families` lists them all.
 """
 
 from __future__ import annotations
@@ -463,14 +464,6 @@ class WholeFamily:
 
 
 WHOLE = WholeFamily()
-
-
-def generic_families() -> list[RKernelFamily]:
-    """The hardware-neutral families (without the ``whole`` fallback)."""
-    from .kernels_dense import ConvFamily, MatMulFamily, PoolFamily
-
-    return [ElementwiseFamily(), CopyFamily(), SplitFamily(), RowFamily(), MatMulFamily(), ConvFamily(),
-            PoolFamily()]
 
 
 def candidates_from(families: Sequence[RKernelFamily], node: Node, graph: Graph, vd: VDevice) -> list[RKernel]:

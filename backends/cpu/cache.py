@@ -37,11 +37,12 @@ import numpy as np
 
 from rammer.errors import FeedError
 from rammer.ir import Graph
+from rammer.lower.batching import DEFAULT_BATCH_ROWS
 
 from . import cache_entry
-from rammer.lower.batching import DEFAULT_BATCH_ROWS
 from .cache_entry import FORMAT, CorruptEntry
-from .runtime import CpuExecutable, Program
+from .compiled import Program
+from .runtime import CpuExecutable
 
 __all__ = ["cache_root", "cache_key", "graph_digest", "compile_cached", "CorruptEntry", "CacheUnavailable"]
 

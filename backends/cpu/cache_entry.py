@@ -28,9 +28,9 @@ from typing import Any
 import numpy as np
 
 from . import entries as _entries
+from .compiled import CompiledSegment, HostStep, Program
 from .driver import BARRIER
 from .entries import ROW_PARAMS
-from .runtime import CompiledSegment, HostStep, Program
 from .ops import ARENA_DTYPES
 
 FORMAT = "rammer.cpu.program/2"

@@ -23,14 +23,15 @@ import numpy as np
 
 from rammer import progress
 from rammer.codegen.names import comment_text, py_string
+from rammer.lower.views import Buffer
 from rammer.schedule import Schedule
 
+from .compiled import HostStep
+from .driver import BARRIER
+from .entries import ROW_PARAMS, entry_address
 from .ops import CpuOp, EmitContext
 from .program import SideTables
-from rammer.lower.views import Buffer
-
-from .driver import BARRIER
-from .entries import ROW_PARAMS
+from .warmup import warm
 
 #: Columns of a task row: kernel id, scratch offset, up to 8 parameters.
 ROW = 2 + ROW_PARAMS
@@ -153,9 +154,6 @@ def build_tables(segment_ops: list[list[CpuOp]], schedules: list[Schedule], buff
 
 def entry_table(kernel_names: list[str]) -> np.ndarray:
     """Addresses of the kernels' entries, indexed by kernel id (0, the barrier, has none)."""
-    from .entries import entry_address
-    from .warmup import warm
-
     kernels = kernel_names[1:]
     progress.stage("compiling kernels (numba; cached after the first run)")
     warm(kernels)
@@ -256,8 +254,6 @@ def program_source(program) -> str:
     the source only through :mod:`rammer.codegen.names`: as sanitized comment text
     in the docstring and as escaped string literals in the code.
     """
-    from .runtime import HostStep
-
     rep = program.report
     steps = []
     k = 0

@@ -15,15 +15,16 @@ import numpy as np
 
 from rammer import progress
 from rammer.ir import Graph, outer_names
+from rammer.lower.batching import DEFAULT_BATCH_ROWS
+from rammer.lower.operator import split_at_host
 from rammer.schedule import Schedule
 from rammer.schedule.ordering import schedule_order
 
 from .codegen import Tables, build_tables, program_source
+from .compiled import CompiledSegment, HostStep, Program, view_placement
 from .lowering import Lowered, Lowerer
 from .ops import CostModel, CpuOp
 from .planner import plan
-from rammer.lower.batching import DEFAULT_BATCH_ROWS
-from .runtime import CompiledSegment, HostStep, Program, view_placement
 from .scheduling import available_cores, cpu_vdevice, default_veus, schedule_segment
 
 
@@ -47,14 +48,7 @@ def compile_program(graph: Graph, num_veus: int | None = None, policy: str = "wa
     t_lower = time.perf_counter()
 
     # Segments: runs of compiled ops between host ops.
-    groups: list[list[CpuOp] | CpuOp] = []
-    for op in lowered.ops:
-        if op.host:
-            groups.append(op)
-        elif groups and isinstance(groups[-1], list):
-            groups[-1].append(op)
-        else:
-            groups.append([op])
+    groups: list[list[CpuOp] | CpuOp] = split_at_host(lowered.ops)
 
     # Schedule first: the memory planner reuses a buffer's memory once the schedule has
     # certainly finished with it (ordering.py), not only once every op graph order has.

@@ -9,10 +9,10 @@ from typing import Any, Iterable, Mapping
 from rammer.backend import Availability, Backend, Capabilities
 from rammer.errors import RammerError
 from rammer.ir import Graph, Node
-
 from rammer.lower.batching import DEFAULT_BATCH_ROWS
-from .graph_passes import PIPELINE
 from rammer.lower.ew_translate import EW_OPS
+
+from .graph_passes import PIPELINE
 from .ops import CostModel
 
 #: Ops the CPU backend compiles itself (everything else falls back to the reference).

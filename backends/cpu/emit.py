@@ -25,7 +25,7 @@ import numpy as np
 
 from rammer.errors import CompileError
 
-from .runtime import CompiledSegment
+from .compiled import CompiledSegment
 
 _SCHEDULE = re.compile(r"schedule\d*\.json")
 

@@ -10,9 +10,9 @@ program matches it too.
 from __future__ import annotations
 
 from rammer.ir import Graph
+from rammer.lower.ew_translate import EW_OPS
 from rammer.passes import CSE, RELU_CONCAT, Pass, PipelineResult, merge_convs_pass, run_pipeline
 
-from rammer.lower.ew_translate import EW_OPS
 from .rewrites import REWRITE_FOR_CPU
 
 #: Readers a conv applies in its own kernel or epilogue when they are its only reader:

@@ -14,11 +14,10 @@ space: rows are (image, group, channel of the group), columns output pixels.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
 
 from rammer.ir import Node
+from rammer.lower.views import View
 from rammer.ops.conv import window_geometry
 from rammer.ops.registry import OpContext
 
@@ -26,15 +25,12 @@ from .ewops import BLOCK
 from .kernels_conv import (FORM_DIRECT, FORM_PIXEL_ROWS, FORM_TRANSPOSED, FORM_WINOGRAD, PACK_PIXEL_ROWS,
                            WEIGHTS_IN_L2, pack_weights, panel_columns)
 from .kernels_winograd import scratch_floats as winograd_scratch
-from .ukernel_winograd import transform_weights as winograd_weights
-from .lower_linalg import _dwconv_op, _epilogue, _resolve, _unfuse, _window_desc
+from .lower_common import dwconv_op, epilogue_program, resolve_words, window_desc
+from .lower_context import LowerContext
 from .ops import CpuOp, EmitContext, Row, split_range
 from .program import EwProgram, epilogue_io
 from .ukernel import MR, NR, PX_MR, PX_NR
-from rammer.lower.views import View
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .lowering import Lowerer
+from .ukernel_winograd import transform_weights as winograd_weights
 
 #: Depth of a K block (channels x taps) of the implicit GEMM: K is cut into
 #: near-equal blocks of at most this many rows.
@@ -58,7 +54,7 @@ INPLACE_B_MAX_K: int | None = 2048
 PACK_PIXEL_ROWS_MAX: int | None = 192 * 1024
 
 
-def _geometry(lw: Lowerer, node: Node) -> tuple:
+def _geometry(lw: LowerContext, node: Node) -> tuple:
     g = lw.graph
     x = g.value_info[node.inputs[0]]
     w = g.value_info[node.inputs[1]]
@@ -81,7 +77,7 @@ def effective_steps(out: tuple, kernel: tuple, strides: tuple, dilations: tuple)
             tuple(1 if k <= 1 else int(d) for k, d in zip(kernel, dilations)))
 
 
-def lower_conv(lw: Lowerer, node: Node, members: list[Node], internal: set[str], target: View,
+def lower_conv(lw: LowerContext, node: Node, members: list[Node], internal: set[str], target: View,
                 needs_program: bool, prog_override: EwProgram | None = None, target_name: str = "") -> None:
     g = lw.graph
     x_info = g.value_info[node.inputs[0]]
@@ -104,8 +100,8 @@ def lower_conv(lw: Lowerer, node: Node, members: list[Node], internal: set[str],
     bias = lw.view(node.inputs[2]) if in_kernel and has_bias else None
     residual, relu, taken = _kernel_members(lw, node, members, internal, out_shape4) if in_kernel else (None, False, ())
     if prog is None and needs_program:
-        prog = _epilogue(lw, node, members, internal, target, g.value_info[node.outputs[0]].shape,
-                         bias_in_kernel=bias is not None, kernel_members=taken)
+        prog = epilogue_program(lw, node, members, internal, target, g.value_info[node.outputs[0]].shape,
+                                 bias_in_kernel=bias is not None, kernel_members=taken)
         if not prog.instrs and not prog.outputs:
             prog = None
     if prog is not None:
@@ -113,21 +109,21 @@ def lower_conv(lw: Lowerer, node: Node, members: list[Node], internal: set[str],
     if prog is not None and not prog.supported(space):
         if prog_override is not None or not members:
             raise AssertionError(f"{node.label}: bias epilogue does not fit the conv space")
-        _unfuse(lw, node, members, internal, target_name or node.outputs[0])
+        lw.unfuse(node, members, internal, target_name or node.outputs[0])
         return
     name = node.name or "Conv"
     nodes = (node, *members)
     x = lw.dense(node.inputs[0])
     geo = (n, c, H, W, kh, kw, sh, sw, ph, pw, dh, dw, OH, OW)
     if depthwise:
-        lw.add_op(_dwconv_op(lw, name, nodes, x, lw.view(node.inputs[1]), target4, prog, space, geo, m // c,
-                             w_arr=w_arr))
+        lw.add_op(dwconv_op(lw, name, nodes, x, lw.view(node.inputs[1]), target4, prog, space, geo, m // c,
+                            w_arr=w_arr))
         return
     lw.add_op(implicit_conv_op(lw, name, nodes, x, w_arr, target4, prog, space, geo, groups, bias, relu,
                                residual))
 
 
-def _kernel_members(lw: Lowerer, node: Node, members: list[Node], internal: set[str],
+def _kernel_members(lw: LowerContext, node: Node, members: list[Node], internal: set[str],
                     shape4: tuple[int, ...]) -> tuple[View | None, bool, tuple[Node, ...]]:
     """The leading fused members the conv kernel applies itself: ``Add(conv, r)`` with ``r`` a
     dense float32 tensor of the output's shape (the rows start as bias + r), then ``Relu``.
@@ -162,7 +158,7 @@ def _kernel_members(lw: Lowerer, node: Node, members: list[Node], internal: set[
     return residual, relu, tuple(taken)
 
 
-def implicit_conv_op(lw: Lowerer, name: str, nodes: tuple[Node, ...], x: View, w_arr: np.ndarray, out: View,
+def implicit_conv_op(lw: LowerContext, name: str, nodes: tuple[Node, ...], x: View, w_arr: np.ndarray, out: View,
                      prog: EwProgram | None, space: tuple, geo: tuple, groups: int, bias: View | None = None,
                      relu: bool = False, residual: View | None = None) -> CpuOp:
     """Convolution tiles (block, output-channel range, pixel range) with packed weights (``k_convp``);
@@ -254,8 +250,8 @@ def _conv_op(name: str, nodes: tuple[Node, ...], x: View, wp: View, out: View, p
 
     def emit(ctx: EmitContext, parts: list) -> list[Row]:
         epi = prog.emit(ctx.side, ctx.locate, space) if prog is not None else -1
-        words = _resolve(ctx, _window_desc(x, out, geo) + shape_words + [epi] + form_words
-                         + [-1 if bias is None else bias, int(relu), -1 if residual is None else residual, flags])
+        words = resolve_words(ctx, window_desc(x, out, geo) + shape_words + [epi] + form_words
+                               + [-1 if bias is None else bias, int(relu), -1 if residual is None else residual, flags])
         desc = ctx.side.add_ints(words)
         return [("k_convp", [desc, *part]) for part in parts]
 
@@ -377,7 +373,7 @@ def winograd_plan(geo: tuple, cg: int, mg: int, force: bool = False) -> tuple[in
     return trc, tcp, wq
 
 
-def _winograd_op(lw: Lowerer, name: str, nodes: tuple[Node, ...], x: View, w_arr: np.ndarray, out: View,
+def _winograd_op(lw: LowerContext, name: str, nodes: tuple[Node, ...], x: View, w_arr: np.ndarray, out: View,
                  prog: EwProgram | None, space: tuple, geo: tuple, groups: int, bias: View | None, relu: bool,
                  residual: View | None, plan: tuple[int, int, int]) -> CpuOp:
     """A 3x3 stride-1 conv in the winograd form (:mod:`.kernels_winograd`): tasks are blocks,

@@ -1,10 +1,10 @@
-"""MatMul, Gemm and Conv as GEMM rOperators with fused epilogues.
+"""Heads of fusion groups: MatMul, Gemm, Conv and pooling with their fused epilogues.
 
 * MatMul/Gemm: one GEMM over (broadcast) batch matrices; operands are any
   strided views (a transposed weight is a BLAS ``'T'``), so no copies.
-* Conv: the head and epilogue handling is shared with MatMul/Gemm here; the
-  convolution kernels are chosen in :mod:`.lower_conv` (the direct depthwise
-  kernel, :func:`_dwconv_op`, stays here).
+* Conv and pooling: the head and epilogue handling is shared with MatMul/Gemm
+  here; their kernels are chosen in :mod:`.lower_conv` and :mod:`.lower_nn`.
+  The GEMM op and the epilogue program are built in :mod:`.lower_common`.
 
 The elementwise nodes fused after the head (bias, BatchNorm, residual add,
 activation) become a program run on every output tile by the same rTask.
@@ -13,21 +13,18 @@ activation) become a program run on every output tile by the same rTask.
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from rammer.ir import Node
-
-from .ewops import BLOCK
-from .kernels_gemm import PACK_FLOATS, packed_ok
-from .ops import CpuOp, EmitContext, Row, grid_split, split_range
-from .program import EwProgram, epilogue_io
 from rammer.lower.views import View, broadcast_view
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .lowering import Lowerer
+from . import lower_nn
+from .lower_common import GemmSpec, epilogue_program, ew_op, gemm_op
+from .lower_context import LowerContext
+from .lower_conv import _as_4d, lower_conv
+from .lower_nn import lower_pool
+from .program import EwProgram
 
 #: Ops whose kernels run a fused elementwise epilogue over their finished output (pooling:
 #: NASNet adds each pooled branch to another branch and applies a ReLU, two extra passes).
@@ -35,11 +32,9 @@ HEAD_OPS = frozenset({"MatMul", "Gemm", "Conv", "AveragePool", "MaxPool"})
 POOL_HEADS = frozenset({"AveragePool", "MaxPool"})
 
 
-def head_reason(lw: Lowerer, node: Node) -> str | None:
+def head_reason(lw: LowerContext, node: Node) -> str | None:
     g = lw.graph
     if node.op_type in POOL_HEADS:
-        from . import lower_nn
-
         return lower_nn.reason(lw, node)
     ins = [g.value_info[i] for i in node.inputs if i]
     if any(t.dtype != "float32" for t in ins) or g.value_info[node.outputs[0]].dtype != "float32":
@@ -55,67 +50,6 @@ def head_reason(lw: Lowerer, node: Node) -> str | None:
     return None
 
 
-@dataclass
-class GemmSpec:
-    """C[b] = alpha * A[b] @ B[b] for every batch matrix b (element strides)."""
-
-    M: int
-    N: int
-    K: int
-    a: View
-    a_rs: int
-    a_cs: int
-    b: View
-    b_rs: int
-    b_cs: int
-    c: View
-    c_rs: int
-    #: Per batch matrix: element deltas from the views' offsets.
-    batches: list[tuple[int, int, int]]
-    alpha: float = 1.0
-
-
-def gemm_op(lw: Lowerer, name: str, nodes: tuple[Node, ...], spec: GemmSpec, epilogue: EwProgram | None,
-            space: tuple, extra_reads: tuple[int, ...] = ()) -> CpuOp:
-    nb = len(spec.batches)
-    M, N, K = spec.M, spec.N, spec.K
-    reads = {spec.a.buffer, spec.b.buffer, *extra_reads}
-    writes = {spec.c.buffer}
-    if epilogue is not None:
-        reads |= {v.buffer for v, _ in epilogue.inputs}
-        writes |= {v.buffer for _, v in epilogue.outputs}
-        reads -= writes
-    flops = 2.0 * M * N * K * nb
-    nbytes = 4.0 * nb * (M * K + K * N + M * N * (1 + (len(epilogue.inputs) if epilogue else 0)))
-
-    def partition(n: int) -> list:
-        if n <= nb:
-            return [(b0, b1, 0, M, 0, N) for b0, b1 in (split_range(nb, n, i) for i in range(n))]
-        per = max(1, n // nb)
-        tiles = grid_split(M, N, per, col_align=16)
-        if len(tiles) == 1 and n > nb:
-            return []
-        return [(b, b + 1, m0, m1, c0, c1) for b in range(nb) for m0, m1, c0, c1 in tiles]
-
-    def emit(ctx: EmitContext, parts: list) -> list[Row]:
-        table = []
-        a0, b0, c0 = ctx.locate(spec.a), ctx.locate(spec.b), ctx.locate(spec.c)
-        for da, db, dc in spec.batches:
-            table += [a0 + da, b0 + db, c0 + dc]
-        toff = ctx.side.add_ints(table)
-        epi = epilogue.emit(ctx.side, ctx.locate, space) if epilogue is not None else -1
-        alpha = ctx.side.add_floats([spec.alpha])
-        desc = ctx.side.add_ints([M, N, K, spec.a_rs, spec.a_cs, spec.b_rs, spec.b_cs, spec.c_rs, epi, alpha, toff,
-                                  regs])
-        return [("k_gemm", [desc, *part]) for part in parts]
-
-    blas = M >= 12 and M * N * K >= 32 * 1024
-    regs = epilogue.n_registers() * BLOCK if epilogue is not None else 0
-    scratch = regs + (PACK_FLOATS if packed_ok(M, N, K) else 0)
-    return CpuOp(name, "gemm", nodes, tuple(sorted(reads)), tuple(sorted(writes)), flops, nbytes, partition, emit,
-                 scratch=scratch, blas=blas, extra={"M": M, "N": N, "K": K, "batches": nb})
-
-
 def _matrix(v: View) -> tuple[int, int]:
     """Row and column strides of the last two dims, with size-1 dims normalized."""
     rows, cols = v.shape[-2], v.shape[-1]
@@ -127,7 +61,7 @@ def _matrix(v: View) -> tuple[int, int]:
     return rs, cs
 
 
-def _matmul_spec(lw: Lowerer, node: Node, c: View) -> GemmSpec:
+def _matmul_spec(lw: LowerContext, node: Node, c: View) -> GemmSpec:
     a, b = lw.view(node.inputs[0]), lw.view(node.inputs[1])
     if a.rank == 1:
         a = View(a.buffer, a.dtype, (1, a.shape[0]), (0, a.strides[0]), a.offset)
@@ -148,7 +82,7 @@ def _matmul_spec(lw: Lowerer, node: Node, c: View) -> GemmSpec:
     return GemmSpec(M, N, K, a, a_rs, a_cs, b, b_rs, b_cs, c, N, batches or [(0, 0, 0)])
 
 
-def _unit_axes(lw: Lowerer, node: Node) -> tuple[int, ...]:
+def _unit_axes(lw: LowerContext, node: Node) -> tuple[int, ...]:
     """Where a MatMul's output gains the unit M or N axis of a 1-D operand (positions in the
     batch + (M, N) shape the GEMM computes)."""
     ra, rb = (len(lw.graph.value_info[i].shape) for i in node.inputs[:2])
@@ -177,7 +111,7 @@ def _as_matrices(prog: EwProgram, axes: tuple[int, ...]) -> EwProgram:
     return prog
 
 
-def _transposed_const(lw: Lowerer, name: str) -> View | None:
+def _transposed_const(lw: LowerContext, name: str) -> View | None:
     """A Gemm's constant transB weights, transposed once at compile time into a dense constant
     (the kernel then streams rows instead of gathering columns: a 33 MB classifier head ran
     as a strided view at 2.5x numpy's time); None when ``name`` is not a 2-D initializer."""
@@ -191,7 +125,7 @@ def _transposed_const(lw: Lowerer, name: str) -> View | None:
     return found
 
 
-def _gemm_spec(lw: Lowerer, node: Node, c: View) -> GemmSpec:
+def _gemm_spec(lw: LowerContext, node: Node, c: View) -> GemmSpec:
     a = lw.view(node.inputs[0])
     b = _transposed_const(lw, node.inputs[1]) if node.attr("transB", 0) else None
     if node.attr("transA", 0):
@@ -207,7 +141,7 @@ def _gemm_spec(lw: Lowerer, node: Node, c: View) -> GemmSpec:
     return GemmSpec(M, N, K, a, a_rs, a_cs, b, b_rs, b_cs, c, N, [(0, 0, 0)], float(node.attr("alpha", 1.0)))
 
 
-def lower_head(lw: Lowerer, head: Node, members: list[Node], internal: set[str]) -> None:
+def lower_head(lw: LowerContext, head: Node, members: list[Node], internal: set[str]) -> None:
     """A GEMM-like head with its fused elementwise members."""
     g = lw.graph
     out = head.outputs[0]
@@ -227,17 +161,11 @@ def lower_head(lw: Lowerer, head: Node, members: list[Node], internal: set[str])
     needs_program = bool(members) or (head.op_type in ("Gemm", "Conv") and len(head.inputs) > 2
                                       and bool(head.inputs[2]))
     if head.op_type == "Conv":
-        from .lower_conv import lower_conv
-
         lower_conv(lw, head, members, internal, target, needs_program, target_name=target_name)
         return
     if head.op_type in POOL_HEADS:
-        from .lower_nn import lower_pool
-
-        prog = _epilogue(lw, head, members, internal, target, shape) if members else None
+        prog = epilogue_program(lw, head, members, internal, target, shape) if members else None
         if prog is not None and len(shape) == 3:
-            from .lower_conv import _as_4d
-
             prog = _as_4d(prog, (shape[0], shape[1], 1, shape[2]))
         if prog is not None and not prog.supported(("conv", shape[1])):
             _unfuse(lw, head, members, internal, target_name)
@@ -245,7 +173,7 @@ def lower_head(lw: Lowerer, head: Node, members: list[Node], internal: set[str])
         lower_pool(lw, head, target, prog, (head, *members))
         return
     space = ("matrix",)
-    prog = _epilogue(lw, head, members, internal, target, shape) if needs_program else None
+    prog = epilogue_program(lw, head, members, internal, target, shape) if needs_program else None
     if prog is not None and head.op_type == "MatMul":
         prog = _as_matrices(prog, _unit_axes(lw, head))
     if prog is not None and not prog.supported(space):
@@ -257,59 +185,8 @@ def lower_head(lw: Lowerer, head: Node, members: list[Node], internal: set[str])
     lw.add_op(gemm_op(lw, head.name or head.op_type, (head, *members), spec, prog, space))
 
 
-def _epilogue(lw: Lowerer, head: Node, members: list[Node], internal: set[str], target: View,
-              shape: tuple[int, ...], bias_in_kernel: bool = False,
-              kernel_members: tuple[Node, ...] = ()) -> EwProgram:
-    """The fused elementwise program after a GEMM-like head.  ``bias_in_kernel``: the head's
-    kernel adds the bias itself; ``kernel_members``: leading members the kernel applies too
-    (a residual Add, a ReLU), so their outputs are the raw tile."""
-    out = head.outputs[0]
-    prog = EwProgram(tuple(shape))
-    raw = prog.load(target)
-    value = raw
-    if head.op_type == "Gemm" and len(head.inputs) > 2 and head.inputs[2]:
-        bias = prog.load(lw.view(head.inputs[2]))
-        beta = float(head.attr("beta", 1.0))
-        if beta != 1.0:
-            bias = prog.op("AFFINE", bias, imms=(beta, 0.0))
-        value = prog.op("ADD", raw, bias)
-    elif head.op_type == "Conv" and len(head.inputs) > 2 and head.inputs[2] and not bias_in_kernel:
-        bias_view = lw.view(head.inputs[2])
-        rank = len(shape)
-        bias_view = View(bias_view.buffer, bias_view.dtype, (bias_view.shape[0],) + (1,) * (rank - 2),
-                         (bias_view.strides[0],) + (0,) * (rank - 2), bias_view.offset)
-        value = prog.op("ADD", raw, prog.load(bias_view))
-    regs = {out: value}
-    if out not in internal and value != raw:
-        prog.store(value, lw.views[out])
-    for node in kernel_members:
-        done = node.outputs[0]
-        regs[done] = raw
-        if done not in internal and lw.views[done] != target:
-            prog.store(raw, lw.views[done])
-    for node in members:
-        if node in kernel_members:
-            continue
-        def operand(i: int, node: Node = node) -> int:
-            name = node.inputs[i]
-            return regs[name] if name in regs else prog.load(lw.view(name))
-
-        def constant(array: np.ndarray) -> int:
-            return prog.load(lw.const_view(array))
-
-        from rammer.lower.ew_translate import ew_translate
-
-        o = node.outputs[0]
-        regs[o] = ew_translate(node, lw.graph, prog, operand, constant)
-        if o not in internal:
-            prog.store(regs[o], lw.views[o])
-    return prog
-
-
-def _unfuse(lw: Lowerer, head: Node, members: list[Node], internal: set[str], target_name: str) -> None:
+def _unfuse(lw: LowerContext, head: Node, members: list[Node], internal: set[str], target_name: str) -> None:
     """The epilogue does not fit the GEMM's tile space: GEMM alone, members as an ew op."""
-    from .lowering import ew_op
-
     g = lw.graph
     out = head.outputs[0]
     shape = g.value_info[out].shape
@@ -318,16 +195,12 @@ def _unfuse(lw: Lowerer, head: Node, members: list[Node], internal: set[str], ta
         lw.views[out] = lw.new_dense("float32", shape)
     target = lw.views[out]
     bias = head.op_type in ("Gemm", "Conv") and len(head.inputs) > 2 and head.inputs[2]
-    prog = _epilogue(lw, head, [], internal, target, shape) if bias else None
+    prog = epilogue_program(lw, head, [], internal, target, shape) if bias else None
     if prog is not None and not prog.outputs:
         prog.store(prog.instrs[-1].dst, target)
     if head.op_type == "Conv":
-        from .lower_conv import lower_conv
-
         lower_conv(lw, head, [], internal, target, bias, prog_override=prog)
     elif head.op_type in POOL_HEADS:
-        from .lower_nn import lower_pool
-
         lower_pool(lw, head, target, None, (head,))
     else:
         spec = _matmul_spec(lw, head, target) if head.op_type == "MatMul" else _gemm_spec(lw, head, target)
@@ -336,61 +209,4 @@ def _unfuse(lw: Lowerer, head: Node, members: list[Node], internal: set[str], ta
         p, stored = lw.build_program(members, internal, g.value_info[members[0].outputs[0]].shape)
         lw.add_op(ew_op(lw, members, p, stored))
 
-
-# -- shared by the convolution lowerings (lower_conv.py) ------------------------------------
-
-
-def _window_desc(x: View, out: View, geo: tuple) -> list:
-    n, c, H, W, kh, kw, sh, sw, ph, pw, dh, dw, OH, OW = geo
-    return [x, c, H, W, kh, kw, sh, sw, ph, pw, dh, dw, OH, OW, out]
-
-
-def _resolve(ctx: EmitContext, words: list) -> list[int]:
-    return [ctx.locate(w) if isinstance(w, View) else int(w) for w in words]
-
-
-#: Depthwise convolutions with output planes up to this many pixels run channels innermost (k_dwconv_cl).
-DWCONV_CL_MAX_PIXELS = 36
-
-
-def _dwconv_op(lw: Lowerer, name: str, nodes: tuple[Node, ...], x: View, w: View, out: View,
-               prog: EwProgram | None, space: tuple, geo: tuple, mult: int,
-               w_arr: np.ndarray | None = None) -> CpuOp:
-    n, c = geo[0], geo[1]
-    kh, kw, OH, OW = geo[4], geo[5], geo[12], geo[13]
-    flops = 2.0 * n * c * mult * OH * OW * kh * kw
-    epi_reads, epi_writes, epi_inputs = epilogue_io(prog)
-    nbytes = 4.0 * (x.size + out.size * (2 + epi_inputs))
-    reads = {x.buffer, w.buffer} | epi_reads
-    writes = {out.buffer} | epi_writes
-
-    def partition(k: int) -> list:
-        if k <= n:
-            return [split_range(n, k, i) + (0, c) for i in range(k)]
-        per = min(max(1, k // n), c)
-        return [(b, b + 1) + split_range(c, per, i) for b in range(n) for i in range(per)]
-
-    regs = prog.n_registers() * BLOCK if prog else 0
-    from .kernels_dwcl import dwcl_scratch
-    from .kernels_window import window_scratch
-
-    sh, sw, dh, dw = geo[6], geo[7], geo[10], geo[11]
-    if mult == 1 and OH * OW <= DWCONV_CL_MAX_PIXELS and w_arr is not None:
-        # small planes: channels innermost (kernels_dwcl), weights tap-major
-        weights = lw.const_view(np.ascontiguousarray(np.asarray(w_arr, np.float32).reshape(c, kh * kw).T))
-        reads = (reads - {w.buffer}) | {weights.buffer}
-        kernel, tail = "k_dwconv_cl", ()
-        padded = dwcl_scratch(OH, OW, kh, kw, sh, sw, dh, dw)
-    else:
-        weights, kernel, tail = w, "k_dwconv", (mult,)
-        padded = window_scratch(OH, OW, kh, kw, sh, sw, dh, dw)  # phase planes + accumulator
-
-    def emit(ctx: EmitContext, parts: list) -> list[Row]:
-        epi = prog.emit(ctx.side, ctx.locate, space) if prog is not None else -1
-        desc = ctx.side.add_ints(_resolve(ctx, _window_desc(x, out, geo) + [weights, *tail, epi, regs]))
-        return [(kernel, [desc, *p]) for p in parts]
-
-    scratch = regs + padded
-    return CpuOp(name, "conv.depthwise", nodes, tuple(sorted(reads - writes)), tuple(sorted(writes)), flops, nbytes,
-                 partition, emit, scratch=scratch)
 

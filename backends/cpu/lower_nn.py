@@ -8,12 +8,13 @@ says why a node cannot be lowered (then it runs on the host).
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Callable
+from typing import Callable
 
 import numpy as np
 
 from rammer.errors import ShapeError
 from rammer.ir import Node
+from rammer.lower.views import View
 from rammer.ops.conv import window_geometry
 from rammer.ops.registry import OpContext
 
@@ -21,19 +22,15 @@ from . import kernels_nn as knn
 from . import kernels_window as kwin
 from . import lower_rnn
 from .ewops import BLOCK
+from .lower_context import LowerContext
 from .lower_conv import effective_steps
 from .lower_views import copy_descriptors
+from .ops import ARENA_DTYPES
 from .ops import CpuOp, EmitContext, Row, split_range
 from .program import EwProgram, epilogue_io
-from rammer.lower.views import View
-
-from .ops import ARENA_DTYPES
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .lowering import Lowerer
 
 
-def _info(lw: Lowerer, name: str):
+def _info(lw: LowerContext, name: str):
     return lw.graph.value_info[name]
 
 
@@ -46,12 +43,12 @@ def _rows_partition(total: int, min_rows_per_task: int = 1) -> Callable[[int], l
 
 # -- Concat --------------------------------------------------------------------------------
 
-def _aliased_buffers(lw: Lowerer) -> set[int]:
+def _aliased_buffers(lw: LowerContext) -> set[int]:
     """Buffers an earlier Concat already placed inside its output."""
     return {a[0] for op in lw.ops for a in op.extra.get("aliases", ())}
 
 
-def _can_alias(lw: Lowerer, src: View, dst: View, taken: set[int]) -> bool:
+def _can_alias(lw: LowerContext, src: View, dst: View, taken: set[int]) -> bool:
     """Whether ``src``'s whole buffer can live at ``dst`` (a dense slice of the Concat output).
 
     The producer then writes its slice of the output directly.  The buffer
@@ -65,7 +62,7 @@ def _can_alias(lw: Lowerer, src: View, dst: View, taken: set[int]) -> bool:
             and b.dtype == lw.buffers[dst.buffer].dtype)
 
 
-def _concat(lw: Lowerer, node: Node) -> None:
+def _concat(lw: LowerContext, node: Node) -> None:
     out = lw.views[node.outputs[0]]
     axis = int(node.attr("axis", 0)) % out.rank
     pieces = []
@@ -122,7 +119,7 @@ def _concat(lw: Lowerer, node: Node) -> None:
 
 # -- Pad -----------------------------------------------------------------------------------
 
-def _pad_params(lw: Lowerer, node: Node) -> tuple[list[int], float] | None:
+def _pad_params(lw: LowerContext, node: Node) -> tuple[list[int], float] | None:
     g = lw.graph
     if lw.opset < 11:
         pads = list(node.attr("pads", []))
@@ -156,7 +153,7 @@ def _pad_params(lw: Lowerer, node: Node) -> tuple[list[int], float] | None:
     return pads, value
 
 
-def _pad(lw: Lowerer, node: Node) -> None:
+def _pad(lw: LowerContext, node: Node) -> None:
     pads, value = _pad_params(lw, node)
     src = lw.view(node.inputs[0])
     out = lw.views[node.outputs[0]]
@@ -185,11 +182,11 @@ def _pad(lw: Lowerer, node: Node) -> None:
 
 # -- pooling ---------------------------------------------------------------------------------
 
-def _pool(lw: Lowerer, node: Node) -> None:
+def _pool(lw: LowerContext, node: Node) -> None:
     lower_pool(lw, node, lw.views[node.outputs[0]], None, (node,))
 
 
-def lower_pool(lw: Lowerer, node: Node, out: View, prog: EwProgram | None, nodes: tuple[Node, ...]) -> None:
+def lower_pool(lw: LowerContext, node: Node, out: View, prog: EwProgram | None, nodes: tuple[Node, ...]) -> None:
     """MaxPool / AveragePool into ``out``, then the fused elementwise ``prog`` (over the
     ``("conv", C)`` space: rows are planes) on each group of finished planes."""
     x_info = _info(lw, node.inputs[0])
@@ -253,7 +250,7 @@ _REDUCE_MODES = {
 }
 
 
-def _reduce_axes(lw: Lowerer, node: Node) -> list[int] | None:
+def _reduce_axes(lw: LowerContext, node: Node) -> list[int] | None:
     """Reduced axes (sorted, non-negative), or None if not known at compile time or a no-op."""
     rank = len(_info(lw, node.inputs[0]).shape)
     if node.op_type.startswith("Global"):
@@ -286,7 +283,7 @@ def _reduce_space(shape: tuple[int, ...], axes: list[int]) -> tuple[int, int, in
     return outer, red, inner
 
 
-def _reduce(lw: Lowerer, node: Node) -> None:
+def _reduce(lw: LowerContext, node: Node) -> None:
     x_info = _info(lw, node.inputs[0])
     axes = _reduce_axes(lw, node)
     outer, red, inner = _reduce_space(x_info.shape, axes)
@@ -305,7 +302,7 @@ def _reduce(lw: Lowerer, node: Node) -> None:
 
 # -- softmax, layer norm -------------------------------------------------------------------------
 
-def _softmax(lw: Lowerer, node: Node) -> None:
+def _softmax(lw: LowerContext, node: Node) -> None:
     shape = _info(lw, node.inputs[0]).shape
     rank = len(shape)
     axis = int(node.attr("axis", -1 if lw.opset >= 13 else 1)) % max(rank, 1)
@@ -326,7 +323,7 @@ def _softmax(lw: Lowerer, node: Node) -> None:
                     5.0 * x.size, 8.0 * x.size, _rows_partition(lines, max(1, 2048 // max(n, 1))), emit))
 
 
-def _layernorm(lw: Lowerer, node: Node) -> None:
+def _layernorm(lw: LowerContext, node: Node) -> None:
     shape = _info(lw, node.inputs[0]).shape
     axis = int(node.attr("axis", -1)) % len(shape)
     rows, n = math.prod(shape[:axis]), math.prod(shape[axis:])
@@ -349,7 +346,7 @@ def _layernorm(lw: Lowerer, node: Node) -> None:
 
 # -- Gather ----------------------------------------------------------------------------------------
 
-def _gather(lw: Lowerer, node: Node) -> None:
+def _gather(lw: LowerContext, node: Node) -> None:
     shape = _info(lw, node.inputs[0]).shape
     axis = int(node.attr("axis", 0)) % len(shape)
     data = lw.dense(node.inputs[0])
@@ -369,7 +366,7 @@ def _gather(lw: Lowerer, node: Node) -> None:
                     2.0 * esize * out.size, _rows_partition(outer * n_idx, 16), emit))
 
 
-LOWERINGS: dict[str, Callable[[Lowerer, Node], None]] = {
+LOWERINGS: dict[str, Callable[[LowerContext, Node], None]] = {
     "Concat": _concat, "Pad": _pad, "MaxPool": _pool, "AveragePool": _pool,
     "Softmax": _softmax, "LogSoftmax": _softmax, "LayerNormalization": _layernorm, "Gather": _gather,
     **{op: _reduce for op in _REDUCE_MODES},
@@ -377,7 +374,7 @@ LOWERINGS: dict[str, Callable[[Lowerer, Node], None]] = {
 }
 
 
-def reason(lw: Lowerer, node: Node) -> str | None:
+def reason(lw: LowerContext, node: Node) -> str | None:
     """None if :data:`LOWERINGS` can lower the node, else why not."""
     op = node.op_type
     if op in lower_rnn.RNN_OPS:

@@ -12,19 +12,15 @@ dependency analysis relies on).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
 
 from rammer.ir import Node
-
-from .lower_linalg import GemmSpec, gemm_op
-from .lower_views import multi_copy_op
-from .program import EwProgram
 from rammer.lower.views import View
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .lowering import Lowerer
+from .lower_common import GemmSpec, ew_op, gemm_op
+from .lower_context import LowerContext
+from .lower_views import copy_op, multi_copy_op
+from .program import EwProgram
 
 RNN_OPS = frozenset({"LSTM", "GRU", "RNN"})
 _GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
@@ -77,7 +73,7 @@ def _apply(prog: EwProgram, act: tuple[str, float | None, float | None], x: int,
     raise AssertionError(name)
 
 
-def reason(lw: Lowerer, node: Node) -> str | None:
+def reason(lw: LowerContext, node: Node) -> str | None:
     g = lw.graph
     ins = [g.value_info[i] if i else None for i in node.inputs]
     if any(t is not None and t.dtype != "float32" for k, t in enumerate(ins) if k != 4):
@@ -96,7 +92,7 @@ def reason(lw: Lowerer, node: Node) -> str | None:
     return None
 
 
-def lower_rnn(lw: Lowerer, node: Node) -> None:
+def lower_rnn(lw: LowerContext, node: Node) -> None:
     g = lw.graph
     op = node.op_type
     gates = _GATES[op]
@@ -129,8 +125,6 @@ def lower_rnn(lw: Lowerer, node: Node) -> None:
         x = View(x.buffer, x.dtype, (seq, batch, isz), (x.strides[1], x.strides[0], x.strides[2]), x.offset)
     if not x.is_dense():
         dense = lw.new_dense("float32", (seq, batch, isz))
-        from .lower_views import copy_op
-
         lw.add_op(copy_op(lw, f"{name}:x", (node,), x, dense))
         x = dense
     x2 = x.with_shape((seq * batch, isz))
@@ -192,8 +186,6 @@ def lower_rnn(lw: Lowerer, node: Node) -> None:
                     _lstm_cell(lw, prog, cols, c_prev, acts[d], clip, peep[d] if peep is not None else None,
                                input_forget, h_new, c_new, hid)
                     finals_c_next = c_new
-                from .lowering import ew_op
-
                 lw.add_op(ew_op(lw, [node], prog, []))
                 h_prev = h_new
                 if op == "LSTM":
@@ -206,7 +198,7 @@ def lower_rnn(lw: Lowerer, node: Node) -> None:
     _assemble(lw, node, layout, seq, batch, hid, kinds, hs, finals_h, finals_c)
 
 
-def _lstm_cell(lw: Lowerer, prog: EwProgram, cols: list[View], c_prev: View | None, acts, clip, peep, input_forget,
+def _lstm_cell(lw: LowerContext, prog: EwProgram, cols: list[View], c_prev: View | None, acts, clip, peep, input_forget,
                h_new: View, c_new: View, hid: int) -> None:
     f_act, g_act, h_act = acts
     c = prog.load(c_prev) if c_prev is not None else None
@@ -230,10 +222,8 @@ def _lstm_cell(lw: Lowerer, prog: EwProgram, cols: list[View], c_prev: View | No
     prog.store(prog.op("MUL", o, _apply(prog, h_act, c2, None)), h_new)
 
 
-def _gru_step(lw: Lowerer, name: str, node: Node, d: int, s: int, g_t: View, h_prev: View | None, h_new: View,
+def _gru_step(lw: LowerContext, name: str, node: Node, d: int, s: int, g_t: View, h_prev: View | None, h_new: View,
               rd: View, rb: np.ndarray, acts, clip, lbr: bool, batch: int, hid: int) -> View:
-    from .lowering import ew_op
-
     f_act, g_act = acts
     width = 3 * hid
 
@@ -296,7 +286,7 @@ def _gru_step(lw: Lowerer, name: str, node: Node, d: int, s: int, g_t: View, h_p
     return h_new
 
 
-def _assemble(lw: Lowerer, node: Node, layout: int, seq: int, batch: int, hid: int, kinds: list[str],
+def _assemble(lw: LowerContext, node: Node, layout: int, seq: int, batch: int, hid: int, kinds: list[str],
               hs: list[list[View]], finals_h: list[View], finals_c: list[View]) -> None:
     """One copy rOperator writing Y, Y_h and Y_c from the per-step buffers."""
     pieces: list[tuple[View, View]] = []

@@ -8,19 +8,16 @@ the node becomes a copy op here (:func:`copy_op`, the strided-copy rKernel).
 from __future__ import annotations
 
 import itertools
-from typing import TYPE_CHECKING
 
 from rammer.ir import Node
 from rammer.lower.aliasing import alias_outputs
 from rammer.lower.views import View, to_rank4
 
+from .lower_context import LowerContext
 from .ops import ARENA_DTYPES, CpuOp, EmitContext, Row, split_range
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .lowering import Lowerer
 
-
-def lower_view(lw: Lowerer, node: Node) -> None:
+def lower_view(lw: LowerContext, node: Node) -> None:
     src = lw.view(node.inputs[0])
     for name, v in alias_outputs(lw.graph, lw.opset, node, src).items():
         if v is None:  # a reshape that strides cannot express: a dense copy
@@ -54,7 +51,7 @@ def copy_descriptors(src: View, dst: View) -> list[list[int]] | None:
     return out
 
 
-def copy_op(lw: Lowerer, name: str, nodes: tuple[Node, ...], src: View, dst: View,
+def copy_op(lw: LowerContext, name: str, nodes: tuple[Node, ...], src: View, dst: View,
             family: str = "copy") -> CpuOp:
     """Copy ``src`` into ``dst`` (same shape, any strides)."""
     descs = copy_descriptors(src, dst)
@@ -84,7 +81,7 @@ def copy_op(lw: Lowerer, name: str, nodes: tuple[Node, ...], src: View, dst: Vie
                  extra={"rows": total_rows})
 
 
-def multi_copy_op(lw: Lowerer, name: str, nodes: tuple[Node, ...], pieces: list[tuple[View, View]],
+def multi_copy_op(lw: LowerContext, name: str, nodes: tuple[Node, ...], pieces: list[tuple[View, View]],
                   family: str = "copy.many") -> CpuOp:
     """Several (src -> dst) copies as one rOperator; rTasks take runs of descriptors."""
     descs = [(src, dst, d) for src, dst in pieces for d in copy_descriptors(src, dst)]

@@ -14,25 +14,23 @@ Steps:
 
 from __future__ import annotations
 
-import itertools
 import logging
-import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import numpy as np
 
-from rammer.errors import CompileError
-from rammer.ir import Graph, Node
+from rammer.ir import Graph, Node, outer_names
 from rammer.lower.aliasing import is_view
 from rammer.lower.batching import find_chunks
 from rammer.lower.ew_translate import EW_OPS, ew_reason, ew_translate
 from rammer.lower.fusion import Group, ancestors, build_groups
 from rammer.lower.operator import OpCycle, Rules, classify, topological_order
-from rammer.lower.views import Buffer, View, collapse, dense_strides
+from rammer.lower.views import Buffer, View, dense_strides
 
 from . import lower_linalg, lower_nn, lower_views
-from .ops import ARENA_DTYPES, CostModel, CpuOp, EmitContext, Row, grid_split
-from .program import EwProgram, epilogue_io
+from .lower_common import GemmSpec, ew_op, gemm_op
+from .ops import ARENA_DTYPES, CostModel, CpuOp
+from .program import EwProgram
 
 HEAD_OPS = lower_linalg.HEAD_OPS
 
@@ -127,6 +125,11 @@ class Lowerer:
         op.index = len(self.ops)
         self.ops.append(op)
         return op
+
+    def unfuse(self, head: Node, members: list[Node], internal: set[str], target_name: str) -> None:
+        """Lower a head alone and its epilogue members as an elementwise op (a head's lowering
+        calls this when the epilogue does not fit its tiles; see :func:`.lower_linalg._unfuse`)."""
+        lower_linalg._unfuse(self, head, members, internal, target_name)
 
     # -- the pipeline ---------------------------------------------------------
     def run(self) -> Lowered:
@@ -259,8 +262,6 @@ class Lowerer:
         return out
 
     def _lower_chunk(self, chunk: list[int], out: View) -> None:
-        from .lower_linalg import GemmSpec, gemm_op
-
         g = self.graph
         nodes = [g.nodes[i] for i in chunk]
         m, k = g.value_info[nodes[0].inputs[0]].shape
@@ -282,8 +283,6 @@ class Lowerer:
         self.fallbacks.append((node, reason))
         # The host reads initializers straight from the graph; arena reads are
         # the tensors computed (or fed) before it.
-        from rammer.ir import outer_names
-
         reads = tuple(sorted({self.views[i].buffer for i in set(node.inputs) | outer_names(node)
                               if i and i in self.views}))
         writes = tuple(sorted({self.views[o].buffer for o in node.outputs if o and o in self.views}))
@@ -349,66 +348,3 @@ def _stacked(rows: list[View], m: int, k: int) -> View | None:
     return View(first.buffer, "float32", (len(rows) * m, k), (step if m == 1 else k, 1), first.offset)
 
 
-#: Most 4-D programs one elementwise group is split into (see :func:`rank4_programs`).
-MAX_EW_PROGRAMS = 4096
-
-
-def rank4_programs(prog: EwProgram, name: str = "") -> list[EwProgram]:
-    """``prog`` as programs over the kernel's 4-D space: itself when its operands collapse to 4
-    dims, else one per index of the dims left over (a broadcast like [2,3,4,2,3,4] + [2,1,1,2,1,4]
-    collapses to 5).  The kernel walks the innermost dim and the three largest others, so the
-    programs are as few as they can be."""
-    if prog.canonical() is not None:
-        return [prog]
-    views = [v for v, _ in prog.inputs] + [v for _, v in prog.outputs]
-    shape, strides = collapse(prog.shape, [v.strides for v in views])
-    inner = len(shape) - 1
-    keep = sorted(sorted(range(inner), key=lambda i: -shape[i])[:3]) + [inner]
-    loop = [i for i in range(len(shape)) if i not in keep]
-    count = math.prod(shape[i] for i in loop)
-    if count > MAX_EW_PROGRAMS:
-        raise CompileError(f"elementwise group '{name}' over {prog.shape}: its operands' strides collapse to "
-                           f"{len(shape)} dims, {count} programs of the 4-D kernel (at most {MAX_EW_PROGRAMS}); "
-                           f"make the operands contiguous (e.g. fewer broadcast dims) or use the reference backend")
-    sub_shape = tuple(shape[i] for i in keep)
-    out = []
-    for idx in itertools.product(*(range(shape[i]) for i in loop)):
-        def sub(v: View, st: tuple[int, ...]) -> View:
-            return View(v.buffer, v.dtype, sub_shape, tuple(st[i] for i in keep),
-                        v.offset + sum(j * st[i] for j, i in zip(idx, loop)))
-        n_in = len(prog.inputs)
-        out.append(replace(prog, shape=sub_shape,
-                           inputs=[(sub(v, st), dt) for (v, dt), st in zip(prog.inputs, strides)],
-                           outputs=[(r, sub(v, st)) for (r, v), st in zip(prog.outputs, strides[n_in:])],
-                           _input_index={}))
-    return out
-
-
-def ew_op(lw: Lowerer, members: list[Node], prog: EwProgram, stored: list[str]) -> CpuOp:
-    """A standalone fused elementwise op over the program's 4-D space (or over several programs
-    of one 4-D space, :func:`rank4_programs`, each task running all of them on its rows)."""
-    name = members[-1].name or members[-1].op_type
-    progs = rank4_programs(prog, name)
-    space = progs[0].canonical()
-    (d0, d1, d2, d3), _ = space
-    rows = d0 * d1 * d2
-    n_regs = prog.n_registers()
-    epi_reads, epi_writes, n_inputs = epilogue_io(prog)
-    reads, writes = tuple(sorted(epi_reads)), tuple(sorted(epi_writes))
-    elems = rows * d3 * len(progs)
-    nbytes = elems * 4.0 * (n_inputs + len(prog.outputs))
-    flops = elems * max(len(prog.instrs), 1) * 2.0
-
-    def partition(n: int) -> list:
-        # Columns are cut in multiples of 64 elements so rTasks share no cache line.
-        return grid_split(rows, d3, n, col_align=64) if elems >= 4096 or n == 1 else []
-
-    def emit(ctx: EmitContext, parts: list) -> list[Row]:
-        offs = [p.emit(ctx.side, ctx.locate) for p in progs]
-        off = offs[0] if len(offs) == 1 else -1 - ctx.side.add_ints([len(offs)] + offs)
-        return [("k_ew", [off, r0, r1, c0, c1]) for r0, r1, c0, c1 in parts]
-
-    from .ewops import BLOCK
-
-    return CpuOp(name, "ew", tuple(members), reads, writes, flops, nbytes, partition, emit,
-                 scratch=n_regs * BLOCK, extra={"program": prog})

@@ -11,12 +11,11 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from rammer.lower.views import Buffer
 from rammer.memory import Alias, ArenaPlan, plan_arena
 
-from .ops import CpuOp
-from rammer.lower.views import Buffer
-
 from .ops import ARENA_DTYPES
+from .ops import CpuOp
 
 #: Bytes every buffer is aligned to.
 ALIGN = 64

@@ -12,9 +12,10 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from .compiled import CompiledSegment
 from .compiler import Compiled
 from .driver import run as driver_run
-from .runtime import CompiledSegment, CpuExecutable
+from .runtime import CpuExecutable
 
 
 def profile_ops(exe: CpuExecutable, compiled: Compiled, feeds: Mapping[str, np.ndarray],

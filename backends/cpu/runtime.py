@@ -14,7 +14,6 @@ import os
 import queue
 import threading
 import time
-from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 import numba
@@ -22,55 +21,16 @@ import numpy as np
 
 from rammer import api
 from rammer.errors import FeedError, OpExecutionError
-from rammer.profile import TraceSlice
 from rammer.interpreter import run_graph
-from rammer.ir import Graph, Node, TensorInfo, dtype_name
+from rammer.ir import Graph, Node, TensorInfo, dtype_name, outer_names
+from rammer.profile import TraceSlice
 
 from .adaptive import LANE, LaunchChooser
 from .atomics import cpuset_words
-from .driver import STATUS, STRIDE
+from .codegen import entry_table, program_source
+from .compiled import CompiledSegment, HostStep, Program
+from .driver import STATUS, STRIDE, run
 from .scheduling import available_cores
-from rammer.lower.views import View
-
-from .ops import ARENA_DTYPES
-
-
-@dataclass
-class HostStep:
-    """A node run on the reference implementation."""
-
-    node_index: int
-    reason: str
-
-
-@dataclass
-class CompiledSegment:
-    starts: np.ndarray
-    ends: np.ndarray
-
-
-@dataclass
-class Program:
-    """Everything an executable needs, as plain data (what the disk cache stores)."""
-
-    arena_bytes: int
-    const_bytes: int
-    const_blob: np.ndarray  # uint8, the constant region
-    T: np.ndarray
-    X: np.ndarray
-    R: np.ndarray
-    kernel_names: list[str]
-    steps: list[Any]  # CompiledSegment | HostStep
-    #: tensor name -> (dtype, byte offset of element 0, shape, strides in elements)
-    tensors: dict[str, tuple[str, int, tuple[int, ...], tuple[int, ...]]]
-    host_tensors: list[str]
-    num_veus: int
-    cores: list[int]
-    report: dict[str, Any] = field(default_factory=dict)
-
-
-def view_placement(view: View, byte_offset: int) -> tuple[str, int, tuple[int, ...], tuple[int, ...]]:
-    return view.dtype, byte_offset + view.offset * ARENA_DTYPES[view.dtype], view.shape, view.strides
 
 
 class CpuExecutable:
@@ -88,9 +48,6 @@ class CpuExecutable:
         self.program = program
         self._schedules = schedules
         self._schedules_loader = schedules_loader
-        from .codegen import entry_table
-        from .driver import run
-
         self._driver = run
         self._entries = entry_table(program.kernel_names)
         self._lock = threading.Lock()
@@ -138,8 +95,6 @@ class CpuExecutable:
     @property
     def source(self) -> str:
         """The generated Python program (what ``--emit`` writes as program.py)."""
-        from .codegen import program_source
-
         return program_source(self.program)
 
     @property
@@ -337,8 +292,6 @@ class CpuExecutable:
                 continue
             inputs.append(g.value_info[name])
             feeds[name] = host_values[name] if name in host_values else np.array(self.tensor(name))
-        from rammer.ir import outer_names
-
         for name in sorted(outer_names(node)):
             if name in g.initializers:
                 inits[name] = g.initializers[name]
@@ -365,7 +318,7 @@ def _blas_libraries() -> list:
     global _BLAS
     if _BLAS is None:
         try:
-            from threadpoolctl import ThreadpoolController
+            from threadpoolctl import ThreadpoolController  # optional; loaded on the first host step
 
             _BLAS = [lib for lib in ThreadpoolController().lib_controllers if lib.user_api == "blas"]
         except Exception:  # no threadpoolctl, or a library it cannot drive: host steps keep BLAS's threads

@@ -32,7 +32,7 @@ def available_cores() -> list[int]:
 def default_veus() -> int:
     """One vEU per core this process may use, but no more than numba's thread
     count (so ``NUMBA_NUM_THREADS`` / ``numba.set_num_threads`` limit it)."""
-    import numba
+    import numba  # lazy: the backend's vDevice and kernel candidates load without numba
 
     return max(1, min(len(available_cores()), numba.get_num_threads()))
 

@@ -4,7 +4,8 @@ A :class:`LoweredOp` covers one or more graph nodes (a fused group, or a GEMM wi
 reads and writes buffers (:mod:`.views`), and offers tilings: ways to cut it into rTasks, each
 with a cost from the core's cost model.  What a task row of it looks like is the backend's:
 ``emit`` is opaque here.  :func:`topological_order` orders lowered ops by their buffer reads and
-writes; :func:`classify` sorts a graph's nodes into kinds by rules a backend supplies.
+writes, :func:`split_at_host` cuts them into compiled segments at host ops, and :func:`classify`
+sorts a graph's nodes into kinds by rules a backend supplies.
 """
 
 from __future__ import annotations
@@ -125,6 +126,20 @@ def topological_order(ops: Sequence[Any]) -> list[Any]:
     for k, op in enumerate(order):
         op.index = k
     return order
+
+
+def split_at_host(ops: Sequence[Any]) -> list[Any]:
+    """``ops`` (each with ``host``) cut into segments at the ops left to the reference
+    implementation: a list of compiled segments (lists of ops, in order) and host ops."""
+    steps: list[Any] = []
+    for op in ops:
+        if op.host:
+            steps.append(op)
+        elif steps and isinstance(steps[-1], list):
+            steps[-1].append(op)
+        else:
+            steps.append([op])
+    return steps
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ from typing import Any, Protocol
 
 from .. import plugins
 from ..errors import PluginError, RammerError
+from . import builtin
 from .problem import Problem
 from .schedule import Schedule
 
@@ -28,8 +29,6 @@ class Policy(Protocol):
 
 
 def _ensure_builtin() -> None:
-    from . import builtin
-
     pm = plugins.plugin_manager()
     if not pm.is_registered(builtin) and pm.get_plugin(_BUILTIN_PLUGIN) is None:
         # Normally an entry point loads it; registering it here keeps the

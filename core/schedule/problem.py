@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Iterable, Mapping
 
 from ..ir import Graph, Node, TensorInfo, outer_names
+from ..kernel_families import generic_families
+from ..kernels_generic import candidates_from
 from ..rtask import RKernel, ROperator, build_roperators
 from ..vdevice import VDevice
 
@@ -82,8 +84,6 @@ def build_problem(graph: Graph, vdevice: VDevice, backend: Backend | None = None
         if backend is not None:
             candidates = backend.rkernels
         else:
-            from ..kernels_generic import candidates_from, generic_families
-
             families = generic_families()
 
             def candidates(node: Node, g: Graph, vd: VDevice) -> list[RKernel]:

@@ -79,9 +79,9 @@ def test_depthwise_fused_epilogue(stride):
                                               (8, (2, 2), 1, 1)])
 def test_depthwise_small_planes_both_layouts(monkeypatch, channels_last, c, hw, stride, veus):
     # channels innermost (k_dwconv_cl: blocks of 64 channels, the last one partial) or plane by plane
-    from rammer.backends.cpu import lower_linalg
+    from rammer.backends.cpu import lower_common
 
-    monkeypatch.setattr(lower_linalg, "DWCONV_CL_MAX_PIXELS", 1000 if channels_last else 0)
+    monkeypatch.setattr(lower_common, "DWCONV_CL_MAX_PIXELS", 1000 if channels_last else 0)
     m, feeds = _dw_model(c, 1, hw, 3, (stride, stride), [1, 1, 1, 1], (1, 1), n=2, epilogue=True)
     report = compare(m, feeds, veus=veus)
     assert report["ops_by_family"] == {"conv.depthwise": 1}, report["ops_by_family"]

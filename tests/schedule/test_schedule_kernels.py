@@ -11,7 +11,8 @@ import pytest
 from sched_util import GraphMaker, zoo_graph
 
 from rammer.errors import RammerError, ScheduleError
-from rammer.kernels_generic import Tiling, candidates_from, chunk_block, generic_families, pareto
+from rammer.kernel_families import generic_families
+from rammer.kernels_generic import Tiling, candidates_from, chunk_block, pareto
 from rammer.rtask import RKernel, RTaskResources, build_roperators, rtask_dependencies
 from rammer.vdevice import PRESETS, VDevice, get_preset
 
