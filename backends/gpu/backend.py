@@ -46,6 +46,9 @@ class DeviceTable:
     executable: Callable[[GpuProgram, Mapping[str, Any]], Any]
     #: The vDevice actually scheduled for (e.g. as many vEUs as the OpenCL device has compute units).
     fit_vdevice: Callable[[VDevice], VDevice] = lambda vd: vd
+    #: The kind of device programs run on (``Capabilities.device``): "gpu", or "cpu" for an
+    #: OpenCL CPU device such as PoCL's.
+    device_kind: Callable[[], str] = lambda: "gpu"
     #: Execution mode when the caller names none ("persistent" or "wave").
     default_mode: str = "persistent"
     extra: Mapping[str, Any] = field(default_factory=dict)
@@ -59,12 +62,28 @@ class GpuBackend(Backend):
         self.table = table
         self.name = table.name
         self.description = table.description
-        self.capabilities = Capabilities(
-            ops=GPU_OPS, reference_fallback=False, dtypes=frozenset({"float32"}), rtol=1e-4, atol=1e-5,
-            device="gpu", schedules=True, emits_source=table.language, source_compiler=table.compiler,
-            vdevice_presets=table.presets, options=OPTIONS,
-            extra={"dialect": table.dialect, "execution_modes": ["persistent", "wave"],
-                   "default_mode": table.default_mode, **table.extra})
+        self._caps: Capabilities | None = None
+
+    @property  # type: ignore[override]
+    def capabilities(self) -> Capabilities:
+        """Computed on first use: ``device`` is the kind of device programs run on (an OpenCL
+        backend on PoCL runs on the CPU), found without slowing registration down."""
+        if self._caps is None:
+            t = self.table
+            self._caps = Capabilities(
+                ops=GPU_OPS, reference_fallback=False, dtypes=frozenset({"float32"}), rtol=1e-4, atol=1e-5,
+                device=t.device_kind(), schedules=True, emits_source=t.language, source_compiler=t.compiler,
+                vdevice_presets=t.presets, options=OPTIONS,
+                extra={"dialect": t.dialect, "execution_modes": ["persistent", "wave"],
+                       "default_mode": t.default_mode, "vdevice_kind": "gpu", **t.extra})
+        return self._caps
+
+    def check_vdevice(self, vdevice: VDevice) -> VDevice:
+        """GPU presets only: the rKernels are sized for GPU blocks, whatever device runs them."""
+        if vdevice.kind != "gpu":
+            raise RammerError(f"backend '{self.name}' schedules GPU rKernels; vDevice '{vdevice.name}' is a "
+                              f"{vdevice.kind}; choose one of {', '.join(self.table.presets)}")
+        return vdevice
 
     def availability(self) -> Availability:
         return self.table.availability()

@@ -60,6 +60,13 @@ def _fit(vd: VDevice) -> VDevice:
     return vd.with_veus(device.max_compute_units)
 
 
+def _device_kind() -> str:
+    cl, device, _ = opencl_device()
+    if cl is None:
+        return "gpu"
+    return "gpu" if device.type & cl.device_type.GPU else "cpu"
+
+
 def _executable(program: GpuProgram, options: Mapping[str, Any]) -> Any:
     from .runtime import OpenCLExecutable
 
@@ -69,7 +76,7 @@ def _executable(program: GpuProgram, options: Mapping[str, Any]) -> Any:
 TABLE = DeviceTable(
     name="opencl", dialect=DIALECT, language="opencl", compiler=None, presets=("v100", "a100", "h100", "mi250x"),
     description="OpenCL via pyopencl: the whole model as one persistent kernel (PoCL's CPU device without a GPU)",
-    availability=_availability, executable=_executable, fit_vdevice=_fit,
+    availability=_availability, executable=_executable, fit_vdevice=_fit, device_kind=_device_kind,
     default_mode="wave", extra={"runtime": "pyopencl"})
 
 
