@@ -38,7 +38,10 @@ TABLE = DeviceTable(
     name="cuda", dialect=DIALECT, language="cuda", compiler="nvcc", presets=("a100", "v100", "h100"),
     description="CUDA via CuPy: the whole model as one persistent kernel (nvcc checks the source without a GPU)",
     availability=_availability, executable=_executable,
-    extra={"source_compile_args": ["{compiler}", "-arch=sm_80", "-cubin", "{src}", "-o", "{out}"], "runtime": "cupy (extra cuda)"})
+    extra={
+        "source_compile_args": ["{compiler}", "-arch=sm_80", "-cubin", "{src}", "-o", "{out}"],
+        "runtime": "cupy (extra cuda)",
+    })
 
 
 def make_backend() -> GpuBackend:

@@ -26,6 +26,10 @@ Programs come from a core :class:`rammer.schedule.Schedule` (:func:`from_schedul
 :mod:`.compiler`) or, in tests, from caller-stated waves (:func:`from_waves`).  Consecutive calls
 of one rKernel with the same arguments and evenly spaced rTask ids are rendered as one loop, so a
 block's straight-line program stays short.
+
+Wave mode (:func:`wave_kernel`): one launch per wave, no waits between blocks, and the calls as
+data (a table the kernel loops over, one loop per rKernel), so the kernel does not grow with the
+model; the race check sees each launch boundary as an all-block barrier.
 """
 
 from __future__ import annotations

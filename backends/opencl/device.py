@@ -1,7 +1,8 @@
 """The opencl backend's table: dialect, presets, availability and the OpenCL device it runs on.
 
 The device is the first OpenCL device that builds a probe program (PoCL's CPU device on machines
-without a GPU) whose "platform device" name contains ``$RAMMER_OPENCL_DEVICE`` (any, when unset).  A persistent program's blocks spin on each other's counters, so they must all be
+without a GPU) whose "platform device" name contains ``$RAMMER_OPENCL_DEVICE``
+(any, when unset).  A persistent program's blocks spin on each other's counters, so they must all be
 resident at once: the schedule gets as many vEUs as the device has compute units (on PoCL, one
 per core unless ``POCL_CPU_MAX_CU_COUNT`` raises it), never more.
 """

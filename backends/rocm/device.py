@@ -38,7 +38,12 @@ TABLE = DeviceTable(
     name="rocm", dialect=DIALECT, language="hip", compiler="hipcc", presets=("mi250x",),
     description="ROCm/HIP via CuPy: the whole model as one persistent kernel (hipcc checks the source when installed)",
     availability=_availability, executable=_executable,
-    extra={"source_compile_args": ["{compiler}", "--offload-arch=gfx90a", "--genco", "{src}", "-o", "{out}"], "runtime": "cupy on ROCm (extra rocm)", "env": {"HIP_PLATFORM": "amd"}})
+    extra={
+        "source_compile_args": ["env", "HIP_PLATFORM=amd", "{compiler}", "--offload-arch=gfx90a", "--genco",
+                                "{src}", "-o", "{out}"],
+        "runtime": "cupy on ROCm (extra rocm)",
+        "env": {"HIP_PLATFORM": "amd"},
+    })
 
 
 def make_backend() -> GpuBackend:
