@@ -24,7 +24,7 @@ from .lower import GPU_OPS
 
 __all__ = ["DeviceTable", "GpuBackend", "OPTIONS"]
 
-OPTIONS = frozenset({"policy", "vdevice", "mode"})
+OPTIONS = frozenset({"policy", "vdevice", "mode", "emit"})
 
 
 @dataclass(frozen=True)
@@ -110,4 +110,22 @@ class GpuBackend(Backend):
             prog = self.program(graph, options)
         except RecursionError:
             raise RammerError(f"{self.name}: the model is too deep to compile") from None
-        return self.table.executable(prog, options)
+        exe = self.table.executable(prog, options)
+        if options.get("emit"):
+            self._emit(str(options["emit"]), prog)
+        return exe
+
+    def _emit(self, folder: str, prog: GpuProgram) -> None:
+        """``rammer compile --emit DIR``: the source file, the schedule JSON and the report."""
+        import json
+        import os
+
+        from rammer.codegen.dialects import get_dialect
+
+        os.makedirs(folder, exist_ok=True)
+        name = "program" + get_dialect(self.table.dialect).suffix
+        with open(os.path.join(folder, name), "w", encoding="utf-8") as f:
+            f.write(prog.source(self.table.dialect))
+        prog.schedule.to_json(os.path.join(folder, "schedule.json"))
+        with open(os.path.join(folder, "report.json"), "w", encoding="utf-8") as f:
+            json.dump(prog.report, f, indent=2, default=str)

@@ -38,6 +38,7 @@ class OpenCLExecutable:
                               "let it read another block's results early, and programs of three or more waves "
                               "deadlocked); use mode='wave', the default: one launch per wave (docs/gpu.md)")
         self.cl, self.device = cl, device
+        self.report: dict[str, Any] = {"device": device.name.strip(), **program.report}
         self.ctx = cl.Context([device])
         self.queue = cl.CommandQueue(self.ctx)
         self.kernel = cl.Kernel(cl.Program(self.ctx, self.source).build(), KERNEL_NAME)
@@ -84,5 +85,3 @@ class OpenCLExecutable:
             self.queue.finish()
         return out
 
-    def report(self) -> dict[str, Any]:
-        return {"device": self.device.name.strip(), **self.program.report}

@@ -75,7 +75,7 @@ def test_mixed_model_runs_on_opencl_and_matches_reference():
         got = compiled.run(feeds)
         for k in want:
             np.testing.assert_allclose(got[k], want[k], rtol=1e-4, atol=1e-5)
-    report = compiled.executable.report()
+    report = compiled.executable.report
     assert report["mode"] == "wave" and report["launches_per_run"] == report["waves"]
     assert report["blocks"] <= compiled.executable.device.max_compute_units
 
