@@ -147,6 +147,13 @@ def test_cuda_and_rocm_report_the_missing_gpu_and_still_compile():
             exe.run({})
 
 
+def test_emit_writes_source_schedule_and_report(tmp_path):
+    be = _backend("rocm")
+    be.compile(load(zoo.build("lstm-tc-small", seed=0)), {"emit": str(tmp_path), "mode": "wave"})
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["program.hip", "report.json", "schedule.json"]
+    assert "__global__" in (tmp_path / "program.hip").read_text()
+
+
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc (CUDA toolkit)")
 @pytest.mark.parametrize("name,mode", [("alexnet-small", "persistent"), ("nasnet-small", "wave"),
                                        ("lstm-tc-small", "wave")])
