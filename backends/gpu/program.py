@@ -44,7 +44,7 @@ from rammer.codegen import kernel_ir as ir
 from rammer.codegen.kernel_ir import BinOp, Special, c, v
 
 __all__ = ["Call", "Signal", "Wait", "Task", "ProgramError", "device_function", "persistent_kernel",
-           "from_waves", "from_schedule", "check_races", "wave_kernel", "split_waves", "signals_per_block"]
+           "from_waves", "from_schedule", "check_races", "wave_kernel", "split_waves", "check_wave_races", "signals_per_block"]
 
 
 class ProgramError(ValueError):
@@ -245,7 +245,7 @@ def wave_kernel(name: str, kernels: dict[str, ir.Kernel], waves: list[list[list[
     Returns the kernels and the tables ``itab``, ``ftab``, ``ranges``."""
     blocks = max((len(w) for w in waves), default=1)
     if check:
-        check_races(_wave_steps(waves, blocks))
+        check_wave_races(waves)
     names = list(kernels)
     fns, smem = [], 1
     for k in kernels.values():
@@ -311,6 +311,28 @@ def wave_kernel(name: str, kernels: dict[str, ir.Kernel], waves: list[list[list[
               "ftab": np.asarray(frows or [[0.0] * wf], np.float32).ravel(),
               "ranges": np.asarray(ranges or [0, 0], np.int32)}
     return [*fns, main], tables
+
+
+def check_wave_races(waves: list[list[list[Call]]]) -> None:
+    """Raise :class:`ProgramError` when two calls of one wave that belong to different ops touch
+    the same arena floats (one writing), on any blocks: a launch boundary orders the waves, and
+    nothing orders the calls within a wave (the table kernel runs them per rKernel, not in
+    program order).  :func:`check_races` on :func:`_wave_steps` says the same across blocks,
+    with one all-block barrier per wave; this is the direct, linear form."""
+    for w, per_block in enumerate(waves):
+        groups: dict[object, tuple[Call, set, set]] = {}
+        for b, calls in enumerate(per_block):
+            for i, call in enumerate(calls):
+                key = ("op", call.op) if call.op >= 0 else ("call", b, i)
+                g = groups.setdefault(key, (call, set(), set()))
+                g[1].update(call.reads)
+                g[2].update(call.writes)
+        items = [(c0, tuple(r), tuple(wr)) for c0, r, wr in groups.values()]
+        for i, (c1, r1, w1) in enumerate(items):
+            for c2, r2, w2 in items[i + 1:]:
+                if _overlap(w1, r2 + w2) or _overlap(w2, r1):
+                    raise ProgramError(f"race: {c1.kernel} rTask {c1.rtask_id} and {c2.kernel} rTask {c2.rtask_id} "
+                                       f"run in wave {w} and touch the same arena memory")
 
 
 def _wave_steps(waves: list[list[list[Call]]], blocks: int) -> list[list[Step]]:

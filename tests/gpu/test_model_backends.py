@@ -190,3 +190,13 @@ def test_opencl_refuses_a_grid_larger_than_the_device():
     assert prog.blocks == 64
     with pytest.raises(RammerError, match="compute units"):
         OpenCLExecutable(prog)
+
+
+def test_wave_mode_refuses_conflicting_ops_in_one_wave():
+    a = gp.Call("k", 0, (), reads=((0, 8),), writes=((16, 8),), op=0)
+    b = gp.Call("k", 1, (), reads=((20, 4),), writes=((40, 8),), op=1)  # reads what op 0 writes
+    same_op = gp.Call("k", 1, (), reads=((0, 8),), writes=((16, 8),), op=0)
+    gp.check_wave_races([[[a], [same_op]]])  # rTasks of one op write disjoint parts by construction
+    gp.check_wave_races([[[a], []], [[], [b]]])  # ordered by the launch boundary
+    with pytest.raises(gp.ProgramError, match="wave 0"):
+        gp.check_wave_races([[[a], [b]]])
