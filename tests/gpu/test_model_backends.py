@@ -170,6 +170,15 @@ def test_nvcc_compiles_whole_small_models_for_sm80_and_sm90(name, mode):
         assert 0 < usage["registers"] <= 255
 
 
+@pytest.mark.skipif(shutil.which("hipcc") is None, reason="needs hipcc (Debian package hipcc; ci/setup.sh)")
+@pytest.mark.parametrize("name,mode", [("alexnet-small", "persistent"), ("nasnet-small", "wave")])
+def test_hipcc_compiles_whole_small_models_for_gfx90a_and_gfx908(name, mode):
+    be = _backend("rocm")
+    exe = be.compile(load(zoo.build(name, seed=0)), {"mode": mode})
+    for arch in ("gfx90a", "gfx908"):
+        assert exe.compile_check(arch)["binary_bytes"] > 0  # HIP_PLATFORM=amd is set by the toolchain
+
+
 def test_persistent_mode_on_pocl_is_refused():
     be = _opencl()
     if "Portable Computing Language" not in be.availability().reason:
