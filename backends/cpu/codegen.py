@@ -25,6 +25,7 @@ from rammer import progress
 from rammer.codegen.names import comment_text, py_string
 from rammer.lower.views import Buffer
 from rammer.schedule import Schedule
+from rammer.schedule.rows import place_scratch, row_waits, veu_scratch
 
 from .compiled import HostStep
 from .driver import BARRIER
@@ -69,50 +70,15 @@ def build_tables(segment_ops: list[list[CpuOp]], schedules: list[Schedule], buff
     kernel_ids: dict[str, int] = {}
     rows: list[list[int]] = []
     segments: list[Segment] = []
-    # Scratch: each vEU gets a region as large as its largest rTask needs.
-    need = [0] * num_veus
-    for ops, sched in zip(segment_ops, schedules):
-        for v, prog in enumerate(sched.programs):
-            for e in prog:
-                if e < sched.num_rtasks:
-                    need[v] = max(need[v], ops[int(sched.rtask_op[e])].scratch)
-    scratch_at = []
-    pos = scratch_base // 4
-    for v in range(num_veus):
-        scratch_at.append(pos)
-        pos += (need[v] + 15) // 16 * 16
-    scratch_bytes = (pos - scratch_base // 4) * 4
+    # Scratch (float32 elements): each vEU gets a region as large as its largest rTask needs.
+    need = veu_scratch(schedules, lambda k, i: segment_ops[k][i].scratch, num_veus)
+    scratch_at, end = place_scratch(need, scratch_base // 4, 16)
+    scratch_bytes = (end - scratch_base // 4) * 4
 
     for ops, sched in zip(segment_ops, schedules):
         op_rows: dict[int, list] = {}
         n_rt = sched.num_rtasks
-        loc: dict[int, tuple[int, int]] = {}
-        for v, prog in enumerate(sched.programs):
-            for q, e in enumerate(prog):
-                if e < n_rt:
-                    loc[e] = (v, q)
-        # Rows each entry turns into, to translate positions to row counts.
-        waits_per_entry: list[list[list[tuple[int, int]]]] = []
-        done_after: list[list[int]] = []
-        for v, prog in enumerate(sched.programs):
-            per_entry = []
-            counts = []
-            total = 0
-            for e in prog:
-                if e < n_rt:
-                    per_entry.append([])
-                    total += 1
-                else:
-                    last: dict[int, int] = {}
-                    for w in sched.barrier_waits[e - n_rt]:
-                        u, q = loc[w]
-                        if u != v:
-                            last[u] = max(last.get(u, -1), q)
-                    per_entry.append(sorted(last.items()))
-                    total += len(last)
-                counts.append(total)
-            waits_per_entry.append(per_entry)
-            done_after.append(counts)
+        waits = row_waits(sched)
         starts = np.zeros(num_veus, np.int64)
         ends = np.zeros(num_veus, np.int64)
         barrier_rows = 0
@@ -135,8 +101,8 @@ def build_tables(segment_ops: list[list[CpuOp]], schedules: list[Schedule], buff
                     row_op[len(rows)] = i
                     rows.append([kid, scratch_at[v]] + list(params) + [0] * (ROW - 2 - len(params)))
                 else:
-                    for u, uq in waits_per_entry[v][q]:
-                        rows.append([BARRIER, 0, u, done_after[u][uq]] + [0] * (ROW - 4))
+                    for w in waits[v][q]:
+                        rows.append([BARRIER, 0, w.veu, w.rows] + [0] * (ROW - 4))
                         barrier_rows += 1
             ends[v] = len(rows)
         segments.append(Segment(starts, ends, sched, n_rt, barrier_rows, row_op))
