@@ -170,14 +170,22 @@ def lower(schedule: Schedule, graph: Graph, mode: str = "merged") -> BSPProgram:
     # merged: the better (lower estimated latency) of two ways to need fewer supersteps than
     # compute-set -- Rammer's waves with consecutive supersteps merged where no exchange separates
     # them (never slower than compute-set), and every rTask at its earliest superstep (asap).
+    # When merged waves overflow a tile (received boxes of several waves at once), the unmerged
+    # waves are tried too: merged mode never rejects a model that compute-set places.
     candidates, errors = [], []
-    for steps in (_merge_waves(wave, remote, arrays), asap):
+    try:
+        candidates.append(parts.build(_merge_waves(wave, remote, arrays), mode))
+        fallbacks = [asap]
+    except IpuPlacementError as exc:
+        errors.append(exc)
+        fallbacks = [asap, wave]
+    for steps in fallbacks:
         try:
             candidates.append(parts.build(steps, mode))
         except IpuPlacementError as exc:
             errors.append(exc)
     if not candidates:
-        raise errors[0]
+        raise errors[-1]
     return min(candidates, key=lambda p: (p.latency_us, p.num_supersteps))
 
 
