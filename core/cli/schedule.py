@@ -49,7 +49,7 @@ def _list() -> int:
     return 0
 
 
-def _backend_and_vdevice(backend_name: str | None, preset: str | None) -> tuple[Backend | None, VDevice]:
+def backend_and_vdevice(backend_name: str | None, preset: str | None) -> tuple[Backend | None, VDevice]:
     """The backend whose rKernels schedule the model, and the vDevice.  A named backend uses its
     own vDevice (and refuses a preset of another device kind); with only a preset, the available
     scheduling backend for that kind of device with the highest priority, else the core's
@@ -74,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
     policy = get_policy(args.policy)
     baseline = get_policy(BASELINE) if args.policy != BASELINE else None
     graph, label = load_graph(args)
-    backend, vdevice = _backend_and_vdevice(args.backend, args.vdevice)
+    backend, vdevice = backend_and_vdevice(args.backend, args.vdevice)
     start = time.perf_counter()
     problem = build_problem(graph, vdevice, backend)
     kernels_s = time.perf_counter() - start
