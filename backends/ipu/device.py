@@ -5,11 +5,12 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from rammer.backend import Availability, Backend, Capabilities
-from rammer.errors import RammerError
-from rammer.ir import Graph
+from rammer.errors import RammerError, UnsupportedOpError
+from rammer.ir import Graph, outer_names
 from rammer.schedule import build_problem, get_policy, verify
 
 from .codegen import MODES, lower
+from .placement import is_static
 from .poptorch_path import build_poptorch_runner, poptorch_status
 from .runtime import IpuExecutable
 
@@ -53,6 +54,7 @@ class IpuBackend(Backend):
         mode = str(options.get("mode", "merged"))
         if mode not in MODES:
             raise RammerError(f"ipu backend: unknown superstep mode '{mode}'; choose one of {', '.join(MODES)}")
+        _refuse_captured_tensors(graph)
         vd = self.vdevice(options.get("vdevice"))
         schedule = get_policy(str(options.get("policy", "wavefront"))).schedule(build_problem(graph, vd, self))
         verify(schedule, graph)
@@ -64,3 +66,25 @@ class IpuBackend(Backend):
         if options.get("export_json"):
             exe.export_json(str(options["export_json"]))
         return exe
+
+
+def _refuse_captured_tensors(graph: Graph) -> None:
+    """Control-flow nodes whose subgraphs read a computed tensor of the outer graph are refused.
+
+    A tile's rTask receives only the boxes its kernel declares for the node's own inputs; a
+    tensor an ``If``/``Loop``/``Scan`` body captures from outside is no input slot, so no
+    exchange would deliver it and the tile would compute on missing data.  Constants are fine:
+    every tile reads them from the graph.
+    """
+    bad = []
+    for node in graph.nodes:
+        if not node.subgraphs():
+            continue
+        captured = sorted(n for n in outer_names(node) if not is_static(graph, n))
+        if captured:
+            bad.append((node, captured))
+    if bad:
+        where = "; ".join(f"{node.label} reads {', '.join(repr(c) for c in cs)}" for node, cs in bad)
+        raise UnsupportedOpError(
+            f"backend 'ipu' cannot compile control-flow nodes whose subgraphs read tensors of the outer graph: "
+            f"{where}. Choose another --backend for this model (cpu and reference run it)", [(node.op_type, node.domain, node.name) for node, _ in bad])

@@ -74,3 +74,32 @@ def test_merging_waves_joins_only_waves_without_exchange_between_them() -> None:
     remote = {"t": [(np.array([2]), np.array([1]), np.array([0]), boxes)]}
     assert _merge_waves(wave, remote, arrays).tolist() == [0, 0, 1, 1]
     assert _merge_waves(wave, {}, arrays).tolist() == [0, 0, 0, 0]
+
+
+def _if_reading_outer(captured_is_input: bool):
+    from onnx import TensorProto, helper
+
+    k = helper.make_tensor("k", TensorProto.FLOAT, [], [1.5])
+    then = helper.make_graph([helper.make_node("Add", ["r", "k"], ["t_out"])], "then", [],
+                             [helper.make_tensor_value_info("t_out", TensorProto.FLOAT, [2, 3])], [k])
+    other = helper.make_graph([helper.make_node("Sub", ["r", "k"], ["e_out"])], "else", [],
+                              [helper.make_tensor_value_info("e_out", TensorProto.FLOAT, [2, 3])], [k])
+    nodes = [helper.make_node("If", ["c"], ["y"], name="the_if", then_branch=then, else_branch=other)]
+    if not captured_is_input:
+        nodes.insert(0, helper.make_node("Relu", ["x"], ["r"]))
+    inputs = [helper.make_tensor_value_info("x" if not captured_is_input else "r", TensorProto.FLOAT, [2, 3]),
+              helper.make_tensor_value_info("c", TensorProto.BOOL, [])]
+    graph = helper.make_graph(nodes, "g", inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("captured_is_input", [True, False], ids=["graph-input", "computed"])
+def test_a_branch_reading_an_outer_tensor_is_refused_naming_node_and_tensor(captured_is_input: bool) -> None:
+    # Found by ci/fuzz.py (graphs:8000022): no exchange delivered the captured tensor to the If's tile,
+    # and the run ended in "tensor has no value".  The backend refuses it instead.
+    from rammer.errors import UnsupportedOpError
+
+    with pytest.raises(UnsupportedOpError, match=r"the_if.*reads 'r'.*another --backend"):
+        rammer.compile(_if_reading_outer(captured_is_input), backend="ipu")
+    ref = rammer.compile(_if_reading_outer(captured_is_input), backend="reference")
+    assert ref.run({ref.inputs[0].name: np.ones((2, 3), np.float32), "c": np.array(True)})["y"][0, 0] == 2.5
