@@ -11,7 +11,10 @@ specification; onnxruntime breaks ties.  Outcomes:
   backend's declared tolerance (onnxruntime agreeing with reference confirms
   it; ``reference-disputed`` when onnxruntime sides with the backend);
 * ``refused``: reference runs the model but the backend fails to compile or
-  run it (a backend must fall back, not fail);
+  run it (a backend that declares ``reference_fallback`` must fall back, not fail);
+* ``unsupported``: a backend without ``reference_fallback`` refuses the model
+  with an :class:`~rammer.errors.UnsupportedOpError` that names the node and
+  op (its documented answer to an op it does not compile: not a finding);
 * ``raw-exception``: an exception that is not a :class:`RammerError`
   escaped (a ``KeyError`` from deep inside);
 * ``vague-error``: a :class:`RammerError` whose message names no node, op or
@@ -30,7 +33,7 @@ from typing import Any, Mapping
 import numpy as np
 import onnx
 
-from ..errors import ModelLoadError, RammerError
+from ..errors import ModelLoadError, RammerError, UnsupportedOpError
 
 __all__ = ["Outcome", "run_case", "FAILURES"]
 
@@ -172,6 +175,8 @@ def run_case(model_bytes: bytes, feeds: Mapping[str, np.ndarray], backend: str,
         bad = _judge_error(exc, model_bytes)
         if bad is not None:
             return bad
+        if isinstance(exc, UnsupportedOpError) and not be.capabilities.reference_fallback:
+            return Outcome("unsupported", f"{type(exc).__name__}: {str(exc)[:500]}")
         return Outcome("refused", f"{type(exc).__name__}: {str(exc)[:500]}")
     ok, err, why = _compare(want, got, max(rtol, 1e-4), max(atol, 1e-5))
     if ok:
