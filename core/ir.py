@@ -263,3 +263,37 @@ def _outer_names(node: Node) -> set[str]:
 def outer_names(node: Node) -> set[str]:
     """Tensors that a control-flow node's subgraphs capture from outside."""
     return _outer_names(node)
+
+
+def captured_names(sub: Graph) -> set[str]:
+    """Tensors a subgraph (a branch or loop body) reads from enclosing scopes."""
+    return _outer_names(Node("Subgraph", (), (), "", "", {"body": sub}))
+
+
+def standalone_graph(sub: Graph, outer: Graph, name: str) -> Graph | None:
+    """``sub`` as a graph of its own: what it captures from ``outer`` becomes its inputs (computed
+    tensors) or initializers (constants), so a backend can compile a branch like any model.
+
+    None when that is not possible as a plain graph: a body with inputs of its own (a loop body), an
+    output that only passes a captured or constant tensor through, or a captured tensor ``outer``
+    does not describe.
+    """
+    if sub.inputs:
+        return None
+    captured = sorted(captured_names(sub))
+    if any(c not in outer.value_info for c in captured):
+        return None
+    produced = {o for n in sub.nodes for o in n.outputs if o}
+    if any(t.name not in produced for t in sub.outputs):
+        return None
+    inits = dict(sub.initializers)
+    inputs = []
+    for c in captured:
+        if c in outer.initializers:
+            inits[c] = outer.initializers[c]
+        else:
+            inputs.append(outer.value_info[c])
+    value_info = dict(sub.value_info)
+    value_info.update({t.name: t for t in inputs})
+    value_info.update({c: outer.value_info[c] for c in captured if c in inits})
+    return Graph(name, tuple(inputs), sub.outputs, sub.nodes, inits, value_info, {**outer.opset, **sub.opset})

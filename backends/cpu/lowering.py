@@ -227,6 +227,9 @@ class Lowerer:
     def _host_reason(self, node: Node) -> str:
         if node.domain not in ("", "ai.onnx"):
             return f"domain {node.domain}"
+        if node.op_type == "If" and node.domain == "":
+            return ("control flow: the condition is known only at run time; the host picks the branch, and a "
+                    "branch of 4 or more nodes runs compiled as a model of its own")
         if node.subgraphs():
             return "control flow (subgraphs)"
         for name in list(node.inputs) + list(node.outputs):

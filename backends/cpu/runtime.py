@@ -5,6 +5,12 @@ program: each compiled segment is one launch of the driver (every vEU
 worker starts, walks its rows and is joined), each host op runs the
 reference implementation on numpy views of the arena in between.  Outputs
 are copied out of their views, so callers own them.
+
+An ``If`` left to the host (its condition is only known at run time) does
+not interpret its branch op by op: the taken branch, made a graph of its own
+(``rammer.ir.standalone_graph``: what it captures becomes its inputs), is
+compiled for this backend on first use and run as a model.  A branch that
+cannot be compiled so is interpreted as before.
 """
 
 from __future__ import annotations
@@ -20,9 +26,9 @@ import numba
 import numpy as np
 
 from rammer import api
-from rammer.errors import FeedError, OpExecutionError
+from rammer.errors import FeedError, OpExecutionError, RammerError
 from rammer.interpreter import run_graph
-from rammer.ir import Graph, Node, TensorInfo, dtype_name, outer_names
+from rammer.ir import Graph, Node, TensorInfo, dtype_name, outer_names, standalone_graph
 from rammer.profile import TraceSlice
 
 from .adaptive import LANE, LaunchChooser
@@ -66,6 +72,9 @@ class CpuExecutable:
         self._chooser = LaunchChooser()
         self._solo_lane: CpuExecutable | None = None
         self._solo_builder: threading.Thread | None = None
+        #: Compiled branches of If host steps by (node index, branch attribute); None: interpret it.
+        self._branches: dict[tuple[int, str], api.CompiledModel | None] = {}
+        self._branches_lock = threading.Lock()
         # 64-byte aligned arena
         raw = np.empty(program.arena_bytes + 64, dtype=np.uint8)
         start = (-raw.ctypes.data) % 64
@@ -280,9 +289,40 @@ class CpuExecutable:
             for lib, n in zip(blas, saved):
                 lib.set_num_threads(n)
 
+    def _host_value(self, name: str, host_values: dict[str, np.ndarray]) -> np.ndarray:
+        return host_values[name] if name in host_values else np.array(self.tensor(name))
+
+    def _store(self, name: str, value: np.ndarray, host_values: dict[str, np.ndarray]) -> None:
+        if name in self.program.tensors:
+            self._write(name, np.asarray(value))
+        else:
+            host_values[name] = np.asarray(value)
+
+    def _compiled_branch(self, index: int, node: Node, attr: str) -> api.CompiledModel | None:
+        key = (index, attr)
+        with self._branches_lock:
+            if key not in self._branches:
+                self._branches[key] = _compile_branch(node, attr, self.graph, self.program.num_veus)
+            return self._branches[key]
+
+    def _run_branch(self, step: HostStep, node: Node, host_values: dict[str, np.ndarray]) -> bool:
+        """Run the taken branch of an ``If`` compiled; False when it has no compiled form."""
+        cond = self._host_value(node.inputs[0], host_values)
+        attr = "then_branch" if bool(np.asarray(cond).reshape(-1)[0]) else "else_branch"
+        model = self._compiled_branch(step.node_index, node, attr)
+        if model is None:
+            return False
+        out = model.run({t.name: self._host_value(t.name, host_values) for t in model.inputs})
+        for name, branch_out in zip(node.outputs, node.attrs[attr].outputs):
+            if name:
+                self._store(name, out[branch_out.name], host_values)
+        return True
+
     def _run_host_step(self, step: HostStep, host_values: dict[str, np.ndarray]) -> None:
         g = self.graph
         node: Node = g.nodes[step.node_index]
+        if node.op_type == "If" and node.domain == "" and self._run_branch(step, node, host_values):
+            return
         feeds: dict[str, np.ndarray] = {}
         inputs: list[TensorInfo] = []
         inits = {}
@@ -304,10 +344,27 @@ class CpuExecutable:
         one = Graph(f"host:{node.name}", tuple(inputs), tuple(outputs), (node,), inits, value_info, g.opset)
         results = run_graph(one, feeds, check=True)
         for info, value in zip(outputs, results):
-            if info.name in self.program.tensors:
-                self._write(info.name, np.asarray(value))
-            else:
-                host_values[info.name] = np.asarray(value)
+            self._store(info.name, value, host_values)
+
+
+#: Branches with fewer nodes are interpreted: compiling them would cost more than it saves.
+BRANCH_MIN_NODES = 4
+
+
+def _compile_branch(node: Node, attr: str, outer: Graph, veus: int) -> api.CompiledModel | None:
+    """The branch ``attr`` of If ``node`` compiled as a model of its own, or None (then it is
+    interpreted): too small, not expressible as a plain graph, or refused by the compiler."""
+    sub = node.attrs[attr]
+    if len(sub.nodes) < BRANCH_MIN_NODES:
+        return None
+    graph = standalone_graph(sub, outer, f"{outer.name}.{node.name}.{attr}")
+    if graph is None:
+        return None
+    try:
+        return api.compile(graph, backend="cpu", veus=veus)
+    except RammerError as exc:
+        logging.getLogger("rammer").debug("branch %s of %s is interpreted: %s", attr, node.label, exc)
+        return None
 
 
 _BLAS: list | None = None
