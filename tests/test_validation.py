@@ -395,3 +395,13 @@ def test_a_tensor_written_twice_is_refused_even_without_the_onnx_checker():
                    [_vi("x", [2])], [_vi("y", [2])])
     with pytest.raises(ModelLoadError, match=r"node 'second' \(Neg\) writes tensor 'y', which an earlier node"):
         import_model(model)
+
+
+def test_an_initializer_of_an_unknown_element_type_is_named():
+    # Found by ci/fuzz.py (mutants:9008357): damaged bytes gave an initializer data_type 33, reported as
+    # "model initializer: element type 33 ..." without saying which initializer.
+    from rammer.fuzzing.campaign import build_case
+
+    data, _, _ = build_case("mutants", 9008357)
+    with pytest.raises(RammerError, match=r"initializer 'w20': element type 33 is not supported"):
+        rammer.compile(data, backend="reference")

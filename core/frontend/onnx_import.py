@@ -33,7 +33,7 @@ __all__ = ["MAX_FOLD_ELEMENTS", "import_model", "raise_if_unsupported", "unsuppo
 
 
 def _tensor_value(t: onnx.TensorProto, where: str, limits: Limits) -> np.ndarray:
-    dtype = dtypes.from_onnx(t.data_type, where)  # clear error for unsupported element types
+    dtype = dtypes.from_onnx(t.data_type, f"{where} '{t.name}'")  # clear error naming the tensor
     if any(d < 0 for d in t.dims):
         raise ModelLoadError(f"{where}: tensor '{t.name}' has a negative dim {list(t.dims)}; fix the model")
     check_dims(t.name, list(t.dims), dtypes.np_dtype(dtype).itemsize, where, limits)
