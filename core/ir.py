@@ -247,27 +247,26 @@ class Graph:
             )
 
 
+def captured_names(sub: Graph) -> set[str]:
+    """Tensors a subgraph (a branch or loop body) reads from enclosing scopes."""
+    local = {t.name for t in sub.inputs} | set(sub.initializers)
+    local |= {o for n in sub.nodes for o in n.outputs}
+    names: set[str] = set()
+    for n in sub.nodes:
+        names |= {i for i in n.inputs if i and i not in local}
+        names |= _outer_names(n) - local
+    names |= {t.name for t in sub.outputs if t.name not in local}
+    return names
+
+
 def _outer_names(node: Node) -> set[str]:
     """Names a node's subgraphs read from enclosing scopes."""
-    names: set[str] = set()
-    for sub in node.subgraphs():
-        local = {t.name for t in sub.inputs} | set(sub.initializers)
-        local |= {o for n in sub.nodes for o in n.outputs}
-        for n in sub.nodes:
-            names |= {i for i in n.inputs if i and i not in local}
-            names |= _outer_names(n) - local
-        names |= {t.name for t in sub.outputs if t.name not in local}
-    return names
+    return set().union(*(captured_names(sub) for sub in node.subgraphs()))
 
 
 def outer_names(node: Node) -> set[str]:
     """Tensors that a control-flow node's subgraphs capture from outside."""
     return _outer_names(node)
-
-
-def captured_names(sub: Graph) -> set[str]:
-    """Tensors a subgraph (a branch or loop body) reads from enclosing scopes."""
-    return _outer_names(Node("Subgraph", (), (), "", "", {"body": sub}))
 
 
 def standalone_graph(sub: Graph, outer: Graph, name: str) -> Graph | None:
@@ -288,12 +287,11 @@ def standalone_graph(sub: Graph, outer: Graph, name: str) -> Graph | None:
         return None
     inits = dict(sub.initializers)
     inputs = []
+    value_info = dict(sub.value_info)
     for c in captured:
+        value_info[c] = outer.value_info[c]
         if c in outer.initializers:
             inits[c] = outer.initializers[c]
         else:
             inputs.append(outer.value_info[c])
-    value_info = dict(sub.value_info)
-    value_info.update({t.name: t for t in inputs})
-    value_info.update({c: outer.value_info[c] for c in captured if c in inits})
     return Graph(name, tuple(inputs), sub.outputs, sub.nodes, inits, value_info, {**outer.opset, **sub.opset})

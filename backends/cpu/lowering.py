@@ -28,6 +28,7 @@ from rammer.lower.operator import OpCycle, Rules, classify, topological_order
 from rammer.lower.views import Buffer, View, dense_strides
 
 from . import lower_linalg, lower_nn, lower_views
+from .compiled import BRANCH_MIN_NODES
 from .lower_common import GemmSpec, ew_op, gemm_op
 from .ops import ARENA_DTYPES, CostModel, CpuOp
 from .program import EwProgram
@@ -229,7 +230,7 @@ class Lowerer:
             return f"domain {node.domain}"
         if node.op_type == "If" and node.domain == "":
             return ("control flow: the condition is known only at run time; the host picks the branch, and a "
-                    "branch of 4 or more nodes runs compiled as a model of its own")
+                    f"branch of {BRANCH_MIN_NODES} or more nodes runs compiled as a model of its own")
         if node.subgraphs():
             return "control flow (subgraphs)"
         for name in list(node.inputs) + list(node.outputs):

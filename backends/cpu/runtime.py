@@ -29,12 +29,13 @@ from rammer import api
 from rammer.errors import FeedError, OpExecutionError, RammerError
 from rammer.interpreter import run_graph
 from rammer.ir import Graph, Node, TensorInfo, dtype_name, outer_names, standalone_graph
+from rammer.ops.control import taken_branch
 from rammer.profile import TraceSlice
 
 from .adaptive import LANE, LaunchChooser
 from .atomics import cpuset_words
 from .codegen import entry_table, program_source
-from .compiled import CompiledSegment, HostStep, Program
+from .compiled import BRANCH_MIN_NODES, CompiledSegment, HostStep, Program
 from .driver import STATUS, STRIDE, run
 from .scheduling import available_cores
 
@@ -307,8 +308,7 @@ class CpuExecutable:
 
     def _run_branch(self, step: HostStep, node: Node, host_values: dict[str, np.ndarray]) -> bool:
         """Run the taken branch of an ``If`` compiled; False when it has no compiled form."""
-        cond = self._host_value(node.inputs[0], host_values)
-        attr = "then_branch" if bool(np.asarray(cond).reshape(-1)[0]) else "else_branch"
+        attr = taken_branch(self._host_value(node.inputs[0], host_values))
         model = self._compiled_branch(step.node_index, node, attr)
         if model is None:
             return False
@@ -345,10 +345,6 @@ class CpuExecutable:
         results = run_graph(one, feeds, check=True)
         for info, value in zip(outputs, results):
             self._store(info.name, value, host_values)
-
-
-#: Branches with fewer nodes are interpreted: compiling them would cost more than it saves.
-BRANCH_MIN_NODES = 4
 
 
 def _compile_branch(node: Node, attr: str, outer: Graph, veus: int) -> api.CompiledModel | None:

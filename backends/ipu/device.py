@@ -87,4 +87,5 @@ def _refuse_captured_tensors(graph: Graph) -> None:
         where = "; ".join(f"{node.label} reads {', '.join(repr(c) for c in cs)}" for node, cs in bad)
         raise UnsupportedOpError(
             f"backend 'ipu' cannot compile control-flow nodes whose subgraphs read tensors of the outer graph: "
-            f"{where}. Choose another --backend for this model (cpu and reference run it)", [(node.op_type, node.domain, node.name) for node, _ in bad])
+            f"{where}. Choose another --backend for this model (cpu and reference run it)",
+            [(node.op_type, node.domain, node.name) for node, _ in bad])

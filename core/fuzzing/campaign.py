@@ -44,8 +44,11 @@ def _worker(conn: Any, backend: str, cache_dir: str) -> None:
 
     os.environ["RAMMER_CACHE_DIR"] = cache_dir
     logging.getLogger("rammer").setLevel(logging.ERROR)
+    from .. import plugins
     from .oracle import run_case
 
+    # Each case compiles fresh: a backend with a compile cache is told not to use it.
+    no_cache = {"cache": False} if plugins.get_backend(backend).capabilities.compile_cache else None
     while True:
         msg = conn.recv()
         if msg is None:
@@ -56,7 +59,7 @@ def _worker(conn: Any, backend: str, cache_dir: str) -> None:
         except Exception as exc:  # the generator could not make this case: not a finding about rammer
             conn.send({"kind": "skipped", "detail": f"{type(exc).__name__}: {exc}", "label": ""})
             continue
-        out = run_case(data, feeds, backend, {"cache": False} if backend == "cpu" else None)
+        out = run_case(data, feeds, backend, no_cache)
         d = out.as_dict()
         d["label"] = label
         conn.send(d)

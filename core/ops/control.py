@@ -98,9 +98,14 @@ def unreachable_branch(name: str, outputs: tuple[TensorInfo, ...] | list[TensorI
                  {**(opset or {}), RAMMER_DOMAIN: 1})
 
 
+def taken_branch(cond: np.ndarray) -> str:
+    """The attribute of the branch an ``If`` takes on ``cond`` (its one element)."""
+    return "then_branch" if bool(np.asarray(cond).reshape(-1)[0]) else "else_branch"
+
+
 @register_op("If", infer=_infer_if)
 def if_(ctx: OpContext, cond: np.ndarray) -> tuple[np.ndarray, ...]:
-    branch = _body(ctx, "then_branch" if bool(np.asarray(cond).reshape(-1)[0]) else "else_branch")
+    branch = _body(ctx, taken_branch(cond))
     return tuple(_run(ctx, branch, {}))
 
 

@@ -161,9 +161,9 @@ def test_one_digit_edits_of_the_json_files_never_change_a_result(case, tmp_path)
                 edited = text[:i] + new + text[i + 1:]
                 try:
                     json.loads(edited)
-                    break
                 except json.JSONDecodeError:
                     continue
+                break
             (entry / name).write_text(edited, encoding="utf-8")
             again = case.compile(cache)
             assert again.executable.cache_status.startswith("rebuilt"), (name, i)

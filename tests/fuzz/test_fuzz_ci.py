@@ -41,7 +41,8 @@ def _known(backend: str) -> set[str]:
 def test_bounded_fuzz_run(backend, campaign, seeds, tmp_path):
     from rammer import plugins
 
-    available = plugins.get_backend(backend).availability()
+    be = plugins.get_backend(backend)
+    available = be.availability()
     if not available.ok:
         pytest.skip(f"backend {backend} does not run here: {available.reason}")
     seeds = seeds[:int(len(seeds) * BACKENDS[backend])]
@@ -57,7 +58,7 @@ def test_bounded_fuzz_run(backend, campaign, seeds, tmp_path):
         f"{k}: {v['kind']}: {v['detail'][:300]}" for k, v in sorted(new.items()))
     fixed = known - set(failing)
     assert not fixed, f"listed as failing but now pass (remove them from {known_file.name}): {sorted(fixed)}"
-    if plugins.get_backend(backend).capabilities.reference_fallback:
+    if be.capabilities.reference_fallback:
         assert res.counts.get("unsupported", 0) == 0  # it falls back: it never refuses an op
         if campaign == "graphs":
             assert res.counts["ok"] >= len(seeds) * 0.95
