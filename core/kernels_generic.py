@@ -47,7 +47,8 @@ class Tiling:
 
     @cached_property
     def grid(self) -> tuple[int, ...]:
-        return tuple(max(1, -(-s // b)) for s, b in zip(self.shape, self.block))
+        # A zero-extent axis gets a zero block from tile sizes clamped to the shape: one empty box.
+        return tuple(max(1, -(-s // b)) if b > 0 else 1 for s, b in zip(self.shape, self.block))
 
     @property
     def count(self) -> int:

@@ -103,3 +103,20 @@ def test_a_branch_reading_an_outer_tensor_is_refused_naming_node_and_tensor(capt
         rammer.compile(_if_reading_outer(captured_is_input), backend="ipu")
     ref = rammer.compile(_if_reading_outer(captured_is_input), backend="reference")
     assert ref.run({ref.inputs[0].name: np.ones((2, 3), np.float32), "c": np.array(True)})["y"][0, 0] == 2.5
+
+
+def test_a_matmul_with_zero_rows_compiles_and_runs() -> None:
+    # Found by ci/fuzz.py (mutants:11000598): an input of shape [0, 2] gave tile sizes of 0 and the
+    # rKernel families divided by them ("ZeroDivisionError" relayed by CompileError).
+    from onnx import TensorProto, helper, numpy_helper
+
+    from rammer.kernels_generic import Tiling
+
+    assert Tiling((0, 8), (0, 8)).grid == (1, 1) and Tiling((0, 8), (0, 8)).box(0) == ((0, 0), (0, 8))
+    w = numpy_helper.from_array(np.ones((8, 2), np.float32), "w")
+    graph = helper.make_graph([helper.make_node("Gemm", ["x", "w"], ["y"], transB=1)], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [0, 2])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [0, 8])], [w])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    out = rammer.compile(model, backend="ipu").run({"x": np.zeros((0, 2), np.float32)})["y"]
+    assert out.shape == (0, 8)
