@@ -4,7 +4,7 @@ graph (after the backend's core passes) -> one GPU rKernel per node (:mod:`.lowe
 candidates the core scheduler chooses among) -> a core :class:`rammer.schedule.Schedule` on a
 GPU vDevice (wavefront by default), verified -> one float arena planned by
 :func:`rammer.memory.plan_arena` with the schedule's "done before" relation -> block programs
-(:func:`.program.from_schedule`), race-checked -> ONE persistent kernel (:mod:`.program`),
+(:func:`.program.from_schedule`), race-checked -> ONE table-driven entry kernel (:mod:`.entry`),
 rendered in any dialect of :mod:`rammer.codegen`.  Nothing here depends on the dialect: the
 backends differ in the table they render with and the runtime that launches the program.
 """
@@ -26,6 +26,7 @@ from rammer.rtask import RKernel, RTaskResources
 from rammer.schedule import Schedule, build_problem, get_policy, schedule_order, verify
 from rammer.vdevice import VDevice
 
+from . import entry
 from . import program as gp
 from .lower import BLOCK_THREADS, BINARY, COPY, TILINGS, UNARY, Lowered, NoGpuKernel, Ref, lower_node
 
@@ -103,7 +104,8 @@ class GpuProgram:
     #: "persistent" (one launch, argument ``epoch``) or "wave" (one launch per wave, argument ``wave``).
     mode: str = "persistent"
     launches: int = 1
-    #: Wave mode's call tables, passed after ``(arena, counters, wave)`` in this order.
+    #: The entry kernel's call tables (:mod:`.entry`), passed after ``(arena, counters, epoch|wave)``
+    #: in this order.
     tables: dict[str, np.ndarray] = field(default_factory=dict)
 
     def source(self, dialect: str) -> str:
@@ -214,10 +216,10 @@ def compile_program(graph: Graph, backend: Any, vdevice: VDevice, policy: str = 
     programs = gp.from_schedule(schedule, calls)
     if mode == "wave":
         wave_programs = gp.split_waves(programs, waves)
-        kernels, tables = gp.wave_kernel(KERNEL_NAME, templates, wave_programs, BLOCK_THREADS)
+        kernels, tables = entry.wave_kernel(KERNEL_NAME, templates, wave_programs, BLOCK_THREADS)
         launches = len(wave_programs)
     else:
-        kernels, tables = gp.persistent_kernel(KERNEL_NAME, templates, programs, BLOCK_THREADS), {}
+        kernels, tables = entry.persistent_kernel(KERNEL_NAME, templates, programs, BLOCK_THREADS)
         launches = 1
     schedule.place({n: o * 4 for n, o in offset.items()})
     constants = [(offset[n], np.asarray(graph.initializers[n], np.float32)) for n in names if n in graph.initializers]

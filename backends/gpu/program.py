@@ -1,4 +1,5 @@
-"""A persistent GPU program: rKernels as device functions, one straight-line program per block.
+"""A GPU program as steps: rKernels as device functions, per block a list of calls, signals and
+waits, and the race check that proves a program's blocks are ordered wherever they share memory.
 
 An rKernel (a :class:`~rammer.codegen.kernel_ir.Kernel` written with
 ``block_id`` as its rTask index) becomes a device function
@@ -9,27 +10,18 @@ rKernel).  An rKernel with fewer threads than the block is guarded by
 ``thread_id < threads`` when it has no barriers; one with barriers must use
 the whole block (refused otherwise, so no thread can skip a barrier).
 
-The persistent kernel takes ``(arena, counters, epoch)``.  Block ``b`` runs
-``if (block_id == b) { ... }``: its calls in order (arguments are offsets into
-the float arena), and barrier steps: a *signal* (block barrier, then thread 0
-fences and increments ``counters[b]``) and a *wait* (thread 0 spins until
-``counters[j] >= epoch * signals_j + m``, then a block barrier).  The epoch
-makes counters valid across launches without a reset.  Programs are
-straight-line code selected by the group id, the shape PoCL compiles
-correctly (shared/notes/gpu.md).
-
-:func:`check_races` proves from the declared reads and writes of each call
-that every cross-block conflict is ordered by a signal/wait pair, so a
-program whose barriers were removed is refused before it runs.
+A block's program is a list of steps: a :class:`Call` (an rTask, its arguments offsets into
+the float arena), a :class:`Signal` (this block has finished everything before it) and a
+:class:`Wait` (until block ``j`` has signalled ``m`` times in this launch).
+:func:`check_races` proves from the declared reads and writes of each call that every
+cross-block conflict is ordered by a signal/wait pair, so a program whose barriers were removed
+is refused before it runs.  :mod:`.entry` turns programs into the entry kernel (persistent or
+wave mode).
 
 Programs come from a core :class:`rammer.schedule.Schedule` (:func:`from_schedule`, used by
-:mod:`.compiler`) or, in tests, from caller-stated waves (:func:`from_waves`).  Consecutive calls
-of one rKernel with the same arguments and evenly spaced rTask ids are rendered as one loop, so a
-block's straight-line program stays short.
-
-Wave mode (:func:`wave_kernel`): one launch per wave, no waits between blocks, and the calls as
-data (a table the kernel loops over, one loop per rKernel), so the kernel does not grow with the
-model; the race check sees each launch boundary as an all-block barrier.
+:mod:`.compiler`) or, in tests, from caller-stated waves (:func:`from_waves`); wave mode cuts
+them into waves (:func:`split_waves`), and the race check sees each launch boundary as an
+all-block barrier (:func:`check_wave_races`).
 """
 
 from __future__ import annotations
@@ -38,13 +30,11 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Union
 
-import numpy as np
-
 from rammer.codegen import kernel_ir as ir
 from rammer.codegen.kernel_ir import BinOp, Special, c, v
 
-__all__ = ["Call", "Signal", "Wait", "Task", "ProgramError", "device_function", "persistent_kernel",
-           "from_waves", "from_schedule", "check_races", "wave_kernel", "split_waves", "check_wave_races", "signals_per_block"]
+__all__ = ["Call", "Signal", "Wait", "Task", "Step", "ProgramError", "device_function", "from_waves",
+           "from_schedule", "check_races", "split_waves", "check_wave_races", "signals_per_block"]
 
 
 class ProgramError(ValueError):
@@ -148,169 +138,6 @@ def device_function(kernel: ir.Kernel, block_threads: int) -> tuple[ir.Kernel, i
 
 def signals_per_block(programs: list[list[Step]]) -> list[int]:
     return [sum(isinstance(s, Signal) for s in p) for p in programs]
-
-
-def _call_args(k: ir.Kernel, step: Call, block: int, rtask: ir.Expr) -> tuple[ir.Expr, ...]:
-    if len(step.args) != len(k.params):
-        raise ProgramError(f"block {block}: {step.kernel} takes {len(k.params)} arguments, got {len(step.args)}")
-    args: list[ir.Expr] = [rtask, v("smem")]
-    for p, a in zip(k.params, step.args):
-        if p.pointer:
-            args.append(BinOp("+", v("arena"), c(int(a))))
-        else:
-            args.append(c(float(a)) if p.dtype == "float" else c(int(a)))
-    return tuple(args)
-
-
-def _runs(steps: list[Step]) -> list[tuple[Step, int, int]]:
-    """``steps`` as (first step, count, rTask stride): consecutive calls of one rKernel with equal
-    arguments and evenly spaced rTask ids become one run (rendered as a loop)."""
-    out: list[tuple[Step, int, int]] = []
-    for s in steps:
-        if out and isinstance(s, Call):
-            first, count, stride = out[-1]
-            if isinstance(first, Call) and first.kernel == s.kernel and first.args == s.args:
-                delta = s.rtask_id - first.rtask_id
-                if count == 1 and delta > 0:
-                    out[-1] = (first, 2, delta)
-                    continue
-                if count > 1 and delta == stride * count:
-                    out[-1] = (first, count + 1, stride)
-                    continue
-        out.append((s, 1, 0))
-    return out
-
-
-def persistent_kernel(name: str, kernels: dict[str, ir.Kernel], programs: list[list[Step]],
-                      block_threads: int, check: bool = True) -> list[ir.Kernel]:
-    """The device functions and the persistent kernel ``name(arena, counters, epoch)``; block ``b``
-    runs ``programs[b]``.  Raises :class:`ProgramError` on races (:func:`check_races`)."""
-    if check:
-        check_races(programs)
-    fns, smem = [], 1
-    for k in kernels.values():
-        fn, size = device_function(k, block_threads)
-        fns.append(fn)
-        smem = max(smem, size)
-    totals = signals_per_block(programs)
-    tid0 = BinOp("==", Special("thread_id"), c(0))
-    blocks: list[ir.Stmt] = []
-    for b, steps in enumerate(programs):
-        body: list[ir.Stmt] = []
-        for step, count, stride in _runs(steps):
-            if isinstance(step, Call):
-                k = kernels.get(step.kernel)
-                if k is None:
-                    raise ProgramError(f"block {b} calls unknown rKernel {step.kernel!r}")
-                if count == 1:
-                    body.append(ir.Invoke(step.kernel, _call_args(k, step, b, c(int(step.rtask_id)))))
-                else:
-                    stop = step.rtask_id + stride * count
-                    body.append(ir.For("r", c(int(step.rtask_id)), c(int(stop)), c(int(stride)),
-                                       (ir.Invoke(step.kernel, _call_args(k, step, b, v("r"))),)))
-            elif isinstance(step, Signal):
-                body += [ir.Barrier(), ir.If(tid0, (ir.Fence(), ir.AtomicAdd("counters", c(b), c(1))))]
-            elif isinstance(step, Wait):
-                target = BinOp("+", BinOp("*", v("epoch"), c(totals[step.block])), c(step.count))
-                # Every thread spins (no barrier-bearing code under a thread-dependent branch: PoCL
-                # miscompiled a thread-0-only spin followed by further barrier code).
-                body += [ir.Block((ir.Decl("int", "seen", c(0)),
-                                   ir.While(BinOp("<", v("seen"), target),
-                                            (ir.AtomicAdd("counters", c(step.block), c(0), result="seen"),)),
-                                   ir.Fence())),
-                         ir.Barrier()]
-            else:
-                raise ProgramError(f"block {b}: not a program step: {step!r}")
-        if body:
-            blocks.append(ir.If(BinOp("==", Special("block_id"), c(b)), (ir.Comment(f"block {b}"), *body)))
-    params = (ir.Param("arena", "float", True), ir.Param("counters", "int", True), ir.Param("epoch", "int"))
-    main = ir.Kernel(name, params, tuple(blocks), shared=(ir.SharedArray("smem", "float", smem),),
-                     threads=block_threads, meta=(("program", "persistent"), ("blocks", str(len(programs)))))
-    return [*fns, main]
-
-
-def wave_kernel(name: str, kernels: dict[str, ir.Kernel], waves: list[list[list[Call]]],
-                block_threads: int, check: bool = True) -> tuple[list[ir.Kernel], dict[str, np.ndarray]]:
-    """Wave mode: ``name(arena, counters, wave, itab, ftab, ranges)``, launched once per wave
-    (``waves[w][b]``: block ``b``'s calls in wave ``w``; the launch boundary orders the waves, so
-    there are no barriers between blocks; ``counters`` is unused).
-
-    The calls are data: row ``i`` of ``itab`` holds a call's rtask_id and integer arguments (arena
-    offsets included), row ``i`` of ``ftab`` its float arguments.  The kernel has one loop per
-    rKernel, ``for (i = ranges[lo]; i < ranges[hi]; i++) rkernel(itab[i, ...])``, its bounds picked
-    by wave and block, so its size does not grow with the model (PoCL compiled straight-line
-    programs of a few hundred calls for many minutes) and no barrier sits under a branch on a
-    loaded value (the shape PoCL miscompiles).  Calls of one wave and block need no order among
-    themselves: a wave's ops are independent and memory is reused across waves only.
-    Returns the kernels and the tables ``itab``, ``ftab``, ``ranges``."""
-    blocks = max((len(w) for w in waves), default=1)
-    if check:
-        check_wave_races(waves)
-    names = list(kernels)
-    fns, smem = [], 1
-    for k in kernels.values():
-        fn, size = device_function(k, block_threads)
-        fns.append(fn)
-        smem = max(smem, size)
-    n_int = {n: 1 + sum(1 for p in kernels[n].params if p.pointer or p.dtype != "float") for n in names}
-    n_flt = {n: sum(1 for p in kernels[n].params if not p.pointer and p.dtype == "float") for n in names}
-    wi, wf = max(n_int.values(), default=1), max(max(n_flt.values(), default=1), 1)
-    irows: list[list[int]] = []
-    frows: list[list[float]] = []
-    ranges: list[int] = []
-    for per_block in waves:
-        for b in range(blocks):
-            calls = per_block[b] if b < len(per_block) else []
-            for n in names:
-                ranges.append(len(irows))
-                for call in calls:
-                    if call.kernel != n:
-                        continue
-                    k = kernels[n]
-                    if len(call.args) != len(k.params):
-                        raise ProgramError(f"{n} takes {len(k.params)} arguments, got {len(call.args)}")
-                    ints = [int(call.rtask_id)] + [int(a) for p, a in zip(k.params, call.args)
-                                                   if p.pointer or p.dtype != "float"]
-                    flts = [float(a) for p, a in zip(k.params, call.args) if not p.pointer and p.dtype == "float"]
-                    irows.append(ints + [0] * (wi - len(ints)))
-                    frows.append(flts + [0.0] * (wf - len(flts)))
-                ranges.append(len(irows))
-    for k in kernels:
-        if k not in n_int:
-            raise ProgramError(f"unknown rKernel {k!r}")
-    for per_block in waves:
-        for calls in per_block:
-            for call in calls:
-                if call.kernel not in kernels:
-                    raise ProgramError(f"a call of unknown rKernel {call.kernel!r}")
-    body: list[ir.Stmt] = []
-    base = BinOp("*", BinOp("+", BinOp("*", v("wave"), c(blocks)), Special("block_id")), c(2 * len(names)))
-    for t, n in enumerate(names):
-        k = kernels[n]
-        row_i, row_f = BinOp("*", v("i"), c(wi)), BinOp("*", v("i"), c(wf))
-        args: list[ir.Expr] = [ir.Load("itab", row_i), v("smem")]
-        ci, cf = 1, 0
-        for p in k.params:
-            if p.pointer:
-                args.append(BinOp("+", v("arena"), ir.Load("itab", BinOp("+", row_i, c(ci)))))
-                ci += 1
-            elif p.dtype == "float":
-                args.append(ir.Load("ftab", BinOp("+", row_f, c(cf))))
-                cf += 1
-            else:
-                args.append(ir.Load("itab", BinOp("+", row_i, c(ci))))
-                ci += 1
-        body.append(ir.For("i", ir.Load("ranges", BinOp("+", base, c(2 * t))),
-                           ir.Load("ranges", BinOp("+", base, c(2 * t + 1))), c(1), (ir.Invoke(n, tuple(args)),)))
-    params = (ir.Param("arena", "float", True), ir.Param("counters", "int", True), ir.Param("wave", "int"),
-              ir.Param("itab", "int", True, True), ir.Param("ftab", "float", True, True),
-              ir.Param("ranges", "int", True, True))
-    main = ir.Kernel(name, params, tuple(body), shared=(ir.SharedArray("smem", "float", smem),),
-                     threads=block_threads, meta=(("program", "wave"), ("waves", str(len(waves)))))
-    tables = {"itab": np.asarray(irows or [[0] * wi], np.int32).ravel(),
-              "ftab": np.asarray(frows or [[0.0] * wf], np.float32).ravel(),
-              "ranges": np.asarray(ranges or [0, 0], np.int32)}
-    return [*fns, main], tables
 
 
 def check_wave_races(waves: list[list[list[Call]]]) -> None:

@@ -3,8 +3,10 @@
 The device is the first OpenCL device that builds a probe program (PoCL's CPU device on machines
 without a GPU) whose "platform device" name contains ``$RAMMER_OPENCL_DEVICE``
 (any, when unset).  A persistent program's blocks spin on each other's counters, so they must all be
-resident at once: the schedule gets as many vEUs as the device has compute units (on PoCL, one
-per core unless ``POCL_CPU_MAX_CU_COUNT`` raises it), never more.
+resident at once: the schedule gets as many vEUs as the device has compute units, never more.
+PoCL (3.1, Debian's ``pocl-opencl-icd``) runs one work-group per thread of its pool and reports one
+compute unit per pool thread: one per core unless ``POCL_MAX_PTHREAD_COUNT`` raises it (set before
+the process first touches OpenCL); more blocks than pool threads would spin forever.
 """
 
 from __future__ import annotations
@@ -78,7 +80,7 @@ TABLE = DeviceTable(
     name="opencl", dialect=DIALECT, language="opencl", compiler=None, presets=("v100", "a100", "h100", "mi250x"),
     description="OpenCL via pyopencl: the whole model as one persistent kernel (PoCL's CPU device without a GPU)",
     availability=_availability, executable=_executable, fit_vdevice=_fit, device_kind=_device_kind,
-    default_mode="wave", extra={"runtime": "pyopencl"})
+    extra={"runtime": "pyopencl"})
 
 
 def make_backend() -> GpuBackend:

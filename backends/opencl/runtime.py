@@ -33,10 +33,6 @@ class OpenCLExecutable:
         if program.blocks > device.max_compute_units:
             raise RammerError(f"opencl: the program has {program.blocks} persistent blocks but {device.name.strip()} "
                               f"has {device.max_compute_units} compute units; spinning blocks must all be resident")
-        if program.mode == "persistent" and "Portable Computing Language" in device.platform.name:
-            raise RammerError("opencl: PoCL does not run persistent programs correctly (a block's counter wait "
-                              "let it read another block's results early, and programs of three or more waves "
-                              "deadlocked); use mode='wave', the default: one launch per wave (docs/gpu.md)")
         self.cl, self.device = cl, device
         self.report: dict[str, Any] = {"device": device.name.strip(), **program.report}
         self.ctx = cl.Context([device])
@@ -73,7 +69,7 @@ class OpenCLExecutable:
                                 self.counters, np.int32(w), *self.tables)
             else:
                 self.kernel(self.queue, (p.blocks * p.block_threads,), (p.block_threads,), self.arena,
-                            self.counters, np.int32(self.epoch))
+                            self.counters, np.int32(self.epoch), *self.tables)
             self.epoch += 1
             out: dict[str, np.ndarray] = {}
             for name in p.outputs:

@@ -76,20 +76,65 @@ def test_mixed_model_runs_on_opencl_and_matches_reference():
         for k in want:
             np.testing.assert_allclose(got[k], want[k], rtol=1e-4, atol=1e-5)
     report = compiled.executable.report
-    assert report["mode"] == "wave" and report["launches_per_run"] == report["waves"]
+    assert report["mode"] == "persistent" and report["launches_per_run"] == 1  # the default: one launch
     assert report["blocks"] <= compiled.executable.device.max_compute_units
+    wave = rammer.compile(model, backend="opencl", mode="wave")
+    assert wave.executable.report["launches_per_run"] == wave.executable.report["waves"] > 1
+    for k in want:
+        np.testing.assert_allclose(wave.run(feeds)[k], want[k], rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.parametrize("name", ["alexnet-small", "resnext-small"])
-def test_small_zoo_models_match_reference_on_opencl(name):
+SMALL_ZOO = [e.name for e in zoo.list_models() if e.small]
+
+
+@pytest.mark.parametrize("mode", ["persistent", "wave"])
+@pytest.mark.parametrize("name", SMALL_ZOO)
+def test_small_zoo_models_match_reference_on_opencl(name, mode):
     _opencl()
     graph = load(zoo.build(name, seed=0))
-    compiled = rammer.compile(graph, backend="opencl")
-    feeds = random_feeds(graph.inputs, seed=1)
-    want = rammer.compile(graph, backend="reference").run(feeds)
-    got = compiled.run(feeds)
+    compiled = rammer.compile(graph, backend="opencl", mode=mode)
+    want = rammer.compile(graph, backend="reference")
+    for seed in (1, 2):  # a second run: persistent mode's counters carry on with the next epoch
+        feeds = random_feeds(graph.inputs, seed=seed)
+        got, expected = compiled.run(feeds), want.run(feeds)
+        for k in expected:
+            np.testing.assert_allclose(got[k], expected[k], rtol=1e-4, atol=1e-4)
+    report = compiled.executable.report
+    assert report["launches_per_run"] == (1 if mode == "persistent" else report["waves"])
+
+
+_MANY_BLOCKS = """
+import numpy as np, rammer
+from rammer import zoo
+from rammer.api import random_feeds
+m = zoo.build("nasnet-small", seed=0)
+exe = rammer.compile(m, backend="opencl", mode="persistent")
+ref = rammer.compile(m, backend="reference")
+for seed in (1, 2, 3):
+    feeds = random_feeds(exe.inputs, seed=seed)
+    got, want = exe.run(feeds), ref.run(feeds)
     for k in want:
         np.testing.assert_allclose(got[k], want[k], rtol=1e-4, atol=1e-4)
+r = exe.executable.report
+print("blocks", r["blocks"], "signals", r["signals"], "launches", r["launches_per_run"])
+"""
+
+
+def test_persistent_program_with_eight_spinning_blocks_on_pocl():
+    # PoCL runs one work-group per thread of its pool; POCL_MAX_PTHREAD_COUNT raises the pool (and
+    # the compute units the device reports, hence the vEUs scheduled), so eight blocks spin on each
+    # other's counters on two cores.  Its own process: PoCL reads the variable once, at start.
+    import os
+    import subprocess
+    import sys
+
+    be = _opencl()
+    if "Portable Computing Language" not in be.availability().reason:
+        pytest.skip("needs PoCL (the variable is PoCL's)")
+    env = {**os.environ, "POCL_MAX_PTHREAD_COUNT": "8"}
+    out = subprocess.run([sys.executable, "-c", _MANY_BLOCKS], env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "blocks 8 " in out.stdout and "launches 1" in out.stdout
 
 
 def test_what_has_no_rkernel_is_refused_naming_node_and_op():
@@ -177,16 +222,6 @@ def test_hipcc_compiles_whole_small_models_for_gfx90a_and_gfx908(name, mode):
     exe = be.compile(load(zoo.build(name, seed=0)), {"mode": mode})
     for arch in ("gfx90a", "gfx908"):
         assert exe.compile_check(arch)["binary_bytes"] > 0  # HIP_PLATFORM=amd is set by the toolchain
-
-
-def test_persistent_mode_on_pocl_is_refused():
-    be = _opencl()
-    if "Portable Computing Language" not in be.availability().reason:
-        pytest.skip("not PoCL")
-    from rammer.errors import RammerError
-
-    with pytest.raises(RammerError, match="PoCL.*mode='wave'"):
-        rammer.compile(_mixed(), backend="opencl", mode="persistent")
 
 
 def test_opencl_refuses_a_grid_larger_than_the_device():

@@ -1,12 +1,14 @@
-"""A persistent program (relu -> tiled MatMul, two waves on two blocks with counter barriers;
-the three-wave relu -> MatMul -> softmax program for nvcc) runs on PoCL for two launches without resetting its counters and matches numpy;
-the same program's CUDA text compiles with nvcc; removing barriers is refused before anything runs."""
+"""A persistent program (relu -> tiled MatMul -> softmax, three waves on two blocks with counter
+barriers, the table-driven entry kernel of backends/gpu/entry.py) runs on PoCL for three launches
+without resetting its counters and matches numpy; its CUDA text compiles with nvcc; removing
+barriers is refused before anything runs."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
+from rammer.backends.gpu import entry
 from rammer.backends.gpu import kernels as gk
 from rammer.backends.gpu import program as gp
 from rammer.codegen.dialects import DIALECTS
@@ -41,38 +43,47 @@ def _expected(x, w):
 
 
 def test_persistent_program_runs_on_pocl_across_launches(opencl):
-    # relu -> MatMul only: with the softmax wave added, PoCL aborted or deadlocked, and a model
-    # program of this shape once read another block's results early (its spin waits do not order
-    # blocks on PoCL); the opencl backend therefore runs wave mode and refuses persistent mode on
-    # PoCL (docs/gpu.md).  This small program has passed here every time; nothing relies on it.
-    programs = gp.from_waves(_waves()[:2], blocks=2)
-    source = render_module(gp.persistent_kernel("net", KERNELS, programs, BLOCK), DIALECTS["opencl"])
-    prog = opencl.build(source)
+    # Barrier rKernels (the tiled MatMul, softmax) inside the table loops, thread 0 spinning on
+    # the other block's counter: the shapes PoCL must compile correctly (shared/notes/gpu.md).
+    programs = gp.from_waves(_waves(), blocks=2)
+    kernels, tables = entry.persistent_kernel("net", KERNELS, programs, BLOCK)
+    prog = opencl.build(render_module(kernels, DIALECTS["opencl"]))
     rng = np.random.default_rng(7)
     w = rng.standard_normal((K, N)).astype(np.float32) * 0.3
     counters = opencl.buffer(np.zeros(2, np.int32))
-    for epoch in range(2):  # the counters are never reset: the epoch moves the targets
+    bufs = [opencl.buffer(t) for t in tables.values()]
+    for epoch in range(3):  # the counters are never reset: the epoch moves the targets
         x = rng.standard_normal((M, K)).astype(np.float32)
         arena = np.zeros(ARENA, np.float32)
         arena[X:X + M * K], arena[W:W + K * N] = x.ravel(), w.ravel()
         abuf = opencl.buffer(arena)
-        prog.net(opencl.queue, (2 * BLOCK,), (BLOCK,), abuf, counters, np.int32(epoch))
+        prog.net(opencl.queue, (2 * BLOCK,), (BLOCK,), abuf, counters, np.int32(epoch), *bufs)
         out = opencl.read(arena, abuf)
-        np.testing.assert_allclose(out[Z:Y].reshape(M, N), np.maximum(x, 0) @ w, rtol=1e-4, atol=1e-4)
+        np.testing.assert_allclose(out[Y:].reshape(M, N), _expected(x, w), rtol=1e-4, atol=1e-6)
     seen = np.zeros(2, np.int32)
     opencl.read(seen, counters)
-    assert seen.tolist() == [2, 2]  # one signal per block per launch
+    assert seen.tolist() == [6, 6]  # two signals per block per launch (after waves 0 and 1)
+
+
+def test_segments_keep_program_order():
+    programs = gp.from_waves(_waves(), blocks=3)
+    for steps in programs:
+        again: list = []
+        for seg in entry.segments(steps):
+            assert len({c.op for c in seg.calls}) <= 1  # one operator per segment: no order needed inside
+            again += seg.calls + ([gp.Signal()] if seg.signal else []) + seg.waits
+        assert again == steps
 
 
 def test_cuda_and_opencl_programs_are_one_template():
-    kernels = gp.persistent_kernel("net", KERNELS, gp.from_waves(_waves(), blocks=3), BLOCK)
+    kernels, _ = entry.persistent_kernel("net", KERNELS, gp.from_waves(_waves(), blocks=3), BLOCK)
     assert (neutral(render_module(kernels, DIALECTS["cuda"], mark=True))
             == neutral(render_module(kernels, DIALECTS["opencl"], mark=True)))
 
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 def test_nvcc_compiles_the_persistent_program(arch, tmp_path, ptxas_usage):
-    kernels = gp.persistent_kernel("net", KERNELS, gp.from_waves(_waves(), blocks=4), BLOCK)
+    kernels, _ = entry.persistent_kernel("net", KERNELS, gp.from_waves(_waves(), blocks=4), BLOCK)
     usage = ptxas_usage(arch, render_module(kernels, DIALECTS["cuda"]), tmp_path)
     assert usage["net"]["smem"] == 2 * T * T * 4  # the pooled buffer: the largest rKernel's shared memory
     assert 0 < usage["net"]["registers"] <= 255
@@ -80,7 +91,7 @@ def test_nvcc_compiles_the_persistent_program(arch, tmp_path, ptxas_usage):
 
 def test_removed_barriers_are_caught_before_running():
     with pytest.raises(gp.ProgramError, match="race: relu rTask .* mm rTask"):
-        gp.persistent_kernel("net", KERNELS, gp.from_waves(_waves(), blocks=2, barriers=False), BLOCK)
+        entry.persistent_kernel("net", KERNELS, gp.from_waves(_waves(), blocks=2, barriers=False), BLOCK)
     programs = gp.from_waves(_waves(), blocks=2)
     one_wait_gone = [programs[0], [s for s in programs[1] if s != gp.Wait(0, 2)]]
     with pytest.raises(gp.ProgramError, match="race: mm rTask .* softmax rTask"):

@@ -1,0 +1,242 @@
+"""The entry kernels of a GPU program: persistent (one launch per run) and wave (one launch per
+wave).  Both are table-driven, so their size does not grow with the model.
+
+Both take ``(arena, counters, epoch_or_wave, itab, ftab, ptab)``.  Every call of an rKernel is a
+row of ``itab`` (its rtask_id and integer arguments, arena offsets included) and of ``ftab`` (its
+float arguments), and the entry kernel has one loop per rKernel over a range of rows,
+``for (i = lo; i < hi; i++) rkernel(itab[i, ...])``, with ``lo``/``hi`` read from ``ptab``.
+
+Why tables and not straight-line code per block (what Rammer's own generator emits): PoCL's
+kernel compiler replicates the code after every barrier that sits under a branch, so a
+straight-line program of a few dozen barrier steps under ``if (block_id == b)`` did not finish
+compiling in minutes (alexnet-small, 21 signals), and nvcc took over 7 minutes on nasnet-small.
+The table shape keeps every barrier either directly in a loop or in an rKernel called from one,
+never under a branch on a loaded value: the shape PoCL miscompiles (``../shared/notes/gpu.md``);
+``tests/gpu/test_persistent_program.py`` runs it on PoCL.
+
+**Persistent**: block ``b`` walks its *segments* ``ptab[b] .. ptab[b+1]``.  A segment is a run of
+calls of one operator (so no order is needed among them), then a block barrier, then (thread 0)
+an optional signal (fence, ``counters[b] += 1``) and the waits
+(spin until ``counters[j] >= epoch * signals_j + count``, then fence), then a block barrier.  Cut
+that way, a block's program keeps the order of :func:`.program.from_schedule`'s steps exactly, so
+:func:`.program.check_races` on those steps covers it.  The epoch moves every target, so the
+counters are never reset between runs.
+
+**Wave**: ``ptab`` holds, per wave and block, a row range per rKernel; the launch boundary orders
+the waves (``counters`` is unused).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from rammer.codegen import kernel_ir as ir
+from rammer.codegen.kernel_ir import BinOp, Special, c, v
+
+from .program import Call, ProgramError, Signal, Step, Wait, check_races, check_wave_races, device_function, \
+    signals_per_block
+
+__all__ = ["persistent_kernel", "wave_kernel", "segments"]
+
+TABLE_PARAMS = (ir.Param("itab", "int", True, True), ir.Param("ftab", "float", True, True),
+                ir.Param("ptab", "int", True, True))
+
+
+def _add(a: ir.Expr, b: ir.Expr) -> ir.Expr:
+    return BinOp("+", a, b)
+
+
+def _mul(a: ir.Expr, b: ir.Expr) -> ir.Expr:
+    return BinOp("*", a, b)
+
+
+class _CallTable:
+    """The rows of ``itab``/``ftab`` and the per-rKernel loop that runs a range of them."""
+
+    def __init__(self, kernels: dict[str, ir.Kernel]) -> None:
+        self.kernels = kernels
+        self.names = list(kernels)
+        self.n_int = {n: 1 + sum(1 for p in k.params if p.pointer or p.dtype != "float") for n, k in kernels.items()}
+        n_flt = {n: sum(1 for p in k.params if not p.pointer and p.dtype == "float") for n, k in kernels.items()}
+        self.wi = max(self.n_int.values(), default=1)
+        self.wf = max(max(n_flt.values(), default=1), 1)
+        self.irows: list[list[int]] = []
+        self.frows: list[list[float]] = []
+
+    def add(self, call: Call) -> None:
+        k = self.kernels.get(call.kernel)
+        if k is None:
+            raise ProgramError(f"a call of unknown rKernel {call.kernel!r}")
+        if len(call.args) != len(k.params):
+            raise ProgramError(f"{call.kernel} takes {len(k.params)} arguments, got {len(call.args)}")
+        ints = [int(call.rtask_id)] + [int(a) for p, a in zip(k.params, call.args) if p.pointer or p.dtype != "float"]
+        flts = [float(a) for p, a in zip(k.params, call.args) if not p.pointer and p.dtype == "float"]
+        self.irows.append(ints + [0] * (self.wi - len(ints)))
+        self.frows.append(flts + [0.0] * (self.wf - len(flts)))
+
+    def ranges(self, calls: list[Call]) -> list[int]:
+        """Append ``calls`` grouped by rKernel; the ``[lo, hi)`` row range of each rKernel in turn."""
+        out: list[int] = []
+        for n in self.names:
+            out.append(len(self.irows))
+            for call in calls:
+                if call.kernel == n:
+                    self.add(call)
+            out.append(len(self.irows))
+        for call in calls:
+            if call.kernel not in self.kernels:
+                raise ProgramError(f"a call of unknown rKernel {call.kernel!r}")
+        return out
+
+    def loops(self, base: ir.Expr) -> list[ir.Stmt]:
+        """One loop per rKernel over rows ``ptab[base + 2t] .. ptab[base + 2t + 1]``."""
+        body: list[ir.Stmt] = []
+        for t, n in enumerate(self.names):
+            k = self.kernels[n]
+            row_i, row_f = _mul(v("i"), c(self.wi)), _mul(v("i"), c(self.wf))
+            args: list[ir.Expr] = [ir.Load("itab", row_i), v("smem")]
+            ci, cf = 1, 0
+            for p in k.params:
+                if p.pointer:
+                    args.append(_add(v("arena"), ir.Load("itab", _add(row_i, c(ci)))))
+                    ci += 1
+                elif p.dtype == "float":
+                    args.append(ir.Load("ftab", _add(row_f, c(cf))))
+                    cf += 1
+                else:
+                    args.append(ir.Load("itab", _add(row_i, c(ci))))
+                    ci += 1
+            body.append(ir.For("i", ir.Load("ptab", _add(base, c(2 * t))), ir.Load("ptab", _add(base, c(2 * t + 1))),
+                               c(1), (ir.Invoke(n, tuple(args)),)))
+        return body
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        return {"itab": np.asarray(self.irows or [[0] * self.wi], np.int32).ravel(),
+                "ftab": np.asarray(self.frows or [[0.0] * self.wf], np.float32).ravel()}
+
+
+def _device_functions(kernels: dict[str, ir.Kernel], block_threads: int) -> tuple[list[ir.Kernel], int]:
+    fns, smem = [], 1
+    for k in kernels.values():
+        fn, size = device_function(k, block_threads)
+        fns.append(fn)
+        smem = max(smem, size)
+    return fns, smem
+
+
+@dataclass
+class Segment:
+    """Calls of one operator, then (optionally) a signal, then waits: one iteration of a
+    persistent block's loop."""
+
+    calls: list[Call] = field(default_factory=list)
+    signal: bool = False
+    waits: list[Wait] = field(default_factory=list)
+
+    def takes(self, step: Step) -> bool:
+        if isinstance(step, Call):
+            if self.signal or self.waits:
+                return False
+            return not self.calls or (step.op >= 0 and step.op == self.calls[-1].op)
+        if isinstance(step, Signal):
+            return not self.signal and not self.waits
+        return True
+
+
+def segments(steps: list[Step]) -> list[Segment]:
+    """``steps`` cut into segments, in order: the steps of the segments, read in order, are
+    ``steps`` again."""
+    out: list[Segment] = []
+    for s in steps:
+        if not out or not out[-1].takes(s):
+            out.append(Segment())
+        seg = out[-1]
+        if isinstance(s, Call):
+            seg.calls.append(s)
+        elif isinstance(s, Signal):
+            seg.signal = True
+        elif isinstance(s, Wait):
+            seg.waits.append(s)
+        else:
+            raise ProgramError(f"not a program step: {s!r}")
+    return out
+
+
+def persistent_kernel(name: str, kernels: dict[str, ir.Kernel], programs: list[list[Step]], block_threads: int,
+                      check: bool = True) -> tuple[list[ir.Kernel], dict[str, np.ndarray]]:
+    """The device functions and the persistent kernel ``name(arena, counters, epoch, itab, ftab,
+    ptab)``; block ``b`` runs ``programs[b]``.  Raises :class:`ProgramError` on races.  Returns
+    the kernels and the tables (``itab``, ``ftab``, ``ptab``)."""
+    if check:
+        check_races(programs)
+    fns, smem = _device_functions(kernels, block_threads)
+    table = _CallTable(kernels)
+    totals = signals_per_block(programs)
+    blocks = len(programs)
+    per_block = [segments(p) for p in programs]
+    nseg = sum(len(s) for s in per_block)
+    rec = 2 * len(table.names) + 3  # per segment: [lo, hi) per rKernel, signal, first wait, end of waits
+    seg0 = blocks + 1
+    wait0 = seg0 + nseg * rec
+    starts, records, waits = [0], [], []
+    for b, segs in enumerate(per_block):
+        for seg in segs:
+            for w in seg.waits:
+                if not 0 <= w.block < blocks:
+                    raise ProgramError(f"block {b} waits for block {w.block}, which does not exist")
+            first = len(waits) // 3
+            for w in seg.waits:
+                waits += [w.block, w.count, totals[w.block]]
+            records += table.ranges(seg.calls) + [int(seg.signal), first, len(waits) // 3]
+        starts.append(starts[-1] + len(segs))
+    ptab = np.asarray(starts + records + waits, np.int32)
+
+    bid, tid0 = Special("block_id"), BinOp("==", Special("thread_id"), c(0))
+    base = _add(c(seg0), _mul(v("s"), c(rec)))
+    k = 2 * len(table.names)
+    wrow = _add(c(wait0), _mul(v("w"), c(3)))
+    target = _add(_mul(v("epoch"), ir.Load("ptab", _add(wrow, c(2)))), ir.Load("ptab", _add(wrow, c(1))))
+    spin = ir.For("w", ir.Load("ptab", _add(base, c(k + 1))), ir.Load("ptab", _add(base, c(k + 2))), c(1), (
+        ir.Decl("int", "seen", c(0)),
+        ir.While(BinOp("<", v("seen"), target),
+                 (ir.AtomicAdd("counters", ir.Load("ptab", wrow), c(0), result="seen"),)),
+    ))
+    sync = ir.If(tid0, (
+        ir.If(BinOp("!=", ir.Load("ptab", _add(base, c(k))), c(0)),
+              (ir.Fence(), ir.AtomicAdd("counters", bid, c(1)))),
+        spin,
+        ir.Fence(),
+    ))
+    loop = ir.For("s", ir.Load("ptab", bid), ir.Load("ptab", _add(bid, c(1))), c(1),
+                  (*table.loops(base), ir.Barrier(), sync, ir.Barrier()))
+    params = (ir.Param("arena", "float", True), ir.Param("counters", "int", True), ir.Param("epoch", "int"),
+              *TABLE_PARAMS)
+    main = ir.Kernel(name, params, (loop,), shared=(ir.SharedArray("smem", "float", smem),), threads=block_threads,
+                     meta=(("program", "persistent"), ("blocks", str(blocks)), ("segments", str(nseg))))
+    return [*fns, main], {**table.arrays(), "ptab": ptab}
+
+
+def wave_kernel(name: str, kernels: dict[str, ir.Kernel], waves: list[list[list[Call]]],
+                block_threads: int, check: bool = True) -> tuple[list[ir.Kernel], dict[str, np.ndarray]]:
+    """Wave mode: ``name(arena, counters, wave, itab, ftab, ptab)``, launched once per wave
+    (``waves[w][b]``: block ``b``'s calls in wave ``w``; the launch boundary orders the waves, so
+    there are no barriers between blocks; ``counters`` is unused).  Calls of one wave and block
+    need no order among themselves: a wave's ops are independent and memory is reused across
+    waves only (:func:`.program.check_wave_races`).  Returns the kernels and the tables."""
+    blocks = max((len(w) for w in waves), default=1)
+    if check:
+        check_wave_races(waves)
+    fns, smem = _device_functions(kernels, block_threads)
+    table = _CallTable(kernels)
+    ranges: list[int] = []
+    for per_block in waves:
+        for b in range(blocks):
+            ranges += table.ranges(per_block[b] if b < len(per_block) else [])
+    base = _mul(_add(_mul(v("wave"), c(blocks)), Special("block_id")), c(2 * len(table.names)))
+    params = (ir.Param("arena", "float", True), ir.Param("counters", "int", True), ir.Param("wave", "int"),
+              *TABLE_PARAMS)
+    main = ir.Kernel(name, params, tuple(table.loops(base)), shared=(ir.SharedArray("smem", "float", smem),),
+                     threads=block_threads, meta=(("program", "wave"), ("waves", str(len(waves)))))
+    return [*fns, main], {**table.arrays(), "ptab": np.asarray(ranges or [0, 0], np.int32)}
