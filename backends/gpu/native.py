@@ -21,8 +21,9 @@ import numpy as np
 from rammer.errors import BackendUnavailableError, RammerError
 
 from .compiler import KERNEL_NAME, GpuProgram
+from .occupancy import GpuLimits, check_grid, occupancy
 
-__all__ = ["Toolchain", "NativeExecutable", "cupy_gpu"]
+__all__ = ["Toolchain", "NativeExecutable", "cupy_gpu", "emit"]
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,8 @@ class Toolchain:
     env: Mapping[str, str] = field(default_factory=dict)
     #: Regexes reading (kernel, registers, shared bytes) from the compiler's verbose output, if any.
     usage: tuple[str, str, str] | None = None
+    #: Per vDevice preset, the device's limits (its ``arch`` is the compiler target for it).
+    limits: Mapping[str, GpuLimits] = field(default_factory=dict)
 
     def build(self, source: str, suffix: str, arch: str, folder: str | None = None) -> dict[str, Any]:
         """Compile ``source`` for ``arch``; returns the command, output and per-kernel usage.
@@ -57,6 +60,8 @@ class Toolchain:
                 "binary_bytes": size, "usage": self._usage(proc.stderr + proc.stdout)}
 
     def _usage(self, text: str) -> dict[str, dict[str, int]]:
+        """Per kernel, registers per thread and static shared bytes per block (each on its own
+        line or on one line, whichever the compiler prints)."""
         if not self.usage:
             return {}
         entry, regs, smem = (re.compile(p) for p in self.usage)
@@ -66,12 +71,15 @@ class Toolchain:
             m = entry.search(line)
             if m:
                 current = m.group(1)
-                found[current] = {}
+                found[current] = {"registers": 0, "smem": 0}
+            if current is None:
+                continue
             m = regs.search(line)
-            if m and current:
+            if m:
                 found[current]["registers"] = int(m.group(1))
-                s = smem.search(line)
-                found[current]["smem"] = int(s.group(1)) if s else 0
+            m = smem.search(line)
+            if m:
+                found[current]["smem"] = int(m.group(1))
         return found
 
 
@@ -106,12 +114,31 @@ class NativeExecutable:
         """Build the source with the vendor compiler for ``arch`` (default: the first of the table)."""
         return self.toolchain.build(self.source, self.suffix, arch or self.toolchain.archs[0])
 
+    def occupancy(self, preset: str | None = None) -> dict[str, Any]:
+        """Build for ``preset``'s device (default: the one scheduled for) and return its registers,
+        shared memory, blocks per multiprocessor and co-resident grid; raises when the program's
+        grid is larger (its blocks would spin forever)."""
+        preset = preset or str(self.program.report.get("vdevice"))
+        limits = self.toolchain.limits.get(preset)
+        if limits is None:
+            raise RammerError(f"no device limits for vDevice '{preset}' (known: {', '.join(self.toolchain.limits)})")
+        built = self.compile_check(limits.arch)
+        usage = built["usage"].get(KERNEL_NAME)
+        if usage is None:
+            raise RammerError(f"{self.toolchain.compiler} reported no resource usage for {KERNEL_NAME}")
+        occ = {"preset": preset, **occupancy(limits, self.program.block_threads, usage["registers"], usage["smem"]),
+               "grid": self.program.blocks, "binary_bytes": built["binary_bytes"]}
+        if self.program.mode == "persistent":
+            check_grid(self.program.blocks, occ, preset)
+        return occ
+
     def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         if self._runner is None:
             cupy, why = self._gpu()
             if cupy is None:
                 raise BackendUnavailableError(f"no {self.gpu_name} to run on: {why}")
-            self._runner = _CupyRunner(cupy, self.program, self.source)
+            self._runner = _CupyRunner(cupy, self.program, self.source,
+                                       self.toolchain.limits.get(str(self.program.report.get("vdevice"))))
         return self._runner(feeds)
 
 
@@ -119,9 +146,17 @@ class _CupyRunner:
     """One RawModule, the arena and counters on the device; one launch per run (per wave in wave mode).
     Written for CuPy's RawModule API; not executed on this project's machines (no GPU)."""
 
-    def __init__(self, cupy: Any, program: GpuProgram, source: str) -> None:
+    def __init__(self, cupy: Any, program: GpuProgram, source: str, limits: GpuLimits | None) -> None:
         self.cp, self.p = cupy, program
         self.fn = cupy.RawModule(code=source).get_function(KERNEL_NAME)
+        if limits is not None and program.mode == "persistent":  # the live device's numbers
+            props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
+            live = GpuLimits(limits.arch, int(props["multiProcessorCount"]), limits.warp, limits.max_threads,
+                             limits.max_blocks, limits.registers, limits.register_unit, limits.shared_bytes,
+                             limits.shared_reserved, limits.simds, limits.max_waves_per_simd)
+            occ = occupancy(live, program.block_threads, int(self.fn.num_regs), int(self.fn.shared_size_bytes))
+            check_grid(program.blocks, occ, props["name"].decode() if isinstance(props["name"], bytes) else
+                       str(props["name"]))
         self.arena = cupy.asarray(program.constant_arena())
         self.counters = cupy.zeros(max(program.blocks, 1), dtype=cupy.int32)
         self.tables = [cupy.asarray(t) for t in program.tables.values()]
@@ -142,3 +177,59 @@ class _CupyRunner:
             off, shape = p.tensors[name]
             out[name] = cp.asnumpy(self.arena[off:off + int(np.prod(shape))]).reshape(shape)
         return out
+
+
+def emit(backend: Any, toolchain: Toolchain, suffix: str, model: str, folder: str, build: bool = True,
+         options: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Compile ``model`` (an ``.onnx`` path or a zoo name) for ``backend`` without a GPU and write
+    ``program<suffix>``, ``schedule.json`` and ``report.json`` (with, per architecture, the
+    compiler's build and, per preset, the occupancy) into ``folder``."""
+    import json
+
+    from rammer import zoo
+    from rammer.frontend import load
+
+    graph = load(model if os.path.exists(model) else zoo.build(model, seed=0))
+    exe = backend.compile(graph, dict(options or {}))
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, "program" + suffix), "w", encoding="utf-8") as f:
+        f.write(exe.source)
+    exe.schedule.to_json(os.path.join(folder, "schedule.json"))
+    report = dict(exe.report)
+    if build and shutil.which(toolchain.compiler):
+        report["builds"] = [toolchain.build(exe.source, suffix, arch) for arch in toolchain.archs]
+        preset = str(exe.report.get("vdevice"))
+        if preset in toolchain.limits:
+            report["occupancy"] = exe.occupancy(preset)
+    elif build:
+        report["builds_skipped"] = f"{toolchain.compiler} is not on PATH"
+    with open(os.path.join(folder, "report.json"), "w", encoding="utf-8") as f:
+        json.dump(report, f, indent=2, default=str)
+    return report
+
+
+def emit_main(backend: str, emit_fn: Callable[..., dict[str, Any]], argv: list[str]) -> int:
+    """``python -m rammer.backends.<backend>.codegen MODEL DIR [--mode M] [--vdevice P]``."""
+    import argparse
+    import json
+
+    parser = argparse.ArgumentParser(prog=f"python -m rammer.backends.{backend}.codegen",
+                                     description="Write the program, schedule and report of MODEL without a GPU.")
+    parser.add_argument("model", help="an .onnx path or a zoo name")
+    parser.add_argument("folder")
+    parser.add_argument("--mode", choices=("persistent", "wave"), default="persistent")
+    parser.add_argument("--vdevice", default=None, help="a GPU vDevice preset (default: the backend's first)")
+    args = parser.parse_args(argv)
+    options = {"mode": args.mode, **({"vdevice": args.vdevice} if args.vdevice else {})}
+    try:
+        out = emit_fn(args.model, args.folder, **options)
+    except RammerError as exc:
+        print(f"error: {exc}", file=__import__("sys").stderr)
+        return 1
+    print(json.dumps({k: out.get(k) for k in ("vdevice", "mode", "blocks", "rtasks", "barriers", "arena_bytes",
+                                              "builds_skipped")}))
+    for b in out.get("builds", []):
+        print(f"{b['arch']}: {b['binary_bytes']} bytes; {b['usage'].get(KERNEL_NAME, {})}")
+    if "occupancy" in out:
+        print(json.dumps(out["occupancy"]))
+    return 0
