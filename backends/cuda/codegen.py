@@ -24,13 +24,14 @@ __all__ = ["render", "SUFFIX", "TOOLCHAIN", "emit"]
 SUFFIX = ".cu"
 KiB = 1024
 #: Per SM, from NVIDIA's tuning guides: 64 K registers allocated 256 per warp, 2048 threads,
-#: 32 blocks; shared memory 96 / 164 / 228 KiB (1 KiB reserved per block from sm_80 on).
+#: 32 blocks; shared memory 96 / 164 / 228 KiB (1 KiB reserved per block from sm_80 on).  nvcc 13
+#: dropped sm_70, so a V100 program's registers are read from an sm_75 build.
 _SM = dict(warp=32, max_threads=2048, max_blocks=32, registers=65536, register_unit=256)
 TOOLCHAIN = Toolchain(compiler="nvcc",
                       args=("-arch={arch}", "-cubin", "--ptxas-options=-v", "{src}", "-o", "{out}"),
                       archs=("sm_80", "sm_90"), env={},
                       usage=(r"Compiling entry function '(\w+)'", r"Used (\d+) registers", r"(\d+) bytes smem"),
-                      limits={"v100": GpuLimits("sm_70", 80, shared_bytes=96 * KiB, **_SM),
+                      limits={"v100": GpuLimits("sm_70", 80, shared_bytes=96 * KiB, build_arch="sm_75", **_SM),
                               "a100": GpuLimits("sm_80", 108, shared_bytes=164 * KiB, shared_reserved=KiB, **_SM),
                               "h100": GpuLimits("sm_90", 132, shared_bytes=228 * KiB, shared_reserved=KiB, **_SM)})
 

@@ -122,12 +122,12 @@ class NativeExecutable:
         limits = self.toolchain.limits.get(preset)
         if limits is None:
             raise RammerError(f"no device limits for vDevice '{preset}' (known: {', '.join(self.toolchain.limits)})")
-        built = self.compile_check(limits.arch)
+        built = self.compile_check(limits.build_arch or limits.arch)
         usage = built["usage"].get(KERNEL_NAME)
         if usage is None:
             raise RammerError(f"{self.toolchain.compiler} reported no resource usage for {KERNEL_NAME}")
         occ = {"preset": preset, **occupancy(limits, self.program.block_threads, usage["registers"], usage["smem"]),
-               "grid": self.program.blocks, "binary_bytes": built["binary_bytes"]}
+               "grid": self.program.blocks, "binary_bytes": built["binary_bytes"], "built_for": built["arch"]}
         if self.program.mode == "persistent":
             check_grid(self.program.blocks, occ, preset)
         return occ

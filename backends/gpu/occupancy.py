@@ -38,6 +38,9 @@ class GpuLimits:
     #: SIMDs per CU (AMD): waves are spread over them, each with its own VGPR file.
     simds: int = 0
     max_waves_per_simd: int = 0
+    #: The target the resource usage is read from when the compiler lacks ``arch`` (CUDA 13's nvcc
+    #: has no sm_70: a V100's registers are taken from an sm_75 build).
+    build_arch: str = ""
 
 
 def _round_up(x: int, unit: int) -> int:

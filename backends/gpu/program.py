@@ -293,12 +293,13 @@ def check_races(programs: list[list[Step]]) -> None:
     groups: dict[object, dict] = {}
     for b, steps in enumerate(programs):
         sent = 0
+        pending: dict[int, dict] = {}  # groups with a call on b since b's last signal
         for i, s in enumerate(steps):
             if isinstance(s, Signal):
                 sent += 1
-                for g in groups.values():  # the first signal after a group's last call on b
-                    if g["need"].get(b) == -1:
-                        g["need"][b] = sent
+                for g in pending.values():  # the first signal after a group's last call on b
+                    g["need"][b] = sent
+                pending.clear()
             elif isinstance(s, Call):
                 key = ("op", s.op) if s.op >= 0 else ("call", b, i)
                 g = groups.setdefault(key, {"call": s, "reads": set(), "writes": set(), "first": {}, "last": {},
@@ -308,6 +309,7 @@ def check_races(programs: list[list[Step]]) -> None:
                 g["first"].setdefault(b, (i, before[b][i]))
                 g["last"][b] = i
                 g["need"][b] = -1
+                pending[id(g)] = g
     items = list(groups.values())
     for g in items:
         g["reads"], g["writes"] = tuple(sorted(g["reads"])), tuple(sorted(g["writes"]))

@@ -1,0 +1,174 @@
+"""The GPU benchmark: every zoo model at full size and the torch.onnx exports on a real NVIDIA GPU (``cuda``)
+or AMD GPU (``rocm``), checked against ``reference`` and timed at batch 1.
+
+    python ci/gpu_bench.py [--backend cuda] [--vdevice a100] [--models ...] [--torch] [--repeat 50] [--json F]
+
+Per model: rammer's persistent mode (one launch per inference) and wave mode (one launch per wave), the
+launches per inference, the co-resident grid and the theoretical occupancy (from the compiled kernel's
+registers and shared memory), the simulated makespan next to the measured time; baselines in the same
+process: onnxruntime's CUDA provider when ``onnxruntime-gpu`` is installed, and for the torch exports PyTorch
+eager and CUDA-graph replay of the same module.  Times are medians of ``--repeat`` runs after warm-up,
+device-synchronised (CuPy / torch events); each rammer run includes copying inputs in and outputs out.
+
+Without a GPU it compiles everything and says what is missing (exit 2): run ``bash ci/gpu_bench.sh`` on a
+machine with one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+ZOO = "lstm-tc,seq2seq,deepspeech2,nasnet,resnext,alexnet"
+TARGETS = {"lstm-tc": 0.5, "nasnet": 0.7, "resnext": 0.7, "seq2seq": 0.7, "alexnet": 1.2}
+
+
+def _models(args) -> list[tuple[str, object, object]]:
+    """``(name, onnx model, torch module or None)``."""
+    import onnx
+
+    import rammer.zoo
+
+    out = [(n, rammer.zoo.build(n), None) for n in args.models.split(",") if n]
+    if args.torch:
+        sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+        import torch_models
+
+        folder = tempfile.mkdtemp(prefix="rammer-gpu-bench-")
+        for name in torch_models.CASES:
+            path = os.path.join(folder, f"{name}.onnx")
+            torch_models.export_torchscript(name, path)
+            out.append((f"torch:{name}", onnx.load(path), torch_models.build_model(name)))
+    return out
+
+
+def _median_ms(fn, sync, repeat: int, warmup: int = 5) -> float:
+    for _ in range(warmup):
+        fn()
+    sync()
+    times = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        fn()
+        sync()
+        times.append((time.perf_counter() - t) * 1e3)
+    return statistics.median(times)
+
+
+def _torch_baselines(module, feeds: dict, repeat: int) -> dict:
+    import torch
+
+    dev = torch.device("cuda")
+    module = module.to(dev).eval()
+    args = [torch.from_numpy(v).to(dev) for v in feeds.values()]
+    out: dict = {}
+    with torch.no_grad():
+        out["torch_eager_ms"] = _median_ms(lambda: module(*args), torch.cuda.synchronize, repeat)
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            for _ in range(3):
+                module(*args)
+        torch.cuda.current_stream().wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            module(*args)
+        out["torch_cuda_graph_ms"] = _median_ms(graph.replay, torch.cuda.synchronize, repeat)
+    return out
+
+
+def _ort_cuda(model, feeds: dict, repeat: int) -> float | None:
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        return None
+    if "CUDAExecutionProvider" not in ort.get_available_providers():
+        return None
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CUDAExecutionProvider"])
+    return _median_ms(lambda: sess.run(None, feeds), lambda: None, repeat)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--backend", default="cuda", choices=("cuda", "rocm"))
+    parser.add_argument("--vdevice", default=None, help="GPU preset the schedule is made for (default: backend's)")
+    parser.add_argument("--models", default=ZOO)
+    parser.add_argument("--torch", action="store_true")
+    parser.add_argument("--repeat", type=int, default=50)
+    parser.add_argument("--json", default=None)
+    args = parser.parse_args(argv)
+
+    import numpy as np
+
+    import rammer
+    from rammer import plugins
+    from rammer.api import random_feeds
+    from rammer.errors import RammerError
+    from rammer.frontend import load
+    from rammer.schedule import simulate
+
+    be = plugins.backends()[args.backend]
+    avail = be.availability()
+    rows = []
+    for name, model, module in _models(args):
+        options = {"mode": "persistent", **({"vdevice": args.vdevice} if args.vdevice else {})}
+        row: dict = {"model": name}
+        try:
+            exe = be.compile(load(model), options)
+        except RammerError as exc:
+            row["refused"] = str(exc)[:200]
+            rows.append(row)
+            print(f"{name}: refused: {row['refused']}", flush=True)
+            continue
+        row.update(blocks=exe.program.blocks, launches_persistent=1,
+                   simulated_ms=simulate(exe.schedule).makespan_us / 1e3)
+        if not avail.ok:
+            rows.append(row)
+            print(f"{name}: compiled ({exe.program.blocks} blocks, simulated {row['simulated_ms']:.3f} ms); "
+                  f"not run: {avail.reason}", flush=True)
+            continue
+        try:  # needs the vendor compiler; the runner checks the live device's co-residency anyway
+            row.update(exe.occupancy())
+        except RammerError as exc:
+            row["occupancy"] = f"not computed: {exc}"[:200]
+        compiled = {m: rammer.compile(model, backend=args.backend, **{**options, "mode": m})
+                    for m in ("persistent", "wave")}
+        feeds = random_feeds(compiled["persistent"].inputs, seed=0)
+        want = rammer.compile(model, backend="reference").run(feeds)
+        import cupy
+
+        sync = cupy.cuda.Device().synchronize
+        for mode, cm in compiled.items():
+            got = cm.run(feeds)
+            row[f"{mode}_max_rel_err"] = max(float(np.max(np.abs(got[k] - want[k])) /
+                                                 (np.max(np.abs(want[k])) + 1e-12)) for k in want)
+            row[f"{mode}_ms"] = _median_ms(lambda cm=cm: cm.run(feeds), sync, args.repeat)
+        row["launches_wave"] = compiled["wave"].executable.report["launches_per_run"]
+        ort_ms = _ort_cuda(model, feeds, args.repeat)
+        if ort_ms is not None:
+            row["ort_cuda_ms"] = ort_ms
+        if module is not None:
+            row.update(_torch_baselines(module, feeds, args.repeat))
+        base = row.get("torch_cuda_graph_ms") or row.get("ort_cuda_ms")
+        if base:
+            row["ratio"] = row["persistent_ms"] / base
+            row["target"] = TARGETS.get(name)
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump(rows, f, indent=2)
+    if not avail.ok:
+        print(f"\nno GPU run: {args.backend} is unavailable here ({avail.reason}); everything above compiled. "
+              f"Run `bash ci/gpu_bench.sh` on a machine with the GPU.")
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
