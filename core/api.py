@@ -255,8 +255,10 @@ def compile(model: ModelSource | Graph, backend: str | None = None,
 
     Nodes the backend leaves to the reference implementation are logged once as a
     warning on the ``rammer`` logger; ``strict=True`` makes them a :class:`CompileError`.
+    With ``emit=DIR``, a backend that emits source compiles even where it cannot run (running the
+    result then raises, naming what is missing).
     """
-    be = plugins.get_backend(backend)
+    be = plugins.get_backend(backend, compile_only=bool(options.get("emit")))
     graph = model if isinstance(model, Graph) else load(model, input_shapes, limits)
     # ai.onnx.ml nodes become standard ops; tree_strategy= picks Hummingbird's strategy (docs/ml.md).
     graph = lower_ml(graph, options.pop("tree_strategy", None), device=be.capabilities.device)

@@ -152,8 +152,10 @@ def default_backend_name() -> str:
     return max(candidates, key=lambda b: (b.default_priority, b.name)).name
 
 
-def get_backend(name: str | None) -> Backend:
-    """The backend called ``name`` (the default one for None), checked available."""
+def get_backend(name: str | None, compile_only: bool = False) -> Backend:
+    """The backend called ``name`` (the default one for None), checked available.  With
+    ``compile_only`` (writing source with ``emit``), a backend that emits source is returned even
+    where it cannot run (a GPU backend on a machine without the GPU): its programs still compile."""
     name = name or default_backend_name()
     table = backends()
     if name not in table:
@@ -163,7 +165,7 @@ def get_backend(name: str | None) -> Backend:
         )
     backend = table[name]
     avail = backend.availability()
-    if not avail.ok:
+    if not avail.ok and not (compile_only and backend.capabilities.emits_source):
         raise BackendUnavailableError(f"backend '{name}' is not available here: {avail.reason}")
     return backend
 

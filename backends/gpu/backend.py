@@ -112,20 +112,28 @@ class GpuBackend(Backend):
             raise RammerError(f"{self.name}: the model is too deep to compile") from None
         exe = self.table.executable(prog, options)
         if options.get("emit"):
-            self._emit(str(options["emit"]), prog)
+            self._emit(str(options["emit"]), prog, exe)
         return exe
 
-    def _emit(self, folder: str, prog: GpuProgram) -> None:
-        """``rammer compile --emit DIR``: the source file, the schedule JSON and the report."""
+    def _emit(self, folder: str, prog: GpuProgram, exe: Any) -> None:
+        """``rammer compile --emit DIR``: the source file, the schedule JSON and the report (with the
+        vendor compiler's registers, shared memory, co-resident grid and occupancy when it is on PATH)."""
         import json
         import os
 
         from rammer.codegen.dialects import get_dialect
 
+        report = dict(prog.report)
+        occupancy = getattr(exe, "occupancy", None)
+        if occupancy is not None:
+            try:
+                report["occupancy"] = occupancy()
+            except RammerError as exc:  # no compiler here, or a grid too large: say so in the report
+                report["occupancy"] = f"not computed: {exc}"
         os.makedirs(folder, exist_ok=True)
         name = "program" + get_dialect(self.table.dialect).suffix
         with open(os.path.join(folder, name), "w", encoding="utf-8") as f:
             f.write(prog.source(self.table.dialect))
         prog.schedule.to_json(os.path.join(folder, "schedule.json"))
         with open(os.path.join(folder, "report.json"), "w", encoding="utf-8") as f:
-            json.dump(prog.report, f, indent=2, default=str)
+            json.dump(report, f, indent=2, default=str)

@@ -37,6 +37,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="save the compiled model (load it with rammer.load_compiled or `rammer run MODEL.rammer`)")
     p.add_argument("--veus", type=int, default=None, help="vEUs (worker threads) for scheduling backends")
     p.add_argument("--policy", default=None, help="scheduling policy for scheduling backends (default wavefront)")
+    p.add_argument("--vdevice", default=None, metavar="PRESET",
+                   help="vDevice preset to schedule for, on backends that take one (e.g. cuda: a100, v100, h100)")
+    p.add_argument("--mode", default=None, help="execution mode, on backends that have several (GPU: persistent, wave)")
     p.add_argument("--no-cache", action="store_true", help="do not read or write the compile cache")
     p.set_defaults(func=run)
 
@@ -44,10 +47,13 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _options(args: argparse.Namespace, backend: Any) -> dict[str, Any]:
     caps = backend.capabilities
     options: dict[str, Any] = {}
-    wanted = {"emit": args.emit, "veus": args.veus, "policy": args.policy}
+    wanted = {"emit": args.emit, "veus": args.veus, "policy": args.policy, "vdevice": args.vdevice,
+              "mode": args.mode}
     for key, value in wanted.items():
         if value is None:
             continue
+        if key in ("vdevice", "mode") and (caps.options is None or key not in caps.options):
+            raise RammerError(f"backend '{backend.name}' has no --{key} option")
         if key == "emit" and not caps.emits_source:
             raise RammerError(f"backend '{backend.name}' does not emit source (--emit)")
         if key in ("veus", "policy") and not caps.schedules:
@@ -63,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
     from ..api import compile as compile_model
 
     source, label = model_source(args)
-    backend = plugins.get_backend(args.backend)
+    backend = plugins.get_backend(args.backend, compile_only=bool(args.emit))
     options = _options(args, backend)
     if args.output:
         if type(backend).export_artifact is Backend.export_artifact:

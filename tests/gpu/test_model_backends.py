@@ -280,3 +280,22 @@ def test_wave_mode_refuses_conflicting_ops_in_one_wave():
     gp.check_wave_races([[[a], []], [[], [b]]])  # ordered by the launch boundary
     with pytest.raises(gp.ProgramError, match="wave 0"):
         gp.check_wave_races([[[a], [b]]])
+
+
+def test_cli_emits_cuda_source_without_a_gpu(tmp_path, capsys):
+    from rammer.cli import main
+
+    be = _backend("cuda")
+    if be.availability().ok:
+        pytest.skip("an NVIDIA GPU is present here")
+    out = tmp_path / "emit"
+    assert main(["compile", "--zoo", "alexnet-small", "--backend", "cuda", "--emit", str(out),
+                 "--vdevice", "h100", "--mode", "persistent"]) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["program.cu", "report.json", "schedule.json"]
+    report = __import__("json").loads((out / "report.json").read_text())
+    assert report["vdevice"] == "h100" and report["blocks"] == 132 and report["launches_per_run"] == 1
+    if shutil.which("nvcc"):
+        assert report["occupancy"]["arch"] == "sm_90" and report["occupancy"]["co_resident"] >= 132
+    capsys.readouterr()
+    assert main(["run", "--zoo", "alexnet-small", "--backend", "cuda"]) != 0  # running still needs the GPU
+    assert "NVIDIA GPU" in capsys.readouterr().err
