@@ -26,6 +26,7 @@ from rammer.ops.registry import OpContext, get_op
 from . import kernels as gk
 from . import kernels_model as km
 from . import kernels_nn as kn
+from .lower_reduce import REDUCE_OPS, lower_reduce, lower_resize
 
 __all__ = ["Ref", "Lowered", "NoGpuKernel", "lower_node", "GPU_OPS", "TILINGS", "BLOCK_THREADS"]
 
@@ -40,7 +41,8 @@ BINARY = frozenset(km.BINARY_OPS)
 COPY = frozenset({"Identity", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "Slice", "Split",
                   "Concat", "Pad"})
 GPU_OPS = UNARY | BINARY | COPY | frozenset({"MatMul", "Gemm", "Conv", "MaxPool", "AveragePool",
-                                             "GlobalAveragePool", "GlobalMaxPool", "Softmax"})
+                                             "GlobalAveragePool", "GlobalMaxPool", "Softmax", "Resize",
+                                             *REDUCE_OPS})
 
 
 class NoGpuKernel(RammerError):
@@ -123,6 +125,10 @@ def lower_node(node: Node, graph: Graph, mult: int = 1) -> Lowered:
             return _pool(node, graph)
         if op in ("GlobalAveragePool", "GlobalMaxPool"):
             return _global_pool(node, graph)
+        if op in REDUCE_OPS:
+            return lower_reduce(node, graph, Lowered, Ref)
+        if op == "Resize":
+            return lower_resize(node, graph, Lowered, Ref)
         return _softmax(node, graph)
     except NoGpuKernel:
         raise
