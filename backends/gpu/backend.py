@@ -15,7 +15,7 @@ from typing import Any, Callable, Mapping
 from rammer.backend import Availability, Backend, Capabilities
 from rammer.errors import RammerError
 from rammer.ir import Graph, Node
-from rammer.passes import CSE
+from rammer.passes import CSE, SPLIT_K
 from rammer.rtask import RKernel
 from rammer.vdevice import VDevice
 
@@ -55,7 +55,8 @@ class DeviceTable:
 
 
 class GpuBackend(Backend):
-    graph_passes = (CSE,)
+    #: Split-K: a GEMM with few output tiles would leave most blocks idle (``rammer.passes.split_k``).
+    graph_passes = (CSE, SPLIT_K)
     default_priority = -5
 
     def __init__(self, table: DeviceTable) -> None:

@@ -5,7 +5,9 @@
 * :mod:`.cse`: common-subexpression elimination (:data:`CSE`);
 * :mod:`.relu_concat`: a ``Relu`` read of a ``Concat`` moved onto its parts (:data:`RELU_CONCAT`);
 * :mod:`.merge_convs`: sibling convs merged into one wider conv and a ``Split``
-  (:func:`merge_convs_pass`, with the backend's set of epilogue ops).
+  (:func:`merge_convs_pass`, with the backend's set of epilogue ops);
+* :mod:`.split_k`: a MatMul/Gemm with a long K and few output tiles split into partial products and
+  a sum (:data:`SPLIT_K`, :func:`make_split_k`).
 
 A backend declares its pipeline as data, e.g.::
 
@@ -18,6 +20,7 @@ from .cse import CSE, eliminate_common_subexpressions
 from .merge_convs import merge_convs_pass, merge_sibling_convs
 from .pipeline import Pass, PassError, PassTiming, PipelineResult, run_pipeline
 from .relu_concat import RELU_CONCAT, sink_relu_into_concat
+from .split_k import SPLIT_K, make_split_k, split_k
 
-__all__ = ["CSE", "RELU_CONCAT", "Pass", "PassError", "PassTiming", "PipelineResult", "eliminate_common_subexpressions",
+__all__ = ["CSE", "RELU_CONCAT", "SPLIT_K", "make_split_k", "split_k", "Pass", "PassError", "PassTiming", "PipelineResult", "eliminate_common_subexpressions",
            "merge_convs_pass", "merge_sibling_convs", "run_pipeline", "sink_relu_into_concat"]
