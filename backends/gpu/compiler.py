@@ -28,7 +28,7 @@ from rammer.vdevice import VDevice
 
 from . import entry
 from . import program as gp
-from .lower import BLOCK_THREADS, BINARY, COPY, TILINGS, UNARY, Lowered, NoGpuKernel, Ref, lower_node
+from .lower import BLOCK_THREADS, BINARY, CONV_IMPLICIT_GEMM, COPY, TILINGS, UNARY, Lowered, NoGpuKernel, Ref, lower_node
 
 __all__ = ["GpuProgram", "compile_program", "op_waves", "MODES", "gpu_rkernels", "unsupported", "KERNEL_NAME"]
 
@@ -49,6 +49,8 @@ def unsupported(graph: Graph) -> list[tuple[Node, str]]:
 
 
 def _mults(node: Node) -> tuple[int, ...]:
+    if node.op_type == "Conv":  # direct and implicit GEMM: the scheduler picks by time x resources
+        return (1, CONV_IMPLICIT_GEMM)
     return TILINGS if node.op_type in UNARY | BINARY | COPY else (1,)
 
 
@@ -59,9 +61,9 @@ def gpu_rkernels(node: Node, graph: Graph, vd: VDevice) -> list[RKernel]:
     out, seen = [], set()
     for mult in _mults(node):
         low = lower_node(node, graph, mult)
-        if len(low.calls) in seen:
+        if (low.kernel.name, len(low.calls)) in seen:
             continue
-        seen.add(len(low.calls))
+        seen.add((low.kernel.name, len(low.calls)))
         duration = vd.rtask_overhead_us + max(low.flops / vd.flops_per_us, low.bytes / vd.bytes_per_us)
         out.append(RKernel(family=f"gpu.{low.kernel.name}", params={"mult": mult}, num_rtasks=len(low.calls),
                            duration_us=duration, resources=RTaskResources(low.kernel.threads, low.shared_bytes),

@@ -25,15 +25,18 @@ from rammer.ops.registry import OpContext, get_op
 
 from . import kernels as gk
 from . import kernels_model as km
+from . import kernels_conv as kc
 from . import kernels_nn as kn
 from .lower_reduce import REDUCE_OPS, lower_reduce, lower_resize
 
-__all__ = ["Ref", "Lowered", "NoGpuKernel", "lower_node", "GPU_OPS", "TILINGS", "BLOCK_THREADS"]
+__all__ = ["Ref", "Lowered", "NoGpuKernel", "lower_node", "GPU_OPS", "TILINGS", "BLOCK_THREADS", "CONV_IMPLICIT_GEMM"]
 
 #: Threads of a persistent block: kernels with barriers use exactly this many.
 BLOCK_THREADS = 256
 #: Elements per rTask, in units of the kernel's threads, for the chunked kernels.
 TILINGS = (1, 4)
+#: The ``mult`` that picks a Conv's implicit-GEMM form (1: direct).
+CONV_IMPLICIT_GEMM = 2
 _BIG = 1 << 30
 
 UNARY = frozenset(km.UNARY_OPS)
@@ -120,7 +123,7 @@ def lower_node(node: Node, graph: Graph, mult: int = 1) -> Lowered:
         if op in ("MatMul", "Gemm"):
             return _gemm(node, graph)
         if op == "Conv":
-            return _conv(node, graph)
+            return _conv(node, graph, mult)
         if op in ("MaxPool", "AveragePool"):
             return _pool(node, graph)
         if op in ("GlobalAveragePool", "GlobalMaxPool"):
@@ -377,7 +380,8 @@ def _as2d(values, fill: int) -> list[int]:
     return [fill] + values if len(values) == 1 else values
 
 
-def _conv(node: Node, graph: Graph) -> Lowered:
+def _conv(node: Node, graph: Graph, form: int = 1) -> Lowered:
+    """``form`` 1: direct (one output per thread); :data:`CONV_IMPLICIT_GEMM`: implicit GEMM tiles."""
     x, w, y = _shape(graph, node.inputs[0]), _shape(graph, node.inputs[1]), _shape(graph, node.outputs[0])
     nsp = len(x) - 2
     kernel = tuple(w[2:])
@@ -394,9 +398,15 @@ def _conv(node: Node, graph: Graph) -> Lowered:
     total = int(np.prod(y))
     args = (Ref("in", 0), Ref("in", 1), Ref("in", 2) if has_bias else Ref("in", 1), Ref("out", 0), int(has_bias),
             total, x[0], x[1], h, wd, y[1], oh, ow, kh, kw, sh, sw, ph, pw, dh, dw, group)
+    macs = x[1] // max(group, 1) * kh * kw
+    if form == CONV_IMPLICIT_GEMM:
+        t = 16
+        tiles = -(-(y[1] // group) // t) * -(-(oh * ow) // t)
+        calls = tuple((r, args) for r in range(max(1, x[0] * group * tiles)))
+        # Per tile: 2 t^2 MACs per K step, reading one t x t weight tile and gathering one input tile.
+        return Lowered(kc.conv2d_implicit_gemm("conv_igemm", t), calls, 2.0 * t * t * macs, 8.0 * t * macs)
     threads = 128
     calls = tuple((r, args) for r in range(_chunks(total, threads)))
-    macs = x[1] // max(group, 1) * kh * kw
     return Lowered(kn.conv2d_direct("conv_direct", threads), calls, 2.0 * threads * macs, 8.0 * threads * macs)
 
 
