@@ -32,13 +32,21 @@ globals().update({f"OP_{name}": code for name, code in OPCODE.items()})
 #: a dozen registers (48 KiB) stay in L1/L2.
 BLOCK = 1024
 
+#: A register slot is BLOCK float32s of scratch; an integer register (int64) uses the same slot,
+#: IREG int64s from the first 8-byte boundary in it.  A program with integer values therefore runs
+#: blocks of IBLOCK elements: one less than IREG, so that the slot holds them whatever the parity of
+#: the scratch base a kernel hands the interpreter (scratch sizes stay registers * BLOCK).
+IREG = BLOCK // 2
+IBLOCK = IREG - 1
+
 # Layout of a program in the int64 side array (all offsets relative to its start).
 HDR_NIN = 0
 HDR_NOUT = 1
 HDR_NINSTR = 2
 HDR_NREGS = 3
 HDR_DIMS = 4  # d0, d1, d2, d3
-HDR_LEN = 8
+HDR_INT = 8  # 1 if any value lives in an integer register (blocks of IBLOCK elements)
+HDR_LEN = 9
 IN_LEN = 6  # dtype, offset, s0, s1, s2, s3
 OUT_LEN = 7  # reg, dtype, offset, s0, s1, s2, s3
 INSTR_LEN = 6  # opcode, dst, a, b, c, imm index into the float side array

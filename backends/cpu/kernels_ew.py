@@ -26,8 +26,9 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from .kernels_data import next_row, row_index
-from .ewops import (BLOCK, HDR_LEN, IN_LEN, INSTR_LEN, OUT_LEN, DT_BOOL, DT_F32, DT_I64,
-                    OPCODE)
+from .ewops import (BLOCK, HDR_INT, HDR_LEN, IBLOCK, IN_LEN, INSTR_LEN, IREG, OUT_LEN, DT_BOOL, DT_F32,
+                    DT_I32, DT_I64, OPCODE)
+from .kernels_ew_int import FIRST_INT, int_instr
 from .atomics import copy_block
 from .fastmath import erf32, exp32, sigmoid32, tanh32
 
@@ -300,8 +301,20 @@ def _binary(op, D, A, Bv, n):
 
 
 @njit(**_JIT)
-def _load(F, B, I, J, dt, off, s, d, n):
-    """F[d:d + n] = source[off + j*s] converted to float32 (``d``: a register in F)."""
+def _load(F, B, I, J, dt, off, s, d, di, n):
+    """Register = source[off + j*s] for j < n: float32 and bool into the float register F[d:]
+    (bool as 0/1), int64 and int32 into the integer register I[di:] (see :mod:`.kernels_ew_int`)."""
+    if dt == DT_I64 or dt == DT_I32:
+        Di = I[di:di + n]
+        if dt == DT_I32:
+            for j in range(n):
+                Di[j] = np.int64(J[np.uint64(off + j * s)])
+        elif s == 1:
+            copy_block(I, di, off, n)
+        else:
+            for j in range(n):
+                Di[j] = I[np.uint64(off + j * s)]
+        return
     if dt == DT_F32:
         if s == 1:
             # memcpy: a copy loop between two slices of F stays scalar (possible overlap)
@@ -317,20 +330,26 @@ def _load(F, B, I, J, dt, off, s, d, n):
                 D[j] = F[np.uint64(off + j * s)]
         return
     D = F[d:d + n]
-    if dt == DT_BOOL:
-        for j in range(n):
-            D[j] = f32(B[np.uint64(off + j * s)])
-    elif dt == DT_I64:
-        for j in range(n):
-            D[j] = f32(I[np.uint64(off + j * s)])
-    else:
-        for j in range(n):
-            D[j] = f32(J[np.uint64(off + j * s)])
+    for j in range(n):
+        D[j] = f32(B[np.uint64(off + j * s)])
 
 
 @njit(**_JIT)
-def _store(F, B, I, J, dt, off, s, a, n):
-    """target[off + j*s] = F[a:a + n] converted from float32 (``a``: a register in F)."""
+def _store(F, B, I, J, dt, off, s, a, ai, n):
+    """target[off + j*s] = register for j < n: float32 and bool from the float register F[a:]
+    (bool as != 0), int64 and int32 from the integer register I[ai:] (int32 keeps the low bits)."""
+    if dt == DT_I64:
+        if s == 1:
+            copy_block(I, off, ai, n)
+            return
+        for j in range(n):
+            I[np.uint64(off + j * s)] = I[np.uint64(ai + j)]
+        return
+    if dt == DT_I32:
+        Ai = I[ai:ai + n]
+        for j in range(n):
+            J[np.uint64(off + j * s)] = np.int32(Ai[j])
+        return
     if dt == DT_F32:
         if s == 1:
             copy_block(F, off, a, n)
@@ -339,23 +358,19 @@ def _store(F, B, I, J, dt, off, s, a, n):
             F[np.uint64(off + j * s)] = F[np.uint64(a + j)]
         return
     A = F[a:a + n]
-    if dt == DT_BOOL:
-        for j in range(n):
-            B[np.uint64(off + j * s)] = 1 if A[j] != f32(0.0) else 0
-    elif dt == DT_I64:
-        for j in range(n):
-            I[np.uint64(off + j * s)] = np.int64(A[j])
-    else:
-        for j in range(n):
-            J[np.uint64(off + j * s)] = np.int32(A[j])
+    for j in range(n):
+        B[np.uint64(off + j * s)] = 1 if A[j] != f32(0.0) else 0
 
 
 @njit(**_JIT)
-def _exec(F, X, R, code, ninstr, sbase, n):
+def _exec(F, I, X, R, code, ninstr, sbase, ibase, n):
     """Run the program's instructions over the first ``n`` elements of every register."""
     for k in range(ninstr):
         q = code + k * INSTR_LEN
         op = X[q]
+        if op >= FIRST_INT:
+            int_instr(op, F, I, X, q, sbase, ibase, n)
+            continue
         dst = sbase + X[q + 1] * BLOCK
         a = sbase + X[q + 2] * BLOCK
         D = F[dst:dst + n]
@@ -400,7 +415,7 @@ def _whole_rows_ok(X, ins, outs, nin, nout, d0, d1, d2, d3):
 
 
 @njit(**_JIT)
-def _row_fill(F, B, I, J, X, q, reg, n, e, d1, d2, d3):
+def _row_fill(F, B, I, J, X, q, reg, ireg, n, e, d1, d2, d3):
     """Registers F[reg:reg + n] = input ``q`` (constant along a row) for elements [e, e + n) of a
     whole-rows run: one value per row segment (a bias per output channel)."""
     r = e // d3
@@ -418,7 +433,7 @@ def _row_fill(F, B, I, J, X, q, reg, n, e, d1, d2, d3):
             for u in range(reg + j, reg + j + seg):
                 F[u] = v
         else:
-            _load(F, B, I, J, X[q], off, 0, reg + j, seg)
+            _load(F, B, I, J, X[q], off, 0, reg + j, ireg + j, seg)
         j += seg
         c = 0
         i0, i1, i2 = next_row(i0, i1, i2, d1, d2)
@@ -437,6 +452,9 @@ def ew_run(F, B, I, J, X, R, prog, r0, r1, c0, c1, sbase):
     contiguous run of ``r * d3 + c`` elements, and operands constant along
     a row are filled row segment by row segment (:func:`_row_fill`), so the
     program's dispatch is paid per block rather than per row.
+
+    A program with integer values runs blocks of IBLOCK elements, its integer registers laid over
+    the same scratch slots from ``ibase`` (:mod:`.kernels_ew_int`).
     """
     nin = X[prog]
     nout = X[prog + 1]
@@ -445,10 +463,12 @@ def ew_run(F, B, I, J, X, R, prog, r0, r1, c0, c1, sbase):
     d1 = X[prog + 5]
     d2 = X[prog + 6]
     d3 = X[prog + 7]
+    blk = IBLOCK if X[prog + HDR_INT] else BLOCK
+    ibase = (sbase + 1) // 2
     ins = prog + HDR_LEN
     code = ins + nin * IN_LEN
     outs = code + ninstr * INSTR_LEN
-    rows = (c0 == 0 and c1 == d3 and 2 * d3 <= BLOCK and r1 - r0 > 1
+    rows = (c0 == 0 and c1 == d3 and 2 * d3 <= blk and r1 - r0 > 1
             and _whole_rows_ok(X, ins, outs, nin, nout, d0, d1, d2, d3))
     # position: whole-rows mode walks elements e of [r0 * d3, r1 * d3); row mode walks (r, c)
     e = r0 * d3
@@ -458,32 +478,34 @@ def ew_run(F, B, I, J, X, R, prog, r0, r1, c0, c1, sbase):
     i0 = i1 = i2 = 0
     while (e < e1) if rows else (r < r1):
         if rows:
-            n = min(BLOCK, e1 - e)
+            n = min(blk, e1 - e)
         else:
             if c == c0:
                 i0, i1, i2 = row_index(r, d1, d2)
-            n = min(BLOCK, c1 - c)
+            n = min(blk, c1 - c)
         for k in range(nin):
             q = ins + k * IN_LEN
             reg = sbase + k * BLOCK
+            ireg = ibase + k * IREG
             s3 = X[q + 5]
             if not rows:
                 off = X[q + 1] + i0 * X[q + 2] + i1 * X[q + 3] + i2 * X[q + 4] + c * s3
-                _load(F, B, I, J, X[q], off, s3, reg, n)
+                _load(F, B, I, J, X[q], off, s3, reg, ireg, n)
             elif s3 != 0:
-                _load(F, B, I, J, X[q], X[q + 1] + e, 1, reg, n)
+                _load(F, B, I, J, X[q], X[q + 1] + e, 1, reg, ireg, n)
             else:
-                _row_fill(F, B, I, J, X, q, reg, n, e, d1, d2, d3)
-        _exec(F, X, R, code, ninstr, sbase, n)
+                _row_fill(F, B, I, J, X, q, reg, ireg, n, e, d1, d2, d3)
+        _exec(F, I, X, R, code, ninstr, sbase, ibase, n)
         for k in range(nout):
             q = outs + k * OUT_LEN
             reg = sbase + X[q] * BLOCK
+            ireg = ibase + X[q] * IREG
             if rows:
-                _store(F, B, I, J, X[q + 1], X[q + 2] + e, 1, reg, n)
+                _store(F, B, I, J, X[q + 1], X[q + 2] + e, 1, reg, ireg, n)
             else:
                 s3 = X[q + 6]
                 off = X[q + 2] + i0 * X[q + 3] + i1 * X[q + 4] + i2 * X[q + 5] + c * s3
-                _store(F, B, I, J, X[q + 1], off, s3, reg, n)
+                _store(F, B, I, J, X[q + 1], off, s3, reg, ireg, n)
         e += n
         c += n
         if c >= c1:

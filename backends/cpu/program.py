@@ -113,7 +113,7 @@ class EwProgram(_EwProgram):
         shape, strides = got
         regs = self.registers()
         words: list[int] = [len(self.inputs), len(self.outputs), len(self.instrs), max(regs.values(), default=-1) + 1]
-        words += list(shape)
+        words += list(shape) + [int(self.uses_ints())]
         for (view, dtype), st in zip(self.inputs, strides):
             words += [ewops.DTYPE_CODE[dtype], locate(view)] + list(st)
         for ins in self.instrs:

@@ -2,9 +2,12 @@
 
 :func:`ew_reason` says whether a node can join a fused group (None) or why
 not; :func:`ew_translate` appends its instructions to an :class:`EwProgram`.
-Registers are float32, so every op here is one whose float32 evaluation
-matches numpy's: float32 math, comparisons and logic on float32/bool, and
-the casts that a float32 register carries exactly.
+Every op here is one whose evaluation in the program's registers matches
+numpy's: float32 math, comparisons and logic on float32/bool in float
+registers; int64/int32 arithmetic, comparisons, ``Where`` and casts in
+integer registers (int64 registers; int32 results wrapped back to 32 bits
+where they can overflow, as numpy's int32 arithmetic wraps), so integer
+values are never rounded through a float.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import numpy as np
 
 from rammer.ir import Graph, Node
 
+from .ewops import WRAP32
 from .ewprogram import EwProgram
 
 UNARY = {
@@ -35,7 +39,15 @@ EW_OPS = frozenset(UNARY) | UNARY_ATTR | frozenset(BINARY) | frozenset(COMPARE) 
     | frozenset(VARIADIC) | OTHER
 
 _CARRIED = {"float32", "bool"}  # dtypes a float32 register holds exactly
-_CASTABLE = {"float32", "bool", "int64", "int32"}
+_INTS = {"int64", "int32"}  # dtypes an integer register holds exactly
+_CASTABLE = _CARRIED | _INTS
+
+# Integer counterparts (ops not listed here stay float32-only: Pow, PRelu, Sign, ...).
+INT_UNARY = {"Neg": "INEG", "Abs": "IABS"}
+INT_BINARY = {"Add": "IADD", "Sub": "ISUB", "Mul": "IMUL", "Div": "IDIV"}
+INT_COMPARE = {"Equal": "IEQ", "Less": "ILT", "LessOrEqual": "ILE", "Greater": "IGT", "GreaterOrEqual": "IGE"}
+INT_VARIADIC = {"Max": "IMAX", "Min": "IMIN"}  # (ONNX Sum and Mean take floats only)
+_INT_OPS = frozenset(INT_UNARY) | frozenset(INT_BINARY) | frozenset(INT_VARIADIC) | {"Relu", "Mod", "Clip"}
 
 _SELU_ALPHA = 1.67326319217681884765625
 _SELU_GAMMA = 1.05070102214813232421875
@@ -65,15 +77,20 @@ def ew_reason(node: Node, graph: Graph) -> str | None:
             if any(_const(graph, i) is None for i in node.inputs[1:] if i):
                 return "Clip bounds computed at run time"
             present = present[:1]
+        if out in _INTS and all(d == out for d in present):
+            if op not in _INT_OPS or (op == "Clip" and graph.opset.get("", 1) < 11):
+                return f"{op} on {out} (integer programs have no such instruction)"
+            return None
         if op == "Mod" and not node.attr("fmod", 0):
             return "integer-style Mod (fmod=0)"
         if any(d != "float32" for d in present) or out != "float32":
-            return f"dtype {out} (the fused kernel computes float32)"
+            return f"dtype {out} (the fused kernel computes float32, int64 and int32)"
         return None
     if op in COMPARE:
-        if any(d != "float32" for d in present):
-            return "comparison of non-float32 values"
-        return None
+        # one dtype on both sides (ONNX's T): float32 and bool compare exactly in float registers
+        if len(set(present)) == 1 and present[0] in _CASTABLE:
+            return None
+        return f"comparison of {'/'.join(sorted(set(present)))} values"
     if op in LOGIC or op == "Not":
         return None if all(d == "bool" for d in present) else "logic on non-bool values"
     if op in ("IsNaN", "IsInf"):
@@ -81,14 +98,14 @@ def ew_reason(node: Node, graph: Graph) -> str | None:
             return "one-sided IsInf"
         return None if present[0] == "float32" else "non-float32 input"
     if op == "Where":
-        return None if ins[0] == "bool" and all(d in _CARRIED for d in ins[1:]) and out in _CARRIED \
-            else f"Where on {ins[1:]}"
+        if ins[0] == "bool" and (all(d in _CARRIED for d in ins[1:]) and out in _CARRIED
+                                 or all(d == out for d in ins[1:]) and out in _INTS):
+            return None
+        return f"Where on {ins[1:]}"
     if op in ("Cast", "CastLike"):
         src = ins[0]
         if src not in _CASTABLE or out not in _CASTABLE:
             return f"Cast {src}->{out}"
-        if src not in _CARRIED and out not in _CARRIED:
-            return f"Cast {src}->{out} needs integer precision"
         return None
     if op == "BatchNormalization":
         if len([o for o in node.outputs if o]) != 1 or node.attr("training_mode", 0):
@@ -123,6 +140,13 @@ def ew_translate(node: Node, graph: Graph, prog: EwProgram, operand: Operand, co
     """Append the node's instructions; returns the register of its output."""
     op = node.op_type
     a = node.attr
+    out = graph.value_info[node.outputs[0]].dtype
+    if op in ("Cast", "CastLike"):
+        return _cast(prog, operand(0), graph.value_info[node.inputs[0]].dtype, out)
+    if out in _INTS and op != "Where":
+        return _int_translate(node, graph, prog, operand, constant, out)
+    if op in INT_COMPARE and graph.value_info[node.inputs[0]].dtype in _INTS:
+        return prog.op(INT_COMPARE[op], operand(0), operand(1))
     if op in UNARY:
         return prog.op(UNARY[op], operand(0))
     if op == "LeakyRelu":
@@ -181,18 +205,7 @@ def ew_translate(node: Node, graph: Graph, prog: EwProgram, operand: Operand, co
         x = prog.op("ABS", operand(0))
         return prog.op("EQ", x, constant(np.array(np.inf, dtype=np.float32)))
     if op == "Where":
-        return prog.op("WHERE", operand(0), operand(1), operand(2))
-    if op in ("Cast", "CastLike"):
-        # The conversion happens in the load (from the source dtype) and the
-        # store (to the target dtype); a float -> bool -> float chain inside
-        # a group needs the explicit != 0 in between.
-        x = operand(0)
-        out = graph.value_info[node.outputs[0]].dtype
-        if out == "bool" and graph.value_info[node.inputs[0]].dtype != "bool":
-            return prog.op("NOT", prog.op("NOT", x))
-        if out in ("int64", "int32") and graph.value_info[node.inputs[0]].dtype == "float32":
-            return _truncate(prog, x, constant)
-        return prog.op("COPY", x)
+        return prog.op("IWHERE" if out in _INTS else "WHERE", operand(0), operand(1), operand(2))
     if op == "BatchNormalization":
         scale, shift = bn_constants(node, graph)
         y = prog.op("MUL", operand(0), constant(scale))
@@ -200,12 +213,58 @@ def ew_translate(node: Node, graph: Graph, prog: EwProgram, operand: Operand, co
     raise AssertionError(f"no elementwise translation for {op}")
 
 
-def _truncate(prog: EwProgram, x: int, constant: Constant) -> int:
-    """Round toward zero (what a float -> int cast stores), kept as float in the register."""
-    down = prog.op("FLOOR", x)
-    up = prog.op("CEIL", x)
-    negative = prog.op("LT", x, constant(np.array(0.0, dtype=np.float32)))
-    return prog.op("WHERE", negative, up, down)
+def _int_op(prog: EwProgram, name: str, dtype: str, *args: int) -> int:
+    """An integer instruction; an int32 result that can leave int32's range wraps as numpy's does."""
+    value = prog.op(name, *args)
+    return prog.op("IWRAP32", value) if dtype == "int32" and name in WRAP32 else value
+
+
+def _int_translate(node: Node, graph: Graph, prog: EwProgram, operand: Operand, constant: Constant,
+                   dtype: str) -> int:
+    """An arithmetic node over int64/int32 (``dtype``), in integer registers."""
+    op = node.op_type
+    if op in INT_UNARY:
+        return _int_op(prog, INT_UNARY[op], dtype, operand(0))
+    if op == "Relu":
+        return prog.op("IMAX", operand(0), constant(np.array(0, dtype=np.int64)))
+    if op in INT_BINARY:
+        return _int_op(prog, INT_BINARY[op], dtype, operand(0), operand(1))
+    if op == "Mod":
+        return prog.op("IFMOD" if node.attr("fmod", 0) else "IMOD", operand(0), operand(1))
+    if op == "Clip":
+        # max, then min: bounds with lo > hi give hi everywhere, as the reference does
+        x = first = operand(0)
+        for i, name in ((1, "IMAX"), (2, "IMIN")):
+            bound = _const(graph, node.inputs[i]) if i < len(node.inputs) else None
+            if bound is not None:
+                x = prog.op(name, x, constant(np.asarray(bound, dtype=np.int64).reshape(())))
+        return x if x != first else prog.op("ICOPY", x)
+    if op in INT_VARIADIC:
+        live = [i for i, name in enumerate(node.inputs) if name]
+        acc = operand(live[0])
+        if len(live) == 1:
+            return prog.op("ICOPY", acc)
+        for i in live[1:]:
+            acc = _int_op(prog, INT_VARIADIC[op], dtype, acc, operand(i))
+        return acc
+    raise AssertionError(f"no integer translation for {op}")
+
+
+def _cast(prog: EwProgram, x: int, src: str, out: str) -> int:
+    """Cast (or CastLike) between float32, bool, int64 and int32 registers, exactly where numpy is."""
+    if src in _INTS and out in _INTS:
+        # int64 -> int32 keeps the low 32 bits, as numpy's astype does
+        return prog.op("IWRAP32" if out == "int32" and src == "int64" else "ICOPY", x)
+    if src in _INTS:
+        value = prog.op("I2F", x)
+        # a nonzero integer never rounds to 0.0, so != 0 on the float is != 0 on the integer
+        return prog.op("NOT", prog.op("NOT", value)) if out == "bool" else value
+    if out in _INTS:
+        return prog.op("F2I32" if out == "int32" else "F2I", x)
+    # A float -> bool -> float chain inside a group needs the explicit != 0 in between.
+    if out == "bool" and src != "bool":
+        return prog.op("NOT", prog.op("NOT", x))
+    return prog.op("COPY", x)
 
 
 def _clip_bounds(node: Node, graph: Graph) -> tuple[float | None, float | None]:

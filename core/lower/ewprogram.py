@@ -5,6 +5,10 @@ values, instructions ``dst = op(a, b, c; imms)`` from the opcode table (:mod:`.e
 of values into views.  Views stay symbolic (buffer + strides) until a memory planner places the
 buffers; a backend then encodes the program for its kernel (the cpu backend: descriptor words in
 its side table).  :meth:`EwProgram.registers` gives a linear-scan register assignment.
+
+Every value has a register type (:data:`.ewops.SIGNATURE`): a load's follows its view's dtype, an
+instruction's its opcode, and operands and stores are checked against them, so an int64 tensor can
+never be computed through a float register by mistake.
 """
 
 from __future__ import annotations
@@ -35,6 +39,8 @@ class EwProgram:
     #: Value id of each input, in load order (inputs get registers 0..n_in-1).
     input_values: list[int] = field(default_factory=list)
     _input_index: dict[tuple, int] = field(default_factory=dict)
+    #: Register type of every value ("f" or "i", see :mod:`.ewops`), by value id.
+    types: list[str] = field(default_factory=list)
 
     def load(self, view: View) -> int:
         """A register holding ``view`` broadcast to the program's shape."""
@@ -44,6 +50,7 @@ class EwProgram:
             return self._input_index[key]
         value = self.n_values
         self.n_values += 1
+        self.types.append(ewops.value_type(v.dtype))
         self.inputs.append((v, v.dtype))
         self.input_values.append(value)
         self._input_index[key] = value
@@ -54,15 +61,26 @@ class EwProgram:
             raise ValueError(f"{name} takes {ewops.ARITY[name]} operands")
         if ewops.N_IMM[name] != len(imms):
             raise ValueError(f"{name} takes {ewops.N_IMM[name]} immediates")
+        wants, result = ewops.SIGNATURE[name]
+        got = "".join(self.types[a] for a in args)
+        if got != wants:
+            raise ValueError(f"{name} reads {wants!r} registers, not {got!r}")
         dst = self.n_values
         self.n_values += 1
+        self.types.append(result)
         self.instrs.append(Instr(name, dst, tuple(args), tuple(imms)))
         return dst
 
     def store(self, value: int, view: View) -> None:
         if view.shape != self.shape:
             raise ValueError(f"output view {view.shape} does not match program shape {self.shape}")
+        if self.types[value] != ewops.value_type(view.dtype):
+            raise ValueError(f"a {view.dtype} output cannot be stored from a {self.types[value]!r} register")
         self.outputs.append((value, view))
+
+    def uses_ints(self) -> bool:
+        """Whether any value lives in an integer register."""
+        return "i" in self.types
 
     def n_registers(self) -> int:
         """Registers the program needs (see :meth:`registers`)."""
