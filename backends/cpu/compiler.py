@@ -143,8 +143,10 @@ def _report(graph: Graph, lowered: Lowered, schedules: list[Schedule], tables: T
         "ops_by_family": dict(sorted(families.items())),
         "fused_groups": lowered.fused_groups,
         "compiled_nodes": compiled_nodes,
-        "view_nodes": len(graph.nodes) - compiled_nodes - len(lowered.fallbacks),
+        "view_nodes": len(graph.nodes) - compiled_nodes - len(lowered.fallbacks) - len(lowered.control),
         "fallbacks": [{"node": n.name, "op": n.op_type, "reason": r} for n, r in lowered.fallbacks],
+        # host steps by design (an If's branch chosen at run time), not ops the backend lacks
+        "control_flow": [{"node": n.name, "op": n.op_type, "reason": r} for n, r in lowered.control],
         "segments": len(schedules),
         "rtasks": sum(s.num_rtasks for s in schedules),
         "barrier_rows": sum(seg.barrier_rows for seg in tables.segments),

@@ -27,8 +27,7 @@ from rammer.lower.fusion import Group, ancestors, build_groups
 from rammer.lower.operator import OpCycle, Rules, classify, topological_order
 from rammer.lower.views import Buffer, View, dense_strides
 
-from . import lower_linalg, lower_nn, lower_views
-from .compiled import BRANCH_MIN_NODES
+from . import control_flow, graph_passes, lower_linalg, lower_nn, lower_views
 from .lower_common import GemmSpec, ew_op, gemm_op
 from .ops import ARENA_DTYPES, CostModel, CpuOp
 from .program import EwProgram
@@ -47,6 +46,9 @@ class Lowered:
     #: Tensors that live outside the arena (non-arena dtypes), by name.
     host_tensors: set[str] = field(default_factory=set)
     fused_groups: int = 0
+    #: (node, reason) for every If the host runs as control flow, its branches compiled
+    #: (:mod:`.control_flow`): host steps too, but no fallback.
+    control: list[tuple[Node, str]] = field(default_factory=list)
 
 
 log = logging.getLogger("rammer")
@@ -69,6 +71,9 @@ class Lowerer:
         self.views: dict[str, View] = {}
         self.ops: list[CpuOp] = []
         self.fallbacks: list[tuple[Node, str]] = []
+        self.control: list[tuple[Node, str]] = []
+        #: ids of the If nodes whose branches all run compiled (see control_flow.py).
+        self._control_ifs: set[int] = set()
         self.host_tensors: set[str] = set()
         self._dense: dict[str, View] = {}
         self._const_ids: dict[int, View] = {}
@@ -197,7 +202,7 @@ class Lowerer:
         self._check_views()
         ops = topological_order(self.ops)
         n_groups = sum(1 for gr in groups if len(gr.members) + (gr.head is not None) > 1)
-        return Lowered(g, self.buffers, self.views, ops, self.fallbacks, self.host_tensors, n_groups)
+        return Lowered(g, self.buffers, self.views, ops, self.fallbacks, self.host_tensors, n_groups, self.control)
 
     def _check_views(self) -> None:
         """Every view must stay inside its buffer: a lowering bug here would
@@ -228,9 +233,11 @@ class Lowerer:
     def _host_reason(self, node: Node) -> str:
         if node.domain not in ("", "ai.onnx"):
             return f"domain {node.domain}"
-        if node.op_type == "If" and node.domain == "":
-            return ("control flow: the condition is known only at run time; the host picks the branch, and a "
-                    f"branch of {BRANCH_MIN_NODES} or more nodes runs compiled as a model of its own")
+        if control_flow.is_if(node):
+            found = control_flow.branch_fallbacks(node, self.graph, _host_nodes)
+            if not found:
+                self._control_ifs.add(id(node))
+            return control_flow.if_reason(node, found)
         if node.subgraphs():
             return "control flow (subgraphs)"
         for name in list(node.inputs) + list(node.outputs):
@@ -284,7 +291,12 @@ class Lowerer:
 
     # -- host (reference) ops ---------------------------------------------------
     def host_op(self, node: Node, reason: str) -> CpuOp:
-        self.fallbacks.append((node, reason))
+        if id(node) in self._control_ifs:
+            self.control.append((node, reason))
+            log.info("the cpu backend runs If '%s' of '%s' on the host as control flow, its taken branch compiled",
+                     _printable(node.name), _printable(self.graph.name))
+        else:
+            self.fallbacks.append((node, reason))
         # The host reads initializers straight from the graph; arena reads are
         # the tensors computed (or fed) before it.
         reads = tuple(sorted({self.views[i].buffer for i in set(node.inputs) | outer_names(node)
@@ -335,6 +347,15 @@ class Lowerer:
                 prog.store(regs[out], self.views[out])
                 stored.append(out)
         return prog, stored
+
+
+def _host_nodes(graph: Graph) -> list[tuple[Node, str]]:
+    """The nodes of ``graph`` the cpu backend would leave to the host, with the reasons: classified
+    after the backend's graph passes, as a compile of ``graph`` would (they rewrite some ops, e.g.
+    a reflect Pad, into forms with kernels)."""
+    graph = graph_passes.prepare(graph)
+    kinds, reasons = Lowerer(graph)._classify()
+    return [(n, r) for n, k, r in zip(graph.nodes, kinds, reasons) if k == "host"]
 
 
 def _stacked(rows: list[View], m: int, k: int) -> View | None:

@@ -1,13 +1,17 @@
-"""Integer elementwise ops compile on the cpu backend, exactly (no float round trip) (silero VAD:
-Equal on the int64 sample rate feeding an If; its opset-15 export multiplies the sample rate as int64)."""
+"""Integer elementwise ops compile on the cpu backend, exactly (no float round trip), and an If
+whose branches run compiled is control flow, not a fallback (silero VAD: Equal on the int64
+sample rate feeding an If; its opset-15 export multiplies the sample rate as int64)."""
 
 from __future__ import annotations
 
+import logging
+
 import numpy as np
 import pytest
-from onnx import TensorProto
+from onnx import TensorProto, helper, numpy_helper
 
 import rammer
+from rammer.errors import CompileError
 from rammer.lower.ewprogram import EwProgram
 from rammer.lower.views import View
 
@@ -148,3 +152,81 @@ def test_programs_check_register_types():
         prog.store(prog.op("I2F", i), View(2, "int64", (4,), (1,)))
     prog.store(prog.op("IMUL", i, i), View(2, "int64", (4,), (1,)))
     assert prog.uses_ints()
+
+
+# -- If on an int64 sample rate: control flow, not a fallback ---------------------------------------
+
+def _vad_like(tiny_else: bool = False) -> bytes:
+    """y = If(sr == 16000, then: Sigmoid(Relu(x @ w) * 2 + 2), else: Tanh(Relu(x @ w) - 2)); a
+    ``tiny_else`` is x @ w alone (one node: interpreted, not compiled)."""
+    w = numpy_helper.from_array(np.linspace(-1, 1, 24, dtype=np.float32).reshape(6, 4), "w")
+    two = numpy_helper.from_array(np.array(2.0, np.float32), "two")
+    out = lambda n: helper.make_tensor_value_info(n, TensorProto.FLOAT, [3, 4])  # noqa: E731
+    then = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["t1"]), helper.make_node("Relu", ["t1"], ["t2"]),
+                              helper.make_node("Mul", ["t2", "two"], ["t3"]),
+                              helper.make_node("Add", ["t3", "two"], ["t4"]),
+                              helper.make_node("Sigmoid", ["t4"], ["then_y"])], "then", [], [out("then_y")])
+    other_nodes = [helper.make_node("MatMul", ["x", "w"], ["e1"]), helper.make_node("Relu", ["e1"], ["e2"]),
+                   helper.make_node("Sub", ["e2", "two"], ["e3"]), helper.make_node("Tanh", ["e3"], ["else_y"])]
+    if tiny_else:
+        other_nodes = [helper.make_node("MatMul", ["x", "w"], ["else_y"])]
+    other = helper.make_graph(other_nodes, "else", [], [out("else_y")])
+    graph = helper.make_graph(
+        [helper.make_node("Equal", ["sr", "k16"], ["is16k"], name="Equal_0"),
+         helper.make_node("If", ["is16k"], ["y"], name="If_0", then_branch=then, else_branch=other)], "vad_like",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 6]),
+         helper.make_tensor_value_info("sr", TensorProto.INT64, [])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 4])],
+        [w, two, numpy_helper.from_array(np.array(16000, np.int64), "k16")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+
+
+def test_vad_pattern_compiles_with_no_fallback(caplog):
+    with caplog.at_level(logging.WARNING, logger="rammer"):
+        cpu = rammer.compile(_vad_like(), backend="cpu", cache=False, strict=True)
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.text
+    report = cpu.executable.report
+    assert report["fallbacks"] == []
+    assert [(c["node"], c["op"]) for c in report["control_flow"]] == [("If_0", "If")]
+    assert "control flow, not a fallback" in report["control_flow"][0]["reason"]
+    ref = rammer.compile(_vad_like(), backend="reference")
+    x = rand(3, 6)
+    for sr in (16000, 8000, 16001):
+        feeds = {"x": x, "sr": np.array(sr, np.int64)}
+        np.testing.assert_allclose(cpu(feeds)["y"], ref(feeds)["y"], rtol=1e-5, atol=1e-6)
+
+
+def test_an_if_with_a_branch_run_op_by_op_stays_a_fallback():
+    cpu = rammer.compile(_vad_like(tiny_else=True), backend="cpu", cache=False)
+    report = cpu.executable.report
+    assert report["control_flow"] == []
+    (fallback,) = report["fallbacks"]
+    assert fallback["op"] == "If" and "else_branch (1 node(s)" in fallback["reason"]
+    with pytest.raises(CompileError, match="strict mode forbids fallbacks"):
+        rammer.compile(_vad_like(tiny_else=True), backend="cpu", cache=False, strict=True)
+
+
+def test_a_branch_invalid_at_the_compiled_shapes_is_no_fallback():
+    # silero's 8 kHz branch cannot run at the 16 kHz input shape: the frontend makes it Unreachable
+    shape = numpy_helper.from_array(np.array([7, -1], np.int64), "bad_shape")
+    w = numpy_helper.from_array(np.ones((4, 4), np.float32), "w")
+    out = lambda n: helper.make_tensor_value_info(n, TensorProto.FLOAT, None)  # noqa: E731
+    then = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["t1"]), helper.make_node("Relu", ["t1"], ["t2"]),
+                              helper.make_node("Sigmoid", ["t2"], ["t3"]), helper.make_node("Neg", ["t3"], ["t4"])],
+                             "then", [], [out("t4")])
+    other = helper.make_graph([helper.make_node("Reshape", ["x", "bad_shape"], ["e0"])], "else", [], [out("e0")],
+                              [shape])
+    graph = helper.make_graph(
+        [helper.make_node("Equal", ["sr", "k16"], ["c"]),
+         helper.make_node("If", ["c"], ["y"], name="choose", then_branch=then, else_branch=other)], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4]),
+         helper.make_tensor_value_info("sr", TensorProto.INT64, [])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])],
+        [w, numpy_helper.from_array(np.array(16000, np.int64), "k16")])
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    cpu = rammer.compile(m, backend="cpu", cache=False, strict=True)
+    assert cpu.executable.report["fallbacks"] == []
+    assert "taking it is an error" in cpu.executable.report["control_flow"][0]["reason"]
+    x = rand(2, 4)
+    want = -1 / (1 + np.exp(-np.maximum(x @ np.ones((4, 4), np.float32), 0)))
+    np.testing.assert_allclose(cpu({"x": x, "sr": np.array(16000)})["y"], want, rtol=1e-5, atol=1e-6)
