@@ -20,6 +20,7 @@ from rammer.rtask import RKernel
 from rammer.vdevice import VDevice
 
 from .compiler import GpuProgram, compile_program, gpu_rkernels, unsupported
+from .fuse import FUSE_ELEMENTWISE, FUSIBLE_OPS
 from .lower import GPU_OPS
 
 __all__ = ["DeviceTable", "GpuBackend", "OPTIONS"]
@@ -55,8 +56,9 @@ class DeviceTable:
 
 
 class GpuBackend(Backend):
-    #: Split-K: a GEMM with few output tiles would leave most blocks idle (``rammer.passes.split_k``).
-    graph_passes = (CSE, SPLIT_K)
+    #: Split-K: a GEMM with few output tiles would leave most blocks idle (``rammer.passes.split_k``);
+    #: elementwise chains fused last, after the rewrites that make new ones.
+    graph_passes = (CSE, SPLIT_K, FUSE_ELEMENTWISE)
     default_priority = -5
 
     def __init__(self, table: DeviceTable) -> None:
@@ -64,6 +66,7 @@ class GpuBackend(Backend):
         self.name = table.name
         self.description = table.description
         self._caps: Capabilities | None = None
+        self._prepared: tuple[Graph, Any] | None = None
 
     @property  # type: ignore[override]
     def capabilities(self) -> Capabilities:
@@ -72,7 +75,7 @@ class GpuBackend(Backend):
         if self._caps is None:
             t = self.table
             self._caps = Capabilities(
-                ops=GPU_OPS, reference_fallback=False, dtypes=frozenset({"float32"}), rtol=1e-4, atol=1e-5,
+                ops=GPU_OPS | FUSIBLE_OPS, reference_fallback=False, dtypes=frozenset({"float32"}), rtol=1e-4, atol=1e-5,
                 device=t.device_kind(), schedules=True, emits_source=t.language, source_compiler=t.compiler,
                 vdevice_presets=t.presets, options=OPTIONS,
                 extra={"dialect": t.dialect, "execution_modes": ["persistent", "wave"],
@@ -90,7 +93,18 @@ class GpuBackend(Backend):
         return self.table.availability()
 
     def unsupported_nodes(self, graph: Graph) -> list[Node]:
-        return [n for n, _ in unsupported(graph)]
+        """Nodes left without an rKernel after the passes (an op such as Erf runs only fused)."""
+        return [n for n, _ in unsupported(self.prepare_graph(graph).graph)]
+
+    def prepare_graph(self, graph: Graph, verify: bool = False):
+        """The passes' result, kept for the last graph: ``rammer.compile`` asks for the unsupported
+        nodes, then compiles the same graph."""
+        last = self._prepared
+        if last is not None and last[0] is graph and not verify:
+            return last[1]
+        result = super().prepare_graph(graph, verify)
+        self._prepared = (graph, result)
+        return result
 
     def rkernels(self, node: Node, graph: Graph, vdevice: VDevice) -> list[RKernel]:
         return gpu_rkernels(node, graph, vdevice)

@@ -27,6 +27,7 @@ from rammer.schedule import Schedule, build_problem, get_policy, schedule_order,
 from rammer.vdevice import VDevice
 
 from . import entry
+from .fuse import FUSED_OP
 from . import program as gp
 from .lower import BLOCK_THREADS, BINARY, CONV_IMPLICIT_GEMM, COPY, TILINGS, UNARY, Lowered, NoGpuKernel, Ref, lower_node
 
@@ -51,7 +52,7 @@ def unsupported(graph: Graph) -> list[tuple[Node, str]]:
 def _mults(node: Node) -> tuple[int, ...]:
     if node.op_type == "Conv":  # direct and implicit GEMM: the scheduler picks by time x resources
         return (1, CONV_IMPLICIT_GEMM)
-    return TILINGS if node.op_type in UNARY | BINARY | COPY else (1,)
+    return TILINGS if node.op_type in UNARY | BINARY | COPY | {FUSED_OP} else (1,)
 
 
 def gpu_rkernels(node: Node, graph: Graph, vd: VDevice) -> list[RKernel]:

@@ -62,11 +62,13 @@ def _source(o: str, size_in: str, size_out: str, scale: str, mode: ir.Expr) -> i
     """The source coordinate (float) of output coordinate ``o`` along an axis of input extent
     ``size_in``, output extent ``size_out`` and scale ``scale`` (output / input), per ONNX's
     coordinate_transformation_mode code ``mode``."""
-    of, fin, fout = ir.Cast("float", v(o)), ir.Cast("float", v(size_in)), ir.Cast("float", v(size_out))
+    of, fin = ir.Cast("float", v(o)), ir.Cast("float", v(size_in))
     half = BinOp("-", BinOp("/", _add(of, c(0.5)), v(scale)), c(0.5))
     asym = BinOp("/", of, v(scale))
+    # align_corners divides by the resized length as the scale gives it, before rounding (ONNX's
+    # reference: 4 x 0.6 = 2.4, not the 2 pixels written).
     corners = Select(BinOp(">", v(size_out), c(1)),
-                     BinOp("/", _mul(of, BinOp("-", fin, c(1.0))), BinOp("-", fout, c(1.0))), c(0.0))
+                     BinOp("/", _mul(of, BinOp("-", fin, c(1.0))), BinOp("-", _mul(fin, v(scale)), c(1.0))), c(0.0))
     torch_half = Select(BinOp(">", v(size_out), c(1)), half, c(0.0))
     return Select(BinOp("==", mode, c(0)), half,
                   Select(BinOp("==", mode, c(1)), asym, Select(BinOp("==", mode, c(2)), corners, torch_half)))

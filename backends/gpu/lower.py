@@ -27,6 +27,7 @@ from . import kernels as gk
 from . import kernels_model as km
 from . import kernels_conv as kc
 from . import kernels_nn as kn
+from .fuse import FUSED_DOMAIN, FUSED_OP, lower_fused
 from .lower_reduce import REDUCE_OPS, lower_reduce, lower_resize
 
 __all__ = ["Ref", "Lowered", "NoGpuKernel", "lower_node", "GPU_OPS", "TILINGS", "BLOCK_THREADS", "CONV_IMPLICIT_GEMM"]
@@ -106,6 +107,8 @@ def _chunks(total: int, chunk: int) -> int:
 def lower_node(node: Node, graph: Graph, mult: int = 1) -> Lowered:
     """The GPU rKernel of ``node`` at tiling ``mult``; :class:`NoGpuKernel` when there is none."""
     op = node.op_type
+    if node.domain == FUSED_DOMAIN and op == FUSED_OP:
+        return lower_fused(node, graph, mult, Lowered, Ref)
     if node.domain not in ("", "ai.onnx") or op not in GPU_OPS:
         raise _fail(node, "the GPU backends have no rKernel for this op")
     for name in [*node.inputs, *node.outputs]:
