@@ -301,6 +301,8 @@ def measure_one(runtime: str, m: RealModel, threads: int, seconds: float, wheels
         return {"ops": ops, "error": f"{type(exc).__name__}: {str(exc)[:300]}"}
     compile_s = time.perf_counter() - start
     fallbacks = sorted({str(f.get("op")) for f in fallbacks_of(model.executable)})
+    report = getattr(model.executable, "report", None) or {}
+    control = sorted({str(c.get("op")) for c in report.get("control_flow", [])})
     sess = _ort_session(data, threads)
     want = sess.run(None, feeds)
     got = model.run(feeds)
@@ -312,7 +314,7 @@ def measure_one(runtime: str, m: RealModel, threads: int, seconds: float, wheels
             return {"ops": ops, "error": f"output {out.name} has shape {g.shape}, onnxruntime {w.shape}"}
         worst = max(worst, float(np.max(np.abs(g - w) / (np.abs(w) + 1e-3)))) if w.size else worst
     del sess
-    return {"ops": ops, "compile_s": compile_s, "fallbacks": fallbacks, "max_rel_err": worst,
+    return {"ops": ops, "compile_s": compile_s, "fallbacks": fallbacks, "control_flow": control, "max_rel_err": worst,
             "ms": _time(lambda: model.run(feeds), seconds)}
 
 
@@ -410,7 +412,9 @@ def _table(rows: list[dict]) -> str:
         else:
             lines.append(f"| {r['name']} | {r['kind']} | {r['cpu_ops']} | {r['cpu_compile_s']:.1f} | "
                          f"{r['cpu_ms']:.2f} | {r.get('ort_ms') or float('nan'):.2f} | {r.get('ratio', float('nan')):.2f} | "
-                         f"{', '.join(r['cpu_fallbacks']) or 'none'} |")
+                         f"{', '.join(r['cpu_fallbacks']) or 'none'}"
+                         + (f" ({', '.join(r['cpu_control_flow'])}: host control flow, branches compiled)"
+                            if r.get("cpu_control_flow") else "") + " |")
     return "\n".join(lines)
 
 

@@ -118,6 +118,8 @@ def _print_report(report: dict[str, Any]) -> None:
             print(f"{len(fallbacks)} node(s) fall back to the reference implementation:")
             rows = [[f["node"], f["op"], f["reason"]] for f in fallbacks]
             print(table(rows, ["node", "op", "why"]))
+        elif report.get("control_flow"):
+            print("no fallback: every node runs compiled, control flow on the host (listed below)")
         else:
             print("no fallback: every node runs compiled")
     scalars = [(k, v) for k, v in report.items() if k not in ("fallbacks", "model", "backend") and
