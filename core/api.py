@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+from collections import abc
 import time
 from typing import Any, Mapping, Sequence
 
@@ -137,7 +138,9 @@ class CompiledModel:
         return dict(outputs)
 
     def __call__(self, feeds: Mapping[str, Any] | None = None, **named: Any) -> dict[str, np.ndarray]:
-        if feeds is not None and not isinstance(feeds, Mapping):
+        if type(feeds) is dict and not named:  # the common call, without the ABC check and a copy
+            return self.run(feeds)
+        if feeds is not None and not isinstance(feeds, abc.Mapping):
             raise FeedError(_not_a_mapping(feeds, [t.name for t in self.graph.inputs]))
         merged = dict(feeds or {})
         merged.update(named)
