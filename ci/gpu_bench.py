@@ -21,30 +21,18 @@ import json
 import os
 import statistics
 import sys
-import tempfile
 import time
 
-ZOO = "lstm-tc,seq2seq,deepspeech2,nasnet,resnext,alexnet"
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from model_sets import ZOO, torch_protos, zoo_protos  # noqa: E402
+
 TARGETS = {"lstm-tc": 0.5, "nasnet": 0.7, "resnext": 0.7, "seq2seq": 0.7, "alexnet": 1.2}
 
 
 def _models(args) -> list[tuple[str, object, object]]:
     """``(name, onnx model, torch module or None)``."""
-    import onnx
-
-    import rammer.zoo
-
-    out = [(n, rammer.zoo.build(n), None) for n in args.models.split(",") if n]
-    if args.torch:
-        sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
-        import torch_models
-
-        folder = tempfile.mkdtemp(prefix="rammer-gpu-bench-")
-        for name in torch_models.CASES:
-            path = os.path.join(folder, f"{name}.onnx")
-            torch_models.export_torchscript(name, path)
-            out.append((f"torch:{name}", onnx.load(path), torch_models.build_model(name)))
-    return out
+    out = [(n, proto, None) for n, proto in zoo_protos(args.models)]
+    return out + (torch_protos() if args.torch else [])
 
 
 def _median_ms(fn, sync, repeat: int, warmup: int = 5) -> float:

@@ -18,30 +18,12 @@ import argparse
 import json
 import os
 import sys
-import tempfile
 import time
 
-ZOO = "lstm-tc,seq2seq,deepspeech2,nasnet,resnext,alexnet"
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from model_sets import ZOO, graphs  # noqa: E402
+
 BACKEND_OF = {"v100": "cuda", "a100": "cuda", "h100": "cuda", "mi250x": "rocm"}
-
-
-def _graphs(args) -> list[tuple[str, object]]:
-    import onnx
-
-    import rammer.zoo
-    from rammer.frontend import load
-
-    out = [(name, load(rammer.zoo.build(name))) for name in args.models.split(",") if name]
-    if args.torch:
-        sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
-        import torch_models
-
-        folder = tempfile.mkdtemp(prefix="rammer-gpu-torch-")
-        for name in torch_models.CASES:
-            path = os.path.join(folder, f"{name}.onnx")
-            torch_models.export_torchscript(name, path)
-            out.append((f"torch:{name}", load(onnx.load(path))))
-    return out
 
 
 def _row(name: str, graph, preset: str) -> dict:
@@ -92,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     head = (f"{'model':18} {'preset':7} {'ops':>5} {'rtasks':>7} {'blocks':>6} {'segs':>6} {'arch':7} {'regs':>4} "
             f"{'smem':>6} {'resident':>8} {'build s':>7} {'wavefront us':>12} {'op-by-op us':>11}")
     print(head, flush=True)
-    for name, graph in _graphs(args):
+    for name, graph in graphs(args.models, args.torch):
         for preset in presets:
             try:
                 row = _row(name, graph, preset)

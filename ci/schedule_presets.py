@@ -17,30 +17,12 @@ import argparse
 import json
 import os
 import sys
-import tempfile
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from model_sets import ZOO, graphs  # noqa: E402
+
 PRESETS = "v100,a100,h100,mi250x,gc200,cortex-m7"
-ZOO = "lstm-tc,seq2seq,deepspeech2,nasnet,resnext,alexnet"
-
-
-def _graphs(args) -> list[tuple[str, object]]:
-    import onnx
-
-    import rammer.zoo
-    from rammer.frontend import load
-
-    out = [(name, load(rammer.zoo.build(name))) for name in args.models.split(",") if name]
-    if args.torch:
-        sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
-        import torch_models
-
-        folder = tempfile.mkdtemp(prefix="rammer-presets-torch-")
-        for name in torch_models.CASES:
-            raw, opt = os.path.join(folder, f"{name}-raw.onnx"), os.path.join(folder, f"{name}.onnx")
-            torch_models.export_dynamo(name, raw, opt)
-            out.append((f"torch:{name}", load(onnx.load(opt))))
-    return out
 
 
 def _has_inter_op_parallelism(graph) -> bool:
@@ -72,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     print("| model | preset | rKernels of | rTasks (wavefront) | wavefront us | op-by-op us | op-by-op / wavefront | "
           "inter-op parallelism | seconds |", flush=True)
     print("|---|---|---|---:|---:|---:|---:|---|---:|", flush=True)
-    for name, graph in _graphs(args):
+    for name, graph in graphs(args.models, args.torch):
         parallel = _has_inter_op_parallelism(graph)
         for preset in args.presets.split(","):
             t0 = time.perf_counter()

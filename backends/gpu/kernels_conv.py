@@ -13,37 +13,9 @@ from __future__ import annotations
 from rammer.codegen import kernel_ir as ir
 from rammer.codegen.kernel_ir import BinOp, Load, Select, Special, c, v
 
+from .ir_helpers import add as _add, and_ as _and, div as _div, lt as _lt, mod as _mod, mul as _mul
+
 __all__ = ["conv2d_implicit_gemm", "CONV_PARAMS"]
-
-
-def _add(*terms: ir.Expr) -> ir.Expr:
-    out = terms[0]
-    for t in terms[1:]:
-        out = BinOp("+", out, t)
-    return out
-
-
-def _mul(a: ir.Expr, b: ir.Expr) -> ir.Expr:
-    return BinOp("*", a, b)
-
-
-def _div(a: ir.Expr, b: ir.Expr) -> ir.Expr:
-    return BinOp("/", a, b)
-
-
-def _mod(a: ir.Expr, b: ir.Expr) -> ir.Expr:
-    return BinOp("%", a, b)
-
-
-def _and(*terms: ir.Expr) -> ir.Expr:
-    out = terms[0]
-    for t in terms[1:]:
-        out = BinOp("&&", out, t)
-    return out
-
-
-def _lt(a: ir.Expr, b: ir.Expr) -> ir.Expr:
-    return BinOp("<", a, b)
 
 
 #: The integer parameters of both conv forms, after (x, w, bias, y).

@@ -11,7 +11,9 @@ coordinate transformation and nearest rounding are integer codes chosen at lower
 from __future__ import annotations
 
 from rammer.codegen import kernel_ir as ir
-from rammer.codegen.kernel_ir import BinOp, Call, Load, Select, Special, c, v
+from rammer.codegen.kernel_ir import BinOp, Call, Load, Select, c, v
+
+from .ir_helpers import add as _add, gid as _gid, ints as _ints, mul as _mul
 
 __all__ = ["reduce_strided", "resize2d", "COORD_MODES", "NEAREST_MODES"]
 
@@ -19,22 +21,6 @@ __all__ = ["reduce_strided", "resize2d", "COORD_MODES", "NEAREST_MODES"]
 COORD_MODES = {"half_pixel": 0, "asymmetric": 1, "align_corners": 2, "pytorch_half_pixel": 3}
 #: Resize ``nearest_mode`` codes.
 NEAREST_MODES = {"round_prefer_floor": 0, "round_prefer_ceil": 1, "floor": 2, "ceil": 3}
-
-
-def _add(a: ir.Expr, b: ir.Expr) -> ir.Expr:
-    return BinOp("+", a, b)
-
-
-def _mul(a: ir.Expr, b: ir.Expr) -> ir.Expr:
-    return BinOp("*", a, b)
-
-
-def _gid() -> ir.Expr:
-    return _add(_mul(Special("block_id"), Special("block_dim")), Special("thread_id"))
-
-
-def _ints(*names: str) -> tuple[ir.Param, ...]:
-    return tuple(ir.Param(n, "int") for n in names)
 
 
 def reduce_strided(name: str, kind: str, threads: int = 256) -> ir.Kernel:

@@ -1,0 +1,47 @@
+"""Small expression builders the GPU rKernel templates share (kernel IR, :mod:`rammer.codegen.kernel_ir`)."""
+
+from __future__ import annotations
+
+from rammer.codegen import kernel_ir as ir
+from rammer.codegen.kernel_ir import BinOp, Special
+
+__all__ = ["add", "mul", "div", "mod", "lt", "and_", "gid", "ints"]
+
+
+def add(*terms: ir.Expr) -> ir.Expr:
+    out = terms[0]
+    for t in terms[1:]:
+        out = BinOp("+", out, t)
+    return out
+
+
+def mul(a: ir.Expr, b: ir.Expr) -> ir.Expr:
+    return BinOp("*", a, b)
+
+
+def div(a: ir.Expr, b: ir.Expr) -> ir.Expr:
+    return BinOp("/", a, b)
+
+
+def mod(a: ir.Expr, b: ir.Expr) -> ir.Expr:
+    return BinOp("%", a, b)
+
+
+def lt(a: ir.Expr, b: ir.Expr) -> ir.Expr:
+    return BinOp("<", a, b)
+
+
+def and_(*terms: ir.Expr) -> ir.Expr:
+    out = terms[0]
+    for t in terms[1:]:
+        out = BinOp("&&", out, t)
+    return out
+
+
+def gid() -> ir.Expr:
+    """The global thread index: ``block_id * block_dim + thread_id``."""
+    return add(mul(Special("block_id"), Special("block_dim")), Special("thread_id"))
+
+
+def ints(*names: str) -> tuple[ir.Param, ...]:
+    return tuple(ir.Param(n, "int") for n in names)
