@@ -29,6 +29,7 @@ from rammer.vdevice import VDevice
 from . import entry
 from .fuse import FUSED_OP
 from . import program as gp
+from .lower_ints import arena_refusal
 from .lower import BLOCK_THREADS, BINARY, CONV_IMPLICIT_GEMM, COPY, TILINGS, UNARY, Lowered, NoGpuKernel, Ref, lower_node
 
 __all__ = ["GpuProgram", "compile_program", "op_waves", "MODES", "gpu_rkernels", "unsupported", "KERNEL_NAME"]
@@ -182,9 +183,9 @@ def compile_program(graph: Graph, backend: Any, vdevice: VDevice, policy: str = 
     buffers = []
     for i, n in enumerate(names):
         info = graph.value_info[n]
-        if info.dtype != "float32":
-            raise UnsupportedOpError(f"tensor '{n}' is {info.dtype}; the GPU backends run float32 tensors",
-                                     [])
+        why = arena_refusal(graph, n, n in outputs)  # float32, or integers/bools as exact float32 values
+        if why:
+            raise UnsupportedOpError(why, [])
         kind = "const" if n in graph.initializers else "input" if n in inputs else "temp"
         buffers.append(_Buffer(i, n, kind, 4 * int(np.prod(info.shape))))
     order, anc = schedule_order([ops], [schedule])

@@ -174,13 +174,24 @@ def reduce_rows(name: str, kind: str, threads: int = 128) -> ir.Kernel:
                      meta=(("op", op),))
 
 
-def layernorm_rows(name: str, threads: int = 128) -> ir.Kernel:
+def layernorm_rows(name: str, threads: int = 128, broadcast: bool = False) -> ir.Kernel:
     """LayerNormalization over the last axis of ``x[rows, n]`` with ``scale[n]``, ``bias[n]``:
-    one block per row; mean, then variance, each a block reduction (``threads`` floats shared)."""
+    one block per row; mean, then variance of the centred values (two passes: one pass of sums
+    and squares loses digits when the mean is large), each a block reduction (``threads``
+    floats shared).  With ``broadcast``, more parameters: the scale and bias repeat with
+    periods ``SP`` and ``BP`` along the row (ONNX broadcasts them from the right, e.g. a
+    ``[64]`` scale over a ``[17, 64]`` normalized shape), ``has_bias`` 0 means no bias; and the
+    optional Mean and InvStdDev outputs, one value per row (``mean_y``, ``inv_y`` with flags
+    ``has_mean``, ``has_inv``)."""
     tid = v("tid")
     base = _mul(Special("block_id"), v("n"))
     x = Load("x", _add(base, v("j")))
     centred = BinOp("-", x, v("mean"))
+    if broadcast:
+        scale = Load("scale", BinOp("%", v("j"), v("SP")))
+        bias = ir.Select(BinOp("!=", v("has_bias"), c(0)), Load("bias", BinOp("%", v("j"), v("BP"))), c(0.0))
+    else:
+        scale, bias = Load("scale", v("j")), Load("bias", v("j"))
     body = (
         ir.Decl("int", "tid", Special("thread_id")),
         ir.Decl("float", "part", c(0.0)),
@@ -192,12 +203,19 @@ def layernorm_rows(name: str, threads: int = 128) -> ir.Kernel:
         *_block_reduce("sum", threads),
         ir.Decl("float", "inv", Call("rsqrt", (_add(BinOp("/", v("part"), ir.Cast("float", v("n"))), v("eps")),))),
         ir.For("j", tid, v("n"), c(threads), (
-            ir.Store("y", _add(base, v("j")),
-                     _add(_mul(_mul(centred, v("inv")), Load("scale", v("j"))), Load("bias", v("j")))),)),
+            ir.Store("y", _add(base, v("j")), _add(_mul(_mul(centred, v("inv")), scale), bias)),)),
     )
+    if broadcast:
+        row = Special("block_id")
+        body += (ir.If(BinOp("==", tid, c(0)), (
+            ir.If(BinOp("!=", v("has_mean"), c(0)), (ir.Store("mean_y", row, v("mean")),)),
+            ir.If(BinOp("!=", v("has_inv"), c(0)), (ir.Store("inv_y", row, v("inv")),)))),)
     params = (ir.Param("x", "float", True, True), ir.Param("scale", "float", True, True),
               ir.Param("bias", "float", True, True), ir.Param("y", "float", True), ir.Param("n", "int"),
               ir.Param("eps", "float"))
+    if broadcast:
+        params += (*_ints("SP", "BP", "has_bias", "has_mean", "has_inv"), ir.Param("mean_y", "float", True),
+                   ir.Param("inv_y", "float", True))
     return ir.Kernel(name, params, body, shared=(ir.SharedArray("red", "float", threads),), threads=threads,
                      meta=(("op", "LayerNormalization"),))
 

@@ -3,11 +3,14 @@ function's ``rtask_id`` and arguments (pointer arguments are :class:`Ref`: a ten
 plus an element offset, resolved to arena offsets once memory is planned).
 
 :func:`lower_node` either returns a :class:`Lowered` or raises :class:`NoGpuKernel` saying why
-(an op with no rKernel, an attribute value no rKernel implements, a non-float tensor).  Data
-movement (Slice, Split, Concat, Transpose, constant Pad, Reshape...) is derived from rammer's
-own reference implementation run on index arrays, turned into strided views and then checked
-against that index map element by element, so a view this module gets wrong is refused, never
-run.  ``mult`` picks among tilings: elements per rTask = threads x mult.
+(an op with no rKernel, an attribute value no rKernel implements, a tensor of a dtype the op
+cannot run on).  Data movement (Slice, Split, Concat, Transpose, constant Pad, Reshape, Gather of
+constant indices in strided order...) is derived from rammer's own reference implementation run
+on index arrays, turned into strided views and then checked against that index map element by
+element, so a view this module gets wrong is refused, never run.  ``mult`` picks among tilings:
+elements per rTask = threads x mult.  Integer and bool tensors are exact float32 values in the
+arena (:mod:`.lower_ints`); only ops that move, select or gather values may touch them (data
+movement, Gather, Where, Cast: :mod:`.lower_index`, :mod:`.lower_ints`).
 """
 
 from __future__ import annotations
@@ -19,15 +22,18 @@ from typing import Any, Union
 import numpy as np
 
 from rammer.codegen import kernel_ir as ir
-from rammer.errors import RammerError
+from rammer.errors import RammerError, ShapeError
 from rammer.ir import Graph, Node
 from rammer.ops.registry import OpContext, get_op
 
 from . import kernels as gk
 from . import kernels_model as km
 from . import kernels_conv as kc
+from . import kernels_index as kx
 from . import kernels_nn as kn
 from .fuse import FUSED_DOMAIN, FUSED_OP, lower_fused
+from .lower_index import lower_gather, lower_layernorm
+from .lower_ints import ARENA_DTYPES, lower_cast, output_refusal
 from .lower_reduce import REDUCE_OPS, lower_reduce, lower_resize
 
 __all__ = ["Ref", "Lowered", "NoGpuKernel", "lower_node", "GPU_OPS", "TILINGS", "BLOCK_THREADS", "CONV_IMPLICIT_GEMM"]
@@ -44,9 +50,12 @@ UNARY = frozenset(km.UNARY_OPS)
 BINARY = frozenset(km.BINARY_OPS)
 COPY = frozenset({"Identity", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "Slice", "Split",
                   "Concat", "Pad"})
-GPU_OPS = UNARY | BINARY | COPY | frozenset({"MatMul", "Gemm", "Conv", "MaxPool", "AveragePool",
-                                             "GlobalAveragePool", "GlobalMaxPool", "Softmax", "Resize",
-                                             *REDUCE_OPS})
+#: Ops whose values pass through unchanged (moved, selected, gathered, cast without change): they may
+#: read and write the integer and bool tensors the arena carries as exact float32 values.
+INDEX_OPS = frozenset({"Gather", "Cast", "Where"})
+GPU_OPS = UNARY | BINARY | COPY | INDEX_OPS | frozenset({"MatMul", "Gemm", "Conv", "MaxPool", "AveragePool",
+                                                         "GlobalAveragePool", "GlobalMaxPool", "Softmax",
+                                                         "Resize", "LayerNormalization", *REDUCE_OPS})
 
 
 class NoGpuKernel(RammerError):
@@ -111,11 +120,20 @@ def lower_node(node: Node, graph: Graph, mult: int = 1) -> Lowered:
         return lower_fused(node, graph, mult, Lowered, Ref)
     if node.domain not in ("", "ai.onnx") or op not in GPU_OPS:
         raise _fail(node, "the GPU backends have no rKernel for this op")
+    why = output_refusal(node, graph)
+    if why:
+        raise _fail(node, why)
+    free = _value_slots(node)
     for name in [*node.inputs, *node.outputs]:
-        if name and name not in graph.initializers and graph.value_info[name].dtype != "float32":
-            if op in COPY and name in node.inputs[1:]:
-                raise _fail(node, f"its input '{name}' is computed at run time; it must be a constant")
-            raise _fail(node, f"tensor '{name}' is {graph.value_info[name].dtype}; the GPU rKernels are float32")
+        if not name or name in graph.initializers:
+            continue
+        dtype = graph.value_info[name].dtype
+        if dtype == "float32" or (name in free and dtype in ARENA_DTYPES):
+            continue
+        if op in COPY and name in node.inputs[1:]:
+            raise _fail(node, f"its input '{name}' is computed at run time; it must be a constant")
+        raise _fail(node, f"tensor '{name}' is {dtype}; the GPU rKernels are float32 (integer and bool tensors "
+                          f"only move through copies, Gather, Where and Cast)")
     try:
         if op in UNARY:
             return _unary(node, graph, mult)
@@ -135,11 +153,43 @@ def lower_node(node: Node, graph: Graph, mult: int = 1) -> Lowered:
             return lower_reduce(node, graph, Lowered, Ref)
         if op == "Resize":
             return lower_resize(node, graph, Lowered, Ref)
+        if op == "Gather":
+            return _gather(node, graph, mult)
+        if op == "Cast":
+            return lower_cast(node, graph, mult, Lowered, Ref)
+        if op == "Where":
+            return _where(node, graph, mult)
+        if op == "LayerNormalization":
+            return lower_layernorm(node, graph, BLOCK_THREADS, Lowered, Ref)
         return _softmax(node, graph)
     except NoGpuKernel:
         raise
     except ValueError as exc:
         raise _fail(node, str(exc) if str(exc) != "rank" else f"more than {km.MAX_RANK} dimensions") from None
+
+
+def _value_slots(node: Node) -> set[str]:
+    """The tensors of ``node`` that may be integer or bool (exact float32 values in the arena): those
+    whose values the op only moves, selects or gathers.  Everything else must be float32."""
+    op = node.op_type
+    if op in COPY:
+        data = node.inputs if op == "Concat" else node.inputs[:1]
+    elif op in INDEX_OPS:
+        data = node.inputs[:3]  # Gather's data and indices, Cast's input, Where's condition and values
+    else:
+        return set()
+    return {n for n in (*data, *node.outputs) if n}
+
+
+def _gather(node: Node, graph: Graph, mult: int) -> Lowered:
+    """Constant indices forming a strided view (a scalar, a range) are a copy, like Slice; other
+    indices are read from the arena by the gather kernel."""
+    if node.inputs[1] in graph.initializers:
+        try:
+            return _copy(node, graph, mult)
+        except (ValueError, ShapeError):
+            pass  # not a strided view, or out of range (lower_gather refuses it, saying so)
+    return lower_gather(node, graph, mult, Lowered, Ref)
 
 
 def _unary(node: Node, graph: Graph, mult: int) -> Lowered:
@@ -165,6 +215,18 @@ def _binary(node: Node, graph: Graph, mult: int) -> Lowered:
     args = (Ref("in", 0), Ref("in", 1), Ref("out", 0), n, chunk, *dims[1:], *sa, *sb)
     calls = tuple((r, args) for r in range(_chunks(n, chunk)))
     return Lowered(km.binary_nd(f"bin_{node.op_type.lower()}", node.op_type), calls, 1.0 * chunk, 12.0 * chunk)
+
+
+def _where(node: Node, graph: Graph, mult: int) -> Lowered:
+    """Where with a condition computed at run time (a constant one runs fused: the elementwise
+    pass turns it into 0/1 floats); the condition is a bool as 0.0/1.0 in the arena."""
+    out = _shape(graph, node.outputs[0])
+    n = int(np.prod(out))
+    strides = [s for name in node.inputs[:3] for s in _bcast_strides(_shape(graph, name), out)]
+    chunk = 256 * mult
+    args = (Ref("in", 0), Ref("in", 1), Ref("in", 2), Ref("out", 0), n, chunk, *_pad6(list(out), 1)[1:], *strides)
+    calls = tuple((r, args) for r in range(_chunks(n, chunk)))
+    return Lowered(kx.where_nd("where_nd"), calls, 1.0 * chunk, 16.0 * chunk)
 
 
 # -- data movement -------------------------------------------------------------------------------

@@ -21,6 +21,7 @@ import numpy as np
 from rammer.errors import BackendUnavailableError, RammerError
 
 from .compiler import KERNEL_NAME, GpuProgram
+from .lower_ints import ArenaFeeds
 from .occupancy import GpuLimits, check_grid, occupancy
 
 __all__ = ["Toolchain", "NativeExecutable", "cupy_gpu", "emit"]
@@ -161,13 +162,14 @@ class _CupyRunner:
         self.counters = cupy.zeros(max(program.blocks, 1), dtype=cupy.int32)
         self.tables = [cupy.asarray(t) for t in program.tables.values()]
         self.epoch = 0
+        self.to_arena = ArenaFeeds(program)  # integer/bool feeds as exact float32 values, checked
 
     def __call__(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         cp, p = self.cp, self.p
         for name in p.inputs:
             off, shape = p.tensors[name]
             size = int(np.prod(shape))
-            self.arena[off:off + size] = cp.asarray(np.ascontiguousarray(feeds[name], np.float32).ravel())
+            self.arena[off:off + size] = cp.asarray(self.to_arena(name, feeds[name]).ravel())
         launches = range(p.launches) if p.mode == "wave" else [self.epoch]
         for arg in launches:
             self.fn((p.blocks,), (p.block_threads,), (self.arena, self.counters, np.int32(arg), *self.tables))

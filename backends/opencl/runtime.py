@@ -13,6 +13,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from rammer.backends.gpu.compiler import KERNEL_NAME, GpuProgram
+from rammer.backends.gpu.lower_ints import ArenaFeeds
 from rammer.errors import BackendUnavailableError, RammerError
 
 from .codegen import render
@@ -51,6 +52,7 @@ class OpenCLExecutable:
         self.max_signals = max(1, program.report.get("signals", 0))
         self.epoch = 0
         self.lock = threading.Lock()
+        self.to_arena = ArenaFeeds(program)  # integer/bool feeds as exact float32 values, checked
 
     def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         cl, p = self.cl, self.program
@@ -60,7 +62,7 @@ class OpenCLExecutable:
                 self.epoch = 0
             for name in p.inputs:
                 off, shape = p.tensors[name]
-                data = np.ascontiguousarray(feeds[name], np.float32)
+                data = self.to_arena(name, feeds[name])
                 if data.size:
                     cl.enqueue_copy(self.queue, self.arena, data, dst_offset=4 * off)
             if p.mode == "wave":  # one launch per wave; the in-order queue orders them
