@@ -1,0 +1,82 @@
+"""Unrolled LSTM/GRU/RNN give the same outputs as the ONNX op (reference before and after), for every
+direction, with and without bias and initial states, both GRU reset variants; cases the pass does not
+handle are left as they are; the GPU backends run an unrolled LSTM on PoCL."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper
+
+import rammer
+from rammer import plugins
+from rammer.api import random_feeds
+from rammer.frontend import load
+from rammer.passes import run_pipeline
+from rammer.passes.unroll_rnn import UNROLL_RNN, unroll_rnn
+
+T, B, I, H = 4, 2, 3, 5
+
+
+def _rnn(op, direction="forward", bias=True, initial=True, **attrs):
+    gates = {"LSTM": 4, "GRU": 3, "RNN": 1}[op]
+    dirs = 2 if direction == "bidirectional" else 1
+    rng = np.random.default_rng(hash((op, direction, bias, initial)) % 2 ** 32)
+
+    def t(name, shape):
+        return helper.make_tensor(name, TensorProto.FLOAT, list(shape), (rng.standard_normal(shape) * 0.5).astype(np.float32).ravel())
+
+    inits = [t("W", (dirs, gates * H, I)), t("R", (dirs, gates * H, H))]
+    inputs = ["x", "W", "R", "B" if bias else "", ""]
+    if bias:
+        inits.append(t("B", (dirs, 2 * gates * H)))
+    graph_inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [T, B, I])]
+    if initial:
+        inputs.append("h0")
+        graph_inputs.append(helper.make_tensor_value_info("h0", TensorProto.FLOAT, [dirs, B, H]))
+        if op == "LSTM":
+            inputs.append("c0")
+            graph_inputs.append(helper.make_tensor_value_info("c0", TensorProto.FLOAT, [dirs, B, H]))
+    outs = ["y", "yh"] + (["yc"] if op == "LSTM" else [])
+    node = helper.make_node(op, inputs, outs, hidden_size=H, direction=direction, name="the_rnn", **attrs)
+    shapes = {"y": [T, dirs, B, H], "yh": [dirs, B, H], "yc": [dirs, B, H]}
+    g = helper.make_graph([node], "rnn", graph_inputs,
+                          [helper.make_tensor_value_info(o, TensorProto.FLOAT, shapes[o]) for o in outs], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 14)])
+
+
+CASES = [(op, d, bias, init, attrs) for op in ("LSTM", "GRU", "RNN") for d in ("forward", "reverse", "bidirectional")
+         for bias, init in ((True, True), (False, False)) for attrs in ([{}] + ([{"linear_before_reset": 1}]
+                                                                              if op == "GRU" else []))]
+
+
+@pytest.mark.parametrize("op,direction,bias,initial,attrs", CASES)
+def test_unrolled_rnn_matches_the_op(op, direction, bias, initial, attrs):
+    graph = load(_rnn(op, direction, bias, initial, **attrs))
+    unrolled = run_pipeline(graph, [UNROLL_RNN], verify=True).graph
+    assert op not in {n.op_type for n in unrolled.nodes} and "MatMul" in {n.op_type for n in unrolled.nodes}
+    feeds = random_feeds(graph.inputs, seed=3)
+    want = rammer.compile(graph, backend="reference").run(feeds)
+    got = rammer.compile(unrolled, backend="reference").run(feeds)
+    for k in want:
+        np.testing.assert_allclose(got[k], want[k], rtol=1e-5, atol=1e-5, err_msg=k)
+
+
+def test_cases_the_pass_does_not_handle_are_left_alone():
+    for model in (_rnn("LSTM", clip=1.0), _rnn("GRU", activations=["Relu", "Tanh"])):
+        graph = load(model)
+        assert unroll_rnn(graph) is graph
+
+
+@pytest.mark.parametrize("mode", ["persistent", "wave"])
+def test_gpu_backends_run_an_lstm(mode):
+    be = plugins.backends().get("opencl")
+    if be is None or not be.availability().ok:
+        pytest.skip("needs an OpenCL device (PoCL: apt-get install pocl-opencl-icd)")
+    model = _rnn("LSTM", "bidirectional")
+    compiled = rammer.compile(model, backend="opencl", mode=mode)
+    feeds = random_feeds(compiled.inputs, seed=5)
+    want = rammer.compile(model, backend="reference").run(feeds)
+    got = compiled.run(feeds)
+    for k in want:
+        np.testing.assert_allclose(got[k], want[k], rtol=1e-4, atol=1e-5, err_msg=k)
