@@ -1,6 +1,6 @@
 """The torch.onnx exports of the test suite (tests/torch_models.py: BERT, GPT-2, ResNet-18, MobileNetV2, ViT,
 LSTM, BiLSTM) on the GPU backends: run on opencl (PoCL) in both modes against reference, and their CUDA and
-HIP texts build with nvcc and hipcc."""
+HIP texts build with nvcc (sm_80, sm_90) and hipcc (gfx90a, gfx908)."""
 
 from __future__ import annotations
 
@@ -66,9 +66,10 @@ def test_export_builds_with_nvcc_and_hipcc(exported, name):
         pytest.skip("needs nvcc (CUDA toolkit) or hipcc (Debian hipcc; ci/setup.sh)")
     path, _ = exported(name)
     graph = load(onnx.load(str(path)))
-    for backend, compiler, arch in (("cuda", "nvcc", "sm_80"), ("rocm", "hipcc", "gfx90a")):
+    for backend, compiler, archs in (("cuda", "nvcc", ("sm_80", "sm_90")), ("rocm", "hipcc", ("gfx90a", "gfx908"))):
         if shutil.which(compiler) is None:
             continue
         exe = plugins.backends()[backend].compile(graph, {})
-        built = exe.compile_check(arch)
-        assert built["binary_bytes"] > 0 and built["usage"]["rammer_main"]["registers"] > 0
+        for arch in archs:
+            built = exe.compile_check(arch)
+            assert built["binary_bytes"] > 0 and built["usage"]["rammer_main"]["registers"] > 0
