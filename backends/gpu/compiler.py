@@ -207,12 +207,13 @@ def compile_program(graph: Graph, backend: Any, vdevice: VDevice, policy: str = 
     for i, (node, low) in enumerate(zip(graph.nodes, lowered)):
         templates.setdefault(low.kernel.name, low.kernel)
         first = schedule.ops[i].first_rtask
-        reads = tuple((offset[node.inputs[s]], max(1, buffers[index[node.inputs[s]]].nbytes // 4))
-                      for s in sorted({a.slot for _, args in low.calls for a in args
-                                       if isinstance(a, Ref) and a.io == "in"}))
-        writes = tuple((offset[node.outputs[s]], max(1, buffers[index[node.outputs[s]]].nbytes // 4))
-                       for s in sorted({a.slot for _, args in low.calls for a in args
-                                        if isinstance(a, Ref) and a.io == "out"}))
+        # A tensor with no elements touches no memory: the planner may put it where another lives.
+        reads = tuple(r for r in ((offset[node.inputs[s]], buffers[index[node.inputs[s]]].nbytes // 4)
+                                  for s in sorted({a.slot for _, args in low.calls for a in args
+                                                   if isinstance(a, Ref) and a.io == "in"})) if r[1])
+        writes = tuple(r for r in ((offset[node.outputs[s]], buffers[index[node.outputs[s]]].nbytes // 4)
+                                   for s in sorted({a.slot for _, args in low.calls for a in args
+                                                    if isinstance(a, Ref) and a.io == "out"})) if r[1])
         for r, (rtask, args) in enumerate(low.calls):
             resolved = tuple(offset[(node.inputs if a.io == "in" else node.outputs)[a.slot]] + a.offset
                              if isinstance(a, Ref) else a for a in args)

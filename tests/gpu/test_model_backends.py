@@ -84,6 +84,32 @@ def test_mixed_model_runs_on_opencl_and_matches_reference():
         np.testing.assert_allclose(wave.run(feeds)[k], want[k], rtol=1e-4, atol=1e-5)
 
 
+
+def test_tensors_with_no_elements_touch_no_memory():
+    """Empty tensors (a batch of 0) beside full ones: the planner may place an empty tensor where
+    another lives, so an empty tensor's rTasks must count as touching nothing (fuzz case
+    mutants:900144 was refused as a race between two empty outputs) and write nothing."""
+    _opencl()
+    rng = np.random.default_rng(0)
+    inits = [helper.make_tensor(n, TensorProto.FLOAT, a.shape, a.ravel()) for n, a in
+             (("w6", rng.standard_normal(6).astype(np.float32)), ("w66", rng.standard_normal((6, 6)).astype(np.float32)),
+              ("g", rng.standard_normal((4, 3, 6)).astype(np.float32)),
+              ("b", rng.standard_normal((4, 3, 6)).astype(np.float32)))]
+    nodes = [helper.make_node("MatMul", ["x", "w6"], ["e1"]),
+             helper.make_node("LayerNormalization", ["x", "g", "b"], ["e2"], axis=1, epsilon=0.01),
+             helper.make_node("Concat", ["e2", "e2"], ["e3"], axis=0),
+             helper.make_node("MatMul", ["y", "w66"], ["u1"]), helper.make_node("Relu", ["u1"], ["u2"]),
+             helper.make_node("MatMul", ["u2", "w66"], ["u3"]), helper.make_node("Softmax", ["u3"], ["u4"], axis=-1)]
+    model = _model(nodes, [_vi("x", [0, 4, 3, 6]), _vi("y", [64, 6])],
+                   [_vi("e1", [0, 4, 3]), _vi("e3", [0, 4, 3, 6]), _vi("u2", [64, 6]), _vi("u4", [64, 6])], inits)
+    feeds = {"x": np.zeros((0, 4, 3, 6), np.float32), "y": rng.standard_normal((64, 6)).astype(np.float32)}
+    want = rammer.compile(model, backend="reference").run(feeds)
+    for mode in ("persistent", "wave"):
+        got = rammer.compile(model, backend="opencl", mode=mode).run(feeds)
+        for k in want:
+            assert got[k].shape == want[k].shape, (mode, k)
+            np.testing.assert_allclose(got[k], want[k], rtol=1e-4, atol=1e-5, err_msg=f"{mode} {k}")
+
 SMALL_ZOO = [e.name for e in zoo.list_models() if e.small]
 
 
