@@ -200,3 +200,35 @@ def test_machine_code_cache_is_used_and_damage_is_ignored(tmp_path, monkeypatch,
         f.write(bytes([written[0] ^ 0xFF]) + written[1:])
     run(uk.compile_module(mod, cache=True, **key))   # compiled again, file rewritten
     assert open(path, "rb").read() == written
+
+
+@pytest.mark.parametrize("x_shape,transpose", [((16, 1, 24), None), ((2, 3, 5, 24), None), ((4, 1, 24), (1, 0, 2)),
+                                               ((1, 6, 24), (1, 0, 2)), ((3, 4, 24), (1, 0, 2))])
+@pytest.mark.parametrize("epilogue", [False, True])
+def test_batched_matmul_with_one_weight_folds_into_one_gemm(x_shape, transpose, epilogue):
+    """Batch matrices sharing a 2-D weight whose rows run evenly strided across the batches are
+    one GEMM of batches * M rows (lower_linalg._fold_batches); rows that do not (a transposed
+    (3, 4, 24) input) stay batches.  Results against the reference either way."""
+    import rammer
+    from rammer.backends.cpu.compiler import compile_program
+    from rammer.frontend import load
+
+    from cpu_helpers import compare, model, node, rand
+
+    x = rand(*x_shape)
+    consts = {"w": rand(24, 40, seed=1), "b": rand(40, seed=2)}
+    nodes, src = [], "x"
+    if transpose:
+        nodes.append(node("Transpose", ["x"], ["xt"], perm=list(transpose)))
+        src = "xt"
+    nodes.append(node("MatMul", [src, "w"], ["m"]))
+    out = "m"
+    if epilogue:
+        nodes += [node("Add", ["m", "b"], ["a"]), node("Relu", ["a"], ["y"])]
+        out = "y"
+    m = model(nodes, {"x": x}, [out], consts)
+    compare(m, {"x": x})
+    ops = [op for op in compile_program(load(m), 1).lowered.ops if op.family == "gemm"]
+    folds = transpose is None or x_shape[1] == 1 or x_shape[0] == 1
+    assert [op.extra["batches"] for op in ops] == [1 if folds else x_shape[1]], ops
+    assert rammer  # (imported for the plugin registry)
