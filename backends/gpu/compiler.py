@@ -219,6 +219,12 @@ def compile_program(graph: Graph, backend: Any, vdevice: VDevice, policy: str = 
                              if isinstance(a, Ref) else a for a in args)
             calls[first + r] = gp.Call(low.kernel.name, rtask, resolved, reads, writes, op=i)
     programs = gp.from_schedule(schedule, calls)
+    # An operator whose outputs all have no elements computes nothing; its rKernel would still run
+    # rTask 0 (grids are at least one rTask) and could write where the planner put a live tensor.
+    idle = {i for i, node in enumerate(graph.nodes)
+            if all(buffers[index[o]].nbytes == 0 for o in node.outputs if o in index)}
+    if idle:
+        programs = [[s for s in p if not (isinstance(s, gp.Call) and s.op in idle)] for p in programs]
     if mode == "wave":
         wave_programs = gp.split_waves(programs, waves)
         kernels, tables = entry.wave_kernel(KERNEL_NAME, templates, wave_programs, BLOCK_THREADS)
