@@ -13,7 +13,7 @@ from __future__ import annotations
 from rammer.codegen import kernel_ir as ir
 from rammer.codegen.kernel_ir import BinOp, Call, Load, Special, c, v
 
-from .kernels import _halvings
+from .kernels import tree_reduce
 
 __all__ = ["conv2d_direct", "pool2d", "reduce_rows", "layernorm_rows", "transpose_tiled", "REDUCE_KINDS"]
 
@@ -133,21 +133,14 @@ def pool2d(name: str, kind: str, threads: int = 128) -> ir.Kernel:
 
 
 def _block_reduce(kind: str, threads: int, part: str = "part") -> tuple[ir.Stmt, ...]:
-    """Tree reduction of each thread's ``part`` through shared ``red``; every thread passes every
-    barrier and ends with the block's result in ``part``."""
-    tid = v("tid")
+    """Tree reduction of each thread's ``part`` through shared ``red`` (:func:`.kernels.tree_reduce`)."""
     if kind == "max":
         def combine(a, b): return Call("fmax", (a, b))
     elif kind == "min":
         def combine(a, b): return Call("fmin", (a, b))
     else:
         def combine(a, b): return _add(a, b)
-    steps: list[ir.Stmt] = []
-    for step in _halvings(threads):
-        steps += [ir.If(_lt(tid, c(step)),
-                        (ir.Store("red", tid, combine(Load("red", tid), Load("red", _add(tid, c(step))))),)),
-                  ir.Barrier()]
-    return (ir.Store("red", tid, v(part)), ir.Barrier(), *steps, ir.Assign(part, Load("red", c(0))), ir.Barrier())
+    return tree_reduce(combine, threads, part)
 
 
 def reduce_rows(name: str, kind: str, threads: int = 128) -> ir.Kernel:
