@@ -17,6 +17,8 @@ from __future__ import annotations
 from rammer.codegen import kernel_ir as ir
 from rammer.codegen.kernel_ir import BinOp, Call, Load, Special, c, v
 
+from .ir_helpers import gid
+
 __all__ = ["elementwise", "matmul_tiled", "softmax_rows", "UNARY", "BINARY"]
 
 #: Unary elementwise ops as IR of one operand ``x``.
@@ -31,10 +33,6 @@ UNARY = {
 BINARY = {"Add": "+", "Sub": "-", "Mul": "*", "Div": "/"}
 
 
-def _gid() -> ir.Expr:
-    return BinOp("+", BinOp("*", Special("block_id"), Special("block_dim")), Special("thread_id"))
-
-
 def elementwise(name: str, op: str, threads: int = 256) -> ir.Kernel:
     """``y[i] = op(a[i])`` or ``y[i] = a[i] op b[i]`` for ``i < n``; one thread per element."""
     i = v("i")
@@ -47,7 +45,7 @@ def elementwise(name: str, op: str, threads: int = 256) -> ir.Kernel:
         value = BinOp(BINARY[op], Load("a", i), Load("b", i))
     else:
         raise ValueError(f"no GPU elementwise kernel for {op}")
-    body = (ir.Decl("int", "i", _gid()), ir.If(BinOp("<", i, v("n")), (ir.Store("y", i, value),)))
+    body = (ir.Decl("int", "i", gid()), ir.If(BinOp("<", i, v("n")), (ir.Store("y", i, value),)))
     return ir.Kernel(name, params, body, threads=threads, meta=(("op", op),))
 
 

@@ -13,39 +13,13 @@ from __future__ import annotations
 from rammer.codegen import kernel_ir as ir
 from rammer.codegen.kernel_ir import BinOp, Call, Load, Special, c, v
 
+from .ir_helpers import add, and_, gid, ints, lt, mul
 from .kernels import tree_reduce
 
 __all__ = ["conv2d_direct", "pool2d", "reduce_rows", "layernorm_rows", "transpose_tiled", "REDUCE_KINDS"]
 
 #: Row reductions ``reduce_rows`` builds.
 REDUCE_KINDS = ("sum", "mean", "max", "min")
-
-
-def _add(a: ir.Expr, b: ir.Expr) -> ir.Expr:
-    return BinOp("+", a, b)
-
-
-def _mul(a: ir.Expr, b: ir.Expr) -> ir.Expr:
-    return BinOp("*", a, b)
-
-
-def _lt(a: ir.Expr, b: ir.Expr) -> ir.Expr:
-    return BinOp("<", a, b)
-
-
-def _and(*terms: ir.Expr) -> ir.Expr:
-    out = terms[0]
-    for t in terms[1:]:
-        out = BinOp("&&", out, t)
-    return out
-
-
-def _gid() -> ir.Expr:
-    return _add(_mul(Special("block_id"), Special("block_dim")), Special("thread_id"))
-
-
-def _ints(*names: str) -> tuple[ir.Param, ...]:
-    return tuple(ir.Param(n, "int") for n in names)
 
 
 def _unflatten(index: str, dims: list[tuple[str, str]]) -> list[ir.Stmt]:
@@ -65,14 +39,14 @@ def conv2d_direct(name: str, threads: int = 128) -> ir.Kernel:
     oc, ic, kh, kw = v("oc"), v("ic"), v("kh"), v("kw")
     icg = BinOp("/", v("C"), v("G"))
     ocg = BinOp("/", v("OC"), v("G"))
-    ih = _add(BinOp("-", _mul(v("oh"), v("SH")), v("PH")), _mul(kh, v("DH")))
-    iw = _add(BinOp("-", _mul(v("ow"), v("SW")), v("PW")), _mul(kw, v("DW")))
-    cin = _add(_mul(BinOp("/", oc, ocg), icg), ic)
-    x_idx = _add(_mul(_add(_mul(_add(_mul(v("n"), v("C")), cin), v("H")), v("ih")), v("W")), v("iw"))
-    w_idx = _add(_mul(_add(_mul(_add(_mul(oc, icg), ic), v("KH")), kh), v("KW")), kw)
+    ih = add(BinOp("-", mul(v("oh"), v("SH")), v("PH")), mul(kh, v("DH")))
+    iw = add(BinOp("-", mul(v("ow"), v("SW")), v("PW")), mul(kw, v("DW")))
+    cin = add(mul(BinOp("/", oc, ocg), icg), ic)
+    x_idx = add(mul(add(mul(add(mul(v("n"), v("C")), cin), v("H")), v("ih")), v("W")), v("iw"))
+    w_idx = add(mul(add(mul(add(mul(oc, icg), ic), v("KH")), kh), v("KW")), kw)
     body = (
-        ir.Decl("int", "i", _gid()),
-        ir.If(_lt(v("i"), v("total")), (
+        ir.Decl("int", "i", gid()),
+        ir.If(lt(v("i"), v("total")), (
             *_unflatten("i", [("n", "N"), ("oc", "OC"), ("oh", "OH"), ("ow", "OW")]),
             ir.Decl("float", "acc", ir.Select(BinOp("!=", v("has_bias"), c(0)), Load("bias", oc), c(0.0))),
             ir.For("ic", c(0), icg, c(1), (
@@ -80,9 +54,9 @@ def conv2d_direct(name: str, threads: int = 128) -> ir.Kernel:
                     ir.Decl("int", "ih", ih),
                     ir.For("kw", c(0), v("KW"), c(1), (
                         ir.Decl("int", "iw", iw),
-                        ir.If(_and(BinOp(">=", v("ih"), c(0)), _lt(v("ih"), v("H")),
-                                   BinOp(">=", v("iw"), c(0)), _lt(v("iw"), v("W"))),
-                              (ir.Assign("acc", _add(v("acc"), _mul(Load("x", x_idx), Load("w", w_idx)))),)),
+                        ir.If(and_(BinOp(">=", v("ih"), c(0)), lt(v("ih"), v("H")),
+                                   BinOp(">=", v("iw"), c(0)), lt(v("iw"), v("W"))),
+                              (ir.Assign("acc", add(v("acc"), mul(Load("x", x_idx), Load("w", w_idx)))),)),
                     )),
                 )),
             )),
@@ -91,7 +65,7 @@ def conv2d_direct(name: str, threads: int = 128) -> ir.Kernel:
     )
     params = (ir.Param("x", "float", True, True), ir.Param("w", "float", True, True),
               ir.Param("bias", "float", True, True), ir.Param("y", "float", True),
-              *_ints("has_bias", "total", "N", "C", "H", "W", "OC", "OH", "OW", "KH", "KW",
+              *ints("has_bias", "total", "N", "C", "H", "W", "OC", "OH", "OW", "KH", "KW",
                      "SH", "SW", "PH", "PW", "DH", "DW", "G"))
     return ir.Kernel(name, params, body, threads=threads, meta=(("op", "Conv"), ("tiling", "direct")))
 
@@ -101,14 +75,14 @@ def pool2d(name: str, kind: str, threads: int = 128) -> ir.Kernel:
     ``count_include_pad=0``): one thread per output element.  No shared memory."""
     if kind not in ("max", "avg"):
         raise ValueError(f"pool kind {kind!r} is not max or avg")
-    ih = _add(BinOp("-", _mul(v("oh"), v("SH")), v("PH")), v("kh"))
-    iw = _add(BinOp("-", _mul(v("ow"), v("SW")), v("PW")), v("kw"))
-    x_idx = _add(_mul(_add(_mul(v("nc"), v("H")), v("ih")), v("W")), v("iw"))
+    ih = add(BinOp("-", mul(v("oh"), v("SH")), v("PH")), v("kh"))
+    iw = add(BinOp("-", mul(v("ow"), v("SW")), v("PW")), v("kw"))
+    x_idx = add(mul(add(mul(v("nc"), v("H")), v("ih")), v("W")), v("iw"))
     update = (ir.Assign("acc", Call("fmax", (v("acc"), Load("x", x_idx)))) if kind == "max"
-              else ir.Assign("acc", _add(v("acc"), Load("x", x_idx))))
+              else ir.Assign("acc", add(v("acc"), Load("x", x_idx))))
     body = (
-        ir.Decl("int", "i", _gid()),
-        ir.If(_lt(v("i"), v("total")), (
+        ir.Decl("int", "i", gid()),
+        ir.If(lt(v("i"), v("total")), (
             *_unflatten("i", [("nc", "NC"), ("oh", "OH"), ("ow", "OW")]),
             ir.Decl("float", "acc", c(-3.0e38) if kind == "max" else c(0.0)),
             ir.Decl("int", "cnt", c(0)),
@@ -116,9 +90,9 @@ def pool2d(name: str, kind: str, threads: int = 128) -> ir.Kernel:
                 ir.Decl("int", "ih", ih),
                 ir.For("kw", c(0), v("KW"), c(1), (
                     ir.Decl("int", "iw", iw),
-                    ir.If(_and(BinOp(">=", v("ih"), c(0)), _lt(v("ih"), v("H")),
-                               BinOp(">=", v("iw"), c(0)), _lt(v("iw"), v("W"))),
-                          (update, ir.Assign("cnt", _add(v("cnt"), c(1))))),
+                    ir.If(and_(BinOp(">=", v("ih"), c(0)), lt(v("ih"), v("H")),
+                               BinOp(">=", v("iw"), c(0)), lt(v("iw"), v("W"))),
+                          (update, ir.Assign("cnt", add(v("cnt"), c(1))))),
                 )),
             )),
             ir.Store("y", v("i"), v("acc") if kind == "max"
@@ -127,7 +101,7 @@ def pool2d(name: str, kind: str, threads: int = 128) -> ir.Kernel:
         )),
     )
     params = (ir.Param("x", "float", True, True), ir.Param("y", "float", True),
-              *_ints("total", "NC", "H", "W", "OH", "OW", "KH", "KW", "SH", "SW", "PH", "PW"))
+              *ints("total", "NC", "H", "W", "OH", "OW", "KH", "KW", "SH", "SW", "PH", "PW"))
     return ir.Kernel(name, params, body, threads=threads,
                      meta=(("op", "MaxPool" if kind == "max" else "AveragePool"),))
 
@@ -139,7 +113,7 @@ def _block_reduce(kind: str, threads: int, part: str = "part") -> tuple[ir.Stmt,
     elif kind == "min":
         def combine(a, b): return Call("fmin", (a, b))
     else:
-        def combine(a, b): return _add(a, b)
+        def combine(a, b): return add(a, b)
     return tree_reduce(combine, threads, part)
 
 
@@ -149,10 +123,10 @@ def reduce_rows(name: str, kind: str, threads: int = 128) -> ir.Kernel:
     if kind not in REDUCE_KINDS:
         raise ValueError(f"reduce kind {kind!r} is not one of {REDUCE_KINDS}")
     tid = v("tid")
-    base = _mul(Special("block_id"), v("n"))
+    base = mul(Special("block_id"), v("n"))
     init = {"sum": c(0.0), "mean": c(0.0), "max": c(-3.0e38), "min": c(3.0e38)}[kind]
-    x = Load("x", _add(base, v("j")))
-    step = {"max": Call("fmax", (v("part"), x)), "min": Call("fmin", (v("part"), x))}.get(kind, _add(v("part"), x))
+    x = Load("x", add(base, v("j")))
+    step = {"max": Call("fmax", (v("part"), x)), "min": Call("fmin", (v("part"), x))}.get(kind, add(v("part"), x))
     out = BinOp("/", v("part"), ir.Cast("float", v("n"))) if kind == "mean" else v("part")
     body = (
         ir.Decl("int", "tid", Special("thread_id")),
@@ -177,8 +151,8 @@ def layernorm_rows(name: str, threads: int = 128, broadcast: bool = False) -> ir
     optional Mean and InvStdDev outputs, one value per row (``mean_y``, ``inv_y`` with flags
     ``has_mean``, ``has_inv``)."""
     tid = v("tid")
-    base = _mul(Special("block_id"), v("n"))
-    x = Load("x", _add(base, v("j")))
+    base = mul(Special("block_id"), v("n"))
+    x = Load("x", add(base, v("j")))
     centred = BinOp("-", x, v("mean"))
     if broadcast:
         scale = Load("scale", BinOp("%", v("j"), v("SP")))
@@ -188,15 +162,15 @@ def layernorm_rows(name: str, threads: int = 128, broadcast: bool = False) -> ir
     body = (
         ir.Decl("int", "tid", Special("thread_id")),
         ir.Decl("float", "part", c(0.0)),
-        ir.For("j", tid, v("n"), c(threads), (ir.Assign("part", _add(v("part"), x)),)),
+        ir.For("j", tid, v("n"), c(threads), (ir.Assign("part", add(v("part"), x)),)),
         *_block_reduce("sum", threads),
         ir.Decl("float", "mean", BinOp("/", v("part"), ir.Cast("float", v("n")))),
         ir.Assign("part", c(0.0)),
-        ir.For("j", tid, v("n"), c(threads), (ir.Assign("part", _add(v("part"), _mul(centred, centred))),)),
+        ir.For("j", tid, v("n"), c(threads), (ir.Assign("part", add(v("part"), mul(centred, centred))),)),
         *_block_reduce("sum", threads),
-        ir.Decl("float", "inv", Call("rsqrt", (_add(BinOp("/", v("part"), ir.Cast("float", v("n"))), v("eps")),))),
+        ir.Decl("float", "inv", Call("rsqrt", (add(BinOp("/", v("part"), ir.Cast("float", v("n"))), v("eps")),))),
         ir.For("j", tid, v("n"), c(threads), (
-            ir.Store("y", _add(base, v("j")), _add(_mul(_mul(centred, v("inv")), scale), bias)),)),
+            ir.Store("y", add(base, v("j")), add(mul(mul(centred, v("inv")), scale), bias)),)),
     )
     if broadcast:
         row = Special("block_id")
@@ -207,7 +181,7 @@ def layernorm_rows(name: str, threads: int = 128, broadcast: bool = False) -> ir
               ir.Param("bias", "float", True, True), ir.Param("y", "float", True), ir.Param("n", "int"),
               ir.Param("eps", "float"))
     if broadcast:
-        params += (*_ints("SP", "BP", "has_bias", "has_mean", "has_inv"), ir.Param("mean_y", "float", True),
+        params += (*ints("SP", "BP", "has_bias", "has_mean", "has_inv"), ir.Param("mean_y", "float", True),
                    ir.Param("inv_y", "float", True))
     return ir.Kernel(name, params, body, shared=(ir.SharedArray("red", "float", threads),), threads=threads,
                      meta=(("op", "LayerNormalization"),))
@@ -219,18 +193,18 @@ def transpose_tiled(name: str, tile: int = 16) -> ir.Kernel:
     t = tile
     tx, ty = v("tx"), v("ty")
     body = (
-        ir.Decl("int", "tiles_c", BinOp("/", _add(v("C"), c(t - 1)), c(t))),
+        ir.Decl("int", "tiles_c", BinOp("/", add(v("C"), c(t - 1)), c(t))),
         ir.Decl("int", "tx", BinOp("%", Special("thread_id"), c(t))),
         ir.Decl("int", "ty", BinOp("/", Special("thread_id"), c(t))),
-        ir.Decl("int", "r0", _mul(BinOp("/", Special("block_id"), v("tiles_c")), c(t))),
-        ir.Decl("int", "c0", _mul(BinOp("%", Special("block_id"), v("tiles_c")), c(t))),
-        ir.If(_and(_lt(_add(v("r0"), ty), v("R")), _lt(_add(v("c0"), tx), v("C"))),
-              (ir.Store("tileb", _add(_mul(ty, c(t + 1)), tx),
-                        Load("x", _add(_mul(_add(v("r0"), ty), v("C")), _add(v("c0"), tx)))),)),
+        ir.Decl("int", "r0", mul(BinOp("/", Special("block_id"), v("tiles_c")), c(t))),
+        ir.Decl("int", "c0", mul(BinOp("%", Special("block_id"), v("tiles_c")), c(t))),
+        ir.If(and_(lt(add(v("r0"), ty), v("R")), lt(add(v("c0"), tx), v("C"))),
+              (ir.Store("tileb", add(mul(ty, c(t + 1)), tx),
+                        Load("x", add(mul(add(v("r0"), ty), v("C")), add(v("c0"), tx)))),)),
         ir.Barrier(),
-        ir.If(_and(_lt(_add(v("c0"), ty), v("C")), _lt(_add(v("r0"), tx), v("R"))),
-              (ir.Store("y", _add(_mul(_add(v("c0"), ty), v("R")), _add(v("r0"), tx)),
-                        Load("tileb", _add(_mul(tx, c(t + 1)), ty))),)),
+        ir.If(and_(lt(add(v("c0"), ty), v("C")), lt(add(v("r0"), tx), v("R"))),
+              (ir.Store("y", add(mul(add(v("c0"), ty), v("R")), add(v("r0"), tx)),
+                        Load("tileb", add(mul(tx, c(t + 1)), ty))),)),
     )
     params = (ir.Param("x", "float", True, True), ir.Param("y", "float", True), ir.Param("R", "int"),
               ir.Param("C", "int"))
