@@ -8,48 +8,16 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper
 
 import rammer
+from gpu_helpers import check_wave as _check, const as _const, model as _model
+from gpu_helpers import need_opencl as _opencl, vi as _vi
 from rammer import plugins
 from rammer.backends.gpu.compiler import unsupported
 from rammer.errors import FeedError, UnsupportedOpError
 
 F, I64, I32, B = TensorProto.FLOAT, TensorProto.INT64, TensorProto.INT32, TensorProto.BOOL
-
-
-def _opencl() -> None:
-    if not plugins.get_backend("opencl").availability().ok:
-        pytest.skip("needs an OpenCL device (PoCL here: apt-get install pocl-opencl-icd): "
-                    f"{plugins.get_backend('opencl').availability().reason}")
-
-
-def _vi(name, shape, t=F):
-    return helper.make_tensor_value_info(name, t, shape)
-
-
-def _model(nodes, inputs, outputs, inits=(), opset=17):
-    g = helper.make_graph(nodes, "m", inputs, outputs, list(inits))
-    return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
-
-
-def _const(name, value):
-    return numpy_helper.from_array(np.asarray(value), name)
-
-
-def _check(model, feeds, kernels=()):
-    """Runs ``model`` on opencl (wave mode) twice and on reference; the report names ``kernels``."""
-    _opencl()
-    compiled = rammer.compile(model, backend="opencl", mode="wave")
-    want = rammer.compile(model, backend="reference").run(feeds)
-    for _ in range(2):  # the second run reuses the arena
-        got = compiled.run(feeds)
-        for k in want:
-            assert got[k].dtype == want[k].dtype and got[k].shape == want[k].shape, k
-            np.testing.assert_allclose(got[k], want[k], rtol=1e-4, atol=1e-5)
-    used = set(compiled.executable.report["kernels"])
-    assert set(kernels) <= used, used
-    return compiled
 
 
 def _embedding(ids_shape, vocab=50, dim=12, axis=0, t=I64):

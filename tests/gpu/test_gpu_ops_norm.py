@@ -7,44 +7,15 @@ import math
 
 import numpy as np
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper
 
 import rammer
+from gpu_helpers import check_wave as _check, const as _const, model as _model
+from gpu_helpers import need_opencl as _opencl, vi as _vi
 from rammer import plugins
 from rammer.errors import UnsupportedOpError
 
 F = TensorProto.FLOAT
-
-
-def _opencl() -> None:
-    if not plugins.get_backend("opencl").availability().ok:
-        pytest.skip("needs an OpenCL device (PoCL here: apt-get install pocl-opencl-icd): "
-                    f"{plugins.get_backend('opencl').availability().reason}")
-
-
-def _vi(name, shape, t=F):
-    return helper.make_tensor_value_info(name, t, shape)
-
-
-def _model(nodes, inputs, outputs, inits=(), opset=17):
-    g = helper.make_graph(nodes, "m", inputs, outputs, list(inits))
-    return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
-
-
-def _const(name, value):
-    return numpy_helper.from_array(np.asarray(value), name)
-
-
-def _check(model, feeds, kernels=(), rtol=1e-4, atol=1e-5):
-    _opencl()
-    compiled = rammer.compile(model, backend="opencl", mode="wave")
-    want = rammer.compile(model, backend="reference").run(feeds)
-    got = compiled.run(feeds)
-    for k in want:
-        assert got[k].shape == want[k].shape, k
-        np.testing.assert_allclose(got[k], want[k], rtol=rtol, atol=atol)
-    assert set(kernels) <= set(compiled.executable.report["kernels"]), compiled.executable.report["kernels"]
-    return compiled
 
 
 # -- LayerNormalization --------------------------------------------------------------------------

@@ -9,7 +9,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import rammer
-from rammer import plugins
+from gpu_helpers import need_opencl
 from rammer.api import random_feeds
 from rammer.frontend import load
 from rammer.passes import run_pipeline, split_k
@@ -70,9 +70,7 @@ def test_products_with_many_tiles_short_k_or_computed_weights_are_left_alone():
 
 @pytest.mark.parametrize("mode", ["persistent", "wave"])
 def test_split_products_run_on_opencl(mode):
-    be = plugins.backends().get("opencl")
-    if be is None or not be.availability().ok:
-        pytest.skip("needs an OpenCL device (PoCL: apt-get install pocl-opencl-icd)")
+    need_opencl()
     model = CASES["gemm-transB-bias"]()
     compiled = rammer.compile(model, backend="opencl", mode=mode)
     assert compiled.executable.report["rtasks"] > 4  # the split products, not one 2x30 tile

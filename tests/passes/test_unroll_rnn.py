@@ -9,7 +9,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import rammer
-from rammer import plugins
+from gpu_helpers import need_opencl
 from rammer.api import random_feeds
 from rammer.frontend import load
 from rammer.passes import run_pipeline
@@ -70,9 +70,7 @@ def test_cases_the_pass_does_not_handle_are_left_alone():
 
 @pytest.mark.parametrize("mode", ["persistent", "wave"])
 def test_gpu_backends_run_an_lstm(mode):
-    be = plugins.backends().get("opencl")
-    if be is None or not be.availability().ok:
-        pytest.skip("needs an OpenCL device (PoCL: apt-get install pocl-opencl-icd)")
+    need_opencl()
     model = _rnn("LSTM", "bidirectional")
     compiled = rammer.compile(model, backend="opencl", mode=mode)
     feeds = random_feeds(compiled.inputs, seed=5)
