@@ -18,13 +18,15 @@ from .kernels_ew import ew_epilogue
 from .ukernel import WIDTH, row_sweep, tap_sweep
 
 f32 = np.float32
+_INF = f32(np.inf)
 #: Arena offsets as unsigned indices: numba then skips negative-index wraparound (see kernels_data).
 _u = np.uint64
 _JIT = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
 
 # Window descriptor shared by convolutions, depthwise conv and pooling:
 W_X, W_C, W_H, W_W, W_KH, W_KW, W_SH, W_SW, W_PH, W_PW, W_DH, W_DW, W_OH, W_OW, W_OUT = range(15)
-# then: conv: see kernels_conv; dwconv: [.., w_off, mult, epi]; pool: [.., mode, lo_h, hi_h, lo_w, hi_w]
+# then: conv: see kernels_conv; dwconv: [.., w_off, mult, epi, scratch, bias, act]; pool: [.., mode, lo_h, hi_h,
+# lo_w, hi_w]
 WIN_LEN = 15
 
 
@@ -213,13 +215,20 @@ def k_dwconv(F, B, I, J, X, R, p, sbase):
     channel c.  Each input plane is split once into zero-padded phase planes
     in scratch (or read in place: stride 1, no padding), then swept (see
     above); the fused epilogue runs on each output plane while it is in
-    cache.  Descriptor tail: [w_off, mult, epilogue, scratch offset].
+    cache.  Descriptor tail: [w_off, mult, epilogue, scratch offset, bias, act]: ``bias`` the
+    offset of a per-output-channel bias the sweep starts from (-1: none), ``act`` where in R the
+    bounds [lo, hi] of a fused ReLU or Clip lie (-1: none), applied before the store; a plain
+    conv + bias + ReLU6 then needs no epilogue pass over its output.
     """
     d = p[0]
     C, H, W, kh, kw, sh, sw, ph, pw, dh, dw, OH, OW = read_window(X, d)
     w_off = X[d + WIN_LEN]
     mult = X[d + WIN_LEN + 1]
     epi = X[d + WIN_LEN + 2]
+    bias_at = X[d + WIN_LEN + 4]
+    act = X[d + WIN_LEN + 5]
+    lo = R[act] if act >= 0 else -_INF
+    hi = R[act + 1] if act >= 0 else _INF
     M = C * mult
     Hq, Wq = _phase_dims(OH, OW, kh, kw, sh, sw, dh, dw)
     # The input plane is already the (single) phase plane when nothing is padded.
@@ -248,7 +257,8 @@ def k_dwconv(F, B, I, J, X, R, p, sbase):
                 for k in range(mult):
                     m = c * mult + k
                     _direct_plane(F, src, H, W, kh, kw, sh, sw, ph, pw, dh, dw, OH, OW, w_off + m * kh * kw,
-                                  X[d + W_OUT] + (n * M + m) * OH * OW)
+                                  X[d + W_OUT] + (n * M + m) * OH * OW,
+                                  F[bias_at + m] if bias_at >= 0 else f32(0.0), lo, hi)
             else:
                 if direct:
                     # (the rounded-up lanes read a little of what follows the plane: junk columns only)
@@ -258,10 +268,11 @@ def k_dwconv(F, B, I, J, X, R, p, sbase):
                     _phase_planes(F, src, H, W, ph, pw, sh, sw, Hq, Wq, F[pbase:pbase + nplanes], f32(0.0), pbase)
                 for k in range(mult):
                     m = c * mult + k
+                    b = F[bias_at + m] if bias_at >= 0 else f32(0.0)
                     if rows_sweep:
-                        row_sweep(kh, F, planes_at, F, w_off + m * kh * kw, Wq, OH, ncv, F, a0)
+                        row_sweep(kh, F, planes_at, F, w_off + m * kh * kw, Wq, OH, ncv, F, a0, b, lo, hi)
                     else:
-                        tap_sweep(F, planes_at, I, ti, F, w_off + m * kh * kw, kh * kw, Lr // WIDTH, F, a0)
+                        tap_sweep(F, planes_at, I, ti, F, w_off + m * kh * kw, kh * kw, Lr // WIDTH, F, a0, b, lo, hi)
                     dst = X[d + W_OUT] + (n * M + m) * OH * OW
                     for oh in range(OH):
                         copy_run(F, dst + oh * OW, a0 + oh * Wq, OW)
@@ -272,8 +283,9 @@ def k_dwconv(F, B, I, J, X, R, p, sbase):
 
 
 @njit(**_JIT)
-def _direct_plane(F, src, H, W, kh, kw, sh, sw, ph, pw, dh, dw, OH, OW, wb, dst):
-    """One output plane, each pixel a loop over its taps inside the input (for tiny planes)."""
+def _direct_plane(F, src, H, W, kh, kw, sh, sw, ph, pw, dh, dw, OH, OW, wb, dst, bias, lo, hi):
+    """One output plane, each pixel a loop over its taps inside the input (for tiny planes),
+    from ``bias`` and clamped to [lo, hi] as the sweeps do (``ukernel._clamp``)."""
     for oh in range(OH):
         h0 = oh * sh - ph
         # kernel rows i with 0 <= h0 + i*dh < H
@@ -298,7 +310,9 @@ def _direct_plane(F, src, H, W, kh, kw, sh, sw, ph, pw, dh, dw, OH, OW, wb, dst)
                 wr = wb + i * kw
                 for j in range(j_lo, j_hi):
                     s += F[_u(wr + j)] * F[_u(row + j * dw)]
-            F[_u(dst + oh * OW + ow)] = s
+            s += bias
+            s = s if (s > lo or s != s) else lo
+            F[_u(dst + oh * OW + ow)] = s if (s < hi or s != s) else hi
 
 
 @njit(**_JIT)
@@ -414,9 +428,9 @@ def k_pool(F, B, I, J, X, R, p, sbase):
         Lr = (L + _SLACK - 1) // _SLACK * _SLACK
         if mode == 1 and rows_sweep:
             # the stacked planes as one tall plane (the junk rows between them included)
-            row_sweep(kh, F, pbase, F, ones, Wq, (g - 1) * Hq + OH, ncv, F, pbase + nplanes)
+            row_sweep(kh, F, pbase, F, ones, Wq, (g - 1) * Hq + OH, ncv, F, pbase + nplanes, f32(0.0), -_INF, _INF)
         elif mode == 1:
-            tap_sweep(F, pbase, I, ti, F, ones, kh * kw, Lr // WIDTH, F, pbase + nplanes)
+            tap_sweep(F, pbase, I, ti, F, ones, kh * kw, Lr // WIDTH, F, pbase + nplanes, f32(0.0), -_INF, _INF)
         else:
             for t in range(Lr):
                 acc[t] = fill

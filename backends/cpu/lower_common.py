@@ -212,15 +212,25 @@ def resolve_words(ctx: EmitContext, words: list) -> list[int]:
 DWCONV_CL_MAX_PIXELS = 36
 
 
+def dwconv_channels_last(mult: int, OH: int, OW: int, w_arr: np.ndarray | None) -> bool:
+    """Whether a depthwise conv runs channels innermost (k_dwconv_cl: small planes) rather than
+    plane by plane (k_dwconv, which can add the bias and apply a ReLU or Clip itself)."""
+    return mult == 1 and OH * OW <= DWCONV_CL_MAX_PIXELS and w_arr is not None
+
+
 def dwconv_op(lw: LowerContext, name: str, nodes: tuple[Node, ...], x: View, w: View, out: View,
               prog: EwProgram | None, space: tuple, geo: tuple, mult: int,
-              w_arr: np.ndarray | None = None) -> CpuOp:
+              w_arr: np.ndarray | None = None, bias: View | None = None,
+              act: tuple[float, float] | None = None) -> CpuOp:
+    """A depthwise convolution.  ``bias`` (one float per output channel) and ``act`` (the bounds
+    of a ReLU or Clip) are applied by the planar kernel as it stores (not by the channels-last one:
+    the caller leaves them to ``prog`` there, see :func:`dwconv_channels_last`)."""
     n, c = geo[0], geo[1]
     kh, kw, OH, OW = geo[4], geo[5], geo[12], geo[13]
     flops = 2.0 * n * c * mult * OH * OW * kh * kw
     epi_reads, epi_writes, epi_inputs = epilogue_io(prog)
     nbytes = 4.0 * (x.size + out.size * (2 + epi_inputs))
-    reads = {x.buffer, w.buffer} | epi_reads
+    reads = {x.buffer, w.buffer} | epi_reads | ({bias.buffer} if bias is not None else set())
     writes = {out.buffer} | epi_writes
 
     def partition(k: int) -> list:
@@ -232,7 +242,8 @@ def dwconv_op(lw: LowerContext, name: str, nodes: tuple[Node, ...], x: View, w: 
     regs = prog.n_registers() * BLOCK if prog else 0
 
     sh, sw, dh, dw = geo[6], geo[7], geo[10], geo[11]
-    if mult == 1 and OH * OW <= DWCONV_CL_MAX_PIXELS and w_arr is not None:
+    if dwconv_channels_last(mult, OH, OW, w_arr):
+        assert bias is None and act is None, "the channels-last kernel leaves bias and activation to the epilogue"
         # small planes: channels innermost (kernels_dwcl), weights tap-major
         weights = lw.const_view(np.ascontiguousarray(np.asarray(w_arr, np.float32).reshape(c, kh * kw).T))
         reads = (reads - {w.buffer}) | {weights.buffer}
@@ -244,7 +255,11 @@ def dwconv_op(lw: LowerContext, name: str, nodes: tuple[Node, ...], x: View, w: 
 
     def emit(ctx: EmitContext, parts: list) -> list[Row]:
         epi = prog.emit(ctx.side, ctx.locate, space) if prog is not None else -1
-        desc = ctx.side.add_ints(resolve_words(ctx, window_desc(x, out, geo) + [weights, *tail, epi, regs]))
+        fused = []
+        if kernel == "k_dwconv":
+            fused = [-1 if bias is None else bias, -1 if act is None else ctx.side.add_floats(list(act))]
+        desc = ctx.side.add_ints(resolve_words(ctx, window_desc(x, out, geo) + [weights, *tail, epi, regs]
+                                               + fused))
         return [(kernel, [desc, *p]) for p in parts]
 
     scratch = regs + padded

@@ -14,9 +14,12 @@ space: rows are (image, group, channel of the group), columns output pixels.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from rammer.ir import Node
+from rammer.lower.ew_translate import clip_bounds
 from rammer.lower.views import View
 from rammer.ops.conv import window_geometry
 from rammer.ops.registry import OpContext
@@ -25,7 +28,7 @@ from .ewops import BLOCK
 from .kernels_conv import (FORM_DIRECT, FORM_PIXEL_ROWS, FORM_TRANSPOSED, FORM_WINOGRAD, PACK_PIXEL_ROWS,
                            WEIGHTS_IN_L2, pack_weights, panel_columns)
 from .kernels_winograd import scratch_floats as winograd_scratch
-from .lower_common import dwconv_op, epilogue_program, resolve_words, window_desc
+from .lower_common import dwconv_channels_last, dwconv_op, epilogue_program, resolve_words, window_desc
 from .lower_context import LowerContext
 from .ops import CpuOp, EmitContext, Row, split_range
 from .program import EwProgram, epilogue_io
@@ -94,11 +97,21 @@ def lower_conv(lw: LowerContext, node: Node, members: list[Node], internal: set[
     depthwise = groups == c and cg == 1 and (c > 1 or m == 1)
     space = ("conv", m if depthwise else groups)
     prog = prog_override
-    # The implicit-GEMM kernel adds the bias and applies a ReLU that only reads its output itself.
-    in_kernel = not depthwise and prog_override is None
+    # The implicit-GEMM kernel adds the bias and applies a ReLU that only reads its output itself;
+    # the planar depthwise kernel adds the bias and applies a ReLU or Clip (ReLU6) the same way.
+    planar_dw = depthwise and not dwconv_channels_last(m // c, OH, OW, w_arr)
+    in_kernel = (not depthwise or planar_dw) and prog_override is None
     has_bias = len(node.inputs) > 2 and bool(node.inputs[2])
     bias = lw.view(node.inputs[2]) if in_kernel and has_bias else None
-    residual, relu, taken = _kernel_members(lw, node, members, internal, out_shape4) if in_kernel else (None, False, ())
+    if depthwise and bias is not None and (bias.dtype != "float32" or tuple(bias.strides) != (1,)):
+        bias = None  # the sweep reads one float per output channel, contiguous
+    act: tuple[float, float] | None = None
+    if depthwise:
+        act, taken = _activation_member(lw, node, members, internal) if in_kernel else (None, ())
+        residual, relu = None, False
+    else:
+        residual, relu, taken = (_kernel_members(lw, node, members, internal, out_shape4) if in_kernel
+                                 else (None, False, ()))
     if prog is None and needs_program:
         prog = epilogue_program(lw, node, members, internal, target, g.value_info[node.outputs[0]].shape,
                                  bias_in_kernel=bias is not None, kernel_members=taken)
@@ -117,10 +130,28 @@ def lower_conv(lw: LowerContext, node: Node, members: list[Node], internal: set[
     geo = (n, c, H, W, kh, kw, sh, sw, ph, pw, dh, dw, OH, OW)
     if depthwise:
         lw.add_op(dwconv_op(lw, name, nodes, x, lw.view(node.inputs[1]), target4, prog, space, geo, m // c,
-                            w_arr=w_arr))
+                            w_arr=w_arr, bias=bias, act=act))
         return
     lw.add_op(implicit_conv_op(lw, name, nodes, x, w_arr, target4, prog, space, geo, groups, bias, relu,
                                residual))
+
+
+def _activation_member(lw: LowerContext, node: Node, members: list[Node],
+                       internal: set[str]) -> tuple[tuple[float, float] | None, tuple[Node, ...]]:
+    """A first fused member ``Relu(conv)`` or ``Clip(conv, lo, hi)`` (constant bounds) that the
+    depthwise kernel applies as it stores: its bounds (lo, hi) and the member, or (None, ())."""
+    value = node.outputs[0]
+    if not members or value not in internal or any(value in m.inputs for m in members[1:]):
+        return None, ()
+    first = members[0]
+    if not first.inputs or first.inputs[0] != value or value in first.inputs[1:]:
+        return None, ()
+    if first.op_type == "Relu":
+        return (0.0, math.inf), (first,)
+    if first.op_type == "Clip":
+        lo, hi = clip_bounds(first, lw.graph)
+        return (-math.inf if lo is None else lo, math.inf if hi is None else hi), (first,)
+    return None, ()
 
 
 def _kernel_members(lw: LowerContext, node: Node, members: list[Node], internal: set[str],

@@ -101,6 +101,14 @@ def _vec_ptr(bld: ir.IRBuilder, base: ir.Value, offset: ir.Value | int, vec: ir.
     return bld.bitcast(bld.gep(base, [offset]), vec.as_pointer())
 
 
+def _clamp(bld: ir.IRBuilder, x: ir.Value, lo: ir.Value, hi: ir.Value) -> ir.Value:
+    """``x`` limited to [lo, hi] (max, then min) with NaN kept, as the interpreter's CLIP and RELU
+    do: ``y = x if x > lo or x is NaN else lo``, then the same against ``hi`` (lo = -inf and
+    hi = +inf leave every value as it is)."""
+    y = bld.select(bld.fcmp_unordered(">", x, lo), x, lo)
+    return bld.select(bld.fcmp_unordered("<", y, hi), y, hi)
+
+
 def _per_flag_blocks(fn: ir.Function, bld: ir.IRBuilder, flags: ir.Value) -> list:
     """Ends ``bld``'s block with a switch on the EPI_* bits of ``flags`` and returns, for each of the
     16 combinations, a builder in a block of its own with the bits as Python booleans:
@@ -288,27 +296,31 @@ SWEEP_BLOCKS = (8, 4, 2, 1)
 
 
 def _add_tap_sweep(mod: ir.Module, width: int) -> None:
-    """``(p, toff, w, ntaps, nvec, acc)``: ``acc[q] = sum_t w[t] * p[toff[t] + q]`` for q < nvec*width.
+    """``(p, toff, w, ntaps, nvec, acc, bias, lo, hi)``:
+    ``acc[q] = clamp(bias + sum_t w[t] * p[toff[t] + q], lo, hi)`` for q < nvec*width.
 
     The flat sweep of depthwise convolution and average pooling over
     stride-phase planes (:mod:`.kernels_window`): every tap is a shift of the
     planes.  The q range is cut into blocks of 8, 4, 2 and 1 vectors; a block's
     accumulators stay in registers across all taps, so each tap costs one
     broadcast weight and one (unaligned) load per vector, and the block is
-    stored once."""
+    stored once, after the bias (the accumulators' start) and the clamp of a fused
+    ReLU or Clip (lo = -inf, hi = +inf: none)."""
     f32 = ir.FloatType()
     i64 = ir.IntType(64)
     vec = ir.VectorType(f32, width)
     fp = f32.as_pointer()
     ip = i64.as_pointer()
-    fn = ir.Function(mod, ir.FunctionType(ir.VoidType(), [fp, ip, fp, i64, i64, fp]), name=SWEEP_SYMBOL)
-    p, toff, w, ntaps, nvec, acc = fn.args
-    for arg, name in zip(fn.args, ("p", "toff", "w", "ntaps", "nvec", "acc")):
+    fn = ir.Function(mod, ir.FunctionType(ir.VoidType(), [fp, ip, fp, i64, i64, fp, f32, f32, f32]),
+                     name=SWEEP_SYMBOL)
+    p, toff, w, ntaps, nvec, acc, bias, lo, hi = fn.args
+    for arg, name in zip(fn.args, ("p", "toff", "w", "ntaps", "nvec", "acc", "bias", "lo", "hi")):
         arg.name = name
     fma = _fma(mod, vec)
-    zero = ir.Constant(vec, [0.0] * width)
     entry = fn.append_basic_block("entry")
     bld = ir.IRBuilder(entry)
+    zero = _splat(bld, bias, vec)
+    lo_v, hi_v = _splat(bld, lo, vec), _splat(bld, hi, vec)
     v0 = ir.Constant(i64, 0)
     prev_block, prev_v = entry, v0
     exit_block = fn.append_basic_block("exit")
@@ -346,7 +358,7 @@ def _add_tap_sweep(mod: ir.Module, width: int) -> None:
         bld = ir.IRBuilder(store)
         out = bld.gep(acc, [bld.mul(v, ir.Constant(i64, width))])
         for k in range(nv):
-            bld.store(accs[k], _vec_ptr(bld, out, k * width, vec), align=4)
+            bld.store(_clamp(bld, accs[k], lo_v, hi_v), _vec_ptr(bld, out, k * width, vec), align=4)
         v.add_incoming(bld.add(v, ir.Constant(i64, nv)), store)
         bld.branch(head)
 
@@ -362,9 +374,10 @@ ROW_SWEEP_ROWS = {3: 8, 5: 4}
 
 
 def _add_row_sweep(mod: ir.Module, width: int) -> None:
-    """``(k, p, w, wq, oh, ncv, acc)``: for a stride-1 k x k window (k in ROW_SWEEP_ROWS) over
-    planes of row pitch ``wq``: ``acc[r*wq + c*width + l] = sum_ij w[i*k + j] * p[(r + i)*wq + c*width + l + j]``
-    for output rows r < oh and column vectors c < ncv.
+    """``(k, p, w, wq, oh, ncv, acc, bias, lo, hi)``: for a stride-1 k x k window (k in ROW_SWEEP_ROWS)
+    over planes of row pitch ``wq``: ``acc[r*wq + c*width + l] = clamp(bias + sum_ij w[i*k + j] *
+    p[(r + i)*wq + c*width + l + j], lo, hi)`` for output rows r < oh and column vectors c < ncv
+    (the clamp as in :func:`_clamp`: a fused ReLU or Clip).
 
     Where :func:`_add_tap_sweep` loads one shifted vector per tap, this keeps R output rows
     of one column vector in registers and loads each input vector once for up to k of them:
@@ -374,15 +387,17 @@ def _add_row_sweep(mod: ir.Module, width: int) -> None:
     i64 = ir.IntType(64)
     vec = ir.VectorType(f32, width)
     fp = f32.as_pointer()
-    fn = ir.Function(mod, ir.FunctionType(ir.VoidType(), [i64, fp, fp, i64, i64, i64, fp]), name=ROWSWEEP_SYMBOL)
-    k_arg, p, w, wq, oh, ncv, acc = fn.args
-    for arg, name in zip(fn.args, ("k", "p", "w", "wq", "oh", "ncv", "acc")):
+    fn = ir.Function(mod, ir.FunctionType(ir.VoidType(), [i64, fp, fp, i64, i64, i64, fp, f32, f32, f32]),
+                     name=ROWSWEEP_SYMBOL)
+    k_arg, p, w, wq, oh, ncv, acc, bias, lo, hi = fn.args
+    for arg, name in zip(fn.args, ("k", "p", "w", "wq", "oh", "ncv", "acc", "bias", "lo", "hi")):
         arg.name = name
     fma = _fma(mod, vec)
-    zero = ir.Constant(vec, [0.0] * width)
     entry = fn.append_basic_block("entry")
     done = fn.append_basic_block("done")
     bld = ir.IRBuilder(entry)
+    zero = _splat(bld, bias, vec)
+    lo_v, hi_v = _splat(bld, lo, vec), _splat(bld, hi, vec)
     is3 = bld.icmp_signed("==", k_arg, ir.Constant(i64, 3))
     blocks = {k: fn.append_basic_block(f"k{k}") for k in ROW_SWEEP_ROWS}
     bld.cbranch(is3, blocks[3], blocks[5])
@@ -418,7 +433,7 @@ def _add_row_sweep(mod: ir.Module, width: int) -> None:
                                 accs[r] = vb.call(fma, [wv[i * k + j], x, accs[r]])
                 for r in range(rows):
                     out = vb.gep(dst, [vb.mul(ir.Constant(i64, r), wq)])
-                    vb.store(accs[r], vb.bitcast(out, vec.as_pointer()), align=4)
+                    vb.store(_clamp(vb, accs[r], lo_v, hi_v), vb.bitcast(out, vec.as_pointer()), align=4)
                 vb.branch(nxt)
             bld.position_at_end(nxt)
         bld.branch(done)
@@ -625,8 +640,9 @@ CFUNC = ctypes.CFUNCTYPE(None, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p,
 #: ctypes type of the pixel-row kernel: (k, a, aoff, rowoff, b, c, ldc, flags, bias, res).
 ROWS_CFUNCTYPE = ctypes.CFUNCTYPE(None, ctypes.c_int64, *[ctypes.c_void_p] * 5, ctypes.c_int64, ctypes.c_int64,
                                   ctypes.c_void_p, ctypes.c_void_p)
-#: ctypes type of the tap sweep: (p, toff, w, ntaps, nvec, acc).
-SWEEP_CFUNCTYPE = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * 3, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p)
+#: ctypes type of the tap sweep: (p, toff, w, ntaps, nvec, acc, bias, lo, hi).
+SWEEP_CFUNCTYPE = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * 3, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p,
+                                   *[ctypes.c_float] * 3)
 #: The strided-B kernel as a ctypes function, for tests: (k, a, b, ldb, c, ldc, flags, bias, res, ldr).
 _LDB_CFUNCTYPE = ctypes.CFUNCTYPE(None, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
                                   ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p,
@@ -634,14 +650,15 @@ _LDB_CFUNCTYPE = ctypes.CFUNCTYPE(None, ctypes.c_int64, ctypes.c_void_p, ctypes.
 LDB_CFUNC = _LDB_CFUNCTYPE(LDB_ADDRESS)
 #: Its short variants, by row count.
 LDB_SHORT_CFUNCS = {rows: _LDB_CFUNCTYPE(address) for rows, address in LDB_SHORT_ADDRESSES.items()}
-#: ctypes type of the row sweep: (k, p, w, wq, oh, ncv, acc).
+#: ctypes type of the row sweep: (k, p, w, wq, oh, ncv, acc, bias, lo, hi).
 ROWSWEEP_CFUNCTYPE = ctypes.CFUNCTYPE(None, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
-                                      ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p)
+                                      ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, *[ctypes.c_float] * 3)
 
 
 def _call_codegen(symbol: str, kinds: str):
     """Codegen calling ``symbol`` with the intrinsic's arguments: per letter of ``kinds``, ``i`` an
-    integer passed as i64, ``f``/``q`` an (array, offset) pair passed as a float/i64 pointer."""
+    integer passed as i64, ``s`` a number passed as a float32, ``f``/``q`` an (array, offset) pair
+    passed as a float/i64 pointer."""
     def codegen(context, builder, signature, args):
         i64 = ir.IntType(64)
         params, values, pos = [], [], 0
@@ -650,6 +667,11 @@ def _call_codegen(symbol: str, kinds: str):
             if kind == "i":
                 params.append(i64)
                 values.append(context.cast(builder, args[pos], s[pos], types.int64))
+                pos += 1
+                continue
+            if kind == "s":
+                params.append(ir.FloatType())
+                values.append(context.cast(builder, args[pos], s[pos], types.float32))
                 pos += 1
                 continue
             ary = context.make_array(s[pos])(context, builder, args[pos])
@@ -689,22 +711,24 @@ def ukernel_rows(typingctx, k, A, a_off, T, t_off, T2, r_off, Bp, b_off, C, c_of
 
 
 @intrinsic
-def tap_sweep(typingctx, P, p_off, T, t_off, Wt, w_off, ntaps, nvec, A, a_off):
-    """``A[a_off + q] = sum_t Wt[w_off + t] * P[p_off + T[t_off + t] + q]`` for q < nvec * WIDTH."""
+def tap_sweep(typingctx, P, p_off, T, t_off, Wt, w_off, ntaps, nvec, A, a_off, bias, lo, hi):
+    """``A[a_off + q] = clamp(bias + sum_t Wt[w_off + t] * P[p_off + T[t_off + t] + q], lo, hi)``
+    for q < nvec * WIDTH (see :func:`_add_tap_sweep`)."""
     if not (_arrays_are(types.float32, P, Wt, A) and _arrays_are(types.int64, T)):
         return None
-    sig = types.none(P, p_off, T, t_off, Wt, w_off, ntaps, nvec, A, a_off)
-    return sig, _call_codegen(SWEEP_SYMBOL, "fqfiif")
+    sig = types.none(P, p_off, T, t_off, Wt, w_off, ntaps, nvec, A, a_off, bias, lo, hi)
+    return sig, _call_codegen(SWEEP_SYMBOL, "fqfiifsss")
 
 
 @intrinsic
-def row_sweep(typingctx, k, P, p_off, Wt, w_off, wq, oh, ncv, A, a_off):
+def row_sweep(typingctx, k, P, p_off, Wt, w_off, wq, oh, ncv, A, a_off, bias, lo, hi):
     """The stride-1 k x k window of :func:`_add_row_sweep` (k in ROW_SWEEP_ROWS) from planes at
-    ``P[p_off:]`` with weights ``Wt[w_off:]`` into ``A[a_off:]``."""
+    ``P[p_off:]`` with weights ``Wt[w_off:]`` into ``A[a_off:]``, starting at ``bias`` and clamped
+    to [lo, hi]."""
     if not _arrays_are(types.float32, P, Wt, A):
         return None
-    sig = types.none(k, P, p_off, Wt, w_off, wq, oh, ncv, A, a_off)
-    return sig, _call_codegen(ROWSWEEP_SYMBOL, "iffiiif")
+    sig = types.none(k, P, p_off, Wt, w_off, wq, oh, ncv, A, a_off, bias, lo, hi)
+    return sig, _call_codegen(ROWSWEEP_SYMBOL, "iffiiifsss")
 
 
 def _ldb_intrinsic(rows: int, doc: str):

@@ -164,7 +164,7 @@ def ew_translate(node: Node, graph: Graph, prog: EwProgram, operand: Operand, co
     if op == "Gelu":
         return prog.op("GELU_TANH" if a("approximate", "none") == "tanh" else "GELU_ERF", operand(0))
     if op == "Clip":
-        lo, hi = _clip_bounds(node, graph)
+        lo, hi = clip_bounds(node, graph)
         x = operand(0)
         if lo is None and hi is None:
             return prog.op("COPY", x)
@@ -267,7 +267,7 @@ def _cast(prog: EwProgram, x: int, src: str, out: str) -> int:
     return prog.op("COPY", x)
 
 
-def _clip_bounds(node: Node, graph: Graph) -> tuple[float | None, float | None]:
+def clip_bounds(node: Node, graph: Graph) -> tuple[float | None, float | None]:
     opset = graph.opset.get("", 1)
     if opset < 11:
         lo, hi = node.attr("min"), node.attr("max")

@@ -74,6 +74,54 @@ def test_depthwise_fused_epilogue(stride):
     assert report["ops_by_family"] == {"conv.depthwise": 1}, report["ops_by_family"]
 
 
+def _dw_activation_model(act: str, mult: int, k: int, stride: int, hw: tuple[int, int], bias: bool = True,
+                         also_read: bool = False, nan: bool = False):
+    """Conv (depthwise) -> Relu / Clip with the given bounds [-> Mul]; ``also_read``: the conv's own output
+    is a graph output too (the kernel may then not clamp it)."""
+    c = 6
+    x = rand(2, c, *hw)
+    if nan:
+        x[0, 1, 1, 1] = np.nan
+        x[1, 4, 0, 0] = np.nan
+    consts = {"w": rand(c * mult, 1, k, k, seed=1)}
+    ins = ["x", "w"]
+    if bias:
+        consts["b"] = rand(c * mult, seed=2)
+        ins.append("b")
+    nodes = [node("Conv", ins, ["c"], kernel_shape=[k, k], strides=[stride, stride], pads=[k // 2] * 4, group=c)]
+    if act == "relu":
+        nodes.append(node("Relu", ["c"], ["a"]))
+    else:
+        lo, hi = {"relu6": (0.0, 6.0), "crossed": (0.5, -0.5), "max-only": (None, 0.7)}[act]
+        names = ["c", "", ""]
+        for i, (name, v) in enumerate((("lo", lo), ("hi", hi)), 1):
+            if v is not None:
+                consts[name] = np.array(v, np.float32)
+                names[i] = name
+        nodes.append(node("Clip", names[:3] if names[2] else names[:2], ["a"]))
+    consts["s"] = rand(1, c * mult, 1, 1, seed=3)
+    nodes.append(node("Mul", ["a", "s"], ["y"]))
+    return model(nodes, {"x": x}, ["y", "c"] if also_read else ["y"], consts), {"x": x}
+
+
+@pytest.mark.parametrize("act", ["relu", "relu6", "crossed", "max-only"])
+@pytest.mark.parametrize("k,stride,hw,mult", [(3, 1, (13, 20), 1), (3, 2, (12, 11), 1), (5, 1, (9, 9), 2),
+                                              (3, 1, (2, 2), 1)])
+def test_depthwise_bias_and_activation_in_the_sweep(act, k, stride, hw, mult):
+    """The planar kernel starts its sweeps at the bias and clamps before storing (a ReLU, ReLU6,
+    bounds that cross, a Clip with only a max), NaN inputs staying NaN: row sweep, tap sweep,
+    channel multiplier and the tiny-plane loop; the Mul after them still runs as the epilogue."""
+    m, feeds = _dw_activation_model(act, mult, k, stride, hw, nan=True)
+    report = compare(m, feeds)
+    assert report["ops_by_family"] == {"conv.depthwise": 1}, report["ops_by_family"]
+
+
+@pytest.mark.parametrize("bias,also_read", [(False, False), (True, True)])
+def test_depthwise_activation_without_bias_or_with_its_input_read(bias, also_read):
+    m, feeds = _dw_activation_model("relu6", 1, 3, 1, (10, 18), bias=bias, also_read=also_read)
+    compare(m, feeds)
+
+
 @pytest.mark.parametrize("channels_last", [False, True])
 @pytest.mark.parametrize("c,hw,stride,veus", [(150, (4, 4), 1, 1), (150, (4, 4), 1, 2), (70, (3, 5), 2, 2),
                                               (8, (2, 2), 1, 1)])

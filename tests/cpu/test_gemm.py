@@ -83,10 +83,21 @@ def test_pixel_row_microkernel_reads_through_tables_and_stores_transposed(rows, 
     np.testing.assert_array_equal(got[:, rows:], before.reshape(cols, ldc)[:, rows:])  # only the tile is written
 
 
+#: (bias, lo, hi) of the sweeps: none, a bias and ReLU6, a bias alone, a ReLU
+SWEEP_EPILOGUES = [(0.0, -np.inf, np.inf), (0.25, 0.0, 6.0), (-1.5, -np.inf, np.inf), (0.0, 0.0, np.inf)]
+
+
+def _clamped(x: np.ndarray, bias: float, lo: float, hi: float) -> np.ndarray:
+    y = x + bias
+    return np.minimum(np.maximum(y, lo), hi)
+
+
 @pytest.mark.parametrize("width", sorted({uk.WIDTH, 8}))
 @pytest.mark.parametrize("nvec", [1, 3, 6, 15, 23])
-def test_tap_sweep_sums_shifted_planes(width, nvec):
-    """Every block size (8, 4, 2, 1 vectors) and the AVX2 width; nothing past nvec vectors is written."""
+@pytest.mark.parametrize("epilogue", SWEEP_EPILOGUES)
+def test_tap_sweep_sums_shifted_planes(width, nvec, epilogue):
+    """Every block size (8, 4, 2, 1 vectors) and the AVX2 width, from a bias and clamped to [lo, hi]
+    (a fused ReLU6); nothing past nvec vectors is written."""
     rng = np.random.default_rng(nvec)
     ntaps = 11
     p = rng.standard_normal(nvec * width + 400).astype(np.float32)
@@ -96,9 +107,9 @@ def test_tap_sweep_sums_shifted_planes(width, nvec):
     before = acc.copy()
     engine = uk.compile_module(uk.tap_sweep_module(width))
     fn = uk.SWEEP_CFUNCTYPE(engine.get_function_address(uk.SWEEP_SYMBOL))
-    fn(p.ctypes.data, toff.ctypes.data, w.ctypes.data, ntaps, nvec, acc.ctypes.data)
+    fn(p.ctypes.data, toff.ctypes.data, w.ctypes.data, ntaps, nvec, acc.ctypes.data, *epilogue)
     L = nvec * width
-    want = sum(w[t].astype(np.float64) * p[toff[t]:toff[t] + L] for t in range(ntaps))
+    want = _clamped(sum(w[t].astype(np.float64) * p[toff[t]:toff[t] + L] for t in range(ntaps)), *epilogue)
     np.testing.assert_allclose(acc[:L], want, rtol=1e-5, atol=1e-5)
     np.testing.assert_array_equal(acc[L:], before[L:])
 
@@ -106,7 +117,8 @@ def test_tap_sweep_sums_shifted_planes(width, nvec):
 @pytest.mark.parametrize("width", sorted({uk.WIDTH, 8}))
 @pytest.mark.parametrize("k", sorted(uk.ROW_SWEEP_ROWS))
 @pytest.mark.parametrize("oh,ncv", [(1, 1), (3, 2), (8, 1), (9, 3), (13, 2)])
-def test_row_sweep_is_a_stride_one_window(width, k, oh, ncv):
+@pytest.mark.parametrize("epilogue", SWEEP_EPILOGUES[:2])
+def test_row_sweep_is_a_stride_one_window(width, k, oh, ncv, epilogue):
     """Every remainder of the row blocks; nothing outside the output rows' vectors is written."""
     rng = np.random.default_rng(oh * 10 + k)
     wq = ncv * width + k + 3
@@ -115,13 +127,14 @@ def test_row_sweep_is_a_stride_one_window(width, k, oh, ncv):
     acc = np.full(oh * wq + 2 * width, 7.0, np.float32)
     engine = uk.compile_module(uk.row_sweep_module(width))
     fn = uk.ROWSWEEP_CFUNCTYPE(engine.get_function_address(uk.ROWSWEEP_SYMBOL))
-    fn(k, p.ctypes.data, w.ctypes.data, wq, oh, ncv, acc.ctypes.data)
+    fn(k, p.ctypes.data, w.ctypes.data, wq, oh, ncv, acc.ctypes.data, *epilogue)
     cols = ncv * width
     want = np.zeros((oh, cols))
     for i in range(k):
         for j in range(k):
             rows = np.stack([p[(r + i) * wq + j:(r + i) * wq + j + cols] for r in range(oh)])
             want += w[i * k + j] * rows.astype(np.float64)
+    want = _clamped(want, *epilogue)
     got = np.stack([acc[r * wq:r * wq + cols] for r in range(oh)])
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
     untouched = np.ones(acc.size, bool)
@@ -188,7 +201,7 @@ def test_machine_code_cache_is_used_and_damage_is_ignored(tmp_path, monkeypatch,
     def run(engine):
         acc = np.zeros(16, np.float32)
         fn = uk.SWEEP_CFUNCTYPE(engine.get_function_address(uk.SWEEP_SYMBOL))
-        fn(p.ctypes.data, toff.ctypes.data, w.ctypes.data, 3, 2, acc.ctypes.data)
+        fn(p.ctypes.data, toff.ctypes.data, w.ctypes.data, 3, 2, acc.ctypes.data, 0.0, -np.inf, np.inf)
         np.testing.assert_allclose(acc, want, rtol=1e-5, atol=1e-5)
 
     key = {"key": "test"} if builder else {}
