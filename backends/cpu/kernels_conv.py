@@ -59,8 +59,8 @@ from .atomics import copy_block
 from .kernels_ew import ew_epilogue
 from .kernels_winograd import ldb_panel, winograd_block
 from .kernels_window import W_OUT, W_X, WIN_LEN, _pad_phases, read_window
-from .ukernel import (EPI_ACCUMULATE, EPI_BIAS, EPI_RELU, EPI_RESIDUAL, MR, NR, PX_MR, PX_NR, ukernel, ukernel_ldb,
-                      ukernel_rows)
+from .ukernel import (EPI_ACCUMULATE, EPI_BIAS, EPI_RELU, EPI_RELU6, EPI_RESIDUAL, MR, NR, PX_MR, PX_NR, ukernel,
+                      ukernel_ldb, ukernel_rows)
 
 f32 = np.float32
 _JIT = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
@@ -250,6 +250,15 @@ def _relu(x):
 
 
 @njit(**_JIT)
+def _activate(x, relu):
+    """The conv's fused activation: ``relu`` 1 a ReLU, 2 a ReLU6 (NaN kept, as the micro-kernels do)."""
+    x = _relu(x)
+    if relu == 2:
+        x = x if (x < f32(6.0) or x != x) else f32(6.0)
+    return x
+
+
+@njit(**_JIT)
 def _init_rows(F, out, ohw, bias, res, m0, m1, q0, q1):
     """out[m, q0:q1] = bias[m] (if bias >= 0) + res[m, q0:q1] (if res >= 0), m in [m0, m1)."""
     n = q1 - q0
@@ -270,7 +279,8 @@ def _store_flags(first, last, bias, res, relu):
     """The EPI_* flags of one K block's tile stores: bias and residual with the first block,
     accumulating onto the output after it, ReLU with the last."""
     return ((0 if first else EPI_ACCUMULATE) | (EPI_BIAS if first and bias >= 0 else 0)
-            | (EPI_RESIDUAL if first and res >= 0 else 0) | (EPI_RELU if last and relu else 0))
+            | (EPI_RESIDUAL if first and res >= 0 else 0) | (EPI_RELU if last and relu else 0)
+            | (EPI_RELU6 if last and relu == 2 else 0))
 
 
 @njit(**_JIT)
@@ -283,7 +293,9 @@ def _store_element(F, dst, v, flags, bias_at, res_at):
         v += F[np.uint64(dst)]
     if flags & EPI_RESIDUAL:
         v += F[np.uint64(res_at)]
-    F[np.uint64(dst)] = _relu(v) if flags & EPI_RELU else v
+    if flags & EPI_RELU:
+        v = _activate(v, 2 if flags & EPI_RELU6 else 1)
+    F[np.uint64(dst)] = v
 
 
 @njit(**_JIT)
@@ -305,12 +317,13 @@ def _epilogue_tile(F, kc, a, b, hw, cp, ohw, rows, cols, flags, bias_at, res_at,
 
 
 @njit(**_JIT)
-def _relu_rows(F, out, ohw, m0, m1, q0, q1):
-    """ReLU in place over out[m0:m1, q0:q1] (NaN stays NaN, as in the interpreter)."""
+def _relu_rows(F, out, ohw, m0, m1, q0, q1, relu):
+    """The activation ``relu`` (see :func:`_activate`) in place over out[m0:m1, q0:q1] (NaN stays
+    NaN, as in the interpreter)."""
     for m in range(m0, m1):
         row = F[out + m * ohw + q0:out + m * ohw + q1]
         for j in range(q1 - q0):
-            row[j] = _relu(row[j])
+            row[j] = _activate(row[j], relu)
 
 
 @njit(**_JIT)
@@ -403,7 +416,7 @@ def k_convp(F, B, I, J, X, R, p, sbase):
                                        bias + g * mg + ir, res + (n * M + g * mg + ir) * ohw + qc + jr, pt)
                 pc += kc
             if relu and trans:
-                _relu_rows(F, out, ohw, m0, m1, qc, qc + nc)
+                _relu_rows(F, out, ohw, m0, m1, qc, qc + nc, relu)
             if epi >= 0:
                 ew_epilogue(F, X, R, epi, b * mg + m0, b * mg + m1, qc, qc + nc, sbase)
             qc += nc

@@ -108,10 +108,10 @@ def lower_conv(lw: LowerContext, node: Node, members: list[Node], internal: set[
     act: tuple[float, float] | None = None
     if depthwise:
         act, taken = _activation_member(lw, node, members, internal) if in_kernel else (None, ())
-        residual, relu = None, False
+        residual, relu = None, 0
     else:
         residual, relu, taken = (_kernel_members(lw, node, members, internal, out_shape4) if in_kernel
-                                 else (None, False, ()))
+                                 else (None, 0, ()))
     if prog is None and needs_program:
         prog = epilogue_program(lw, node, members, internal, target, g.value_info[node.outputs[0]].shape,
                                  bias_in_kernel=bias is not None, kernel_members=taken)
@@ -155,13 +155,14 @@ def _activation_member(lw: LowerContext, node: Node, members: list[Node],
 
 
 def _kernel_members(lw: LowerContext, node: Node, members: list[Node], internal: set[str],
-                    shape4: tuple[int, ...]) -> tuple[View | None, bool, tuple[Node, ...]]:
+                    shape4: tuple[int, ...]) -> tuple[View | None, int, tuple[Node, ...]]:
     """The leading fused members the conv kernel applies itself: ``Add(conv, r)`` with ``r`` a
-    dense float32 tensor of the output's shape (the rows start as bias + r), then ``Relu``.
-    Each taken member's input must be internal and read by no later member (the kernel
-    replaces it).  Returns (the residual's view or None, relu, the members taken)."""
+    dense float32 tensor of the output's shape (the rows start as bias + r), then ``Relu`` or a
+    ``Clip`` to [0, 6] (ReLU6).  Each taken member's input must be internal and read by no later
+    member (the kernel replaces it).  Returns (the residual's view or None, relu: 0 none, 1 ReLU,
+    2 ReLU6, the members taken)."""
     value = node.outputs[0]
-    residual, relu, taken = None, False, []
+    residual, relu, taken = None, 0, []
     dense4 = (shape4[1] * shape4[2] * shape4[3], shape4[2] * shape4[3], shape4[3], 1)
     for k, member in enumerate(members[:2]):
         if value not in internal or any(value in m.inputs for m in members[k + 1:]):
@@ -179,7 +180,10 @@ def _kernel_members(lw: LowerContext, node: Node, members: list[Node], internal:
                 break
             residual = v
         elif member.op_type == "Relu" and ins == [value]:
-            relu = True
+            relu = 1
+        elif member.op_type == "Clip" and ins and ins[0] == value and value not in ins[1:] \
+                and clip_bounds(member, lw.graph) in ((0.0, 6.0), (0.0, None)):
+            relu = 2 if clip_bounds(member, lw.graph)[1] == 6.0 else 1
         else:
             break
         taken.append(member)
@@ -191,7 +195,7 @@ def _kernel_members(lw: LowerContext, node: Node, members: list[Node], internal:
 
 def implicit_conv_op(lw: LowerContext, name: str, nodes: tuple[Node, ...], x: View, w_arr: np.ndarray, out: View,
                      prog: EwProgram | None, space: tuple, geo: tuple, groups: int, bias: View | None = None,
-                     relu: bool = False, residual: View | None = None) -> CpuOp:
+                     relu: int = 0, residual: View | None = None) -> CpuOp:
     """Convolution tiles (block, output-channel range, pixel range) with packed weights (``k_convp``);
     ``bias``, a ``residual`` added and ``relu`` are applied by the kernel (see :mod:`.kernels_conv`)."""
     n, c, kh, kw, OH, OW = geo[0], geo[1], geo[4], geo[5], geo[12], geo[13]
@@ -269,7 +273,7 @@ def implicit_conv_op(lw: LowerContext, name: str, nodes: tuple[Node, ...], x: Vi
 
 
 def _conv_op(name: str, nodes: tuple[Node, ...], x: View, wp: View, out: View, prog: EwProgram | None,
-             space: tuple, geo: tuple, shape_words: list, form_words: list, bias: View | None, relu: bool,
+             space: tuple, geo: tuple, shape_words: list, form_words: list, bias: View | None, relu: int,
              residual: View | None, flags: int, flops: float, partition, scratch: int, extra: dict) -> CpuOp:
     """A ``k_convp`` op, any form.  Its descriptor (see ``kernels_conv``) is the window words,
     ``shape_words`` (groups .. NC), the fused epilogue's program, ``form_words`` (panel scratch,
@@ -405,7 +409,7 @@ def winograd_plan(geo: tuple, cg: int, mg: int, force: bool = False) -> tuple[in
 
 
 def _winograd_op(lw: LowerContext, name: str, nodes: tuple[Node, ...], x: View, w_arr: np.ndarray, out: View,
-                 prog: EwProgram | None, space: tuple, geo: tuple, groups: int, bias: View | None, relu: bool,
+                 prog: EwProgram | None, space: tuple, geo: tuple, groups: int, bias: View | None, relu: int,
                  residual: View | None, plan: tuple[int, int, int]) -> CpuOp:
     """A 3x3 stride-1 conv in the winograd form (:mod:`.kernels_winograd`): tasks are blocks,
     output-channel panels of MR and whole tile rows (pairs of output rows)."""

@@ -48,6 +48,8 @@ LDB_SHORT_ROWS = (4, 8)
 #: Epilogue flags of the strided-B and pixel-row kernels (a conv's bias, residual Add and ReLU
 #: applied as the tile is stored).
 EPI_ACCUMULATE, EPI_BIAS, EPI_RESIDUAL, EPI_RELU = 1, 2, 4, 8
+#: With EPI_RELU: the ReLU is a ReLU6 (``Clip(x, 0, 6)``, MobileNet's activation), also capped at 6.
+EPI_RELU6 = 16
 
 
 def _host_features() -> tuple[str, str, set[str]]:
@@ -111,20 +113,35 @@ def _clamp(bld: ir.IRBuilder, x: ir.Value, lo: ir.Value, hi: ir.Value) -> ir.Val
 
 def _per_flag_blocks(fn: ir.Function, bld: ir.IRBuilder, flags: ir.Value) -> list:
     """Ends ``bld``'s block with a switch on the EPI_* bits of ``flags`` and returns, for each of the
-    16 combinations, a builder in a block of its own with the bits as Python booleans:
-    ``(builder, (accumulate, bias, residual, relu))``; each block must be ended by the caller.
+    24 combinations, a builder in a block of its own with the bits as Python values:
+    ``(builder, (accumulate, bias, residual, relu))``, ``relu`` 0 (none), 1 (ReLU) or 2 (ReLU6:
+    EPI_RELU | EPI_RELU6); each block must be ended by the caller (see :func:`_activate`).
 
     A store specialised per block is straight-line code: a vector select on a scalar flag
     becomes a branch per vector on x86 (about 1500 instructions per pixel-row tile store)."""
     i64 = ir.IntType(64)
-    blocks = [fn.append_basic_block(f"flags{f}") for f in range(16)]
-    switch = bld.switch(bld.and_(flags, ir.Constant(i64, 15)), blocks[0])
+    valid = [f for f in range(32) if not (f & EPI_RELU6) or f & EPI_RELU]
+    blocks = {f: fn.append_basic_block(f"flags{f}") for f in valid}
+    switch = bld.switch(bld.and_(flags, ir.Constant(i64, 31)), blocks[0])
     out = []
-    for f, block in enumerate(blocks):
+    for f, block in blocks.items():
         switch.add_case(ir.Constant(i64, f), block)
-        out.append((ir.IRBuilder(block), tuple(bool(f & bit) for bit in
-                                               (EPI_ACCUMULATE, EPI_BIAS, EPI_RESIDUAL, EPI_RELU))))
+        relu = (2 if f & EPI_RELU6 else 1) if f & EPI_RELU else 0
+        out.append((ir.IRBuilder(block), (bool(f & EPI_ACCUMULATE), bool(f & EPI_BIAS), bool(f & EPI_RESIDUAL),
+                                          relu)))
     return out
+
+
+def _activate(bld: ir.IRBuilder, val: ir.Value, relu: int) -> ir.Value:
+    """``val`` after the activation ``relu`` of :func:`_per_flag_blocks` (0: none, 1: ReLU,
+    2: ReLU6), NaN kept."""
+    if not relu:
+        return val
+    val = _relu_keep_nan(bld, val)
+    if relu == 2:
+        six = ir.Constant(val.type, [6.0] * val.type.count)
+        val = bld.select(bld.fcmp_unordered("<", val, six), val, six)
+    return val
 
 
 def _relu_keep_nan(bld: ir.IRBuilder, val: ir.Value) -> ir.Value:
@@ -275,7 +292,7 @@ def _add_transpose_store(mod: ir.Module, rows: int, cols: int, width: int) -> ir
                 val = bld.load(_vec_ptr(bld, tp, r * cols + v * width, vec), align=4)
                 if bias_on:
                     val = bld.fadd(val, bld.load(_vec_ptr(bld, bias, v * width, vec), align=4))
-                row.append(_relu_keep_nan(bld, val) if relu_first else val)
+                row.append(_activate(bld, val, relu_on) if relu_first else val)
             tile.append(row)
         for j, col in enumerate(_transpose_columns(bld, tile, rows, width)):
             at = bld.mul(ir.Constant(i64, j), ldc)
@@ -285,7 +302,7 @@ def _add_transpose_store(mod: ir.Module, rows: int, cols: int, width: int) -> ir
             if res_on:
                 col = bld.fadd(col, bld.load(_vec_ptr(bld, res, at, pvec), align=4))
             if relu_on and not relu_first:
-                col = _relu_keep_nan(bld, col)
+                col = _activate(bld, col, relu_on)
             bld.store(col, ptr, align=4)
         bld.ret_void()
     return fn
@@ -477,7 +494,7 @@ def _fused_store(fn: ir.Function, bld: ir.IRBuilder, accs: list, c: ir.Value, ld
                     val = bld.fadd(val, b)
                 if res_on:
                     val = bld.fadd(val, bld.load(_vec_ptr(bld, resp, v * width, vec), align=4))
-                bld.store(_relu_keep_nan(bld, val) if relu_on else val, ptr, align=4)
+                bld.store(_activate(bld, val, relu_on), ptr, align=4)
         bld.ret_void()
 
 

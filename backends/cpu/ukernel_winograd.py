@@ -28,7 +28,7 @@ from numba.extending import intrinsic
 
 import numpy as np
 
-from .ukernel import (WIDTH, _arrays_are, _call_codegen, _per_flag_blocks, _relu_keep_nan, _splat, _vec_ptr,
+from .ukernel import (WIDTH, _activate, _arrays_are, _call_codegen, _per_flag_blocks, _splat, _vec_ptr,
                       compile_module)
 
 IN_SYMBOL = "rammer_cpu_winograd_in"
@@ -149,8 +149,7 @@ def _add_output_transform(mod: ir.Module, width: int) -> None:
                         val = bb.fadd(val, bv)
                     if res_on:
                         val = bb.fadd(val, bb.call(mload, [_vec_ptr(bb, rrow, at, vec), align, mask, zero]))
-                    if relu_on:
-                        val = _relu_keep_nan(bb, val)
+                    val = _activate(bb, val, relu_on)
                     bb.call(mstore, [val, _vec_ptr(bb, orow, at, vec), align, mask])
         bb.ret_void()
 

@@ -261,12 +261,14 @@ def test_conv_pixel_rows_packed(monkeypatch, x_shape, strides, veus, blocks):
 
 @pytest.mark.parametrize("form", [None, FORM_DIRECT, FORM_TRANSPOSED, FORM_PIXEL_ROWS, FORM_WINOGRAD])
 @pytest.mark.parametrize("chain", ["relu", "relu_add_raw", "bias_only", "relu_then_sigmoid", "add_relu",
-                                   "add_relu_add_raw", "add_broadcast_relu", "add_relu_both_outputs"])
+                                   "add_relu_add_raw", "add_broadcast_relu", "add_relu_both_outputs", "relu6",
+                                   "add_relu6", "clip_not_relu6"])
 @pytest.mark.parametrize("k,kc,m", [(3, None, 40), (1, None, 40), (1, 24, 40), (1, 24, 44)])
 def test_conv_bias_residual_and_relu_in_the_kernel(monkeypatch, form, chain, k, kc, m):
     # The kernel adds the bias and a dense residual and applies a ReLU when the value it replaces
     # has no other reader; otherwise (a later member reads it, a broadcast residual) the
-    # interpreter does the rest.
+    # interpreter does the rest.  A Clip to [0, 6] (ReLU6) is applied by the kernel like a ReLU;
+    # other bounds stay in the interpreter.
     # 1x1: the direct form reads the input in place and applies the epilogue as each tile is
     # stored (bias and residual with the first K block, ReLU with the last: kc=24 makes two).
     # 40 and 44 output channels end in a panel of 4 and of 8 (the short micro-kernels).
@@ -274,7 +276,8 @@ def test_conv_bias_residual_and_relu_in_the_kernel(monkeypatch, form, chain, k, 
     if kc:
         monkeypatch.setattr(lower_conv, "IMPLICIT_KC", kc)
     x = rand(1, 40, 10, 11)
-    consts = {"w": rand(m, 40, k, k, seed=1), "b": rand(m, seed=2), "zb": rand(1, m, 1, 1, seed=4)}
+    consts = {"w": rand(m, 40, k, k, seed=1), "b": rand(m, seed=2), "zb": rand(1, m, 1, 1, seed=4),
+              "lo": np.array(0.0, np.float32), "six": np.array(6.0, np.float32), "one": np.array(1.0, np.float32)}
     feeds = {"x": x, "z": rand(1, m, 10, 11, seed=3)}
     steps = {
         "relu": [("Relu", ["c"], "r")],
@@ -285,6 +288,9 @@ def test_conv_bias_residual_and_relu_in_the_kernel(monkeypatch, form, chain, k, 
         "add_relu_add_raw": [("Add", ["c", "z"], "a"), ("Relu", ["a"], "r"), ("Add", ["r", "a"], "y")],
         "add_broadcast_relu": [("Add", ["c", "zb"], "a"), ("Relu", ["a"], "y")],
         "add_relu_both_outputs": [("Add", ["c", "z"], "a"), ("Relu", ["a"], "y")],
+        "relu6": [("Clip", ["c", "lo", "six"], "r")],
+        "add_relu6": [("Add", ["c", "z"], "a"), ("Clip", ["a", "lo", "six"], "y")],
+        "clip_not_relu6": [("Clip", ["c", "lo", "one"], "r")],
     }[chain]
     nodes = [node("Conv", ["x", "w", "b"], ["c"], pads=[k // 2] * 4)]
     nodes += [node(op, ins, [out]) for op, ins, out in steps]
