@@ -152,6 +152,9 @@ def _phase_planes(F, src, H, W, ph, pw, sh, sw, Hq, Wq, P, fill, p0):
         # rows r with 0 <= r*sh + a - ph < H
         r_lo = min((ph - a + sh - 1) // sh if ph > a else 0, Hq)
         r_hi = min(Hq, (H + ph - a + sh - 1) // sh) if H + ph > a else 0
+        if sw == 2:
+            _split_column_pairs(F, src, W, ph, pw, sh, a, r_lo, r_hi, Hq, Wq, P, p0)
+            continue
         for b in range(sw):
             base = (a * sw + b) * Hq * Wq
             # columns t with 0 <= t*sw + b - pw < W
@@ -167,6 +170,40 @@ def _phase_planes(F, src, H, W, ph, pw, sh, sw, Hq, Wq, P, fill, p0):
                     inp = F[s0:s0 + (n - 1) * sw + 1]
                     for t in range(n):
                         row[t] = inp[t * sw]
+
+
+@njit(**_JIT)
+def _split_column_pairs(F, src, W, ph, pw, sh, a, r_lo, r_hi, Hq, Wq, P, p0):
+    """Rows [r_lo, r_hi) of row phase ``a`` into both column phases of a column stride of 2:
+    phase b's column t is input column 2t + b - pw.  Where both phases are inside the row, one
+    loop reads each input pair once and writes one element to each phase (LLVM turns it into
+    wide loads and shuffles; a loop per phase read every other element, scalar, twice).  The
+    at most two columns at each end that only one phase has inside are copied one by one."""
+    lo = [0, 0]
+    hi = [0, 0]
+    for b in range(2):
+        lo[b] = min((pw - b + 1) // 2 if pw > b else 0, Wq)
+        hi[b] = max(min(Wq, (W + pw - b + 1) // 2) if W + pw > b else 0, lo[b])
+    t0 = max(lo[0], lo[1])
+    t1 = max(min(hi[0], hi[1]), t0)
+    for r in range(r_lo, r_hi):
+        s_row = src + (r * sh + a - ph) * W - pw
+        d0 = p0 + (a * 2) * Hq * Wq + r * Wq
+        d1 = d0 + Hq * Wq
+        for b in range(2):
+            d = d0 if b == 0 else d1
+            for t in range(lo[b], min(t0, hi[b])):
+                F[_u(d + t)] = F[_u(s_row + 2 * t + b)]
+            for t in range(max(t1, lo[b]), hi[b]):
+                F[_u(d + t)] = F[_u(s_row + 2 * t + b)]
+        n = t1 - t0
+        if n > 0:
+            inp = F[_u(s_row + 2 * t0):_u(s_row + 2 * t1)]
+            out0 = F[_u(d0 + t0):_u(d0 + t1)]
+            out1 = F[_u(d1 + t0):_u(d1 + t1)]
+            for t in range(n):
+                out0[t] = inp[2 * t]
+                out1[t] = inp[2 * t + 1]
 
 
 @njit(**_JIT)
