@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from rammer.ir import Graph
 from rammer.lower.ew_translate import EW_OPS
-from rammer.passes import CSE, RELU_CONCAT, Pass, PipelineResult, merge_convs_pass, run_pipeline
+from rammer.passes import CSE, FOLD_BATCHNORM, RELU_CONCAT, Pass, PipelineResult, merge_convs_pass, run_pipeline
 
 from .rewrites import REWRITE_FOR_CPU
 
@@ -22,7 +22,8 @@ EPILOGUE_OPS = EW_OPS | {"BatchNormalization"}
 #: In order.  CSE runs again last: a ReLU moved onto a concatenated part often
 #: repeats one that a branch already applies to that part.
 PIPELINE: tuple[Pass, ...] = (
-    REWRITE_FOR_CPU,
+    REWRITE_FOR_CPU,  # first: Caffe2 exports' weights become initializers here
+    FOLD_BATCHNORM,
     CSE,
     RELU_CONCAT,
     merge_convs_pass(EPILOGUE_OPS),

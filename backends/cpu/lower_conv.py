@@ -156,9 +156,9 @@ def _activation_member(lw: LowerContext, node: Node, members: list[Node],
 
 def _kernel_members(lw: LowerContext, node: Node, members: list[Node], internal: set[str],
                     shape4: tuple[int, ...]) -> tuple[View | None, int, tuple[Node, ...]]:
-    """The leading fused members the conv kernel applies itself: ``Add(conv, r)`` with ``r`` a
-    dense float32 tensor of the output's shape (the rows start as bias + r), then ``Relu`` or a
-    ``Clip`` to [0, 6] (ReLU6).  Each taken member's input must be internal and read by no later
+    """The leading fused members the conv kernel applies itself: ``Add(conv, r)`` (or a two-input
+    ``Sum``) with ``r`` a dense float32 tensor of the output's shape (the rows start as bias + r),
+    then ``Relu`` or a ``Clip`` to [0, 6] (ReLU6).  Each taken member's input must be internal and read by no later
     member (the kernel replaces it).  Returns (the residual's view or None, relu: 0 none, 1 ReLU,
     2 ReLU6, the members taken)."""
     value = node.outputs[0]
@@ -168,7 +168,7 @@ def _kernel_members(lw: LowerContext, node: Node, members: list[Node], internal:
         if value not in internal or any(value in m.inputs for m in members[k + 1:]):
             break
         ins = list(member.inputs)
-        if member.op_type == "Add" and not taken and len(ins) == 2 and value in ins and ins[0] != ins[1]:
+        if member.op_type in ("Add", "Sum") and not taken and len(ins) == 2 and value in ins and ins[0] != ins[1]:
             other = ins[1] if ins[0] == value else ins[0]
             info = lw.graph.value_info.get(other)
             if info is None or info.dtype != "float32" or len(info.shape) != 4:

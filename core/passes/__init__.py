@@ -4,6 +4,8 @@
   pass, ``Graph.verify()`` after each pass on request);
 * :mod:`.cse`: common-subexpression elimination (:data:`CSE`);
 * :mod:`.relu_concat`: a ``Relu`` read of a ``Concat`` moved onto its parts (:data:`RELU_CONCAT`);
+* :mod:`.fold_batchnorm`: an inference ``BatchNormalization`` after a ``Conv`` folded into its weights
+  and bias (:data:`FOLD_BATCHNORM`);
 * :mod:`.merge_convs`: sibling convs merged into one wider conv and a ``Split``
   (:func:`merge_convs_pass`, with the backend's set of epilogue ops);
 * :mod:`.unroll_rnn`: LSTM/GRU/RNN as per-step MatMuls and elementwise cells (:data:`UNROLL_RNN`);
@@ -18,11 +20,12 @@ A backend declares its pipeline as data, e.g.::
 from __future__ import annotations
 
 from .cse import CSE, eliminate_common_subexpressions
+from .fold_batchnorm import FOLD_BATCHNORM, fold_batchnorm
 from .merge_convs import merge_convs_pass, merge_sibling_convs
 from .pipeline import Pass, PassError, PassTiming, PipelineResult, run_pipeline
 from .relu_concat import RELU_CONCAT, sink_relu_into_concat
 from .split_k import SPLIT_K, make_split_k, split_k
 from .unroll_rnn import UNROLL_RNN, unroll_rnn
 
-__all__ = ["CSE", "RELU_CONCAT", "SPLIT_K", "UNROLL_RNN", "make_split_k", "split_k", "unroll_rnn", "Pass", "PassError", "PassTiming", "PipelineResult", "eliminate_common_subexpressions",
+__all__ = ["CSE", "FOLD_BATCHNORM", "fold_batchnorm", "RELU_CONCAT", "SPLIT_K", "UNROLL_RNN", "make_split_k", "split_k", "unroll_rnn", "Pass", "PassError", "PassTiming", "PipelineResult", "eliminate_common_subexpressions",
            "merge_convs_pass", "merge_sibling_convs", "run_pipeline", "sink_relu_into_concat"]

@@ -262,7 +262,7 @@ def test_conv_pixel_rows_packed(monkeypatch, x_shape, strides, veus, blocks):
 @pytest.mark.parametrize("form", [None, FORM_DIRECT, FORM_TRANSPOSED, FORM_PIXEL_ROWS, FORM_WINOGRAD])
 @pytest.mark.parametrize("chain", ["relu", "relu_add_raw", "bias_only", "relu_then_sigmoid", "add_relu",
                                    "add_relu_add_raw", "add_broadcast_relu", "add_relu_both_outputs", "relu6",
-                                   "add_relu6", "clip_not_relu6"])
+                                   "add_relu6", "clip_not_relu6", "sum_relu"])
 @pytest.mark.parametrize("k,kc,m", [(3, None, 40), (1, None, 40), (1, 24, 40), (1, 24, 44)])
 def test_conv_bias_residual_and_relu_in_the_kernel(monkeypatch, form, chain, k, kc, m):
     # The kernel adds the bias and a dense residual and applies a ReLU when the value it replaces
@@ -291,6 +291,7 @@ def test_conv_bias_residual_and_relu_in_the_kernel(monkeypatch, form, chain, k, 
         "relu6": [("Clip", ["c", "lo", "six"], "r")],
         "add_relu6": [("Add", ["c", "z"], "a"), ("Clip", ["a", "lo", "six"], "y")],
         "clip_not_relu6": [("Clip", ["c", "lo", "one"], "r")],
+        "sum_relu": [("Sum", ["z", "c"], "a"), ("Relu", ["a"], "y")],  # Caffe2's residual
     }[chain]
     nodes = [node("Conv", ["x", "w", "b"], ["c"], pads=[k // 2] * 4)]
     nodes += [node(op, ins, [out]) for op, ins, out in steps]

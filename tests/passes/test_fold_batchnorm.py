@@ -1,0 +1,84 @@
+"""Conv + inference BatchNormalization folded into one Conv (core/passes/fold_batchnorm.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import rammer
+from rammer.passes import FOLD_BATCHNORM, run_pipeline
+
+
+def _model(bias: bool = True, group: int = 1, opset: int = 17, conv_read_twice: bool = False,
+           conv_is_output: bool = False, bn_attrs: dict | None = None, mean_is_input: bool = False,
+           after: str = "Relu", dtype=np.float32):
+    rng = np.random.default_rng(0)
+    c, m = 4, 6
+    ten = TensorProto.FLOAT if dtype == np.float32 else TensorProto.DOUBLE
+    inits = {"w": rng.standard_normal((m, c // group, 3, 3)).astype(dtype),
+             "scale": rng.uniform(0.5, 2.0, m).astype(dtype), "shift": rng.standard_normal(m).astype(dtype),
+             "mean": rng.standard_normal(m).astype(dtype), "var": rng.uniform(0.1, 3.0, m).astype(dtype)}
+    if bias:
+        inits["b"] = rng.standard_normal(m).astype(dtype)
+    inputs = [helper.make_tensor_value_info("x", ten, [1, c, 9, 9])]
+    if mean_is_input:
+        del inits["mean"]
+        inputs.append(helper.make_tensor_value_info("mean", ten, [m]))
+    nodes = [helper.make_node("Conv", ["x", "w"] + (["b"] if bias else []), ["c"], name="conv", pads=[1] * 4,
+                              group=group),
+             helper.make_node("BatchNormalization", ["c", "scale", "shift", "mean", "var"], ["n"], name="bn",
+                              **(bn_attrs or {})),
+             helper.make_node(after, ["n"], ["y"], name="act")]
+    outputs = [helper.make_tensor_value_info("y", ten, [1, m, 9, 9])]
+    if conv_read_twice:
+        nodes.append(helper.make_node("Sigmoid", ["c"], ["z"], name="other"))
+        outputs.append(helper.make_tensor_value_info("z", ten, [1, m, 9, 9]))
+    if conv_is_output:
+        outputs.append(helper.make_tensor_value_info("c", ten, [1, m, 9, 9]))
+    g = helper.make_graph(nodes, "g", inputs, outputs, [numpy_helper.from_array(v, k) for k, v in inits.items()])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def _feeds(model) -> dict[str, np.ndarray]:
+    return rammer.compile(model, backend="reference").random_feeds(3)
+
+
+@pytest.mark.parametrize("bias,group,opset", [(True, 1, 17), (False, 1, 9), (True, 2, 14)])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_the_pair_becomes_one_conv_with_the_same_values(bias, group, opset, dtype):
+    model = _model(bias=bias, group=group, opset=opset, dtype=dtype)
+    graph = rammer.load(model)
+    folded = run_pipeline(graph, [FOLD_BATCHNORM], verify=True).graph
+    assert [n.op_type for n in folded.nodes] == ["Conv", "Relu"]
+    conv = folded.nodes[0]
+    assert conv.outputs == ("n",) and len(conv.inputs) == 3
+    assert folded.initializers[conv.inputs[1]].dtype == dtype
+    assert {"scale", "shift", "mean", "var", "w"}.isdisjoint(folded.initializers)  # no longer read
+    feeds = _feeds(model)
+    want = rammer.compile(model, backend="reference")(feeds)["y"]
+    got = rammer.compile(folded, backend="reference")(feeds)["y"]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("case", [
+    dict(conv_read_twice=True),                      # another op reads the raw conv output
+    dict(conv_is_output=True),                       # so does the caller
+    dict(bn_attrs={"training_mode": 1}, opset=15),   # training form: batch statistics
+    dict(mean_is_input=True),                        # a parameter known only at run time
+])
+def test_pairs_that_cannot_fold_are_left_alone(case):
+    graph = rammer.load(_model(**case))
+    assert FOLD_BATCHNORM(graph) is graph
+
+
+def test_the_cpu_backend_folds_and_matches_the_reference():
+    """On cpu the BN is gone before lowering: one conv op whose kernel also takes the ReLU."""
+    model = _model()
+    feeds = _feeds(model)
+    cpu = rammer.compile(model, backend="cpu", cache=False)
+    want = rammer.compile(model, backend="reference")(feeds)["y"]
+    np.testing.assert_allclose(cpu(feeds)["y"], want, rtol=1e-4, atol=1e-5)
+    report = cpu.executable.report
+    assert report["ops_by_family"] == {"conv": 1}, report["ops_by_family"]
+    assert report["nodes"] == 2  # Conv and Relu: the BN was folded
