@@ -441,10 +441,18 @@ def k_pool(F, B, I, J, X, R, p, sbase):
     # A single tap inside the plane (1x1 kernel, no padding): a strided subsample.
     subsample = kh == 1 and kw == 1 and ph == 0 and pw == 0 and (OH - 1) * sh < H and (OW - 1) * sw < W
     P = F[pbase:pbase + nplanes]
+    separable = (mode == 0 and dh == 1 and dw == 1 and kh * kw > 1 and (sh > 1 or sw > 1)
+                 and OW >= _SEPARABLE_MIN_WIDTH)
     for q in range(p[1], p[2], G):
         g = min(G, p[2] - q)
         src = X[d + W_X] + q * H * W
         dst = X[d + W_OUT] + q * OH * OW
+        if separable:
+            for k in range(g):
+                _max_separable(F, src + k * H * W, dst + k * OH * OW, H, W, kh, kw, sh, sw, ph, pw, OH, OW, pbase)
+            if epi >= 0:
+                ew_epilogue(F, X, R, epi, q, q + g, 0, OH * OW, sbase)
+            continue
         if subsample:
             for k in range(g):
                 for oh in range(OH):
@@ -490,6 +498,57 @@ def k_pool(F, B, I, J, X, R, p, sbase):
             _pool_out(F, pbase + nplanes + k * plane, dst + k * OH * OW, OH, OW, Wq, mode, scale)
         if epi >= 0:
             ew_epilogue(F, X, R, epi, q, q + g, 0, OH * OW, sbase)
+
+
+#: Strided max pooling over output rows at least this wide runs separably (:func:`_max_separable`):
+#: 15-25% faster on 55-112 pixel planes; narrower planes, and stride 1 (whose stacked phase-plane
+#: sweeps share their set-up across planes: 28x28 measured 2x slower separably), keep the sweeps.
+_SEPARABLE_MIN_WIDTH = 8
+
+
+@njit(**_JIT)
+def _max_separable(F, src, dst, H, W, kh, kw, sh, sw, ph, pw, OH, OW, v0):
+    """Max pooling of one plane (no dilation) as two 1-D maxima per output row: the kernel's
+    input rows into one padded row at F[v0:] (-inf outside the plane), then each output pixel the
+    maximum of kw neighbours of that row, NaN winning as in :func:`_max_run`.  About kh + kw
+    comparisons per output pixel instead of kh * kw, and no phase planes: a 3x3 stride-2 max pool
+    of a 111x111 plane spent most of its time splitting the plane into phases."""
+    Wp = (OW - 1) * sw + kw
+    v = F[v0:v0 + Wp]
+    c_lo = min(pw, Wp)  # padded columns [c_lo, c_hi) hold input columns [0, c_hi - c_lo)
+    c_hi = max(min(pw + W, Wp), c_lo)
+    n = c_hi - c_lo
+    ninf = -_INF
+    for oh in range(OH):
+        h0 = oh * sh - ph
+        i_lo = max(0, -h0)
+        i_hi = min(kh, H - h0)
+        for c in range(Wp):
+            v[c] = ninf
+        for i in range(i_lo, i_hi):
+            row = F[_u(src + (h0 + i) * W):_u(src + (h0 + i) * W + n)]
+            vr = v[c_lo:c_hi]
+            for c in range(n):
+                a = vr[c]
+                x = row[c]
+                vr[c] = x if (x > a or x != x) else a
+        out = F[_u(dst + oh * OW):_u(dst + oh * OW + OW)]
+        if kw == 3:
+            for ow in range(OW):
+                b = ow * sw
+                a = v[b]
+                x = v[b + 1]
+                a = x if (x > a or x != x) else a
+                x = v[b + 2]
+                out[ow] = x if (x > a or x != x) else a
+        else:
+            for ow in range(OW):
+                b = ow * sw
+                a = v[b]
+                for j in range(1, kw):
+                    x = v[b + j]
+                    a = x if (x > a or x != x) else a
+                out[ow] = a
 
 
 @njit(**_JIT)

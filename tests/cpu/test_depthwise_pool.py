@@ -169,6 +169,27 @@ def test_pooling(op, attrs):
     assert report["ops_by_family"] == {"pool": 1}, report["ops_by_family"]
 
 
+@pytest.mark.parametrize("attrs", [
+    dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
+    dict(kernel_shape=[3, 3], strides=[2, 2], ceil_mode=1),
+    dict(kernel_shape=[2, 2], strides=[2, 2]),
+    dict(kernel_shape=[5, 5], strides=[3, 3], pads=[2, 2, 2, 2], ceil_mode=1),
+    dict(kernel_shape=[3, 2], strides=[2, 1], pads=[0, 1, 2, 0]),
+    dict(kernel_shape=[1, 3], strides=[1, 2], pads=[0, 1, 0, 1]),
+])
+@pytest.mark.parametrize("veus", [1, 2])
+def test_strided_max_pooling_on_wide_planes(attrs, veus):
+    """Output rows of 8 pixels and more: max pooling as a row maximum then a column maximum
+    (kernels_window._max_separable), pads, ceil mode, NaN and -inf included."""
+    x = rand(2, 5, 23, 37)
+    x[0, 0, 3, 4] = np.nan
+    x[1, 2, 0, 0] = -np.inf
+    x[1, 4, 22, 36] = np.nan
+    x[0, 3, 10:13, :] = -np.inf
+    report = compare(model([node("MaxPool", ["x"], **attrs)], {"x": x}, ["y"], opset=19), {"x": x}, veus=veus)
+    assert report["ops_by_family"] == {"pool": 1}, report["ops_by_family"]
+
+
 STACKED_POOLS = [
     ("MaxPool", dict(kernel_shape=[3, 3], strides=[1, 1], pads=[1, 1, 1, 1])),
     ("AveragePool", dict(kernel_shape=[3, 3], strides=[1, 1], pads=[2, 1, 2, 0], dilations=[2, 1])),
