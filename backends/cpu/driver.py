@@ -104,3 +104,17 @@ def run(arena, X, R, T, starts, ends, entries, counters, status, cores, allowed,
         if s != 0 and (worst == 0 or worst == 1 or (s != 1 and s < worst)):
             worst = s
     return worst
+
+
+@njit(nogil=False, cache=True)
+def run_holding_gil(arena, X, R, T, starts, ends, entries, counters, status, cores, allowed, max_sleeps, trace=None):
+    """:func:`run` for one unpinned vEU, keeping the GIL (numba releases it around ``nogil``
+    functions).  Short launches of 1-vEU lanes use it: with several callers, every GIL
+    release let another caller take it, and getting it back meant waiting for a thread wake-up
+    that cost more than such a launch (see ``runtime.LANE_GIL_MAX_S``)."""
+    for i in range(counters.shape[0]):
+        counters[i] = 0
+    st = walk(0, arena, X, R, T, starts[0], ends[0], entries, counters, starts.shape[0] * STRIDE, max_sleeps,
+              trace)
+    status[0] = st
+    return st

@@ -16,6 +16,7 @@ cannot be compiled so is interpreted as before.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import queue
 import threading
@@ -36,8 +37,22 @@ from .adaptive import LANE, LaunchChooser
 from .atomics import cpuset_words
 from .codegen import entry_table, program_source
 from .compiled import BRANCH_MIN_NODES, CompiledSegment, HostStep, Program
-from .driver import STATUS, STRIDE, run
+from .driver import STATUS, STRIDE, run, run_holding_gil
 from .scheduling import available_cores
+
+#: After two callers were inside ``run`` at once, a caller alone runs a 1-vEU lane too for this
+#: long (seconds) instead of the whole program (see :meth:`CpuExecutable.run`).
+CONCURRENT_SPELL_S = 0.01
+#: Lanes per core: each concurrent caller runs a lane on its own thread; with one lane per core,
+#: callers beyond the core count queued for a lane, and each hand-off cost a thread wake-up
+#: (lstm-tc-small, 4 callers on 2 cores: 35k -> 39k inferences/s with two per core).
+LANES_PER_CORE = 2
+#: A lane whose median run over its first LANE_PROBE_RUNS runs is shorter than this (seconds) keeps
+#: the GIL while it runs.  Each GIL release lets another caller in, and when both want it back one
+#: waits for a thread wake-up (tens of microseconds here); for a 15 us launch that cost more than
+#: running the callers one after the other.  Longer launches release it and run side by side.
+LANE_GIL_MAX_S = 50e-6
+LANE_PROBE_RUNS = 8
 
 
 class CpuExecutable:
@@ -63,6 +78,7 @@ class CpuExecutable:
         self._fork_copy: CpuExecutable | None = None
         #: Concurrent callers: how many are inside ``run``, and the 1-vEU lanes they use.
         self._callers = 0
+        self._concurrent_at = -math.inf  # (time.monotonic) when two callers were last inside run
         self._callers_lock = threading.Lock()
         self._lanes: queue.SimpleQueue[CpuExecutable] = queue.SimpleQueue()
         self._lane_count = 0
@@ -73,6 +89,9 @@ class CpuExecutable:
         self._chooser = LaunchChooser()
         self._solo_lane: CpuExecutable | None = None
         self._solo_builder: threading.Thread | None = None
+        #: As a lane: how many of its runs were timed, and their seconds (see _note_lane_run).
+        self._lane_runs = 0
+        self._lane_times: list[float] = []
         #: Compiled branches of If host steps by (node index, branch attribute); None: interpret it.
         self._branches: dict[tuple[int, str], api.CompiledModel | None] = {}
         self._branches_lock = threading.Lock()
@@ -133,7 +152,13 @@ class CpuExecutable:
                 return self._in_forked_child().run(feeds, outputs)
             with self._callers_lock:
                 self._callers += 1
-                alone = self._callers == 1
+                now = time.monotonic()
+                if self._callers > 1:
+                    self._concurrent_at = now
+                # Alone, unless other callers were here a moment ago: under steady concurrent calls a
+                # caller often finds itself alone for one call, and the whole program's vEUs would then
+                # share the cores with the other callers' lanes (barriers waiting on a descheduled vEU).
+                alone = self._callers == 1 and now - self._concurrent_at > CONCURRENT_SPELL_S
             try:
                 if alone:
                     return self._run_alone(feeds, outputs)
@@ -179,7 +204,7 @@ class CpuExecutable:
         except queue.Empty:
             lane = None
             with self._callers_lock:
-                if self._lane_count < max(1, len(available_cores())):
+                if self._lane_count < LANES_PER_CORE * max(1, len(available_cores())):
                     self._lane_count += 1
                     make = True
                 else:
@@ -189,9 +214,23 @@ class CpuExecutable:
             else:
                 lane = self._lanes.get()
         try:
-            return lane._run_here(feeds, outputs)
+            if lane._lane_runs >= LANE_PROBE_RUNS:
+                return lane._run_here(feeds, outputs)
+            start = time.perf_counter()
+            out = lane._run_here(feeds, outputs)
+            lane._note_lane_run(time.perf_counter() - start)
+            return out
         finally:
             self._lanes.put(lane)
+
+    def _note_lane_run(self, seconds: float) -> None:
+        """The first runs of a lane time it; a lane whose launches are short keeps the GIL
+        while it runs (:func:`.driver.run_holding_gil`)."""
+        self._lane_times.append(seconds)
+        self._lane_runs += 1
+        if self._lane_runs == LANE_PROBE_RUNS and sorted(self._lane_times)[len(self._lane_times) // 2] < LANE_GIL_MAX_S \
+                and self.program.num_veus == 1 and self.cores[0] < 0:
+            self._driver = run_holding_gil
 
     def _new_lane(self) -> CpuExecutable:
         with self._lane_build_lock:

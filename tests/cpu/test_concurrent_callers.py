@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 
 import numpy as np
+import pytest
 
 import rammer
 import rammer.zoo
@@ -35,9 +36,52 @@ def test_concurrent_callers_get_right_answers_on_lanes():
         t.join()
     assert not errors, errors[:5]
     exe = model.executable
-    assert 1 <= exe._lane_count <= 3  # lanes were used: 4 callers, one of them on the whole program
+    assert 1 <= exe._lane_count <= 4  # lanes were used (up to two per core; the whole program is left alone
+    # while callers come and go)
     assert all(lane.program.num_veus == 1 for lane in list(_drain(exe._lanes)))
     assert exe._callers == 0
+
+
+@pytest.mark.parametrize("hold", [True, False])
+def test_short_lane_launches_keep_the_gil_and_stay_right(monkeypatch, hold):
+    """A lane whose first runs are short runs the GIL-holding driver from then on (every run
+    still right); with the threshold at 0 no lane switches.  The threads call the lanes directly
+    (whether callers overlap in ``run`` is up to the scheduler)."""
+    from rammer.backends.cpu import runtime
+    from rammer.backends.cpu.driver import run_holding_gil
+
+    monkeypatch.setattr(runtime, "LANE_GIL_MAX_S", 1.0 if hold else 0.0)
+    graph = rammer.zoo.build("lstm-tc-small")
+    model = rammer.compile(graph, backend="cpu", veus=2)
+    ref = rammer.compile(graph, backend="reference")
+    feeds = [model.random_feeds(seed) for seed in range(3)]
+    want = [ref.run(f) for f in feeds]
+    barrier = threading.Barrier(3)
+    errors: list[str] = []
+
+    def work(i: int) -> None:
+        barrier.wait()
+        for k in range(40):
+            j = (i + k) % 3
+            got = model.executable._run_on_lane(model.check_feeds(feeds[j]))
+            for name, w in want[j].items():
+                if not np.allclose(got[name], w, rtol=1e-3, atol=1e-4):
+                    errors.append(f"thread {i} run {k} output {name}")
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[:5]
+    lanes = _drain(model.executable._lanes)
+    assert lanes
+    probed = [lane for lane in lanes if lane._lane_runs >= runtime.LANE_PROBE_RUNS]
+    holding = [lane for lane in lanes if lane._driver is run_holding_gil]
+    if hold:
+        assert holding and holding == probed
+    else:
+        assert not holding
 
 
 def _drain(q):
