@@ -1,4 +1,5 @@
-"""An inference ``BatchNormalization`` after a ``Conv`` folded into the conv's weights and bias.
+"""An inference ``BatchNormalization`` (or a per-channel ``Mul``/``Add``) after a ``Conv`` folded into
+the conv's weights and bias.
 
 With constant weights and constant normalization parameters,
 
@@ -16,6 +17,13 @@ alone and is not a graph output, the BN is in inference form (no ``training_mode
 extra outputs, ``spatial`` 1 where the opset has it), every parameter is a constant
 initializer of one value per output channel, and the dtypes are float32 or float64.  The
 result differs from the unfolded pair by rounding only (the products are taken in float64).
+
+The same holds for an affine per output channel written out as ops, as Paddle exports its
+``affine_channel`` (a ``Mul`` by a (1, M, 1, 1) constant, then an ``Add``): a ``Mul``, ``Div``,
+``Add`` or ``Sub`` of the conv's output (the first operand of ``Div``/``Sub``) by a constant
+initializer that varies along the channel axis only (or not at all) folds the same way, one op
+after another.  (In PP-OCRv4's recogniser 28 convs are followed by such a pair, which the
+elementwise epilogue otherwise computed at more than the conv's own cost.)
 """
 
 from __future__ import annotations
@@ -31,18 +39,41 @@ from .relu_concat import fresh_name
 _FLOATS = ("float32", "float64")
 
 
+_AFFINE_OPS = ("Mul", "Div", "Add", "Sub")
+
+
 def fold_batchnorm(graph: Graph) -> Graph:
-    """``graph`` with every foldable Conv + BatchNormalization pair as one Conv (the same
-    object when there is none)."""
+    """``graph`` with every foldable Conv + BatchNormalization (or per-channel Mul/Div/Add/Sub)
+    pair as one Conv, repeatedly (a Mul then an Add fold one after the other); the same object
+    when there is none."""
     if any(n.subgraphs() for n in graph.nodes):  # bodies may read outer tensors by name
         return graph
+    while True:
+        folded = _fold_once(graph)
+        if folded is graph:
+            return graph
+        graph = folded
+
+
+def _fold_once(graph: Graph) -> Graph:
     outputs = {t.name for t in graph.outputs}
     producers = {o: n for n in graph.nodes for o in n.outputs if o}
-    folds: dict[int, Node] = {}  # id(bn) -> the conv it folds into
-    for bn in graph.nodes:
-        conv = producers.get(bn.inputs[0]) if bn.op_type == "BatchNormalization" and bn.inputs else None
-        if conv is not None and _foldable(graph, conv, bn, outputs):
-            folds[id(bn)] = conv
+    folds: dict[int, Node] = {}  # id(bn or affine op) -> the conv it folds into
+    taken: set[int] = set()
+    for op in graph.nodes:
+        if op.op_type not in ("BatchNormalization",) + _AFFINE_OPS or not op.inputs:
+            continue
+        # Mul and Add commute: the conv may be their second operand
+        sides = op.inputs[:2] if op.op_type in ("Mul", "Add") else op.inputs[:1]
+        convs = [producers.get(name) for name in sides]
+        conv = next((c for c in convs if c is not None and c.op_type == "Conv"), None)
+        if conv is None or id(conv) in taken:
+            continue
+        ok = _foldable(graph, conv, op, outputs) if op.op_type == "BatchNormalization" \
+            else _affine_foldable(graph, conv, op, outputs)
+        if ok:
+            folds[id(op)] = conv
+            taken.add(id(conv))
     if not folds:
         return graph
     taken = set(graph.value_info) | set(graph.initializers) | {t.name for t in graph.inputs}
@@ -57,7 +88,7 @@ def fold_batchnorm(graph: Graph) -> Graph:
         if conv is None:
             nodes.append(node)
             continue
-        w, b = _folded(graph, conv, node)
+        w, b = _folded(graph, conv, node) if node.op_type == "BatchNormalization" else _affine(graph, conv, node)
         w_name = fresh_name(f"{conv.inputs[1]}_bn", taken)
         b_name = fresh_name(f"{conv.inputs[1]}_bn_bias", taken)
         for name, arr in ((w_name, w), (b_name, b)):
@@ -96,6 +127,73 @@ def _foldable(graph: Graph, conv: Node, bn: Node, outputs: set[str]) -> bool:
         if str(a.dtype) != dtype or a.shape != (m,):
             return False
     return True
+
+
+def _conv_ok(graph: Graph, conv: Node, reader: Node, outputs: set[str]) -> np.ndarray | None:
+    """The conv's weights when its output (read by ``reader`` alone, not a graph output) can take a
+    per-channel fold; else None."""
+    if conv.op_type != "Conv" or conv.domain or len(conv.outputs) != 1:
+        return None
+    if conv.outputs[0] in outputs or len(graph.consumers.get(conv.outputs[0], ())) != 1:
+        return None
+    inits = graph.initializers
+    if conv.inputs[1] not in inits or (len(conv.inputs) > 2 and conv.inputs[2] and conv.inputs[2] not in inits):
+        return None
+    w = np.asarray(inits[conv.inputs[1]])
+    if str(w.dtype) not in _FLOATS or w.ndim < 3 or graph.value_info[conv.outputs[0]].dtype != str(w.dtype):
+        return None
+    return w
+
+
+def _affine_foldable(graph: Graph, conv: Node, op: Node, outputs: set[str]) -> bool:
+    if op.domain or len(op.inputs) != 2 or len(op.outputs) != 1 or op.inputs[0] == op.inputs[1]:
+        return False
+    w = _conv_ok(graph, conv, op, outputs)
+    if w is None:
+        return False
+    y = conv.outputs[0]
+    if op.op_type in ("Div", "Sub") and op.inputs[0] != y:
+        return False
+    other = op.inputs[1] if op.inputs[0] == y else op.inputs[0]
+    c = graph.initializers.get(other)
+    if c is None or str(np.asarray(c).dtype) != str(w.dtype) or not np.isfinite(c).all():
+        return False
+    if op.op_type == "Div" and (np.asarray(c) == 0).any():
+        return False  # x / 0 is inf or NaN by x's sign; folded weights would not say which
+    return _per_channel(np.asarray(c), w.shape[0], len(graph.value_info[y].shape)) is not None \
+        and graph.value_info[op.outputs[0]].shape == graph.value_info[y].shape
+
+
+def _per_channel(c: np.ndarray, m: int, rank: int) -> np.ndarray | None:
+    """``c`` as one value per output channel (shape (m,)) when, broadcast against a conv output of
+    rank ``rank`` (N, M, spatial...), it varies along the channel axis only; else None."""
+    if c.ndim > rank:
+        return None
+    full = (1,) * (rank - c.ndim) + c.shape
+    if any(d != 1 for i, d in enumerate(full) if i != 1) or full[1] not in (1, m):
+        return None
+    return np.broadcast_to(c.reshape(-1) if c.size else c, (m,)) if c.size == m or c.size == 1 else None
+
+
+def _affine(graph: Graph, conv: Node, op: Node) -> tuple[np.ndarray, np.ndarray]:
+    inits = graph.initializers
+    w = np.asarray(inits[conv.inputs[1]])
+    y = conv.outputs[0]
+    other = op.inputs[1] if op.inputs[0] == y else op.inputs[0]
+    c = _per_channel(np.asarray(inits[other]), w.shape[0], len(graph.value_info[y].shape)).astype(np.float64)
+    b = np.asarray(inits[conv.inputs[2]], np.float64) if len(conv.inputs) > 2 and conv.inputs[2] \
+        else np.zeros(w.shape[0])
+    w64 = w.astype(np.float64)
+    col = (-1,) + (1,) * (w.ndim - 1)
+    if op.op_type == "Mul":
+        w64, b = w64 * c.reshape(col), b * c
+    elif op.op_type == "Div":
+        w64, b = w64 / c.reshape(col), b / c
+    elif op.op_type == "Add":
+        b = b + c
+    else:
+        b = b - c
+    return w64.astype(w.dtype), b.astype(w.dtype)
 
 
 def _folded(graph: Graph, conv: Node, bn: Node) -> tuple[np.ndarray, np.ndarray]:

@@ -82,3 +82,53 @@ def test_the_cpu_backend_folds_and_matches_the_reference():
     report = cpu.executable.report
     assert report["ops_by_family"] == {"conv": 1}, report["ops_by_family"]
     assert report["nodes"] == 2  # Conv and Relu: the BN was folded
+
+
+def _affine_model(ops: list[tuple[str, tuple[int, ...], bool]], const_is_input: bool = False, zero: bool = False):
+    """Conv -> ops in a chain, each (op type, constant's shape, conv value first)."""
+    rng = np.random.default_rng(1)
+    m = 5
+    inits = {"w": rng.standard_normal((m, 3, 3, 3)).astype(np.float32), "b": rng.standard_normal(m).astype(np.float32)}
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])]
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["v0"], pads=[1] * 4)]
+    for k, (op, shape, first) in enumerate(ops):
+        name = f"k{k}"
+        value = rng.uniform(0.5, 2.0, shape).astype(np.float32)
+        if zero:
+            value.flat[0] = 0.0
+        if const_is_input:
+            inputs.append(helper.make_tensor_value_info(name, TensorProto.FLOAT, list(shape)))
+        else:
+            inits[name] = value
+        args = [f"v{k}", name] if first else [name, f"v{k}"]
+        nodes.append(helper.make_node(op, args, [f"v{k + 1}"]))
+    out = f"v{len(ops)}"
+    g = helper.make_graph(nodes, "g", inputs, [helper.make_tensor_value_info(out, TensorProto.FLOAT, [1, m, 8, 8])],
+                          [numpy_helper.from_array(v, k) for k, v in inits.items()])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), out
+
+
+@pytest.mark.parametrize("ops", [
+    [("Mul", (1, 5, 1, 1), True), ("Add", (5, 1, 1), True)],   # Paddle's affine_channel
+    [("Mul", (1, 5, 1, 1), False), ("Add", (1,), False)],     # the conv as the second operand; a scalar
+    [("Div", (5, 1, 1), True), ("Sub", (1, 5, 1, 1), True)],
+])
+def test_per_channel_affine_ops_fold_into_the_conv(ops):
+    model, out = _affine_model(ops)
+    folded = run_pipeline(rammer.load(model), [FOLD_BATCHNORM], verify=True).graph
+    assert [n.op_type for n in folded.nodes] == ["Conv"]
+    feeds = _feeds(model)
+    want = rammer.compile(model, backend="reference")(feeds)[out]
+    np.testing.assert_allclose(rammer.compile(folded, backend="reference")(feeds)[out], want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("ops,kwargs", [
+    ([("Mul", (1, 1, 8, 1), True)], {}),            # varies along a spatial axis
+    ([("Sub", (5, 1, 1), False)], {}),              # constant minus the conv
+    ([("Div", (5, 1, 1), False)], {}),              # constant over the conv
+    ([("Div", (5, 1, 1), True)], {"zero": True}),   # a division by zero
+    ([("Mul", (1, 5, 1, 1), True)], {"const_is_input": True}),
+])
+def test_affine_ops_that_cannot_fold_are_left_alone(ops, kwargs):
+    graph = rammer.load(_affine_model(ops, **kwargs)[0])
+    assert FOLD_BATCHNORM(graph) is graph
