@@ -59,8 +59,8 @@ from .atomics import copy_block
 from .kernels_ew import ew_epilogue
 from .kernels_winograd import ldb_panel, winograd_block
 from .kernels_window import W_OUT, W_X, WIN_LEN, _pad_phases, read_window
-from .ukernel import (EPI_ACCUMULATE, EPI_BIAS, EPI_RELU, EPI_RELU6, EPI_RESIDUAL, MR, NR, PX_MR, PX_NR, ukernel,
-                      ukernel_ldb, ukernel_rows)
+from .ukernel import (EPI_ACCUMULATE, EPI_BIAS, EPI_HSWISH, EPI_RELU, EPI_RELU6, EPI_RESIDUAL, MR, NR, PX_MR, PX_NR,
+                      ukernel, ukernel_ldb, ukernel_rows)
 
 f32 = np.float32
 _JIT = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
@@ -251,7 +251,12 @@ def _relu(x):
 
 @njit(**_JIT)
 def _activate(x, relu):
-    """The conv's fused activation: ``relu`` 1 a ReLU, 2 a ReLU6 (NaN kept, as the micro-kernels do)."""
+    """The conv's fused activation: ``relu`` 1 a ReLU, 2 a ReLU6, 3 a HardSwish (NaN kept, as the
+    micro-kernels do)."""
+    if relu == 3:
+        g = _relu(x + f32(3.0))
+        g = g if (g < f32(6.0) or g != g) else f32(6.0)
+        return x * g / f32(6.0)
     x = _relu(x)
     if relu == 2:
         x = x if (x < f32(6.0) or x != x) else f32(6.0)
@@ -279,8 +284,15 @@ def _store_flags(first, last, bias, res, relu):
     """The EPI_* flags of one K block's tile stores: bias and residual with the first block,
     accumulating onto the output after it, ReLU with the last."""
     return ((0 if first else EPI_ACCUMULATE) | (EPI_BIAS if first and bias >= 0 else 0)
-            | (EPI_RESIDUAL if first and res >= 0 else 0) | (EPI_RELU if last and relu else 0)
-            | (EPI_RELU6 if last and relu == 2 else 0))
+            | (EPI_RESIDUAL if first and res >= 0 else 0) | _act_flags(relu if last else 0))
+
+
+@njit(**_JIT)
+def _act_flags(relu):
+    """The EPI_* bits of activation ``relu`` (see :func:`_activate`)."""
+    if relu == 3:
+        return EPI_HSWISH
+    return (EPI_RELU if relu else 0) | (EPI_RELU6 if relu == 2 else 0)
 
 
 @njit(**_JIT)
@@ -293,7 +305,9 @@ def _store_element(F, dst, v, flags, bias_at, res_at):
         v += F[np.uint64(dst)]
     if flags & EPI_RESIDUAL:
         v += F[np.uint64(res_at)]
-    if flags & EPI_RELU:
+    if flags & EPI_HSWISH:
+        v = _activate(v, 3)
+    elif flags & EPI_RELU:
         v = _activate(v, 2 if flags & EPI_RELU6 else 1)
     F[np.uint64(dst)] = v
 

@@ -158,14 +158,22 @@ def _kernel_members(lw: LowerContext, node: Node, members: list[Node], internal:
                     shape4: tuple[int, ...]) -> tuple[View | None, int, tuple[Node, ...]]:
     """The leading fused members the conv kernel applies itself: ``Add(conv, r)`` (or a two-input
     ``Sum``) with ``r`` a dense float32 tensor of the output's shape (the rows start as bias + r),
-    then ``Relu`` or a ``Clip`` to [0, 6] (ReLU6).  Each taken member's input must be internal and read by no later
+    then ``Relu``, a ``Clip`` to [0, 6] (ReLU6) or a HardSwish written out as four ops
+    (:func:`_hardswish_members`).  Each taken member's input must be internal and read by no later
     member (the kernel replaces it).  Returns (the residual's view or None, relu: 0 none, 1 ReLU,
-    2 ReLU6, the members taken)."""
+    2 ReLU6, 3 HardSwish, the members taken)."""
     value = node.outputs[0]
     residual, relu, taken = None, 0, []
     dense4 = (shape4[1] * shape4[2] * shape4[3], shape4[2] * shape4[3], shape4[3], 1)
     for k, member in enumerate(members[:2]):
-        if value not in internal or any(value in m.inputs for m in members[k + 1:]):
+        if value not in internal:
+            break
+        hswish = _hardswish_members(lw, members, k, value, internal)
+        if hswish:
+            taken.extend(hswish)
+            relu = 3
+            break
+        if any(value in m.inputs for m in members[k + 1:]):
             break
         ins = list(member.inputs)
         if member.op_type in ("Add", "Sum") and not taken and len(ins) == 2 and value in ins and ins[0] != ins[1]:
@@ -191,6 +199,52 @@ def _kernel_members(lw: LowerContext, node: Node, members: list[Node], internal:
         if relu:
             break
     return residual, relu, tuple(taken)
+
+
+def _scalar_const(lw: LowerContext, name: str) -> float | None:
+    value = lw.graph.initializers.get(name)
+    if value is None or np.asarray(value).size != 1 or np.asarray(value).dtype != np.float32:
+        return None
+    return float(np.asarray(value).reshape(()))
+
+
+def _hardswish_members(lw: LowerContext, members: list[Node], k: int, value: str,
+                       internal: set[str]) -> tuple[Node, ...]:
+    """``members[k:k + 4]`` when they compute ``value * Clip(value + 3, 0, 6) / 6`` (HardSwish as
+    PaddlePaddle and torch's older exports write it; the division may be a product with 1/6), with
+    every value between them internal and ``value`` read by no later member; else ()."""
+    four = members[k:k + 4]
+    if len(four) < 4 or any(value in m.inputs for m in members[k + 4:]):
+        return ()
+    add, clip, mul, div = four
+    g = lw.graph
+
+    def other(node: Node, known: str) -> str | None:
+        ins = list(node.inputs)
+        if node.domain or len(ins) != 2 or known not in ins or ins[0] == ins[1]:
+            return None
+        return ins[1] if ins[0] == known else ins[0]
+
+    if add.op_type != "Add" or _scalar_const(lw, other(add, value) or "") != 3.0:
+        return ()
+    a3 = add.outputs[0]
+    if clip.op_type != "Clip" or not clip.inputs or clip.inputs[0] != a3 or a3 in clip.inputs[1:] \
+            or clip_bounds(clip, g) != (0.0, 6.0):
+        return ()
+    gate = clip.outputs[0]
+    if mul.op_type != "Mul" or sorted(mul.inputs) != sorted([value, gate]) or value == gate:
+        return ()
+    prod = mul.outputs[0]
+    if div.op_type == "Div":
+        if list(div.inputs[:1]) != [prod] or _scalar_const(lw, div.inputs[1]) != 6.0:
+            return ()
+    elif div.op_type != "Mul" or _scalar_const(lw, other(div, prod) or "") != float(np.float32(1.0 / 6.0)):
+        return ()
+    inner = (a3, gate, prod)
+    readers = [i for m in members for i in m.inputs]
+    if any(t not in internal or readers.count(t) != 1 for t in inner):
+        return ()
+    return tuple(four)
 
 
 def implicit_conv_op(lw: LowerContext, name: str, nodes: tuple[Node, ...], x: View, w_arr: np.ndarray, out: View,

@@ -50,6 +50,8 @@ LDB_SHORT_ROWS = (4, 8)
 EPI_ACCUMULATE, EPI_BIAS, EPI_RESIDUAL, EPI_RELU = 1, 2, 4, 8
 #: With EPI_RELU: the ReLU is a ReLU6 (``Clip(x, 0, 6)``, MobileNet's activation), also capped at 6.
 EPI_RELU6 = 16
+#: Instead of a ReLU: HardSwish, ``x * clip(x + 3, 0, 6) / 6`` (MobileNetV3, PP-OCR).
+EPI_HSWISH = 32
 
 
 def _host_features() -> tuple[str, str, set[str]]:
@@ -113,20 +115,22 @@ def _clamp(bld: ir.IRBuilder, x: ir.Value, lo: ir.Value, hi: ir.Value) -> ir.Val
 
 def _per_flag_blocks(fn: ir.Function, bld: ir.IRBuilder, flags: ir.Value) -> list:
     """Ends ``bld``'s block with a switch on the EPI_* bits of ``flags`` and returns, for each of the
-    24 combinations, a builder in a block of its own with the bits as Python values:
-    ``(builder, (accumulate, bias, residual, relu))``, ``relu`` 0 (none), 1 (ReLU) or 2 (ReLU6:
-    EPI_RELU | EPI_RELU6); each block must be ended by the caller (see :func:`_activate`).
+    32 combinations, a builder in a block of its own with the bits as Python values:
+    ``(builder, (accumulate, bias, residual, relu))``, ``relu`` 0 (none), 1 (ReLU), 2 (ReLU6:
+    EPI_RELU | EPI_RELU6) or 3 (HardSwish: EPI_HSWISH); each block must be ended by the caller
+    (see :func:`_activate`).
 
     A store specialised per block is straight-line code: a vector select on a scalar flag
     becomes a branch per vector on x86 (about 1500 instructions per pixel-row tile store)."""
     i64 = ir.IntType(64)
-    valid = [f for f in range(32) if not (f & EPI_RELU6) or f & EPI_RELU]
+    acts = (0, EPI_RELU, EPI_RELU | EPI_RELU6, EPI_HSWISH)
+    valid = [f | act for f in range(8) for act in acts]
     blocks = {f: fn.append_basic_block(f"flags{f}") for f in valid}
-    switch = bld.switch(bld.and_(flags, ir.Constant(i64, 31)), blocks[0])
+    switch = bld.switch(bld.and_(flags, ir.Constant(i64, 63)), blocks[0])
     out = []
     for f, block in blocks.items():
         switch.add_case(ir.Constant(i64, f), block)
-        relu = (2 if f & EPI_RELU6 else 1) if f & EPI_RELU else 0
+        relu = 3 if f & EPI_HSWISH else (2 if f & EPI_RELU6 else 1) if f & EPI_RELU else 0
         out.append((ir.IRBuilder(block), (bool(f & EPI_ACCUMULATE), bool(f & EPI_BIAS), bool(f & EPI_RESIDUAL),
                                           relu)))
     return out
@@ -134,9 +138,13 @@ def _per_flag_blocks(fn: ir.Function, bld: ir.IRBuilder, flags: ir.Value) -> lis
 
 def _activate(bld: ir.IRBuilder, val: ir.Value, relu: int) -> ir.Value:
     """``val`` after the activation ``relu`` of :func:`_per_flag_blocks` (0: none, 1: ReLU,
-    2: ReLU6), NaN kept."""
+    2: ReLU6, 3: HardSwish), NaN kept."""
     if not relu:
         return val
+    if relu == 3:
+        n = val.type.count
+        gate = _activate(bld, bld.fadd(val, ir.Constant(val.type, [3.0] * n)), 2)
+        return bld.fdiv(bld.fmul(val, gate), ir.Constant(val.type, [6.0] * n))
     val = _relu_keep_nan(bld, val)
     if relu == 2:
         six = ir.Constant(val.type, [6.0] * val.type.count)

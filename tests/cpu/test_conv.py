@@ -262,7 +262,8 @@ def test_conv_pixel_rows_packed(monkeypatch, x_shape, strides, veus, blocks):
 @pytest.mark.parametrize("form", [None, FORM_DIRECT, FORM_TRANSPOSED, FORM_PIXEL_ROWS, FORM_WINOGRAD])
 @pytest.mark.parametrize("chain", ["relu", "relu_add_raw", "bias_only", "relu_then_sigmoid", "add_relu",
                                    "add_relu_add_raw", "add_broadcast_relu", "add_relu_both_outputs", "relu6",
-                                   "add_relu6", "clip_not_relu6", "sum_relu"])
+                                   "add_relu6", "clip_not_relu6", "sum_relu", "hswish", "add_hswish_sixth",
+                                   "hswish_raw_read"])
 @pytest.mark.parametrize("k,kc,m", [(3, None, 40), (1, None, 40), (1, 24, 40), (1, 24, 44)])
 def test_conv_bias_residual_and_relu_in_the_kernel(monkeypatch, form, chain, k, kc, m):
     # The kernel adds the bias and a dense residual and applies a ReLU when the value it replaces
@@ -277,7 +278,8 @@ def test_conv_bias_residual_and_relu_in_the_kernel(monkeypatch, form, chain, k, 
         monkeypatch.setattr(lower_conv, "IMPLICIT_KC", kc)
     x = rand(1, 40, 10, 11)
     consts = {"w": rand(m, 40, k, k, seed=1), "b": rand(m, seed=2), "zb": rand(1, m, 1, 1, seed=4),
-              "lo": np.array(0.0, np.float32), "six": np.array(6.0, np.float32), "one": np.array(1.0, np.float32)}
+              "lo": np.array(0.0, np.float32), "six": np.array(6.0, np.float32), "one": np.array(1.0, np.float32),
+              "three": np.array(3.0, np.float32), "sixth": np.array(1.0 / 6.0, np.float32)}
     feeds = {"x": x, "z": rand(1, m, 10, 11, seed=3)}
     steps = {
         "relu": [("Relu", ["c"], "r")],
@@ -292,6 +294,13 @@ def test_conv_bias_residual_and_relu_in_the_kernel(monkeypatch, form, chain, k, 
         "add_relu6": [("Add", ["c", "z"], "a"), ("Clip", ["a", "lo", "six"], "y")],
         "clip_not_relu6": [("Clip", ["c", "lo", "one"], "r")],
         "sum_relu": [("Sum", ["z", "c"], "a"), ("Relu", ["a"], "y")],  # Caffe2's residual
+        # HardSwish as Paddle writes it: x * Clip(x + 3, 0, 6) / 6 (or * 1/6)
+        "hswish": [("Add", ["c", "three"], "a3"), ("Clip", ["a3", "lo", "six"], "g"), ("Mul", ["c", "g"], "p"),
+                   ("Div", ["p", "six"], "y")],
+        "add_hswish_sixth": [("Add", ["c", "z"], "a"), ("Add", ["three", "a"], "a3"), ("Clip", ["a3", "lo", "six"], "g"),
+                             ("Mul", ["g", "a"], "p"), ("Mul", ["p", "sixth"], "y")],
+        "hswish_raw_read": [("Add", ["c", "three"], "a3"), ("Clip", ["a3", "lo", "six"], "g"), ("Mul", ["c", "g"], "p"),
+                            ("Div", ["p", "six"], "q"), ("Add", ["q", "c"], "y")],
     }[chain]
     nodes = [node("Conv", ["x", "w", "b"], ["c"], pads=[k // 2] * 4)]
     nodes += [node(op, ins, [out]) for op, ins, out in steps]
