@@ -252,10 +252,11 @@ def k_dwconv(F, B, I, J, X, R, p, sbase):
     channel c.  Each input plane is split once into zero-padded phase planes
     in scratch (or read in place: stride 1, no padding), then swept (see
     above); the fused epilogue runs on each output plane while it is in
-    cache.  Descriptor tail: [w_off, mult, epilogue, scratch offset, bias, act]: ``bias`` the
-    offset of a per-output-channel bias the sweep starts from (-1: none), ``act`` where in R the
-    bounds [lo, hi] of a fused ReLU or Clip lie (-1: none), applied before the store; a plain
-    conv + bias + ReLU6 then needs no epilogue pass over its output.
+    cache.  Descriptor tail: [w_off, mult, epilogue, scratch offset, bias, act, hswish]: ``bias``
+    the offset of a per-output-channel bias the sweep starts from (-1: none), ``act`` where in R
+    the bounds [lo, hi] of a fused ReLU or Clip lie (-1: none), applied before the store; a plain
+    conv + bias + ReLU6 then needs no epilogue pass over its output.  ``hswish`` (1): a HardSwish
+    applied to each finished output plane while it is in cache.
     """
     d = p[0]
     C, H, W, kh, kw, sh, sw, ph, pw, dh, dw, OH, OW = read_window(X, d)
@@ -264,6 +265,7 @@ def k_dwconv(F, B, I, J, X, R, p, sbase):
     epi = X[d + WIN_LEN + 2]
     bias_at = X[d + WIN_LEN + 4]
     act = X[d + WIN_LEN + 5]
+    hswish = X[d + WIN_LEN + 6] != 0
     lo = R[act] if act >= 0 else -_INF
     hi = R[act + 1] if act >= 0 else _INF
     M = C * mult
@@ -296,6 +298,8 @@ def k_dwconv(F, B, I, J, X, R, p, sbase):
                     _direct_plane(F, src, H, W, kh, kw, sh, sw, ph, pw, dh, dw, OH, OW, w_off + m * kh * kw,
                                   X[d + W_OUT] + (n * M + m) * OH * OW,
                                   F[bias_at + m] if bias_at >= 0 else f32(0.0), lo, hi)
+                    if hswish:
+                        _hardswish_run(F, X[d + W_OUT] + (n * M + m) * OH * OW, OH * OW)
             else:
                 if direct:
                     # (the rounded-up lanes read a little of what follows the plane: junk columns only)
@@ -313,10 +317,24 @@ def k_dwconv(F, B, I, J, X, R, p, sbase):
                     dst = X[d + W_OUT] + (n * M + m) * OH * OW
                     for oh in range(OH):
                         copy_run(F, dst + oh * OW, a0 + oh * Wq, OW)
+                    if hswish:
+                        _hardswish_run(F, dst, OH * OW)
             done = n * M + (c + 1) * mult
             if epi >= 0 and ((done - pending) * OH * OW >= _EPI_GROUP or c == p[4] - 1):
                 ew_epilogue(F, X, R, epi, pending, done, 0, OH * OW, sbase)
                 pending = done
+
+
+@njit(**_JIT)
+def _hardswish_run(F, at, n):
+    """F[at:at + n] = x * Clip(x + 3, 0, 6) / 6 in place, NaN kept (as the conv micro-kernels do)."""
+    v = F[_u(at):_u(at + n)]
+    for j in range(n):
+        x = v[j]
+        g = x + f32(3.0)
+        g = g if (g > f32(0.0) or g != g) else f32(0.0)
+        g = g if (g < f32(6.0) or g != g) else f32(6.0)
+        v[j] = x * g / f32(6.0)
 
 
 @njit(**_JIT)

@@ -106,8 +106,12 @@ def lower_conv(lw: LowerContext, node: Node, members: list[Node], internal: set[
     if depthwise and bias is not None and (bias.dtype != "float32" or tuple(bias.strides) != (1,)):
         bias = None  # the sweep reads one float per output channel, contiguous
     act: tuple[float, float] | None = None
+    hswish = False
     if depthwise:
         act, taken = _activation_member(lw, node, members, internal) if in_kernel else (None, ())
+        if in_kernel and not taken and node.outputs[0] in internal:
+            taken = _hardswish_members(lw, members, 0, node.outputs[0], internal)
+            hswish = bool(taken)
         residual, relu = None, 0
     else:
         residual, relu, taken = (_kernel_members(lw, node, members, internal, out_shape4) if in_kernel
@@ -130,7 +134,7 @@ def lower_conv(lw: LowerContext, node: Node, members: list[Node], internal: set[
     geo = (n, c, H, W, kh, kw, sh, sw, ph, pw, dh, dw, OH, OW)
     if depthwise:
         lw.add_op(dwconv_op(lw, name, nodes, x, lw.view(node.inputs[1]), target4, prog, space, geo, m // c,
-                            w_arr=w_arr, bias=bias, act=act))
+                            w_arr=w_arr, bias=bias, act=act, hswish=hswish))
         return
     lw.add_op(implicit_conv_op(lw, name, nodes, x, w_arr, target4, prog, space, geo, groups, bias, relu,
                                residual))

@@ -91,6 +91,10 @@ def _dw_activation_model(act: str, mult: int, k: int, stride: int, hw: tuple[int
     nodes = [node("Conv", ins, ["c"], kernel_shape=[k, k], strides=[stride, stride], pads=[k // 2] * 4, group=c)]
     if act == "relu":
         nodes.append(node("Relu", ["c"], ["a"]))
+    elif act == "hswish":
+        consts.update(three=np.array(3.0, np.float32), zero=np.array(0.0, np.float32), six=np.array(6.0, np.float32))
+        nodes += [node("Add", ["c", "three"], ["a3"]), node("Clip", ["a3", "zero", "six"], ["g"]),
+                  node("Mul", ["g", "c"], ["p"]), node("Div", ["p", "six"], ["a"])]
     else:
         lo, hi = {"relu6": (0.0, 6.0), "crossed": (0.5, -0.5), "max-only": (None, 0.7)}[act]
         names = ["c", "", ""]
@@ -104,13 +108,15 @@ def _dw_activation_model(act: str, mult: int, k: int, stride: int, hw: tuple[int
     return model(nodes, {"x": x}, ["y", "c"] if also_read else ["y"], consts), {"x": x}
 
 
-@pytest.mark.parametrize("act", ["relu", "relu6", "crossed", "max-only"])
+@pytest.mark.parametrize("act", ["relu", "relu6", "crossed", "max-only", "hswish"])
 @pytest.mark.parametrize("k,stride,hw,mult", [(3, 1, (13, 20), 1), (3, 2, (12, 11), 1), (5, 1, (9, 9), 2),
-                                              (3, 1, (2, 2), 1)])
+                                              (3, 1, (2, 2), 1), (3, 1, (2, 2), 2)])
 def test_depthwise_bias_and_activation_in_the_sweep(act, k, stride, hw, mult):
     """The planar kernel starts its sweeps at the bias and clamps before storing (a ReLU, ReLU6,
-    bounds that cross, a Clip with only a max), NaN inputs staying NaN: row sweep, tap sweep,
-    channel multiplier and the tiny-plane loop; the Mul after them still runs as the epilogue."""
+    bounds that cross, a Clip with only a max; a HardSwish after the store), NaN inputs staying
+    NaN: row sweep, tap sweep,
+    channel multiplier, channels last (2x2, where the epilogue does it all) and the tiny-plane loop
+    (2x2 with a multiplier); the Mul after them still runs as the epilogue."""
     m, feeds = _dw_activation_model(act, mult, k, stride, hw, nan=True)
     report = compare(m, feeds)
     assert report["ops_by_family"] == {"conv.depthwise": 1}, report["ops_by_family"]
