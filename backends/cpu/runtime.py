@@ -197,7 +197,8 @@ class CpuExecutable:
         The whole program's vEUs wait for each other at barriers, so two callers
         running it at once on shared cores would stall each other; instead each
         concurrent caller runs a 1-vEU program on its own thread (no parallel
-        region), at most one lane per core, each with its own arena.
+        region), at most LANES_PER_CORE lanes per core, each with its own arena; a short lane keeps
+        the GIL while it runs (:meth:`_note_lane_run`).
         """
         try:
             lane = self._lanes.get_nowait()
