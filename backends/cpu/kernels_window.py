@@ -179,28 +179,29 @@ def _split_column_pairs(F, src, W, ph, pw, sh, a, r_lo, r_hi, Hq, Wq, P, p0):
     loop reads each input pair once and writes one element to each phase (LLVM turns it into
     wide loads and shuffles; a loop per phase read every other element, scalar, twice).  The
     at most two columns at each end that only one phase has inside are copied one by one."""
-    lo = [0, 0]
-    hi = [0, 0]
-    for b in range(2):
-        lo[b] = min((pw - b + 1) // 2 if pw > b else 0, Wq)
-        hi[b] = max(min(Wq, (W + pw - b + 1) // 2) if W + pw > b else 0, lo[b])
-    t0 = max(lo[0], lo[1])
-    t1 = max(min(hi[0], hi[1]), t0)
+    lo0 = min((pw + 1) // 2, Wq)
+    hi0 = max(min(Wq, (W + pw + 1) // 2), lo0)
+    lo1 = min(pw // 2 if pw > 1 else 0, Wq)
+    hi1 = max(min(Wq, (W + pw) // 2) if W + pw > 1 else 0, lo1)
+    t0 = max(lo0, lo1)
+    t1 = max(min(hi0, hi1), t0)
+    n = t1 - t0
     for r in range(r_lo, r_hi):
         s_row = src + (r * sh + a - ph) * W - pw
         d0 = p0 + (a * 2) * Hq * Wq + r * Wq
         d1 = d0 + Hq * Wq
-        for b in range(2):
-            d = d0 if b == 0 else d1
-            for t in range(lo[b], min(t0, hi[b])):
-                F[_u(d + t)] = F[_u(s_row + 2 * t + b)]
-            for t in range(max(t1, lo[b]), hi[b]):
-                F[_u(d + t)] = F[_u(s_row + 2 * t + b)]
-        n = t1 - t0
+        for t in range(lo0, min(t0, hi0)):
+            F[_u(d0 + t)] = F[_u(s_row + 2 * t)]
+        for t in range(max(t1, lo0), hi0):
+            F[_u(d0 + t)] = F[_u(s_row + 2 * t)]
+        for t in range(lo1, min(t0, hi1)):
+            F[_u(d1 + t)] = F[_u(s_row + 2 * t + 1)]
+        for t in range(max(t1, lo1), hi1):
+            F[_u(d1 + t)] = F[_u(s_row + 2 * t + 1)]
         if n > 0:
-            inp = F[_u(s_row + 2 * t0):_u(s_row + 2 * t1)]
-            out0 = F[_u(d0 + t0):_u(d0 + t1)]
-            out1 = F[_u(d1 + t0):_u(d1 + t1)]
+            inp = F[s_row + 2 * t0:s_row + 2 * t1]
+            out0 = F[d0 + t0:d0 + t1]
+            out1 = F[d1 + t0:d1 + t1]
             for t in range(n):
                 out0[t] = inp[2 * t]
                 out1[t] = inp[2 * t + 1]
