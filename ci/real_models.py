@@ -9,7 +9,8 @@ The set (``--list`` prints it) is models nobody here wrote:
   ``rapidocr_onnxruntime`` wheel and the silero voice-activity detectors (an ``If`` on
   the sample rate, LSTM state inputs) from the ``silero-vad`` wheel;
 * torch exports of common architectures written here in code (a ResNet-18-style
-  net, a MobileNetV2-style net, a transformer encoder), exported when the tool runs.
+  net, a MobileNetV2-style net, a transformer encoder, a YOLOv8-style detector, a
+  CNN + BiLSTM + CTC recogniser), exported when the tool runs.
 
 Nothing is downloaded when the tool runs.  The two wheels are found either as
 installed packages (``pip install rapidocr_onnxruntime silero-vad``) or, without
@@ -90,6 +91,8 @@ MODELS: list[RealModel] = [
     RealModel("torch-resnet18", "torch export: ResNet-18 style, 224px", "torch:resnet18"),
     RealModel("torch-mobilenet", "torch export: MobileNetV2 style, 224px", "torch:mobilenet"),
     RealModel("torch-encoder", "torch export: 4-layer transformer encoder, 128 tokens", "torch:encoder"),
+    RealModel("torch-yolo", "torch export: YOLOv8-style detector (SiLU, C2f, SPPF, FPN), 320px", "torch:yolo"),
+    RealModel("torch-crnn", "torch export: CNN + BiLSTM + CTC text recogniser, 32x128", "torch:crnn"),
 ]
 
 
@@ -185,8 +188,75 @@ def _torch_module(which: str):
         def forward(self, ids):
             return self.head(self.enc(self.embed(ids)).mean(1))
 
+    def cbs(cin: int, cout: int, k: int = 1, s: int = 1) -> nn.Sequential:
+        return nn.Sequential(nn.Conv2d(cin, cout, k, s, k // 2, bias=False), nn.BatchNorm2d(cout), nn.SiLU())
+
+    class C2f(nn.Module):  # YOLOv8's split-bottleneck-concat block
+        def __init__(self, cin: int, cout: int, n: int) -> None:
+            super().__init__()
+            h = cout // 2
+            self.cv1, self.cv2 = cbs(cin, 2 * h), cbs((2 + n) * h, cout)
+            self.m = nn.ModuleList(nn.Sequential(cbs(h, h, 3), cbs(h, h, 3)) for _ in range(n))
+
+        def forward(self, x):
+            ys = list(self.cv1(x).chunk(2, 1))
+            for m in self.m:
+                ys.append(ys[-1] + m(ys[-1]))
+            return self.cv2(torch.cat(ys, 1))
+
+    class SPPF(nn.Module):
+        def __init__(self, c: int) -> None:
+            super().__init__()
+            self.cv1, self.cv2, self.pool = cbs(c, c // 2), cbs(2 * c, c), nn.MaxPool2d(5, 1, 2)
+
+        def forward(self, x):
+            y = [self.cv1(x)]
+            for _ in range(3):
+                y.append(self.pool(y[-1]))
+            return self.cv2(torch.cat(y, 1))
+
+    class Yolo(nn.Module):  # backbone, FPN/PAN neck and one conv head per scale (80 classes + 4 box)
+        def __init__(self) -> None:
+            super().__init__()
+            self.b1 = nn.Sequential(cbs(3, 16, 3, 2), cbs(16, 32, 3, 2), C2f(32, 32, 1), cbs(32, 64, 3, 2), C2f(64, 64, 2))
+            self.b2 = nn.Sequential(cbs(64, 128, 3, 2), C2f(128, 128, 2))
+            self.b3 = nn.Sequential(cbs(128, 256, 3, 2), C2f(256, 256, 1), SPPF(256))
+            self.up = nn.Upsample(scale_factor=2, mode="nearest")
+            self.n1, self.n2 = C2f(384, 128, 1), C2f(192, 64, 1)
+            self.d1, self.n3 = cbs(64, 64, 3, 2), C2f(192, 128, 1)
+            self.heads = nn.ModuleList(nn.Conv2d(c, 84, 1) for c in (64, 128))
+
+        def forward(self, x):
+            p3 = self.b1(x)
+            p4 = self.b2(p3)
+            p5 = self.b3(p4)
+            t4 = self.n1(torch.cat([self.up(p5), p4], 1))
+            o3 = self.n2(torch.cat([self.up(t4), p3], 1))
+            o4 = self.n3(torch.cat([self.d1(o3), t4], 1))
+            return torch.cat([h(o).flatten(2) for h, o in zip(self.heads, (o3, o4))], 2)
+
+    class CRNN(nn.Module):  # conv features -> BiLSTM over the width -> per-step class scores (CTC)
+        def __init__(self) -> None:
+            super().__init__()
+            def block(cin, cout, pool):
+                return [nn.Conv2d(cin, cout, 3, 1, 1), nn.BatchNorm2d(cout), nn.ReLU(), nn.MaxPool2d(pool, pool)]
+            self.cnn = nn.Sequential(*block(1, 32, (2, 2)), *block(32, 64, (2, 2)), *block(64, 128, (2, 1)),
+                                     *block(128, 128, (2, 1)))
+            self.rnn = nn.LSTM(256, 128, bidirectional=True, batch_first=True)
+            self.fc = nn.Linear(256, 97)
+
+        def forward(self, x):
+            f = self.cnn(x)                      # (1, 128, 2, 32)
+            f = f.flatten(1, 2).permute(0, 2, 1)  # (1, 32, 256)
+            return self.fc(self.rnn(f)[0]).log_softmax(-1)
+
     torch.manual_seed(0)
-    module = {"resnet18": ResNet18, "mobilenet": MobileNet, "encoder": Encoder}[which]().eval()
+    module = {"resnet18": ResNet18, "mobilenet": MobileNet, "encoder": Encoder, "yolo": Yolo,
+              "crnn": CRNN}[which]().eval()
+    if which == "yolo":
+        return module, torch.randn(1, 3, 320, 320), ["image"]
+    if which == "crnn":
+        return module, torch.randn(1, 1, 32, 128), ["image"]
     if which == "encoder":
         example = torch.from_numpy(np.random.default_rng(0).integers(0, 8000, (1, 128)))
         names = ["ids"]

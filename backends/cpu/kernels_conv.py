@@ -59,8 +59,9 @@ from .atomics import copy_block
 from .kernels_ew import ew_epilogue
 from .kernels_winograd import ldb_panel, winograd_block
 from .kernels_window import W_OUT, W_X, WIN_LEN, _pad_phases, read_window
-from .ukernel import (EPI_ACCUMULATE, EPI_BIAS, EPI_HSWISH, EPI_RELU, EPI_RELU6, EPI_RESIDUAL, MR, NR, PX_MR, PX_NR,
-                      ukernel, ukernel_ldb, ukernel_rows)
+from .fastmath import sigmoid32
+from .ukernel import (EPI_ACCUMULATE, EPI_BIAS, EPI_HSWISH, EPI_RELU, EPI_RELU6, EPI_RESIDUAL, EPI_SILU, MR, NR, PX_MR,
+                      PX_NR, ukernel, ukernel_ldb, ukernel_rows)
 
 f32 = np.float32
 _JIT = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
@@ -251,8 +252,10 @@ def _relu(x):
 
 @njit(**_JIT)
 def _activate(x, relu):
-    """The conv's fused activation: ``relu`` 1 a ReLU, 2 a ReLU6, 3 a HardSwish (NaN kept, as the
-    micro-kernels do)."""
+    """The conv's fused activation: ``relu`` 1 a ReLU, 2 a ReLU6, 3 a HardSwish, 4 a SiLU (NaN
+    kept, as the micro-kernels do)."""
+    if relu == 4:
+        return x * sigmoid32(x)
     if relu == 3:
         g = _relu(x + f32(3.0))
         g = g if (g < f32(6.0) or g != g) else f32(6.0)
@@ -290,6 +293,8 @@ def _store_flags(first, last, bias, res, relu):
 @njit(**_JIT)
 def _act_flags(relu):
     """The EPI_* bits of activation ``relu`` (see :func:`_activate`)."""
+    if relu == 4:
+        return EPI_SILU
     if relu == 3:
         return EPI_HSWISH
     return (EPI_RELU if relu else 0) | (EPI_RELU6 if relu == 2 else 0)
@@ -305,7 +310,9 @@ def _store_element(F, dst, v, flags, bias_at, res_at):
         v += F[np.uint64(dst)]
     if flags & EPI_RESIDUAL:
         v += F[np.uint64(res_at)]
-    if flags & EPI_HSWISH:
+    if flags & EPI_SILU:
+        v = _activate(v, 4)
+    elif flags & EPI_HSWISH:
         v = _activate(v, 3)
     elif flags & EPI_RELU:
         v = _activate(v, 2 if flags & EPI_RELU6 else 1)

@@ -30,7 +30,8 @@ from numba import njit
 
 from .kernels_ew import ew_epilogue
 from .kernels_window import _pad_phases
-from .ukernel import EPI_BIAS, EPI_HSWISH, EPI_RELU, EPI_RELU6, EPI_RESIDUAL, MR, NR, WIDTH, ukernel_ldb, ukernel_ldb4, ukernel_ldb8
+from .ukernel import (EPI_BIAS, EPI_HSWISH, EPI_RELU, EPI_RELU6, EPI_RESIDUAL, EPI_SILU, MR, NR, WIDTH, ukernel_ldb,
+                      ukernel_ldb4, ukernel_ldb8)
 from .ukernel_winograd import wino_in, wino_out
 
 _JIT = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
@@ -99,7 +100,8 @@ def winograd_block(F, X, R, p, sbase, pb, xoff, ooff, C, H, W, ph, pw, OH, OW, g
     vb = pb + vo
     mb = pb + mo
     flags = ((EPI_BIAS if bias >= 0 else 0) | (EPI_RESIDUAL if res >= 0 else 0)
-             | (EPI_HSWISH if relu == 3 else (EPI_RELU if relu else 0) | (EPI_RELU6 if relu == 2 else 0)))
+             | (EPI_SILU if relu == 4 else EPI_HSWISH if relu == 3
+                else (EPI_RELU if relu else 0) | (EPI_RELU6 if relu == 2 else 0)))
     for b in range(p[1], p[2]):
         n = b // groups
         g = b - n * groups

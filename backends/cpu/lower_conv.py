@@ -162,10 +162,10 @@ def _kernel_members(lw: LowerContext, node: Node, members: list[Node], internal:
                     shape4: tuple[int, ...]) -> tuple[View | None, int, tuple[Node, ...]]:
     """The leading fused members the conv kernel applies itself: ``Add(conv, r)`` (or a two-input
     ``Sum``) with ``r`` a dense float32 tensor of the output's shape (the rows start as bias + r),
-    then ``Relu``, a ``Clip`` to [0, 6] (ReLU6) or a HardSwish written out as four ops
-    (:func:`_hardswish_members`).  Each taken member's input must be internal and read by no later
+    then ``Relu``, a ``Clip`` to [0, 6] (ReLU6), a HardSwish written out as four ops
+    (:func:`_hardswish_members`) or a SiLU as two (:func:`_silu_members`).  Each taken member's input must be internal and read by no later
     member (the kernel replaces it).  Returns (the residual's view or None, relu: 0 none, 1 ReLU,
-    2 ReLU6, 3 HardSwish, the members taken)."""
+    2 ReLU6, 3 HardSwish, 4 SiLU, the members taken)."""
     value = node.outputs[0]
     residual, relu, taken = None, 0, []
     dense4 = (shape4[1] * shape4[2] * shape4[3], shape4[2] * shape4[3], shape4[3], 1)
@@ -173,9 +173,10 @@ def _kernel_members(lw: LowerContext, node: Node, members: list[Node], internal:
         if value not in internal:
             break
         hswish = _hardswish_members(lw, members, k, value, internal)
-        if hswish:
-            taken.extend(hswish)
-            relu = 3
+        silu = () if hswish else _silu_members(members, k, value, internal)
+        if hswish or silu:
+            taken.extend(hswish or silu)
+            relu = 3 if hswish else 4
             break
         if any(value in m.inputs for m in members[k + 1:]):
             break
@@ -203,6 +204,23 @@ def _kernel_members(lw: LowerContext, node: Node, members: list[Node], internal:
         if relu:
             break
     return residual, relu, tuple(taken)
+
+
+def _silu_members(members: list[Node], k: int, value: str, internal: set[str]) -> tuple[Node, ...]:
+    """``members[k:k + 2]`` when they compute ``value * Sigmoid(value)`` (SiLU as torch exports it),
+    the sigmoid read by the Mul alone and ``value`` by no later member; else ()."""
+    two = members[k:k + 2]
+    if len(two) < 2 or any(value in m.inputs for m in members[k + 2:]):
+        return ()
+    sig, mul = two
+    if sig.op_type != "Sigmoid" or sig.domain or list(sig.inputs) != [value]:
+        return ()
+    s = sig.outputs[0]
+    if mul.op_type != "Mul" or mul.domain or sorted(mul.inputs) != sorted([value, s]) or value == s:
+        return ()
+    if s not in internal or [i for m in members for i in m.inputs].count(s) != 1:
+        return ()
+    return tuple(two)
 
 
 def _scalar_const(lw: LowerContext, name: str) -> float | None:

@@ -30,6 +30,8 @@ from __future__ import annotations
 
 import ctypes
 
+import numpy as np
+
 from llvmlite import binding as llvm
 from llvmlite import ir
 from typing import Callable
@@ -52,6 +54,8 @@ EPI_ACCUMULATE, EPI_BIAS, EPI_RESIDUAL, EPI_RELU = 1, 2, 4, 8
 EPI_RELU6 = 16
 #: Instead of a ReLU: HardSwish, ``x * clip(x + 3, 0, 6) / 6`` (MobileNetV3, PP-OCR).
 EPI_HSWISH = 32
+#: Instead of a ReLU: SiLU, ``x * sigmoid(x)`` (YOLOv5/v8, EfficientNet).
+EPI_SILU = 64
 
 
 def _host_features() -> tuple[str, str, set[str]]:
@@ -115,22 +119,22 @@ def _clamp(bld: ir.IRBuilder, x: ir.Value, lo: ir.Value, hi: ir.Value) -> ir.Val
 
 def _per_flag_blocks(fn: ir.Function, bld: ir.IRBuilder, flags: ir.Value) -> list:
     """Ends ``bld``'s block with a switch on the EPI_* bits of ``flags`` and returns, for each of the
-    32 combinations, a builder in a block of its own with the bits as Python values:
+    40 combinations, a builder in a block of its own with the bits as Python values:
     ``(builder, (accumulate, bias, residual, relu))``, ``relu`` 0 (none), 1 (ReLU), 2 (ReLU6:
-    EPI_RELU | EPI_RELU6) or 3 (HardSwish: EPI_HSWISH); each block must be ended by the caller
-    (see :func:`_activate`).
+    EPI_RELU | EPI_RELU6), 3 (HardSwish: EPI_HSWISH) or 4 (SiLU: EPI_SILU); each block must be
+    ended by the caller (see :func:`_activate`).
 
     A store specialised per block is straight-line code: a vector select on a scalar flag
     becomes a branch per vector on x86 (about 1500 instructions per pixel-row tile store)."""
     i64 = ir.IntType(64)
-    acts = (0, EPI_RELU, EPI_RELU | EPI_RELU6, EPI_HSWISH)
+    acts = (0, EPI_RELU, EPI_RELU | EPI_RELU6, EPI_HSWISH, EPI_SILU)
     valid = [f | act for f in range(8) for act in acts]
     blocks = {f: fn.append_basic_block(f"flags{f}") for f in valid}
-    switch = bld.switch(bld.and_(flags, ir.Constant(i64, 63)), blocks[0])
+    switch = bld.switch(bld.and_(flags, ir.Constant(i64, 127)), blocks[0])
     out = []
     for f, block in blocks.items():
         switch.add_case(ir.Constant(i64, f), block)
-        relu = 3 if f & EPI_HSWISH else (2 if f & EPI_RELU6 else 1) if f & EPI_RELU else 0
+        relu = 4 if f & EPI_SILU else 3 if f & EPI_HSWISH else (2 if f & EPI_RELU6 else 1) if f & EPI_RELU else 0
         out.append((ir.IRBuilder(block), (bool(f & EPI_ACCUMULATE), bool(f & EPI_BIAS), bool(f & EPI_RESIDUAL),
                                           relu)))
     return out
@@ -138,9 +142,13 @@ def _per_flag_blocks(fn: ir.Function, bld: ir.IRBuilder, flags: ir.Value) -> lis
 
 def _activate(bld: ir.IRBuilder, val: ir.Value, relu: int) -> ir.Value:
     """``val`` after the activation ``relu`` of :func:`_per_flag_blocks` (0: none, 1: ReLU,
-    2: ReLU6, 3: HardSwish), NaN kept."""
+    2: ReLU6, 3: HardSwish, 4: SiLU), NaN kept."""
     if not relu:
         return val
+    if relu == 4:
+        n = val.type.count
+        one = ir.Constant(val.type, [1.0] * n)
+        return bld.fdiv(val, bld.fadd(one, _vec_exp(bld, bld.fneg(val))))
     if relu == 3:
         n = val.type.count
         gate = _activate(bld, bld.fadd(val, ir.Constant(val.type, [3.0] * n)), 2)
@@ -150,6 +158,38 @@ def _activate(bld: ir.IRBuilder, val: ir.Value, relu: int) -> ir.Value:
         six = ir.Constant(val.type, [6.0] * val.type.count)
         val = bld.select(bld.fcmp_unordered("<", val, six), val, six)
     return val
+
+
+def _vec_exp(bld: ir.IRBuilder, x: ir.Value) -> ir.Value:
+    """e**x per lane, the algorithm of :func:`.fastmath.exp32` (range reduction, a degree-7
+    polynomial, 2**n from the exponent bits; subnormal results scaled once; NaN and +inf kept)."""
+    n_lanes = x.type.count
+    vf = x.type
+    vi = ir.VectorType(ir.IntType(32), n_lanes)
+
+    def c(v: float) -> ir.Constant:
+        return ir.Constant(vf, [float(np.float32(v))] * n_lanes)
+
+    def sel(cond, a, b):
+        return bld.select(cond, a, b)
+
+    tiny = bld.fcmp_ordered("<", x, c(-86.0))
+    xs = sel(tiny, bld.fadd(x, c(44.3614195558365)), x)
+    xc = sel(bld.fcmp_ordered(">", xs, c(-86.0)), xs, c(-86.0))
+    xc = sel(bld.fcmp_ordered("<", xc, c(88.7228)), xc, c(88.7228))
+    t = bld.fadd(bld.fmul(xc, c(1.4426950408889634)), c(12582912.0))
+    nn = bld.fsub(t, c(12582912.0))
+    r = bld.fsub(xc, bld.fmul(nn, c(0.693145751953125)))
+    r = bld.fsub(r, bld.fmul(nn, c(1.428606765330187e-06)))
+    p = c(1.0 / 5040.0)
+    for k in (1.0 / 720.0, 1.0 / 120.0, 1.0 / 24.0, 1.0 / 6.0, 0.5, 1.0, 1.0):
+        p = bld.fadd(bld.fmul(p, r), c(k))
+    bits = bld.add(bld.bitcast(t, vi), ir.Constant(vi, [126 - 0x400000] * n_lanes))
+    scale = bld.bitcast(bld.shl(bits, ir.Constant(vi, [23] * n_lanes)), vf)
+    y = bld.fmul(bld.fadd(p, p), scale)
+    y = sel(tiny, bld.fmul(y, c(5.421010862427522e-20)), y)
+    y = sel(bld.fcmp_ordered(">", x, c(88.7228)), c(float("inf")), y)
+    return sel(bld.fcmp_unordered("!=", x, x), x, y)
 
 
 def _relu_keep_nan(bld: ir.IRBuilder, val: ir.Value) -> ir.Value:

@@ -263,7 +263,7 @@ def test_conv_pixel_rows_packed(monkeypatch, x_shape, strides, veus, blocks):
 @pytest.mark.parametrize("chain", ["relu", "relu_add_raw", "bias_only", "relu_then_sigmoid", "add_relu",
                                    "add_relu_add_raw", "add_broadcast_relu", "add_relu_both_outputs", "relu6",
                                    "add_relu6", "clip_not_relu6", "sum_relu", "hswish", "add_hswish_sixth",
-                                   "hswish_raw_read"])
+                                   "hswish_raw_read", "silu", "add_silu", "silu_sigmoid_read"])
 @pytest.mark.parametrize("k,kc,m", [(3, None, 40), (1, None, 40), (1, 24, 40), (1, 24, 44)])
 def test_conv_bias_residual_and_relu_in_the_kernel(monkeypatch, form, chain, k, kc, m):
     # The kernel adds the bias and a dense residual and applies a ReLU when the value it replaces
@@ -299,6 +299,9 @@ def test_conv_bias_residual_and_relu_in_the_kernel(monkeypatch, form, chain, k, 
                    ("Div", ["p", "six"], "y")],
         "add_hswish_sixth": [("Add", ["c", "z"], "a"), ("Add", ["three", "a"], "a3"), ("Clip", ["a3", "lo", "six"], "g"),
                              ("Mul", ["g", "a"], "p"), ("Mul", ["p", "sixth"], "y")],
+        "silu": [("Sigmoid", ["c"], "g"), ("Mul", ["c", "g"], "y")],  # torch's SiLU
+        "add_silu": [("Add", ["c", "z"], "a"), ("Sigmoid", ["a"], "g"), ("Mul", ["g", "a"], "y")],
+        "silu_sigmoid_read": [("Sigmoid", ["c"], "g"), ("Mul", ["c", "g"], "m"), ("Add", ["m", "g"], "y")],
         "hswish_raw_read": [("Add", ["c", "three"], "a3"), ("Clip", ["a3", "lo", "six"], "g"), ("Mul", ["c", "g"], "p"),
                             ("Div", ["p", "six"], "q"), ("Add", ["q", "c"], "y")],
     }[chain]

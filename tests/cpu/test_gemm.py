@@ -245,3 +245,30 @@ def test_batched_matmul_with_one_weight_folds_into_one_gemm(x_shape, transpose, 
     folds = transpose is None or x_shape[1] == 1 or x_shape[0] == 1
     assert [op.extra["batches"] for op in ops] == [1 if folds else x_shape[1]], ops
     assert rammer  # (imported for the plugin registry)
+
+
+@pytest.mark.parametrize("width", sorted({uk.WIDTH, 8}))
+def test_vector_silu_matches_numpy_over_the_whole_range(width):
+    """The micro-kernels' SiLU (EPI_SILU): x / (1 + e**-x) with the vector exp of fastmath.exp32's
+    algorithm, from subnormal results to overflow, NaN and +-inf included."""
+    import ctypes
+
+    from llvmlite import ir
+
+    mod = ir.Module(name="silu_test")
+    vec = ir.VectorType(ir.FloatType(), width)
+    fn = ir.Function(mod, ir.FunctionType(ir.VoidType(), [ir.FloatType().as_pointer()] * 2), name="silu_test")
+    bld = ir.IRBuilder(fn.append_basic_block("entry"))
+    src, dst = (bld.bitcast(a, vec.as_pointer()) for a in fn.args)
+    bld.store(uk._activate(bld, bld.load(src, align=4), 4), dst, align=4)
+    bld.ret_void()
+    engine = uk.compile_module(mod)
+    call = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p)(engine.get_function_address("silu_test"))
+    x = np.concatenate([np.linspace(-110, 100, 4000), [np.nan, np.inf, -np.inf, 0.0, -0.0, 88.0, 89.0, -87.5]])
+    x = np.concatenate([x, np.zeros((-len(x)) % width)]).astype(np.float32)
+    got = np.empty_like(x)
+    for i in range(0, len(x), width):
+        call(x[i:].ctypes.data, got[i:].ctypes.data)
+    with np.errstate(over="ignore", invalid="ignore"):  # in float32, as the reference backend computes it
+        want = x * (np.float32(1.0) / (np.float32(1.0) + np.exp(-x)))
+    np.testing.assert_allclose(got, want, rtol=2e-6, atol=1e-36, equal_nan=True)
