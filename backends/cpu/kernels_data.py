@@ -58,6 +58,42 @@ def next_row(i0, i1, i2, d1, d2):
     return i0, i1, i2
 
 
+#: Rows of at most this many elements that repeat one source element (a nearest-neighbour
+#: upsampling's Expand: each input pixel twice along the row) are copied a run of rows at a time.
+_REPEAT_MAX = 8
+
+
+@njit(**_JIT)
+def _repeat_rows(J, X, d, r0, r1, i0, i1, i2, d1, d2, n):
+    """Rows [r0, r1) of a 4-byte copy whose rows each repeat one source element ``n`` times into
+    contiguous output (``s3 == 0``, ``t3 == 1``, ``t2 == n``): the rows along i2 are one output run,
+    so they are written in one loop per (i0, i1) instead of one call per row of n elements
+    (a 2x upsampling's rows are 2 elements long)."""
+    s0, s1, s2 = X[d + 2], X[d + 3], X[d + 4]
+    t0, t1 = X[d + 7], X[d + 8]
+    r = r0
+    while r < r1:
+        run = min(d2 - i2, r1 - r)
+        src = X[d + 1] + i0 * s0 + i1 * s1 + i2 * s2
+        dst = X[d + 6] + i0 * t0 + i1 * t1 + i2 * n
+        if n == 2:
+            for k in range(run):
+                v = J[_u(src + k * s2)]
+                J[_u(dst + 2 * k)] = v
+                J[_u(dst + 2 * k + 1)] = v
+        else:
+            for k in range(run):
+                v = J[_u(src + k * s2)]
+                for j in range(n):
+                    J[_u(dst + k * n + j)] = v
+        r += run
+        i2 = 0
+        i1 += 1
+        if i1 == d1:
+            i1 = 0
+            i0 += 1
+
+
 @njit(**_JIT)
 def copy_rows(B, J, I, X, d, r0, r1):
     esize = X[d]
@@ -67,6 +103,9 @@ def copy_rows(B, J, I, X, d, r0, r1):
     s0, s1, s2, s3 = X[d + 2], X[d + 3], X[d + 4], X[d + 5]
     t0, t1, t2, t3 = X[d + 7], X[d + 8], X[d + 9], X[d + 10]
     i0, i1, i2 = row_index(r0, d1, d2)  # then stepped row by row
+    if s3 == 0 and t3 == 1 and t2 == n and n <= _REPEAT_MAX and esize == 4:
+        _repeat_rows(J, X, d, r0, r1, i0, i1, i2, d1, d2, n)
+        return
     for r in range(r0, r1):
         src = X[d + 1] + i0 * s0 + i1 * s1 + i2 * s2
         dst = X[d + 6] + i0 * t0 + i1 * t1 + i2 * t2

@@ -55,6 +55,19 @@ def test_nearest_resize_by_integer_factors_matches_reference(ctm, nm, factors):
     compare(m, {"x": x})
 
 
+@pytest.mark.parametrize("factors", [(1, 1, 2, 2), (1, 1, 3, 3), (1, 1, 1, 9), (1, 1, 5, 1)])
+@pytest.mark.parametrize("veus", [1, 2])
+def test_nearest_upsampling_rows_split_anywhere(factors, veus):
+    """The repeated-element copy (kernels_data._repeat_rows: rows of up to 8 copies of one element,
+    written a run at a time) with rTasks that start and end inside a plane's rows; 9 copies a
+    row take the general path."""
+    x = rand(2, 5, 7, 9)
+    scales = np.array(factors, dtype=np.float32)
+    m = model([node("Resize", ["x", "", "scales"], mode="nearest", coordinate_transformation_mode="asymmetric",
+                    nearest_mode="floor")], {"x": x}, ["y"], {"scales": scales}, opset=13)
+    compare(m, {"x": x}, veus=veus)
+
+
 def test_nearest_resize_by_sizes_matches_reference():
     x = rand(1, 4, 6, 5)
     m = model([node("Resize", ["x", "", "", "sizes"], mode="nearest", coordinate_transformation_mode="asymmetric",
