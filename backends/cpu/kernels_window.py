@@ -138,9 +138,15 @@ def _phase_planes(F, src, H, W, ph, pw, sh, sw, Hq, Wq, P, fill, p0):
     plane at F[src:]); P is F[p0:].  A negative ``ph`` starts the planes -ph input rows down
     (a convolution task's rows)."""
     # One fill of everything, then only the rows' inside parts: per-row edge
-    # handling costs more than the whole memset on planes this small.
-    for q in range(P.size):  # (the slack past the planes too)
-        P[q] = fill
+    # handling costs more than the whole memset on planes this small.  Large planes split by
+    # column pairs fill only their borders (_split_column_pairs), and the slack past the planes.
+    border = sw == 2 and Hq * Wq >= _BORDER_FILL_MIN
+    if border:
+        for q in range(sh * sw * Hq * Wq, P.size):
+            P[q] = fill
+    else:
+        for q in range(P.size):  # (the slack past the planes too)
+            P[q] = fill
     if sh == 1 and sw == 1:
         # one plane: rows [ph, ph + H) and columns [pw, pw + W) hold the input (no divisions:
         # per plane they cost as much as the copies on 8x8 planes)
@@ -153,7 +159,14 @@ def _phase_planes(F, src, H, W, ph, pw, sh, sw, Hq, Wq, P, fill, p0):
         r_lo = min((ph - a + sh - 1) // sh if ph > a else 0, Hq)
         r_hi = min(Hq, (H + ph - a + sh - 1) // sh) if H + ph > a else 0
         if sw == 2:
-            _split_column_pairs(F, src, W, ph, pw, sh, a, r_lo, r_hi, Hq, Wq, P, p0)
+            if border:
+                for b in range(2):
+                    base = (a * 2 + b) * Hq * Wq
+                    for q in range(base, base + r_lo * Wq):
+                        P[q] = fill
+                    for q in range(base + r_hi * Wq, base + Hq * Wq):
+                        P[q] = fill
+            _split_column_pairs(F, src, W, ph, pw, sh, a, r_lo, r_hi, Hq, Wq, P, p0, border, fill)
             continue
         for b in range(sw):
             base = (a * sw + b) * Hq * Wq
@@ -172,13 +185,19 @@ def _phase_planes(F, src, H, W, ph, pw, sh, sw, Hq, Wq, P, fill, p0):
                         row[t] = inp[t * sw]
 
 
+#: Phase planes of at least this many elements each fill only their borders when split by column
+#: pairs (a 112x112 plane's four 57x57 phases: the full fill was a third of the split).
+_BORDER_FILL_MIN = 1024
+
+
 @njit(**_JIT)
-def _split_column_pairs(F, src, W, ph, pw, sh, a, r_lo, r_hi, Hq, Wq, P, p0):
+def _split_column_pairs(F, src, W, ph, pw, sh, a, r_lo, r_hi, Hq, Wq, P, p0, border, fill):
     """Rows [r_lo, r_hi) of row phase ``a`` into both column phases of a column stride of 2:
     phase b's column t is input column 2t + b - pw.  Where both phases are inside the row, one
     loop reads each input pair once and writes one element to each phase (LLVM turns it into
     wide loads and shuffles; a loop per phase read every other element, scalar, twice).  The
-    at most two columns at each end that only one phase has inside are copied one by one."""
+    at most two columns at each end that only one phase has inside are copied one by one.  With
+    ``border`` the rows' columns outside the plane are filled here (the caller filled nothing)."""
     lo0 = min((pw + 1) // 2, Wq)
     hi0 = max(min(Wq, (W + pw + 1) // 2), lo0)
     lo1 = min(pw // 2 if pw > 1 else 0, Wq)
@@ -190,6 +209,15 @@ def _split_column_pairs(F, src, W, ph, pw, sh, a, r_lo, r_hi, Hq, Wq, P, p0):
         s_row = src + (r * sh + a - ph) * W - pw
         d0 = p0 + (a * 2) * Hq * Wq + r * Wq
         d1 = d0 + Hq * Wq
+        if border:
+            for t in range(lo0):
+                F[_u(d0 + t)] = fill
+            for t in range(hi0, Wq):
+                F[_u(d0 + t)] = fill
+            for t in range(lo1):
+                F[_u(d1 + t)] = fill
+            for t in range(hi1, Wq):
+                F[_u(d1 + t)] = fill
         for t in range(lo0, min(t0, hi0)):
             F[_u(d0 + t)] = F[_u(s_row + 2 * t)]
         for t in range(max(t1, lo0), hi0):

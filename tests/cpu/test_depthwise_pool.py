@@ -196,6 +196,25 @@ def test_strided_max_pooling_on_wide_planes(attrs, veus):
     assert report["ops_by_family"] == {"pool": 1}, report["ops_by_family"]
 
 
+@pytest.mark.parametrize("op,pads", [("dw", [1, 1, 1, 1]), ("dw", [0, 2, 1, 0]), ("avg", [1, 0, 0, 1]),
+                                     ("conv", [1, 1, 1, 1]), ("conv", [2, 0, 0, 2])])
+def test_large_stride_two_planes_fill_only_their_borders(op, pads):
+    """Phase planes of 1024+ elements split by column pairs fill only rows and columns outside the
+    input (kernels_window._phase_planes, border mode); junk left inside would show in the output."""
+    c = 3
+    x = rand(1, c, 70, 75)
+    if op == "dw":
+        consts = {"w": rand(c, 1, 3, 3, seed=1)}
+        n = node("Conv", ["x", "w"], ["y"], kernel_shape=[3, 3], strides=[2, 2], pads=pads, group=c)
+    elif op == "conv":
+        consts = {"w": rand(8, c, 3, 3, seed=1)}
+        n = node("Conv", ["x", "w"], ["y"], kernel_shape=[3, 3], strides=[2, 2], pads=pads)
+    else:
+        consts = {}
+        n = node("AveragePool", ["x"], ["y"], kernel_shape=[3, 3], strides=[2, 2], pads=pads, count_include_pad=1)
+    compare(model([n], {"x": x}, ["y"], consts), {"x": x}, veus=2)
+
+
 STACKED_POOLS = [
     ("MaxPool", dict(kernel_shape=[3, 3], strides=[1, 1], pads=[1, 1, 1, 1])),
     ("AveragePool", dict(kernel_shape=[3, 3], strides=[1, 1], pads=[2, 1, 2, 0], dilations=[2, 1])),
