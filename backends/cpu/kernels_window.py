@@ -15,7 +15,7 @@ from numba import njit
 
 from .atomics import copy_block
 from .kernels_ew import ew_epilogue
-from .ukernel import WIDTH, row_sweep, tap_sweep
+from .ukernel import WIDTH, deinterleave2, row_sweep, tap_sweep
 
 f32 = np.float32
 _INF = f32(np.inf)
@@ -194,8 +194,8 @@ _BORDER_FILL_MIN = 1024
 def _split_column_pairs(F, src, W, ph, pw, sh, a, r_lo, r_hi, Hq, Wq, P, p0, border, fill):
     """Rows [r_lo, r_hi) of row phase ``a`` into both column phases of a column stride of 2:
     phase b's column t is input column 2t + b - pw.  Where both phases are inside the row, one
-    loop reads each input pair once and writes one element to each phase (LLVM turns it into
-    wide loads and shuffles; a loop per phase read every other element, scalar, twice).  The
+    call splits each input pair (``ukernel.deinterleave2``: wide loads and shuffles; a numba loop
+    over the pairs stayed scalar, and a loop per phase read every other element twice).  The
     at most two columns at each end that only one phase has inside are copied one by one.  With
     ``border`` the rows' columns outside the plane are filled here (the caller filled nothing)."""
     lo0 = min((pw + 1) // 2, Wq)
@@ -227,12 +227,7 @@ def _split_column_pairs(F, src, W, ph, pw, sh, a, r_lo, r_hi, Hq, Wq, P, p0, bor
         for t in range(max(t1, lo1), hi1):
             F[_u(d1 + t)] = F[_u(s_row + 2 * t + 1)]
         if n > 0:
-            inp = F[s_row + 2 * t0:s_row + 2 * t1]
-            out0 = F[d0 + t0:d0 + t1]
-            out1 = F[d1 + t0:d1 + t1]
-            for t in range(n):
-                out0[t] = inp[2 * t]
-                out1[t] = inp[2 * t + 1]
+            deinterleave2(F, s_row + 2 * t0, n, F, d0 + t0, F, d1 + t0)
 
 
 @njit(**_JIT)

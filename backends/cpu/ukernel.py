@@ -43,6 +43,7 @@ SYMBOL = "rammer_cpu_ukernel"
 ROWS_SYMBOL = "rammer_cpu_ukernel_rows"
 SWEEP_SYMBOL = "rammer_cpu_tap_sweep"
 ROWSWEEP_SYMBOL = "rammer_cpu_row_sweep"
+DEINTERLEAVE_SYMBOL = "rammer_cpu_deinterleave2"
 LDB_SYMBOL = "rammer_cpu_ukernel_ldb"
 #: Row counts of the strided-B kernel's short variants (``LDB_SYMBOL`` + rows): a last A panel
 #: of 4 or 8 real rows (64 channels, or 128, in panels of 12) costs what it holds, not 12 rows.
@@ -87,6 +88,48 @@ def _module() -> ir.Module:
     _add_pixel_row_kernel(mod, PX_MR, PX_NR, WIDTH)
     _add_tap_sweep(mod, WIDTH)
     _add_row_sweep(mod, WIDTH)
+    _add_deinterleave(mod, WIDTH)
+    return mod
+
+
+def _add_deinterleave(mod: ir.Module, width: int) -> None:
+    """``(src, n, even, odd)``: ``even[t] = src[2t]``, ``odd[t] = src[2t + 1]`` for t < n: two
+    vector loads and two shuffles per ``width`` pairs, then a scalar tail.  The stride-2 phase
+    planes of depthwise convs and pooling (``kernels_window._split_column_pairs``): numba's loop
+    over the pairs stayed scalar."""
+    f32 = ir.FloatType()
+    i64 = ir.IntType(64)
+    vec = ir.VectorType(f32, width)
+    fp = f32.as_pointer()
+    fn = ir.Function(mod, ir.FunctionType(ir.VoidType(), [fp, i64, fp, fp]), name=DEINTERLEAVE_SYMBOL)
+    src, n, even, odd = fn.args
+    for arg, name in zip(fn.args, ("src", "n", "even", "odd")):
+        arg.name = name
+    bld = ir.IRBuilder(fn.append_basic_block("entry"))
+    i32 = ir.IntType(32)
+    evens = ir.Constant(ir.VectorType(i32, width), [2 * t for t in range(width)])
+    odds = ir.Constant(ir.VectorType(i32, width), [2 * t + 1 for t in range(width)])
+    blocks = bld.sdiv(n, ir.Constant(i64, width))
+    with cgutils.for_range(bld, blocks) as loop:
+        t = bld.mul(loop.index, ir.Constant(i64, width))
+        base = bld.gep(src, [bld.add(t, t)])
+        lo = bld.load(_vec_ptr(bld, base, 0, vec), align=4)
+        hi = bld.load(_vec_ptr(bld, base, width, vec), align=4)
+        bld.store(bld.shuffle_vector(lo, hi, evens), _vec_ptr(bld, even, t, vec), align=4)
+        bld.store(bld.shuffle_vector(lo, hi, odds), _vec_ptr(bld, odd, t, vec), align=4)
+    done = bld.mul(blocks, ir.Constant(i64, width))
+    with cgutils.for_range(bld, bld.sub(n, done)) as loop:
+        t = bld.add(done, loop.index)
+        t2 = bld.add(t, t)
+        bld.store(bld.load(bld.gep(src, [t2])), bld.gep(even, [t]))
+        bld.store(bld.load(bld.gep(src, [bld.add(t2, ir.Constant(i64, 1))])), bld.gep(odd, [t]))
+    bld.ret_void()
+
+
+def deinterleave_module(width: int) -> ir.Module:
+    """A module with only the deinterleave at the given vector width (tests run the AVX2 width too)."""
+    mod = ir.Module(name="rammer_deinterleave")
+    _add_deinterleave(mod, width)
     return mod
 
 
@@ -689,11 +732,13 @@ ADDRESS = _ENGINE.get_function_address(SYMBOL)
 ROWS_ADDRESS = _ENGINE.get_function_address(ROWS_SYMBOL)
 SWEEP_ADDRESS = _ENGINE.get_function_address(SWEEP_SYMBOL)
 ROWSWEEP_ADDRESS = _ENGINE.get_function_address(ROWSWEEP_SYMBOL)
+DEINTERLEAVE_ADDRESS = _ENGINE.get_function_address(DEINTERLEAVE_SYMBOL)
 LDB_ADDRESS = _ENGINE.get_function_address(LDB_SYMBOL)
 llvm.add_symbol(SYMBOL, ADDRESS)
 llvm.add_symbol(ROWS_SYMBOL, ROWS_ADDRESS)
 llvm.add_symbol(SWEEP_SYMBOL, SWEEP_ADDRESS)
 llvm.add_symbol(ROWSWEEP_SYMBOL, ROWSWEEP_ADDRESS)
+llvm.add_symbol(DEINTERLEAVE_SYMBOL, DEINTERLEAVE_ADDRESS)
 llvm.add_symbol(LDB_SYMBOL, LDB_ADDRESS)
 #: Addresses of the short variants by row count.
 LDB_SHORT_ADDRESSES = {rows: _ENGINE.get_function_address(ldb_symbol(rows)) for rows in LDB_SHORT_ROWS}
@@ -794,6 +839,16 @@ def row_sweep(typingctx, k, P, p_off, Wt, w_off, wq, oh, ncv, A, a_off, bias, lo
         return None
     sig = types.none(k, P, p_off, Wt, w_off, wq, oh, ncv, A, a_off, bias, lo, hi)
     return sig, _call_codegen(ROWSWEEP_SYMBOL, "iffiiifsss")
+
+
+@intrinsic
+def deinterleave2(typingctx, S, s_off, n, E, e_off, O, o_off):
+    """``E[e_off + t] = S[s_off + 2t]``, ``O[o_off + t] = S[s_off + 2t + 1]`` for t < n
+    (:func:`_add_deinterleave`)."""
+    if not _arrays_are(types.float32, S, E, O):
+        return None
+    sig = types.none(S, s_off, n, E, e_off, O, o_off)
+    return sig, _call_codegen(DEINTERLEAVE_SYMBOL, "fiff")
 
 
 def _ldb_intrinsic(rows: int, doc: str):

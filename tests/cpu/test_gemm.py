@@ -272,3 +272,21 @@ def test_vector_silu_matches_numpy_over_the_whole_range(width):
     with np.errstate(over="ignore", invalid="ignore"):  # in float32, as the reference backend computes it
         want = x * (np.float32(1.0) / (np.float32(1.0) + np.exp(-x)))
     np.testing.assert_allclose(got, want, rtol=2e-6, atol=1e-36, equal_nan=True)
+
+
+@pytest.mark.parametrize("width", sorted({uk.WIDTH, 8}))
+@pytest.mark.parametrize("n", [0, 1, 7, 16, 33, 57])
+def test_deinterleave_splits_pairs_and_writes_nothing_else(width, n):
+    """Blocks of ``width`` pairs and the scalar tail; nothing past n is written."""
+    import ctypes
+
+    engine = uk.compile_module(uk.deinterleave_module(width))
+    fn = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p)(
+        engine.get_function_address(uk.DEINTERLEAVE_SYMBOL))
+    src = np.random.default_rng(n).standard_normal(2 * n + 3).astype(np.float32)
+    even = np.full(n + 5, 7.0, np.float32)
+    odd = np.full(n + 5, 9.0, np.float32)
+    fn(src.ctypes.data, n, even.ctypes.data, odd.ctypes.data)
+    np.testing.assert_array_equal(even[:n], src[0:2 * n:2])
+    np.testing.assert_array_equal(odd[:n], src[1:2 * n:2])
+    assert (even[n:] == 7.0).all() and (odd[n:] == 9.0).all()
