@@ -100,6 +100,15 @@ def sigmoid32(x):
 
 
 @njit(inline="always", error_model="numpy")
+def hardswish32(x):
+    """HardSwish, ``x * clip(x + 3, 0, 6) / 6``, with NaN kept (as the conv micro-kernels' EPI_HSWISH)."""
+    g = x + f32(3.0)
+    g = g if (g > f32(0.0) or g != g) else f32(0.0)
+    g = g if (g < f32(6.0) or g != g) else f32(6.0)
+    return x * g / f32(6.0)
+
+
+@njit(inline="always", error_model="numpy")
 def tanh32(x):
     """tanh: an odd polynomial near 0 (no cancellation), 1 - 2/(e**2|x| + 1) elsewhere."""
     a = abs(x)

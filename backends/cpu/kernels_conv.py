@@ -59,7 +59,7 @@ from .atomics import copy_block
 from .kernels_ew import ew_epilogue
 from .kernels_winograd import ldb_panel, winograd_block
 from .kernels_window import W_OUT, W_X, WIN_LEN, _pad_phases, read_window
-from .fastmath import sigmoid32
+from .fastmath import hardswish32, sigmoid32
 from .ukernel import (EPI_ACCUMULATE, EPI_BIAS, EPI_HSWISH, EPI_RELU, EPI_RELU6, EPI_RESIDUAL, EPI_SILU, MR, NR, PX_MR,
                       PX_NR, ukernel, ukernel_ldb, ukernel_rows)
 
@@ -257,9 +257,7 @@ def _activate(x, relu):
     if relu == 4:
         return x * sigmoid32(x)
     if relu == 3:
-        g = _relu(x + f32(3.0))
-        g = g if (g < f32(6.0) or g != g) else f32(6.0)
-        return x * g / f32(6.0)
+        return hardswish32(x)
     x = _relu(x)
     if relu == 2:
         x = x if (x < f32(6.0) or x != x) else f32(6.0)

@@ -14,6 +14,7 @@ import numpy as np
 from numba import njit
 
 from .atomics import copy_block
+from .fastmath import hardswish32
 from .kernels_ew import ew_epilogue
 from .ukernel import WIDTH, deinterleave2, row_sweep, tap_sweep
 
@@ -25,8 +26,8 @@ _JIT = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
 
 # Window descriptor shared by convolutions, depthwise conv and pooling:
 W_X, W_C, W_H, W_W, W_KH, W_KW, W_SH, W_SW, W_PH, W_PW, W_DH, W_DW, W_OH, W_OW, W_OUT = range(15)
-# then: conv: see kernels_conv; dwconv: [.., w_off, mult, epi, scratch, bias, act]; pool: [.., mode, lo_h, hi_h,
-# lo_w, hi_w]
+# then: conv: see kernels_conv; dwconv: [.., w_off, mult, epi, scratch, bias, act, hswish];
+# pool: [.., mode, lo_h, hi_h, lo_w, hi_w]
 WIN_LEN = 15
 
 
@@ -159,13 +160,6 @@ def _phase_planes(F, src, H, W, ph, pw, sh, sw, Hq, Wq, P, fill, p0):
         r_lo = min((ph - a + sh - 1) // sh if ph > a else 0, Hq)
         r_hi = min(Hq, (H + ph - a + sh - 1) // sh) if H + ph > a else 0
         if sw == 2:
-            if border:
-                for b in range(2):
-                    base = (a * 2 + b) * Hq * Wq
-                    for q in range(base, base + r_lo * Wq):
-                        P[q] = fill
-                    for q in range(base + r_hi * Wq, base + Hq * Wq):
-                        P[q] = fill
             _split_column_pairs(F, src, W, ph, pw, sh, a, r_lo, r_hi, Hq, Wq, P, p0, border, fill)
             continue
         for b in range(sw):
@@ -197,7 +191,8 @@ def _split_column_pairs(F, src, W, ph, pw, sh, a, r_lo, r_hi, Hq, Wq, P, p0, bor
     call splits each input pair (``ukernel.deinterleave2``: wide loads and shuffles; a numba loop
     over the pairs stayed scalar, and a loop per phase read every other element twice).  The
     at most two columns at each end that only one phase has inside are copied one by one.  With
-    ``border`` the rows' columns outside the plane are filled here (the caller filled nothing)."""
+    ``border`` everything of the two phases outside the plane (rows outside [r_lo, r_hi), and the
+    columns outside it of the rows inside) is filled here (the caller filled nothing)."""
     lo0 = min((pw + 1) // 2, Wq)
     hi0 = max(min(Wq, (W + pw + 1) // 2), lo0)
     lo1 = min(pw // 2 if pw > 1 else 0, Wq)
@@ -205,6 +200,13 @@ def _split_column_pairs(F, src, W, ph, pw, sh, a, r_lo, r_hi, Hq, Wq, P, p0, bor
     t0 = max(lo0, lo1)
     t1 = max(min(hi0, hi1), t0)
     n = t1 - t0
+    if border:
+        for b in range(2):
+            base = (a * 2 + b) * Hq * Wq
+            for q in range(base, base + r_lo * Wq):
+                P[q] = fill
+            for q in range(base + r_hi * Wq, base + Hq * Wq):
+                P[q] = fill
     for r in range(r_lo, r_hi):
         s_row = src + (r * sh + a - ph) * W - pw
         d0 = p0 + (a * 2) * Hq * Wq + r * Wq
@@ -354,11 +356,7 @@ def _hardswish_run(F, at, n):
     """F[at:at + n] = x * Clip(x + 3, 0, 6) / 6 in place, NaN kept (as the conv micro-kernels do)."""
     v = F[_u(at):_u(at + n)]
     for j in range(n):
-        x = v[j]
-        g = x + f32(3.0)
-        g = g if (g > f32(0.0) or g != g) else f32(0.0)
-        g = g if (g < f32(6.0) or g != g) else f32(6.0)
-        v[j] = x * g / f32(6.0)
+        v[j] = hardswish32(v[j])
 
 
 @njit(**_JIT)

@@ -163,8 +163,8 @@ def _kernel_members(lw: LowerContext, node: Node, members: list[Node], internal:
     """The leading fused members the conv kernel applies itself: ``Add(conv, r)`` (or a two-input
     ``Sum``) with ``r`` a dense float32 tensor of the output's shape (the rows start as bias + r),
     then ``Relu``, a ``Clip`` to [0, 6] (ReLU6), a HardSwish written out as four ops
-    (:func:`_hardswish_members`) or a SiLU as two (:func:`_silu_members`).  Each taken member's input must be internal and read by no later
-    member (the kernel replaces it).  Returns (the residual's view or None, relu: 0 none, 1 ReLU,
+    (:func:`_hardswish_members`) or a SiLU as two (:func:`_silu_members`).  Each taken member's
+    input must be internal and read by no later member (the kernel replaces it).  Returns (the residual's view or None, relu: 0 none, 1 ReLU,
     2 ReLU6, 3 HardSwish, 4 SiLU, the members taken)."""
     value = node.outputs[0]
     residual, relu, taken = None, 0, []
@@ -181,6 +181,7 @@ def _kernel_members(lw: LowerContext, node: Node, members: list[Node], internal:
         if any(value in m.inputs for m in members[k + 1:]):
             break
         ins = list(member.inputs)
+        bounds = clip_bounds(member, lw.graph) if member.op_type == "Clip" else None
         if member.op_type in ("Add", "Sum") and not taken and len(ins) == 2 and value in ins and ins[0] != ins[1]:
             other = ins[1] if ins[0] == value else ins[0]
             info = lw.graph.value_info.get(other)
@@ -194,9 +195,8 @@ def _kernel_members(lw: LowerContext, node: Node, members: list[Node], internal:
             residual = v
         elif member.op_type == "Relu" and ins == [value]:
             relu = 1
-        elif member.op_type == "Clip" and ins and ins[0] == value and value not in ins[1:] \
-                and clip_bounds(member, lw.graph) in ((0.0, 6.0), (0.0, None)):
-            relu = 2 if clip_bounds(member, lw.graph)[1] == 6.0 else 1
+        elif bounds in ((0.0, 6.0), (0.0, None)) and ins and ins[0] == value and value not in ins[1:]:
+            relu = 2 if bounds == (0.0, 6.0) else 1
         else:
             break
         taken.append(member)

@@ -89,8 +89,7 @@ class CpuExecutable:
         self._chooser = LaunchChooser()
         self._solo_lane: CpuExecutable | None = None
         self._solo_builder: threading.Thread | None = None
-        #: As a lane: how many of its runs were timed, and their seconds (see _note_lane_run).
-        self._lane_runs = 0
+        #: As a lane: the seconds of its first runs (see _note_lane_run).
         self._lane_times: list[float] = []
         #: Compiled branches of If host steps by (node index, branch attribute); None: interpret it.
         self._branches: dict[tuple[int, str], api.CompiledModel | None] = {}
@@ -215,7 +214,7 @@ class CpuExecutable:
             else:
                 lane = self._lanes.get()
         try:
-            if lane._lane_runs >= LANE_PROBE_RUNS:
+            if len(lane._lane_times) >= LANE_PROBE_RUNS:
                 return lane._run_here(feeds, outputs)
             start = time.perf_counter()
             out = lane._run_here(feeds, outputs)
@@ -228,8 +227,8 @@ class CpuExecutable:
         """The first runs of a lane time it; a lane whose launches are short keeps the GIL
         while it runs (:func:`.driver.run_holding_gil`)."""
         self._lane_times.append(seconds)
-        self._lane_runs += 1
-        if self._lane_runs == LANE_PROBE_RUNS and sorted(self._lane_times)[len(self._lane_times) // 2] < LANE_GIL_MAX_S \
+        times = self._lane_times
+        if len(times) == LANE_PROBE_RUNS and sorted(times)[len(times) // 2] < LANE_GIL_MAX_S \
                 and self.program.num_veus == 1 and self.cores[0] < 0:
             self._driver = run_holding_gil
 

@@ -88,7 +88,7 @@ def _fold_once(graph: Graph) -> Graph:
         if conv is None:
             nodes.append(node)
             continue
-        w, b = _folded(graph, conv, node) if node.op_type == "BatchNormalization" else _affine(graph, conv, node)
+        w, b = _folded(graph, conv, node)
         w_name = fresh_name(f"{conv.inputs[1]}_bn", taken)
         b_name = fresh_name(f"{conv.inputs[1]}_bn_bias", taken)
         for name, arr in ((w_name, w), (b_name, b)):
@@ -103,35 +103,9 @@ def _fold_once(graph: Graph) -> Graph:
     return graph.replace(nodes=tuple(nodes), initializers=inits, value_info=value_info)
 
 
-def _foldable(graph: Graph, conv: Node, bn: Node, outputs: set[str]) -> bool:
-    if conv.op_type != "Conv" or conv.domain or bn.domain or len(conv.outputs) != 1:
-        return False
-    if conv.outputs[0] in outputs or len(graph.consumers.get(conv.outputs[0], ())) != 1:
-        return False
-    if len(bn.inputs) != 5 or len([o for o in bn.outputs if o]) != 1 or not bn.outputs[0]:
-        return False
-    if int(bn.attr("training_mode", 0)) != 0 or int(bn.attr("spatial", 1)) != 1:
-        return False
-    inits = graph.initializers
-    params = [conv.inputs[1]] + ([conv.inputs[2]] if len(conv.inputs) > 2 and conv.inputs[2] else []) \
-        + list(bn.inputs[1:])
-    if not all(p in inits for p in params):
-        return False
-    w = inits[conv.inputs[1]]
-    dtype = str(np.asarray(w).dtype)
-    if dtype not in _FLOATS or graph.value_info[conv.outputs[0]].dtype != dtype:
-        return False
-    m = w.shape[0] if np.ndim(w) >= 3 else -1
-    for p in params[1:]:
-        a = np.asarray(inits[p])
-        if str(a.dtype) != dtype or a.shape != (m,):
-            return False
-    return True
-
-
-def _conv_ok(graph: Graph, conv: Node, reader: Node, outputs: set[str]) -> np.ndarray | None:
-    """The conv's weights when its output (read by ``reader`` alone, not a graph output) can take a
-    per-channel fold; else None."""
+def _conv_weights(graph: Graph, conv: Node, outputs: set[str]) -> np.ndarray | None:
+    """The conv's weights when its output (read by one op alone, not a graph output) can take a
+    per-channel fold: constant float weights and bias of the output's dtype; else None."""
     if conv.op_type != "Conv" or conv.domain or len(conv.outputs) != 1:
         return None
     if conv.outputs[0] in outputs or len(graph.consumers.get(conv.outputs[0], ())) != 1:
@@ -142,13 +116,28 @@ def _conv_ok(graph: Graph, conv: Node, reader: Node, outputs: set[str]) -> np.nd
     w = np.asarray(inits[conv.inputs[1]])
     if str(w.dtype) not in _FLOATS or w.ndim < 3 or graph.value_info[conv.outputs[0]].dtype != str(w.dtype):
         return None
+    if len(conv.inputs) > 2 and conv.inputs[2]:
+        b = np.asarray(inits[conv.inputs[2]])
+        if b.dtype != w.dtype or b.shape != (w.shape[0],):
+            return None
     return w
+
+
+def _foldable(graph: Graph, conv: Node, bn: Node, outputs: set[str]) -> bool:
+    w = _conv_weights(graph, conv, outputs)
+    if w is None or bn.domain or len(bn.inputs) != 5 or len([o for o in bn.outputs if o]) != 1 \
+            or not bn.outputs[0]:
+        return False
+    if int(bn.attr("training_mode", 0)) != 0 or int(bn.attr("spatial", 1)) != 1:
+        return False
+    params = [graph.initializers.get(name) for name in bn.inputs[1:]]
+    return all(p is not None and np.asarray(p).dtype == w.dtype and np.shape(p) == (w.shape[0],) for p in params)
 
 
 def _affine_foldable(graph: Graph, conv: Node, op: Node, outputs: set[str]) -> bool:
     if op.domain or len(op.inputs) != 2 or len(op.outputs) != 1 or op.inputs[0] == op.inputs[1]:
         return False
-    w = _conv_ok(graph, conv, op, outputs)
+    w = _conv_weights(graph, conv, outputs)
     if w is None:
         return False
     y = conv.outputs[0]
@@ -172,42 +161,36 @@ def _per_channel(c: np.ndarray, m: int, rank: int) -> np.ndarray | None:
     full = (1,) * (rank - c.ndim) + c.shape
     if any(d != 1 for i, d in enumerate(full) if i != 1) or full[1] not in (1, m):
         return None
-    return np.broadcast_to(c.reshape(-1) if c.size else c, (m,)) if c.size == m or c.size == 1 else None
+    return np.broadcast_to(c.reshape(-1), (m,))  # (one value, or one per channel)
 
 
-def _affine(graph: Graph, conv: Node, op: Node) -> tuple[np.ndarray, np.ndarray]:
+def _scale_shift(graph: Graph, conv: Node, op: Node) -> tuple[np.ndarray, np.ndarray]:
+    """The op after the conv as ``y -> y * scale + shift`` per output channel, in float64."""
     inits = graph.initializers
-    w = np.asarray(inits[conv.inputs[1]])
+    m = inits[conv.inputs[1]].shape[0]
+    if op.op_type == "BatchNormalization":
+        gamma, beta, mean, var = (np.asarray(inits[name], np.float64) for name in op.inputs[1:5])
+        scale = gamma / np.sqrt(var + float(op.attr("epsilon", 1e-5)))
+        return scale, beta - mean * scale
     y = conv.outputs[0]
     other = op.inputs[1] if op.inputs[0] == y else op.inputs[0]
-    c = _per_channel(np.asarray(inits[other]), w.shape[0], len(graph.value_info[y].shape)).astype(np.float64)
-    b = np.asarray(inits[conv.inputs[2]], np.float64) if len(conv.inputs) > 2 and conv.inputs[2] \
-        else np.zeros(w.shape[0])
-    w64 = w.astype(np.float64)
-    col = (-1,) + (1,) * (w.ndim - 1)
-    if op.op_type == "Mul":
-        w64, b = w64 * c.reshape(col), b * c
-    elif op.op_type == "Div":
-        w64, b = w64 / c.reshape(col), b / c
-    elif op.op_type == "Add":
-        b = b + c
-    else:
-        b = b - c
-    return w64.astype(w.dtype), b.astype(w.dtype)
+    c = _per_channel(np.asarray(inits[other]), m, len(graph.value_info[y].shape)).astype(np.float64)
+    ones, zeros = np.ones(m), np.zeros(m)
+    return {"Mul": (c, zeros), "Div": (1.0 / c, zeros), "Add": (ones, c), "Sub": (ones, -c)}[op.op_type]
 
 
-def _folded(graph: Graph, conv: Node, bn: Node) -> tuple[np.ndarray, np.ndarray]:
+def _folded(graph: Graph, conv: Node, op: Node) -> tuple[np.ndarray, np.ndarray]:
+    """The conv's new weights and bias: ``W * scale`` and ``b * scale + shift`` per output channel
+    (computed in float64, stored in the weights' dtype)."""
     inits = graph.initializers
     w = np.asarray(inits[conv.inputs[1]])
-    dtype = w.dtype
-    scale, shift, mean, var = (np.asarray(inits[name], np.float64) for name in bn.inputs[1:5])
-    s = scale / np.sqrt(var + float(bn.attr("epsilon", 1e-5)))
+    scale, shift = _scale_shift(graph, conv, op)
     b = np.asarray(inits[conv.inputs[2]], np.float64) if len(conv.inputs) > 2 and conv.inputs[2] \
         else np.zeros(w.shape[0])
-    w_new = (w.astype(np.float64) * s.reshape((-1,) + (1,) * (w.ndim - 1))).astype(dtype)
-    b_new = ((b - mean) * s + shift).astype(dtype)
-    return w_new, b_new
+    w_new = w.astype(np.float64) * scale.reshape((-1,) + (1,) * (w.ndim - 1))
+    return w_new.astype(w.dtype), (b * scale + shift).astype(w.dtype)
 
 
 FOLD_BATCHNORM = Pass("fold-batchnorm", fold_batchnorm,
-                      "fold an inference BatchNormalization into the Conv before it (weights and bias)")
+                      "fold an inference BatchNormalization, or a per-channel Mul/Div/Add/Sub by a constant, "
+                      "into the Conv before it (weights and bias)")

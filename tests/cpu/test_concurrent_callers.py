@@ -14,26 +14,7 @@ import rammer.zoo
 def test_concurrent_callers_get_right_answers_on_lanes():
     graph = rammer.zoo.build("nasnet-small")
     model = rammer.compile(graph, backend="cpu", veus=2)
-    ref = rammer.compile(graph, backend="reference")
-    feeds = [model.random_feeds(seed) for seed in range(4)]
-    want = [ref.run(f) for f in feeds]
-    barrier = threading.Barrier(4)
-    errors: list[str] = []
-
-    def work(i: int) -> None:
-        barrier.wait()
-        for k in range(12):
-            j = (i + k) % 4
-            got = model.run(feeds[j])
-            for name, w in want[j].items():
-                if not np.allclose(got[name], w, rtol=1e-3, atol=1e-4):
-                    errors.append(f"thread {i} run {k} output {name}")
-
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    errors = _call_from_threads(graph, model, model.run, threads=4, runs=12)
     assert not errors, errors[:5]
     exe = model.executable
     assert 1 <= exe._lane_count <= 4  # lanes were used (up to two per core; the whole program is left alone
@@ -53,35 +34,43 @@ def test_short_lane_launches_keep_the_gil_and_stay_right(monkeypatch, hold):
     monkeypatch.setattr(runtime, "LANE_GIL_MAX_S", 1.0 if hold else 0.0)
     graph = rammer.zoo.build("lstm-tc-small")
     model = rammer.compile(graph, backend="cpu", veus=2)
-    ref = rammer.compile(graph, backend="reference")
-    feeds = [model.random_feeds(seed) for seed in range(3)]
-    want = [ref.run(f) for f in feeds]
-    barrier = threading.Barrier(3)
-    errors: list[str] = []
-
-    def work(i: int) -> None:
-        barrier.wait()
-        for k in range(40):
-            j = (i + k) % 3
-            got = model.executable._run_on_lane(model.check_feeds(feeds[j]))
-            for name, w in want[j].items():
-                if not np.allclose(got[name], w, rtol=1e-3, atol=1e-4):
-                    errors.append(f"thread {i} run {k} output {name}")
-
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(3)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    errors = _call_from_threads(graph, model, lambda f: model.executable._run_on_lane(model.check_feeds(f)),
+                                threads=3, runs=40)
     assert not errors, errors[:5]
     lanes = _drain(model.executable._lanes)
     assert lanes
-    probed = [lane for lane in lanes if lane._lane_runs >= runtime.LANE_PROBE_RUNS]
+    probed = [lane for lane in lanes if len(lane._lane_times) >= runtime.LANE_PROBE_RUNS]
     holding = [lane for lane in lanes if lane._driver is run_holding_gil]
     if hold:
         assert holding and holding == probed
     else:
         assert not holding
+
+
+def _call_from_threads(graph, model, call, threads: int, runs: int) -> list[str]:
+    """``threads`` threads, started together, each ``call`` ``runs`` times on feeds drawn from
+    ``threads`` seeds in turn; the outputs that differ from the reference backend's on ``graph``."""
+    ref = rammer.compile(graph, backend="reference")
+    feeds = [model.random_feeds(seed) for seed in range(threads)]
+    want = [ref.run(f) for f in feeds]
+    barrier = threading.Barrier(threads)
+    errors: list[str] = []
+
+    def work(i: int) -> None:
+        barrier.wait()
+        for k in range(runs):
+            j = (i + k) % threads
+            got = call(feeds[j])
+            for name, w in want[j].items():
+                if not np.allclose(got[name], w, rtol=1e-3, atol=1e-4):
+                    errors.append(f"thread {i} run {k} output {name}")
+
+    pool = [threading.Thread(target=work, args=(i,)) for i in range(threads)]
+    for t in pool:
+        t.start()
+    for t in pool:
+        t.join()
+    return errors
 
 
 def _drain(q):
