@@ -227,6 +227,20 @@ def test_layernorm_gather_concat_pad_slice_split_transpose_expand():
     compare(model(nodes, feeds, ["pad", "y", "s2", "ex"], consts, opset=18), feeds)
 
 
+def test_layernorm_statistics_that_overflow_float32_give_what_the_spec_defines():
+    # ONNX computes LayerNormalization's statistics in float32: a row whose sum of
+    # squares overflows there normalizes to 0 (the output is the bias), one whose
+    # sum overflows to NaN. The kernel accumulates in float64 and must not return
+    # the exact values instead (found by the fuzzer, mutants:20027605).
+    x = rand(4, 6)
+    x[0, 2:4] = [2.3e37, -2.4e37]
+    x[1, :] = 3e38
+    consts = {"s": rand(6, seed=1), "b": rand(6, seed=2)}
+    m = model([node("LayerNormalization", ["x", "s", "b"], ["y"], axis=-1, epsilon=1e-2)], {"x": x}, ["y"], consts,
+              opset=18)
+    compare(m, {"x": x})
+
+
 _SPLIT_OPS = {
     "pad": ([node("Pad", ["x", "pads"], ["y"])], "copy.pad"),
     # a reversed, strided slice that the pool needs dense: a strided copy
