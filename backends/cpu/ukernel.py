@@ -642,7 +642,7 @@ def _generator_source() -> str:
 
     here = os.path.dirname(os.path.abspath(__file__))
     out = []
-    for name in ("ukernel.py", "ukernel_winograd.py"):
+    for name in ("ukernel.py", "ukernel_winograd.py", "ukernel_window.py"):
         with open(os.path.join(here, name), encoding="utf-8") as f:
             out.append(f.read())
     return "\n".join(out)

@@ -1,8 +1,10 @@
 """Depthwise convolution, pooling and Concat written in place, on the cpu backend against the reference.
 
-The depthwise and pooling kernels split a padded plane into stride-phase
-planes and sweep them flat (backends/cpu/kernels_window.py); these cases cover
-the geometry that path has to get right: kernel sizes, strides, asymmetric
+Depthwise convs with square 3x3 or 5x5 windows at stride 1 or 2 are swept
+straight from the input plane (backends/cpu/ukernel_window.py); the others, and
+pooling, split a padded plane into stride-phase planes and sweep them flat
+(backends/cpu/kernels_window.py).  These cases cover the geometry both paths
+have to get right: kernel sizes, strides, asymmetric
 pads, dilations, channel multipliers, batches and fused epilogues.  Concat
 inputs may be planned inside the Concat output (the producer writes its
 slice directly); the last cases check that aliasing with other consumers,
@@ -54,6 +56,10 @@ def test_depthwise_kernel_sizes_and_strides(k, stride):
     dict(k=1, stride=(2, 2), pads=[0, 0, 0, 0], dil=(1, 1)),
     dict(k=5, stride=(1, 1), pads=[2, 1, 2, 3], dil=(1, 1), hw=(9, 21)),  # row sweep: a partial column vector
     dict(k=3, stride=(1, 1), pads=[1, 1, 1, 1], dil=(1, 1), hw=(17, 40)),  # row sweep: 17 rows, 3 vectors
+    # direct sweeps over planes wide enough for strips inside the plane; TF-style pads at the end only
+    dict(k=3, stride=(2, 2), pads=[0, 0, 1, 1], dil=(1, 1), hw=(20, 70)),
+    dict(k=5, stride=(2, 2), pads=[2, 1, 2, 2], dil=(1, 1), hw=(19, 81)),
+    dict(k=5, stride=(1, 1), pads=[0, 2, 1, 0], dil=(1, 1), hw=(14, 45)),
 ])
 def test_depthwise_geometry(case):
     hw = case.pop("hw", (11, 9))
@@ -110,12 +116,12 @@ def _dw_activation_model(act: str, mult: int, k: int, stride: int, hw: tuple[int
 
 @pytest.mark.parametrize("act", ["relu", "relu6", "crossed", "max-only", "hswish"])
 @pytest.mark.parametrize("k,stride,hw,mult", [(3, 1, (13, 20), 1), (3, 2, (12, 11), 1), (5, 1, (9, 9), 2),
-                                              (3, 1, (2, 2), 1), (3, 1, (2, 2), 2)])
+                                              (3, 1, (2, 2), 1), (3, 1, (2, 2), 2), (3, 2, (18, 75), 1),
+                                              (5, 2, (11, 80), 1)])
 def test_depthwise_bias_and_activation_in_the_sweep(act, k, stride, hw, mult):
     """The planar kernel starts its sweeps at the bias and clamps before storing (a ReLU, ReLU6,
     bounds that cross, a Clip with only a max; a HardSwish after the store), NaN inputs staying
-    NaN: row sweep, tap sweep,
-    channel multiplier, channels last (2x2, where the epilogue does it all) and the tiny-plane loop
+    NaN: direct sweeps (planes with strips at the edges only, and wide ones), channel multiplier, channels last (2x2, where the epilogue does it all) and the tiny-plane loop
     (2x2 with a multiplier); the Mul after them still runs as the epilogue."""
     m, feeds = _dw_activation_model(act, mult, k, stride, hw, nan=True)
     report = compare(m, feeds)
