@@ -17,7 +17,7 @@ from .atomics import copy_block
 from .fastmath import hardswish32
 from .kernels_ew import ew_epilogue
 from .ukernel import WIDTH, deinterleave2, row_sweep, tap_sweep
-from .ukernel_window import dw_direct_s1_k3, dw_direct_s1_k5, dw_direct_s2_k3, dw_direct_s2_k5
+from . import ukernel_window as uw
 
 f32 = np.float32
 _INF = f32(np.inf)
@@ -262,26 +262,43 @@ def _row_sweep_fits(kh, kw, sh, sw, dh, dw):
 
 @njit(**_JIT)
 def direct_fits(kh, kw, sh, sw, dh, dw):
-    """Whether a depthwise conv's window takes the direct sweep (:mod:`.ukernel_window`): square
-    3x3 or 5x5, equal strides 1 or 2, no dilation.  It needs no scratch: on MobileNet's planes it
-    took 0.4-0.7x the time of the phase planes, the sweep and the copy out (and a fifth on the
-    planes of 28x28 and less, where the copies dominated)."""
-    return kh == kw and (kh == 3 or kh == 5) and sh == sw and (sh == 1 or sh == 2) and dh == 1 and dw == 1
+    """Whether a window takes a direct sweep (:mod:`.ukernel_window`): square, equal strides,
+    no dilation, (stride, k) one of (1, 3), (1, 5), (2, 2), (2, 3), (2, 5).  It needs no scratch:
+    on MobileNet's depthwise planes it took 0.4-0.7x the time of the phase planes, the sweep and
+    the copy out (and a fifth on planes of 28x28 and less, where the copies dominated)."""
+    if kh != kw or sh != sw or dh != 1 or dw != 1:
+        return False
+    return (sh == 1 and (kh == 3 or kh == 5)) or (sh == 2 and 2 <= kh <= 5 and kh != 4)
 
 
 @njit(**_JIT)
-def _direct_sweep(k, stride, F, src, H, W, ph, pw, w_off, OH, OW, dst, bias, lo, hi):
-    """The output plane at F[dst:] of a window that :func:`_direct_fits`, from the input plane at
-    F[src:], zero padding included, no scratch."""
-    if stride == 1:
-        if k == 3:
-            dw_direct_s1_k3(F, src, H, W, ph, pw, F, w_off, 0, OH, OW, F, dst, bias, lo, hi)
+def direct_sweep(is_max, k, stride, F, src, H, W, ph, pw, w_off, OH, OW, dst, bias, lo, hi):
+    """The output plane at F[dst:] of a window that :func:`direct_fits`, from the input plane at
+    F[src:], padding included: a depthwise conv's (weights at F[w_off:], ``bias``, clamped to
+    [lo, hi]) or, ``is_max``, a max pool's."""
+    if is_max:
+        if stride == 1:
+            if k == 3:
+                uw.max_direct_s1_k3(F, src, H, W, ph, pw, F, w_off, 0, OH, OW, F, dst, bias, lo, hi)
+            else:
+                uw.max_direct_s1_k5(F, src, H, W, ph, pw, F, w_off, 0, OH, OW, F, dst, bias, lo, hi)
+        elif k == 2:
+            uw.max_direct_s2_k2(F, src, H, W, ph, pw, F, w_off, 0, OH, OW, F, dst, bias, lo, hi)
+        elif k == 3:
+            uw.max_direct_s2_k3(F, src, H, W, ph, pw, F, w_off, 0, OH, OW, F, dst, bias, lo, hi)
         else:
-            dw_direct_s1_k5(F, src, H, W, ph, pw, F, w_off, 0, OH, OW, F, dst, bias, lo, hi)
+            uw.max_direct_s2_k5(F, src, H, W, ph, pw, F, w_off, 0, OH, OW, F, dst, bias, lo, hi)
+    elif stride == 1:
+        if k == 3:
+            uw.conv_direct_s1_k3(F, src, H, W, ph, pw, F, w_off, 0, OH, OW, F, dst, bias, lo, hi)
+        else:
+            uw.conv_direct_s1_k5(F, src, H, W, ph, pw, F, w_off, 0, OH, OW, F, dst, bias, lo, hi)
+    elif k == 2:
+        uw.conv_direct_s2_k2(F, src, H, W, ph, pw, F, w_off, 0, OH, OW, F, dst, bias, lo, hi)
     elif k == 3:
-        dw_direct_s2_k3(F, src, H, W, ph, pw, F, w_off, 0, OH, OW, F, dst, bias, lo, hi)
+        uw.conv_direct_s2_k3(F, src, H, W, ph, pw, F, w_off, 0, OH, OW, F, dst, bias, lo, hi)
     else:
-        dw_direct_s2_k5(F, src, H, W, ph, pw, F, w_off, 0, OH, OW, F, dst, bias, lo, hi)
+        uw.conv_direct_s2_k5(F, src, H, W, ph, pw, F, w_off, 0, OH, OW, F, dst, bias, lo, hi)
 
 
 @njit(**_JIT)
@@ -333,8 +350,8 @@ def k_dwconv(F, B, I, J, X, R, p, sbase):
     tiny = OH * OW <= TINY_PLANE
     ti = (a0 + Hq * Wq + _SLACK + 1) // 2  # the int64 tap table, after the accumulator
     # (no scratch at all for the direct sweep)
-    direct_sweep = direct_fits(kh, kw, sh, sw, dh, dw)
-    if not (direct_sweep or tiny):
+    swept = direct_fits(kh, kw, sh, sw, dh, dw)
+    if not (swept or tiny):
         _tap_table(I, ti, kh, kw, sh, sw, dh, dw, Hq * Wq, Wq)
     # the row sweep's last column vector may run past OW (junk columns, and at most WIDTH - 1
     # floats past the planes)
@@ -354,12 +371,12 @@ def k_dwconv(F, B, I, J, X, R, p, sbase):
                                   F[bias_at + m] if bias_at >= 0 else f32(0.0), lo, hi)
                     if hswish:
                         _hardswish_run(F, X[d + W_OUT] + (n * M + m) * OH * OW, OH * OW)
-            elif direct_sweep:
+            elif swept:
                 for k in range(mult):
                     m = c * mult + k
                     dst = X[d + W_OUT] + (n * M + m) * OH * OW
-                    _direct_sweep(kh, sh, F, src, H, W, ph, pw, w_off + m * kh * kw, OH, OW, dst,
-                                  F[bias_at + m] if bias_at >= 0 else f32(0.0), lo, hi)
+                    direct_sweep(False, kh, sh, F, src, H, W, ph, pw, w_off + m * kh * kw, OH, OW, dst,
+                                 F[bias_at + m] if bias_at >= 0 else f32(0.0), lo, hi)
                     if hswish:
                         _hardswish_run(F, dst, OH * OW)
             else:
@@ -519,10 +536,24 @@ def k_pool(F, B, I, J, X, R, p, sbase):
     P = F[pbase:pbase + nplanes]
     separable = (mode == 0 and dh == 1 and dw == 1 and kh * kw > 1 and (sh > 1 or sw > 1)
                  and OW >= _SEPARABLE_MIN_WIDTH)
+    direct = direct_fits(kh, kw, sh, sw, dh, dw)
     for q in range(p[1], p[2], G):
         g = min(G, p[2] - q)
         src = X[d + W_X] + q * H * W
         dst = X[d + W_OUT] + q * OH * OW
+        if direct:
+            # max: -inf padding in the sweep; average: the sum (weights of one), then 1/count
+            for k in range(g):
+                out_k = dst + k * OH * OW
+                direct_sweep(mode == 0, kh, sh, F, src + k * H * W, H, W, ph, pw, ones, OH, OW, out_k, f32(0.0),
+                             -_INF, _INF)
+                if mode == 1:
+                    out = F[_u(out_k):_u(out_k + OH * OW)]
+                    for e in range(OH * OW):
+                        out[e] *= scale[e]
+            if epi >= 0:
+                ew_epilogue(F, X, R, epi, q, q + g, 0, OH * OW, sbase)
+            continue
         if separable:
             for k in range(g):
                 _max_separable(F, src + k * H * W, dst + k * OH * OW, H, W, kh, kw, sh, sw, ph, pw, OH, OW, pbase)

@@ -1,7 +1,9 @@
-"""The direct depthwise sweep, generated as LLVM IR: a k x k window (k = 3 or 5) at stride 1 or 2
-read straight from the input plane, zero padding included, written straight to the output plane.
+"""Direct window sweeps, generated as LLVM IR: a square window (3x3 or 5x5 at stride 1; 2x2, 3x3
+or 5x5 at stride 2) read straight from the input plane, padding included, written straight to
+the output plane.  "conv" sweeps serve depthwise convs (and average pooling, with weights of
+one); "max" sweeps serve max pooling.
 
-The phase-plane path of :mod:`.kernels_window` first copies every input plane into zero-padded
+The phase-plane path of :mod:`.kernels_window` first copies every input plane into padded
 stride-phase planes and, after the sweep, copies the output rows out of an accumulator with the
 planes' row pitch: on MobileNet's 112x112 stride-2 planes the copies took 3.6 of 4.6 us per
 channel.  Here each output row's column vector of ``width`` pixels is computed from the input rows
@@ -12,11 +14,10 @@ in place:
   ``2*ox - pw + 2q``: two loads and two shuffles give two taps.
 
 Vectors wholly inside the plane take plain loads; those at the plane's edges take masked loads,
-whose masked-off lanes are the zero padding (and read nothing past the plane).  Input rows outside
-the plane are skipped (their taps add zero).  The last column vector of a row is stored masked,
-so the output needs no pitch of its own and nothing past a row is written.
+whose masked-off lanes are the padding (0, or -inf for max; nothing past the plane is read).
+Input rows outside the plane are skipped.  The last column vector of a row is stored masked, so
+the output needs no pitch of its own and nothing past a row is written.
 """
-
 from __future__ import annotations
 
 import ctypes
@@ -30,23 +31,26 @@ from numba.extending import intrinsic
 from .ukernel import WIDTH, _arrays_are, _call_codegen, _clamp, _fma, _splat, _vec_ptr, compile_module
 from .ukernel_winograd import _masked
 
-#: (stride, k) -> symbol of each generated sweep.
-SHAPES = ((1, 3), (1, 5), (2, 3), (2, 5))
+#: The (stride, k) of the generated sweeps, each for both ops: "conv" (a depthwise conv, and average
+#: pooling with weights of one) and "max" (max pooling).
+SHAPES = ((1, 3), (1, 5), (2, 2), (2, 3), (2, 5))
+OPS = ("conv", "max")
 
 
-def symbol(stride: int, k: int) -> str:
-    return f"rammer_cpu_dw_direct_s{stride}_k{k}"
+def symbol(stride: int, k: int, op: str = "conv") -> str:
+    return f"rammer_cpu_{op}_direct_s{stride}_k{k}"
 
 
 #: Output rows each block of the interior keeps in registers (with the k*k broadcast weights).
 BLOCK_ROWS = 4
 
 
-def _add_direct_sweep(mod: ir.Module, stride: int, k: int, width: int) -> None:
+def _add_direct_sweep(mod: ir.Module, stride: int, k: int, width: int, op: str = "conv") -> None:
     """``(x, H, W, ph, pw, w, r0, r1, OW, out, bias, lo, hi)``: for output rows r in [r0, r1) and
     columns ox < OW, ``out[r*OW + ox] = clamp(bias + sum_ij w[i*k + j] * x[(stride*r - ph + i)*W +
     stride*ox - pw + j], lo, hi)``, the x outside the H x W plane taken as 0 (the clamp as in
-    :func:`~.ukernel._clamp`).
+    :func:`~.ukernel._clamp`).  With ``op`` "max": the maximum of the window's x instead, NaN
+    winning, the x outside the plane taken as -inf (``w``, ``bias``, ``lo`` and ``hi`` unused).
 
     The plane is swept one strip of ``width`` output columns at a time.  A strip's load masks
     are made once (none for a strip inside the plane); down the strip, rows whose taps all lie
@@ -60,22 +64,24 @@ def _add_direct_sweep(mod: ir.Module, stride: int, k: int, width: int) -> None:
     ivec = ir.VectorType(i32, width)
     fp = f32.as_pointer()
     fn = ir.Function(mod, ir.FunctionType(ir.VoidType(), [fp, i64, i64, i64, i64, fp, i64, i64, i64, fp, f32, f32,
-                                                          f32]), name=symbol(stride, k))
+                                                          f32]), name=symbol(stride, k, op))
     x, H, W, ph, pw, w, r0, r1, OW, out, bias, lo, hi = fn.args
     for arg, name in zip(fn.args, ("x", "H", "W", "ph", "pw", "w", "r0", "r1", "OW", "out", "bias", "lo", "hi")):
         arg.name = name
     fma = _fma(mod, vec)
     mload, mstore = _masked(mod, vec, False), _masked(mod, vec, True)
     align = ir.Constant(i32, 4)
-    zero_v = ir.Constant(vec, [0.0] * width)
+    is_max = op == "max"
+    # what a masked-off lane (padding) reads
+    zero_v = ir.Constant(vec, [float("-inf") if is_max else 0.0] * width)
     R = BLOCK_ROWS
 
     def c(v: int) -> ir.Constant:
         return ir.Constant(i64, v)
 
     bld = ir.IRBuilder(fn.append_basic_block("entry"))
-    wv = [_splat(bld, bld.load(bld.gep(w, [c(t)]), align=4), vec) for t in range(k * k)]
-    bias_v = _splat(bld, bias, vec)
+    wv = None if is_max else [_splat(bld, bld.load(bld.gep(w, [c(t)]), align=4), vec) for t in range(k * k)]
+    bias_v = zero_v if is_max else _splat(bld, bias, vec)  # where the accumulators start
     lo_v, hi_v = _splat(bld, lo, vec), _splat(bld, hi, vec)
     iota = ir.Constant(ivec, list(range(width)))
     W_v = _splat(bld, bld.trunc(W, i32), ivec)
@@ -90,6 +96,13 @@ def _add_direct_sweep(mod: ir.Module, stride: int, k: int, width: int) -> None:
     in_lo = bld.sdiv(bld.add(ph, c(stride - 1)), c(stride))
     in_hi_num = bld.add(bld.sub(H, c(k)), ph)
     in_hi = bld.select(bld.icmp_signed(">=", in_hi_num, c(0)), bld.add(bld.sdiv(in_hi_num, c(stride)), c(1)), c(0))
+
+    def combine(b: ir.IRBuilder, acc: ir.Value, tap: ir.Value, t: int) -> ir.Value:
+        """acc + w[t] * tap, or max(acc, tap) with NaN winning (as kernels_window._max_run)."""
+        if not is_max:
+            return b.call(fma, [wv[t], tap, acc])
+        take = b.or_(b.fcmp_ordered(">", tap, acc), b.fcmp_unordered("uno", tap, tap))
+        return b.select(take, tap, acc)
 
     def taps(b: ir.IRBuilder, row: ir.Value, s: ir.Value, masks: list | None) -> list:
         """The k tap vectors of input row pointer ``row`` for the strip at column s."""
@@ -110,7 +123,7 @@ def _add_direct_sweep(mod: ir.Module, stride: int, k: int, width: int) -> None:
 
     def store(b: ir.IRBuilder, acc: ir.Value, r: ir.Value, ox0: ir.Value, full: ir.Value, store_mask: ir.Value
               ) -> None:
-        val = _clamp(b, acc, lo_v, hi_v)
+        val = acc if is_max else _clamp(b, acc, lo_v, hi_v)
         dst = _vec_ptr(b, out, b.add(b.mul(r, OW), ox0), vec)
         with b.if_else(full) as (then, otherwise):
             with then:
@@ -151,7 +164,7 @@ def _add_direct_sweep(mod: ir.Module, stride: int, k: int, width: int) -> None:
                 i = t - stride * rr
                 if 0 <= i < k:
                     for j in range(k):
-                        accs[rr] = b.call(fma, [wv[i * k + j], tv[j], accs[rr]])
+                        accs[rr] = combine(b, accs[rr], tv[j], i * k + j)
         for rr in range(R):
             store(b, accs[rr], b.add(r, c(rr)), ox0, full, store_mask)
         r.add_incoming(b.add(r, c(R)), b.block)
@@ -169,7 +182,7 @@ def _add_direct_sweep(mod: ir.Module, stride: int, k: int, width: int) -> None:
                 tv = taps(b, b.gep(x, [b.mul(y, W)]), s, masks)
                 new = acc
                 for j in range(k):
-                    new = b.call(fma, [wv[i * k + j], tv[j], new])
+                    new = combine(b, new, tv[j], i * k + j)
                 then_end = b.block
             phi = b.phi(vec)
             phi.add_incoming(acc, here)
@@ -199,33 +212,43 @@ def _add_direct_sweep(mod: ir.Module, stride: int, k: int, width: int) -> None:
 
 def direct_module(width: int) -> ir.Module:
     """Every (stride, k) of :data:`SHAPES` at vector width ``width`` (tests build the AVX2 width too)."""
-    mod = ir.Module(name="rammer_dw_direct")
-    for stride, k in SHAPES:
-        _add_direct_sweep(mod, stride, k, width)
+    mod = ir.Module(name="rammer_window_direct")
+    for op in OPS:
+        for stride, k in SHAPES:
+            _add_direct_sweep(mod, stride, k, width, op)
     return mod
 
 
-_ENGINE = compile_module(lambda: direct_module(WIDTH), cache=True, key=f"dw direct {WIDTH}")
-ADDRESSES = {shape: _ENGINE.get_function_address(symbol(*shape)) for shape in SHAPES}
-for _shape, _address in ADDRESSES.items():
-    llvm.add_symbol(symbol(*_shape), _address)
+_ENGINE = compile_module(lambda: direct_module(WIDTH), cache=True, key=f"window direct {WIDTH}")
+#: (stride, k, op) -> the address of its sweep
+ADDRESSES = {(stride, k, op): _ENGINE.get_function_address(symbol(stride, k, op))
+             for op in OPS for stride, k in SHAPES}
+for _key, _address in ADDRESSES.items():
+    llvm.add_symbol(symbol(*_key), _address)
 #: ctypes type of each sweep, for tests: (x, H, W, ph, pw, w, r0, r1, OW, out, bias, lo, hi).
 CFUNCTYPE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, *[ctypes.c_int64] * 4, ctypes.c_void_p, *[ctypes.c_int64] * 3,
                              ctypes.c_void_p, *[ctypes.c_float] * 3)
 
 
-def _direct_intrinsic(stride: int, k: int):
+def _direct_intrinsic(stride: int, k: int, op: str):
     def typer(typingctx, X, x_off, H, W, ph, pw, Wt, w_off, r0, r1, OW, O, o_off, bias, lo, hi):
         if not _arrays_are(types.float32, X, Wt, O):
             return None
         sig = types.none(X, x_off, H, W, ph, pw, Wt, w_off, r0, r1, OW, O, o_off, bias, lo, hi)
-        return sig, _call_codegen(symbol(stride, k), "fiiiifiiifsss")
-    typer.__name__ = f"dw_direct_s{stride}_k{k}"
-    typer.__doc__ = f"The direct sweep of stride {stride}, {k}x{k} (:func:`_add_direct_sweep`)."
+        return sig, _call_codegen(symbol(stride, k, op), "fiiiifiiifsss")
+    typer.__name__ = f"{op}_direct_s{stride}_k{k}"
+    typer.__doc__ = f"The direct {op} sweep of stride {stride}, {k}x{k} (:func:`_add_direct_sweep`)."
     return intrinsic(typer)
 
 
-dw_direct_s1_k3 = _direct_intrinsic(1, 3)
-dw_direct_s1_k5 = _direct_intrinsic(1, 5)
-dw_direct_s2_k3 = _direct_intrinsic(2, 3)
-dw_direct_s2_k5 = _direct_intrinsic(2, 5)
+# one intrinsic per sweep: kernels_window.direct_sweep picks among them
+conv_direct_s1_k3 = _direct_intrinsic(1, 3, "conv")
+conv_direct_s1_k5 = _direct_intrinsic(1, 5, "conv")
+conv_direct_s2_k2 = _direct_intrinsic(2, 2, "conv")
+conv_direct_s2_k3 = _direct_intrinsic(2, 3, "conv")
+conv_direct_s2_k5 = _direct_intrinsic(2, 5, "conv")
+max_direct_s1_k3 = _direct_intrinsic(1, 3, "max")
+max_direct_s1_k5 = _direct_intrinsic(1, 5, "max")
+max_direct_s2_k2 = _direct_intrinsic(2, 2, "max")
+max_direct_s2_k3 = _direct_intrinsic(2, 3, "max")
+max_direct_s2_k5 = _direct_intrinsic(2, 5, "max")

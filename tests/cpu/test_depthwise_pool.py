@@ -191,8 +191,9 @@ def test_pooling(op, attrs):
 ])
 @pytest.mark.parametrize("veus", [1, 2])
 def test_strided_max_pooling_on_wide_planes(attrs, veus):
-    """Output rows of 8 pixels and more: max pooling as a row maximum then a column maximum
-    (kernels_window._max_separable), pads, ceil mode, NaN and -inf included."""
+    """Output rows of 8 pixels and more: square windows at stride 2 as direct sweeps
+    (ukernel_window), the others as a row maximum then a column maximum
+    (kernels_window._max_separable); pads, ceil mode, NaN and -inf included."""
     x = rand(2, 5, 23, 37)
     x[0, 0, 3, 4] = np.nan
     x[1, 2, 0, 0] = -np.inf
@@ -206,7 +207,8 @@ def test_strided_max_pooling_on_wide_planes(attrs, veus):
                                      ("conv", [1, 1, 1, 1]), ("conv", [2, 0, 0, 2])])
 def test_large_stride_two_planes_fill_only_their_borders(op, pads):
     """Phase planes of 1024+ elements split by column pairs fill only rows and columns outside the
-    input (kernels_window._phase_planes, border mode); junk left inside would show in the output."""
+    input (kernels_window._phase_planes, border mode); junk left inside would show in the output.
+    (The depthwise and average-pool cases now take direct sweeps: the same geometry, checked.)"""
     c = 3
     x = rand(1, c, 70, 75)
     if op == "dw":
