@@ -35,6 +35,19 @@ def k_reduce(F, B, I, J, X, R, p, sbase):
     inner = X[d + 3]
     out = X[d + 4]
     mode = X[d + 5]
+    if inner == 1 and (mode == RED_SUM or mode == RED_MEAN or mode == RED_MAX or mode == RED_MIN):
+        # contiguous rows (global pooling, reductions over the last axes): vectorized passes; the
+        # loop below, with its per-element mode tests, took 3 ns per element
+        for e in range(p[1], p[2]):
+            A = F[x + e * red:x + (e + 1) * red]
+            if mode == RED_SUM or mode == RED_MEAN:
+                s = _row_sum64(A, red)
+                F[out + e] = f32(s / red) if mode == RED_MEAN else f32(s)
+            elif _row_has_nan(A, red):
+                F[out + e] = f32(np.nan)
+            else:
+                F[out + e] = _row_max(A, red) if mode == RED_MAX else _row_min(A, red)
+        return
     for e in range(p[1], p[2]):
         i = e % inner
         o = e // inner
@@ -98,6 +111,24 @@ def _row_max(A, n):
         v = A[r]
         mx = v if v > mx else mx
     return mx
+
+
+@njit(nogil=True, cache=True, error_model="numpy", boundscheck=False, fastmath={"nnan", "nsz"})
+def _row_min(A, n):
+    """min of A[:n]; undefined when the row holds a NaN (see :func:`_row_has_nan`)."""
+    mn = f32(np.inf)
+    for r in range(n):
+        v = A[r]
+        mn = v if v < mn else mn
+    return mn
+
+
+@njit(**_JIT)
+def _row_has_nan(A, n):
+    bad = False
+    for r in range(n):
+        bad |= A[r] != A[r]
+    return bad
 
 
 @njit(nogil=True, cache=True, error_model="numpy", boundscheck=False, fastmath={"reassoc", "nsz"})

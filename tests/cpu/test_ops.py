@@ -164,6 +164,31 @@ def test_pooling(op, attrs):
     compare(model([node(op, ["x"], **attrs)], {"x": x}, ["y"]), {"x": x})
 
 
+@pytest.mark.parametrize("op", ["MaxPool", "AveragePool"])
+def test_a_pool_whose_window_is_the_whole_plane_is_a_reduction(op):
+    # ResNet-50's final 7x7 AveragePool: lowered as the global pool's contiguous-row reduction
+    # (NaN wins the maximum; -inf and +inf stay what they are)
+    x = rand(2, 40, 7, 7)
+    x[0, 0, 3, 3] = np.nan
+    x[0, 1, :, :] = -np.inf
+    x[1, 2, 6, 6] = np.inf
+    x[1, 3, :, :] = -5.0
+    report = compare(model([node(op, ["x"], kernel_shape=[7, 7])], {"x": x}, ["y"]), {"x": x})
+    assert report["ops_by_family"] == {"reduce": 1}, report["ops_by_family"]
+
+
+@pytest.mark.parametrize("op", ["ReduceMax", "ReduceMin"])
+def test_contiguous_row_extrema_with_nan_and_infinities(op):
+    x = rand(6, 70) - 0.5
+    x[0, 69] = np.nan
+    x[1, :] = np.inf
+    x[2, 0] = -np.inf
+    x[3, 5] = np.nan
+    x[3, 6] = np.inf
+    m = model([node(op, ["x", "axes"], keepdims=0)], {"x": x}, ["y"], {"axes": np.array([1], np.int64)}, opset=18)
+    compare(m, {"x": x})
+
+
 @pytest.mark.parametrize("op", ["ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL2",
                                 "ReduceLogSumExp", "ReduceSumSquare"])
 @pytest.mark.parametrize("axes,keep", [([1], 1), ([2, 3], 0), ([-1], 1)])
