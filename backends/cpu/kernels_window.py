@@ -16,7 +16,7 @@ from numba import njit
 from .atomics import copy_block
 from .fastmath import hardswish32
 from .kernels_ew import ew_epilogue
-from .ukernel import WIDTH, deinterleave2, row_sweep, tap_sweep
+from .ukernel import WIDTH, deinterleave2, tap_sweep
 from . import ukernel_window as uw
 
 f32 = np.float32
@@ -51,9 +51,10 @@ def read_window(X, d):
 # (``ukernel.tap_sweep``) that keeps blocks of up to 8 vectors of the
 # accumulator in registers across all taps: one broadcast weight and one load
 # per tap and vector (in numba, the accumulator went through memory every few
-# taps and the sweeps took half of a depthwise convolution).  3x3 and 5x5 at
-# stride 1 use ``ukernel.row_sweep`` instead (:func:`_row_sweep_fits`), which
-# also reuses each load across the kernel's rows.
+# taps and the sweeps took half of a depthwise convolution).  Square windows
+# that :func:`direct_fits` (3x3 and 5x5 at stride 1; 2x2, 3x3 and 5x5 at
+# stride 2) skip all this: the direct sweeps of :mod:`.ukernel_window` read the
+# input plane in place and write the output plane.
 
 #: Sweeps run over L rounded up to a multiple of this: a vectorized loop with a
 #: scalar remainder of up to 15 iterations costs as much as the vector part on
@@ -255,12 +256,6 @@ def _pad_phases(F, xb, cg, H, W, ph, pw, r0, Rq, sh, sw, Wq, pp):
 
 
 @njit(**_JIT)
-def _row_sweep_fits(kh, kw, sh, sw, dh, dw):
-    """Whether ``ukernel.row_sweep`` serves this window (square 3x3 or 5x5, stride and dilation 1)."""
-    return sh == 1 and sw == 1 and dh == 1 and dw == 1 and kh == kw and (kh == 3 or kh == 5)
-
-
-@njit(**_JIT)
 def direct_fits(kh, kw, sh, sw, dh, dw):
     """Whether a window takes a direct sweep (:mod:`.ukernel_window`): square, equal strides,
     no dilation, (stride, k) one of (1, 3), (1, 5), (2, 2), (2, 3), (2, 5).  It needs no scratch:
@@ -353,10 +348,6 @@ def k_dwconv(F, B, I, J, X, R, p, sbase):
     swept = direct_fits(kh, kw, sh, sw, dh, dw)
     if not (swept or tiny):
         _tap_table(I, ti, kh, kw, sh, sw, dh, dw, Hq * Wq, Wq)
-    # the row sweep's last column vector may run past OW (junk columns, and at most WIDTH - 1
-    # floats past the planes)
-    rows_sweep = _row_sweep_fits(kh, kw, sh, sw, dh, dw)
-    ncv = (OW + WIDTH - 1) // WIDTH
     for n in range(p[1], p[2]):
         # The epilogue runs over groups of finished planes that are still in L1 (one call per plane is
         # costly on small planes).
@@ -389,10 +380,7 @@ def k_dwconv(F, B, I, J, X, R, p, sbase):
                 for k in range(mult):
                     m = c * mult + k
                     b = F[bias_at + m] if bias_at >= 0 else f32(0.0)
-                    if rows_sweep:
-                        row_sweep(kh, F, planes_at, F, w_off + m * kh * kw, Wq, OH, ncv, F, a0, b, lo, hi)
-                    else:
-                        tap_sweep(F, planes_at, I, ti, F, w_off + m * kh * kw, kh * kw, Lr // WIDTH, F, a0, b, lo, hi)
+                    tap_sweep(F, planes_at, I, ti, F, w_off + m * kh * kw, kh * kw, Lr // WIDTH, F, a0, b, lo, hi)
                     dst = X[d + W_OUT] + (n * M + m) * OH * OW
                     for oh in range(OH):
                         copy_run(F, dst + oh * OW, a0 + oh * Wq, OW)
@@ -508,8 +496,6 @@ def k_pool(F, B, I, J, X, R, p, sbase):
         F[ones + t] = f32(1.0)
     ti = (ones + kh * kw + 1) // 2  # the int64 tap table
     _tap_table(I, ti, kh, kw, sh, sw, dh, dw, plane, Wq)
-    rows_sweep = _row_sweep_fits(kh, kw, sh, sw, dh, dw)
-    ncv = (OW + WIDTH - 1) // WIDTH
     if mode == 1:
         # 1 / (taps counted along each axis): the count is separable.
         for oh in range(OH):
@@ -578,10 +564,7 @@ def k_pool(F, B, I, J, X, R, p, sbase):
             P[t] = fill
         L = (g - 1) * plane + (OH - 1) * Wq + OW
         Lr = (L + _SLACK - 1) // _SLACK * _SLACK
-        if mode == 1 and rows_sweep:
-            # the stacked planes as one tall plane (the junk rows between them included)
-            row_sweep(kh, F, pbase, F, ones, Wq, (g - 1) * Hq + OH, ncv, F, pbase + nplanes, f32(0.0), -_INF, _INF)
-        elif mode == 1:
+        if mode == 1:
             tap_sweep(F, pbase, I, ti, F, ones, kh * kw, Lr // WIDTH, F, pbase + nplanes, f32(0.0), -_INF, _INF)
         else:
             for t in range(Lr):

@@ -42,7 +42,6 @@ from numba.extending import intrinsic
 SYMBOL = "rammer_cpu_ukernel"
 ROWS_SYMBOL = "rammer_cpu_ukernel_rows"
 SWEEP_SYMBOL = "rammer_cpu_tap_sweep"
-ROWSWEEP_SYMBOL = "rammer_cpu_row_sweep"
 DEINTERLEAVE_SYMBOL = "rammer_cpu_deinterleave2"
 LDB_SYMBOL = "rammer_cpu_ukernel_ldb"
 #: Row counts of the strided-B kernel's short variants (``LDB_SYMBOL`` + rows): a last A panel
@@ -87,7 +86,6 @@ def _module() -> ir.Module:
         _add_packed_kernel(mod, strided_b=True, rows=rows)
     _add_pixel_row_kernel(mod, PX_MR, PX_NR, WIDTH)
     _add_tap_sweep(mod, WIDTH)
-    _add_row_sweep(mod, WIDTH)
     _add_deinterleave(mod, WIDTH)
     return mod
 
@@ -476,85 +474,6 @@ def _add_tap_sweep(mod: ir.Module, width: int) -> None:
     ir.IRBuilder(exit_block).ret_void()
 
 
-#: Square kernels the row sweep is specialised for, and the output rows each block keeps in registers
-#: (the k*k broadcast weights stay in registers too: 25 + 4 of the 32 zmm for 5x5).
-ROW_SWEEP_ROWS = {3: 8, 5: 4}
-
-
-def _add_row_sweep(mod: ir.Module, width: int) -> None:
-    """``(k, p, w, wq, oh, ncv, acc, bias, lo, hi)``: for a stride-1 k x k window (k in ROW_SWEEP_ROWS)
-    over planes of row pitch ``wq``: ``acc[r*wq + c*width + l] = clamp(bias + sum_ij w[i*k + j] *
-    p[(r + i)*wq + c*width + l + j], lo, hi)`` for output rows r < oh and column vectors c < ncv
-    (the clamp as in :func:`_clamp`: a fused ReLU or Clip).
-
-    Where :func:`_add_tap_sweep` loads one shifted vector per tap, this keeps R output rows
-    of one column vector in registers and loads each input vector once for up to k of them:
-    (R + k - 1) * k loads for R * k * k multiply-adds.  The loads of shifted planes split
-    cache lines, so the tap sweep was bound by them on 32x32 planes."""
-    f32 = ir.FloatType()
-    i64 = ir.IntType(64)
-    vec = ir.VectorType(f32, width)
-    fp = f32.as_pointer()
-    fn = ir.Function(mod, ir.FunctionType(ir.VoidType(), [i64, fp, fp, i64, i64, i64, fp, f32, f32, f32]),
-                     name=ROWSWEEP_SYMBOL)
-    k_arg, p, w, wq, oh, ncv, acc, bias, lo, hi = fn.args
-    for arg, name in zip(fn.args, ("k", "p", "w", "wq", "oh", "ncv", "acc", "bias", "lo", "hi")):
-        arg.name = name
-    fma = _fma(mod, vec)
-    entry = fn.append_basic_block("entry")
-    done = fn.append_basic_block("done")
-    bld = ir.IRBuilder(entry)
-    zero = _splat(bld, bias, vec)
-    lo_v, hi_v = _splat(bld, lo, vec), _splat(bld, hi, vec)
-    is3 = bld.icmp_signed("==", k_arg, ir.Constant(i64, 3))
-    blocks = {k: fn.append_basic_block(f"k{k}") for k in ROW_SWEEP_ROWS}
-    bld.cbranch(is3, blocks[3], blocks[5])
-    for k, R in ROW_SWEEP_ROWS.items():
-        bld = ir.IRBuilder(blocks[k])
-        wv = [_splat(bld, bld.load(bld.gep(w, [ir.Constant(i64, t)]), align=4), vec) for t in range(k * k)]
-        nb = bld.sdiv(bld.add(oh, ir.Constant(i64, R - 1)), ir.Constant(i64, R))  # row blocks per column
-        total = bld.mul(nb, ncv)
-        with cgutils.for_range(bld, total) as loop:
-            idx = loop.index
-            c = bld.sdiv(idx, nb)
-            row0 = bld.mul(bld.sub(idx, bld.mul(c, nb)), ir.Constant(i64, R))
-            rem = bld.sub(oh, row0)
-            base_off = bld.add(bld.mul(row0, wq), bld.mul(c, ir.Constant(i64, width)))
-            src = bld.gep(p, [base_off])
-            dst = bld.gep(acc, [base_off])
-            nxt = fn.append_basic_block(f"next{k}")
-            # rows in this block: R, or the remainder (one variant per count)
-            variants = {r: fn.append_basic_block(f"r{k}_{r}") for r in range(1, R + 1)}
-            sw = bld.switch(rem, variants[R])
-            for r in range(1, R):
-                sw.add_case(ir.Constant(i64, r), variants[r])
-            for rows, block in variants.items():
-                vb = ir.IRBuilder(block)
-                accs = [zero] * rows
-                for s_row in range(rows + k - 1):
-                    row_ptr = vb.gep(src, [vb.mul(ir.Constant(i64, s_row), wq)])
-                    for j in range(k):
-                        x = vb.load(_vec_ptr(vb, row_ptr, j, vec), align=4)
-                        for i in range(k):
-                            r = s_row - i
-                            if 0 <= r < rows:
-                                accs[r] = vb.call(fma, [wv[i * k + j], x, accs[r]])
-                for r in range(rows):
-                    out = vb.gep(dst, [vb.mul(ir.Constant(i64, r), wq)])
-                    vb.store(_clamp(vb, accs[r], lo_v, hi_v), vb.bitcast(out, vec.as_pointer()), align=4)
-                vb.branch(nxt)
-            bld.position_at_end(nxt)
-        bld.branch(done)
-    ir.IRBuilder(done).ret_void()
-
-
-def row_sweep_module(width: int) -> ir.Module:
-    """A module with only the row sweep at the given vector width (tests run the AVX2 width too)."""
-    mod = ir.Module(name="rammer_row_sweep")
-    _add_row_sweep(mod, width)
-    return mod
-
-
 def tap_sweep_module(width: int) -> ir.Module:
     """A module with only the tap sweep at the given vector width (tests run the AVX2 width too)."""
     mod = ir.Module(name="rammer_tap_sweep")
@@ -731,13 +650,11 @@ _ENGINE = compile_module(_module, cache=True, key="ukernel")
 ADDRESS = _ENGINE.get_function_address(SYMBOL)
 ROWS_ADDRESS = _ENGINE.get_function_address(ROWS_SYMBOL)
 SWEEP_ADDRESS = _ENGINE.get_function_address(SWEEP_SYMBOL)
-ROWSWEEP_ADDRESS = _ENGINE.get_function_address(ROWSWEEP_SYMBOL)
 DEINTERLEAVE_ADDRESS = _ENGINE.get_function_address(DEINTERLEAVE_SYMBOL)
 LDB_ADDRESS = _ENGINE.get_function_address(LDB_SYMBOL)
 llvm.add_symbol(SYMBOL, ADDRESS)
 llvm.add_symbol(ROWS_SYMBOL, ROWS_ADDRESS)
 llvm.add_symbol(SWEEP_SYMBOL, SWEEP_ADDRESS)
-llvm.add_symbol(ROWSWEEP_SYMBOL, ROWSWEEP_ADDRESS)
 llvm.add_symbol(DEINTERLEAVE_SYMBOL, DEINTERLEAVE_ADDRESS)
 llvm.add_symbol(LDB_SYMBOL, LDB_ADDRESS)
 #: Addresses of the short variants by row count.
@@ -760,10 +677,6 @@ _LDB_CFUNCTYPE = ctypes.CFUNCTYPE(None, ctypes.c_int64, ctypes.c_void_p, ctypes.
 LDB_CFUNC = _LDB_CFUNCTYPE(LDB_ADDRESS)
 #: Its short variants, by row count.
 LDB_SHORT_CFUNCS = {rows: _LDB_CFUNCTYPE(address) for rows, address in LDB_SHORT_ADDRESSES.items()}
-#: ctypes type of the row sweep: (k, p, w, wq, oh, ncv, acc, bias, lo, hi).
-ROWSWEEP_CFUNCTYPE = ctypes.CFUNCTYPE(None, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
-                                      ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, *[ctypes.c_float] * 3)
-
 
 def _call_codegen(symbol: str, kinds: str):
     """Codegen calling ``symbol`` with the intrinsic's arguments: per letter of ``kinds``, ``i`` an
@@ -828,17 +741,6 @@ def tap_sweep(typingctx, P, p_off, T, t_off, Wt, w_off, ntaps, nvec, A, a_off, b
         return None
     sig = types.none(P, p_off, T, t_off, Wt, w_off, ntaps, nvec, A, a_off, bias, lo, hi)
     return sig, _call_codegen(SWEEP_SYMBOL, "fqfiifsss")
-
-
-@intrinsic
-def row_sweep(typingctx, k, P, p_off, Wt, w_off, wq, oh, ncv, A, a_off, bias, lo, hi):
-    """The stride-1 k x k window of :func:`_add_row_sweep` (k in ROW_SWEEP_ROWS) from planes at
-    ``P[p_off:]`` with weights ``Wt[w_off:]`` into ``A[a_off:]``, starting at ``bias`` and clamped
-    to [lo, hi]."""
-    if not _arrays_are(types.float32, P, Wt, A):
-        return None
-    sig = types.none(k, P, p_off, Wt, w_off, wq, oh, ncv, A, a_off, bias, lo, hi)
-    return sig, _call_codegen(ROWSWEEP_SYMBOL, "iffiiifsss")
 
 
 @intrinsic

@@ -114,35 +114,6 @@ def test_tap_sweep_sums_shifted_planes(width, nvec, epilogue):
     np.testing.assert_array_equal(acc[L:], before[L:])
 
 
-@pytest.mark.parametrize("width", sorted({uk.WIDTH, 8}))
-@pytest.mark.parametrize("k", sorted(uk.ROW_SWEEP_ROWS))
-@pytest.mark.parametrize("oh,ncv", [(1, 1), (3, 2), (8, 1), (9, 3), (13, 2)])
-@pytest.mark.parametrize("epilogue", SWEEP_EPILOGUES[:2])
-def test_row_sweep_is_a_stride_one_window(width, k, oh, ncv, epilogue):
-    """Every remainder of the row blocks; nothing outside the output rows' vectors is written."""
-    rng = np.random.default_rng(oh * 10 + k)
-    wq = ncv * width + k + 3
-    p = rng.standard_normal((oh + k + 1) * wq + 2 * width).astype(np.float32)
-    w = rng.standard_normal(k * k).astype(np.float32)
-    acc = np.full(oh * wq + 2 * width, 7.0, np.float32)
-    engine = uk.compile_module(uk.row_sweep_module(width))
-    fn = uk.ROWSWEEP_CFUNCTYPE(engine.get_function_address(uk.ROWSWEEP_SYMBOL))
-    fn(k, p.ctypes.data, w.ctypes.data, wq, oh, ncv, acc.ctypes.data, *epilogue)
-    cols = ncv * width
-    want = np.zeros((oh, cols))
-    for i in range(k):
-        for j in range(k):
-            rows = np.stack([p[(r + i) * wq + j:(r + i) * wq + j + cols] for r in range(oh)])
-            want += w[i * k + j] * rows.astype(np.float64)
-    want = _clamped(want, *epilogue)
-    got = np.stack([acc[r * wq:r * wq + cols] for r in range(oh)])
-    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
-    untouched = np.ones(acc.size, bool)
-    for r in range(oh):
-        untouched[r * wq:r * wq + cols] = False
-    assert (acc[untouched] == 7.0).all()
-
-
 @pytest.mark.parametrize("rows", [uk.MR, *uk.LDB_SHORT_ROWS])
 @pytest.mark.parametrize("flags", range(16))  # every combination: the plain stores and each fused block
 def test_strided_b_microkernel_reads_rows_in_place_with_a_fused_epilogue(flags, rows):
