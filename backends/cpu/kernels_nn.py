@@ -27,6 +27,18 @@ RED_SUM, RED_MEAN, RED_MAX, RED_MIN, RED_PROD, RED_SUMSQ, RED_L1, RED_L2, RED_LO
 
 
 @njit(**_JIT)
+def _f32_overflow(s):
+    """A float64 sum as ONNX defines it, accumulated in float32: beyond float32's range it is
+    infinite (a mean, L2 norm or log of it then is too; the fuzzer's mutants:21004818 had a
+    finite ReduceL2 where the reference and onnxruntime give inf)."""
+    if s > _F32_MAX:
+        return f64(np.inf)
+    if s < -_F32_MAX:
+        return f64(-np.inf)
+    return s
+
+
+@njit(**_JIT)
 def k_reduce(F, B, I, J, X, R, p, sbase):
     """out[o, i] = reduce_r x[o, r, i] for flat outputs [e0, e1) (e = o * inner + i).  Row: [desc, e0, e1]."""
     d = p[0]
@@ -41,7 +53,7 @@ def k_reduce(F, B, I, J, X, R, p, sbase):
         for e in range(p[1], p[2]):
             A = F[x + e * red:x + (e + 1) * red]
             if mode == RED_SUM or mode == RED_MEAN:
-                s = _row_sum64(A, red)
+                s = _f32_overflow(_row_sum64(A, red))
                 F[out + e] = f32(s / red) if mode == RED_MEAN else f32(s)
             elif _row_has_nan(A, red):
                 F[out + e] = f32(np.nan)
@@ -87,6 +99,8 @@ def k_reduce(F, B, I, J, X, R, p, sbase):
                 s += abs(v)
             else:
                 s += v
+        if mode != RED_PROD:
+            s = _f32_overflow(s)
         if mode == RED_MEAN:
             s = s / red
         elif mode == RED_L2:

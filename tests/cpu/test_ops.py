@@ -189,6 +189,20 @@ def test_contiguous_row_extrema_with_nan_and_infinities(op):
     compare(m, {"x": x})
 
 
+@pytest.mark.parametrize("op", ["ReduceSum", "ReduceMean", "ReduceL1", "ReduceL2", "ReduceSumSquare", "ReduceLogSum"])
+@pytest.mark.parametrize("axes", [[1], [2]])
+def test_reductions_that_overflow_float32_give_what_the_spec_defines(op, axes):
+    # ONNX accumulates in the input's float32: sums (and sums of squares) beyond its range are
+    # infinite, and so are the means, norms and logs of them, where float64 would give finite
+    # values (fuzzer: mutants:21004818, a ReduceL2 of conv outputs near 8.5e37).
+    x = np.abs(rand(2, 4, 5)) + 1.0
+    x[0, :, 0] = 3e38
+    x[1, 2, :] = 2e38
+    x[1, 0, 1] = 1e20
+    m = model([node(op, ["x", "axes"], keepdims=0)], {"x": x}, ["y"], {"axes": np.array(axes, np.int64)}, opset=18)
+    compare(m, {"x": x})
+
+
 @pytest.mark.parametrize("op", ["ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL2",
                                 "ReduceLogSumExp", "ReduceSumSquare"])
 @pytest.mark.parametrize("axes,keep", [([1], 1), ([2, 3], 0), ([-1], 1)])
