@@ -53,6 +53,9 @@ LANES_PER_CORE = 2
 #: running the callers one after the other.  Longer launches release it and run side by side.
 LANE_GIL_MAX_S = 50e-6
 LANE_PROBE_RUNS = 8
+#: A probe run at least this long ends the probing at once: the lane releases the GIL from then on
+#: (a long model would otherwise keep the other callers out for LANE_PROBE_RUNS runs).
+LANE_GIL_RELEASE_S = 1e-3
 
 
 class CpuExecutable:
@@ -77,7 +80,7 @@ class CpuExecutable:
         self._pid = os.getpid()
         self._fork_copy: CpuExecutable | None = None
         #: Concurrent callers: how many are inside ``run``, and the 1-vEU lanes they use.
-        self._callers = 0
+        self._inside: list = []  # one item per caller inside run (see run)
         self._concurrent_at = -math.inf  # (time.monotonic) when two callers were last inside run
         self._callers_lock = threading.Lock()
         self._lanes: queue.SimpleQueue[CpuExecutable] = queue.SimpleQueue()
@@ -149,22 +152,23 @@ class CpuExecutable:
         if self.program.num_veus > 1:
             if self._pid != os.getpid():
                 return self._in_forked_child().run(feeds, outputs)
-            with self._callers_lock:
-                self._callers += 1
+            # The callers inside run, counted without a lock: list.append and list.pop are atomic
+            # under the GIL.  (A lock taken twice per call, by callers that keep the GIL through
+            # short launches, cost 4 callers of lstm-tc-small a third of their throughput.)
+            inside = self._inside
+            inside.append(None)
+            try:
                 now = time.monotonic()
-                if self._callers > 1:
+                if len(inside) > 1:
                     self._concurrent_at = now
                 # Alone, unless other callers were here a moment ago: under steady concurrent calls a
                 # caller often finds itself alone for one call, and the whole program's vEUs would then
                 # share the cores with the other callers' lanes (barriers waiting on a descheduled vEU).
-                alone = self._callers == 1 and now - self._concurrent_at > CONCURRENT_SPELL_S
-            try:
-                if alone:
+                if len(inside) == 1 and now - self._concurrent_at > CONCURRENT_SPELL_S:
                     return self._run_alone(feeds, outputs)
                 return self._run_on_lane(feeds, outputs)
             finally:
-                with self._callers_lock:
-                    self._callers -= 1
+                inside.pop()
         return self._run_here(feeds, outputs)
 
     def _run_alone(self, feeds: Mapping[str, np.ndarray],
@@ -224,23 +228,32 @@ class CpuExecutable:
             self._lanes.put(lane)
 
     def _note_lane_run(self, seconds: float) -> None:
-        """The first runs of a lane time it; a lane whose launches are short keeps the GIL
-        while it runs (:func:`.driver.run_holding_gil`)."""
+        """The first runs of a lane time it, holding the GIL (see :meth:`_new_lane`); a lane
+        whose launches are long then releases it while it runs, so that callers run side by
+        side.  (Probing with the GIL released timed the wake-ups of the other callers too: on a
+        machine with slow wake-ups a 15 us launch measured over 50 us and never kept the GIL,
+        and 4 callers of lstm-tc-small gave 0.5-0.7x the throughput of one.)"""
         self._lane_times.append(seconds)
         times = self._lane_times
-        if len(times) == LANE_PROBE_RUNS and sorted(times)[len(times) // 2] < LANE_GIL_MAX_S \
-                and self.program.num_veus == 1 and self.cores[0] < 0:
-            self._driver = run_holding_gil
+        if seconds >= LANE_GIL_RELEASE_S or (len(times) == LANE_PROBE_RUNS
+                                             and sorted(times)[len(times) // 2] >= LANE_GIL_MAX_S):
+            self._driver = run
+            self._lane_times.extend([seconds] * LANE_PROBE_RUNS)  # probing is over
 
     def _new_lane(self) -> CpuExecutable:
         with self._lane_build_lock:
             first = self._lane_program
             if first is None:
                 policy = str(self.program.report.get("policy", "wavefront"))
-                exe = api.compile(self.graph, backend="cpu", veus=1, policy=policy).executable
-                self._lane_program = exe.program
-                return exe
-        return CpuExecutable(self.graph, first)
+                lane = api.compile(self.graph, backend="cpu", veus=1, policy=policy).executable
+                self._lane_program = lane.program
+            else:
+                lane = CpuExecutable(self.graph, first)
+        if lane.program.num_veus == 1 and lane.cores[0] < 0:
+            lane._driver = run_holding_gil  # while its first runs time it (_note_lane_run)
+        else:
+            lane._lane_times.extend([0.0] * LANE_PROBE_RUNS)  # nothing to probe: it releases the GIL
+        return lane
 
     def _run_here(self, feeds: Mapping[str, np.ndarray],
                   outputs: Mapping[str, np.ndarray] | None = None,

@@ -20,14 +20,14 @@ def test_concurrent_callers_get_right_answers_on_lanes():
     assert 1 <= exe._lane_count <= 4  # lanes were used (up to two per core; the whole program is left alone
     # while callers come and go)
     assert all(lane.program.num_veus == 1 for lane in list(_drain(exe._lanes)))
-    assert exe._callers == 0
+    assert exe._inside == []  # every caller counted out again
 
 
 @pytest.mark.parametrize("hold", [True, False])
 def test_short_lane_launches_keep_the_gil_and_stay_right(monkeypatch, hold):
-    """A lane whose first runs are short runs the GIL-holding driver from then on (every run
-    still right); with the threshold at 0 no lane switches.  The threads call the lanes directly
-    (whether callers overlap in ``run`` is up to the scheduler)."""
+    """A lane probes its first runs holding the GIL and keeps holding it when they are short
+    (every run still right); with the threshold at 0 every probed lane releases it.  The threads
+    call the lanes directly (whether callers overlap in ``run`` is up to the scheduler)."""
     from rammer.backends.cpu import runtime
     from rammer.backends.cpu.driver import run_holding_gil
 
@@ -41,10 +41,26 @@ def test_short_lane_launches_keep_the_gil_and_stay_right(monkeypatch, hold):
     assert lanes
     probed = [lane for lane in lanes if len(lane._lane_times) >= runtime.LANE_PROBE_RUNS]
     holding = [lane for lane in lanes if lane._driver is run_holding_gil]
+    assert probed
     if hold:
-        assert holding and holding == probed
+        assert holding == lanes
     else:
-        assert not holding
+        assert not [lane for lane in probed if lane in holding]
+
+
+def test_a_long_probe_run_releases_the_gil_at_once(monkeypatch):
+    from rammer.backends.cpu import runtime
+    from rammer.backends.cpu.driver import run, run_holding_gil
+
+    monkeypatch.setattr(runtime, "LANE_GIL_RELEASE_S", 0.0)  # every run counts as long
+    graph = rammer.zoo.build("lstm-tc-small")
+    model = rammer.compile(graph, backend="cpu", veus=2)
+    lane = model.executable._new_lane()
+    assert lane._driver is run_holding_gil  # a new lane probes holding the GIL
+    model.executable._lanes.put(lane)
+    model.executable._lane_count += 1
+    model.executable._run_on_lane(model.check_feeds(model.random_feeds(0)))
+    assert lane._driver is run and len(lane._lane_times) >= runtime.LANE_PROBE_RUNS
 
 
 def _call_from_threads(graph, model, call, threads: int, runs: int) -> list[str]:
