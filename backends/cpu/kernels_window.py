@@ -590,9 +590,11 @@ def k_pool(F, B, I, J, X, R, p, sbase):
             ew_epilogue(F, X, R, epi, q, q + g, 0, OH * OW, sbase)
 
 
-#: Strided max pooling over output rows at least this wide runs separably (:func:`_max_separable`):
-#: 15-25% faster on 55-112 pixel planes; narrower planes, and stride 1 (whose stacked phase-plane
-#: sweeps share their set-up across planes: 28x28 measured 2x slower separably), keep the sweeps.
+#: Strided max pooling that no direct sweep serves (non-square windows, strides other than 1 and 2,
+#: 2x2 ... 5x5 limits: :func:`direct_fits`) over output rows at least this wide runs separably
+#: (:func:`_max_separable`): 15-25% faster than the phase-plane sweeps on 55-112 pixel planes;
+#: narrower planes, and stride 1 (whose stacked sweeps share their set-up across planes: 28x28
+#: measured 2x slower separably), keep the sweeps.
 _SEPARABLE_MIN_WIDTH = 8
 
 
@@ -623,22 +625,13 @@ def _max_separable(F, src, dst, H, W, kh, kw, sh, sw, ph, pw, OH, OW, v0):
                 x = row[c]
                 vr[c] = x if (x > a or x != x) else a
         out = F[_u(dst + oh * OW):_u(dst + oh * OW + OW)]
-        if kw == 3:
-            for ow in range(OW):
-                b = ow * sw
-                a = v[b]
-                x = v[b + 1]
+        for ow in range(OW):
+            b = ow * sw
+            a = v[b]
+            for j in range(1, kw):
+                x = v[b + j]
                 a = x if (x > a or x != x) else a
-                x = v[b + 2]
-                out[ow] = x if (x > a or x != x) else a
-        else:
-            for ow in range(OW):
-                b = ow * sw
-                a = v[b]
-                for j in range(1, kw):
-                    x = v[b + j]
-                    a = x if (x > a or x != x) else a
-                out[ow] = a
+            out[ow] = a
 
 
 @njit(**_JIT)
