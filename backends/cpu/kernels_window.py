@@ -17,7 +17,7 @@ from .atomics import copy_block
 from .fastmath import hardswish32
 from .kernels_ew import ew_epilogue
 from .ukernel import WIDTH, deinterleave2, tap_sweep
-from . import ukernel_window as uw
+from .ukernel_window import sweep_code, window_direct
 
 f32 = np.float32
 _INF = f32(np.inf)
@@ -271,29 +271,7 @@ def direct_sweep(is_max, k, stride, F, src, H, W, ph, pw, w_off, OH, OW, dst, bi
     """The output plane at F[dst:] of a window that :func:`direct_fits`, from the input plane at
     F[src:], padding included: a depthwise conv's (weights at F[w_off:], ``bias``, clamped to
     [lo, hi]) or, ``is_max``, a max pool's."""
-    if is_max:
-        if stride == 1:
-            if k == 3:
-                uw.max_direct_s1_k3(F, src, H, W, ph, pw, F, w_off, 0, OH, OW, F, dst, bias, lo, hi)
-            else:
-                uw.max_direct_s1_k5(F, src, H, W, ph, pw, F, w_off, 0, OH, OW, F, dst, bias, lo, hi)
-        elif k == 2:
-            uw.max_direct_s2_k2(F, src, H, W, ph, pw, F, w_off, 0, OH, OW, F, dst, bias, lo, hi)
-        elif k == 3:
-            uw.max_direct_s2_k3(F, src, H, W, ph, pw, F, w_off, 0, OH, OW, F, dst, bias, lo, hi)
-        else:
-            uw.max_direct_s2_k5(F, src, H, W, ph, pw, F, w_off, 0, OH, OW, F, dst, bias, lo, hi)
-    elif stride == 1:
-        if k == 3:
-            uw.conv_direct_s1_k3(F, src, H, W, ph, pw, F, w_off, 0, OH, OW, F, dst, bias, lo, hi)
-        else:
-            uw.conv_direct_s1_k5(F, src, H, W, ph, pw, F, w_off, 0, OH, OW, F, dst, bias, lo, hi)
-    elif k == 2:
-        uw.conv_direct_s2_k2(F, src, H, W, ph, pw, F, w_off, 0, OH, OW, F, dst, bias, lo, hi)
-    elif k == 3:
-        uw.conv_direct_s2_k3(F, src, H, W, ph, pw, F, w_off, 0, OH, OW, F, dst, bias, lo, hi)
-    else:
-        uw.conv_direct_s2_k5(F, src, H, W, ph, pw, F, w_off, 0, OH, OW, F, dst, bias, lo, hi)
+    window_direct(sweep_code(stride, k, is_max), F, src, H, W, ph, pw, F, w_off, 0, OH, OW, F, dst, bias, lo, hi)
 
 
 @njit(**_JIT)

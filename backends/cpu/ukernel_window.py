@@ -24,7 +24,7 @@ import ctypes
 
 from llvmlite import binding as llvm
 from llvmlite import ir
-from numba import types
+from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
@@ -210,12 +210,45 @@ def _add_direct_sweep(mod: ir.Module, stride: int, k: int, width: int, op: str =
     bld.ret_void()
 
 
+#: The entry that picks a sweep: ``(code, x, H, W, ph, pw, w, r0, r1, OW, out, bias, lo, hi)`` with
+#: ``code`` = :func:`sweep_code` of the sweep, the other arguments those of :func:`_add_direct_sweep`.
+DISPATCH_SYMBOL = "rammer_cpu_window_direct"
+
+
+@njit(nogil=True, cache=True)
+def sweep_code(stride: int, k: int, is_max: bool) -> int:
+    """The ``code`` that selects a sweep in the dispatching entry."""
+    return 100 * (1 if is_max else 0) + 10 * stride + k
+
+
+def _add_dispatch(mod: ir.Module) -> None:
+    """The entry that calls the sweep its first argument names (a code not generated: nothing)."""
+    sweeps = {sweep_code(stride, k, op == "max"): mod.get_global(symbol(stride, k, op))
+              for op in OPS for stride, k in SHAPES}
+    first = next(iter(sweeps.values()))
+    i64 = ir.IntType(64)
+    fn = ir.Function(mod, ir.FunctionType(ir.VoidType(), [i64, *first.function_type.args]), name=DISPATCH_SYMBOL)
+    code, *args = fn.args
+    bld = ir.IRBuilder(fn.append_basic_block("entry"))
+    none = fn.append_basic_block("none")
+    switch = bld.switch(code, none)
+    for value, sweep in sweeps.items():
+        block = fn.append_basic_block(f"c{value}")
+        switch.add_case(ir.Constant(i64, value), block)
+        case = ir.IRBuilder(block)
+        case.call(sweep, args)
+        case.ret_void()
+    ir.IRBuilder(none).ret_void()
+
+
 def direct_module(width: int) -> ir.Module:
-    """Every (stride, k) of :data:`SHAPES` at vector width ``width`` (tests build the AVX2 width too)."""
+    """Every (op, stride, k) of :data:`OPS` and :data:`SHAPES` at vector width ``width``, and the
+    entry that picks among them (tests build the AVX2 width too)."""
     mod = ir.Module(name="rammer_window_direct")
     for op in OPS:
         for stride, k in SHAPES:
             _add_direct_sweep(mod, stride, k, width, op)
+    _add_dispatch(mod)
     return mod
 
 
@@ -223,32 +256,18 @@ _ENGINE = compile_module(lambda: direct_module(WIDTH), cache=True, key=f"window 
 #: (stride, k, op) -> the address of its sweep
 ADDRESSES = {(stride, k, op): _ENGINE.get_function_address(symbol(stride, k, op))
              for op in OPS for stride, k in SHAPES}
-for _key, _address in ADDRESSES.items():
-    llvm.add_symbol(symbol(*_key), _address)
+DISPATCH_ADDRESS = _ENGINE.get_function_address(DISPATCH_SYMBOL)
+llvm.add_symbol(DISPATCH_SYMBOL, DISPATCH_ADDRESS)
 #: ctypes type of each sweep, for tests: (x, H, W, ph, pw, w, r0, r1, OW, out, bias, lo, hi).
 CFUNCTYPE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, *[ctypes.c_int64] * 4, ctypes.c_void_p, *[ctypes.c_int64] * 3,
                              ctypes.c_void_p, *[ctypes.c_float] * 3)
 
 
-def _direct_intrinsic(stride: int, k: int, op: str):
-    def typer(typingctx, X, x_off, H, W, ph, pw, Wt, w_off, r0, r1, OW, O, o_off, bias, lo, hi):
-        if not _arrays_are(types.float32, X, Wt, O):
-            return None
-        sig = types.none(X, x_off, H, W, ph, pw, Wt, w_off, r0, r1, OW, O, o_off, bias, lo, hi)
-        return sig, _call_codegen(symbol(stride, k, op), "fiiiifiiifsss")
-    typer.__name__ = f"{op}_direct_s{stride}_k{k}"
-    typer.__doc__ = f"The direct {op} sweep of stride {stride}, {k}x{k} (:func:`_add_direct_sweep`)."
-    return intrinsic(typer)
-
-
-# one intrinsic per sweep: kernels_window.direct_sweep picks among them
-conv_direct_s1_k3 = _direct_intrinsic(1, 3, "conv")
-conv_direct_s1_k5 = _direct_intrinsic(1, 5, "conv")
-conv_direct_s2_k2 = _direct_intrinsic(2, 2, "conv")
-conv_direct_s2_k3 = _direct_intrinsic(2, 3, "conv")
-conv_direct_s2_k5 = _direct_intrinsic(2, 5, "conv")
-max_direct_s1_k3 = _direct_intrinsic(1, 3, "max")
-max_direct_s1_k5 = _direct_intrinsic(1, 5, "max")
-max_direct_s2_k2 = _direct_intrinsic(2, 2, "max")
-max_direct_s2_k3 = _direct_intrinsic(2, 3, "max")
-max_direct_s2_k5 = _direct_intrinsic(2, 5, "max")
+@intrinsic
+def window_direct(typingctx, code, X, x_off, H, W, ph, pw, Wt, w_off, r0, r1, OW, O, o_off, bias, lo, hi):
+    """The sweep that ``code`` (:func:`sweep_code`) names, from ``X[x_off:]`` with weights
+    ``Wt[w_off:]`` into ``O[o_off:]`` (:func:`_add_direct_sweep`)."""
+    if not _arrays_are(types.float32, X, Wt, O):
+        return None
+    sig = types.none(code, X, x_off, H, W, ph, pw, Wt, w_off, r0, r1, OW, O, o_off, bias, lo, hi)
+    return sig, _call_codegen(DISPATCH_SYMBOL, "ifiiiifiiifsss")
