@@ -150,6 +150,17 @@ def _vec_ptr(bld: ir.IRBuilder, base: ir.Value, offset: ir.Value | int, vec: ir.
     return bld.bitcast(bld.gep(base, [offset]), vec.as_pointer())
 
 
+def _masked(mod: ir.Module, vec: ir.VectorType, store: bool) -> ir.Function:
+    """LLVM's masked load or store of ``vec`` (masked-off lanes are neither read nor written)."""
+    mask = ir.VectorType(ir.IntType(1), vec.count)
+    name = f"llvm.masked.{'store' if store else 'load'}.v{vec.count}f32.p0v{vec.count}f32"
+    found = mod.globals.get(name)
+    if found is not None:
+        return found
+    args = [vec, vec.as_pointer(), ir.IntType(32), mask] if store else [vec.as_pointer(), ir.IntType(32), mask, vec]
+    return ir.Function(mod, ir.FunctionType(ir.VoidType() if store else vec, args), name=name)
+
+
 def _clamp(bld: ir.IRBuilder, x: ir.Value, lo: ir.Value, hi: ir.Value) -> ir.Value:
     """``x`` limited to [lo, hi] (max, then min) with NaN kept, as the interpreter's CLIP and RELU
     do: ``y = x if x > lo or x is NaN else lo``, then the same against ``hi`` (lo = -inf and

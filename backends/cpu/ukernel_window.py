@@ -28,8 +28,7 @@ from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from .ukernel import WIDTH, _arrays_are, _call_codegen, _clamp, _fma, _splat, _vec_ptr, compile_module
-from .ukernel_winograd import _masked
+from .ukernel import WIDTH, _arrays_are, _call_codegen, _clamp, _fma, _masked, _splat, _vec_ptr, compile_module
 
 #: The (stride, k) of the generated sweeps, each for both ops: "conv" (a depthwise conv, and average
 #: pooling with weights of one) and "max" (max pooling).

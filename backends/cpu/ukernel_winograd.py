@@ -28,7 +28,7 @@ from numba.extending import intrinsic
 
 import numpy as np
 
-from .ukernel import (WIDTH, _activate, _arrays_are, _call_codegen, _per_flag_blocks, _splat, _vec_ptr,
+from .ukernel import (WIDTH, _activate, _arrays_are, _call_codegen, _masked, _per_flag_blocks, _splat, _vec_ptr,
                       compile_module)
 
 IN_SYMBOL = "rammer_cpu_winograd_in"
@@ -93,16 +93,6 @@ def _add_input_transform(mod: ir.Module, width: int) -> None:
                 at = bld.mul(ir.Constant(i64, 4 * i + xi), vs)
                 bld.store(val, _vec_ptr(bld, vrow, at, vec), align=4)
     bld.ret_void()
-
-
-def _masked(mod: ir.Module, vec: ir.VectorType, store: bool) -> ir.Function:
-    mask = ir.VectorType(ir.IntType(1), vec.count)
-    name = f"llvm.masked.{'store' if store else 'load'}.v{vec.count}f32.p0v{vec.count}f32"
-    found = mod.globals.get(name)
-    if found is not None:
-        return found
-    args = [vec, vec.as_pointer(), ir.IntType(32), mask] if store else [vec.as_pointer(), ir.IntType(32), mask, vec]
-    return ir.Function(mod, ir.FunctionType(ir.VoidType() if store else vec, args), name=name)
 
 
 def _add_output_transform(mod: ir.Module, width: int) -> None:

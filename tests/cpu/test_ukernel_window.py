@@ -65,8 +65,8 @@ def test_direct_sweep_is_the_padded_window(width, op, stride, k, geometry):
     out = np.full(OH * OW + guard, 7.0, np.float32)
     r0, r1 = (1, OH - 1) if OH > 2 else (0, OH)  # a row range, as a task has it
     bias, lo, hi = 0.25, -1.5, 2.0
-    _sweep(width, stride, k, op)(plane.ctypes.data + 4 * guard, H, W, ph, pw, w.ctypes.data, r0, r1, OW, out.ctypes.data,
-                             bias, lo, hi)
+    sweep = _sweep(width, stride, k, op)
+    sweep(plane.ctypes.data + 4 * guard, H, W, ph, pw, w.ctypes.data, r0, r1, OW, out.ctypes.data, bias, lo, hi)
     want = _window(x.astype(np.float64), w.astype(np.float64), stride, ph, pw, OH, OW, op)
     if op == "conv":
         want = np.clip(want + bias, lo, hi)
