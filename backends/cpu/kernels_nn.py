@@ -254,12 +254,17 @@ def k_softmax(F, B, I, J, X, R, p, sbase):
                 ev = exp32(F[base + r * inner] - mx)
                 F[ob + r * inner] = ev
                 s += ev
+        # the sum rounded to float32 first, as the contiguous rows do (_softmax_row): a row's
+        # maximum then gets a log-softmax of exactly 0 when the others add less than float32
+        # resolves, as in the reference and onnxruntime, not -1e-9 (which flipped a Less(x, 0)
+        # downstream: the fuzzer's graphs:23003769)
+        s32 = f32(s)
         if log == 1:
-            ls = f32(np.log(s))
+            ls = f32(np.log(s32))
             for r in range(n):
                 F[ob + r * inner] = (F[base + r * inner] - mx) - ls
         else:
-            inv = f32(1.0 / s)
+            inv = f32(1.0) / s32
             for r in range(n):
                 F[ob + r * inner] *= inv
 

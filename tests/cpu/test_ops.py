@@ -230,6 +230,19 @@ def test_softmax_rows_with_nan_and_inf_and_long_rows(op):
     compare(model([node(op, ["x"], axis=-1)], {"x": x}, ["y"], opset=13), {"x": x})
 
 
+@pytest.mark.parametrize("axis", [-1, -2])
+def test_log_softmax_of_a_dominant_element_is_exactly_zero(axis):
+    # The others' exps add less than float32 resolves next to 1: the reference and onnxruntime
+    # sum in float32 and give exactly 0, and a Less(y, 0) after it must agree (the fuzzer's
+    # graphs:23003769 had -1e-9 on strided rows, contiguous rows already matched).
+    x = rand(2, 8, 3, 3) * 0.1
+    x[0, 2, 1, 1] = 25.0  # the others along axis -2 have exps of about 1e-11 relative to it
+    x = np.moveaxis(x, -2, axis) if axis == -1 else x
+    nodes = [node("LogSoftmax", ["x"], ["y"], axis=axis), node("Less", ["y", "zero"], ["neg"])]
+    m = model(nodes, {"x": x}, ["y", "neg"], {"zero": np.array(0.0, np.float32)}, opset=13)
+    compare(m, {"x": x})
+
+
 def test_erf_matches_libm_closely():
     import math
 
