@@ -92,7 +92,8 @@ class CpuExecutable:
         self._chooser = LaunchChooser()
         self._solo_lane: CpuExecutable | None = None
         self._solo_builder: threading.Thread | None = None
-        #: As a lane: the seconds of its first runs (see _note_lane_run).
+        #: As a lane: whether its runs are still timed, and the seconds of those (see _note_lane_run).
+        self._lane_probing = False
         self._lane_times: list[float] = []
         #: Compiled branches of If host steps by (node index, branch attribute); None: interpret it.
         self._branches: dict[tuple[int, str], api.CompiledModel | None] = {}
@@ -189,7 +190,7 @@ class CpuExecutable:
 
     def _build_solo_lane(self) -> None:
         try:
-            self._solo_lane = self._new_lane()
+            self._solo_lane = self._new_lane(probe=False)
         except Exception as exc:  # the whole program keeps running; nothing is lost
             logging.getLogger("rammer").debug("no 1-vEU lane for adaptive launches: %s", exc)
 
@@ -218,7 +219,7 @@ class CpuExecutable:
             else:
                 lane = self._lanes.get()
         try:
-            if len(lane._lane_times) >= LANE_PROBE_RUNS:
+            if not lane._lane_probing:
                 return lane._run_here(feeds, outputs)
             start = time.perf_counter()
             out = lane._run_here(feeds, outputs)
@@ -233,14 +234,18 @@ class CpuExecutable:
         side.  (Probing with the GIL released timed the wake-ups of the other callers too: on a
         machine with slow wake-ups a 15 us launch measured over 50 us and never kept the GIL,
         and 4 callers of lstm-tc-small gave 0.5-0.7x the throughput of one.)"""
-        self._lane_times.append(seconds)
         times = self._lane_times
-        if seconds >= LANE_GIL_RELEASE_S or (len(times) == LANE_PROBE_RUNS
-                                             and sorted(times)[len(times) // 2] >= LANE_GIL_MAX_S):
-            self._driver = run
-            self._lane_times.extend([seconds] * LANE_PROBE_RUNS)  # probing is over
+        times.append(seconds)
+        long_run = seconds >= LANE_GIL_RELEASE_S
+        if long_run or len(times) == LANE_PROBE_RUNS:
+            self._lane_probing = False
+            if long_run or sorted(times)[len(times) // 2] >= LANE_GIL_MAX_S:
+                self._driver = run  # long launches release the GIL: callers run side by side
 
-    def _new_lane(self) -> CpuExecutable:
+    def _new_lane(self, probe: bool = True) -> CpuExecutable:
+        """A 1-vEU copy of the program.  A lane for concurrent callers (``probe``) times its first
+        runs holding the GIL (:meth:`_note_lane_run`); the lone caller's lane of adaptive launches
+        is not timed there and always releases it."""
         with self._lane_build_lock:
             first = self._lane_program
             if first is None:
@@ -249,10 +254,10 @@ class CpuExecutable:
                 self._lane_program = lane.program
             else:
                 lane = CpuExecutable(self.graph, first)
-        if lane.program.num_veus == 1 and lane.cores[0] < 0:
-            lane._driver = run_holding_gil  # while its first runs time it (_note_lane_run)
-        else:
-            lane._lane_times.extend([0.0] * LANE_PROBE_RUNS)  # nothing to probe: it releases the GIL
+        if probe and lane.program.num_veus == 1 and lane.cores[0] < 0:
+            # its first runs time it (_note_lane_run); otherwise it releases the GIL from the start
+            lane._driver = run_holding_gil
+            lane._lane_probing = True
         return lane
 
     def _run_here(self, feeds: Mapping[str, np.ndarray],
