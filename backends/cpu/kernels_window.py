@@ -17,7 +17,7 @@ from .atomics import copy_block
 from .fastmath import hardswish32
 from .kernels_ew import ew_epilogue
 from .ukernel import WIDTH, deinterleave2, tap_sweep
-from .ukernel_window import sweep_code, window_direct
+from .ukernel_window import SHAPES as DIRECT_SHAPES, sweep_code, window_direct
 
 f32 = np.float32
 _INF = f32(np.inf)
@@ -61,7 +61,7 @@ def read_window(X, d):
 #: an 8x8 plane.  The extra lanes read up to _SLACK elements past the planes.
 _SLACK = 16
 #: Output planes up to this many pixels are computed tap by tap (see k_dwconv).
-TINY_PLANE = 4
+_TINY_PLANE = 4
 #: Output floats per epilogue call of the depthwise kernel (16 KiB: still in L1).
 _EPI_GROUP = 4096
 
@@ -258,12 +258,23 @@ def _pad_phases(F, xb, cg, H, W, ph, pw, r0, Rq, sh, sw, Wq, pp):
 @njit(**_JIT)
 def direct_fits(kh, kw, sh, sw, dh, dw):
     """Whether a window takes a direct sweep (:mod:`.ukernel_window`): square, equal strides,
-    no dilation, (stride, k) one of (1, 3), (1, 5), (2, 2), (2, 3), (2, 5).  It needs no scratch:
-    on MobileNet's depthwise planes it took 0.4-0.7x the time of the phase planes, the sweep and
+    no dilation, (stride, k) one of the generated ``SHAPES``.  It needs no scratch: on
+    MobileNet's depthwise planes it took 0.4-0.7x the time of the phase planes, the sweep and
     the copy out (and a fifth on planes of 28x28 and less, where the copies dominated)."""
     if kh != kw or sh != sw or dh != 1 or dw != 1:
         return False
-    return (sh == 1 and (kh == 3 or kh == 5)) or (sh == 2 and 2 <= kh <= 5 and kh != 4)
+    for stride, k in DIRECT_SHAPES:
+        if sh == stride and kh == k:
+            return True
+    return False
+
+
+def dwconv_scratch(OH: int, OW: int, kh: int, kw: int, sh: int, sw: int, dh: int, dw: int) -> int:
+    """Float32 scratch elements :func:`k_dwconv` needs for one plane: none for the direct sweeps
+    and the tiny planes' tap loops, else the phase planes and the accumulator."""
+    if direct_fits(kh, kw, sh, sw, dh, dw) or OH * OW <= _TINY_PLANE:
+        return 0
+    return window_scratch(OH, OW, kh, kw, sh, sw, dh, dw)
 
 
 @njit(**_JIT)
@@ -320,7 +331,7 @@ def k_dwconv(F, B, I, J, X, R, p, sbase):
     a0 = pbase + nplanes
     # Tiny planes (late MobileNet stages): per-plane sweep set-up would cost
     # more than the arithmetic, so each output is a plain loop over its taps.
-    tiny = OH * OW <= TINY_PLANE
+    tiny = OH * OW <= _TINY_PLANE
     ti = (a0 + Hq * Wq + _SLACK + 1) // 2  # the int64 tap table, after the accumulator
     # (no scratch at all for the direct sweep)
     swept = direct_fits(kh, kw, sh, sw, dh, dw)

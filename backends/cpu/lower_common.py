@@ -20,7 +20,7 @@ from rammer.lower.views import View, collapse
 from .ewops import BLOCK
 from .kernels_dwcl import dwcl_scratch
 from .kernels_gemm import PACK_FLOATS, packed_ok
-from .kernels_window import TINY_PLANE, direct_fits, window_scratch
+from .kernels_window import dwconv_scratch
 from .lower_context import LowerContext
 from .ops import CpuOp, EmitContext, Row, grid_split, split_range
 from .program import EwProgram, epilogue_io
@@ -252,9 +252,7 @@ def dwconv_op(lw: LowerContext, name: str, nodes: tuple[Node, ...], x: View, w: 
         padded = dwcl_scratch(OH, OW, kh, kw, sh, sw, dh, dw)
     else:
         weights, kernel, tail = w, "k_dwconv", (mult,)
-        # phase planes + accumulator, none for the direct sweep (or tiny planes' tap loops)
-        padded = (0 if direct_fits(kh, kw, sh, sw, dh, dw) or OH * OW <= TINY_PLANE
-                  else window_scratch(OH, OW, kh, kw, sh, sw, dh, dw))
+        padded = dwconv_scratch(OH, OW, kh, kw, sh, sw, dh, dw)
 
     def emit(ctx: EmitContext, parts: list) -> list[Row]:
         epi = prog.emit(ctx.side, ctx.locate, space) if prog is not None else -1
