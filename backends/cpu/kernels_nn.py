@@ -283,21 +283,12 @@ def k_layernorm(F, B, I, J, X, R, p, sbase):
     for r in range(p[1], p[2]):
         A = F[x + r * n:x + (r + 1) * n]
         D = F[out + r * n:out + (r + 1) * n]
-        total = _row_sum64(A, n)
-        mean = total / n
-        sqdev = _row_sqdev64(A, n, mean)
-        # ONNX defines the statistics in float32 (stash_type 1): a sum that
-        # overflows there makes the mean infinite (every output NaN) and a sum
-        # of squares that overflows makes 1/std zero (every output the bias).
-        # float64 would give the exact answer, which neither the spec nor
-        # onnxruntime returns.
-        if abs(total) > _F32_MAX:
-            mean = np.inf
-            inv = 0.0
-        elif sqdev > _F32_MAX:
-            inv = 0.0
-        else:
-            inv = 1.0 / np.sqrt(sqdev / n + eps)
+        # ONNX defines the statistics in float32 (stash_type 1): a sum that overflows there
+        # makes the mean infinite (every output NaN) and a sum of squares that overflows makes
+        # 1/std zero (every output the bias); float64 would give the exact answer, which neither
+        # the spec nor onnxruntime returns (mutants:20027605).
+        mean = _f32_overflow(_row_sum64(A, n)) / n
+        inv = 1.0 / np.sqrt(_f32_overflow(_row_sqdev64(A, n, mean)) / n + eps)
         if bi >= 0:
             _norm_row(D, A, n, f32(mean), f32(inv), F[sc:sc + n], F[bi:bi + n])
         else:
