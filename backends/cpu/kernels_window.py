@@ -16,8 +16,8 @@ from numba import njit
 from .atomics import copy_block
 from .fastmath import hardswish32
 from .kernels_ew import ew_epilogue
-from .ukernel import WIDTH, deinterleave2, tap_sweep
-from .ukernel_window import SHAPES as DIRECT_SHAPES, sweep_code, window_direct
+from .ukernel import WIDTH
+from .ukernel_window import SHAPES as DIRECT_SHAPES, deinterleave2, sweep_code, tap_sweep, window_direct
 
 f32 = np.float32
 _INF = f32(np.inf)
@@ -48,7 +48,7 @@ def read_window(X, d):
 # flat shift, and one loop over q = oh*Wq + ow (columns past OW are junk,
 # dropped when the result is copied out) covers the whole plane: long
 # contiguous loops even for 8x8 planes.  The sweep is an LLVM kernel
-# (``ukernel.tap_sweep``) that keeps blocks of up to 8 vectors of the
+# (``ukernel_window.tap_sweep``) that keeps blocks of up to 8 vectors of the
 # accumulator in registers across all taps: one broadcast weight and one load
 # per tap and vector (in numba, the accumulator went through memory every few
 # taps and the sweeps took half of a depthwise convolution).  Square windows
@@ -190,7 +190,7 @@ _BORDER_FILL_MIN = 1024
 def _split_column_pairs(F, src, W, ph, pw, sh, a, r_lo, r_hi, Hq, Wq, P, p0, border, fill):
     """Rows [r_lo, r_hi) of row phase ``a`` into both column phases of a column stride of 2:
     phase b's column t is input column 2t + b - pw.  Where both phases are inside the row, one
-    call splits each input pair (``ukernel.deinterleave2``: wide loads and shuffles; a numba loop
+    call splits each input pair (``ukernel_window.deinterleave2``: wide loads and shuffles; a numba loop
     over the pairs stayed scalar, and a loop per phase read every other element twice).  The
     at most two columns at each end that only one phase has inside are copied one by one.  With
     ``border`` everything of the two phases outside the plane (rows outside [r_lo, r_hi), and the

@@ -41,8 +41,6 @@ from numba.extending import intrinsic
 
 SYMBOL = "rammer_cpu_ukernel"
 ROWS_SYMBOL = "rammer_cpu_ukernel_rows"
-SWEEP_SYMBOL = "rammer_cpu_tap_sweep"
-DEINTERLEAVE_SYMBOL = "rammer_cpu_deinterleave2"
 LDB_SYMBOL = "rammer_cpu_ukernel_ldb"
 #: Row counts of the strided-B kernel's short variants (``LDB_SYMBOL`` + rows): a last A panel
 #: of 4 or 8 real rows (64 channels, or 128, in panels of 12) costs what it holds, not 12 rows.
@@ -85,49 +83,6 @@ def _module() -> ir.Module:
     for rows in LDB_SHORT_ROWS:
         _add_packed_kernel(mod, strided_b=True, rows=rows)
     _add_pixel_row_kernel(mod, PX_MR, PX_NR, WIDTH)
-    _add_tap_sweep(mod, WIDTH)
-    _add_deinterleave(mod, WIDTH)
-    return mod
-
-
-def _add_deinterleave(mod: ir.Module, width: int) -> None:
-    """``(src, n, even, odd)``: ``even[t] = src[2t]``, ``odd[t] = src[2t + 1]`` for t < n: two
-    vector loads and two shuffles per ``width`` pairs, then a scalar tail.  The stride-2 phase
-    planes of depthwise convs and pooling (``kernels_window._split_column_pairs``): numba's loop
-    over the pairs stayed scalar."""
-    f32 = ir.FloatType()
-    i64 = ir.IntType(64)
-    vec = ir.VectorType(f32, width)
-    fp = f32.as_pointer()
-    fn = ir.Function(mod, ir.FunctionType(ir.VoidType(), [fp, i64, fp, fp]), name=DEINTERLEAVE_SYMBOL)
-    src, n, even, odd = fn.args
-    for arg, name in zip(fn.args, ("src", "n", "even", "odd")):
-        arg.name = name
-    bld = ir.IRBuilder(fn.append_basic_block("entry"))
-    i32 = ir.IntType(32)
-    evens = ir.Constant(ir.VectorType(i32, width), [2 * t for t in range(width)])
-    odds = ir.Constant(ir.VectorType(i32, width), [2 * t + 1 for t in range(width)])
-    blocks = bld.sdiv(n, ir.Constant(i64, width))
-    with cgutils.for_range(bld, blocks) as loop:
-        t = bld.mul(loop.index, ir.Constant(i64, width))
-        base = bld.gep(src, [bld.add(t, t)])
-        lo = bld.load(_vec_ptr(bld, base, 0, vec), align=4)
-        hi = bld.load(_vec_ptr(bld, base, width, vec), align=4)
-        bld.store(bld.shuffle_vector(lo, hi, evens), _vec_ptr(bld, even, t, vec), align=4)
-        bld.store(bld.shuffle_vector(lo, hi, odds), _vec_ptr(bld, odd, t, vec), align=4)
-    done = bld.mul(blocks, ir.Constant(i64, width))
-    with cgutils.for_range(bld, bld.sub(n, done)) as loop:
-        t = bld.add(done, loop.index)
-        t2 = bld.add(t, t)
-        bld.store(bld.load(bld.gep(src, [t2])), bld.gep(even, [t]))
-        bld.store(bld.load(bld.gep(src, [bld.add(t2, ir.Constant(i64, 1))])), bld.gep(odd, [t]))
-    bld.ret_void()
-
-
-def deinterleave_module(width: int) -> ir.Module:
-    """A module with only the deinterleave at the given vector width (tests run the AVX2 width too)."""
-    mod = ir.Module(name="rammer_deinterleave")
-    _add_deinterleave(mod, width)
     return mod
 
 
@@ -408,90 +363,6 @@ def _add_transpose_store(mod: ir.Module, rows: int, cols: int, width: int) -> ir
     return fn
 
 
-#: Vectors per block of the tap sweep, largest first (the accumulators of a block stay in registers).
-SWEEP_BLOCKS = (8, 4, 2, 1)
-
-
-def _add_tap_sweep(mod: ir.Module, width: int) -> None:
-    """``(p, toff, w, ntaps, nvec, acc, bias, lo, hi)``:
-    ``acc[q] = clamp(bias + sum_t w[t] * p[toff[t] + q], lo, hi)`` for q < nvec*width.
-
-    The flat sweep of depthwise convolution and average pooling over
-    stride-phase planes (:mod:`.kernels_window`): every tap is a shift of the
-    planes.  The q range is cut into blocks of 8, 4, 2 and 1 vectors; a block's
-    accumulators stay in registers across all taps, so each tap costs one
-    broadcast weight and one (unaligned) load per vector, and the block is
-    stored once, after the bias (the accumulators' start) and the clamp of a fused
-    ReLU or Clip (lo = -inf, hi = +inf: none)."""
-    f32 = ir.FloatType()
-    i64 = ir.IntType(64)
-    vec = ir.VectorType(f32, width)
-    fp = f32.as_pointer()
-    ip = i64.as_pointer()
-    fn = ir.Function(mod, ir.FunctionType(ir.VoidType(), [fp, ip, fp, i64, i64, fp, f32, f32, f32]),
-                     name=SWEEP_SYMBOL)
-    p, toff, w, ntaps, nvec, acc, bias, lo, hi = fn.args
-    for arg, name in zip(fn.args, ("p", "toff", "w", "ntaps", "nvec", "acc", "bias", "lo", "hi")):
-        arg.name = name
-    fma = _fma(mod, vec)
-    entry = fn.append_basic_block("entry")
-    bld = ir.IRBuilder(entry)
-    zero = _splat(bld, bias, vec)
-    lo_v, hi_v = _splat(bld, lo, vec), _splat(bld, hi, vec)
-    v0 = ir.Constant(i64, 0)
-    prev_block, prev_v = entry, v0
-    exit_block = fn.append_basic_block("exit")
-    for nv in SWEEP_BLOCKS:
-        # while nvec - v >= nv: one block of nv vectors at v
-        head, taps_head, taps_body, store = (fn.append_basic_block(f"{n}{nv}") for n in ("head", "taps", "tap", "store"))
-        bld.branch(head)
-        bld = ir.IRBuilder(head)
-        v = bld.phi(i64, name=f"v{nv}")
-        v.add_incoming(prev_v, prev_block)
-        after = fn.append_basic_block(f"after{nv}")
-        bld.cbranch(bld.icmp_signed("<=", bld.add(v, ir.Constant(i64, nv)), nvec), taps_head, after)
-
-        bld = ir.IRBuilder(taps_head)
-        t = bld.phi(i64, name=f"t{nv}")
-        t.add_incoming(ir.Constant(i64, 0), head)
-        accs = [bld.phi(vec, name=f"a{nv}_{k}") for k in range(nv)]
-        for a in accs:
-            a.add_incoming(zero, head)
-        bld.cbranch(bld.icmp_signed("<", t, ntaps), taps_body, store)
-
-        bld = ir.IRBuilder(taps_body)
-        weight = _splat(bld, bld.load(bld.gep(w, [t]), align=4), vec)
-        q0 = bld.add(bld.load(bld.gep(toff, [t]), align=8), bld.mul(v, ir.Constant(i64, width)))
-        base = bld.gep(p, [q0])
-        new = []
-        for k in range(nv):
-            x = bld.load(_vec_ptr(bld, base, k * width, vec), align=4)
-            new.append(bld.call(fma, [weight, x, accs[k]]))
-        t.add_incoming(bld.add(t, ir.Constant(i64, 1)), taps_body)
-        for a, n in zip(accs, new):
-            a.add_incoming(n, taps_body)
-        bld.branch(taps_head)
-
-        bld = ir.IRBuilder(store)
-        out = bld.gep(acc, [bld.mul(v, ir.Constant(i64, width))])
-        for k in range(nv):
-            bld.store(_clamp(bld, accs[k], lo_v, hi_v), _vec_ptr(bld, out, k * width, vec), align=4)
-        v.add_incoming(bld.add(v, ir.Constant(i64, nv)), store)
-        bld.branch(head)
-
-        bld = ir.IRBuilder(after)
-        prev_block, prev_v = after, v
-    bld.branch(exit_block)
-    ir.IRBuilder(exit_block).ret_void()
-
-
-def tap_sweep_module(width: int) -> ir.Module:
-    """A module with only the tap sweep at the given vector width (tests run the AVX2 width too)."""
-    mod = ir.Module(name="rammer_tap_sweep")
-    _add_tap_sweep(mod, width)
-    return mod
-
-
 def _fused_store(fn: ir.Function, bld: ir.IRBuilder, accs: list, c: ir.Value, ldc: ir.Value, flags: ir.Value,
                  bias: ir.Value, res: ir.Value, ldr: ir.Value, rows: int, cols: int, width: int) -> None:
     """Store the tile as ``relu?(tile (+ C) (+ bias[r]) (+ res[r*ldr + j]))`` per ``flags``, one
@@ -660,13 +531,9 @@ def pixel_row_module(rows: int, cols: int, width: int) -> ir.Module:
 _ENGINE = compile_module(_module, cache=True, key="ukernel")
 ADDRESS = _ENGINE.get_function_address(SYMBOL)
 ROWS_ADDRESS = _ENGINE.get_function_address(ROWS_SYMBOL)
-SWEEP_ADDRESS = _ENGINE.get_function_address(SWEEP_SYMBOL)
-DEINTERLEAVE_ADDRESS = _ENGINE.get_function_address(DEINTERLEAVE_SYMBOL)
 LDB_ADDRESS = _ENGINE.get_function_address(LDB_SYMBOL)
 llvm.add_symbol(SYMBOL, ADDRESS)
 llvm.add_symbol(ROWS_SYMBOL, ROWS_ADDRESS)
-llvm.add_symbol(SWEEP_SYMBOL, SWEEP_ADDRESS)
-llvm.add_symbol(DEINTERLEAVE_SYMBOL, DEINTERLEAVE_ADDRESS)
 llvm.add_symbol(LDB_SYMBOL, LDB_ADDRESS)
 #: Addresses of the short variants by row count.
 LDB_SHORT_ADDRESSES = {rows: _ENGINE.get_function_address(ldb_symbol(rows)) for rows in LDB_SHORT_ROWS}
@@ -678,9 +545,6 @@ CFUNC = ctypes.CFUNCTYPE(None, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p,
 #: ctypes type of the pixel-row kernel: (k, a, aoff, rowoff, b, c, ldc, flags, bias, res).
 ROWS_CFUNCTYPE = ctypes.CFUNCTYPE(None, ctypes.c_int64, *[ctypes.c_void_p] * 5, ctypes.c_int64, ctypes.c_int64,
                                   ctypes.c_void_p, ctypes.c_void_p)
-#: ctypes type of the tap sweep: (p, toff, w, ntaps, nvec, acc, bias, lo, hi).
-SWEEP_CFUNCTYPE = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * 3, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p,
-                                   *[ctypes.c_float] * 3)
 #: The strided-B kernel as a ctypes function, for tests: (k, a, b, ldb, c, ldc, flags, bias, res, ldr).
 _LDB_CFUNCTYPE = ctypes.CFUNCTYPE(None, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
                                   ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p,
@@ -742,26 +606,6 @@ def ukernel_rows(typingctx, k, A, a_off, T, t_off, T2, r_off, Bp, b_off, C, c_of
         return None
     sig = types.none(k, A, a_off, T, t_off, T2, r_off, Bp, b_off, C, c_off, ldc, flags, Bias, bias_off, Res, res_off)
     return sig, _call_codegen(ROWS_SYMBOL, "ifqqffiiff")
-
-
-@intrinsic
-def tap_sweep(typingctx, P, p_off, T, t_off, Wt, w_off, ntaps, nvec, A, a_off, bias, lo, hi):
-    """``A[a_off + q] = clamp(bias + sum_t Wt[w_off + t] * P[p_off + T[t_off + t] + q], lo, hi)``
-    for q < nvec * WIDTH (see :func:`_add_tap_sweep`)."""
-    if not (_arrays_are(types.float32, P, Wt, A) and _arrays_are(types.int64, T)):
-        return None
-    sig = types.none(P, p_off, T, t_off, Wt, w_off, ntaps, nvec, A, a_off, bias, lo, hi)
-    return sig, _call_codegen(SWEEP_SYMBOL, "fqfiifsss")
-
-
-@intrinsic
-def deinterleave2(typingctx, S, s_off, n, E, e_off, O, o_off):
-    """``E[e_off + t] = S[s_off + 2t]``, ``O[o_off + t] = S[s_off + 2t + 1]`` for t < n
-    (:func:`_add_deinterleave`)."""
-    if not _arrays_are(types.float32, S, E, O):
-        return None
-    sig = types.none(S, s_off, n, E, e_off, O, o_off)
-    return sig, _call_codegen(DEINTERLEAVE_SYMBOL, "fiff")
 
 
 def _ldb_intrinsic(rows: int, doc: str):

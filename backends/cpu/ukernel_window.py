@@ -1,4 +1,6 @@
-"""Direct window sweeps, generated as LLVM IR: a square window (3x3 or 5x5 at stride 1; 2x2, 3x3
+"""The window kernels of depthwise convs and pooling, generated as LLVM IR: the tap sweep over
+stride-phase planes and the deinterleave that splits a plane's column pairs into them
+(:mod:`.kernels_window` has the phase planes), and the direct window sweeps: a square window (3x3 or 5x5 at stride 1; 2x2, 3x3
 or 5x5 at stride 2) read straight from the input plane, padding included, written straight to
 the output plane.  "conv" sweeps serve depthwise convs (and average pooling, with weights of
 one); "max" sweeps serve max pooling.
@@ -29,6 +31,135 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from .ukernel import WIDTH, _arrays_are, _call_codegen, _clamp, _fma, _masked, _splat, _vec_ptr, compile_module
+
+SWEEP_SYMBOL = "rammer_cpu_tap_sweep"
+DEINTERLEAVE_SYMBOL = "rammer_cpu_deinterleave2"
+
+
+def _add_deinterleave(mod: ir.Module, width: int) -> None:
+    """``(src, n, even, odd)``: ``even[t] = src[2t]``, ``odd[t] = src[2t + 1]`` for t < n: two
+    vector loads and two shuffles per ``width`` pairs, then a scalar tail.  The stride-2 phase
+    planes of depthwise convs and pooling (``kernels_window._split_column_pairs``): numba's loop
+    over the pairs stayed scalar."""
+    f32 = ir.FloatType()
+    i64 = ir.IntType(64)
+    vec = ir.VectorType(f32, width)
+    fp = f32.as_pointer()
+    fn = ir.Function(mod, ir.FunctionType(ir.VoidType(), [fp, i64, fp, fp]), name=DEINTERLEAVE_SYMBOL)
+    src, n, even, odd = fn.args
+    for arg, name in zip(fn.args, ("src", "n", "even", "odd")):
+        arg.name = name
+    bld = ir.IRBuilder(fn.append_basic_block("entry"))
+    i32 = ir.IntType(32)
+    evens = ir.Constant(ir.VectorType(i32, width), [2 * t for t in range(width)])
+    odds = ir.Constant(ir.VectorType(i32, width), [2 * t + 1 for t in range(width)])
+    blocks = bld.sdiv(n, ir.Constant(i64, width))
+    with cgutils.for_range(bld, blocks) as loop:
+        t = bld.mul(loop.index, ir.Constant(i64, width))
+        base = bld.gep(src, [bld.add(t, t)])
+        lo = bld.load(_vec_ptr(bld, base, 0, vec), align=4)
+        hi = bld.load(_vec_ptr(bld, base, width, vec), align=4)
+        bld.store(bld.shuffle_vector(lo, hi, evens), _vec_ptr(bld, even, t, vec), align=4)
+        bld.store(bld.shuffle_vector(lo, hi, odds), _vec_ptr(bld, odd, t, vec), align=4)
+    done = bld.mul(blocks, ir.Constant(i64, width))
+    with cgutils.for_range(bld, bld.sub(n, done)) as loop:
+        t = bld.add(done, loop.index)
+        t2 = bld.add(t, t)
+        bld.store(bld.load(bld.gep(src, [t2])), bld.gep(even, [t]))
+        bld.store(bld.load(bld.gep(src, [bld.add(t2, ir.Constant(i64, 1))])), bld.gep(odd, [t]))
+    bld.ret_void()
+
+
+def deinterleave_module(width: int) -> ir.Module:
+    """A module with only the deinterleave at the given vector width (tests run the AVX2 width too)."""
+    mod = ir.Module(name="rammer_deinterleave")
+    _add_deinterleave(mod, width)
+    return mod
+
+
+#: Vectors per block of the tap sweep, largest first (the accumulators of a block stay in registers).
+SWEEP_BLOCKS = (8, 4, 2, 1)
+
+
+def _add_tap_sweep(mod: ir.Module, width: int) -> None:
+    """``(p, toff, w, ntaps, nvec, acc, bias, lo, hi)``:
+    ``acc[q] = clamp(bias + sum_t w[t] * p[toff[t] + q], lo, hi)`` for q < nvec*width.
+
+    The flat sweep of depthwise convolution and average pooling over
+    stride-phase planes (:mod:`.kernels_window`): every tap is a shift of the
+    planes.  The q range is cut into blocks of 8, 4, 2 and 1 vectors; a block's
+    accumulators stay in registers across all taps, so each tap costs one
+    broadcast weight and one (unaligned) load per vector, and the block is
+    stored once, after the bias (the accumulators' start) and the clamp of a fused
+    ReLU or Clip (lo = -inf, hi = +inf: none)."""
+    f32 = ir.FloatType()
+    i64 = ir.IntType(64)
+    vec = ir.VectorType(f32, width)
+    fp = f32.as_pointer()
+    ip = i64.as_pointer()
+    fn = ir.Function(mod, ir.FunctionType(ir.VoidType(), [fp, ip, fp, i64, i64, fp, f32, f32, f32]),
+                     name=SWEEP_SYMBOL)
+    p, toff, w, ntaps, nvec, acc, bias, lo, hi = fn.args
+    for arg, name in zip(fn.args, ("p", "toff", "w", "ntaps", "nvec", "acc", "bias", "lo", "hi")):
+        arg.name = name
+    fma = _fma(mod, vec)
+    entry = fn.append_basic_block("entry")
+    bld = ir.IRBuilder(entry)
+    zero = _splat(bld, bias, vec)
+    lo_v, hi_v = _splat(bld, lo, vec), _splat(bld, hi, vec)
+    v0 = ir.Constant(i64, 0)
+    prev_block, prev_v = entry, v0
+    exit_block = fn.append_basic_block("exit")
+    for nv in SWEEP_BLOCKS:
+        # while nvec - v >= nv: one block of nv vectors at v
+        head, taps_head, taps_body, store = (fn.append_basic_block(f"{n}{nv}") for n in ("head", "taps", "tap", "store"))
+        bld.branch(head)
+        bld = ir.IRBuilder(head)
+        v = bld.phi(i64, name=f"v{nv}")
+        v.add_incoming(prev_v, prev_block)
+        after = fn.append_basic_block(f"after{nv}")
+        bld.cbranch(bld.icmp_signed("<=", bld.add(v, ir.Constant(i64, nv)), nvec), taps_head, after)
+
+        bld = ir.IRBuilder(taps_head)
+        t = bld.phi(i64, name=f"t{nv}")
+        t.add_incoming(ir.Constant(i64, 0), head)
+        accs = [bld.phi(vec, name=f"a{nv}_{k}") for k in range(nv)]
+        for a in accs:
+            a.add_incoming(zero, head)
+        bld.cbranch(bld.icmp_signed("<", t, ntaps), taps_body, store)
+
+        bld = ir.IRBuilder(taps_body)
+        weight = _splat(bld, bld.load(bld.gep(w, [t]), align=4), vec)
+        q0 = bld.add(bld.load(bld.gep(toff, [t]), align=8), bld.mul(v, ir.Constant(i64, width)))
+        base = bld.gep(p, [q0])
+        new = []
+        for k in range(nv):
+            x = bld.load(_vec_ptr(bld, base, k * width, vec), align=4)
+            new.append(bld.call(fma, [weight, x, accs[k]]))
+        t.add_incoming(bld.add(t, ir.Constant(i64, 1)), taps_body)
+        for a, n in zip(accs, new):
+            a.add_incoming(n, taps_body)
+        bld.branch(taps_head)
+
+        bld = ir.IRBuilder(store)
+        out = bld.gep(acc, [bld.mul(v, ir.Constant(i64, width))])
+        for k in range(nv):
+            bld.store(_clamp(bld, accs[k], lo_v, hi_v), _vec_ptr(bld, out, k * width, vec), align=4)
+        v.add_incoming(bld.add(v, ir.Constant(i64, nv)), store)
+        bld.branch(head)
+
+        bld = ir.IRBuilder(after)
+        prev_block, prev_v = after, v
+    bld.branch(exit_block)
+    ir.IRBuilder(exit_block).ret_void()
+
+
+def tap_sweep_module(width: int) -> ir.Module:
+    """A module with only the tap sweep at the given vector width (tests run the AVX2 width too)."""
+    mod = ir.Module(name="rammer_tap_sweep")
+    _add_tap_sweep(mod, width)
+    return mod
+
 
 #: The (stride, k) of the generated sweeps, each for both ops: "conv" (a depthwise conv, and average
 #: pooling with weights of one) and "max" (max pooling).
@@ -251,12 +382,28 @@ def direct_module(width: int) -> ir.Module:
     return mod
 
 
-_ENGINE = compile_module(lambda: direct_module(WIDTH), cache=True, key=f"window direct {WIDTH}")
+def window_module(width: int) -> ir.Module:
+    """Every window kernel at vector width ``width``: the direct sweeps and their entry, the tap
+    sweep and the deinterleave."""
+    mod = direct_module(width)
+    _add_tap_sweep(mod, width)
+    _add_deinterleave(mod, width)
+    return mod
+
+
+_ENGINE = compile_module(lambda: window_module(WIDTH), cache=True, key=f"window {WIDTH}")
 #: (stride, k, op) -> the address of its sweep
 ADDRESSES = {(stride, k, op): _ENGINE.get_function_address(symbol(stride, k, op))
              for op in OPS for stride, k in SHAPES}
 DISPATCH_ADDRESS = _ENGINE.get_function_address(DISPATCH_SYMBOL)
-llvm.add_symbol(DISPATCH_SYMBOL, DISPATCH_ADDRESS)
+SWEEP_ADDRESS = _ENGINE.get_function_address(SWEEP_SYMBOL)
+DEINTERLEAVE_ADDRESS = _ENGINE.get_function_address(DEINTERLEAVE_SYMBOL)
+for _symbol, _address in ((DISPATCH_SYMBOL, DISPATCH_ADDRESS), (SWEEP_SYMBOL, SWEEP_ADDRESS),
+                          (DEINTERLEAVE_SYMBOL, DEINTERLEAVE_ADDRESS)):
+    llvm.add_symbol(_symbol, _address)
+#: ctypes type of the tap sweep: (p, toff, w, ntaps, nvec, acc, bias, lo, hi).
+SWEEP_CFUNCTYPE = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * 3, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p,
+                                   *[ctypes.c_float] * 3)
 #: ctypes type of each sweep, for tests: (x, H, W, ph, pw, w, r0, r1, OW, out, bias, lo, hi).
 CFUNCTYPE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, *[ctypes.c_int64] * 4, ctypes.c_void_p, *[ctypes.c_int64] * 3,
                              ctypes.c_void_p, *[ctypes.c_float] * 3)
@@ -270,3 +417,23 @@ def window_direct(typingctx, code, X, x_off, H, W, ph, pw, Wt, w_off, r0, r1, OW
         return None
     sig = types.none(code, X, x_off, H, W, ph, pw, Wt, w_off, r0, r1, OW, O, o_off, bias, lo, hi)
     return sig, _call_codegen(DISPATCH_SYMBOL, "ifiiiifiiifsss")
+
+
+@intrinsic
+def tap_sweep(typingctx, P, p_off, T, t_off, Wt, w_off, ntaps, nvec, A, a_off, bias, lo, hi):
+    """``A[a_off + q] = clamp(bias + sum_t Wt[w_off + t] * P[p_off + T[t_off + t] + q], lo, hi)``
+    for q < nvec * WIDTH (see :func:`_add_tap_sweep`)."""
+    if not (_arrays_are(types.float32, P, Wt, A) and _arrays_are(types.int64, T)):
+        return None
+    sig = types.none(P, p_off, T, t_off, Wt, w_off, ntaps, nvec, A, a_off, bias, lo, hi)
+    return sig, _call_codegen(SWEEP_SYMBOL, "fqfiifsss")
+
+
+@intrinsic
+def deinterleave2(typingctx, S, s_off, n, E, e_off, O, o_off):
+    """``E[e_off + t] = S[s_off + 2t]``, ``O[o_off + t] = S[s_off + 2t + 1]`` for t < n
+    (:func:`_add_deinterleave`)."""
+    if not _arrays_are(types.float32, S, E, O):
+        return None
+    sig = types.none(S, s_off, n, E, e_off, O, o_off)
+    return sig, _call_codegen(DEINTERLEAVE_SYMBOL, "fiff")

@@ -7,6 +7,7 @@ import pytest
 
 from rammer.backends.cpu import kernels_gemm as kg
 from rammer.backends.cpu import ukernel as uk
+from rammer.backends.cpu import ukernel_window as uw
 
 
 @pytest.mark.parametrize("accumulate", [0, 1])
@@ -105,8 +106,8 @@ def test_tap_sweep_sums_shifted_planes(width, nvec, epilogue):
     w = rng.standard_normal(ntaps).astype(np.float32)
     acc = rng.standard_normal(nvec * width + 16).astype(np.float32)
     before = acc.copy()
-    engine = uk.compile_module(uk.tap_sweep_module(width))
-    fn = uk.SWEEP_CFUNCTYPE(engine.get_function_address(uk.SWEEP_SYMBOL))
+    engine = uk.compile_module(uw.tap_sweep_module(width))
+    fn = uw.SWEEP_CFUNCTYPE(engine.get_function_address(uw.SWEEP_SYMBOL))
     fn(p.ctypes.data, toff.ctypes.data, w.ctypes.data, ntaps, nvec, acc.ctypes.data, *epilogue)
     L = nvec * width
     want = _clamped(sum(w[t].astype(np.float64) * p[toff[t]:toff[t] + L] for t in range(ntaps)), *epilogue)
@@ -159,9 +160,9 @@ def test_machine_code_cache_is_used_and_damage_is_ignored(tmp_path, monkeypatch,
 
     def build():
         built.append(1)
-        return uk.tap_sweep_module(8)
+        return uw.tap_sweep_module(8)
 
-    mod = build if builder else uk.tap_sweep_module(8)
+    mod = build if builder else uw.tap_sweep_module(8)
     path = uk._object_cache_path(uk._generator_source() + "test" if builder else str(mod))
     rng = np.random.default_rng(0)
     p = rng.standard_normal(200).astype(np.float32)
@@ -171,7 +172,7 @@ def test_machine_code_cache_is_used_and_damage_is_ignored(tmp_path, monkeypatch,
 
     def run(engine):
         acc = np.zeros(16, np.float32)
-        fn = uk.SWEEP_CFUNCTYPE(engine.get_function_address(uk.SWEEP_SYMBOL))
+        fn = uw.SWEEP_CFUNCTYPE(engine.get_function_address(uw.SWEEP_SYMBOL))
         fn(p.ctypes.data, toff.ctypes.data, w.ctypes.data, 3, 2, acc.ctypes.data, 0.0, -np.inf, np.inf)
         np.testing.assert_allclose(acc, want, rtol=1e-5, atol=1e-5)
 
@@ -251,9 +252,9 @@ def test_deinterleave_splits_pairs_and_writes_nothing_else(width, n):
     """Blocks of ``width`` pairs and the scalar tail; nothing past n is written."""
     import ctypes
 
-    engine = uk.compile_module(uk.deinterleave_module(width))
+    engine = uk.compile_module(uw.deinterleave_module(width))
     fn = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p)(
-        engine.get_function_address(uk.DEINTERLEAVE_SYMBOL))
+        engine.get_function_address(uw.DEINTERLEAVE_SYMBOL))
     src = np.random.default_rng(n).standard_normal(2 * n + 3).astype(np.float32)
     even = np.full(n + 5, 7.0, np.float32)
     odd = np.full(n + 5, 9.0, np.float32)
