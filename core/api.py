@@ -99,7 +99,8 @@ class CompiledModel:
         for name, dt, shape in self._feed_plan:
             arr = feeds.get(name)
             # (type() is: subclasses such as masked arrays take the full check)
-            if type(arr) is not np.ndarray or arr.dtype != dt or arr.shape != shape:
+            # (the dtype by identity first: numpy's comparison is a slow path)
+            if type(arr) is not np.ndarray or (arr.dtype is not dt and arr.dtype != dt) or arr.shape != shape:
                 return None
             out[name] = arr
         return out
@@ -139,6 +140,11 @@ class CompiledModel:
 
     def __call__(self, feeds: Mapping[str, Any] | None = None, **named: Any) -> dict[str, np.ndarray]:
         if type(feeds) is dict and not named:  # the common call, without the ABC check and a copy
+            # (checked here rather than through run and check_feeds: after an idle spell each
+            # Python frame on the call path runs from cold caches)
+            fast = self._fast_feeds(feeds)
+            if fast is not None:
+                return self.executable.run(fast)
             return self.run(feeds)
         if feeds is not None and not isinstance(feeds, abc.Mapping):
             raise FeedError(_not_a_mapping(feeds, [t.name for t in self.graph.inputs]))

@@ -33,7 +33,7 @@ from rammer.ir import Graph, Node, TensorInfo, dtype_name, outer_names, standalo
 from rammer.ops.control import taken_branch
 from rammer.profile import TraceSlice
 
-from .adaptive import LANE, LaunchChooser
+from .adaptive import FULL, LANE, LaunchChooser
 from .atomics import cpuset_words
 from .codegen import entry_table, program_source
 from .compiled import BRANCH_MIN_NODES, CompiledSegment, HostStep, Program
@@ -57,6 +57,17 @@ LANE_PROBE_RUNS = 8
 #: (a long model would otherwise keep the other callers out for LANE_PROBE_RUNS runs).
 LANE_GIL_RELEASE_S = 1e-3
 
+#: Forks this process descends from (one item, bumped in each child): ``run`` compares it with the
+#: count its executable was built under instead of calling ``os.getpid()`` (a system call) per run.
+_FORKS = [0]
+
+
+def _count_fork() -> None:
+    _FORKS[0] += 1
+
+
+os.register_at_fork(after_in_child=_count_fork)
+
 
 class CpuExecutable:
     """Runs a :class:`Program`.  One caller runs the whole program on every vEU; callers
@@ -76,12 +87,14 @@ class CpuExecutable:
         self._driver = run
         self._entries = entry_table(program.kernel_names)
         self._lock = threading.Lock()
+        self._multi_veu = program.num_veus > 1
         #: The process that built the worker pool; a forked child runs a 1-vEU copy instead.
         self._pid = os.getpid()
+        self._forks = _FORKS[0]
         self._fork_copy: CpuExecutable | None = None
         #: Concurrent callers: how many are inside ``run``, and the 1-vEU lanes they use.
         self._inside: list = []  # one item per caller inside run (see run)
-        self._concurrent_at = -math.inf  # (time.monotonic) when two callers were last inside run
+        self._concurrent_at = -math.inf  # (time.perf_counter) when two callers were last inside run
         self._callers_lock = threading.Lock()
         self._lanes: queue.SimpleQueue[CpuExecutable] = queue.SimpleQueue()
         self._lane_count = 0
@@ -116,6 +129,9 @@ class CpuExecutable:
                             self.tensor(t.name) if t.name in program.tensors else None) for t in graph.inputs]
         self._out_views = [(t.name, self.tensor(t.name) if t.name in program.tensors else None)
                            for t in graph.outputs]
+        #: Per program step: (step, the driver's arguments for a compiled segment, None for a host step).
+        self._steps = [(step, None if isinstance(step, HostStep) else self._launch_args(step))
+                       for step in program.steps]
 
     @property
     def schedules(self) -> list:
@@ -150,43 +166,48 @@ class CpuExecutable:
             outputs: Mapping[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
         """The model's outputs for ``feeds``; arrays given in ``outputs`` (by name, right dtype and
         shape, checked by the caller) receive their output in place instead of a new array."""
-        if self.program.num_veus > 1:
-            if self._pid != os.getpid():
-                return self._in_forked_child().run(feeds, outputs)
-            # The callers inside run, counted without a lock: list.append and list.pop are atomic
-            # under the GIL.  (A lock taken twice per call, by callers that keep the GIL through
-            # short launches, cost 4 callers of lstm-tc-small a third of their throughput.)
-            inside = self._inside
-            inside.append(None)
-            try:
-                now = time.monotonic()
-                if len(inside) > 1:
-                    self._concurrent_at = now
-                # Alone, unless other callers were here a moment ago: under steady concurrent calls a
-                # caller often finds itself alone for one call, and the whole program's vEUs would then
-                # share the cores with the other callers' lanes (barriers waiting on a descheduled vEU).
-                if len(inside) == 1 and now - self._concurrent_at > CONCURRENT_SPELL_S:
-                    return self._run_alone(feeds, outputs)
-                return self._run_on_lane(feeds, outputs)
-            finally:
-                inside.pop()
-        return self._run_here(feeds, outputs)
-
-    def _run_alone(self, feeds: Mapping[str, np.ndarray],
-                   outputs: Mapping[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
-        """One caller: the whole program, or a 1-vEU lane while the cores are shared (adaptive.py)."""
-        if not self.adaptive:
-            return self._run_here(feeds, outputs)
-        chooser = self._chooser
-        lane = self._solo_lane
-        variant = chooser.choose(lane is not None)
-        start = time.perf_counter()
-        out = lane._run_here(feeds, outputs) if variant == LANE else self._run_here(feeds, outputs)
-        chooser.record(variant, time.perf_counter() - start)
-        if chooser.lane_wanted and lane is None and self._solo_builder is None:
-            self._solo_builder = threading.Thread(target=self._build_solo_lane, name="rammer-lane", daemon=True)
-            self._solo_builder.start()
-        return out
+        # After an idle spell every Python step of this path runs from cold caches (about a
+        # microsecond each; a numpy call tens), so the common case is kept short: no lock, no
+        # getpid, one clock read, the launch chooser inline.
+        if not self._multi_veu:
+            with self._lock:
+                return self._run_here(feeds, outputs)
+        if self._forks != _FORKS[0]:
+            return self._in_forked_child().run(feeds, outputs)
+        # The callers inside run, counted without a lock: list.append and list.pop are atomic
+        # under the GIL.  (A lock taken twice per call, by callers that keep the GIL through
+        # short launches, cost 4 callers of lstm-tc-small a third of their throughput.)  A
+        # caller that finds itself alone owns the whole program's arena: any caller arriving
+        # before it leaves sees two inside and takes a lane.
+        inside = self._inside
+        inside.append(None)
+        try:
+            now = time.perf_counter()
+            if len(inside) > 1:
+                self._concurrent_at = now
+            # Alone, unless other callers were here a moment ago: under steady concurrent calls a
+            # caller often finds itself alone for one call, and the whole program's vEUs would then
+            # share the cores with the other callers' lanes (barriers waiting on a descheduled vEU).
+            elif now - self._concurrent_at > CONCURRENT_SPELL_S:
+                if not self.adaptive:
+                    return self._run_here(feeds, outputs)
+                # One caller: the whole program, or a 1-vEU lane while the cores are shared (adaptive.py).
+                chooser = self._chooser
+                lane = self._solo_lane
+                if chooser.choose(lane is not None) == LANE:
+                    out = lane._run_here(feeds, outputs)
+                    chooser.record(LANE, time.perf_counter() - now)
+                    return out
+                out = self._run_here(feeds, outputs)
+                chooser.record(FULL, time.perf_counter() - now)
+                if chooser.lane_wanted and lane is None and self._solo_builder is None:
+                    self._solo_builder = threading.Thread(target=self._build_solo_lane, name="rammer-lane",
+                                                          daemon=True)
+                    self._solo_builder.start()
+                return out
+            return self._run_on_lane(feeds, outputs)
+        finally:
+            inside.pop()
 
     def _build_solo_lane(self) -> None:
         try:
@@ -263,42 +284,55 @@ class CpuExecutable:
     def _run_here(self, feeds: Mapping[str, np.ndarray],
                   outputs: Mapping[str, np.ndarray] | None = None,
                   trace: _Trace | None = None) -> dict[str, np.ndarray]:
-        with self._lock:
-            host_values: dict[str, np.ndarray] = {}
-            for name, info, dt, shape, view in self._feed_plan:
-                if name not in feeds:
-                    raise FeedError(f"missing feed for input '{name}' ({info})")
-                value = feeds[name]
-                if not isinstance(value, np.ndarray):
-                    value = np.asarray(value)
-                if value.dtype != dt or value.shape != shape:
-                    raise FeedError(
-                        f"input '{name}' is {dtype_name(value.dtype)}{list(value.shape)} but the model was compiled "
-                        f"for {info.dtype}{list(info.shape)}")
-                if view is not None:
-                    np.copyto(view, value)
+        """One inference on this executable's arena.  The caller owns the arena for the call
+        (``run``: the lock of a 1-vEU program, the only caller inside a multi-vEU one, or a lane
+        taken from the queue)."""
+        host_values: dict[str, np.ndarray] = {}
+        for name, info, dt, shape, view in self._feed_plan:
+            value = feeds.get(name)
+            # (identity first: the dtype comparison is a slow path of numpy's)
+            if type(value) is not np.ndarray or (value.dtype is not dt and value.dtype != dt) or value.shape != shape:
+                value = self._feed_value(name, info, dt, shape, value)
+            if view is not None:
+                np.copyto(view, value)
+            else:
+                host_values[name] = value
+        driver = self._driver
+        for step, launch_args in self._steps:
+            if trace is not None:
+                trace.step(self, step, host_values)
+            elif launch_args is None:
+                self._run_host(step, host_values)
+            else:
+                worst = driver(*launch_args)
+                if worst:
+                    self._launch_failed(worst)
+        out = {}
+        for name, view in self._out_views:
+            if view is not None:
+                if outputs is not None and name in outputs:
+                    np.copyto(outputs[name], view)
+                    out[name] = outputs[name]
                 else:
-                    host_values[name] = value
-            for step in self.program.steps:
-                if trace is not None:
-                    trace.step(self, step, host_values)
-                elif isinstance(step, HostStep):
-                    self._run_host(step, host_values)
-                else:
-                    self._launch(step)
-            out = {}
-            for name, view in self._out_views:
-                if view is not None:
-                    if outputs is not None and name in outputs:
-                        np.copyto(outputs[name], view)
-                        out[name] = outputs[name]
-                    else:
-                        out[name] = view.copy()
-                elif name in host_values:
-                    out[name] = np.array(host_values[name], copy=True)
-                else:
-                    out[name] = np.array(self.graph.initializers[name], copy=True)
-            return out
+                    out[name] = view.copy()
+            elif name in host_values:
+                out[name] = np.array(host_values[name], copy=True)
+            else:
+                out[name] = np.array(self.graph.initializers[name], copy=True)
+        return out
+
+    @staticmethod
+    def _feed_value(name: str, info: TensorInfo, dt: np.dtype, shape: tuple, value: Any) -> np.ndarray:
+        """A feed that is not already an array of the compiled dtype and shape: converted, or a
+        :class:`FeedError`."""
+        if value is None:
+            raise FeedError(f"missing feed for input '{name}' ({info})")
+        value = np.asarray(value)
+        if value.dtype != dt or value.shape != shape:
+            raise FeedError(
+                f"input '{name}' is {dtype_name(value.dtype)}{list(value.shape)} but the model was compiled "
+                f"for {info.dtype}{list(info.shape)}")
+        return value
 
     def _in_forked_child(self) -> CpuExecutable:
         """A 1-vEU copy of this model for a child made by ``fork()``.
@@ -323,16 +357,36 @@ class CpuExecutable:
         """Run once on every vEU, recording when each task row ran: one slice per rTask
         (named by its op and nodes) or barrier wait, per vEU, and one per host step."""
         trace = _Trace(self)
-        out = self._run_here(feeds, trace=trace)
+        if not self._multi_veu:
+            with self._lock:
+                out = self._run_here(feeds, trace=trace)
+            return out, trace.slices
+        inside = self._inside
+        while True:  # the whole program's arena is ours once we are the only caller inside run
+            inside.append(None)
+            if len(inside) == 1:
+                break
+            inside.pop()
+            time.sleep(1e-4)
+        try:
+            out = self._run_here(feeds, trace=trace)
+        finally:
+            inside.pop()
         return out, trace.slices
 
+    def _launch_args(self, seg: CompiledSegment, rows: np.ndarray | None = None) -> tuple:
+        """The driver's arguments for one launch of ``seg`` (``rows``: a trace array or None)."""
+        return (self.arena, self.program.X, self.program.R, self.program.T, seg.starts, seg.ends, self._entries,
+                self.counters, self.status, self.cores, self.allowed, self.max_sleeps, rows)
+
     def _launch(self, seg: CompiledSegment, rows: np.ndarray | None = None) -> None:
-        worst = self._driver(self.arena, self.program.X, self.program.R, self.program.T, seg.starts, seg.ends,
-                             self._entries, self.counters, self.status, self.cores, self.allowed, self.max_sleeps,
-                             rows)
+        worst = self._driver(*self._launch_args(seg, rows))
         if worst:
-            raise OpExecutionError(f"CPU backend: {STATUS.get(worst, f'status {worst}')} "
-                                   f"(vEU status codes {self.status.tolist()})")
+            self._launch_failed(worst)
+
+    def _launch_failed(self, worst: int) -> None:
+        raise OpExecutionError(f"CPU backend: {STATUS.get(worst, f'status {worst}')} "
+                               f"(vEU status codes {self.status.tolist()})")
 
     def _run_host(self, step: HostStep, host_values: dict[str, np.ndarray]) -> None:
         """A host step on one BLAS thread: more would fight the vEU workers for the
