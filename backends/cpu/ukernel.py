@@ -34,7 +34,7 @@ import numpy as np
 
 from llvmlite import binding as llvm
 from llvmlite import ir
-from typing import Callable
+from typing import Callable, Iterable
 from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
@@ -76,13 +76,17 @@ def ldb_symbol(rows: int) -> str:
     return LDB_SYMBOL if rows == MR else f"{LDB_SYMBOL}{rows}"
 
 
-def _module() -> ir.Module:
+def _packed_module() -> ir.Module:
     mod = ir.Module(name="rammer_ukernel")
     _add_packed_kernel(mod)
+    return mod
+
+
+def _ldb_module() -> ir.Module:
+    mod = ir.Module(name="rammer_ukernel_ldb")
     _add_packed_kernel(mod, strided_b=True)
     for rows in LDB_SHORT_ROWS:
         _add_packed_kernel(mod, strided_b=True, rows=rows)
-    _add_pixel_row_kernel(mod, PX_MR, PX_NR, WIDTH)
     return mod
 
 
@@ -528,30 +532,175 @@ def pixel_row_module(rows: int, cols: int, width: int) -> ir.Module:
     return mod
 
 
-_ENGINE = compile_module(_module, cache=True, key="ukernel")
-ADDRESS = _ENGINE.get_function_address(SYMBOL)
-ROWS_ADDRESS = _ENGINE.get_function_address(ROWS_SYMBOL)
-LDB_ADDRESS = _ENGINE.get_function_address(LDB_SYMBOL)
-llvm.add_symbol(SYMBOL, ADDRESS)
-llvm.add_symbol(ROWS_SYMBOL, ROWS_ADDRESS)
-llvm.add_symbol(LDB_SYMBOL, LDB_ADDRESS)
-#: Addresses of the short variants by row count.
-LDB_SHORT_ADDRESSES = {rows: _ENGINE.get_function_address(ldb_symbol(rows)) for rows in LDB_SHORT_ROWS}
-for _rows, _address in LDB_SHORT_ADDRESSES.items():
-    llvm.add_symbol(ldb_symbol(_rows), _address)
-#: The kernel as a ctypes function, for tests.
-CFUNC = ctypes.CFUNCTYPE(None, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
-                         ctypes.c_int64)(ADDRESS)
+class MachineCode:
+    """One LLVM module of micro-kernels, compiled (or loaded from the machine-code cache) on first
+    need and its ``symbols`` registered for the numba kernels that call them.
+
+    Nothing is compiled at import: a cold start compiled every module there (5.4 s of LLVM on
+    this machine) although a model uses few of them (an LSTM only the packed GEMM kernel).  A
+    kernel that calls a symbol gets its module built when numba generates the call
+    (:func:`_call_codegen`); a kernel loaded from numba's cache generates nothing, so its entry
+    builds first what :func:`symbols_called` finds in its code (``entries.entry_address``)."""
+
+    def __init__(self, key: str, build: Callable[[], ir.Module], symbols: tuple[str, ...]):
+        self.key, self._build, self.symbols = key, build, symbols
+        self._engine: object | None = None
+        for sym in symbols:
+            _CODE_OF[sym] = self
+
+    def engine(self) -> object:
+        """The compiled module (built on the first call; its symbols registered then)."""
+        if self._engine is None:
+            with _BUILD_LOCK:
+                if self._engine is None:
+                    engine = compile_module(self._build, cache=True, key=self.key)
+                    for sym in self.symbols:
+                        llvm.add_symbol(sym, engine.get_function_address(sym))
+                        _REGISTERED.add(sym)
+                    self._engine = engine
+        return self._engine
+
+    def address(self, symbol: str) -> int:
+        return self.engine().get_function_address(symbol)
+
+    def cached(self) -> bool:
+        """Whether building it would load machine code from the cache rather than compile."""
+        import os
+
+        path = _object_cache_path(_generator_source() + self.key)
+        return self._engine is not None or (path is not None and os.path.exists(path))
+
+    def build_cold(self) -> None:
+        """Compile into the machine-code cache only (a helper process: nothing is registered)."""
+        compile_module(self._build, cache=True, key=self.key)
+
+
+#: symbol -> the MachineCode that defines it
+_CODE_OF: dict[str, MachineCode] = {}
+#: symbols registered with LLVM in this process (built, or placeholders in a helper process)
+_REGISTERED: set[str] = set()
+_BUILD_LOCK = __import__("threading").RLock()
+
+
+def machine_code() -> list[MachineCode]:
+    """Every micro-kernel module (of the modules imported so far)."""
+    return list({id(c): c for c in _CODE_OF.values()}.values())
+
+
+def ensure_symbols(symbols: Iterable[str]) -> None:
+    """Build the modules defining ``symbols`` (those not registered yet)."""
+    for sym in symbols:
+        if sym not in _REGISTERED:
+            _CODE_OF[sym].engine()
+
+
+def register_placeholders() -> None:
+    """Register every micro-kernel symbol at a placeholder address without compiling anything: a
+    helper process that only compiles numba kernels into numba's cache links against these
+    (the cached code refers to the symbols by name; the process that loads it builds the real
+    ones)."""
+    for sym in _CODE_OF:
+        if sym not in _REGISTERED:
+            llvm.add_symbol(sym, PLACEHOLDER_ADDRESS)
+            _REGISTERED.add(sym)
+
+
+def cold_code(symbols: Iterable[str]) -> list[MachineCode]:
+    """The modules defining ``symbols`` that are neither built here nor in the machine-code cache."""
+    out: list[MachineCode] = []
+    for sym in symbols:
+        code = _CODE_OF[sym]
+        if sym not in _REGISTERED and code not in out and not code.cached():
+            out.append(code)
+    return out
+
+
+def symbols_called(fn: object) -> set[str]:
+    """The micro-kernel symbols that numba function ``fn`` (a dispatcher, cfunc or Python function)
+    calls, directly or through the numba functions it calls: every intrinsic that calls one
+    carries them as ``rammer_symbols``; the globals and closure cells of each function's code
+    are searched, and the attributes of modules it names."""
+    import types as pytypes
+
+    found: set[str] = set()
+    seen: set[int] = set()
+
+    def visit(obj: object, names: tuple[str, ...]) -> None:
+        if id(obj) in seen:
+            return
+        seen.add(id(obj))
+        if isinstance(obj, pytypes.ModuleType):
+            for name in names:
+                attr = obj.__dict__.get(name)
+                if attr is not None:
+                    visit(attr, ())
+            return
+        syms = getattr(obj, "rammer_symbols", None) if not isinstance(obj, type) else None
+        if syms:
+            found.update(syms)
+            return
+        py = getattr(obj, "py_func", None) or getattr(obj, "_pyfunc", None)
+        if py is None and isinstance(obj, pytypes.FunctionType):
+            py = obj
+        if py is None:
+            return
+        codes = [py.__code__]
+        while codes:
+            code = codes.pop()
+            codes.extend(c for c in code.co_consts if isinstance(c, pytypes.CodeType))
+            for name in code.co_names:
+                if name in py.__globals__:
+                    visit(py.__globals__[name], code.co_names)
+        for cell in py.__closure__ or ():
+            try:
+                visit(cell.cell_contents, py.__code__.co_names)
+            except ValueError:  # an empty cell
+                pass
+
+    visit(fn, ())
+    return found
+
+
+def _uses(*symbols: str):
+    """Marks an intrinsic as calling ``symbols`` (see :func:`symbols_called`)."""
+    def mark(intr):
+        intr.rammer_symbols = symbols
+        return intr
+    return mark
+
+
+#: Any valid code address: what placeholders point at (they are linked, never called).
+PLACEHOLDER_ADDRESS = ctypes.cast(ctypes.pythonapi.Py_IncRef, ctypes.c_void_p).value
+
+PACKED = MachineCode("ukernel packed", _packed_module, (SYMBOL,))
+LDB = MachineCode("ukernel ldb", _ldb_module, (LDB_SYMBOL, *(ldb_symbol(r) for r in LDB_SHORT_ROWS)))
+ROWS = MachineCode(f"ukernel rows {PX_MR}x{PX_NR}", lambda: pixel_row_module(PX_MR, PX_NR, WIDTH), (ROWS_SYMBOL,))
+
 #: ctypes type of the pixel-row kernel: (k, a, aoff, rowoff, b, c, ldc, flags, bias, res).
 ROWS_CFUNCTYPE = ctypes.CFUNCTYPE(None, ctypes.c_int64, *[ctypes.c_void_p] * 5, ctypes.c_int64, ctypes.c_int64,
                                   ctypes.c_void_p, ctypes.c_void_p)
-#: The strided-B kernel as a ctypes function, for tests: (k, a, b, ldb, c, ldc, flags, bias, res, ldr).
+#: The strided-B kernel's ctypes type: (k, a, b, ldb, c, ldc, flags, bias, res, ldr).
 _LDB_CFUNCTYPE = ctypes.CFUNCTYPE(None, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
                                   ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p,
                                   ctypes.c_int64)
-LDB_CFUNC = _LDB_CFUNCTYPE(LDB_ADDRESS)
-#: Its short variants, by row count.
-LDB_SHORT_CFUNCS = {rows: _LDB_CFUNCTYPE(address) for rows, address in LDB_SHORT_ADDRESSES.items()}
+_PACKED_CFUNCTYPE = ctypes.CFUNCTYPE(None, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
+                                     ctypes.c_int64, ctypes.c_int64)
+
+
+def __getattr__(name: str) -> object:
+    """The kernels as ctypes functions, for tests, built on first access: ``CFUNC`` (packed),
+    ``LDB_CFUNC`` and ``LDB_SHORT_CFUNCS`` (by row count)."""
+    if name == "CFUNC":
+        value = _PACKED_CFUNCTYPE(PACKED.address(SYMBOL))
+    elif name == "LDB_CFUNC":
+        value = _LDB_CFUNCTYPE(LDB.address(LDB_SYMBOL))
+    elif name == "LDB_SHORT_CFUNCS":
+        value = {rows: _LDB_CFUNCTYPE(LDB.address(ldb_symbol(rows))) for rows in LDB_SHORT_ROWS}
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
 
 def _call_codegen(symbol: str, kinds: str):
     """Codegen calling ``symbol`` with the intrinsic's arguments: per letter of ``kinds``, ``i`` an
@@ -577,6 +726,7 @@ def _call_codegen(symbol: str, kinds: str):
             params.append(ptr.type)
             values.append(ptr)
             pos += 2
+        ensure_symbols((symbol,))  # the module defining it is built before numba links this code
         fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), params), symbol)
         builder.call(fn, values)
         return context.get_dummy_value()
@@ -587,6 +737,7 @@ def _arrays_are(dtype, *arrays) -> bool:
     return all(isinstance(a, types.Array) and a.dtype == dtype for a in arrays)
 
 
+@_uses(SYMBOL)
 @intrinsic
 def ukernel(typingctx, k, A, a_off, Bp, b_off, C, c_off, ldc, acc):
     """C[c_off + r*ldc + j] (+)= sum_k A[a_off + k*MR + r] * Bp[b_off + k*NR + j] for the MR x NR tile."""
@@ -595,6 +746,7 @@ def ukernel(typingctx, k, A, a_off, Bp, b_off, C, c_off, ldc, acc):
     return types.none(k, A, a_off, Bp, b_off, C, c_off, ldc, acc), _call_codegen(SYMBOL, "ifffii")
 
 
+@_uses(ROWS_SYMBOL)
 @intrinsic
 def ukernel_rows(typingctx, k, A, a_off, T, t_off, T2, r_off, Bp, b_off, C, c_off, ldc, flags, Bias, bias_off, Res,
                  res_off):
@@ -617,7 +769,7 @@ def _ldb_intrinsic(rows: int, doc: str):
         return sig, _call_codegen(ldb_symbol(rows), "iffifiiffi")
     typer.__name__ = "ukernel_ldb" if rows == MR else f"ukernel_ldb{rows}"
     typer.__doc__ = doc
-    return intrinsic(typer)
+    return _uses(ldb_symbol(rows))(intrinsic(typer))
 
 
 #: ``ukernel_ldb(k, A, a_off, B, b_off, ldb, C, c_off, ldc, flags, Bias, bias_off, Res, res_off, ldr)``

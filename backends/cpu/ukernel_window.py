@@ -24,13 +24,12 @@ from __future__ import annotations
 
 import ctypes
 
-from llvmlite import binding as llvm
 from llvmlite import ir
 from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from .ukernel import WIDTH, _arrays_are, _call_codegen, _clamp, _fma, _masked, _splat, _vec_ptr, compile_module
+from .ukernel import WIDTH, MachineCode, _arrays_are, _call_codegen, _clamp, _fma, _masked, _splat, _uses, _vec_ptr
 
 SWEEP_SYMBOL = "rammer_cpu_tap_sweep"
 DEINTERLEAVE_SYMBOL = "rammer_cpu_deinterleave2"
@@ -391,16 +390,19 @@ def window_module(width: int) -> ir.Module:
     return mod
 
 
-_ENGINE = compile_module(lambda: window_module(WIDTH), cache=True, key=f"window {WIDTH}")
-#: (stride, k, op) -> the address of its sweep
-ADDRESSES = {(stride, k, op): _ENGINE.get_function_address(symbol(stride, k, op))
-             for op in OPS for stride, k in SHAPES}
-DISPATCH_ADDRESS = _ENGINE.get_function_address(DISPATCH_SYMBOL)
-SWEEP_ADDRESS = _ENGINE.get_function_address(SWEEP_SYMBOL)
-DEINTERLEAVE_ADDRESS = _ENGINE.get_function_address(DEINTERLEAVE_SYMBOL)
-for _symbol, _address in ((DISPATCH_SYMBOL, DISPATCH_ADDRESS), (SWEEP_SYMBOL, SWEEP_ADDRESS),
-                          (DEINTERLEAVE_SYMBOL, DEINTERLEAVE_ADDRESS)):
-    llvm.add_symbol(_symbol, _address)
+WINDOW = MachineCode(f"window {WIDTH}", lambda: window_module(WIDTH),
+                     (DISPATCH_SYMBOL, SWEEP_SYMBOL, DEINTERLEAVE_SYMBOL))
+
+
+def __getattr__(name: str) -> object:
+    """``ADDRESSES``, (stride, k, op) -> the address of its sweep, for tests; built on first access."""
+    if name != "ADDRESSES":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = globals()[name] = {(stride, k, op): WINDOW.address(symbol(stride, k, op))
+                               for op in OPS for stride, k in SHAPES}
+    return value
+
+
 #: ctypes type of the tap sweep: (p, toff, w, ntaps, nvec, acc, bias, lo, hi).
 SWEEP_CFUNCTYPE = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * 3, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p,
                                    *[ctypes.c_float] * 3)
@@ -409,6 +411,7 @@ CFUNCTYPE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, *[ctypes.c_int64] * 4, ctype
                              ctypes.c_void_p, *[ctypes.c_float] * 3)
 
 
+@_uses(DISPATCH_SYMBOL)
 @intrinsic
 def window_direct(typingctx, code, X, x_off, H, W, ph, pw, Wt, w_off, r0, r1, OW, O, o_off, bias, lo, hi):
     """The sweep that ``code`` (:func:`sweep_code`) names, from ``X[x_off:]`` with weights
@@ -419,6 +422,7 @@ def window_direct(typingctx, code, X, x_off, H, W, ph, pw, Wt, w_off, r0, r1, OW
     return sig, _call_codegen(DISPATCH_SYMBOL, "ifiiiifiiifsss")
 
 
+@_uses(SWEEP_SYMBOL)
 @intrinsic
 def tap_sweep(typingctx, P, p_off, T, t_off, Wt, w_off, ntaps, nvec, A, a_off, bias, lo, hi):
     """``A[a_off + q] = clamp(bias + sum_t Wt[w_off + t] * P[p_off + T[t_off + t] + q], lo, hi)``
@@ -429,6 +433,7 @@ def tap_sweep(typingctx, P, p_off, T, t_off, Wt, w_off, ntaps, nvec, A, a_off, b
     return sig, _call_codegen(SWEEP_SYMBOL, "fqfiifsss")
 
 
+@_uses(DEINTERLEAVE_SYMBOL)
 @intrinsic
 def deinterleave2(typingctx, S, s_off, n, E, e_off, O, o_off):
     """``E[e_off + t] = S[s_off + 2t]``, ``O[o_off + t] = S[s_off + 2t + 1]`` for t < n

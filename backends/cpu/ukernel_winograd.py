@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import ctypes
 
-from llvmlite import binding as llvm
 from llvmlite import ir
 from numba import types
 from numba.core import cgutils
@@ -28,8 +27,9 @@ from numba.extending import intrinsic
 
 import numpy as np
 
-from .ukernel import (WIDTH, _activate, _arrays_are, _call_codegen, _masked, _per_flag_blocks, _splat, _vec_ptr,
-                      compile_module)
+from .ukernel import (WIDTH, MachineCode, _activate, _arrays_are, _call_codegen, _masked, _per_flag_blocks, _splat,
+                      _uses, _vec_ptr)
+
 
 IN_SYMBOL = "rammer_cpu_winograd_in"
 OUT_SYMBOL = "rammer_cpu_winograd_out"
@@ -152,11 +152,7 @@ def winograd_module(width: int) -> ir.Module:
     return mod
 
 
-_ENGINE = compile_module(lambda: winograd_module(WIDTH), cache=True, key=f"winograd {WIDTH}")
-IN_ADDRESS = _ENGINE.get_function_address(IN_SYMBOL)
-OUT_ADDRESS = _ENGINE.get_function_address(OUT_SYMBOL)
-llvm.add_symbol(IN_SYMBOL, IN_ADDRESS)
-llvm.add_symbol(OUT_SYMBOL, OUT_ADDRESS)
+WINOGRAD = MachineCode(f"winograd {WIDTH}", lambda: winograd_module(WIDTH), (IN_SYMBOL, OUT_SYMBOL))
 #: ctypes types, for tests: (x, wq, cstride, v, ldv, vs, ncg) and
 #: (m, ms, mstride, out, ldo, ostride, nm, ncols, nrows, flags, bias, res).
 IN_CFUNCTYPE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, *[ctypes.c_int64] * 2, ctypes.c_void_p,
@@ -165,6 +161,7 @@ OUT_CFUNCTYPE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, *[ctypes.c_int64] * 2, c
                                  *[ctypes.c_int64] * 6, ctypes.c_void_p, ctypes.c_void_p)
 
 
+@_uses(IN_SYMBOL)
 @intrinsic
 def wino_in(typingctx, X, x_off, wq, cstride, V, v_off, ldv, vs, ncg):
     """:func:`_add_input_transform` on ``X[x_off:]`` into ``V[v_off:]``."""
@@ -173,6 +170,7 @@ def wino_in(typingctx, X, x_off, wq, cstride, V, v_off, ldv, vs, ncg):
     return types.none(X, x_off, wq, cstride, V, v_off, ldv, vs, ncg), _call_codegen(IN_SYMBOL, "fiifiii")
 
 
+@_uses(OUT_SYMBOL)
 @intrinsic
 def wino_out(typingctx, M, m_off, ms, mstride, O, o_off, ldo, ostride, nm, ncols, nrows, flags, Bias, bias_off,
              Res, res_off):

@@ -28,7 +28,8 @@ _log = logging.getLogger(__name__)
 MIN_MISSING = 1
 #: Seconds to wait for the helper before compiling in-process anyway.
 HELPER_TIMEOUT_S = 600
-#: What the last helper of this process did: ``{"entries": [...], "returncode": int}`` (for tests and logs).
+#: What the last helper of this process did: ``{"entries": [...], "code": [micro-kernel module keys],
+#: "returncode": int}`` (for tests and logs).
 LAST_HELPER: dict = {}
 
 
@@ -72,10 +73,15 @@ def warm(names: list[str]) -> None:
     Afterwards :func:`.entries.entry_address` finds each of them in numba's cache."""
     from .kernels_ew import ensure_epilogue_symbol
 
+    from . import entries, ukernel
+
     cold = missing_entries(names)
     if len(cold) < MIN_MISSING or _usable_cores() < 2 or epilogue_cached():
         return  # nothing to overlap with: entry_address compiles what is missing
-    helper = subprocess.Popen([sys.executable, "-m", __name__, *cold],
+    # The micro-kernel modules these entries call that are not in the machine-code cache either:
+    # the helper compiles them into it first (this process loads them from there afterwards).
+    code = ukernel.cold_code(set().union(*(entries.micro_kernels(n) for n in names)))
+    helper = subprocess.Popen([sys.executable, "-m", __name__, *cold, *(f"code:{c.key}" for c in code)],
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         ensure_epilogue_symbol()
@@ -86,7 +92,7 @@ def warm(names: list[str]) -> None:
             helper.kill()
             _, err = helper.communicate()
     LAST_HELPER.clear()
-    LAST_HELPER.update(entries=cold, returncode=helper.returncode)
+    LAST_HELPER.update(entries=cold, code=[c.key for c in code], returncode=helper.returncode)
     if helper.returncode != 0:
         _log.debug("kernel warm-up helper failed (%s): %s", helper.returncode, err.decode(errors="replace")[-2000:])
     # A failed helper leaves nothing behind (numba writes cache files atomically):
@@ -98,11 +104,17 @@ def _helper(names: list[str]) -> None:
 
     from . import entries, kernels_ew, ukernel
 
-    # Any address will do: the placeholder is only linked here, never called, and the
-    # cached code refers to the interpreter by name.
-    llvm.add_symbol(kernels_ew.EPILOGUE_SYMBOL, ukernel.ADDRESS)
+    keys = {n[len("code:"):] for n in names if n.startswith("code:")}
+    for code in ukernel.machine_code():
+        if code.key in keys:
+            code.build_cold()
+    # Any address will do: the placeholders are only linked here, never called, and the
+    # cached code refers to the interpreter and the micro-kernels by name.
+    llvm.add_symbol(kernels_ew.EPILOGUE_SYMBOL, ukernel.PLACEHOLDER_ADDRESS)
+    ukernel.register_placeholders()
     for name in names:
-        entries.compile_entry(name)
+        if not name.startswith("code:"):
+            entries.compile_entry(name)
 
 
 if __name__ == "__main__":

@@ -13,6 +13,12 @@ from rammer import plugins
 def cpu_registered(tmp_path_factory: pytest.TempPathFactory):
     if "cpu" not in plugins.backends():
         plugins.register_plugin(cpu_backend, "cpu-tests")
+    # Tests call kernels directly, not through entries: numba may load them from its cache, and
+    # cached code builds no micro-kernel module (see entries.ensure_all_micro_kernels; models build
+    # their own, as test_lazy_ukernels checks in fresh processes).
+    from rammer.backends.cpu import entries
+
+    entries.ensure_all_micro_kernels()
     yield
 
 
