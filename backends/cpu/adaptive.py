@@ -11,10 +11,6 @@ the variant whose recent launches were faster:
 * when the whole program's recent median stays above :data:`SLOW` times its
   best median for :data:`STREAK` refreshes in a row (after :data:`WARMUP`
   launches), a lane is built and tried; the faster variant then wins;
-* a whole program whose launches are short (median under :data:`SHORT_S`)
-  tries a lane from its first refresh on, slowed or not: starting the other
-  vEUs' workers, which sleep after an idle spell, can cost more than they
-  save (torch:lstm, each call after ~20 ms idle: 2 vEUs 606 us, 1 vEU 255 us);
 * the variant not in use is re-measured now and then, after 16, 32, 64...
   launches (the interval doubles each time it loses, resets when the one in
   use slows down, and shrinks to 2 while its probes beat the one in use), so
@@ -29,7 +25,7 @@ from __future__ import annotations
 import statistics
 from collections import deque
 
-__all__ = ["LaunchChooser", "WINDOW", "SLOW", "SHORT_S"]
+__all__ = ["LaunchChooser", "WINDOW", "SLOW"]
 
 #: Launches per variant that make its recent median.
 WINDOW = 8
@@ -39,8 +35,6 @@ SLOW = 1.25
 FIRST_PROBE = 16
 MAX_PROBE = 1024
 
-#: A whole program whose median launch is shorter than this (seconds) tries a lane.
-SHORT_S = 1e-3
 #: Launches of the variant in use between recomputations of its median.
 REFRESH = 4
 #: Launches of a variant that only warm it up (their times set no best).
@@ -91,8 +85,6 @@ class LaunchChooser:
         if len(times) < 3:
             return
         med = self.med[variant] = statistics.median(times)
-        if variant == FULL and med < SHORT_S:
-            self.lane_wanted = True  # short launches: waking the other vEUs may cost more than they save
         if n <= WARMUP:
             return  # first launches: cold caches and page faults, not a shared core
         slowed = med > SLOW * self.best[variant]

@@ -62,20 +62,3 @@ def test_adaptive_launches_give_the_same_answers():
     # the lone caller's lane is not probed for the GIL: it releases it like the whole program
     from rammer.backends.cpu.driver import run
     assert exe._solo_lane._driver is run and not exe._solo_lane._lane_probing
-
-
-def test_short_launches_try_a_lane_and_keep_the_faster_variant():
-    # 2 vEUs whose workers must be woken each call can lose to one vEU; or win, when hot
-    c = LaunchChooser()
-    _drive(c, {FULL: 300e-6, LANE: 200e-6}, 4, lane_ready=False)
-    assert c.lane_wanted  # from the first refresh, without any slowdown
-    _drive(c, {FULL: 300e-6, LANE: 200e-6}, 100)
-    assert c.current == LANE
-    c = LaunchChooser()
-    _drive(c, {FULL: 150e-6, LANE: 250e-6}, 4, lane_ready=False)
-    used = _drive(c, {FULL: 150e-6, LANE: 250e-6}, 400)
-    assert c.lane_wanted and c.current == FULL and used[LANE] < 400 / 8
-    # long launches still need a slowdown first
-    c = LaunchChooser()
-    _drive(c, {FULL: 5e-3, LANE: 8e-3}, 100, lane_ready=False)
-    assert not c.lane_wanted
