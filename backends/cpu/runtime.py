@@ -88,8 +88,7 @@ class CpuExecutable:
         self._entries = entry_table(program.kernel_names)
         self._lock = threading.Lock()
         self._multi_veu = program.num_veus > 1
-        #: The process that built the worker pool; a forked child runs a 1-vEU copy instead.
-        self._pid = os.getpid()
+        #: The forks behind the process that built the worker pool (a forked child runs a 1-vEU copy instead).
         self._forks = _FORKS[0]
         self._fork_copy: CpuExecutable | None = None
         #: Concurrent callers: how many are inside ``run``, and the 1-vEU lanes they use.
@@ -343,7 +342,7 @@ class CpuExecutable:
         for one vEU (the kernels are already in memory) and runs that, with a
         warning: full speed in workers needs the 'spawn' or 'forkserver' start method.
         """
-        if self._fork_copy is None or self._fork_copy._pid != os.getpid():
+        if self._fork_copy is None or self._fork_copy._forks != _FORKS[0]:
             logging.getLogger("rammer").warning(
                 "a compiled model of the cpu backend is used in a process made by fork(); its %d vEUs cannot "
                 "run there (GNU OpenMP), so it runs on 1 vEU. For worker processes at full speed use "
