@@ -122,7 +122,8 @@ def cache_key(graph: Graph, num_veus: int, policy: str, pin: bool, batch_rows: i
 
     from rammer import __version__
 
-    from .ukernel import CPU_NAME, MR, NR
+    from .machine_code import CPU_NAME
+    from .ukernel import MR, NR
 
     h = hashlib.sha256()
     h.update(graph_digest(graph).encode())

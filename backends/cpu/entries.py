@@ -22,7 +22,7 @@ from .kernels_gemm import k_gemm
 from .kernels_nn import k_layernorm, k_reduce, k_softmax
 from .kernels_dwcl import k_dwconv_cl
 from .kernels_window import k_dwconv, k_pool
-from . import ukernel
+from . import machine_code
 
 SIGNATURE = types.int64(types.voidptr, types.int64, types.voidptr, types.int64, types.voidptr, types.int64,
                         types.voidptr, types.int64)
@@ -138,16 +138,16 @@ def entry_address(name: str) -> int:
         ensure_epilogue_symbol()  # the kernels call the shared interpreter through this symbol
         # and the micro-kernels they call (built on first need; code loaded from numba's cache
         # links against them by name)
-        ukernel.ensure_symbols(micro_kernels(name))
+        machine_code.ensure_symbols(micro_kernels(name))
         found = _COMPILED[name] = compile_entry(name)
     return found.address
 
 
 def micro_kernels(name: str) -> set[str]:
-    """The micro-kernel symbols kernel ``name``'s entry calls (see :func:`.ukernel.symbols_called`)."""
+    """The micro-kernel symbols kernel ``name``'s entry calls (see :func:`.machine_code.symbols_called`)."""
     found = _SYMBOLS.get(name)
     if found is None:
-        found = _SYMBOLS[name] = ukernel.symbols_called(globals()[f"entry_{name}"])
+        found = _SYMBOLS[name] = machine_code.symbols_called(globals()[f"entry_{name}"])
     return found
 
 
@@ -159,5 +159,5 @@ def ensure_all_micro_kernels() -> None:
     calls micro-kernels and may come from numba's cache (tests of the kernels themselves): code
     loaded from the cache generates nothing, so it builds nothing.  Compiled models need not:
     they reach their kernels through :func:`entry_address`, which builds what each entry calls."""
-    for code in ukernel.machine_code():
+    for code in machine_code.machine_code():
         code.engine()

@@ -32,12 +32,13 @@ import ctypes
 
 import numpy as np
 
-from llvmlite import binding as llvm
+from typing import Callable
+
 from llvmlite import ir
-from typing import Callable, Iterable
 from numba import types
-from numba.core import cgutils
 from numba.extending import intrinsic
+
+from .machine_code import HOST_FEATURES, MachineCode, arrays_are, call_codegen, uses
 
 SYMBOL = "rammer_cpu_ukernel"
 ROWS_SYMBOL = "rammer_cpu_ukernel_rows"
@@ -56,17 +57,7 @@ EPI_HSWISH = 32
 EPI_SILU = 64
 
 
-def _host_features() -> tuple[str, str, set[str]]:
-    llvm.initialize_native_target()
-    llvm.initialize_native_asmprinter()
-    cpu = llvm.get_host_cpu_name()
-    feats = llvm.get_host_cpu_features()
-    enabled = {k for k, v in feats.items() if v}
-    return cpu, feats.flatten(), enabled
-
-
-CPU_NAME, CPU_FEATURES, _ENABLED = _host_features()
-WIDTH = 16 if "avx512f" in _ENABLED else 8
+WIDTH = 16 if "avx512f" in HOST_FEATURES else 8
 MR, NR = (12, 32) if WIDTH == 16 else (6, 16)
 PX_MR, PX_NR = (8, 32) if WIDTH == 16 else (4, 16)
 
@@ -441,236 +432,12 @@ def _add_packed_kernel(mod: ir.Module, strided_b: bool = False, rows: int = MR) 
         bld.ret_void()
 
 
-def _generator_source() -> str:
-    """The source of the modules that generate the cached kernels' IR (part of the cache key)."""
-    import os
-
-    here = os.path.dirname(os.path.abspath(__file__))
-    out = []
-    for name in ("ukernel.py", "ukernel_winograd.py", "ukernel_window.py"):
-        with open(os.path.join(here, name), encoding="utf-8") as f:
-            out.append(f.read())
-    return "\n".join(out)
-
-
-def _object_cache_path(text: str) -> str | None:
-    """Where the machine code of module ``text`` for this CPU is cached (beside numba's cache)."""
-    import hashlib
-    import os
-
-    import llvmlite
-    from numba.core import config
-
-    key = hashlib.sha256("\n".join((text, CPU_NAME, CPU_FEATURES, llvmlite.__version__)).encode()).hexdigest()[:24]
-    folder = config.CACHE_DIR or os.path.join(os.path.dirname(os.path.abspath(__file__)), "__pycache__")
-    return os.path.join(folder, f"rammer-ukernel-{key}.o")
-
-
-def compile_module(mod: ir.Module | Callable[[], ir.Module], cache: bool = False, key: str = "") -> object:
-    """An MCJIT engine holding ``mod`` compiled for this CPU (keep it alive while its code is used).
-
-    With ``cache``, the machine code is kept on disk and loaded instead of optimising and
-    compiling again (about 0.3 s at every start of a process otherwise).  The entry is keyed
-    by the module's text; or, when ``mod`` is a builder (a callable returning the module), by
-    ``key`` and the source of the generator modules, so that a hit builds no IR at all (building,
-    printing and parsing the module took 0.3 s of a fresh process's cached compile).  Either
-    way the CPU and llvmlite's version are in the key.  A missing, unreadable or unwritable
-    cache only costs the compile."""
-    import hashlib
-    import os
-    import tempfile
-
-    target = llvm.Target.from_default_triple()
-    tm = target.create_target_machine(cpu=CPU_NAME, features=CPU_FEATURES, opt=3)
-    text = "" if callable(mod) else str(mod)
-    path = (_object_cache_path(_generator_source() + key if callable(mod) else text) if cache else None)
-    cached = None
-    if path is not None:
-        try:
-            with open(path, "rb") as f:
-                blob = f.read()
-            # the file ends with the SHA-256 of the code: a damaged file is compiled over, never loaded
-            if len(blob) > 32 and hashlib.sha256(blob[:-32]).digest() == blob[-32:]:
-                cached = blob[:-32]
-        except OSError:
-            cached = None
-    if cached is not None and callable(mod):
-        # the engine loads the cached object in place of compiling this empty module
-        parsed = llvm.parse_assembly("")
-    else:
-        parsed = llvm.parse_assembly(str(mod()) if callable(mod) else text)
-        parsed.verify()
-    if cached is None:
-        try:
-            pto = llvm.create_pipeline_tuning_options(speed_level=3)
-            pto.loop_unrolling = False  # unrolled by 2, the pixel-row kernel's loop spills its accumulators
-            pb = llvm.create_pass_builder(tm, pto)
-            pb.getModulePassManager().run(parsed, pb)
-        except AttributeError:  # older llvmlite: the phi form needs no optimisation to be register-resident
-            pass
-    engine = llvm.create_mcjit_compiler(parsed, tm)
-    if path is not None:
-        def notify(module: object, data: bytes) -> None:
-            try:  # atomically: a concurrent reader sees the old file or the whole new one
-                os.makedirs(os.path.dirname(path), exist_ok=True)
-                fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".ukernel-")
-                with os.fdopen(fd, "wb") as f:
-                    f.write(bytes(data) + hashlib.sha256(bytes(data)).digest())
-                os.replace(tmp, path)
-            except OSError:
-                pass
-
-        engine.set_object_cache(notify, lambda module: cached)
-    engine.finalize_object()
-    return engine
-
-
 def pixel_row_module(rows: int, cols: int, width: int) -> ir.Module:
     """A module with only the pixel-row kernel at the given shape (tests run the AVX2 shape here too)."""
     mod = ir.Module(name="rammer_ukernel_rows")
     _add_pixel_row_kernel(mod, rows, cols, width)
     return mod
 
-
-class MachineCode:
-    """One LLVM module of micro-kernels, compiled (or loaded from the machine-code cache) on first
-    need and its ``symbols`` registered for the numba kernels that call them.
-
-    Nothing is compiled at import: a cold start compiled every module there (5.4 s of LLVM on
-    this machine) although a model uses few of them (an LSTM only the packed GEMM kernel).  A
-    kernel that calls a symbol gets its module built when numba generates the call
-    (:func:`_call_codegen`); a kernel loaded from numba's cache generates nothing, so its entry
-    builds first what :func:`symbols_called` finds in its code (``entries.entry_address``)."""
-
-    def __init__(self, key: str, build: Callable[[], ir.Module], symbols: tuple[str, ...]):
-        self.key, self._build, self.symbols = key, build, symbols
-        self._engine: object | None = None
-        for sym in symbols:
-            _CODE_OF[sym] = self
-
-    def engine(self) -> object:
-        """The compiled module (built on the first call; its symbols registered then)."""
-        if self._engine is None:
-            with _BUILD_LOCK:
-                if self._engine is None:
-                    engine = compile_module(self._build, cache=True, key=self.key)
-                    for sym in self.symbols:
-                        llvm.add_symbol(sym, engine.get_function_address(sym))
-                        _REGISTERED.add(sym)
-                    self._engine = engine
-        return self._engine
-
-    def address(self, symbol: str) -> int:
-        return self.engine().get_function_address(symbol)
-
-    def cached(self) -> bool:
-        """Whether building it would load machine code from the cache rather than compile."""
-        import os
-
-        path = _object_cache_path(_generator_source() + self.key)
-        return self._engine is not None or (path is not None and os.path.exists(path))
-
-    def build_cold(self) -> None:
-        """Compile into the machine-code cache only (a helper process: nothing is registered)."""
-        compile_module(self._build, cache=True, key=self.key)
-
-
-#: symbol -> the MachineCode that defines it
-_CODE_OF: dict[str, MachineCode] = {}
-#: symbols registered with LLVM in this process (built, or placeholders in a helper process)
-_REGISTERED: set[str] = set()
-_BUILD_LOCK = __import__("threading").RLock()
-
-
-def machine_code() -> list[MachineCode]:
-    """Every micro-kernel module (of the modules imported so far)."""
-    return list({id(c): c for c in _CODE_OF.values()}.values())
-
-
-def ensure_symbols(symbols: Iterable[str]) -> None:
-    """Build the modules defining ``symbols`` (those not registered yet)."""
-    for sym in symbols:
-        if sym not in _REGISTERED:
-            _CODE_OF[sym].engine()
-
-
-def register_placeholders() -> None:
-    """Register every micro-kernel symbol at a placeholder address without compiling anything: a
-    helper process that only compiles numba kernels into numba's cache links against these
-    (the cached code refers to the symbols by name; the process that loads it builds the real
-    ones)."""
-    for sym in _CODE_OF:
-        if sym not in _REGISTERED:
-            llvm.add_symbol(sym, PLACEHOLDER_ADDRESS)
-            _REGISTERED.add(sym)
-
-
-def cold_code(symbols: Iterable[str]) -> list[MachineCode]:
-    """The modules defining ``symbols`` that are neither built here nor in the machine-code cache."""
-    out: list[MachineCode] = []
-    for sym in symbols:
-        code = _CODE_OF[sym]
-        if sym not in _REGISTERED and code not in out and not code.cached():
-            out.append(code)
-    return out
-
-
-def symbols_called(fn: object) -> set[str]:
-    """The micro-kernel symbols that numba function ``fn`` (a dispatcher, cfunc or Python function)
-    calls, directly or through the numba functions it calls: every intrinsic that calls one
-    carries them as ``rammer_symbols``; the globals and closure cells of each function's code
-    are searched, and the attributes of modules it names."""
-    import types as pytypes
-
-    found: set[str] = set()
-    seen: set[int] = set()
-
-    def visit(obj: object, names: tuple[str, ...]) -> None:
-        if id(obj) in seen:
-            return
-        seen.add(id(obj))
-        if isinstance(obj, pytypes.ModuleType):
-            for name in names:
-                attr = obj.__dict__.get(name)
-                if attr is not None:
-                    visit(attr, ())
-            return
-        syms = getattr(obj, "rammer_symbols", None) if not isinstance(obj, type) else None
-        if syms:
-            found.update(syms)
-            return
-        py = getattr(obj, "py_func", None) or getattr(obj, "_pyfunc", None)
-        if py is None and isinstance(obj, pytypes.FunctionType):
-            py = obj
-        if py is None:
-            return
-        codes = [py.__code__]
-        while codes:
-            code = codes.pop()
-            codes.extend(c for c in code.co_consts if isinstance(c, pytypes.CodeType))
-            for name in code.co_names:
-                if name in py.__globals__:
-                    visit(py.__globals__[name], code.co_names)
-        for cell in py.__closure__ or ():
-            try:
-                visit(cell.cell_contents, py.__code__.co_names)
-            except ValueError:  # an empty cell
-                pass
-
-    visit(fn, ())
-    return found
-
-
-def _uses(*symbols: str):
-    """Marks an intrinsic as calling ``symbols`` (see :func:`symbols_called`)."""
-    def mark(intr):
-        intr.rammer_symbols = symbols
-        return intr
-    return mark
-
-
-#: Any valid code address: what placeholders point at (they are linked, never called).
-PLACEHOLDER_ADDRESS = ctypes.cast(ctypes.pythonapi.Py_IncRef, ctypes.c_void_p).value
 
 PACKED = MachineCode("ukernel packed", _packed_module, (SYMBOL,))
 LDB = MachineCode("ukernel ldb", _ldb_module, (LDB_SYMBOL, *(ldb_symbol(r) for r in LDB_SHORT_ROWS)))
@@ -702,51 +469,16 @@ def __getattr__(name: str) -> object:
     return value
 
 
-def _call_codegen(symbol: str, kinds: str):
-    """Codegen calling ``symbol`` with the intrinsic's arguments: per letter of ``kinds``, ``i`` an
-    integer passed as i64, ``s`` a number passed as a float32, ``f``/``q`` an (array, offset) pair
-    passed as a float/i64 pointer."""
-    def codegen(context, builder, signature, args):
-        i64 = ir.IntType(64)
-        params, values, pos = [], [], 0
-        s = signature.args
-        for kind in kinds:
-            if kind == "i":
-                params.append(i64)
-                values.append(context.cast(builder, args[pos], s[pos], types.int64))
-                pos += 1
-                continue
-            if kind == "s":
-                params.append(ir.FloatType())
-                values.append(context.cast(builder, args[pos], s[pos], types.float32))
-                pos += 1
-                continue
-            ary = context.make_array(s[pos])(context, builder, args[pos])
-            ptr = builder.gep(ary.data, [context.cast(builder, args[pos + 1], s[pos + 1], types.intp)])
-            params.append(ptr.type)
-            values.append(ptr)
-            pos += 2
-        ensure_symbols((symbol,))  # the module defining it is built before numba links this code
-        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), params), symbol)
-        builder.call(fn, values)
-        return context.get_dummy_value()
-    return codegen
-
-
-def _arrays_are(dtype, *arrays) -> bool:
-    return all(isinstance(a, types.Array) and a.dtype == dtype for a in arrays)
-
-
-@_uses(SYMBOL)
+@uses(SYMBOL)
 @intrinsic
 def ukernel(typingctx, k, A, a_off, Bp, b_off, C, c_off, ldc, acc):
     """C[c_off + r*ldc + j] (+)= sum_k A[a_off + k*MR + r] * Bp[b_off + k*NR + j] for the MR x NR tile."""
-    if not _arrays_are(types.float32, A, Bp, C):
+    if not arrays_are(types.float32, A, Bp, C):
         return None
-    return types.none(k, A, a_off, Bp, b_off, C, c_off, ldc, acc), _call_codegen(SYMBOL, "ifffii")
+    return types.none(k, A, a_off, Bp, b_off, C, c_off, ldc, acc), call_codegen(SYMBOL, "ifffii")
 
 
-@_uses(ROWS_SYMBOL)
+@uses(ROWS_SYMBOL)
 @intrinsic
 def ukernel_rows(typingctx, k, A, a_off, T, t_off, T2, r_off, Bp, b_off, C, c_off, ldc, flags, Bias, bias_off, Res,
                  res_off):
@@ -754,22 +486,22 @@ def ukernel_rows(typingctx, k, A, a_off, T, t_off, T2, r_off, Bp, b_off, C, c_of
     ``t = sum_k A[a_off + T[t_off + k] + T2[r_off + r]] * Bp[b_off + k*PX_NR + j]``,
     ``C[c_off + j*ldc + r] = relu?(t (+ C) (+ Bias[bias_off + j]) (+ Res[res_off + j*ldc + r]))``
     per the EPI_* ``flags``."""
-    if not (_arrays_are(types.float32, A, Bp, C, Bias, Res) and _arrays_are(types.int64, T, T2)):
+    if not (arrays_are(types.float32, A, Bp, C, Bias, Res) and arrays_are(types.int64, T, T2)):
         return None
     sig = types.none(k, A, a_off, T, t_off, T2, r_off, Bp, b_off, C, c_off, ldc, flags, Bias, bias_off, Res, res_off)
-    return sig, _call_codegen(ROWS_SYMBOL, "ifqqffiiff")
+    return sig, call_codegen(ROWS_SYMBOL, "ifqqffiiff")
 
 
 def _ldb_intrinsic(rows: int, doc: str):
     """The numba intrinsic calling the strided-B kernel variant for ``rows`` rows."""
     def typer(typingctx, k, A, a_off, B, b_off, ldb, C, c_off, ldc, flags, Bias, bias_off, Res, res_off, ldr):
-        if not _arrays_are(types.float32, A, B, C, Bias, Res):
+        if not arrays_are(types.float32, A, B, C, Bias, Res):
             return None
         sig = types.none(k, A, a_off, B, b_off, ldb, C, c_off, ldc, flags, Bias, bias_off, Res, res_off, ldr)
-        return sig, _call_codegen(ldb_symbol(rows), "iffifiiffi")
+        return sig, call_codegen(ldb_symbol(rows), "iffifiiffi")
     typer.__name__ = "ukernel_ldb" if rows == MR else f"ukernel_ldb{rows}"
     typer.__doc__ = doc
-    return _uses(ldb_symbol(rows))(intrinsic(typer))
+    return uses(ldb_symbol(rows))(intrinsic(typer))
 
 
 #: ``ukernel_ldb(k, A, a_off, B, b_off, ldb, C, c_off, ldc, flags, Bias, bias_off, Res, res_off, ldr)``

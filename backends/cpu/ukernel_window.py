@@ -29,7 +29,8 @@ from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from .ukernel import WIDTH, MachineCode, _arrays_are, _call_codegen, _clamp, _fma, _masked, _splat, _uses, _vec_ptr
+from .machine_code import MachineCode, arrays_are, call_codegen, uses
+from .ukernel import WIDTH, _clamp, _fma, _masked, _splat, _vec_ptr
 
 SWEEP_SYMBOL = "rammer_cpu_tap_sweep"
 DEINTERLEAVE_SYMBOL = "rammer_cpu_deinterleave2"
@@ -411,34 +412,34 @@ CFUNCTYPE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, *[ctypes.c_int64] * 4, ctype
                              ctypes.c_void_p, *[ctypes.c_float] * 3)
 
 
-@_uses(DISPATCH_SYMBOL)
+@uses(DISPATCH_SYMBOL)
 @intrinsic
 def window_direct(typingctx, code, X, x_off, H, W, ph, pw, Wt, w_off, r0, r1, OW, O, o_off, bias, lo, hi):
     """The sweep that ``code`` (:func:`sweep_code`) names, from ``X[x_off:]`` with weights
     ``Wt[w_off:]`` into ``O[o_off:]`` (:func:`_add_direct_sweep`)."""
-    if not _arrays_are(types.float32, X, Wt, O):
+    if not arrays_are(types.float32, X, Wt, O):
         return None
     sig = types.none(code, X, x_off, H, W, ph, pw, Wt, w_off, r0, r1, OW, O, o_off, bias, lo, hi)
-    return sig, _call_codegen(DISPATCH_SYMBOL, "ifiiiifiiifsss")
+    return sig, call_codegen(DISPATCH_SYMBOL, "ifiiiifiiifsss")
 
 
-@_uses(SWEEP_SYMBOL)
+@uses(SWEEP_SYMBOL)
 @intrinsic
 def tap_sweep(typingctx, P, p_off, T, t_off, Wt, w_off, ntaps, nvec, A, a_off, bias, lo, hi):
     """``A[a_off + q] = clamp(bias + sum_t Wt[w_off + t] * P[p_off + T[t_off + t] + q], lo, hi)``
     for q < nvec * WIDTH (see :func:`_add_tap_sweep`)."""
-    if not (_arrays_are(types.float32, P, Wt, A) and _arrays_are(types.int64, T)):
+    if not (arrays_are(types.float32, P, Wt, A) and arrays_are(types.int64, T)):
         return None
     sig = types.none(P, p_off, T, t_off, Wt, w_off, ntaps, nvec, A, a_off, bias, lo, hi)
-    return sig, _call_codegen(SWEEP_SYMBOL, "fqfiifsss")
+    return sig, call_codegen(SWEEP_SYMBOL, "fqfiifsss")
 
 
-@_uses(DEINTERLEAVE_SYMBOL)
+@uses(DEINTERLEAVE_SYMBOL)
 @intrinsic
 def deinterleave2(typingctx, S, s_off, n, E, e_off, O, o_off):
     """``E[e_off + t] = S[s_off + 2t]``, ``O[o_off + t] = S[s_off + 2t + 1]`` for t < n
     (:func:`_add_deinterleave`)."""
-    if not _arrays_are(types.float32, S, E, O):
+    if not arrays_are(types.float32, S, E, O):
         return None
     sig = types.none(S, s_off, n, E, e_off, O, o_off)
-    return sig, _call_codegen(DEINTERLEAVE_SYMBOL, "fiff")
+    return sig, call_codegen(DEINTERLEAVE_SYMBOL, "fiff")

@@ -27,8 +27,8 @@ from numba.extending import intrinsic
 
 import numpy as np
 
-from .ukernel import (WIDTH, MachineCode, _activate, _arrays_are, _call_codegen, _masked, _per_flag_blocks, _splat,
-                      _uses, _vec_ptr)
+from .machine_code import MachineCode, arrays_are, call_codegen, uses
+from .ukernel import WIDTH, _activate, _masked, _per_flag_blocks, _splat, _vec_ptr
 
 
 IN_SYMBOL = "rammer_cpu_winograd_in"
@@ -161,22 +161,22 @@ OUT_CFUNCTYPE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, *[ctypes.c_int64] * 2, c
                                  *[ctypes.c_int64] * 6, ctypes.c_void_p, ctypes.c_void_p)
 
 
-@_uses(IN_SYMBOL)
+@uses(IN_SYMBOL)
 @intrinsic
 def wino_in(typingctx, X, x_off, wq, cstride, V, v_off, ldv, vs, ncg):
     """:func:`_add_input_transform` on ``X[x_off:]`` into ``V[v_off:]``."""
-    if not _arrays_are(types.float32, X, V):
+    if not arrays_are(types.float32, X, V):
         return None
-    return types.none(X, x_off, wq, cstride, V, v_off, ldv, vs, ncg), _call_codegen(IN_SYMBOL, "fiifiii")
+    return types.none(X, x_off, wq, cstride, V, v_off, ldv, vs, ncg), call_codegen(IN_SYMBOL, "fiifiii")
 
 
-@_uses(OUT_SYMBOL)
+@uses(OUT_SYMBOL)
 @intrinsic
 def wino_out(typingctx, M, m_off, ms, mstride, O, o_off, ldo, ostride, nm, ncols, nrows, flags, Bias, bias_off,
              Res, res_off):
     """:func:`_add_output_transform` from ``M[m_off:]`` into ``O[o_off:]``."""
-    if not _arrays_are(types.float32, M, O, Bias, Res):
+    if not arrays_are(types.float32, M, O, Bias, Res):
         return None
     sig = types.none(M, m_off, ms, mstride, O, o_off, ldo, ostride, nm, ncols, nrows, flags, Bias, bias_off, Res,
                      res_off)
-    return sig, _call_codegen(OUT_SYMBOL, "fiifiiiiiiff")
+    return sig, call_codegen(OUT_SYMBOL, "fiifiiiiiiff")

@@ -73,14 +73,14 @@ def warm(names: list[str]) -> None:
     Afterwards :func:`.entries.entry_address` finds each of them in numba's cache."""
     from .kernels_ew import ensure_epilogue_symbol
 
-    from . import entries, ukernel
+    from . import entries, machine_code
 
     cold = missing_entries(names)
     if len(cold) < MIN_MISSING or _usable_cores() < 2 or epilogue_cached():
         return  # nothing to overlap with: entry_address compiles what is missing
     # The micro-kernel modules these entries call that are not in the machine-code cache either:
     # the helper compiles them into it first (this process loads them from there afterwards).
-    code = ukernel.cold_code(set().union(*(entries.micro_kernels(n) for n in names)))
+    code = machine_code.cold_code(set().union(*(entries.micro_kernels(n) for n in names)))
     helper = subprocess.Popen([sys.executable, "-m", __name__, *cold, *(f"code:{c.key}" for c in code)],
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
@@ -102,16 +102,16 @@ def warm(names: list[str]) -> None:
 def _helper(names: list[str]) -> None:
     from llvmlite import binding as llvm
 
-    from . import entries, kernels_ew, ukernel
+    from . import entries, kernels_ew, machine_code
 
     keys = {n[len("code:"):] for n in names if n.startswith("code:")}
-    for code in ukernel.machine_code():
+    for code in machine_code.machine_code():
         if code.key in keys:
             code.build_cold()
     # Any address will do: the placeholders are only linked here, never called, and the
     # cached code refers to the interpreter and the micro-kernels by name.
-    llvm.add_symbol(kernels_ew.EPILOGUE_SYMBOL, ukernel.PLACEHOLDER_ADDRESS)
-    ukernel.register_placeholders()
+    llvm.add_symbol(kernels_ew.EPILOGUE_SYMBOL, machine_code.PLACEHOLDER_ADDRESS)
+    machine_code.register_placeholders()
     for name in names:
         if not name.startswith("code:"):
             entries.compile_entry(name)

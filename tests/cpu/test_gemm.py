@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from rammer.backends.cpu import kernels_gemm as kg
+from rammer.backends.cpu import machine_code as mc
 from rammer.backends.cpu import ukernel as uk
 from rammer.backends.cpu import ukernel_window as uw
 
@@ -65,7 +66,7 @@ def test_pixel_row_microkernel_reads_through_tables_and_stores_transposed(rows, 
     bias = rng.standard_normal(cols).astype(np.float32)
     res = rng.standard_normal(cols * ldc).astype(np.float32)
     before = c.copy()
-    engine = uk.compile_module(uk.pixel_row_module(rows, cols, width))
+    engine = mc.compile_module(uk.pixel_row_module(rows, cols, width))
     fn = uk.ROWS_CFUNCTYPE(engine.get_function_address(uk.ROWS_SYMBOL))
     fn(k, plane.ctypes.data, aoff.ctypes.data, rowoff.ctypes.data, b.ctypes.data, c.ctypes.data, ldc, flags,
        bias.ctypes.data, res.ctypes.data)
@@ -106,7 +107,7 @@ def test_tap_sweep_sums_shifted_planes(width, nvec, epilogue):
     w = rng.standard_normal(ntaps).astype(np.float32)
     acc = rng.standard_normal(nvec * width + 16).astype(np.float32)
     before = acc.copy()
-    engine = uk.compile_module(uw.tap_sweep_module(width))
+    engine = mc.compile_module(uw.tap_sweep_module(width))
     fn = uw.SWEEP_CFUNCTYPE(engine.get_function_address(uw.SWEEP_SYMBOL))
     fn(p.ctypes.data, toff.ctypes.data, w.ctypes.data, ntaps, nvec, acc.ctypes.data, *epilogue)
     L = nvec * width
@@ -163,7 +164,7 @@ def test_machine_code_cache_is_used_and_damage_is_ignored(tmp_path, monkeypatch,
         return uw.tap_sweep_module(8)
 
     mod = build if builder else uw.tap_sweep_module(8)
-    path = uk._object_cache_path(uk._generator_source() + "test" if builder else str(mod))
+    path = mc.object_cache_path(mc.generator_source() + "test" if builder else str(mod))
     rng = np.random.default_rng(0)
     p = rng.standard_normal(200).astype(np.float32)
     toff = np.array([0, 3, 17], np.int64)
@@ -177,13 +178,13 @@ def test_machine_code_cache_is_used_and_damage_is_ignored(tmp_path, monkeypatch,
         np.testing.assert_allclose(acc, want, rtol=1e-5, atol=1e-5)
 
     key = {"key": "test"} if builder else {}
-    run(uk.compile_module(mod, cache=True, **key))   # compiles and writes
+    run(mc.compile_module(mod, cache=True, **key))   # compiles and writes
     written = open(path, "rb").read()
-    run(uk.compile_module(mod, cache=True, **key))   # loads
+    run(mc.compile_module(mod, cache=True, **key))   # loads
     assert len(built) == (1 if builder else 0)       # (a hit did not build the module)
     with open(path, "wb") as f:                      # damaged: one byte of the code flipped
         f.write(bytes([written[0] ^ 0xFF]) + written[1:])
-    run(uk.compile_module(mod, cache=True, **key))   # compiled again, file rewritten
+    run(mc.compile_module(mod, cache=True, **key))   # compiled again, file rewritten
     assert open(path, "rb").read() == written
 
 
@@ -234,7 +235,7 @@ def test_vector_silu_matches_numpy_over_the_whole_range(width):
     src, dst = (bld.bitcast(a, vec.as_pointer()) for a in fn.args)
     bld.store(uk._activate(bld, bld.load(src, align=4), 4), dst, align=4)
     bld.ret_void()
-    engine = uk.compile_module(mod)
+    engine = mc.compile_module(mod)
     call = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p)(engine.get_function_address("silu_test"))
     x = np.concatenate([np.linspace(-110, 100, 4000), [np.nan, np.inf, -np.inf, 0.0, -0.0, 88.0, 89.0, -87.5]])
     x = np.concatenate([x, np.zeros((-len(x)) % width)]).astype(np.float32)
@@ -252,7 +253,7 @@ def test_deinterleave_splits_pairs_and_writes_nothing_else(width, n):
     """Blocks of ``width`` pairs and the scalar tail; nothing past n is written."""
     import ctypes
 
-    engine = uk.compile_module(uw.deinterleave_module(width))
+    engine = mc.compile_module(uw.deinterleave_module(width))
     fn = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p)(
         engine.get_function_address(uw.DEINTERLEAVE_SYMBOL))
     src = np.random.default_rng(n).standard_normal(2 * n + 3).astype(np.float32)

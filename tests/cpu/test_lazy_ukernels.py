@@ -1,6 +1,6 @@
-"""Micro-kernel modules are built on first need (backends/cpu/ukernel.py ``MachineCode``): an
+"""Micro-kernel modules are built on first need (backends/cpu/machine_code.py ``MachineCode``): an
 entry loaded from numba's cache generates no code, so it must build first the modules whose
-symbols it calls, as :func:`ukernel.symbols_called` finds them in its code."""
+symbols it calls, as :func:`machine_code.symbols_called` finds them in its code."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import textwrap
 
 import pytest
 
-from rammer.backends.cpu import entries, ukernel, ukernel_window, ukernel_winograd
+from rammer.backends.cpu import entries, machine_code, ukernel, ukernel_window, ukernel_winograd
 
 ENTRIES = sorted(n[len("entry_"):] for n in vars(entries) if n.startswith("entry_k_"))
 
@@ -25,7 +25,7 @@ def test_entries_name_the_micro_kernels_they_call():
     assert {ukernel.ROWS_SYMBOL, ukernel.LDB_SYMBOL, ukernel_winograd.IN_SYMBOL, ukernel_winograd.OUT_SYMBOL} <= conv
     # every symbol found is one a module defines
     for name in ENTRIES:
-        assert entries.micro_kernels(name) <= set(ukernel._CODE_OF), name
+        assert entries.micro_kernels(name) <= set(machine_code._CODE_OF), name
 
 
 def _run(code: str) -> subprocess.CompletedProcess:
@@ -36,11 +36,11 @@ def _run(code: str) -> subprocess.CompletedProcess:
 
 def test_a_gemm_model_builds_only_the_packed_kernel():
     done = _run("""
-        from rammer.backends.cpu import ukernel, ukernel_window, ukernel_winograd
+        from rammer.backends.cpu import machine_code, ukernel
         from cpu_helpers import compare, model, node, rand
         m = model([node("MatMul", ["x", "w"], ["y"])], {"x": rand(5, 40)}, ["y"], {"w": rand(40, 24, seed=1)})
         compare(m, {"x": rand(5, 40, seed=2)})
-        built = [c.key for c in ukernel.machine_code() if c._engine is not None]
+        built = [c.key for c in machine_code.machine_code() if c._engine is not None]
         print(built)
         assert built == [ukernel.PACKED.key], built
     """)
@@ -51,12 +51,12 @@ def test_a_gemm_model_builds_only_the_packed_kernel():
 def test_each_entry_loads_from_the_cache_with_only_the_modules_it_names(name):
     entries.entry_address(name)  # compiled here (or already in numba's cache): the child loads it
     done = _run(f"""
-        from rammer.backends.cpu import entries, ukernel
+        from rammer.backends.cpu import entries, machine_code
         assert entries.entry_address({name!r})
         # loaded code is linked when numba's engine next finalizes a module: make it happen now
         from numba import njit
         assert njit(lambda: 7)() == 7
-        built = {{s for c in ukernel.machine_code() if c._engine is not None for s in c.symbols}}
+        built = {{s for c in machine_code.machine_code() if c._engine is not None for s in c.symbols}}
         assert built >= entries.micro_kernels({name!r})
         print(sorted(built))
     """)

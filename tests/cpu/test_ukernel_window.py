@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from rammer.backends.cpu import machine_code as mc
 from rammer.backends.cpu import ukernel as uk
 from rammer.backends.cpu import ukernel_window as uw
 
@@ -22,7 +23,7 @@ def _sweep(width: int, stride: int, k: int, op: str):
     if width == uk.WIDTH:
         return uw.CFUNCTYPE(uw.ADDRESSES[(stride, k, op)])
     if width not in _ENGINES:
-        _ENGINES[width] = uk.compile_module(uw.direct_module(width))
+        _ENGINES[width] = mc.compile_module(uw.direct_module(width))
     return uw.CFUNCTYPE(_ENGINES[width].get_function_address(uw.symbol(stride, k, op)))
 
 

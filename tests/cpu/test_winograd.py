@@ -10,7 +10,8 @@ from cpu_helpers import compare, conv_model, model, node, rand
 from rammer.backends.cpu import lower_conv
 from rammer.backends.cpu import ukernel_winograd as uw
 from rammer.backends.cpu.kernels_conv import FORM_WINOGRAD
-from rammer.backends.cpu.ukernel import EPI_BIAS, EPI_RELU, EPI_RESIDUAL, WIDTH, compile_module
+from rammer.backends.cpu.machine_code import compile_module
+from rammer.backends.cpu.ukernel import EPI_BIAS, EPI_RELU, EPI_RESIDUAL, WIDTH
 
 
 @pytest.fixture(scope="module", params=sorted({WIDTH, 8}))
