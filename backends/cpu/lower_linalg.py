@@ -47,6 +47,10 @@ def head_reason(lw: LowerContext, node: Node) -> str | None:
             return f"{len(x.shape) - 2}-D convolution (the CPU kernels do 1-D and 2-D)"
         if node.inputs[1] not in g.initializers:
             return "convolution weights computed at run time"
+        if not np.isfinite(g.initializers[node.inputs[1]]).all():
+            # The kernels skip the taps that fall on padding (and Winograd mixes taps), so a NaN or
+            # an infinite weight would not make the NaN that 0 * inf gives there: a silent wrong answer.
+            return f"weights '{node.inputs[1]}' hold NaN or infinite values"
     if node.op_type == "MatMul" and min(len(t.shape) for t in ins) < 1:
         return "scalar operand"
     return None

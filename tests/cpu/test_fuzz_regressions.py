@@ -456,3 +456,31 @@ def test_an_op_cycle_after_fusion_compiles_without_fusion(caplog):
     want = _rammer.compile(data, backend="reference").run(feeds)
     for k in want:
         _np.testing.assert_allclose(got[k], want[k], rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+@pytest.mark.parametrize("case", [
+    # (x shape, w shape, attributes): the depthwise tap loop of tiny planes (the reproducer,
+    # mutants:26000924), the direct sweep, the phase planes, channels-last, implicit GEMM, Winograd
+    ((2, 16, 3, 5), (32, 1, 6, 6), dict(auto_pad="SAME_UPPER", group=16, strides=[3, 3])),
+    ((1, 4, 12, 12), (4, 1, 3, 3), dict(pads=[1, 1, 1, 1], group=4)),
+    ((1, 4, 16, 16), (4, 1, 5, 5), dict(pads=[2, 2, 2, 2], group=4, strides=[2, 2], dilations=[1, 2])),
+    ((1, 8, 5, 5), (8, 1, 3, 3), dict(pads=[1, 1, 1, 1], group=8)),
+    ((1, 6, 9, 9), (8, 6, 3, 3), dict(pads=[1, 1, 1, 1])),
+    ((1, 16, 20, 20), (16, 16, 3, 3), dict(pads=[1, 1, 1, 1])),
+])
+def test_nonfinite_conv_weights_give_the_nan_of_padding(case, bad):
+    """A NaN or infinite weight times a padding zero is NaN.  The kernels skip padded taps (and
+    Winograd mixes taps), so such a Conv is left to the host, which computes it as specified."""
+    x_shape, w_shape, attrs = case
+    x = rand(*x_shape)
+    w = rand(*w_shape, seed=1)
+    w.reshape(-1)[w.size // 2 - 1] = bad
+    w[0, 0, 0, 0] = bad  # a corner tap: it lands on padding at the first output pixel
+    m = model([node("Conv", ["x", "w", "b"], ["y"], **attrs)], {"x": x}, ["y"],
+              {"w": w, "b": rand(w_shape[0], seed=2)})
+    want = rammer.compile(m, backend="reference")({"x": x})["y"]
+    assert np.isnan(want).any()
+    cpu = rammer.compile(m, backend="cpu", cache=False)
+    got = cpu({"x": x})["y"]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4, equal_nan=True)
