@@ -397,3 +397,23 @@ def test_device_metrics_and_quantized_cells_in_the_matrix(tmp_path):
     assert mcu["status"] in ("ok", "approx") and mcu["median_s"] > 0
     assert mcu["device_metrics"]["flash_bytes"] > 0 and mcu["device_metrics"]["ram_bytes"] > 0
     assert "flash_bytes=" in (tmp_path / "out" / "results.md").read_text()
+
+
+def test_pooled_before_after_resamples_whole_workers(tmp_path: Path) -> None:
+    """``ci/pool_before_after.py``: after / before of the pooled medians, over the workers of every file."""
+    import subprocess
+    import sys
+
+    def run(before: list[list[float]], after: list[list[float]], ort: float) -> dict:
+        side = lambda workers, o: [{"/tmp/x/m.onnx": {"cpu": w, "onnxruntime": [o] * len(w)}} for w in workers]
+        return {"runs": {"before": side(before, 1.0), "after": side(after, ort)}}
+
+    # after is 1.2x before in both files; the second file's after workers also ran in a 1.2x slower phase
+    files = [tmp_path / "a.json", tmp_path / "b.json"]
+    files[0].write_text(json.dumps(run([[1.0, 1.0, 1.0]] * 2, [[1.2, 1.2, 1.2]] * 2, 1.0)))
+    files[1].write_text(json.dumps(run([[1.0, 1.0, 1.0]] * 2, [[1.2, 1.2, 1.2]] * 2, 1.2)))
+    script = Path(__file__).resolve().parents[1] / "ci" / "pool_before_after.py"
+    out = subprocess.run([sys.executable, str(script), *map(str, files)], capture_output=True, text=True,
+                         check=True).stdout
+    row = [line for line in out.splitlines() if line.startswith("| m |")]
+    assert row == ["| m | 4 | 1.200 | 1.200-1.200 | 1.091 |"], out
