@@ -21,8 +21,11 @@ def _load(paths: list[str]) -> dict[str, dict[str, dict[str, list[list[float]]]]
     """{side: {model: {"cpu": [worker's times...], "onnxruntime": [...]}}} over every file."""
     pooled: dict[str, dict[str, dict[str, list[list[float]]]]] = {"before": {}, "after": {}}
     for path in paths:
-        with open(path) as f:
-            runs = json.load(f)["runs"]
+        try:
+            with open(path) as f:
+                runs = json.load(f)["runs"]
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise SystemExit(f"{path}: not a file written by ci/bench_before_after.py --json ({exc})") from None
         for side in pooled:
             for worker in runs[side]:
                 for model, times in worker.items():
