@@ -75,6 +75,11 @@ def worker(models: list[str], repeat: int, threads: int) -> dict:
     return out
 
 
+def medians(workers: list[dict], model: str) -> dict[str, float]:
+    """{runtime: median seconds} of ``model`` over every timed run of ``workers`` (one side's worker results)."""
+    return {k: statistics.median(x for run in workers for x in run[model][k]) for k in ("cpu", "onnxruntime")}
+
+
 def _run_side(python: str, env: dict, args: list[str]) -> dict:
     proc = subprocess.run([python, os.path.abspath(__file__), "--worker", *args], env=env,
                           capture_output=True, text=True)
@@ -150,8 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     print("|---|---:|---:|---:|---:|---:|---:|")
     table = {}
     for m in models:
-        med = {s: {k: statistics.median(x for run in runs[s] for x in run[m][k]) * 1e3 for k in ("cpu", "onnxruntime")}
-               for s in sides}
+        med = {s: {k: v * 1e3 for k, v in medians(runs[s], m).items()} for s in sides}
         rel = {s: med[s]["cpu"] / med[s]["onnxruntime"] for s in sides}
         ratio, rel_ratio = med["after"]["cpu"] / med["before"]["cpu"], rel["after"] / rel["before"]
         table[m] = {"median_ms": med, "after_over_before": ratio, "cpu_over_ort": rel,

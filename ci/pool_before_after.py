@@ -13,48 +13,47 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
-import statistics
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_before_after import medians  # noqa: E402
 
 
-def _load(paths: list[str]) -> dict[str, dict[str, dict[str, list[list[float]]]]]:
-    """{side: {model: {"cpu": [worker's times...], "onnxruntime": [...]}}} over every file."""
-    pooled: dict[str, dict[str, dict[str, list[list[float]]]]] = {"before": {}, "after": {}}
+def _load(paths: list[str]) -> dict[str, list[dict]]:
+    """Every file's worker results, by side, as ``bench_before_after`` keeps them; a model is named by
+    its file's base name (each run exports the torch models to its own temporary folder)."""
+    pooled: dict[str, list[dict]] = {"before": [], "after": []}
     for path in paths:
         try:
             with open(path) as f:
                 runs = json.load(f)["runs"]
-        except (OSError, ValueError, KeyError, TypeError) as exc:
+            for side, workers in pooled.items():
+                workers.extend({m.rsplit("/", 1)[-1].removesuffix(".onnx"): t for m, t in w.items()}
+                               for w in runs[side])
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
             raise SystemExit(f"{path}: not a file written by ci/bench_before_after.py --json ({exc})") from None
-        for side in pooled:
-            for worker in runs[side]:
-                for model, times in worker.items():
-                    name = model.rsplit("/", 1)[-1].removesuffix(".onnx")
-                    slot = pooled[side].setdefault(name, {"cpu": [], "onnxruntime": []})
-                    for runtime in slot:
-                        slot[runtime].append(times[runtime])
     return pooled
 
 
-def _median(workers: list[list[float]]) -> float:
-    return statistics.median([t for w in workers for t in w])
-
-
 def table(paths: list[str], resamples: int = 1000, seed: int = 0) -> str:
-    pooled = _load(paths)
+    runs = _load(paths)
     rng = random.Random(seed)
     lines = ["| model | workers per side | after / before | 95% interval | after / before of cpu/ort |",
              "|---|---:|---:|---:|---:|"]
-    for model, before in pooled["before"].items():
-        after = pooled["after"].get(model)
-        if after is None:
+    models = dict.fromkeys(m for w in runs["before"] for m in w)
+    for model in models:
+        b = [w for w in runs["before"] if model in w]
+        a = [w for w in runs["after"] if model in w]
+        if not a:
             continue
-        b, a = before["cpu"], after["cpu"]
-        ratios = sorted(_median([rng.choice(a) for _ in a]) / _median([rng.choice(b) for _ in b])
+        mb, ma = medians(b, model), medians(a, model)
+        ratios = sorted(medians([rng.choice(a) for _ in a], model)["cpu"] / medians([rng.choice(b) for _ in b], model)["cpu"]
                         for _ in range(resamples))
         lo, hi = ratios[int(0.025 * resamples)], ratios[int(0.975 * resamples) - 1]
-        norm = (_median(a) / _median(after["onnxruntime"])) / (_median(b) / _median(before["onnxruntime"]))
-        lines.append(f"| {model} | {min(len(a), len(b))} | {_median(a) / _median(b):.3f} | {lo:.3f}-{hi:.3f} "
+        norm = (ma["cpu"] / ma["onnxruntime"]) / (mb["cpu"] / mb["onnxruntime"])
+        lines.append(f"| {model} | {min(len(a), len(b))} | {ma['cpu'] / mb['cpu']:.3f} | {lo:.3f}-{hi:.3f} "
                      f"| {norm:.3f} |")
     return "\n".join(lines)
 
