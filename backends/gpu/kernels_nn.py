@@ -54,9 +54,13 @@ def conv2d_direct(name: str, threads: int = 128) -> ir.Kernel:
                     ir.Decl("int", "ih", ih),
                     ir.For("kw", c(0), v("KW"), c(1), (
                         ir.Decl("int", "iw", iw),
-                        ir.If(and_(BinOp(">=", v("ih"), c(0)), lt(v("ih"), v("H")),
-                                   BinOp(">=", v("iw"), c(0)), lt(v("iw"), v("W"))),
-                              (ir.Assign("acc", add(v("acc"), mul(Load("x", x_idx), Load("w", w_idx)))),)),
+                        # A padded tap reads 0 and still multiplies its weight (as the implicit-GEMM form's
+                        # zero-filled tile does): 0 * NaN or 0 * inf is NaN, as specified.
+                        ir.Assign("acc", add(v("acc"), mul(
+                            ir.Select(and_(BinOp(">=", v("ih"), c(0)), lt(v("ih"), v("H")),
+                                           BinOp(">=", v("iw"), c(0)), lt(v("iw"), v("W"))),
+                                      Load("x", x_idx), c(0.0)),
+                            Load("w", w_idx)))),
                     )),
                 )),
             )),

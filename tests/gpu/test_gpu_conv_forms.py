@@ -62,3 +62,25 @@ def test_both_forms_are_candidates_for_the_scheduler():
     graph = be.prepare_graph(load(CASES["1x1-wide"]())).graph
     families = {k.family for k in compiler.gpu_rkernels(graph.nodes[0], graph, get_preset("a100"))}
     assert families == {"gpu.conv_direct", "gpu.conv_igemm"}
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+@pytest.mark.parametrize("form", [1, CONV_IMPLICIT_GEMM])
+def test_nonfinite_weights_give_the_nan_of_padding(form, bad, monkeypatch):
+    """A NaN or infinite weight times a padding zero is NaN: a form that skipped padded taps gave finite
+    values there (the cpu backend's twin: mutants:26000924)."""
+    be = plugins.backends().get("opencl")
+    if be is None or not be.availability().ok:
+        pytest.skip("needs an OpenCL device (PoCL: apt-get install pocl-opencl-icd)")
+    monkeypatch.setattr(compiler, "_mults", lambda node: (form,) if node.op_type == "Conv" else (1,))
+    model = CASES["3x3-pad"]()
+    w = model.graph.initializer[0]
+    values = list(w.float_data)
+    values[0] = bad  # tap (0, 0) of output channel 0: on padding at the first output pixel
+    del w.float_data[:]
+    w.float_data.extend(values)
+    compiled = rammer.compile(model, backend="opencl")
+    feeds = random_feeds(compiled.inputs, seed=3)
+    want = rammer.compile(model, backend="reference").run(feeds)["y"]
+    assert np.isnan(want).any()
+    np.testing.assert_allclose(compiled.run(feeds)["y"], want, rtol=1e-4, atol=1e-4, equal_nan=True)
