@@ -29,7 +29,7 @@ __all__ = ["split_k", "make_split_k", "SPLIT_K"]
 
 def _pieces(m: int, n: int, k: int, tile: int, min_tiles: int, min_slice: int, max_pieces: int) -> int:
     tiles = math.ceil(m / tile) * math.ceil(n / tile)
-    if tiles >= min_tiles:
+    if tiles == 0 or tiles >= min_tiles:  # (an empty product has nothing to split)
         return 1
     return max(1, min(max_pieces, math.ceil(min_tiles / tiles), k // min_slice))
 

@@ -54,6 +54,12 @@ def test_split_k_keeps_the_result(case):
     np.testing.assert_allclose(_run(split, feeds), _run(graph, feeds), rtol=1e-5, atol=1e-5)
 
 
+def test_an_empty_product_is_left_alone():
+    """A zero-row product has no output tiles (fuzz mutants:28000279: the pass divided by them)."""
+    empty = load(_model(helper.make_node("MatMul", ["x", "w"], ["y"]), [0, 3000], [0, 40], [_w((3000, 40))]))
+    assert split_k(empty) is empty
+
+
 def test_products_with_many_tiles_short_k_or_computed_weights_are_left_alone():
     many_tiles = load(_model(helper.make_node("MatMul", ["x", "w"], ["y"]), [1024, 3000], [1024, 64],
                              [_w((3000, 64))]))  # 64 x 4 = 256 tiles: the blocks are busy already
