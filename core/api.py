@@ -16,6 +16,8 @@ from .diagnostics import fallbacks_of, report_fallbacks
 from .profile import Profile, write_chrome_trace
 from .progress import compile_progress
 from .errors import CompileError, FeedError, RammerError, UnsupportedOpError
+from .feed_bounds import index_bounds
+from .feed_hints import declared_input_dims, wrong_shape
 from .frontend import ModelSource, load
 from .frontend.limits import Limits
 from .ir import Graph, TensorInfo, dtype_name
@@ -40,6 +42,8 @@ class CompiledModel:
         self._writes_into: bool | None = None
         #: (name, dtype, shape) per input, for the fast feed check.
         self._feed_plan = [(t.name, np.dtype(t.dtype), tuple(t.shape)) for t in graph.inputs]
+        #: The model's declared input dims, read on the first wrong-shape feed (see _declared_dims).
+        self._declared: dict[str, list | None] | None = None
 
     @property
     def inputs(self) -> list[TensorInfo]:
@@ -81,14 +85,22 @@ class CompiledModel:
                     f"(convert it with .astype(np.{'object_' if info.dtype == 'object' else info.dtype}))"
                 )
             elif tuple(arr.shape) != info.shape:
-                problems.append(
-                    f"input '{name}' has shape {list(arr.shape)} but the model was compiled for "
-                    f"{list(info.shape)} (recompile with input_shapes={{'{name}': {tuple(arr.shape)}}})"
-                )
+                declared = self._declared_dims()
+                problems.append(wrong_shape(name, arr.shape, info.shape, declared.get(name),
+                                            any_shape=name in declared and declared[name] is None))
             checked[name] = arr
         if problems:
             raise FeedError("; ".join(problems))
         return checked
+
+    def _declared_dims(self) -> dict[str, list | None]:
+        """The dims the model declares per input (fixed or dynamic; None: no shape declared), read
+        from its source on the first wrong-shape feed; empty for an IR graph (then every dim counts
+        as fixed: ``input_shapes`` does not apply to a graph)."""
+        declared = getattr(self, "_declared", None)
+        if declared is None:
+            declared = self._declared = declared_input_dims(self.source) or {}
+        return declared
 
     def _fast_feeds(self, feeds: Mapping[str, Any]) -> dict[str, np.ndarray] | None:
         """The feeds as given when every one is an array of the right dtype and shape (the
@@ -174,8 +186,9 @@ class CompiledModel:
         return save_compiled(self, path)
 
     def random_feeds(self, seed: int = 0) -> dict[str, np.ndarray]:
-        """Inputs of the right shapes and dtypes, drawn from ``seed``."""
-        return random_feeds(self.graph.inputs, seed)
+        """Inputs of the right shapes and dtypes, drawn from ``seed`` (indices within the
+        tables they index: see :func:`random_feeds`)."""
+        return random_feeds(self.graph.inputs, seed, self.graph)
 
     def __repr__(self) -> str:
         return f"<CompiledModel {self.graph.name!r} on {self.backend.name!r}: {len(self.graph.nodes)} nodes>"
@@ -217,11 +230,16 @@ def _feed_array(name: str, value: Any, info: TensorInfo) -> tuple[np.ndarray, st
 _NATIVE = "<" if np.little_endian else ">"
 
 
-def random_feeds(inputs: Sequence[TensorInfo], seed: int = 0) -> dict[str, np.ndarray]:
+def random_feeds(inputs: Sequence[TensorInfo], seed: int = 0, graph: Graph | None = None) -> dict[str, np.ndarray]:
     """Inputs of the right shapes and dtypes, drawn from ``seed``; a :class:`FeedError` when
-    they do not fit in memory."""
+    they do not fit in memory.
+
+    Integers are drawn from [0, 10), except that with the model's ``graph`` an integer input that
+    a Gather (or GatherElements, GatherND) reads as its indices, directly or through ops that pass
+    values on (Cast, Reshape, Unsqueeze...), is drawn from [0, the gathered axis's size): token ids
+    stay within the vocabulary (:mod:`rammer.feed_bounds`)."""
     try:
-        return _random_feeds(inputs, seed)
+        return _random_feeds(inputs, seed, index_bounds(graph) if graph is not None else {})
     except MemoryError:
         total = sum(t.size * t.np_dtype.itemsize for t in inputs)
         raise FeedError(f"not enough memory for random inputs of {total / (1 << 20):,.1f} MiB "
@@ -232,7 +250,7 @@ def random_feeds(inputs: Sequence[TensorInfo], seed: int = 0) -> dict[str, np.nd
 _CHUNK = 1 << 22
 
 
-def _random_feeds(inputs: Sequence[TensorInfo], seed: int) -> dict[str, np.ndarray]:
+def _random_feeds(inputs: Sequence[TensorInfo], seed: int, bounds: Mapping[str, int]) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(seed)
     feeds: dict[str, np.ndarray] = {}
     for t in inputs:
@@ -247,7 +265,11 @@ def _random_feeds(inputs: Sequence[TensorInfo], seed: int) -> dict[str, np.ndarr
         elif dt.kind == "f":
             feeds[t.name] = rng.standard_normal(t.shape).astype(dt)
         elif dt.kind in "iu":
-            feeds[t.name] = rng.integers(0, 10, size=t.shape).astype(dt)
+            high = bounds.get(t.name, 10)
+            if high < 1:  # an empty table: no index is in range, draw as usual (the run reports it)
+                high = 10
+            high = min(high, int(np.iinfo(dt).max) + 1)
+            feeds[t.name] = rng.integers(0, high, size=t.shape).astype(dt)
         elif dt.kind == "b":
             feeds[t.name] = rng.random(t.shape) < 0.5
         else:

@@ -31,6 +31,7 @@ import onnx
 from . import plugins
 from .api import CompiledModel, compile as compile_model
 from .errors import BackendUnavailableError, FeedError
+from .feed_hints import wrong_shape
 from .frontend import load_proto
 from .frontend.source import ModelSource
 from .profile import Profile, write_chrome_trace
@@ -284,7 +285,7 @@ class InferenceSession:
                 raise FeedError(f"missing feed '{arg.name}' ({arg.type}, shape {arg.shape})")
             shape = tuple(int(d) for d in np.shape(feeds[arg.name]))
             if len(shape) != len(arg.shape) or any(isinstance(d, int) and d != s for d, s in zip(arg.shape, shape)):
-                raise FeedError(f"input '{arg.name}' has shape {list(shape)} but the model declares {arg.shape}")
+                raise FeedError(wrong_shape(arg.name, shape, None, arg.shape))
             shapes[arg.name] = shape
         key = tuple(sorted(shapes.items()))
         model = self._variants.get(key)

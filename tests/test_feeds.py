@@ -86,7 +86,7 @@ def test_str_arrays_feed_string_inputs():
 def test_random_feeds_out_of_memory_is_a_feed_error(monkeypatch):
     import rammer.api as api
 
-    def boom(inputs, seed):
+    def boom(inputs, seed, *bounds):
         raise MemoryError
 
     monkeypatch.setattr(api, "_random_feeds", boom)

@@ -118,7 +118,7 @@ def build_case(model: str, batch: int, seed: int) -> ModelCase:
     if not skip:
         try:
             graph = load(proto)
-            feeds = random_feeds(graph.inputs, seed)
+            feeds = random_feeds(graph.inputs, seed, graph)  # token ids within their tables
         except RammerError as exc:
             load_error = _first_line(exc)
     label = model if model in zoo_names else os.path.basename(model)

@@ -116,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
         model = rammer.compile(source, backend=args.backend, input_shapes=input_shapes(args, source),
                                strict=args.strict, **extra)
     compile_s = time.perf_counter() - t0
-    feeds = rammer.random_feeds([t for t in model.inputs if t.name not in given], args.seed)
+    feeds = rammer.random_feeds([t for t in model.inputs if t.name not in given], args.seed, model.graph)
     feeds.update(given)
     if args.profile and getattr(model.executable, "trace_run", None) is None:
         raise RammerError(f"--profile: backend '{model.backend.name}' cannot time its runs rTask by rTask; "

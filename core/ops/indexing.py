@@ -12,15 +12,44 @@ from typing import Sequence
 
 import numpy as np
 
+from ..errors import OpExecutionError
 from .registry import OpContext, OutSpec, normalize_axis, register_op
 from .tensor import int_list
 
 
-def _normalized_indices(ctx: OpContext, indices: np.ndarray, dim: int, what: str = "indices") -> np.ndarray:
+def index_out_of_range(node_name: str, op_type: str, index: int, bound: int, tensor: str,
+                       at: Sequence[int] | None = None) -> str:
+    """How every backend reports an index outside [-bound, bound): node, op, the index, the bound,
+    the indices tensor and where in it (e.g. ``Gather node 'emb' (op Gather): index 30712 out of
+    range [-30522, 30522) in input 'input_ids' at [0, 5]``)."""
+    where = f" at {[int(i) for i in at]}" if at is not None else ""
+    return (f"{op_type} node '{node_name}' (op {op_type}): index {int(index)} out of range [-{int(bound)}, "
+            f"{int(bound)}) in input '{tensor}'{where}; indices must lie in that range (check the values fed)")
+
+
+def first_out_of_range(indices: np.ndarray, bound: int) -> tuple[tuple[int, ...], int] | None:
+    """(position, value) of the first index (in C order) outside [-bound, bound), or None."""
+    idx = np.asarray(indices)
+    if not idx.size:
+        return None
+    bad = (idx < -bound) | (idx >= bound)
+    if not bad.any():
+        return None
+    flat = int(np.argmax(bad.reshape(-1)))
+    at = tuple(int(i) for i in np.unravel_index(flat, idx.shape))
+    return at, int(idx.reshape(-1)[flat])
+
+
+def _normalized_indices(ctx: OpContext, indices: np.ndarray, dim: int, column: int | None = None) -> np.ndarray:
+    """``indices`` (input 1 of the node; ``column``: its last-axis column, for index tuples) made
+    non-negative; an :class:`OpExecutionError` naming node, index, bound and position otherwise."""
     idx = np.asarray(indices).astype(np.int64, copy=False)
     if idx.size and (idx.min() < -dim or idx.max() >= dim):
-        bad = idx[(idx < -dim) | (idx >= dim)].reshape(-1)[0]
-        raise ctx.fail(f"{what} hold {int(bad)}, out of range for an axis of size {dim}")
+        at, value = first_out_of_range(idx, dim)  # type: ignore[misc]
+        node = ctx.node
+        raise OpExecutionError(index_out_of_range(node.name or (node.outputs[0] if node.outputs else "?"),
+                                                  node.op_type, value, dim, node.inputs[1],
+                                                  at + ((column,) if column is not None else ())))
     return np.where(idx < 0, idx + dim, idx)
 
 
@@ -145,9 +174,8 @@ def gather_nd(ctx: OpContext, data: np.ndarray, indices: np.ndarray) -> np.ndarr
     b, k = int(ctx.attr("batch_dims", 0)), indices.shape[-1]
     batch = math.prod(data.shape[:b])
     flat_data = data.reshape((batch,) + data.shape[b:])
-    flat_idx = indices.reshape(batch, -1, k)
     coords = [
-        _normalized_indices(ctx, flat_idx[..., j], data.shape[b + j]) for j in range(k)
+        _normalized_indices(ctx, indices[..., j], data.shape[b + j], column=j).reshape(batch, -1) for j in range(k)
     ]
     batch_ids = np.arange(batch).reshape(batch, 1)
     return flat_data[(batch_ids, *coords)].reshape(out_shape)
@@ -220,5 +248,5 @@ def scatter_nd(ctx: OpContext, data: np.ndarray, indices: np.ndarray, updates: n
     expected = indices.shape[:-1] + data.shape[k:]
     if k > data.ndim or tuple(updates.shape) != tuple(expected):
         raise ctx.fail(f"updates shape {list(updates.shape)} should be {list(expected)}")
-    where = tuple(_normalized_indices(ctx, indices[..., j], data.shape[j]) for j in range(k))
+    where = tuple(_normalized_indices(ctx, indices[..., j], data.shape[j], column=j) for j in range(k))
     return _scatter_into(ctx, data.copy(), where, updates.astype(data.dtype, copy=False))
