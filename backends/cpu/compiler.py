@@ -21,6 +21,7 @@ from rammer.schedule import Schedule
 from rammer.schedule.ordering import schedule_order
 
 from .codegen import Tables, build_tables, program_source
+from .kernels import MAY_FAIL
 from .compiled import CompiledSegment, HostStep, Program, view_placement
 from .lowering import Lowered, Lowerer
 from .ops import CostModel, CpuOp
@@ -104,7 +105,7 @@ def compile_program(graph: Graph, num_veus: int | None = None, policy: str = "wa
     report = _report(graph, lowered, schedules, tables, arena, policy, n, {
         "lower": t_lower - t0, "schedule": t_sched - t_lower, "plan": t_plan - t_sched,
         "tables": t_tables - t_plan})
-    report["trace_map"] = _trace_map(lowered, seg_ops, tables)
+    report["trace_map"] = _trace_map(graph, lowered, seg_ops, tables)
     program = Program(
         arena_bytes=total, const_bytes=arena.const_bytes, const_blob=const_blob,
         T=tables.T, X=tables.X, R=tables.R, kernel_names=tables.kernel_names, steps=steps, tensors=tensors,
@@ -113,17 +114,31 @@ def compile_program(graph: Graph, num_veus: int | None = None, policy: str = "wa
     return Compiled(program, lowered, schedules, tables, program_source(program))
 
 
-def _trace_map(lowered: Lowered, seg_ops: list[list[CpuOp]], tables: Tables) -> dict[str, Any]:
+def _trace_map(graph: Graph, lowered: Lowered, seg_ops: list[list[CpuOp]], tables: Tables) -> dict[str, Any]:
     """Which op every task row runs (-1: a barrier row), and each op's name, family and
-    nodes: what a run-time trace names its slices by (``CpuExecutable.trace_run``)."""
+    nodes: what a run-time trace names its slices by (``CpuExecutable.trace_run``) and what a
+    kernel's run-time error names (:mod:`.faults`).  An op with rows of a kernel that may fail
+    (``kernels.MAY_FAIL``) also keeps its first node's op type, input names and input shapes
+    ("op_type", "inputs", "input_shapes"), for that error's message."""
     index = {id(op): j for j, op in enumerate(lowered.ops)}
     row_op = [-1] * int(tables.T.shape[0])
+    may_fail = {k for k, name in enumerate(tables.kernel_names) if name in MAY_FAIL}
+    failing: set[int] = set()
     for seg, ops in zip(tables.segments, seg_ops):
         for row, i in seg.row_op.items():
             row_op[row] = index[id(ops[i])]
-    return {"row_op": row_op,
-            "ops": [{"name": op.name, "family": op.family, "nodes": [n.name for n in op.nodes]}
-                    for op in lowered.ops]}
+            if int(tables.T[row, 0]) in may_fail:
+                failing.add(row_op[row])
+    entries = []
+    for j, op in enumerate(lowered.ops):
+        entry: dict[str, Any] = {"name": op.name, "family": op.family, "nodes": [n.name for n in op.nodes]}
+        if j in failing and op.nodes:
+            node = op.nodes[0]
+            infos = [graph.value_info.get(name) for name in node.inputs]
+            entry.update(op_type=node.op_type, inputs=list(node.inputs),
+                         input_shapes=[list(t.shape) if t is not None else None for t in infos])
+        entries.append(entry)
+    return {"row_op": row_op, "ops": entries}
 
 
 def _report(graph: Graph, lowered: Lowered, schedules: list[Schedule], tables: Tables, arena, policy: str,

@@ -21,16 +21,24 @@ from .atomics import (atomic_add, call_kernel, current_cpu, data_ptr, monotonic_
 #: Progress counters sit 64 bytes apart (one cache line per vEU).
 STRIDE = 8
 BARRIER = 0
+#: Words of a vEU's counter line past its progress counter: when one of its kernels reports an
+#: error, the row it was running (plus one; 0: none) and the kernel's own status, for the runtime
+#: to name the op and node (written only on that path: the rows that succeed pay nothing).
+FAILED_ROW = 1
+FAILED_CODE = 2
 #: walk status codes
+KERNEL_FAILED = 3
 STATUS = {0: "ok", 1: "aborted because another vEU failed", 2: "barrier timed out (a scheduling bug?)",
-          3: "a kernel reported an error (e.g. a Gather index out of range)"}
+          KERNEL_FAILED: "a kernel reported an error"}
 
 
 @njit(nogil=True, cache=True, boundscheck=False)
 def walk(v, arena, X, R, T, start, end, entries, counters, abort, max_sleeps, trace=None):
     """vEU ``v`` walks rows ``start:end``.  With a ``trace`` array (rows x 2, int64) each
     row's start and end time (``monotonic_ns``) is recorded; without one (``None``,
-    the normal launch) numba compiles the timing away."""
+    the normal launch) numba compiles the timing away.  A kernel that reports an error
+    stops the walk with KERNEL_FAILED, its row and status left in the vEU's counter line
+    (FAILED_ROW, FAILED_CODE)."""
     nbytes = arena.shape[0]
     a = data_ptr(arena, 0)
     xp = data_ptr(X, 0)
@@ -44,9 +52,13 @@ def walk(v, arena, X, R, T, start, end, entries, counters, abort, max_sleeps, tr
             if st != 0:
                 atomic_add(counters, abort, 1)
                 return st
-        elif call_kernel(entries[k], a, nbytes, xp, X.shape[0], rp, R.shape[0], data_ptr(T[r], 2), T[r, 1]) != 0:
-            atomic_add(counters, abort, 1)
-            return 3
+        else:
+            st = call_kernel(entries[k], a, nbytes, xp, X.shape[0], rp, R.shape[0], data_ptr(T[r], 2), T[r, 1])
+            if st != 0:
+                counters[v * STRIDE + FAILED_ROW] = r + 1
+                counters[v * STRIDE + FAILED_CODE] = st
+                atomic_add(counters, abort, 1)
+                return KERNEL_FAILED
         if trace is not None:
             trace[r, 1] = monotonic_ns()
         store_release(counters, v * STRIDE, r - start + 1)

@@ -33,6 +33,11 @@ KERNELS: dict[str, ModuleType] = {
 
 MAY_FAIL = frozenset({"k_gather"})
 
+#: Host-side checks of the kernels in MAY_FAIL, run after a failed launch on the failing row:
+#: ``check(arena, X, row params)`` -> (flat position in the indices, the bad index, the bound)
+#: or None.  They read the indices where the kernel read them, so the message is exact.
+FAULT_CHECKS = {"k_gather": kernels_data.gather_fault}
+
 #: What each kernel does, for ``rammer compile --report``.
 DESCRIPTIONS = {
     "k_ew": "fused elementwise program (register blocks of 256)",

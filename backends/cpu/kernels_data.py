@@ -246,3 +246,19 @@ def k_gather(F, B, I, J, X, R, p, sbase):
             i = 0
             o += 1
     return 0
+
+
+def gather_fault(arena: np.ndarray, X: np.ndarray, p: np.ndarray) -> tuple[int, int, int] | None:
+    """Host-side: the first out-of-range index of the Gather whose task row ``p`` reported an error,
+    as (flat position in the indices, the index, the axis length), read from the arena as
+    :func:`k_gather` reads it; None when every index is in range.  Called only after a failed
+    launch (the indices are still in place: nothing after the Gather ran on the data it feeds)."""
+    d = int(p[0])
+    axis_len, idx, n_idx = int(X[d + 2]), int(X[d + 5]), int(X[d + 6])
+    dtype = np.dtype(np.int64) if int(X[d + 8]) == 8 else np.dtype(np.int32)
+    indices = np.frombuffer(arena, dtype, count=n_idx, offset=idx * dtype.itemsize)
+    bad = (indices < -axis_len) | (indices >= axis_len)
+    if not bad.any():
+        return None
+    first = int(np.argmax(bad))
+    return first, int(indices[first]), axis_len

@@ -37,7 +37,8 @@ from .adaptive import FULL, LANE, LaunchChooser
 from .atomics import cpuset_words
 from .codegen import entry_table, program_source
 from .compiled import BRANCH_MIN_NODES, CompiledSegment, HostStep, Program
-from .driver import STATUS, STRIDE, run, run_holding_gil
+from .driver import KERNEL_FAILED, STATUS, STRIDE, run, run_holding_gil
+from .faults import describe_failure, failed_rows
 from .scheduling import available_cores
 
 #: After two callers were inside ``run`` at once, a caller alone runs a 1-vEU lane too for this
@@ -384,6 +385,11 @@ class CpuExecutable:
             self._launch_failed(worst)
 
     def _launch_failed(self, worst: int) -> None:
+        if worst == KERNEL_FAILED:
+            # The failing rows' ops and the bad index (faults.py): work done on this path only.
+            described = describe_failure(self.program, self.arena, failed_rows(self.status, self.counters))
+            if described is not None:
+                raise OpExecutionError(described)
         raise OpExecutionError(f"CPU backend: {STATUS.get(worst, f'status {worst}')} "
                                f"(vEU status codes {self.status.tolist()})")
 

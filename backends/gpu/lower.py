@@ -22,7 +22,7 @@ from typing import Any, Union
 import numpy as np
 
 from rammer.codegen import kernel_ir as ir
-from rammer.errors import RammerError, ShapeError
+from rammer.errors import OpExecutionError, RammerError, ShapeError
 from rammer.ir import Graph, Node
 from rammer.ops.registry import OpContext, get_op
 
@@ -187,7 +187,7 @@ def _gather(node: Node, graph: Graph, mult: int) -> Lowered:
     if node.inputs[1] in graph.initializers:
         try:
             return _copy(node, graph, mult)
-        except (ValueError, ShapeError):
+        except (ValueError, ShapeError, OpExecutionError):
             pass  # not a strided view, or out of range (lower_gather refuses it, saying so)
     return lower_gather(node, graph, mult, Lowered, Ref)
 

@@ -29,6 +29,7 @@ import numpy as np
 
 from rammer.errors import FeedError
 from rammer.ir import Graph, Node
+from rammer.ops.indexing import first_out_of_range, index_out_of_range
 
 from . import kernels_index as kx
 from . import kernels_model as km
@@ -171,8 +172,7 @@ class ArenaFeeds:
                             f"inputs as float32 values, exact only up to 2**24 in magnitude")
         for node, size in self.bounds.get(name, ()):
             if arr.size and (arr.min() < -size or arr.max() >= size):
-                where = tuple(int(i) for i in np.argwhere((arr < -size) | (arr >= size))[0])
-                raise FeedError(f"input '{name}' holds {int(arr[where])} at {list(where)}, out of range for "
-                                f"Gather '{node}' over an axis of size {size}")
+                where, value = first_out_of_range(arr, size)  # type: ignore[misc]
+                raise FeedError(index_out_of_range(node, "Gather", value, size, name, where))
         return np.ascontiguousarray(arr, np.float32)
 

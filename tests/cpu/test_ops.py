@@ -328,7 +328,7 @@ def test_gather_out_of_range_is_a_clear_error(veus):
     m = rammer.compile(model([node("Gather", ["emb", "ids"])], {"ids": np.zeros(2, np.int64)}, ["y"], {"emb": emb}),
                        backend="cpu", cache=False, veus=veus)
     assert m({"ids": np.array([1, -1], np.int64)})["y"].shape == (2, 4)
-    with pytest.raises(OpExecutionError, match="Gather index"):
+    with pytest.raises(OpExecutionError, match=r"index 7 out of range \[-5, 5\) in input 'ids' at \[1\]"):
         m({"ids": np.array([1, 7], np.int64)})
     np.testing.assert_array_equal(m({"ids": np.array([4, 0], np.int64)})["y"], emb[[4, 0]])  # and recovers
 
