@@ -62,3 +62,10 @@ class ScheduleError(RammerError):
 
 class OpExecutionError(RammerError):
     """An operator failed while executing; names the node and op."""
+
+
+class IndexRangeError(OpExecutionError, FeedError):
+    """An index read at run time lies outside the axis it indexes (say, a token id beyond a
+    Gather's vocabulary).  The message names node, op, index, bound and position.  Both an
+    :class:`OpExecutionError` (an op failed) and a :class:`FeedError`: the values are at fault, not
+    the compiled program (a cached program is not rebuilt for it)."""

@@ -35,13 +35,13 @@ def failed_rows(status: np.ndarray, counters: np.ndarray) -> list[int]:
     return sorted(rows)
 
 
-def describe_failure(program: Any, arena: np.ndarray, rows: Sequence[int]) -> str | None:
-    """One line for the first failing op (in the program's op order) among ``rows``, or None
-    when no row can be described (then the caller's generic message stands)."""
+def describe_failure(program: Any, arena: np.ndarray, rows: Sequence[int]) -> tuple[str, bool] | None:
+    """One line for the first failing op (in the program's op order) among ``rows``, and whether
+    its host-side check found the bad index (else the line names only the op); None without rows."""
     tmap = program.report.get("trace_map") or {}
     row_op: list[int] = tmap.get("row_op") or []
     ops: list[dict] = tmap.get("ops") or []
-    found: list[tuple[int, str]] = []
+    found: list[tuple[float, tuple[str, bool]]] = []
     for row in rows:
         op_index = row_op[row] if 0 <= row < len(row_op) else -1
         op = ops[op_index] if 0 <= op_index < len(ops) else {}
@@ -52,7 +52,7 @@ def describe_failure(program: Any, arena: np.ndarray, rows: Sequence[int]) -> st
     return min(found, key=lambda f: f[0])[1]
 
 
-def _describe_row(program: Any, arena: np.ndarray, row: int, kernel: str, op: dict) -> str:
+def _describe_row(program: Any, arena: np.ndarray, row: int, kernel: str, op: dict) -> tuple[str, bool]:
     nodes = op.get("nodes") or []
     node = nodes[0] if nodes else str(op.get("name", "?"))
     op_type = str(op.get("op_type") or op.get("family") or kernel)
@@ -60,11 +60,11 @@ def _describe_row(program: Any, arena: np.ndarray, row: int, kernel: str, op: di
     fault = check(arena, program.X, program.T[row, 2:]) if check is not None else None
     if fault is None:
         return (f"{op_type} node '{node}': its kernel {kernel} reported an error at run time (task row {row}) "
-                f"that its host-side check could not locate")
+                f"that its host-side check could not locate"), False
     position, value, bound = fault
     inputs = op.get("inputs") or []
     shapes = op.get("input_shapes") or []
     tensor = inputs[1] if len(inputs) > 1 else "?"
     shape = shapes[1] if len(shapes) > 1 else None
     at = np.unravel_index(position, shape) if shape and math.prod(shape) > position else (position,)
-    return index_out_of_range(node, op_type, value, bound, tensor, at)
+    return index_out_of_range(node, op_type, value, bound, tensor, at), True

@@ -27,7 +27,7 @@ import numba
 import numpy as np
 
 from rammer import api
-from rammer.errors import FeedError, OpExecutionError, RammerError
+from rammer.errors import FeedError, IndexRangeError, OpExecutionError, RammerError
 from rammer.interpreter import run_graph
 from rammer.ir import Graph, Node, TensorInfo, dtype_name, outer_names, standalone_graph
 from rammer.ops.control import taken_branch
@@ -389,7 +389,10 @@ class CpuExecutable:
             # The failing rows' ops and the bad index (faults.py): work done on this path only.
             described = describe_failure(self.program, self.arena, failed_rows(self.status, self.counters))
             if described is not None:
-                raise OpExecutionError(described)
+                message, located = described
+                if located:  # the indices in the arena are out of range: the values' fault
+                    raise IndexRangeError(message)
+                raise OpExecutionError(f"CPU backend: {message}")
         raise OpExecutionError(f"CPU backend: {STATUS.get(worst, f'status {worst}')} "
                                f"(vEU status codes {self.status.tolist()})")
 

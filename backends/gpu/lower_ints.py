@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from rammer.errors import FeedError
+from rammer.errors import FeedError, IndexRangeError
 from rammer.ir import Graph, Node
 from rammer.ops.indexing import first_out_of_range, index_out_of_range
 
@@ -173,6 +173,6 @@ class ArenaFeeds:
         for node, size in self.bounds.get(name, ()):
             if arr.size and (arr.min() < -size or arr.max() >= size):
                 where, value = first_out_of_range(arr, size)  # type: ignore[misc]
-                raise FeedError(index_out_of_range(node, "Gather", value, size, name, where))
+                raise IndexRangeError(index_out_of_range(node, "Gather", value, size, name, where))
         return np.ascontiguousarray(arr, np.float32)
 

@@ -12,7 +12,7 @@ from typing import Sequence
 
 import numpy as np
 
-from ..errors import OpExecutionError
+from ..errors import IndexRangeError
 from .registry import OpContext, OutSpec, normalize_axis, register_op
 from .tensor import int_list
 
@@ -42,12 +42,12 @@ def first_out_of_range(indices: np.ndarray, bound: int) -> tuple[tuple[int, ...]
 
 def _normalized_indices(ctx: OpContext, indices: np.ndarray, dim: int, column: int | None = None) -> np.ndarray:
     """``indices`` (input 1 of the node; ``column``: its last-axis column, for index tuples) made
-    non-negative; an :class:`OpExecutionError` naming node, index, bound and position otherwise."""
+    non-negative; an :class:`IndexRangeError` naming node, index, bound and position otherwise."""
     idx = np.asarray(indices).astype(np.int64, copy=False)
     if idx.size and (idx.min() < -dim or idx.max() >= dim):
         at, value = first_out_of_range(idx, dim)  # type: ignore[misc]
         node = ctx.node
-        raise OpExecutionError(index_out_of_range(node.name or (node.outputs[0] if node.outputs else "?"),
+        raise IndexRangeError(index_out_of_range(node.name or (node.outputs[0] if node.outputs else "?"),
                                                   node.op_type, value, dim, node.inputs[1],
                                                   at + ((column,) if column is not None else ())))
     return np.where(idx < 0, idx + dim, idx)

@@ -17,7 +17,7 @@ from onnx import TensorProto, helper, numpy_helper
 import rammer
 from rammer.api import random_feeds
 from rammer.cli import main
-from rammer.errors import OpExecutionError
+from rammer.errors import FeedError, OpExecutionError
 from rammer.feed_bounds import index_bounds
 
 from helpers import make_model
@@ -123,3 +123,22 @@ def test_a_cached_program_names_the_node_too(cache_dir):
     with pytest.raises(OpExecutionError) as info:
         model(feeds(tok=((0, 5), 130)))
     assert str(info.value) == WORD_MESSAGE
+    # the values were at fault, not the cached program: it is not rebuilt for them
+    assert isinstance(info.value, FeedError) and model.executable.cache_status == "hit"
+    assert model(feeds())["out"].shape == (1, SEQ, HIDDEN)
+
+
+def test_a_failure_the_host_check_cannot_locate_names_the_op_and_is_no_feed_error():
+    # (a forged record: the row of a Gather marked failed while its indices are all in range)
+    from rammer.backends.cpu.driver import FAILED_ROW, KERNEL_FAILED
+
+    exe = rammer.compile(bert_like(), backend="cpu", cache=False, veus=1).executable
+    exe.arena[exe.program.const_bytes:] = 0  # (every index 0: in range)
+    names = exe.program.kernel_names
+    row = next(r for r in range(exe.program.T.shape[0]) if names[int(exe.program.T[r, 0])] == "k_gather")
+    exe.status[0] = KERNEL_FAILED
+    exe.counters[FAILED_ROW] = row + 1
+    with pytest.raises(OpExecutionError, match=r"^CPU backend: Gather node 'embeddings/Gather(_1)?': its kernel "
+                                               r"k_gather reported an error .* could not locate") as info:
+        exe._launch_failed(KERNEL_FAILED)
+    assert not isinstance(info.value, FeedError)
