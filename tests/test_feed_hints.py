@@ -115,3 +115,11 @@ def test_cli_run_input_of_a_fixed_wrong_dim(tmp_path, capsys):
     assert main(["run", str(path), "-b", "reference", "--input", f"x={tmp_path / 'x.npy'}"]) != 0
     err = capsys.readouterr().err
     assert "the model fixes dim 2 to 32" in err and "input_shapes" not in err and "--shape" not in err
+
+
+def test_a_saved_compiled_model_keeps_the_declared_dims(tmp_path):
+    model = rammer.compile(relu_model(["batch", 6, 32]), backend="cpu", cache=False, input_shapes={"x": (1, 6, 32)})
+    model.save(str(tmp_path / "m.rammer"))
+    loaded = rammer.load_compiled(str(tmp_path / "m.rammer"))
+    assert suggested_shapes(feed_error(loaded, (4, 6, 32))) == {"x": (4, 6, 32)}
+    assert "input_shapes" not in feed_error(loaded, (1, 6, 33))

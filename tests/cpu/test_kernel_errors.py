@@ -142,3 +142,11 @@ def test_a_failure_the_host_check_cannot_locate_names_the_op_and_is_no_feed_erro
                                                r"k_gather reported an error .* could not locate") as info:
         exe._launch_failed(KERNEL_FAILED)
     assert not isinstance(info.value, FeedError)
+
+
+def test_a_saved_model_names_the_node_too(tmp_path):
+    rammer.compile(bert_like(), backend="cpu", cache=False, veus=2).save(str(tmp_path / "m.rammer"))
+    loaded = rammer.load_compiled(str(tmp_path / "m.rammer"))
+    with pytest.raises(OpExecutionError) as info:
+        loaded(feeds(tok=((0, 5), 130)))
+    assert str(info.value) == WORD_MESSAGE
