@@ -43,7 +43,7 @@ class CompiledModel:
         #: (name, dtype, shape) per input, for the fast feed check.
         self._feed_plan = [(t.name, np.dtype(t.dtype), tuple(t.shape)) for t in graph.inputs]
         #: The model's declared input dims, read on the first wrong-shape feed (see _declared_dims).
-        self._declared: dict[str, list | None] | None = None
+        self._declared: dict[str, list] | None = None
 
     @property
     def inputs(self) -> list[TensorInfo]:
@@ -85,18 +85,16 @@ class CompiledModel:
                     f"(convert it with .astype(np.{'object_' if info.dtype == 'object' else info.dtype}))"
                 )
             elif tuple(arr.shape) != info.shape:
-                declared = self._declared_dims()
-                problems.append(wrong_shape(name, arr.shape, info.shape, declared.get(name),
-                                            any_shape=name in declared and declared[name] is None))
+                problems.append(wrong_shape(name, arr.shape, info.shape, self._declared_dims().get(name)))
             checked[name] = arr
         if problems:
             raise FeedError("; ".join(problems))
         return checked
 
-    def _declared_dims(self) -> dict[str, list | None]:
-        """The dims the model declares per input (fixed or dynamic; None: no shape declared), read
-        from its source on the first wrong-shape feed; empty for an IR graph (then every dim counts
-        as fixed: ``input_shapes`` does not apply to a graph)."""
+    def _declared_dims(self) -> dict[str, list]:
+        """The dims the model declares per input (fixed or dynamic), read from its source on the
+        first wrong-shape feed; empty for an IR graph (then every dim counts as fixed:
+        ``input_shapes`` does not apply to a graph)."""
         declared = getattr(self, "_declared", None)
         if declared is None:
             declared = self._declared = declared_input_dims(self.source) or {}

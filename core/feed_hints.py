@@ -21,11 +21,10 @@ import onnx
 from .frontend.inputs import Dim, declared_dims
 
 
-def declared_input_dims(source: Any) -> dict[str, list[Dim] | None] | None:
+def declared_input_dims(source: Any) -> dict[str, list[Dim]] | None:
     """The dims every graph input of ``source`` (a path, bytes or an ``onnx.ModelProto``, as given
-    to ``rammer.compile``) declares: ints where fixed, a name or None where dynamic, and None for
-    an input that declares no shape at all; None when the model cannot be read (an IR graph, a
-    file since removed).  Only called on the error path: it
+    to ``rammer.compile``) that declares a shape declares: ints where fixed, a name or None where
+    dynamic; None when the model cannot be read (an IR graph, a file since removed).  Only called on the error path: it
     parses the model again (without its external data)."""
     try:
         if isinstance(source, onnx.ModelProto):
@@ -42,10 +41,11 @@ def declared_input_dims(source: Any) -> dict[str, list[Dim] | None] | None:
     except Exception:  # a hint is best-effort: without the declared dims every dim counts as fixed
         return None
     inits = {t.name for t in proto.graph.initializer}
-    dims: dict[str, list[Dim] | None] = {}
+    dims: dict[str, list[Dim]] = {}
     for vi in proto.graph.input:
-        if vi.name not in inits and vi.type.HasField("tensor_type"):
-            dims[vi.name] = declared_dims(vi)
+        declared = declared_dims(vi) if vi.name not in inits and vi.type.HasField("tensor_type") else None
+        if declared is not None:
+            dims[vi.name] = declared
     return dims
 
 
@@ -67,18 +67,14 @@ def _recompile(name: str, shape: Sequence[int]) -> str:
 
 
 def wrong_shape(name: str, fed: Sequence[int], compiled: Sequence[int] | None,
-                declared: Sequence[Dim] | None, any_shape: bool = False) -> str:
+                declared: Sequence[Dim] | None) -> str:
     """One line for input ``name`` fed at shape ``fed``.
 
     ``compiled`` is the shape the model was compiled for (None when nothing is compiled yet, as
     in a session compiling per feed shape); ``declared`` the model's own dims (None when unknown:
-    then every dim counts as fixed at its compiled size, and ``input_shapes`` is never suggested);
-    ``any_shape``: the model declares no shape for the input (any shape may be compiled).
+    then every dim counts as fixed at its compiled size, and ``input_shapes`` is never suggested).
     """
     fed = [int(d) for d in fed]
-    if any_shape and compiled is not None:
-        return (f"input '{name}' has shape {fed} but the model was compiled for {list(compiled)}; the model "
-                f"declares no shape for it: for this shape {_recompile(name, fed)}")
     if declared is None or (compiled is not None and not _agrees(declared, compiled)):
         declared = list(compiled or ())
     head = f"input '{name}' has shape {fed}"
