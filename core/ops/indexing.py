@@ -24,7 +24,7 @@ def index_out_of_range(node_name: str, op_type: str, index: int, bound: int, ten
     range [-30522, 30522) in input 'input_ids' at [0, 5]``)."""
     where = f" at {[int(i) for i in at]}" if at is not None else ""
     return (f"{op_type} node '{node_name}' (op {op_type}): index {int(index)} out of range [-{int(bound)}, "
-            f"{int(bound)}) in input '{tensor}'{where}; indices must lie in that range (check the values fed)")
+            f"{int(bound)}) in input '{tensor}'{where}; indices must lie in that range")
 
 
 def first_out_of_range(indices: np.ndarray, bound: int) -> tuple[tuple[int, ...], int] | None:
