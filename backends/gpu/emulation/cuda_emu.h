@@ -1,0 +1,639 @@
+// rammer's CUDA-semantics emulator: runs an UNCHANGED CUDA C (or HIP) source on the CPU.
+//
+// Compile:  g++ -std=c++20 -O1 -shared -fPIC -x c++ -include cuda_emu.h -I<this folder> wrapper.cc
+// where wrapper.cc is `#include "program.cu"` followed by one EMU_EXPORT(kernel) per kernel.
+//
+// The model (serial grid, deterministic):
+//  - All blocks and all their threads run in ONE OS thread.  A CUDA thread is a ucontext fiber;
+//    a block's fibers are switched at __syncthreads, at warp collectives (shuffles, __syncwarp)
+//    and when a thread polls an atomic (an atomic that leaves memory unchanged: a spin).
+//  - The grid scheduler runs one block at a time and switches block when its thread polls; the
+//    policy says which block runs next: in order, seeded random, or "starve v" (block v runs only
+//    when every other live block is stuck), so a too-early consumer is exposed by sweeping v.
+//  - At most `resident` blocks are live at once (0 = all): a grid larger than what the device
+//    holds deadlocks here as it would on a GPU.
+//  - Deadlock (every live block polls and nothing changed since) is named: the block, thread
+//    and counter each spins on.  A poll budget is the watchdog for anything else.
+//  - Every thread of a block must reach the SAME __syncthreads (same line) or all exit:
+//    anything else is reported as divergence.
+//  - __shared__ arrays live in one ELF section, swapped per block at a block switch and
+//    filled with NaN bytes when a block starts (reading shared memory nobody wrote shows).
+//  - A segfault (the host side puts guard pages after every device buffer) is caught and
+//    named: block, thread, address, and the registered buffer it falls past.
+// Not modelled: memory ordering (x86 is TSO), the non-coherent read-only cache, warp lockstep
+// (threads of a warp run one after another between collectives), FMA contraction.
+#pragma once
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <ucontext.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstddef>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline __attribute__((always_inline))
+#define __noinline__ __attribute__((noinline))
+#define __launch_bounds__(...)
+#define __shared__ static __attribute__((section("emu_shared")))
+#define __syncthreads() ::emu::syncthreads(__LINE__)
+
+struct uint3 { unsigned int x, y, z; };
+struct dim3 { unsigned int x, y, z; };
+
+inline uint3 threadIdx, blockIdx;
+inline dim3 blockDim, gridDim;
+
+extern "C" char __start_emu_shared[] __attribute__((weak, visibility("hidden")));
+extern "C" char __stop_emu_shared[] __attribute__((weak, visibility("hidden")));
+
+namespace emu {
+
+// What the host passes to a launch (the Python side mirrors this layout with ctypes).
+struct Buffer { const char* name; uintptr_t start; uint64_t bytes; };
+struct Config {
+  int grid, block, policy;  // policy: 0 in order, 1 seeded random, 2 starve `victim`
+  int seed, victim, resident, warp;
+  int nbuffers;
+  const Buffer* buffers;
+  long long max_polls;      // watchdog: polls with no progress at all
+};
+
+enum State { RUNNABLE, AT_BARRIER, AT_WARP, POLLED, DONE };
+
+struct Thread {
+  ucontext_t ctx;
+  int tid = 0, state = RUNNABLE, line = 0;
+  const void* polled = nullptr;
+  long long polled_value = 0;
+};
+
+struct Block {
+  int id = 0;
+  bool started = false, done = false, stalled = false, fresh = false;
+  std::vector<Thread> threads;
+  char* stacks = nullptr;
+  size_t stack_bytes = 0;
+  std::vector<char> shared;
+};
+
+constexpr size_t kStack = 64 * 1024;
+
+struct Grid {
+  const Config* cfg = nullptr;
+  std::vector<Block> blocks;
+  Block* cur_block = nullptr;
+  Thread* cur = nullptr;
+  ucontext_t sched;
+  unsigned long long progress = 0;
+  long long polls = 0;
+  std::string error;
+  bool failed = false;
+  std::vector<uint64_t> slot;  // per thread of the running block: shuffle values
+  sigjmp_buf on_fault;
+  char fault_msg[512];
+};
+
+inline Grid g;
+inline int warp_size = 32;
+
+inline std::string where(const void* p) {
+  uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  char buf[256];
+  for (int i = 0; g.cfg && i < g.cfg->nbuffers; i++) {
+    const Buffer& b = g.cfg->buffers[i];
+    if (a >= b.start && a < b.start + b.bytes) {
+      snprintf(buf, sizeof buf, "%s[%llu]", b.name, (unsigned long long)((a - b.start) / 4));
+      return buf;
+    }
+  }
+  snprintf(buf, sizeof buf, "%p", p);
+  return buf;
+}
+
+// Leave the running fiber for the scheduler.
+inline void yield(int state) {
+  Thread* t = g.cur;
+  t->state = state;
+  swapcontext(&t->ctx, &g.sched);
+}
+
+[[noreturn]] inline void fail_in_fiber(const std::string& msg) {
+  g.error = msg;
+  g.failed = true;
+  Thread* t = g.cur;
+  t->state = DONE;
+  swapcontext(&t->ctx, &g.sched);
+  __builtin_unreachable();
+}
+
+inline void syncthreads(int line) {
+  g.cur->line = line;
+  yield(AT_BARRIER);
+}
+
+inline void syncwarp() { yield(AT_WARP); }
+
+// An atomic that changed memory is progress; one that did not is a poll: the block may be
+// spinning on another block, so the scheduler switches block.  A poll that reads a value this
+// thread has not seen there before is not yet a sign of being stuck (the spin may now exit).
+template <class T> void after_atomic(const T* p, bool changed, T seen) {
+  if (changed) {
+    g.progress++;
+    return;
+  }
+  long long v = 0;
+  memcpy(&v, &seen, sizeof(T) < 8 ? sizeof(T) : 8);
+  Thread* t = g.cur;
+  if (t->polled != p || t->polled_value != v) g.cur_block->fresh = true;
+  t->polled = p;
+  t->polled_value = v;
+  yield(POLLED);
+}
+
+template <class T> using aref = std::atomic_ref<T>;
+
+template <class T> T atomicAdd_(T* p, T v) {
+  T old = aref<T>(*p).fetch_add(v, std::memory_order_seq_cst);
+  after_atomic(p, v != T(0), old);
+  return old;
+}
+template <class T> T atomicSub_(T* p, T v) {
+  T old = aref<T>(*p).fetch_sub(v, std::memory_order_seq_cst);
+  after_atomic(p, v != T(0), old);
+  return old;
+}
+template <class T> T atomicExch_(T* p, T v) {
+  T old = aref<T>(*p).exchange(v, std::memory_order_seq_cst);
+  after_atomic(p, !(old == v), old);
+  return old;
+}
+template <class T> T atomicCAS_(T* p, T cmp, T v) {
+  T expected = cmp;
+  aref<T>(*p).compare_exchange_strong(expected, v, std::memory_order_seq_cst);
+  after_atomic(p, expected == cmp && !(cmp == v), expected);
+  return expected;
+}
+template <class T> T atomicMax_(T* p, T v) {
+  T old = aref<T>(*p).load();
+  while (old < v && !aref<T>(*p).compare_exchange_weak(old, v)) {}
+  after_atomic(p, old < v, old);
+  return old;
+}
+template <class T> T atomicMin_(T* p, T v) {
+  T old = aref<T>(*p).load();
+  while (v < old && !aref<T>(*p).compare_exchange_weak(old, v)) {}
+  after_atomic(p, v < old, old);
+  return old;
+}
+template <class T> T atomicOr_(T* p, T v) {
+  T old = aref<T>(*p).fetch_or(v);
+  after_atomic(p, (old | v) != old, old);
+  return old;
+}
+template <class T> T atomicAnd_(T* p, T v) {
+  T old = aref<T>(*p).fetch_and(v);
+  after_atomic(p, (old & v) != old, old);
+  return old;
+}
+
+template <class T> T shfl(T v, int src, int width) {
+  static_assert(sizeof(T) <= 8, "shuffle of a value wider than 8 bytes");
+  int tid = g.cur->tid, base = (tid / width) * width;
+  uint64_t bits = 0;
+  memcpy(&bits, &v, sizeof(T));
+  g.slot[tid] = bits;
+  syncwarp();  // every lane has written its value
+  T out = v;
+  if (src >= base && src < base + width && src < (int)g.slot.size()) memcpy(&out, &g.slot[src], sizeof(T));
+  syncwarp();  // every lane has read before any lane writes again
+  return out;
+}
+
+// ---- the grid scheduler ----
+
+inline void (*kernel_body)() = nullptr;
+
+inline void fiber_main() {
+  kernel_body();
+  g.cur->state = DONE;
+  swapcontext(&g.cur->ctx, &g.sched);
+}
+
+inline void shared_save(Block& b) {
+  size_t n = __stop_emu_shared - __start_emu_shared;
+  if (n) memcpy(b.shared.data(), __start_emu_shared, n);
+}
+inline void shared_load(Block& b) {
+  size_t n = __stop_emu_shared - __start_emu_shared;
+  if (n) memcpy(__start_emu_shared, b.shared.data(), n);
+}
+
+inline bool start_block(Block& b) {
+  int n = g.cfg->block;
+  b.stack_bytes = kStack * (size_t)n;
+  void* mem = mmap(nullptr, b.stack_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (mem == MAP_FAILED) {
+    g.error = "could not map the fiber stacks of block " + std::to_string(b.id);
+    return false;
+  }
+  b.stacks = static_cast<char*>(mem);
+  b.threads.assign(n, Thread{});
+  for (int t = 0; t < n; t++) {
+    Thread& th = b.threads[t];
+    th.tid = t;
+    getcontext(&th.ctx);
+    th.ctx.uc_stack.ss_sp = b.stacks + kStack * t;
+    th.ctx.uc_stack.ss_size = kStack;
+    th.ctx.uc_link = &g.sched;
+    makecontext(&th.ctx, fiber_main, 0);
+  }
+  size_t sh = __stop_emu_shared - __start_emu_shared;
+  b.shared.assign(sh, (char)0xff);  // NaN floats: shared memory is uninitialised on a GPU
+  b.started = true;
+  g.progress++;
+  return true;
+}
+
+inline void finish_block(Block& b) {
+  if (b.stacks) munmap(b.stacks, b.stack_bytes);
+  b.stacks = nullptr;
+  b.threads.clear();
+  b.threads.shrink_to_fit();
+  b.done = true;
+  g.progress++;
+}
+
+inline std::string describe_barriers(const Block& b) {
+  std::string s;
+  int shown = 0;
+  for (const Thread& t : b.threads) {
+    if (shown >= 4) break;
+    if (t.state == AT_BARRIER && (t.tid == 0 || b.threads[t.tid - 1].state != AT_BARRIER ||
+                                  b.threads[t.tid - 1].line != t.line)) {
+      s += " thread " + std::to_string(t.tid) + " waits at __syncthreads on line " + std::to_string(t.line) + ";";
+      shown++;
+    } else if (t.state == DONE && (t.tid == 0 || b.threads[t.tid - 1].state != DONE)) {
+      s += " thread " + std::to_string(t.tid) + " has returned;";
+      shown++;
+    } else if (t.state == AT_WARP && (t.tid == 0 || b.threads[t.tid - 1].state != AT_WARP)) {
+      s += " thread " + std::to_string(t.tid) + " waits at a warp collective;";
+      shown++;
+    }
+  }
+  return s;
+}
+
+// Run block `b` until every thread has returned (1), a thread polled (0), or an error (-1).
+inline int run_block(Block& b) {
+  g.cur_block = &b;
+  blockIdx = uint3{(unsigned)b.id, 0, 0};
+  shared_load(b);
+  g.slot.assign(b.threads.size(), 0);
+  for (;;) {
+    bool polled = false, ran = false;
+    for (Thread& t : b.threads) {
+      if (t.state != RUNNABLE) continue;
+      ran = true;
+      g.cur = &t;
+      threadIdx = uint3{(unsigned)t.tid, 0, 0};
+      swapcontext(&g.sched, &t.ctx);
+      if (g.failed) return -1;
+      if (t.state == POLLED) {
+        polled = true;
+        t.state = RUNNABLE;
+      }
+    }
+    int at_barrier = 0, done = 0, at_warp = 0, n = (int)b.threads.size();
+    for (const Thread& t : b.threads) {
+      at_barrier += t.state == AT_BARRIER;
+      done += t.state == DONE;
+      at_warp += t.state == AT_WARP;
+    }
+    // Warp collectives: a warp whose live lanes all wait is released together.
+    if (at_warp) {
+      for (int w0 = 0; w0 < n; w0 += warp_size) {
+        int w1 = std::min(n, w0 + warp_size), waiting = 0, lane_done = 0;
+        for (int i = w0; i < w1; i++) {
+          waiting += b.threads[i].state == AT_WARP;
+          lane_done += b.threads[i].state == DONE;
+        }
+        if (waiting && waiting + lane_done == w1 - w0) {
+          if (lane_done) {
+            g.error = "divergence in block " + std::to_string(b.id) + ": a warp collective on warp " +
+                      std::to_string(w0 / warp_size) + " with lanes that have returned;" + describe_barriers(b);
+            return -1;
+          }
+          for (int i = w0; i < w1; i++) b.threads[i].state = RUNNABLE;
+          ran = true;
+        }
+      }
+      if (ran) continue;
+    }
+    if (done == n) {
+      shared_save(b);
+      return 1;
+    }
+    if (at_barrier && at_barrier + done == n) {
+      int line = -1;
+      bool same = done == 0;
+      for (const Thread& t : b.threads) {
+        if (t.state != AT_BARRIER) continue;
+        if (line < 0) line = t.line;
+        same = same && t.line == line;
+      }
+      if (!same) {
+        g.error = "divergence in block " + std::to_string(b.id) +
+                  ": the threads of a block did not all reach the same __syncthreads;" + describe_barriers(b);
+        return -1;
+      }
+      for (Thread& t : b.threads) t.state = RUNNABLE;
+      g.progress++;
+      continue;
+    }
+    if (polled) {
+      shared_save(b);
+      return 0;
+    }
+    if (!ran) {
+      g.error = "divergence in block " + std::to_string(b.id) + ": threads wait at different barriers;" +
+                describe_barriers(b);
+      return -1;
+    }
+  }
+}
+
+inline std::string spinning(const Block& b) {
+  for (const Thread& t : b.threads)
+    if (t.polled && t.state == RUNNABLE)
+      return "block " + std::to_string(b.id) + " thread " + std::to_string(t.tid) + " spins on " + where(t.polled) +
+             " = " + std::to_string(*static_cast<const volatile int*>(t.polled));
+  return "block " + std::to_string(b.id) + " spins";
+}
+
+inline void on_segv(int sig, siginfo_t* info, void*) {
+  const Thread* t = g.cur;
+  const Block* b = g.cur_block;
+  uintptr_t a = reinterpret_cast<uintptr_t>(info->si_addr);
+  const char* near = "no registered buffer";
+  long long past = 0;
+  for (int i = 0; g.cfg && i < g.cfg->nbuffers; i++) {
+    const Buffer& bf = g.cfg->buffers[i];
+    if (a >= bf.start + bf.bytes && a < bf.start + bf.bytes + 65536) {
+      near = bf.name;
+      past = (long long)(a - (bf.start + bf.bytes));
+    } else if (a < bf.start && a + 65536 >= bf.start) {
+      near = bf.name;
+      past = -(long long)(bf.start - a);
+    }
+  }
+  snprintf(g.fault_msg, sizeof g.fault_msg,
+           "out-of-bounds access (signal %d) in block %d thread %d at %p: %lld bytes %s the end of %s", sig,
+           b ? b->id : -1, t ? t->tid : -1, info->si_addr, past < 0 ? -past : past, past < 0 ? "before" : "past",
+           near);
+  siglongjmp(g.on_fault, 1);
+}
+
+// Launch `body` (the kernel with its arguments bound) on the configured grid.
+inline int launch(const Config* cfg, char* err, int errlen, void (*body)()) {
+  g = Grid{};
+  g.cfg = cfg;
+  warp_size = cfg->warp > 0 ? cfg->warp : 32;
+  kernel_body = body;
+  gridDim = dim3{(unsigned)cfg->grid, 1, 1};
+  blockDim = dim3{(unsigned)cfg->block, 1, 1};
+  g.blocks.resize(cfg->grid);
+  for (int i = 0; i < cfg->grid; i++) g.blocks[i].id = i;
+
+  // Start order: in order; seeded random; the victim last.
+  std::vector<int> order(cfg->grid);
+  for (int i = 0; i < cfg->grid; i++) order[i] = i;
+  unsigned long long rng = 0x9e3779b97f4a7c15ull ^ (unsigned long long)cfg->seed;
+  auto next_rand = [&]() { rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17; return rng; };
+  if (cfg->policy == 1)
+    for (int i = cfg->grid - 1; i > 0; i--) std::swap(order[i], order[next_rand() % (i + 1)]);
+  if (cfg->policy == 2 && cfg->victim >= 0 && cfg->victim < cfg->grid) {
+    order.erase(order.begin() + cfg->victim);
+    order.push_back(cfg->victim);
+  }
+  int resident = cfg->resident > 0 ? cfg->resident : cfg->grid;
+
+  stack_t alt{};
+  static char altstack[64 * 1024];
+  alt.ss_sp = altstack;
+  alt.ss_size = sizeof altstack;
+  stack_t old_alt{};
+  sigaltstack(&alt, &old_alt);
+  struct sigaction sa{}, old_segv{}, old_bus{};
+  sa.sa_sigaction = on_segv;
+  sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGSEGV, &sa, &old_segv);
+  sigaction(SIGBUS, &sa, &old_bus);
+
+  int rc = 0;
+  if (sigsetjmp(g.on_fault, 1)) {
+    g.error = g.fault_msg;
+    rc = -1;
+  } else {
+    size_t next_start = 0;
+    std::vector<int> live;
+    size_t rr = 0;
+    unsigned long long seen_progress = ~0ull;
+    while (true) {
+      while ((int)live.size() < resident && next_start < order.size()) {
+        Block& b = g.blocks[order[next_start++]];
+        if (!start_block(b)) { rc = -1; break; }
+        live.push_back(b.id);
+      }
+      if (rc || live.empty()) break;
+      if (g.progress != seen_progress) {
+        for (int id : live) g.blocks[id].stalled = false;
+        seen_progress = g.progress;
+      }
+      // Pick the next block: round robin over live blocks that are not stalled; the victim of
+      // policy 2 only when no other block can move.
+      int pick = -1;
+      for (size_t k = 0; k < live.size() && pick < 0; k++) {
+        size_t i = cfg->policy == 1 ? next_rand() % live.size() : (rr + k) % live.size();
+        Block& b = g.blocks[live[i]];
+        if (b.stalled || (cfg->policy == 2 && b.id == cfg->victim && live.size() > 1)) continue;
+        pick = (int)i;
+      }
+      if (pick < 0 && cfg->policy == 2)
+        for (size_t i = 0; i < live.size(); i++)
+          if (live[i] == cfg->victim && !g.blocks[live[i]].stalled) pick = (int)i;
+      if (pick < 0 && cfg->policy == 1)
+        for (size_t i = 0; i < live.size(); i++)
+          if (!g.blocks[live[i]].stalled) { pick = (int)i; break; }
+      if (pick < 0) {
+        std::string s = "deadlock: every resident block spins and none can move:";
+        int shown = 0;
+        for (int id : live) {
+          if (shown++ == 8) { s += " ..."; break; }
+          s += " " + spinning(g.blocks[id]) + ";";
+        }
+        if (next_start < order.size())
+          s += " " + std::to_string(order.size() - next_start) + " blocks never started (" +
+               std::to_string(resident) + " resident at once)";
+        g.error = s;
+        rc = -1;
+        break;
+      }
+      rr = (size_t)pick + 1;
+      Block& b = g.blocks[live[pick]];
+      unsigned long long before = g.progress;
+      b.fresh = false;
+      int r = run_block(b);
+      if (r < 0) { rc = -1; break; }
+      if (r == 1) {
+        finish_block(b);
+        live.erase(live.begin() + pick);
+        rr = (size_t)pick;
+        continue;
+      }
+      if (g.progress == before && !b.fresh) b.stalled = true;
+      if (++g.polls > cfg->max_polls && cfg->max_polls > 0) {
+        g.error = "watchdog: " + std::to_string(g.polls) + " polls; " + spinning(b);
+        rc = -1;
+        break;
+      }
+    }
+  }
+  sigaction(SIGSEGV, &old_segv, nullptr);
+  sigaction(SIGBUS, &old_bus, nullptr);
+  sigaltstack(&old_alt, nullptr);
+  for (Block& b : g.blocks)
+    if (b.stacks) munmap(b.stacks, b.stack_bytes);
+  g.blocks.clear();
+  if (rc && err && errlen > 0) snprintf(err, errlen, "%s", g.error.c_str());
+  return rc;
+}
+
+// The kernel's parameter kinds: "p:f4" (float *), "i4" (int), "f4" (float), comma-separated.
+template <class T> std::string kind() {
+  using U = std::remove_cv_t<T>;
+  if constexpr (std::is_pointer_v<U>) {
+    using E = std::remove_cv_t<std::remove_pointer_t<U>>;
+    if constexpr (std::is_void_v<E>) return "p:v";
+    else return std::string("p:") + (std::is_floating_point_v<E> ? "f" : std::is_unsigned_v<E> ? "u" : "i") +
+                std::to_string(sizeof(E));
+  } else {
+    return std::string(std::is_floating_point_v<U> ? "f" : std::is_unsigned_v<U> ? "u" : "i") +
+           std::to_string(sizeof(U));
+  }
+}
+template <class... A> std::string signature(void (*)(A...)) {
+  std::string s;
+  ((s += (s.empty() ? "" : ",") + kind<A>()), ...);
+  return s;
+}
+
+template <class... A, size_t... I>
+void call_with(void (*k)(A...), void** args, std::index_sequence<I...>) {
+  k(*static_cast<std::remove_cv_t<A>*>(args[I])...);
+}
+template <class... A> void call(void (*k)(A...), void** args) { call_with(k, args, std::index_sequence_for<A...>{}); }
+
+}  // namespace emu
+
+// ---- CUDA's names ----
+inline int atomicAdd(int* p, int v) { return emu::atomicAdd_(p, v); }
+inline unsigned atomicAdd(unsigned* p, unsigned v) { return emu::atomicAdd_(p, v); }
+inline unsigned long long atomicAdd(unsigned long long* p, unsigned long long v) { return emu::atomicAdd_(p, v); }
+inline float atomicAdd(float* p, float v) { return emu::atomicAdd_(p, v); }
+inline double atomicAdd(double* p, double v) { return emu::atomicAdd_(p, v); }
+inline int atomicSub(int* p, int v) { return emu::atomicSub_(p, v); }
+inline unsigned atomicSub(unsigned* p, unsigned v) { return emu::atomicSub_(p, v); }
+inline int atomicExch(int* p, int v) { return emu::atomicExch_(p, v); }
+inline unsigned atomicExch(unsigned* p, unsigned v) { return emu::atomicExch_(p, v); }
+inline float atomicExch(float* p, float v) { return emu::atomicExch_(p, v); }
+inline int atomicCAS(int* p, int c, int v) { return emu::atomicCAS_(p, c, v); }
+inline unsigned atomicCAS(unsigned* p, unsigned c, unsigned v) { return emu::atomicCAS_(p, c, v); }
+inline unsigned long long atomicCAS(unsigned long long* p, unsigned long long c, unsigned long long v) {
+  return emu::atomicCAS_(p, c, v);
+}
+inline int atomicMax(int* p, int v) { return emu::atomicMax_(p, v); }
+inline unsigned atomicMax(unsigned* p, unsigned v) { return emu::atomicMax_(p, v); }
+inline int atomicMin(int* p, int v) { return emu::atomicMin_(p, v); }
+inline unsigned atomicMin(unsigned* p, unsigned v) { return emu::atomicMin_(p, v); }
+inline int atomicOr(int* p, int v) { return emu::atomicOr_(p, v); }
+inline unsigned atomicOr(unsigned* p, unsigned v) { return emu::atomicOr_(p, v); }
+inline int atomicAnd(int* p, int v) { return emu::atomicAnd_(p, v); }
+inline unsigned atomicAnd(unsigned* p, unsigned v) { return emu::atomicAnd_(p, v); }
+
+inline void __threadfence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
+inline void __threadfence_block() { std::atomic_thread_fence(std::memory_order_seq_cst); }
+inline void __threadfence_system() { std::atomic_thread_fence(std::memory_order_seq_cst); }
+inline void __syncwarp(unsigned = 0xffffffffu) { emu::syncwarp(); }
+
+#define warpSize (::emu::warp_size)
+template <class T> T __shfl_sync(unsigned, T v, int src, int width = warpSize) {
+  int base = (emu::g.cur->tid / width) * width;
+  return emu::shfl(v, base + (src % width), width);
+}
+template <class T> T __shfl_down_sync(unsigned, T v, unsigned d, int width = warpSize) {
+  return emu::shfl(v, emu::g.cur->tid + (int)d, width);
+}
+template <class T> T __shfl_up_sync(unsigned, T v, unsigned d, int width = warpSize) {
+  return emu::shfl(v, emu::g.cur->tid - (int)d, width);
+}
+template <class T> T __shfl_xor_sync(unsigned, T v, int m, int width = warpSize) {
+  return emu::shfl(v, emu::g.cur->tid ^ m, width);
+}
+// HIP spells them without the mask.
+template <class T> T __shfl(T v, int src, int width = warpSize) { return __shfl_sync(0u, v, src, width); }
+template <class T> T __shfl_down(T v, unsigned d, int width = warpSize) { return __shfl_down_sync(0u, v, d, width); }
+template <class T> T __shfl_up(T v, unsigned d, int width = warpSize) { return __shfl_up_sync(0u, v, d, width); }
+template <class T> T __shfl_xor(T v, int m, int width = warpSize) { return __shfl_xor_sync(0u, v, m, width); }
+
+inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
+inline float __expf(float x) { return expf(x); }
+inline float __logf(float x) { return logf(x); }
+inline float __powf(float x, float y) { return powf(x, y); }
+inline float __fdividef(float x, float y) { return x / y; }
+inline float __saturatef(float x) { return x < 0.0f ? 0.0f : (x > 1.0f ? 1.0f : x); }
+inline float __frcp_rn(float x) { return 1.0f / x; }
+inline float __fsqrt_rn(float x) { return sqrtf(x); }
+inline int __float_as_int(float x) { int i; memcpy(&i, &x, 4); return i; }
+inline float __int_as_float(int i) { float x; memcpy(&x, &i, 4); return x; }
+inline unsigned __float_as_uint(float x) { unsigned i; memcpy(&i, &x, 4); return i; }
+inline float __uint_as_float(unsigned i) { float x; memcpy(&x, &i, 4); return x; }
+inline int __popc(unsigned x) { return __builtin_popcount(x); }
+inline int __clz(int x) { return x ? __builtin_clz((unsigned)x) : 32; }
+inline int __ffs(int x) { return __builtin_ffs(x); }
+template <class T> inline T __ldg(const T* p) { return *p; }
+inline int min(int a, int b) { return a < b ? a : b; }
+inline int max(int a, int b) { return a > b ? a : b; }
+inline unsigned min(unsigned a, unsigned b) { return a < b ? a : b; }
+inline unsigned max(unsigned a, unsigned b) { return a > b ? a : b; }
+inline long long min(long long a, long long b) { return a < b ? a : b; }
+inline long long max(long long a, long long b) { return a > b ? a : b; }
+
+// Static shared memory of the whole program (every __shared__ array), for the host's attributes.
+extern "C" unsigned long emu_shared_bytes() { return (unsigned long)(__stop_emu_shared - __start_emu_shared); }
+
+// One exported launcher and signature per kernel (the host writes these after the #include).
+#define EMU_EXPORT(k)                                                                             \
+  static void** emu_args_##k = nullptr;                                                           \
+  static void emu_body_##k() { ::emu::call(k, emu_args_##k); }                                    \
+  extern "C" int emu_launch_##k(const ::emu::Config* cfg, void** args, char* err, int errlen) {   \
+    emu_args_##k = args;                                                                          \
+    return ::emu::launch(cfg, err, errlen, emu_body_##k);                                         \
+  }                                                                                               \
+  extern "C" const char* emu_signature_##k() {                                                    \
+    static std::string s = ::emu::signature(k);                                                   \
+    return s.c_str();                                                                             \
+  }
