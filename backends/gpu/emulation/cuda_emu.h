@@ -4,7 +4,7 @@
 // where wrapper.cc is `#include "program.cu"` followed by one EMU_EXPORT(kernel) per kernel.
 //
 // The model (serial grid, deterministic):
-//  - All blocks and all their threads run in ONE OS thread.  A CUDA thread is a ucontext fiber;
+//  - All blocks and all their threads run in ONE OS thread.  A CUDA thread is a fiber (own stack, switched by emu_switch);
 //    a block's fibers are switched at __syncthreads, at warp collectives (shuffles, __syncwarp)
 //    and when a thread polls an atomic (an atomic that leaves memory unchanged: a spin).
 //  - The grid scheduler runs one block at a time and switches block when its thread polls; the
@@ -31,7 +31,6 @@
 #include <setjmp.h>
 #include <signal.h>
 #include <sys/mman.h>
-#include <ucontext.h>
 
 #include <algorithm>
 #include <atomic>
@@ -71,10 +70,45 @@ struct Config {
   long long max_polls;      // watchdog: polls with no progress at all
 };
 
+// The fiber switch: save the callee-saved registers, MXCSR and the x87 control word on the
+// current stack, store its pointer in *save, load `to` and restore from there.  (ucontext's
+// swapcontext makes two sigprocmask system calls per switch; this makes none.)
+extern "C" void emu_switch(void** save, void* to) __attribute__((visibility("hidden")));
+asm(R"(
+  .text
+  .p2align 4
+  .globl emu_switch
+  .hidden emu_switch
+  .type emu_switch,@function
+emu_switch:
+  pushq %rbp
+  pushq %rbx
+  pushq %r12
+  pushq %r13
+  pushq %r14
+  pushq %r15
+  subq $8, %rsp
+  stmxcsr (%rsp)
+  fnstcw 4(%rsp)
+  movq %rsp, (%rdi)
+  movq %rsi, %rsp
+  ldmxcsr (%rsp)
+  fldcw 4(%rsp)
+  addq $8, %rsp
+  popq %r15
+  popq %r14
+  popq %r13
+  popq %r12
+  popq %rbx
+  popq %rbp
+  ret
+  .size emu_switch, .-emu_switch
+)");
+
 enum State { RUNNABLE, AT_BARRIER, AT_WARP, POLLED, DONE };
 
 struct Thread {
-  ucontext_t ctx;
+  void* sp = nullptr;  // saved stack pointer while switched out
   int tid = 0, state = RUNNABLE, line = 0;
   const void* polled = nullptr;
   long long polled_value = 0;
@@ -89,14 +123,14 @@ struct Block {
   std::vector<char> shared;
 };
 
-constexpr size_t kStack = 64 * 1024;
+constexpr size_t kStack = 32 * 1024;
 
 struct Grid {
   const Config* cfg = nullptr;
   std::vector<Block> blocks;
   Block* cur_block = nullptr;
   Thread* cur = nullptr;
-  ucontext_t sched;
+  void* sched = nullptr;  // the scheduler's saved stack pointer
   unsigned long long progress = 0;
   long long polls = 0;
   std::string error;
@@ -127,7 +161,7 @@ inline std::string where(const void* p) {
 inline void yield(int state) {
   Thread* t = g.cur;
   t->state = state;
-  swapcontext(&t->ctx, &g.sched);
+  emu_switch(&t->sp, g.sched);
 }
 
 [[noreturn]] inline void fail_in_fiber(const std::string& msg) {
@@ -135,7 +169,7 @@ inline void yield(int state) {
   g.failed = true;
   Thread* t = g.cur;
   t->state = DONE;
-  swapcontext(&t->ctx, &g.sched);
+  emu_switch(&t->sp, g.sched);
   __builtin_unreachable();
 }
 
@@ -226,11 +260,30 @@ template <class T> T shfl(T v, int src, int width) {
 
 inline void (*kernel_body)() = nullptr;
 
-inline void fiber_main() {
+[[noreturn]] inline void fiber_main() {
   kernel_body();
   g.cur->state = DONE;
-  swapcontext(&g.cur->ctx, &g.sched);
+  emu_switch(&g.cur->sp, g.sched);
+  __builtin_trap();  // a finished fiber is never resumed
 }
+
+constexpr uint64_t kCanary = 0x5ca1ab1e0ddba11ull;
+
+// A fresh fiber's stack: the frame emu_switch pops, returning into fiber_main.
+inline void* fiber_stack(char* lo, size_t bytes) {
+  *reinterpret_cast<uint64_t*>(lo) = kCanary;
+  uintptr_t top = (reinterpret_cast<uintptr_t>(lo + bytes) & ~uintptr_t(15)) - 8;  // 8 mod 16 at entry
+  uint64_t* sp = reinterpret_cast<uint64_t*>(top);
+  *sp = 0;                                                       // fiber_main's return address
+  *--sp = reinterpret_cast<uint64_t>(&fiber_main);              // popped by ret
+  for (int i = 0; i < 6; i++) *--sp = 0;                        // rbp rbx r12 r13 r14 r15
+  *--sp = 0x1F80ull | (0x037Full << 32);                        // MXCSR, x87 control word
+  return sp;
+}
+
+// Stacks of finished blocks are kept for the next block (mapping and faulting in fresh pages
+// for every block of every wave launch would dominate the run time).
+inline std::vector<std::pair<char*, size_t>> stack_pool;
 
 inline void shared_save(Block& b) {
   size_t n = __stop_emu_shared - __start_emu_shared;
@@ -244,21 +297,26 @@ inline void shared_load(Block& b) {
 inline bool start_block(Block& b) {
   int n = g.cfg->block;
   b.stack_bytes = kStack * (size_t)n;
-  void* mem = mmap(nullptr, b.stack_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  if (mem == MAP_FAILED) {
-    g.error = "could not map the fiber stacks of block " + std::to_string(b.id);
-    return false;
+  for (size_t i = 0; i < stack_pool.size(); i++)
+    if (stack_pool[i].second == b.stack_bytes) {
+      b.stacks = stack_pool[i].first;
+      stack_pool.erase(stack_pool.begin() + i);
+      break;
+    }
+  if (!b.stacks) {
+    void* mem = mmap(nullptr, b.stack_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                     -1, 0);
+    if (mem == MAP_FAILED) {
+      g.error = "could not map the fiber stacks of block " + std::to_string(b.id);
+      return false;
+    }
+    b.stacks = static_cast<char*>(mem);
   }
-  b.stacks = static_cast<char*>(mem);
   b.threads.assign(n, Thread{});
   for (int t = 0; t < n; t++) {
     Thread& th = b.threads[t];
     th.tid = t;
-    getcontext(&th.ctx);
-    th.ctx.uc_stack.ss_sp = b.stacks + kStack * t;
-    th.ctx.uc_stack.ss_size = kStack;
-    th.ctx.uc_link = &g.sched;
-    makecontext(&th.ctx, fiber_main, 0);
+    th.sp = fiber_stack(b.stacks + kStack * t, kStack);
   }
   size_t sh = __stop_emu_shared - __start_emu_shared;
   b.shared.assign(sh, (char)0xff);  // NaN floats: shared memory is uninitialised on a GPU
@@ -267,13 +325,20 @@ inline bool start_block(Block& b) {
   return true;
 }
 
-inline void finish_block(Block& b) {
-  if (b.stacks) munmap(b.stacks, b.stack_bytes);
+inline bool finish_block(Block& b) {
+  for (size_t t = 0; t < b.threads.size(); t++)
+    if (*reinterpret_cast<uint64_t*>(b.stacks + kStack * t) != kCanary) {
+      g.error = "fiber stack overflow in block " + std::to_string(b.id) + " thread " + std::to_string(t) +
+                " (the emulator gives each CUDA thread " + std::to_string(kStack / 1024) + " KiB)";
+      return false;
+    }
+  stack_pool.emplace_back(b.stacks, b.stack_bytes);
   b.stacks = nullptr;
   b.threads.clear();
   b.threads.shrink_to_fit();
   b.done = true;
   g.progress++;
+  return true;
 }
 
 inline std::string describe_barriers(const Block& b) {
@@ -309,7 +374,7 @@ inline int run_block(Block& b) {
       ran = true;
       g.cur = &t;
       threadIdx = uint3{(unsigned)t.tid, 0, 0};
-      swapcontext(&g.sched, &t.ctx);
+      emu_switch(&g.sched, t.sp);
       if (g.failed) return -1;
       if (t.state == POLLED) {
         polled = true;
@@ -499,14 +564,16 @@ inline int launch(const Config* cfg, char* err, int errlen, void (*body)()) {
       int r = run_block(b);
       if (r < 0) { rc = -1; break; }
       if (r == 1) {
-        finish_block(b);
+        if (!finish_block(b)) { rc = -1; break; }
         live.erase(live.begin() + pick);
         rr = (size_t)pick;
         continue;
       }
       if (g.progress == before && !b.fresh) b.stalled = true;
+      if (g.progress != before) g.polls = 0;
       if (++g.polls > cfg->max_polls && cfg->max_polls > 0) {
-        g.error = "watchdog: " + std::to_string(g.polls) + " polls; " + spinning(b);
+        g.error = "watchdog: " + std::to_string(g.polls) + " block switches on polls with no progress; " +
+                  spinning(b);
         rc = -1;
         break;
       }
@@ -516,7 +583,7 @@ inline int launch(const Config* cfg, char* err, int errlen, void (*body)()) {
   sigaction(SIGBUS, &old_bus, nullptr);
   sigaltstack(&old_alt, nullptr);
   for (Block& b : g.blocks)
-    if (b.stacks) munmap(b.stacks, b.stack_bytes);
+    if (b.stacks) stack_pool.emplace_back(b.stacks, b.stack_bytes);
   g.blocks.clear();
   if (rc && err && errlen > 0) snprintf(err, errlen, "%s", g.error.c_str());
   return rc;
