@@ -22,7 +22,6 @@ import numpy as np
 from rammer.errors import BackendUnavailableError, RammerError
 
 from .compiler import KERNEL_NAME, GpuProgram
-from .lower_ints import ArenaFeeds
 from .occupancy import GpuLimits, check_grid, occupancy
 from .runner import CupyRunner
 

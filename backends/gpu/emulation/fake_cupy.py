@@ -212,6 +212,7 @@ def make_cupy(sms: int = 16, blocks_per_sm: int = 8, hip: bool = False, policy: 
     threads, scalar arguments of every launch) can be set and read by tests."""
     cp = types.ModuleType("cupy")
     cp.__file__ = __file__
+    cp.__version__ = "0+rammer.emulator"
     cp.ndarray, cp.int32, cp.float32, cp.int64 = ndarray, np.int32, np.float32, np.int64
     cp.asarray, cp.zeros = _asarray, _zeros
     cp.asnumpy = lambda a: a.get() if isinstance(a, ndarray) else np.asarray(a)
