@@ -28,6 +28,7 @@ extern "C" __global__ void block_sum(const float *x, float *out, int *count) {
     if (threadIdx.x == 0) { out[blockIdx.x] = part[0]; atomicAdd(count, 1); }
 }
 extern "C" __global__ void overrun(float *a, int n) { a[n + threadIdx.x] = 1.0f; }
+extern "C" __global__ void add_one(float *a, int n) { if (threadIdx.x < n) a[threadIdx.x] += 1.0f; }
 extern "C" __global__ void spin_forever(int *flag) {
     if (threadIdx.x == 0) { while (atomicAdd(&flag[blockIdx.x], 0) == 0) {} }
     __syncthreads();
@@ -77,3 +78,19 @@ def test_a_spin_nobody_ends_is_a_named_deadlock(emu):
         mod.get_function("spin_forever")((3,), (64,), (flag,))
     flag.set(np.array([1, 1, 1], np.int32))
     mod.get_function("spin_forever")((3,), (64,), (flag,))  # the emulator is usable again
+
+
+def test_the_stand_in_refuses_what_a_gpu_would_do_wrongly(emu):
+    """The stand-in is strict where a runner could go wrong on a GPU: a Python int for an int
+    parameter (CuPy passes 8 bytes), a slice assignment (a CuPy elementwise kernel)."""
+    cp, mod = emu
+    fn = mod.get_function("add_one")
+    a = cp.zeros(4, dtype=np.float32)
+    with pytest.raises(TypeError, match=r"argument 1 \(n\) takes i4 but CuPy would pass i8"):
+        fn((1,), (4,), (a, 4))
+    with pytest.raises(TypeError, match=r"argument 0 \(a\) points to f4, got a int32 array"):
+        fn((1,), (4,), (cp.zeros(4, dtype=np.int32), np.int32(4)))
+    with pytest.raises(RuntimeError, match="elementwise kernel"):
+        a[0:2] = cp.asarray(np.ones(2, np.float32))
+    fn((1,), (4,), (a, np.int32(3)))
+    assert a.get().tolist() == [1.0, 1.0, 1.0, 0.0]

@@ -32,7 +32,7 @@ def test_small_zoo_model_on_cuda_emulator_matches_reference(monkeypatch, name, m
         assert compiled.executable._runner.epoch == 2
 
 
-@pytest.mark.parametrize("mode", ["persistent", "wave"])
+@pytest.mark.parametrize("mode", ["persistent", pytest.param("wave", marks=pytest.mark.slow)])
 def test_hip_text_runs_through_the_same_header(monkeypatch, mode):
     """The rocm backend's HIP source (``#include <hip/hip_runtime.h>``, unmasked shuffles, wavefront
     of 64) on an emulated AMD device: no cooperative launch there, the live check guards."""
