@@ -17,8 +17,10 @@ What makes it safe to keep behind a server for days:
   multiprocessor count and the blocks per multiprocessor the occupancy API gives for this
   kernel (registers, shared memory, threads), falling back to the device's properties.  On CUDA
   the persistent kernel is also launched cooperatively (``cuLaunchCooperativeKernel``), which
-  fails at once rather than hang when the grid cannot be co-resident; CuPy refuses cooperative
-  launches on HIP, where the live check is the guard.
+  fails at once rather than hang when the grid cannot be co-resident (CuPy 13+ shrinks such a
+  grid with a warning instead: that warning is turned into the same error before anything is
+  launched).  CuPy refuses cooperative launches on HIP, and a cooperative build needs the device
+  runtime library; there (``cooperative_unavailable`` says why) the live check is the guard.
 - **No CuPy elementwise kernels** (they need NVRTC and the CUDA headers at run time even for a
   slice assignment): inputs go in with ``ndarray.set``, outputs come back with ``ndarray.get``,
   the counters are zeroed with ``ndarray.set``; the only kernel launched is the program's own.
@@ -30,6 +32,7 @@ implements exactly that surface over the CPU emulator, which is how CI executes 
 from __future__ import annotations
 
 import threading
+import warnings
 from typing import Any, Mapping
 
 import numpy as np
@@ -96,13 +99,22 @@ class CupyRunner:
         self.lock = threading.Lock()
         hip = bool(getattr(cupy.cuda.runtime, "is_hip", False))
         self.cooperative = program.mode == "persistent" and not hip
+        #: Why the cooperative build failed, when it did and the plain one was used instead.
+        self.cooperative_unavailable = ""
         try:
-            module = cupy.RawModule(code=source, enable_cooperative_groups=self.cooperative)
-            self.fn = module.get_function(KERNEL_NAME)
-            int(self.fn.num_regs)  # compiles now: a missing NVRTC or header fails here, not mid-run
+            self.fn = self._build(source, self.cooperative)
         except Exception as exc:  # noqa: BLE001 - CuPy raises many types; all end here
-            raise RammerError(f"CuPy could not build the program for the {gpu_name} ({_first_line(exc)}); "
-                              f"{_INSTALL_HINT}") from exc
+            if not self.cooperative:
+                raise RammerError(f"CuPy could not build the program for the {gpu_name} ({_first_line(exc)}); "
+                                  f"{_INSTALL_HINT}") from exc
+            # A cooperative build links the device runtime (-rdc); without it, a plain launch guarded
+            # by the live co-residency check below.
+            try:
+                self.fn = self._build(source, False)
+            except Exception:  # noqa: BLE001
+                raise RammerError(f"CuPy could not build the program for the {gpu_name} ({_first_line(exc)}); "
+                                  f"{_INSTALL_HINT}") from exc
+            self.cooperative, self.cooperative_unavailable = False, _first_line(exc)
         self.residency: dict[str, Any] | None = None
         if program.mode == "persistent":
             occ, name = live_residency(cupy, self.fn, program.block_threads, limits)
@@ -124,6 +136,12 @@ class CupyRunner:
         #: True while the device's counters may not match ``epoch`` (set from launch to completion).
         self.counters_unknown = False
 
+    def _build(self, source: str, cooperative: bool) -> Any:
+        module = self.cp.RawModule(code=source, enable_cooperative_groups=cooperative)
+        fn = module.get_function(KERNEL_NAME)
+        int(fn.num_regs)  # compiles now: a missing NVRTC or header fails here, not mid-run
+        return fn
+
     def _zero_counters(self) -> None:
         """Zero the counters after every earlier launch has finished, and restart the epoch."""
         self.cp.cuda.runtime.deviceSynchronize()
@@ -133,7 +151,7 @@ class CupyRunner:
 
     def _launch_error(self, exc: BaseException) -> RammerError:
         text = _first_line(exc)
-        if "COOPERATIVE_LAUNCH_TOO_LARGE" in str(exc).upper():
+        if "COOPERATIVE_LAUNCH_TOO_LARGE" in str(exc).upper() or "GRID SIZE WILL BE REDUCED" in str(exc).upper():
             occ = self.residency or {}
             return RammerError(f"the {self.gpu_name} refused the cooperative launch of {self.p.blocks} blocks: at most "
                                f"{occ.get('co_resident', '?')} can be resident at once ({text}); schedule on fewer "
@@ -155,12 +173,17 @@ class CupyRunner:
             self.arena[off:off + size].set(np.ascontiguousarray(self.to_arena(name, feeds[name]).ravel(), np.float32))
         self.counters_unknown = True
         try:
-            if p.mode == "wave":
-                for wave in range(p.launches):
-                    self.fn((p.blocks,), (p.block_threads,), (self.arena, self.counters, np.int32(wave), *self.tables))
-            else:
-                self.fn((p.blocks,), (p.block_threads,), (self.arena, self.counters, np.int32(self.epoch),
-                                                          *self.tables))
+            with warnings.catch_warnings():
+                # CuPy 13+ shrinks a cooperative grid that is too large (with a warning) instead of
+                # failing: a persistent grid missing blocks would spin forever, so that is an error here.
+                warnings.filterwarnings("error", message=".*grid size will be reduced.*")
+                if p.mode == "wave":
+                    for wave in range(p.launches):
+                        self.fn((p.blocks,), (p.block_threads,),
+                                (self.arena, self.counters, np.int32(wave), *self.tables))
+                else:
+                    self.fn((p.blocks,), (p.block_threads,),
+                            (self.arena, self.counters, np.int32(self.epoch), *self.tables))
             cp.cuda.get_current_stream().synchronize()
         except Exception as exc:  # noqa: BLE001 - re-raised as one clear line; counters stay 'unknown'
             raise self._launch_error(exc) from exc

@@ -121,8 +121,12 @@ def test_the_occupancy_falls_back_to_the_live_device_properties(monkeypatch):
         compiled.run(feeds)
 
 
-def test_a_cooperative_launch_too_large_fails_at_once_naming_the_limit(monkeypatch):
+@pytest.mark.parametrize("too_large", ["shrink", "error"])
+def test_a_cooperative_launch_too_large_fails_at_once_naming_the_limit(monkeypatch, too_large):
+    """CuPy 13+ shrinks a cooperative grid that is too large (a warning): the runner makes it an
+    error before the launch; an older CuPy passes on the driver's error."""
     fake = install_fake_cupy(monkeypatch, sms=2, blocks_per_sm=4)
+    fake.cooperative_too_large = too_large
     monkeypatch.setattr(gpu_runner, "check_grid", lambda *a, **k: None)  # as if the check had been fooled
     compiled = compile_for(MODEL)
     feeds, _ = reference(MODEL, 1)
@@ -161,3 +165,19 @@ def test_wave_mode_passes_the_wave_index_and_needs_no_residency(monkeypatch):
     run_checked(compiled, MODEL, seeds=(1,))
     waves = compiled.executable.program.launches
     assert [launch[3][0] for launch in fake.launches] == list(range(waves))
+
+
+def test_a_cooperative_build_that_fails_falls_back_to_a_plain_launch(monkeypatch):
+    fake = install_fake_cupy(monkeypatch)
+    real = fake.RawModule
+
+    def no_device_runtime(**kw):
+        if kw.get("enable_cooperative_groups"):
+            raise RuntimeError("nvrtc: cannot link -rdc code: libcudadevrt.a not found")
+        return real(**kw)
+
+    fake.RawModule = no_device_runtime
+    compiled = compile_for(MODEL)
+    run_checked(compiled, MODEL, seeds=(1,))
+    runner = compiled.executable._runner
+    assert runner.cooperative is False and "libcudadevrt" in runner.cooperative_unavailable

@@ -12,8 +12,9 @@ Faithful where it matters to the runner:
   is caught by the emulator and named.
 - ``ndarray.__setitem__`` raises: on a real GPU it launches an elementwise kernel that needs
   NVRTC and the CUDA headers (``cupy[ctk]``), which the runner must not depend on.
-- A cooperative launch of more blocks than the emulated device holds fails at once with CUDA's
-  error name; a plain launch of such a grid runs with only that many blocks resident, so it
+- A cooperative launch of more blocks than the emulated device holds is shrunk with CuPy's warning
+  (``cooperative_too_large = "shrink"``, what CuPy 13+ does) or fails with CUDA's error name
+  (``"error"``, the driver's answer); a plain launch of such a grid runs with only that many blocks resident, so it
   deadlocks as on a GPU (and the emulator names the deadlock instead of hanging).
 
 Use: ``fake = make_cupy(sms=4, blocks_per_sm=2)``, then ``sys.modules["cupy"] = fake``.
@@ -24,6 +25,7 @@ from __future__ import annotations
 import ctypes
 import mmap
 import types
+import warnings
 import weakref
 from typing import Any, Sequence
 
@@ -183,8 +185,13 @@ class _Kernel:
         values, buffers = self._marshal(args)
         resident = cp._resident(threads)
         if self.module.cooperative and blocks > resident:
-            raise CUDADriverError(f"CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE: too many blocks in cooperative launch "
-                                  f"({blocks} > {resident})")
+            if cp.cooperative_too_large == "shrink":  # what CuPy 13+ does (cupy/cuda/function.pyx)
+                warnings.warn(f"The grid size will be reduced from {blocks} to {resident}, as the specified grid "
+                              f"size exceeds the limit.")
+                blocks = resident
+            else:  # the driver's answer to cuLaunchCooperativeKernel (older CuPy)
+                raise CUDADriverError(f"CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE: too many blocks in cooperative "
+                                      f"launch ({blocks} > {resident})")
         cp.launches.append((self.name, blocks, threads, tuple(a.value for a in values if not
                                                                isinstance(a, ctypes.c_void_p))))
         self.lib.launch(self.name, blocks, threads, values, buffers, cp.policy, resident, cp.warp)
@@ -217,6 +224,9 @@ def make_cupy(sms: int = 16, blocks_per_sm: int = 8, hip: bool = False, policy: 
     cp.asarray, cp.zeros = _asarray, _zeros
     cp.asnumpy = lambda a: a.get() if isinstance(a, ndarray) else np.asarray(a)
     cp.policy, cp.launches, cp.warp = policy, [], 64 if hip else 32
+    #: A cooperative launch larger than the device: "shrink" (CuPy 13+: warn, launch fewer blocks) or
+    #: "error" (the driver's CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE).
+    cp.cooperative_too_large = "shrink"
     props = {"name": name.encode(), "multiProcessorCount": sms, "maxBlocksPerMultiProcessor": blocks_per_sm,
              "maxThreadsPerMultiProcessor": 2048, "regsPerMultiprocessor": 65536,
              "sharedMemPerMultiprocessor": 228 * 1024, "warpSize": cp.warp}
