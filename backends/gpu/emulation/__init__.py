@@ -79,6 +79,9 @@ def kernel_params(source: str) -> dict[str, list[str]]:
 
 _CACHE: dict[str, "Library"] = {}
 _CACHE_LOCK = threading.Lock()
+#: One emulated launch at a time in the process: a launch installs its own SIGSEGV/SIGBUS handlers
+#: (the guard pages) and restores the previous ones after.
+_LAUNCH_LOCK = threading.Lock()
 _FOLDER: list[str] = []
 
 
@@ -128,12 +131,11 @@ def build(source: str, suffix: str = ".cu") -> "Library":
 
 
 class Library:
-    """One compiled program; :meth:`launch` runs a kernel of it (one launch at a time)."""
+    """One compiled program; :meth:`launch` runs a kernel of it (one launch at a time in the process)."""
 
     def __init__(self, path: str, kernels: dict[str, list[str]]) -> None:
         self.path, self.params = path, kernels
         self.dll = ctypes.CDLL(path)
-        self.lock = threading.Lock()  # the emulator's scheduler is one global state per library
         self.dll.emu_shared_bytes.restype = ctypes.c_ulong
         self.signatures: dict[str, list[str]] = {}
         for k in kernels:
@@ -158,7 +160,7 @@ class Library:
                       ctypes.cast(bufs, ctypes.POINTER(_Buffer)), policy.max_polls)
         err = ctypes.create_string_buffer(4096)
         fn = getattr(self.dll, f"emu_launch_{kernel}")
-        with self.lock:
+        with _LAUNCH_LOCK:
             rc = fn(ctypes.byref(cfg), argv, err, len(err))
         if rc != 0:
             raise EmulatorError(f"{kernel} on {grid} blocks x {block} threads: {err.value.decode(errors='replace')}")
