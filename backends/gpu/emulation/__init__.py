@@ -1,5 +1,7 @@
 """CUDA semantics on the CPU: the emitted ``.cu`` (or ``.hip``) compiled UNCHANGED by g++ against
-the project's header ``cuda_emu.h`` into a shared library, and launched through ctypes.
+the project's header ``cuda_emu.h`` into a shared library, and launched through ctypes.  The
+scheduler behind the header (``emu_runtime.cc``) is built once into its own library and loaded
+first (its symbols global), so each program's build compiles only the program and CUDA's names.
 
 :func:`build` compiles (cached by the hash of source, header and flags for the life of the
 process); :class:`Library.launch` runs one grid under a scheduling :class:`Policy`.
@@ -27,6 +29,9 @@ __all__ = ["HEADER", "EmulatorError", "Policy", "Library", "build", "kernel_para
 
 FOLDER = os.path.dirname(os.path.abspath(__file__))
 HEADER = os.path.join(FOLDER, "cuda_emu.h")
+#: The scheduler, fibers and diagnostics: built once into its own library, loaded before any program.
+RUNTIME = os.path.join(FOLDER, "emu_runtime.cc")
+ABI = os.path.join(FOLDER, "emu_abi.h")
 CXX = os.environ.get("RAMMER_EMU_CXX", "g++")
 FLAGS = ("-std=c++20", "-O1", "-fno-strict-aliasing", "-ffp-contract=off", "-shared", "-fPIC", "-w")
 
@@ -92,6 +97,37 @@ def _cache_dir() -> str:
     return _FOLDER[0]
 
 
+def _sources_digest() -> bytes:
+    digest = hashlib.sha256()
+    for path in (HEADER, ABI, RUNTIME):
+        with open(path, "rb") as f:
+            digest.update(f.read())
+    digest.update(" ".join(FLAGS).encode())
+    return digest.digest()
+
+
+_RUNTIME: list[ctypes.CDLL] = []
+
+
+def _compile(cmd: list[str], out: str, what: str) -> None:
+    tmp = out + f".{os.getpid()}.tmp"
+    proc = subprocess.run([*cmd, "-o", tmp], capture_output=True, text=True, timeout=600)
+    if proc.returncode != 0:
+        raise EmulatorError(f"g++ could not build {what}:\n{proc.stderr[:3000]}")
+    os.replace(tmp, out)
+
+
+def _runtime() -> None:
+    """Build (once per cache folder) and load the runtime library, its symbols global so programs
+    resolve against it.  Called with the cache lock held."""
+    if _RUNTIME:
+        return
+    so = os.path.join(_cache_dir(), f"runtime-{_sources_digest().hex()[:24]}.so")
+    if not os.path.exists(so):
+        _compile([CXX, *FLAGS, "-I", FOLDER, RUNTIME], so, "the emulator's runtime")
+    _RUNTIME.append(ctypes.CDLL(so, mode=ctypes.RTLD_GLOBAL))
+
+
 def build(source: str, suffix: str = ".cu") -> "Library":
     """Compile ``source`` unchanged with the emulator header; cached by content for this process
     (and on disk under ``$RAMMER_EMU_CACHE`` when set).  Raises :class:`EmulatorError` when g++
@@ -99,13 +135,12 @@ def build(source: str, suffix: str = ".cu") -> "Library":
     why = available()
     if why:
         raise EmulatorError(why)
-    with open(HEADER, "rb") as f:
-        header = f.read()
-    key = hashlib.sha256(header + b"\0" + source.encode() + b"\0" + " ".join(FLAGS).encode()).hexdigest()[:24]
+    key = hashlib.sha256(_sources_digest() + source.encode()).hexdigest()[:24]
     with _CACHE_LOCK:
         lib = _CACHE.get(key)
         if lib is not None:
             return lib
+        _runtime()
         kernels = kernel_params(source)
         if not kernels:
             raise EmulatorError('no extern "C" __global__ kernel in the source')
@@ -118,13 +153,8 @@ def build(source: str, suffix: str = ".cu") -> "Library":
                 f.write(source)  # byte for byte what the backend emitted
             with open(wrapper, "w", encoding="utf-8") as f:
                 f.write(f'#include "{src}"\n' + "".join(f"EMU_EXPORT({k})\n" for k in kernels))
-            tmp = so + f".{os.getpid()}.tmp"
-            cmd = [CXX, *FLAGS, "-x", "c++", "-include", HEADER, "-I", FOLDER, wrapper, "-o", tmp]
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-            if proc.returncode != 0:
-                raise EmulatorError(f"g++ could not build the program against the emulator header:\n"
-                                    f"{proc.stderr[:3000]}")
-            os.replace(tmp, so)
+            _compile([CXX, *FLAGS, "-x", "c++", "-include", HEADER, "-I", FOLDER, wrapper], so,
+                     "the program against the emulator header")
         lib = Library(so, kernels)
         _CACHE[key] = lib
         return lib
