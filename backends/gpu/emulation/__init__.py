@@ -14,6 +14,7 @@ What the emulation models and what it cannot is in the header's opening comment 
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import hashlib
 import os
@@ -92,8 +93,12 @@ _FOLDER: list[str] = []
 
 def _cache_dir() -> str:
     if not _FOLDER:
-        _FOLDER.append(os.environ.get("RAMMER_EMU_CACHE") or tempfile.mkdtemp(prefix="rammer-emu-"))
-        os.makedirs(_FOLDER[0], exist_ok=True)
+        folder = os.environ.get("RAMMER_EMU_CACHE")
+        if not folder:  # a private folder, removed when the process ends
+            folder = tempfile.mkdtemp(prefix="rammer-emu-")
+            atexit.register(shutil.rmtree, folder, True)
+        os.makedirs(folder, exist_ok=True)
+        _FOLDER.append(folder)
     return _FOLDER[0]
 
 
