@@ -1,11 +1,10 @@
 // rammer's CUDA-semantics emulator: the runtime (grid scheduler, fibers, diagnostics), built once
 // into its own shared library; programs compiled against cuda_emu.h call into it (emu_abi.h).
-// Compile:  g++ -std=c++20 -O1 -shared -fPIC -x c++ -include cuda_emu.h -I<this folder> wrapper.cc
-// where wrapper.cc is `#include "program.cu"` followed by one EMU_EXPORT(kernel) per kernel.
+// Compile:  g++ -std=c++20 -O1 -shared -fPIC -I<this folder> emu_runtime.cc -o runtime.so
 //
 // The model (serial grid, deterministic):
-//  - All blocks and all their threads run in ONE OS thread.  A CUDA thread is a fiber (own stack, switched by emu_switch);
-//    a block's fibers are switched at __syncthreads, at warp collectives (shuffles, __syncwarp)
+//  - All blocks and all their threads run in ONE OS thread.  A CUDA thread is a fiber (its own stack,
+//    switched by emu_switch); a block's fibers are switched at __syncthreads, at warp collectives (shuffles, __syncwarp)
 //    and when a thread polls an atomic (an atomic that leaves memory unchanged: a spin).
 //  - The grid scheduler runs one block at a time and switches block when its thread polls; the
 //    policy says which block runs next: in order, seeded random, or "starve v" (block v runs only
