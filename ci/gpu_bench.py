@@ -11,7 +11,13 @@ eager and CUDA-graph replay of the same module.  Times are medians of ``--repeat
 device-synchronised (CuPy / torch events); each rammer run includes copying inputs in and outputs out.
 
 Without a GPU it compiles everything and says what is missing (exit 2): run ``bash ci/gpu_bench.sh`` on a
-machine with one.
+machine with one (it installs from a package registry; on the lent machines, which reach none, run
+``bash ci/gpu_check.sh`` instead).
+
+Robust to a bad model: every model's row is appended to ``--json`` (JSON lines) as soon as it is done, each
+step is guarded (a failure is recorded in the row and the next model runs), and onnxruntime's CUDA baseline
+is recorded only when the session really runs on the CUDA provider (``get_providers()`` after creation:
+onnxruntime silently falls back to its CPU provider when the CUDA one fails to load).
 """
 
 from __future__ import annotations
@@ -70,15 +76,35 @@ def _torch_baselines(module, feeds: dict, repeat: int) -> dict:
     return out
 
 
-def _ort_cuda(model, feeds: dict, repeat: int) -> float | None:
+def _ort_cuda(model, feeds: dict, repeat: int) -> tuple[float | None, str]:
+    """onnxruntime on its CUDA provider: ``(median ms, "")``, or ``(None, why not)``."""
     try:
         import onnxruntime as ort
     except ImportError:
-        return None
+        return None, "onnxruntime is not installed"
     if "CUDAExecutionProvider" not in ort.get_available_providers():
-        return None
+        return None, "onnxruntime has no CUDA provider (install onnxruntime-gpu)"
     sess = ort.InferenceSession(model.SerializeToString(), providers=["CUDAExecutionProvider"])
-    return _median_ms(lambda: sess.run(None, feeds), lambda: None, repeat)
+    used = sess.get_providers()
+    if not used or used[0] != "CUDAExecutionProvider":  # the CUDA provider failed to load: CPU fallback
+        return None, f"onnxruntime's CUDA provider did not load (session runs on {used})"
+    return _median_ms(lambda: sess.run(None, feeds), lambda: None, repeat), ""
+
+
+def _append(path: str | None, row: dict) -> None:
+    """One JSON line per model, written when the model is done (a later hang or crash keeps it)."""
+    if path:
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(json.dumps(row, default=str) + "\n")
+
+
+def _guarded(row: dict, key: str, fn):
+    """``fn()``, or ``None`` with the error recorded in ``row[key + "_error"]``."""
+    try:
+        return fn()
+    except Exception as exc:  # noqa: BLE001 - one model's failure must not lose the others
+        row[f"{key}_error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
+        return None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -88,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--models", default=ZOO)
     parser.add_argument("--torch", action="store_true")
     parser.add_argument("--repeat", type=int, default=50)
-    parser.add_argument("--json", default=None)
+    parser.add_argument("--json", default=None, help="append one JSON line per model here, as each is done")
     args = parser.parse_args(argv)
 
     import numpy as np
@@ -102,7 +128,9 @@ def main(argv: list[str] | None = None) -> int:
 
     be = plugins.backends()[args.backend]
     avail = be.availability()
-    rows = []
+    if args.json and os.path.exists(args.json):
+        os.remove(args.json)
+    failed = 0
     for name, model, module in _models(args):
         options = {"mode": "persistent", **({"vdevice": args.vdevice} if args.vdevice else {})}
         row: dict = {"model": name}
@@ -110,52 +138,63 @@ def main(argv: list[str] | None = None) -> int:
             exe = be.compile(load(model), options)
         except RammerError as exc:
             row["refused"] = str(exc)[:200]
-            rows.append(row)
+            _append(args.json, row)
             print(f"{name}: refused: {row['refused']}", flush=True)
             continue
         row.update(blocks=exe.program.blocks, launches_persistent=1,
                    simulated_ms=simulate(exe.schedule).makespan_us / 1e3)
         if not avail.ok:
-            rows.append(row)
+            _append(args.json, row)
             print(f"{name}: compiled ({exe.program.blocks} blocks, simulated {row['simulated_ms']:.3f} ms); "
                   f"not run: {avail.reason}", flush=True)
             continue
-        try:  # needs the vendor compiler; the runner checks the live device's co-residency anyway
-            row.update(exe.occupancy())
-        except RammerError as exc:
-            row["occupancy"] = f"not computed: {exc}"[:200]
-        compiled = {m: rammer.compile(model, backend=args.backend, **{**options, "mode": m})
+        occ = _guarded(row, "occupancy", exe.occupancy)  # needs the vendor compiler
+        if occ:
+            row.update(occ)
+        compiled = {m: _guarded(row, f"{m}_compile",
+                                lambda m=m: rammer.compile(model, backend=args.backend, **{**options, "mode": m}))
                     for m in ("persistent", "wave")}
-        feeds = random_feeds(compiled["persistent"].inputs, seed=0)
-        want = rammer.compile(model, backend="reference").run(feeds)
+        feeds = random_feeds(next(c for c in compiled.values() if c).inputs, seed=0) if any(compiled.values()) \
+            else None
+        want = _guarded(row, "reference", lambda: rammer.compile(model, backend="reference").run(feeds)) \
+            if feeds else None
         import cupy
 
         sync = cupy.cuda.Device().synchronize
         for mode, cm in compiled.items():
-            got = cm.run(feeds)
+            if cm is None or want is None:
+                continue
+            got = _guarded(row, f"{mode}_run", lambda cm=cm: cm.run(feeds))
+            if got is None:
+                continue
             row[f"{mode}_max_rel_err"] = max(float(np.max(np.abs(got[k] - want[k])) /
                                                  (np.max(np.abs(want[k])) + 1e-12)) for k in want)
-            row[f"{mode}_ms"] = _median_ms(lambda cm=cm: cm.run(feeds), sync, args.repeat)
-        row["launches_wave"] = compiled["wave"].executable.report["launches_per_run"]
-        ort_ms = _ort_cuda(model, feeds, args.repeat)
-        if ort_ms is not None:
-            row["ort_cuda_ms"] = ort_ms
-        if module is not None:
-            row.update(_torch_baselines(module, feeds, args.repeat))
+            row[f"{mode}_ms"] = _guarded(row, f"{mode}_time",
+                                         lambda cm=cm: _median_ms(lambda: cm.run(feeds), sync, args.repeat))
+        if compiled["wave"] is not None:
+            row["launches_wave"] = compiled["wave"].executable.report["launches_per_run"]
+        if feeds is not None:
+            ort = _guarded(row, "ort_cuda", lambda: _ort_cuda(model, feeds, args.repeat))
+            if ort is not None:
+                ms, why = ort
+                if ms is not None:
+                    row["ort_cuda_ms"] = ms
+                else:
+                    row["ort_cuda_skipped"] = why
+        if module is not None and feeds is not None:
+            row.update(_guarded(row, "torch", lambda: _torch_baselines(module, feeds, args.repeat)) or {})
         base = row.get("torch_cuda_graph_ms") or row.get("ort_cuda_ms")
-        if base:
+        if base and row.get("persistent_ms"):
             row["ratio"] = row["persistent_ms"] / base
             row["target"] = TARGETS.get(name)
-        rows.append(row)
-        print(json.dumps(row), flush=True)
-    if args.json:
-        with open(args.json, "w", encoding="utf-8") as f:
-            json.dump(rows, f, indent=2)
+        failed += any(k.endswith("_error") for k in row)
+        _append(args.json, row)
+        print(json.dumps(row, default=str), flush=True)
     if not avail.ok:
         print(f"\nno GPU run: {args.backend} is unavailable here ({avail.reason}); everything above compiled. "
               f"Run `bash ci/gpu_bench.sh` on a machine with the GPU.")
         return 2
-    return 0
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

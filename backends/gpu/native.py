@@ -1,6 +1,6 @@
 """What the cuda and rocm backends share beyond the model compiler: an executable holding the
 rendered source, a check that the vendor compiler builds it (registers and shared memory per
-kernel), and a CuPy runner used only when CuPy and a GPU are present.
+kernel), and the CuPy runner (:mod:`.runner`) used only when CuPy and a GPU are present.
 
 Without a GPU the executable still has ``source``/``sources``, ``schedule`` and ``report``;
 ``run`` raises a :class:`~rammer.errors.BackendUnavailableError` naming the missing GPU.
@@ -13,6 +13,7 @@ import re
 import shutil
 import subprocess
 import tempfile
+import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
@@ -21,8 +22,8 @@ import numpy as np
 from rammer.errors import BackendUnavailableError, RammerError
 
 from .compiler import KERNEL_NAME, GpuProgram
-from .lower_ints import ArenaFeeds
 from .occupancy import GpuLimits, check_grid, occupancy
+from .runner import CupyRunner
 
 __all__ = ["Toolchain", "NativeExecutable", "cupy_gpu", "emit"]
 
@@ -110,6 +111,7 @@ class NativeExecutable:
         self.report = dict(program.report, dialect=dialect)
         self._gpu = gpu
         self._runner: Any = None
+        self._runner_lock = threading.Lock()
 
     def compile_check(self, arch: str | None = None) -> dict[str, Any]:
         """Build the source with the vendor compiler for ``arch`` (default: the first of the table)."""
@@ -134,51 +136,15 @@ class NativeExecutable:
         return occ
 
     def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        if self._runner is None:
-            cupy, why = self._gpu()
-            if cupy is None:
-                raise BackendUnavailableError(f"no {self.gpu_name} to run on: {why}")
-            self._runner = _CupyRunner(cupy, self.program, self.source,
-                                       self.toolchain.limits.get(str(self.program.report.get("vdevice"))))
-        return self._runner(feeds)
-
-
-class _CupyRunner:
-    """One RawModule, the arena and counters on the device; one launch per run (per wave in wave mode).
-    Written for CuPy's RawModule API; not executed on this project's machines (no GPU)."""
-
-    def __init__(self, cupy: Any, program: GpuProgram, source: str, limits: GpuLimits | None) -> None:
-        self.cp, self.p = cupy, program
-        self.fn = cupy.RawModule(code=source).get_function(KERNEL_NAME)
-        if limits is not None and program.mode == "persistent":  # the live device's numbers
-            props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
-            live = GpuLimits(limits.arch, int(props["multiProcessorCount"]), limits.warp, limits.max_threads,
-                             limits.max_blocks, limits.registers, limits.register_unit, limits.shared_bytes,
-                             limits.shared_reserved, limits.simds, limits.max_waves_per_simd)
-            occ = occupancy(live, program.block_threads, int(self.fn.num_regs), int(self.fn.shared_size_bytes))
-            check_grid(program.blocks, occ, props["name"].decode() if isinstance(props["name"], bytes) else
-                       str(props["name"]))
-        self.arena = cupy.asarray(program.constant_arena())
-        self.counters = cupy.zeros(max(program.blocks, 1), dtype=cupy.int32)
-        self.tables = [cupy.asarray(t) for t in program.tables.values()]
-        self.epoch = 0
-        self.to_arena = ArenaFeeds(program)  # integer/bool feeds as exact float32 values, checked
-
-    def __call__(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        cp, p = self.cp, self.p
-        for name in p.inputs:
-            off, shape = p.tensors[name]
-            size = int(np.prod(shape))
-            self.arena[off:off + size] = cp.asarray(self.to_arena(name, feeds[name]).ravel())
-        launches = range(p.launches) if p.mode == "wave" else [self.epoch]
-        for arg in launches:
-            self.fn((p.blocks,), (p.block_threads,), (self.arena, self.counters, np.int32(arg), *self.tables))
-        self.epoch += 1
-        out = {}
-        for name in p.outputs:
-            off, shape = p.tensors[name]
-            out[name] = cp.asnumpy(self.arena[off:off + int(np.prod(shape))]).reshape(shape)
-        return out
+        with self._runner_lock:  # two threads' first runs build one runner
+            if self._runner is None:
+                cupy, why = self._gpu()
+                if cupy is None:
+                    raise BackendUnavailableError(f"no {self.gpu_name} to run on: {why}")
+                self._runner = CupyRunner(cupy, self.program, self.source,
+                                          self.toolchain.limits.get(str(self.program.report.get("vdevice"))),
+                                          self.gpu_name)
+        return self._runner(feeds)  # the runner's own lock orders concurrent runs
 
 
 def emit(backend: Any, toolchain: Toolchain, suffix: str, model: str, folder: str, build: bool = True,
