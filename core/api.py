@@ -338,6 +338,41 @@ def compile(model: ModelSource | Graph, backend: str | None = None,
     return compiled
 
 
+class _NotCached(Exception):
+    """Raised by the graph loader of :func:`compile_if_cached`: the backend had no cached program."""
+
+
+def compile_if_cached(model: ModelSource, backend: str | None = None,
+                      input_shapes: Mapping[str, Sequence[int]] | None = None, **options: Any) -> CompiledModel | None:
+    """What :func:`compile` gives when the backend's compile cache holds the program (without
+    importing the model), else None (nothing is compiled; the caller compiles as it sees fit)."""
+    def refuse() -> Graph:
+        raise _NotCached()
+
+    be = plugins.get_backend(backend)
+    known = be.capabilities.options
+    if options.get("emit") or "tree_strategy" in options or (known is not None and set(options) - known):
+        return None
+    cache_dir = be.compile_cache_dir(options)
+    if cache_dir is None:
+        return None
+    key = model_key(model, input_shapes, None, {"tree_strategy": None, "device": be.capabilities.device},
+                    os.path.join(cache_dir, "model-digests"))
+    if key is None:
+        return None
+    start = time.perf_counter()
+    try:
+        executable = be.compile_keyed(key, options, refuse)
+    except _NotCached:
+        return None
+    except RammerError:
+        return None  # compile() will say what is wrong
+    report_fallbacks(executable.graph.name, be.name, fallbacks_of(executable), False)
+    compiled = CompiledModel(executable.graph, be, executable, options, time.perf_counter() - start)
+    compiled.source, compiled.input_shapes = model, input_shapes
+    return compiled
+
+
 def _refuse_unsupported(be: Backend, graph: Graph) -> None:
     bad = be.unsupported_nodes(graph)
     if bad:

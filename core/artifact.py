@@ -216,8 +216,10 @@ def read_compiled(path: str, backend: str | None = None) -> Loaded:
         if graph is not None:  # a backend that re-imports the model reads its files as bytes
             files = {k: v.read(k) if isinstance(v, BlockChecked) else v for k, v in files.items()}
         executable = be.import_artifact(graph, files, options)
-    except (CheckFailed, OSError) as exc:
-        raise ArtifactError(f"'{path}': {exc} (the file is corrupt)") from None
+    except ArtifactError:
+        raise
+    except (CheckFailed, OSError, ModelLoadError) as exc:
+        raise ArtifactError(f"'{path}': {exc}") from None
     return Loaded(be, getattr(executable, "graph", graph), executable, options, shapes, source)
 
 
