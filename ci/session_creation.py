@@ -5,7 +5,7 @@ Every measurement runs in a fresh process of its own, the kinds alternating roun
 machine's load drifts; alternating spreads it over all kinds).  A child times the call that makes
 the session (``rammer.compile``, ``rammer.InferenceSession``, ``rammer.load_compiled``,
 ``onnxruntime.InferenceSession``), the first in the process ("fresh process": it includes what the
-first call of a process pays, e.g. numba's start-up) and, for all but the cold compile, the same
+first call of a process pays, e.g. loading the backends' plugins and numba's start-up) and, for all but the cold compile, the same
 call again ("warm process"); importing the package is timed apart.
 
 Models: a ~100 MB MLP made here (6 MatMuls of 1024x4096 fp32 weights), and zoo models.  With
@@ -124,6 +124,9 @@ def make_mlp(path: str, width: int = 1024, hidden: int = 4096, pairs: int = 3, b
 def _run(args: list[str], src: str | None, timeout: float = 1800) -> dict:
     env = dict(os.environ)
     env.pop("RAMMER_CACHE_DIR", None)
+    # as a user's installation runs: with Python's bytecode cache (without it every process compiles
+    # rammer's sources again, about a second here)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     if src:
         env["SESSION_CREATION_SRC"] = src
     done = subprocess.run([sys.executable, os.path.abspath(__file__), *args], capture_output=True, text=True,

@@ -69,7 +69,11 @@ def _lane_program(executable: Any) -> Program | None:
 
 def export(executable: Any) -> ArtifactParts:
     program = executable.program
-    graph_files = encode_graph(executable.graph, keep=host_nodes(program))
+    try:
+        graph_files = encode_graph(executable.graph, keep=host_nodes(program))
+    except CodecError as exc:
+        raise RammerError(f"cannot save this model's host steps ({exc}); it runs, but compile it where it is "
+                          f"needed instead of saving it") from None
     files = cache_entry.encode(program, executable.schedules, graph_files)
     lane = _lane_program(executable)
     if lane is not None:

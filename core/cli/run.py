@@ -110,7 +110,7 @@ def run(args: argparse.Namespace) -> int:
         if args.shape or args.batch is not None:
             raise RammerError(f"{'--shape' if args.shape else '--batch'} does not apply to a compiled .rammer "
                               f"model: it runs at the shapes it was compiled for")
-        model = rammer.load_compiled(source, backend=args.backend)  # saved by `rammer compile -o`
+        model = rammer.load_compiled(source, backend=args.backend, strict=args.strict)  # saved by `rammer compile -o`
     else:
         extra = {"tree_strategy": args.tree_strategy} if args.tree_strategy else {}
         model = rammer.compile(source, backend=args.backend, input_shapes=input_shapes(args, source),
