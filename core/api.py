@@ -311,7 +311,6 @@ def compile(model: ModelSource | Graph, backend: str | None = None,
 
     # A model given as a file, bytes or proto is keyed by its bytes and import settings, so a
     # backend's compile cache can answer before the model is imported (rammer.model_key).
-    key = None
     key = _key()
     if key is None:
         load_graph()
