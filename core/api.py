@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import os
 from collections import abc
 import time
 from typing import Any, Mapping, Sequence
@@ -15,13 +16,15 @@ from .backend import Backend, Executable
 from .diagnostics import fallbacks_of, report_fallbacks
 from .profile import Profile, write_chrome_trace
 from .progress import compile_progress
-from .errors import CompileError, FeedError, RammerError, UnsupportedOpError
+from .errors import CompileError, FeedError, ModelLoadError, RammerError, UnsupportedOpError
 from .feed_bounds import index_bounds
 from .feed_hints import declared_input_dims, wrong_shape
 from .frontend import ModelSource, load
 from .frontend.limits import Limits
 from .ir import Graph, TensorInfo, dtype_name
+from .ir_codec import PLACEHOLDER
 from .ml.lower import lower_ml
+from .model_key import model_key
 
 
 class CompiledModel:
@@ -29,6 +32,10 @@ class CompiledModel:
 
     def __init__(self, graph: Graph, backend: Backend, executable: Executable,
                  options: Mapping[str, Any], compile_seconds: float):
+        #: The model's graph.  For a model loaded from a compile cache or a saved file without
+        #: importing it, the part its program keeps: the name, inputs, outputs and the nodes run on
+        #: the host, the others being placeholders (:data:`rammer.ir_codec.PLACEHOLDER`);
+        #: :meth:`full_graph` gives the whole graph.
         self.graph = graph
         self.backend = backend
         self.executable = executable
@@ -85,13 +92,13 @@ class CompiledModel:
                     f"(convert it with .astype(np.{'object_' if info.dtype == 'object' else info.dtype}))"
                 )
             elif tuple(arr.shape) != info.shape:
-                problems.append(wrong_shape(name, arr.shape, info.shape, self._declared_dims().get(name)))
+                problems.append(wrong_shape(name, arr.shape, info.shape, self.declared_input_dims().get(name)))
             checked[name] = arr
         if problems:
             raise FeedError("; ".join(problems))
         return checked
 
-    def _declared_dims(self) -> dict[str, list]:
+    def declared_input_dims(self) -> dict[str, list]:
         """The dims the model declares per input (fixed or dynamic), read from its source on the
         first wrong-shape feed; empty for an IR graph (then every dim counts as fixed:
         ``input_shapes`` does not apply to a graph)."""
@@ -179,14 +186,34 @@ class CompiledModel:
             write_chrome_trace(slices, path, f"rammer {self.graph.name} on {self.backend.name}")
         return Profile(tuple(slices), wall_us, path)
 
+    def full_graph(self) -> Graph:
+        """The whole graph the program runs (imported now when the model was loaded without it)."""
+        full = getattr(self.executable, "full_graph", None)
+        return full() if callable(full) else self.graph
+
     def save(self, path: str) -> str:
         """Save the compiled model to ``path`` (a ``.rammer`` file; see :mod:`rammer.artifact`)."""
         return save_compiled(self, path)
 
-    def random_feeds(self, seed: int = 0) -> dict[str, np.ndarray]:
-        """Inputs of the right shapes and dtypes, drawn from ``seed`` (indices within the
-        tables they index: see :func:`random_feeds`)."""
-        return random_feeds(self.graph.inputs, seed, self.graph)
+    def random_feeds(self, seed: int = 0, names: Sequence[str] | None = None) -> dict[str, np.ndarray]:
+        """Inputs of the right shapes and dtypes (only ``names`` when given), drawn from ``seed``
+        (indices within the tables they index: see :func:`random_feeds`)."""
+        inputs = [t for t in self.graph.inputs if names is None or t.name in names]
+        return random_feeds(inputs, seed, self._graph_for_feeds(inputs))
+
+    def _graph_for_feeds(self, inputs: Sequence[TensorInfo]) -> Graph:
+        """The graph whose Gathers bound the random integer feeds.  A model loaded from the compile
+        cache holds placeholders for its compiled nodes, so the whole graph is imported then, and
+        only when an integer input could index a table."""
+        graph = self.graph
+        if not any(n.op_type == PLACEHOLDER for n in graph.nodes):
+            return graph
+        if not any(np.issubdtype(np.dtype(t.dtype), np.integer) for t in inputs):
+            return graph
+        try:
+            return self.full_graph()
+        except RammerError:  # a .rammer file holds no graph: integers are drawn as for any input
+            return graph
 
     def __repr__(self) -> str:
         return f"<CompiledModel {self.graph.name!r} on {self.backend.name!r}: {len(self.graph.nodes)} nodes>"
@@ -288,9 +315,100 @@ def compile(model: ModelSource | Graph, backend: str | None = None,
     result then raises, naming what is missing).
     """
     be = plugins.get_backend(backend, compile_only=bool(options.get("emit")))
-    graph = model if isinstance(model, Graph) else load(model, input_shapes, limits)
     # ai.onnx.ml nodes become standard ops; tree_strategy= picks Hummingbird's strategy (docs/ml.md).
-    graph = lower_ml(graph, options.pop("tree_strategy", None), device=be.capabilities.device)
+    tree_strategy = options.pop("tree_strategy", None)
+    known = be.capabilities.options
+    if known is not None and set(options) - known:
+        raise CompileError(
+            f"unknown option(s) {sorted(set(options) - known)} for backend '{be.name}' "
+            f"(it accepts: {', '.join(sorted(known)) or 'none'})")
+    imported: list[Graph] = []
+
+    def load_graph() -> Graph:
+        """The model imported, ml nodes lowered, checked against the backend (once)."""
+        if not imported:
+            graph = model if isinstance(model, Graph) else load(model, input_shapes, limits)
+            graph = lower_ml(graph, tree_strategy, device=be.capabilities.device)
+            _refuse_unsupported(be, graph)
+            if key is not None and _key() != key:
+                # a program must never be filed under the key of other bytes
+                raise ModelLoadError(f"the model '{_source_label(model)}' changed while it was being compiled, or "
+                                     f"since; compile it again")
+            imported.append(graph)
+        return imported[0]
+
+    def _key() -> str | None:
+        cache_dir = be.compile_cache_dir(options)
+        if isinstance(model, Graph) or cache_dir is None:
+            return None
+        return model_key(model, input_shapes, limits, {"tree_strategy": tree_strategy,
+                                                       "device": be.capabilities.device},
+                         os.path.join(cache_dir, "model-digests"))
+
+    # A model given as a file, bytes or proto is keyed by its bytes and import settings, so a
+    # backend's compile cache can answer before the model is imported (rammer.model_key).
+    key = _key()
+    if key is None:
+        load_graph()
+    name = imported[0].name if imported else _source_label(model)
+    start = time.perf_counter()
+    try:
+        with compile_progress(f"'{name}' for {be.name}"):
+            executable = be.compile(imported[0], options) if key is None else \
+                be.compile_keyed(key, options, load_graph)
+    except RammerError:
+        raise
+    except MemoryError:
+        raise CompileError(f"backend '{be.name}' ran out of memory compiling '{name}'; check the model's "
+                           f"sizes and input_shapes, or compile for a smaller batch") from None
+    except Exception as exc:
+        raise CompileError(f"backend '{be.name}' failed to compile '{name}': {type(exc).__name__}: {exc}") from exc
+    seconds = time.perf_counter() - start
+    # without the import (a cache hit): the part of the graph the executable keeps
+    graph = imported[0] if imported else executable.graph
+    report_fallbacks(graph.name, be.name, fallbacks_of(executable), strict)
+    compiled = CompiledModel(graph, be, executable, options, seconds)
+    if not isinstance(model, Graph):
+        compiled.source, compiled.input_shapes = model, input_shapes
+    return compiled
+
+
+class _NotCached(Exception):
+    """Raised by the graph loader of :func:`compile_if_cached`: the backend had no cached program."""
+
+
+def compile_if_cached(model: ModelSource, backend: str | None = None,
+                      input_shapes: Mapping[str, Sequence[int]] | None = None, **options: Any) -> CompiledModel | None:
+    """What :func:`compile` gives when the backend's compile cache holds the program (without
+    importing the model), else None (nothing is compiled; the caller compiles as it sees fit)."""
+    def refuse() -> Graph:
+        raise _NotCached()
+
+    be = plugins.get_backend(backend)
+    known = be.capabilities.options
+    if options.get("emit") or "tree_strategy" in options or (known is not None and set(options) - known):
+        return None
+    cache_dir = be.compile_cache_dir(options)
+    if cache_dir is None:
+        return None
+    key = model_key(model, input_shapes, None, {"tree_strategy": None, "device": be.capabilities.device},
+                    os.path.join(cache_dir, "model-digests"))
+    if key is None:
+        return None
+    start = time.perf_counter()
+    try:
+        executable = be.compile_keyed(key, options, refuse)
+    except _NotCached:
+        return None
+    except RammerError:
+        return None  # compile() will say what is wrong
+    report_fallbacks(executable.graph.name, be.name, fallbacks_of(executable), False)
+    compiled = CompiledModel(executable.graph, be, executable, options, time.perf_counter() - start)
+    compiled.source, compiled.input_shapes = model, input_shapes
+    return compiled
+
+
+def _refuse_unsupported(be: Backend, graph: Graph) -> None:
     bad = be.unsupported_nodes(graph)
     if bad:
         ops = sorted({n.op_type for n in bad})
@@ -299,33 +417,23 @@ def compile(model: ModelSource | Graph, backend: str | None = None,
             f"{', '.join(n.name for n in bad[:5])}{'...' if len(bad) > 5 else ''}); choose another --backend",
             [(n.op_type, n.domain, n.name) for n in bad],
         )
-    known = be.capabilities.options
-    if known is not None and set(options) - known:
-        raise CompileError(
-            f"unknown option(s) {sorted(set(options) - known)} for backend '{be.name}' "
-            f"(it accepts: {', '.join(sorted(known)) or 'none'})")
-    start = time.perf_counter()
-    try:
-        with compile_progress(f"'{graph.name}' for {be.name}"):
-            executable = be.compile(graph, options)
-    except RammerError:
-        raise
-    except MemoryError:
-        raise CompileError(f"backend '{be.name}' ran out of memory compiling '{graph.name}'; check the model's "
-                           f"sizes and input_shapes, or compile for a smaller batch") from None
-    except Exception as exc:
-        raise CompileError(f"backend '{be.name}' failed to compile '{graph.name}': {type(exc).__name__}: {exc}") from exc
-    seconds = time.perf_counter() - start
-    report_fallbacks(graph.name, be.name, fallbacks_of(executable), strict)
-    compiled = CompiledModel(graph, be, executable, options, seconds)
-    if not isinstance(model, Graph):
-        compiled.source, compiled.input_shapes = model, input_shapes
-    return compiled
 
 
-def load_compiled(path: str, backend: str | None = None) -> CompiledModel:
-    """A model saved by :meth:`CompiledModel.save`, ready to run without compiling it again."""
+def _source_label(model: Any) -> str:
+    if isinstance(model, (str, os.PathLike)):
+        return os.path.basename(os.fspath(model))
+    return "model"
+
+
+def load_compiled(path: str, backend: str | None = None, strict: bool = False) -> CompiledModel:
+    """A model saved by :meth:`CompiledModel.save`, ready to run without compiling it again.
+
+    As :func:`compile` does, it warns once about nodes the program runs in numpy (the
+    reference implementation), and with ``strict=True`` refuses them (:class:`CompileError`)."""
     loaded = read_compiled(path, backend)
+    report_fallbacks(loaded.graph.name, loaded.backend.name, fallbacks_of(loaded.executable), strict)
     model = CompiledModel(loaded.graph, loaded.backend, loaded.executable, loaded.options, 0.0)
     model.source, model.input_shapes = loaded.source, loaded.input_shapes
+    if loaded.declared_inputs is not None:
+        model._declared = loaded.declared_inputs
     return model

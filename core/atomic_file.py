@@ -1,5 +1,7 @@
 """Writing a file so that no reader ever sees it half-written: a temporary file in the same folder,
-then ``os.replace``.  On any failure the temporary file is removed and nothing is left behind."""
+then ``os.replace``.  On any failure the temporary file is removed and nothing is left behind.
+The file gets the mode a plain ``open(path, "w")`` would give it (0o666 less the umask), not the
+0o600 of the temporary file."""
 
 from __future__ import annotations
 
@@ -11,6 +13,13 @@ from typing import IO, Iterator
 from .errors import RammerError
 
 __all__ = ["atomic_write"]
+
+
+def _umask() -> int:
+    """The process's umask (read by setting it, so set it straight back)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 @contextlib.contextmanager
@@ -25,6 +34,7 @@ def atomic_write(path: str, what: str, binary: bool = True) -> Iterator[IO]:
     try:
         with os.fdopen(fd, "wb" if binary else "w", **({} if binary else {"encoding": "utf-8"})) as f:
             yield f
+        os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any, Mapping, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol
 
 import numpy as np
 
@@ -90,8 +90,12 @@ class ArtifactParts:
     """What a backend saves of a compiled model (see :mod:`rammer.artifact`)."""
 
     format: str
-    files: Mapping[str, bytes]
+    #: name -> contents (bytes, or a contiguous array for large ones: written without a copy)
+    files: Mapping[str, Any]
     compat: Mapping[str, str]
+    #: Whether loading needs the ONNX model (saved beside the files, imported again on load); a
+    #: backend whose files hold all its program needs says False, and the file holds the weights once.
+    needs_model: bool = True
 
 
 class Executable(Protocol):
@@ -141,6 +145,22 @@ class Backend(ABC):
     def __repr__(self) -> str:
         return f"<backend {self.name!r}>"
 
+    # -- compiling a model known by its key, before importing it ----------------------
+    def compile_cache_dir(self, options: Mapping[str, Any]) -> str | None:
+        """The folder of this backend's compile cache for ``options`` (where the core also keeps
+        its memo of model files' digests, :mod:`rammer.model_key`), or None when no cache is used:
+        then :meth:`compile_keyed` is not called."""
+        return None
+
+    def compile_keyed(self, model_key: str, options: Mapping[str, Any],
+                      load_graph: Callable[[], Graph]) -> Executable:
+        """Compile the model that ``model_key`` names (:func:`rammer.model_key.model_key`: its bytes
+        and import settings).  ``load_graph()`` imports it (what :meth:`compile` would be given); a
+        backend whose cache holds a program for that key returns it without calling ``load_graph``.
+        Such an executable offers the graph's inputs and outputs as ``executable.graph`` and the
+        whole graph through ``executable.full_graph()`` (imported when asked)."""
+        return self.compile(load_graph(), options)
+
     # -- saved compiled models (rammer.artifact); a backend opts in -------------------
     def artifact_format(self) -> str:
         """The version of this backend's saved-program files (a change refuses older files)."""
@@ -154,8 +174,10 @@ class Backend(ABC):
         """The files that rebuild ``executable`` without compiling, or None when it cannot be saved."""
         return None
 
-    def import_artifact(self, graph: Graph, files: Mapping[str, bytes], options: Mapping[str, Any]) -> Executable:
-        """The executable ``export_artifact`` saved, rebuilt from its files and checked."""
+    def import_artifact(self, graph: Graph | None, files: Mapping[str, Any], options: Mapping[str, Any]) -> Executable:
+        """The executable ``export_artifact`` saved, rebuilt from its files and checked.  ``graph``: the
+        model re-imported (None when ``needs_model`` was False); ``files``: small files as bytes, large
+        ones as :class:`rammer.block_crc.BlockChecked` ranges to read (and check) where they are used."""
         raise NotImplementedError(f"backend '{self.name}' cannot load saved programs")
 
     def prepare_graph(self, graph: Graph, verify: bool = False) -> PipelineResult:

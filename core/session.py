@@ -20,6 +20,7 @@ rammer backend name is accepted as a provider too.
 
 from __future__ import annotations
 
+import os
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -29,7 +30,7 @@ import numpy as np
 import onnx
 
 from . import plugins
-from .api import CompiledModel, compile as compile_model
+from .api import CompiledModel, compile as compile_model, compile_if_cached
 from .errors import BackendUnavailableError, FeedError
 from .feed_hints import wrong_shape
 from .frontend import load_proto
@@ -222,27 +223,44 @@ class InferenceSession:
                  backend: str | None = None, input_shapes: Mapping[str, Sequence[int]] | None = None,
                  **options: Any):
         del provider_options  # onnxruntime's per-provider options; rammer's go in **options
-        self._proto = load_proto(path_or_bytes)
+        self._source = path_or_bytes
+        self._loaded_proto: onnx.ModelProto | None = None
         self._sess_options = sess_options or SessionOptions()
         self._backend = _select_backend(providers, backend) or plugins.default_backend_name()
         self._options = {**self._sess_options.backend_options(), **options}
         known = plugins.get_backend(self._backend).capabilities.options
         if "veus" in self._options and known is not None and "veus" not in known and "veus" not in options:
             del self._options["veus"]  # a thread count means nothing to this backend, as in onnxruntime
-        inits = {t.name for t in self._proto.graph.initializer}
-        self._inputs = [NodeArg(v.name, ort_type(_elem_dtype(v)), _dims(v))
-                        for v in self._proto.graph.input if v.name not in inits]
-        self._outputs = [NodeArg(v.name, ort_type(_elem_dtype(v)), _dims(v)) for v in self._proto.graph.output]
-        self._dynamic = any(not isinstance(d, int) for a in self._inputs for d in a.shape)
         self._variants: OrderedDict[tuple, CompiledModel] = OrderedDict()
         self._profiles: list[Profile] = []
+        # A model file whose program the compile cache holds is neither read nor imported (a model
+        # that compiled without input_shapes has static inputs).
         self._static: CompiledModel | None = None
-        if input_shapes is not None or not self._dynamic:
-            self._static = compile_model(self._proto, backend=self._backend, input_shapes=input_shapes,
-                                         **self._options)
+        if isinstance(path_or_bytes, (str, os.PathLike)):
+            self._static = compile_if_cached(path_or_bytes, backend=self._backend, input_shapes=input_shapes,
+                                             **self._options)
+        if self._static is None:
+            inits = {t.name for t in self._proto.graph.initializer}
+            self._inputs = [NodeArg(v.name, ort_type(_elem_dtype(v)), _dims(v))
+                            for v in self._proto.graph.input if v.name not in inits]
+            self._outputs = [NodeArg(v.name, ort_type(_elem_dtype(v)), _dims(v)) for v in self._proto.graph.output]
+            self._dynamic = any(not isinstance(d, int) for a in self._inputs for d in a.shape)
+            if input_shapes is not None or not self._dynamic:
+                # a file is compiled from its path: the cache keys it by its bytes, as above
+                source = path_or_bytes if isinstance(path_or_bytes, (str, os.PathLike)) else self._proto
+                self._static = compile_model(source, backend=self._backend, input_shapes=input_shapes,
+                                             **self._options)
+        if self._static is not None:
             self._inputs = [NodeArg(t.name, ort_type(t.dtype), list(t.shape)) for t in self._static.inputs]
             self._outputs = [NodeArg(t.name, ort_type(t.dtype), list(t.shape)) for t in self._static.outputs]
             self._dynamic = False
+
+    @property
+    def _proto(self) -> onnx.ModelProto:
+        """The model, read and checked when first needed (a cache hit does not need it)."""
+        if self._loaded_proto is None:
+            self._loaded_proto = load_proto(self._source)
+        return self._loaded_proto
 
     # -- onnxruntime's introspection ------------------------------------------
     def get_inputs(self) -> list[NodeArg]:

@@ -1,11 +1,17 @@
 """On-disk cache of compiled CPU programs.
 
-Key: a hash of the graph (nodes, attributes, shapes, weights), the backend
-options that change the program (vEUs, policy, pinning) and the versions
-that change the code (rammer, numpy, numba, llvmlite, the sources of rammer
-and of the CPU backend).  An entry is a folder (see :mod:`.cache_entry`)
-whose every file is covered by a SHA-256 manifest and whose indices are
-bounds-checked on load.
+Key: what identifies the graph, the backend options that change the program
+(vEUs, policy, pinning) and the versions that change the code (rammer, numpy,
+numba, llvmlite, the sources of rammer and of the CPU backend).  What
+identifies the graph is, for a model given as a file, bytes or ModelProto, its
+:func:`rammer.model_key.model_key` (a digest of its bytes and the import
+settings, known without importing it), so that a hit skips the ONNX frontend
+and the graph passes; for an IR graph, a hash of the graph itself (nodes,
+attributes, shapes, weights).  An entry is a folder (see :mod:`.cache_entry`)
+whose every file is covered by a manifest and whose indices are bounds-checked
+on load; it holds what the executable needs of the graph (inputs, outputs, the
+host steps' nodes), and the whole graph is imported only if something asks for
+it later (a 1-vEU lane for concurrent callers, a fork()ed child, a rebuild).
 
 The cache is best-effort.  Whatever goes wrong with it costs a compile,
 never a model:
@@ -38,14 +44,16 @@ import numpy as np
 
 from rammer.errors import FeedError
 from rammer.ir import Graph
+from rammer.ir_codec import CodecError, decode_graph, encode_graph
 from rammer.lower.batching import DEFAULT_BATCH_ROWS
 
 from . import cache_entry
 from .cache_entry import FORMAT, CorruptEntry
-from .compiled import Program
+from .compiled import HostStep, Program
 from .runtime import CpuExecutable
 
-__all__ = ["cache_root", "cache_key", "graph_digest", "compile_cached", "CorruptEntry", "CacheUnavailable"]
+__all__ = ["cache_root", "cache_key", "source_key", "graph_digest", "compile_cached", "load_cached", "CorruptEntry",
+           "CacheUnavailable"]
 
 log = logging.getLogger("rammer")
 
@@ -60,10 +68,14 @@ class CacheUnavailable(Exception):
     """The cache folder cannot be used (read-only, full, not a folder, ...)."""
 
 
-def cache_root(cache_dir: str | None) -> str:
-    root = cache_dir or os.environ.get("RAMMER_CACHE_DIR") or os.path.join(
+def cache_base(cache_dir: str | None) -> str:
+    """The folder of rammer's caches (``cache_dir``, ``$RAMMER_CACHE_DIR`` or ``~/.cache/rammer``)."""
+    return cache_dir or os.environ.get("RAMMER_CACHE_DIR") or os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "rammer")
-    return os.path.join(root, "cpu", "programs")
+
+
+def cache_root(cache_dir: str | None) -> str:
+    return os.path.join(cache_base(cache_dir), "cpu", "programs")
 
 
 @functools.lru_cache(maxsize=1)
@@ -116,7 +128,7 @@ def graph_digest(graph: Graph) -> str:
     return h.hexdigest()
 
 
-def cache_key(graph: Graph, num_veus: int, policy: str, pin: bool, batch_rows: int = DEFAULT_BATCH_ROWS) -> str:
+def _settings_json(num_veus: int, policy: str, pin: bool, batch_rows: int) -> bytes:
     import llvmlite
     import numba
 
@@ -125,16 +137,29 @@ def cache_key(graph: Graph, num_veus: int, policy: str, pin: bool, batch_rows: i
     from .machine_code import CPU_NAME
     from .ukernel import MR, NR
 
+    return json.dumps({"veus": num_veus, "policy": policy, "pin": pin, "batch_rows": batch_rows,
+                       "rammer": __version__,
+                       "numpy": np.__version__, "numba": numba.__version__, "llvmlite": llvmlite.__version__,
+                       "sources": _source_fingerprint(), "format": FORMAT,
+                       # scratch sizes depend on the micro-kernel chosen for this CPU
+                       "cpu": CPU_NAME, "ukernel": [MR, NR]}, sort_keys=True).encode()
+
+
+def cache_key(graph: Graph, num_veus: int, policy: str, pin: bool, batch_rows: int = DEFAULT_BATCH_ROWS) -> str:
+    """The key of ``graph``'s program (a model given as an IR graph)."""
     h = hashlib.sha256()
     h.update(graph_digest(graph).encode())
     # The graph's name is in the report (and the emitted program), so it is part of the entry.
     h.update(repr(graph.name).encode())
-    h.update(json.dumps({"veus": num_veus, "policy": policy, "pin": pin, "batch_rows": batch_rows,
-                         "rammer": __version__,
-                         "numpy": np.__version__, "numba": numba.__version__, "llvmlite": llvmlite.__version__,
-                         "sources": _source_fingerprint(), "format": FORMAT,
-                         # scratch sizes depend on the micro-kernel chosen for this CPU
-                         "cpu": CPU_NAME, "ukernel": [MR, NR]}, sort_keys=True).encode())
+    h.update(_settings_json(num_veus, policy, pin, batch_rows))
+    return h.hexdigest()[:32]
+
+
+def source_key(model_key: str, num_veus: int, policy: str, pin: bool, batch_rows: int = DEFAULT_BATCH_ROWS) -> str:
+    """The key of the program of the model :func:`rammer.model_key.model_key` names (its name and
+    nodes follow from its bytes)."""
+    h = hashlib.sha256(b"model:" + model_key.encode())
+    h.update(_settings_json(num_veus, policy, pin, batch_rows))
     return h.hexdigest()[:32]
 
 
@@ -191,24 +216,37 @@ def _sweep(parent: str) -> None:
         shutil.rmtree(path, ignore_errors=True)
 
 
-def load(folder: str, num_nodes: int) -> tuple[Program, bytes]:
-    """The verified program of an entry and its schedules' JSON; :class:`CorruptEntry` if anything is off."""
+def host_nodes(program: Program) -> list[int]:
+    """The graph's node indices the program runs on the host (what an entry keeps of the graph)."""
+    return [s.node_index for s in program.steps if isinstance(s, HostStep)]
+
+
+def load(folder: str, graph: Graph | None = None) -> tuple[Program, tuple, Graph, bytes]:
+    """The verified program of an entry, its arena (constants read in), the graph it runs on
+    (``graph`` when given, else the part the entry keeps) and its schedules' JSON;
+    :class:`CorruptEntry` if anything is off."""
     key = os.path.basename(folder)
     try:
         if os.path.islink(folder) or not os.path.isdir(folder):
             raise CorruptEntry("not a folder")
-        blobs = cache_entry.read_verified(folder, key)
-        return cache_entry.decode(blobs, num_nodes), blobs["schedules.json"]
+        blobs, consts = cache_entry.read_verified(folder, key)
+        kept = decode_graph(blobs["graph.json"], blobs["graph.npz"])
+        if graph is not None and len(graph.nodes) != len(kept.nodes):
+            raise CorruptEntry(f"graph.json has {len(kept.nodes)} nodes, the model {len(graph.nodes)}")
+        program, arena = cache_entry.load_program(blobs, consts, len(kept.nodes))
+        return program, arena, graph if graph is not None else kept, blobs["schedules.json"]
     except CorruptEntry:
         raise
+    except CodecError as exc:
+        raise CorruptEntry(f"graph.json: {exc}") from None
     except (OSError, ValueError, KeyError, TypeError, IndexError, AttributeError, json.JSONDecodeError) as exc:
         raise CorruptEntry(f"{type(exc).__name__}: {exc}") from None
 
 
-def save(folder: str, program: Program, schedules: list | None = None) -> None:
+def save(folder: str, program: Program, schedules: list | None, graph: Graph) -> None:
     """Write an entry atomically; :class:`CacheUnavailable` when the cache folder cannot take it."""
     parent = os.path.dirname(folder)
-    files = cache_entry.encode(program, schedules)
+    files = cache_entry.encode(program, schedules, encode_graph(graph, keep=host_nodes(program)))
     files[cache_entry.MANIFEST] = cache_entry.manifest(os.path.basename(folder), files)
     try:
         os.makedirs(parent, exist_ok=True)
@@ -254,15 +292,28 @@ def _schedules_from(data: bytes) -> Callable[[], list]:
 class CachedExecutable(CpuExecutable):
     """An executable whose program came from the cache.  If its first run fails for any
     reason but the caller's feeds, the program is rebuilt (and the entry replaced), and
-    the run is retried on the rebuilt program."""
+    the run is retried on the rebuilt program.
+
+    ``graph`` may be the part of the graph the entry keeps; ``load_graph`` then gives the
+    whole (prepared) graph when something needs it (a rebuild, a lane, a fork()ed child)."""
 
     def __init__(self, graph: Graph, program: Program, max_wait_s: float, schedules_loader: Callable[[], list],
-                 rebuild: Callable[[], Any]):
-        super().__init__(graph, program, max_wait_s, schedules_loader=schedules_loader)
+                 rebuild: Callable[[], Any], arena: tuple | None = None,
+                 load_graph: Callable[[], Graph] | None = None):
+        super().__init__(graph, program, max_wait_s, schedules_loader=schedules_loader, arena=arena)
         self._rebuild = rebuild
         self._max_wait_s = max_wait_s
         self._proven = False
         self._first_run_lock = threading.Lock()
+        self._load_graph = load_graph
+        self._full: Graph | None = graph if load_graph is None else None
+        self._full_lock = threading.Lock()
+
+    def full_graph(self) -> Graph:
+        with self._full_lock:
+            if self._full is None:
+                self._full = self._load_graph()
+            return self._full
 
     @functools.wraps(CpuExecutable.run)
     def run(self, feeds, *args: Any, **kwargs: Any):
@@ -279,7 +330,7 @@ class CachedExecutable(CpuExecutable):
                 log.warning("the cached cpu program of '%s' failed on its first run (%s: %s); rebuilding it",
                             self.graph.name, type(exc).__name__, exc)
                 compiled = self._rebuild()
-                CpuExecutable.__init__(self, self.graph, compiled.program, self._max_wait_s,
+                CpuExecutable.__init__(self, self.full_graph(), compiled.program, self._max_wait_s,
                                        schedules=compiled.schedules)
                 self.cache_status = f"rebuilt (first run failed: {type(exc).__name__})"
                 self.compiled = compiled
@@ -297,67 +348,112 @@ class CachedExecutable(CpuExecutable):
         self.run = types.MethodType(CpuExecutable.run, self)
 
 
-def compile_cached(graph: Graph, num_veus: int | None, policy: str, pin: bool, use_cache: bool,
-                   cache_dir: str | None, emit_dir: str | None, max_wait_s: float,
-                   batch_rows: int = DEFAULT_BATCH_ROWS) -> CpuExecutable:
-    from .compiler import compile_program
-    from .graph_passes import prepare
-    from .scheduling import default_veus
+class _Store:
+    """One cache entry's folder and how to (re)build and save its program."""
 
-    n = num_veus or default_veus()
-    root = cache_root(cache_dir) if use_cache else ""
-    folder = os.path.join(root, cache_key(graph, n, policy, pin, batch_rows)) if use_cache else None
-    # The program and its executable both see the rewritten graph (host steps name its
-    # nodes by index); the passes are deterministic, so a cached program matches too.
-    graph = prepare(graph)
+    def __init__(self, root: str, folder: str | None, build_graph: Callable[[], Graph], num_veus: int, policy: str,
+                 pin: bool, batch_rows: int):
+        self.root, self.folder = root, folder
+        self._build_graph = build_graph
+        self.n, self.policy, self.pin, self.batch_rows = num_veus, policy, pin, batch_rows
 
-    def build() -> Any:
-        return compile_program(graph, n, policy, pin, batch_rows=batch_rows)
+    def build(self) -> Any:
+        from .compiler import compile_program
 
-    def store(compiled: Any) -> str:
+        return compile_program(self._build_graph(), self.n, self.policy, self.pin, batch_rows=self.batch_rows)
+
+    def store(self, compiled: Any) -> str:
         """Save ``compiled``; the status suffix when that was not possible."""
+        graph = self._build_graph()
         try:
-            save(folder, compiled.program, compiled.schedules)
+            save(self.folder, compiled.program, compiled.schedules, graph)
             return ""
         except CacheUnavailable as exc:
-            _warn_once(root, "write", f"the cpu compile cache at {root} cannot be written ({exc}); "
+            _warn_once(self.root, "write", f"the cpu compile cache at {self.root} cannot be written ({exc}); "
                        "compiling without it")
             return f" (not saved: {exc})"
         except Exception as exc:  # the cache is best-effort: a failure to save never fails the compile
             log.warning("the cpu compile cache could not save '%s' (%s: %s)", graph.name, type(exc).__name__, exc)
             return f" (not saved: {type(exc).__name__})"
 
+    def rebuild(self) -> Any:
+        _remove(self.folder)
+        compiled = self.build()
+        self.store(compiled)
+        return compiled
+
+    def load(self, graph: Graph | None, max_wait_s: float) -> tuple[CachedExecutable | None, str]:
+        """The entry's executable (None when there is none or it is unusable) and the status."""
+        if not os.path.lexists(self.folder):
+            return None, "miss"
+        try:
+            program, arena, run_graph, schedules_json = load(self.folder, graph)
+            exe = CachedExecutable(run_graph, program, max_wait_s, _schedules_from(schedules_json), self.rebuild,
+                                   arena=arena, load_graph=None if graph is not None else self._build_graph)
+        except Exception as exc:  # any failure to load an entry costs a compile, never the model
+            reason = f"{type(exc).__name__}: {exc}" if not isinstance(exc, CorruptEntry) else str(exc)
+            log.warning("the cpu compile cache entry %s is unusable (%s); rebuilding it", self.folder, reason)
+            _remove(self.folder)
+            return None, f"rebuilt (corrupt entry: {reason})"
+        exe.cache_status = "hit"
+        return exe, "hit"
+
+
+def _prepared(load_graph: Callable[[], Graph]) -> Callable[[], Graph]:
+    """``load_graph`` after the backend's graph passes, computed once."""
+    done: list[Graph] = []
+    lock = threading.Lock()
+
+    def get() -> Graph:
+        from .graph_passes import prepare
+
+        with lock:
+            if not done:
+                done.append(prepare(load_graph()))
+            return done[0]
+    return get
+
+
+def compile_cached(graph: Graph | None, num_veus: int | None, policy: str, pin: bool, use_cache: bool,
+                   cache_dir: str | None, emit_dir: str | None, max_wait_s: float,
+                   batch_rows: int = DEFAULT_BATCH_ROWS, model_key: str | None = None,
+                   load_graph: Callable[[], Graph] | None = None) -> CpuExecutable:
+    """The program of ``graph``, from the cache or compiled (and saved).  With ``model_key``
+    (what :func:`rammer.model_key.model_key` gave for the model) the entry is looked up by it,
+    and ``load_graph`` (which gives ``graph``: pass None for it) is called only on a miss."""
+    from .scheduling import default_veus
+
+    n = num_veus or default_veus()
+    root = cache_root(cache_dir) if use_cache else ""
+    if graph is not None:
+        given = graph
+        load_graph = lambda: given  # noqa: E731
+    assert load_graph is not None
+    # The program and its executable both see the rewritten graph (host steps name its
+    # nodes by index); the passes are deterministic, so a cached program matches too.
+    prepared = _prepared(load_graph)
+    folder = None
+    if use_cache:
+        key = source_key(model_key, n, policy, pin, batch_rows) if model_key else \
+            cache_key(load_graph(), n, policy, pin, batch_rows)
+        folder = os.path.join(root, key)
+    entry = _Store(root, folder, prepared, n, policy, pin, batch_rows)
+
     status = "off"
     if folder:
         status = "miss"
-        if not emit_dir and os.path.lexists(folder):
-            exe = None
-            try:
-                program, schedules_json = load(folder, len(graph.nodes))
-
-                def rebuild() -> Any:
-                    _remove(folder)
-                    compiled = build()
-                    store(compiled)
-                    return compiled
-
-                exe = CachedExecutable(graph, program, max_wait_s, _schedules_from(schedules_json), rebuild)
-            except Exception as exc:  # any failure to load an entry costs a compile, never the model
-                reason = f"{type(exc).__name__}: {exc}" if not isinstance(exc, CorruptEntry) else str(exc)
-                log.warning("the cpu compile cache entry %s is unusable (%s); rebuilding it", folder, reason)
-                _remove(folder)
-                status = f"rebuilt (corrupt entry: {reason})"
+        if not emit_dir:
+            exe, status = entry.load(prepared() if graph is not None else None, max_wait_s)
             if exe is not None:
-                exe.cache_status = "hit"
                 return exe
-    compiled = build()
+    compiled = entry.build()
     if folder and not (emit_dir and os.path.isdir(folder)):  # --emit compiles anew; a saved entry stays
-        status += store(compiled)
+        status += entry.store(compiled)
     if emit_dir:
         from .emit import emit
 
         emit(emit_dir, compiled)
-    exe = CpuExecutable(graph, compiled.program, max_wait_s, schedules=compiled.schedules)
+    exe = CpuExecutable(prepared(), compiled.program, max_wait_s, schedules=compiled.schedules)
     exe.cache_status = status
     exe.compiled = compiled
     return exe

@@ -1,19 +1,29 @@
 """One entry of the CPU compile cache: its files, their manifest, and the checks on load.
 
-An entry is a folder of four files (``meta.json``, ``tables.npz``,
-``consts.bin``, ``schedules.json``) and ``manifest.json``, which gives the
-size and SHA-256 of each of them and a SHA-256 of itself.  An entry is
-written once into a fresh temporary folder (each file created exclusively
-and fsynced), then renamed into place, and never modified afterwards, so a
-reader sees a whole entry or none.
+An entry is a folder of six files (``meta.json``, ``tables.npz``,
+``consts.bin``, ``schedules.json``, and ``graph.json`` with ``graph.npz``: what
+the executable needs of the graph, see :mod:`rammer.ir_codec`) and
+``manifest.json``, which gives the size and a digest of each of them and a
+SHA-256 of itself.  An entry is written once into a fresh temporary folder
+(each file created exclusively and fsynced), then renamed into place, and never
+modified afterwards, so a reader sees a whole entry or none.
 
-Loading trusts nothing: every file is checked against the manifest (any
-edit of any byte, including one that keeps ``meta.json`` valid JSON, is
-caught), and then every index and offset the driver will follow without
-checks (kernel ids, scratch offsets, barrier rows, row ranges, tensor
-placements, host-step node indices) is bounds-checked against the arena and
-the tables.  Anything off raises :class:`CorruptEntry`.  The kernels'
-own parameters are not interpreted here; the manifest is what vouches for them.
+Loading trusts nothing: every file is checked against the manifest (any edit of
+any byte, including one that keeps ``meta.json`` valid JSON, is caught), and
+then every index and offset the driver will follow without checks (kernel ids,
+scratch offsets, barrier rows, row ranges, tensor placements, host-step node
+indices) is bounds-checked against the arena and the tables.  Anything off
+raises :class:`CorruptEntry`.  The kernels' own parameters are not interpreted
+here; the manifest is what vouches for them.
+
+What is verified on a load, and how: the small files by SHA-256, and the
+constants (``consts.bin``, most of a model's bytes) by a CRC-32 of every 4 MiB
+block, computed on the bytes as they land in the arena the kernels read, so
+what is checked is exactly what runs even if another process scribbles over the
+file meanwhile (:mod:`rammer.block_crc` says why CRCs: SHA-256 of 100 MB alone
+takes 0.33 s here, more than a whole cache hit may).  The digests are there to
+catch corruption, not an adversary: whoever can write the cache can rewrite the
+manifest too.
 """
 
 from __future__ import annotations
@@ -27,16 +37,20 @@ from typing import Any
 
 import numpy as np
 
+from rammer.block_crc import BLOCK as CONST_BLOCK
+from rammer.block_crc import BlockChecked, CheckFailed, block_crcs
+
 from . import entries as _entries
-from .compiled import CompiledSegment, HostStep, Program
+from .compiled import CompiledSegment, HostStep, Program, aligned_arena
 from .driver import BARRIER
 from .entries import ROW_PARAMS
 from .ops import ARENA_DTYPES
 
-FORMAT = "rammer.cpu.program/2"
+FORMAT = "rammer.cpu.program/3"
 MANIFEST = "manifest.json"
 #: The files of an entry besides the manifest, in the order they are written.
-FILES = ("tables.npz", "consts.bin", "schedules.json", "meta.json")
+FILES = ("tables.npz", "consts.bin", "schedules.json", "meta.json", "graph.json", "graph.npz")
+CONSTS = "consts.bin"
 #: Columns of a task row (kernel id, scratch offset, parameters); see codegen.ROW.
 ROW = 2 + ROW_PARAMS
 
@@ -47,8 +61,9 @@ class CorruptEntry(Exception):
 
 # -- writing ----------------------------------------------------------------------------------------
 
-def encode(program: Program, schedules: list | None) -> dict[str, bytes]:
-    """The entry's files (name -> contents) for ``program``."""
+def encode(program: Program, schedules: list | None, graph_files: tuple[bytes, bytes]) -> dict[str, Any]:
+    """The entry's files (name -> contents: bytes, or for ``consts.bin`` a uint8 array) for ``program``;
+    ``graph_files``: the graph's (JSON, npz) from :func:`rammer.ir_codec.encode_graph`."""
     segs = [s for s in program.steps if isinstance(s, CompiledSegment)]
     arrays = {"T": program.T, "X": program.X, "R": program.R}
     for k, s in enumerate(segs):
@@ -73,9 +88,11 @@ def encode(program: Program, schedules: list | None) -> dict[str, bytes]:
     }
     return {
         "tables.npz": buf.getvalue(),
-        "consts.bin": np.ascontiguousarray(program.const_blob, dtype=np.uint8).tobytes(),
+        CONSTS: np.ascontiguousarray(program.const_blob, dtype=np.uint8).reshape(-1),
         "schedules.json": json.dumps([s.to_dict() for s in schedules or []], separators=(",", ":")).encode(),
         "meta.json": json.dumps(meta, default=str).encode(),
+        "graph.json": graph_files[0],
+        "graph.npz": graph_files[1],
     }
 
 
@@ -83,14 +100,24 @@ def _manifest_digest(body: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
-def manifest(key: str, files: dict[str, bytes]) -> bytes:
-    body = {"format": FORMAT, "key": key,
-            "files": {name: {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
-                      for name, data in files.items()}}
+def file_digests(files: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Each file's size and digest, as the manifests (of an entry and of a saved model) give them."""
+    out = {}
+    for name, data in files.items():
+        size = memoryview(data).nbytes
+        if name == CONSTS:
+            out[name] = {"bytes": size, "crc32": block_crcs(data, CONST_BLOCK), "block": CONST_BLOCK}
+        else:
+            out[name] = {"bytes": size, "sha256": hashlib.sha256(data).hexdigest()}
+    return out
+
+
+def manifest(key: str, files: dict[str, Any]) -> bytes:
+    body = {"format": FORMAT, "key": key, "files": file_digests(files)}
     return json.dumps(dict(body, sha256=_manifest_digest(body)), sort_keys=True).encode()
 
 
-def write_file(path: str, data: bytes) -> None:
+def write_file(path: str, data: Any) -> None:
     """Create ``path`` (it must not exist), write ``data`` whole and fsync it."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o644)
     try:
@@ -118,14 +145,21 @@ def fsync_dir(path: str) -> None:
 
 # -- reading ----------------------------------------------------------------------------------------
 
-def _read(folder: str, name: str, size: int | None = None) -> bytes:
-    """A regular file's bytes (never a link, a FIFO or a device: those could hang or lie)."""
+def _open_regular(path: str) -> tuple[int, os.stat_result]:
+    """A descriptor of a regular file (never a link, a FIFO or a device: those could hang or lie)."""
     flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
-    fd = os.open(os.path.join(folder, name), flags)
+    fd = os.open(path, flags)
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        raise CorruptEntry(f"{os.path.basename(path)} is not a regular file")
+    return fd, st
+
+
+def _read(folder: str, name: str, size: int | None = None) -> bytes:
+    """A regular file's bytes, ``size`` of them when given."""
+    fd, st = _open_regular(os.path.join(folder, name))
     try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise CorruptEntry(f"{name} is not a regular file")
         if size is not None and st.st_size != size:
             raise CorruptEntry(f"{name} has {st.st_size} bytes, the manifest says {size}")
         with os.fdopen(os.dup(fd), "rb") as f:
@@ -137,8 +171,9 @@ def _read(folder: str, name: str, size: int | None = None) -> bytes:
     return data
 
 
-def read_verified(folder: str, key: str) -> dict[str, bytes]:
-    """Every file of the entry, each checked against the manifest (which is checked against itself)."""
+def read_verified(folder: str, key: str) -> tuple[dict[str, bytes], BlockChecked]:
+    """Every small file of the entry, each checked against the manifest (which is checked against
+    itself), and where its constants are (read and checked by :func:`load_program`)."""
     raw = _read(folder, MANIFEST)
     if len(raw) > 1 << 20:
         raise CorruptEntry("the manifest is implausibly large")
@@ -158,6 +193,8 @@ def read_verified(folder: str, key: str) -> dict[str, bytes]:
         raise CorruptEntry(f"the manifest lists {sorted(man['files'])}, expected {sorted(FILES)}")
     blobs = {}
     for name in FILES:
+        if name == CONSTS:
+            continue
         info = man["files"][name]
         size = info.get("bytes") if isinstance(info, dict) else None
         if not isinstance(size, int) or size < 0:
@@ -166,14 +203,54 @@ def read_verified(folder: str, key: str) -> dict[str, bytes]:
         if hashlib.sha256(data).hexdigest() != info.get("sha256"):
             raise CorruptEntry(f"{name} does not match its SHA-256 in the manifest")
         blobs[name] = data
-    return blobs
+    info = man["files"][CONSTS]
+    if not isinstance(info, dict) or info.get("block") != CONST_BLOCK:
+        raise CorruptEntry(f"the manifest gives no block CRCs for {CONSTS}")
+    try:
+        consts = BlockChecked.checked(os.path.join(folder, CONSTS), 0, info.get("bytes"), info.get("crc32"),
+                                      CONST_BLOCK, info.get("bytes"), CONSTS)
+    except CheckFailed as exc:
+        raise CorruptEntry(str(exc)) from None
+    return blobs, consts
 
 
-def decode(blobs: dict[str, bytes], num_nodes: int) -> Program:
-    """The program of a verified entry, bounds-checked (``num_nodes``: nodes of the prepared graph)."""
+#: The largest arena a loaded program may ask for (bytes): a forged size must not allocate the machine away.
+MAX_ARENA_BYTES = 1 << 40
+
+
+def load_program(blobs: dict[str, bytes], consts: BlockChecked | bytes, num_nodes: int) -> tuple[Program, tuple]:
+    """The program of verified files, its constants read (and checked) straight into a new arena
+    (``consts``: where they are, or their bytes, verified already), bounds-checked; and that arena
+    (``(raw buffer, aligned arena)``) for the executable."""
     meta = json.loads(blobs["meta.json"])
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         raise CorruptEntry("meta.json is not this format's metadata")
+    arena_bytes, const_bytes = _int(meta["arena_bytes"]), _int(meta["const_bytes"])
+    if not 0 <= const_bytes <= arena_bytes <= MAX_ARENA_BYTES:
+        raise CorruptEntry(f"constant region of {const_bytes} bytes in an arena of {arena_bytes}")
+    size = consts.size if isinstance(consts, BlockChecked) else len(consts)
+    if size != const_bytes:
+        raise CorruptEntry(f"{CONSTS} holds {size} bytes, the program's constants {const_bytes}")
+    arena = aligned_arena(arena_bytes)
+    if isinstance(consts, BlockChecked):
+        try:
+            consts.read_into(arena[1][:const_bytes], CONSTS)
+        except CheckFailed as exc:
+            raise CorruptEntry(str(exc)) from None
+    else:
+        arena[1][:const_bytes] = np.frombuffer(consts, np.uint8)
+    const_blob = arena[1][:const_bytes]
+    return decode(blobs, num_nodes, const_blob), arena
+
+
+def decode(blobs: dict[str, Any], num_nodes: int, const_blob: np.ndarray | None = None) -> Program:
+    """The program of a verified entry, bounds-checked (``num_nodes``: nodes of the prepared graph;
+    ``const_blob``: the constants, by default ``blobs["consts.bin"]``)."""
+    meta = json.loads(blobs["meta.json"])
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        raise CorruptEntry("meta.json is not this format's metadata")
+    if const_blob is None:
+        const_blob = np.frombuffer(blobs[CONSTS], dtype=np.uint8)
     with np.load(io.BytesIO(blobs["tables.npz"]), allow_pickle=False) as z:
         arrays = {k: z[k] for k in z.files}
     steps: list[Any] = []
@@ -190,7 +267,7 @@ def decode(blobs: dict[str, bytes], num_nodes: int) -> Program:
             raise CorruptEntry(f"tables.npz has no {name}")
     program = Program(
         arena_bytes=_int(meta["arena_bytes"]), const_bytes=_int(meta["const_bytes"]),
-        const_blob=np.frombuffer(blobs["consts.bin"], dtype=np.uint8),
+        const_blob=const_blob,
         T=arrays["T"], X=arrays["X"], R=arrays["R"], kernel_names=list(meta["kernel_names"]), steps=steps,
         tensors={str(k): (str(v[0]), _int(v[1]), tuple(_int(d) for d in v[2]), tuple(_int(s) for s in v[3]))
                  for k, v in meta["tensors"].items()},

@@ -54,3 +54,10 @@ class Program:
 
 def view_placement(view: View, byte_offset: int) -> tuple[str, int, tuple[int, ...], tuple[int, ...]]:
     return view.dtype, byte_offset + view.offset * ARENA_DTYPES[view.dtype], view.shape, view.strides
+
+
+def aligned_arena(arena_bytes: int) -> tuple[np.ndarray, np.ndarray]:
+    """A new arena of ``arena_bytes``, 64-byte aligned: (the buffer that owns it, the arena)."""
+    raw = np.empty(arena_bytes + 64, dtype=np.uint8)
+    start = (-raw.ctypes.data) % 64
+    return raw, raw[start:start + arena_bytes]

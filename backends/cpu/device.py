@@ -110,13 +110,27 @@ class CpuBackend(Backend):
 
         return artifact.export(executable)
 
-    def import_artifact(self, graph: Graph, files: Mapping[str, bytes], options: Mapping[str, Any]):
+    def import_artifact(self, graph: Graph | None, files: Mapping[str, Any], options: Mapping[str, Any]):
         from . import artifact
 
         return artifact.restore(graph, files, options)
 
     # -- compiling --------------------------------------------------------------------
     def compile(self, graph: Graph, options: Mapping[str, Any]):
+        return self._compile(graph, options, None, None)
+
+    def compile_cache_dir(self, options: Mapping[str, Any]) -> str | None:
+        if not bool(options.get("cache", True)) or options.get("emit"):
+            return None
+        from .cache import cache_base
+
+        return cache_base(options.get("cache_dir") or os.environ.get("RAMMER_CACHE_DIR"))
+
+    def compile_keyed(self, model_key: str, options: Mapping[str, Any], load_graph):
+        # a hit loads the program and what it needs of the graph without importing the model
+        return self._compile(None, options, model_key, load_graph)
+
+    def _compile(self, graph: Graph | None, options: Mapping[str, Any], model_key: str | None, load_graph):
         unknown = set(options) - OPTIONS
         if unknown:
             raise TypeError(f"unknown option(s) for the cpu backend: {sorted(unknown)} (known: {sorted(OPTIONS)})")
@@ -135,6 +149,7 @@ class CpuBackend(Backend):
             emit_dir=options.get("emit"),
             max_wait_s=float(options.get("max_wait_s", 60.0)),
             batch_rows=int(options.get("batch_rows", DEFAULT_BATCH_ROWS)),
+            model_key=model_key, load_graph=load_graph,
         )
 
 

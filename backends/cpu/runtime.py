@@ -36,7 +36,7 @@ from rammer.profile import TraceSlice
 from .adaptive import FULL, LANE, LaunchChooser
 from .atomics import cpuset_words
 from .codegen import entry_table, program_source
-from .compiled import BRANCH_MIN_NODES, CompiledSegment, HostStep, Program
+from .compiled import BRANCH_MIN_NODES, CompiledSegment, HostStep, Program, aligned_arena
 from .driver import KERNEL_FAILED, STATUS, STRIDE, run, run_holding_gil
 from .faults import describe_failure, failed_rows
 from .scheduling import available_cores
@@ -76,7 +76,7 @@ class CpuExecutable:
     their own thread, so throughput grows with callers instead of queueing them."""
 
     def __init__(self, graph: Graph, program: Program, max_wait_s: float = 60.0, schedules: list | None = None,
-                 schedules_loader: Any = None):
+                 schedules_loader: Any = None, arena: tuple[np.ndarray, np.ndarray] | None = None):
         if program.num_veus > numba.config.NUMBA_NUM_THREADS:
             raise OpExecutionError(
                 f"the CPU backend was asked for {program.num_veus} vEUs but numba runs at most "
@@ -111,12 +111,11 @@ class CpuExecutable:
         #: Compiled branches of If host steps by (node index, branch attribute); None: interpret it.
         self._branches: dict[tuple[int, str], api.CompiledModel | None] = {}
         self._branches_lock = threading.Lock()
-        # 64-byte aligned arena
-        raw = np.empty(program.arena_bytes + 64, dtype=np.uint8)
-        start = (-raw.ctypes.data) % 64
-        self._raw = raw
-        self.arena = raw[start:start + program.arena_bytes]
-        self.arena[:program.const_bytes] = program.const_blob
+        # 64-byte aligned arena; ``arena``: one whose constants a loader already read into it
+        if arena is None:
+            arena = aligned_arena(program.arena_bytes)
+            arena[1][:program.const_bytes] = program.const_blob
+        self._raw, self.arena = arena
         self.counters = np.zeros((program.num_veus + 1) * STRIDE, dtype=np.int64)
         self.status = np.zeros(program.num_veus, dtype=np.int64)
         self.cores = np.array(program.cores, dtype=np.int64)
@@ -271,7 +270,7 @@ class CpuExecutable:
             first = self._lane_program
             if first is None:
                 policy = str(self.program.report.get("policy", "wavefront"))
-                lane = api.compile(self.graph, backend="cpu", veus=1, policy=policy).executable
+                lane = api.compile(self.full_graph(), backend="cpu", veus=1, policy=policy).executable
                 self._lane_program = lane.program
             else:
                 lane = CpuExecutable(self.graph, first)
@@ -349,9 +348,17 @@ class CpuExecutable:
                 "run there (GNU OpenMP), so it runs on 1 vEU. For worker processes at full speed use "
                 "multiprocessing's 'spawn' or 'forkserver' start method and compile in each worker",
                 self.program.num_veus)
-            policy = str(self.program.report.get("policy", "wavefront"))
-            self._fork_copy = api.compile(self.graph, backend="cpu", veus=1, policy=policy).executable
+            if self._lane_program is not None:  # the 1-vEU program, already compiled (or loaded)
+                self._fork_copy = CpuExecutable(self.graph, self._lane_program)
+            else:
+                policy = str(self.program.report.get("policy", "wavefront"))
+                self._fork_copy = api.compile(self.full_graph(), backend="cpu", veus=1, policy=policy).executable
         return self._fork_copy
+
+    def full_graph(self) -> Graph:
+        """The whole graph the program was compiled from (lanes and fork copies compile it for one
+        vEU).  An executable loaded without its graph (a cache hit) overrides this to import it then."""
+        return self.graph
 
     def trace_run(self, feeds: Mapping[str, np.ndarray]) -> tuple[dict[str, np.ndarray], list[TraceSlice]]:
         """Run once on every vEU, recording when each task row ran: one slice per rTask

@@ -110,13 +110,13 @@ def run(args: argparse.Namespace) -> int:
         if args.shape or args.batch is not None:
             raise RammerError(f"{'--shape' if args.shape else '--batch'} does not apply to a compiled .rammer "
                               f"model: it runs at the shapes it was compiled for")
-        model = rammer.load_compiled(source, backend=args.backend)  # saved by `rammer compile -o`
+        model = rammer.load_compiled(source, backend=args.backend, strict=args.strict)  # saved by `rammer compile -o`
     else:
         extra = {"tree_strategy": args.tree_strategy} if args.tree_strategy else {}
         model = rammer.compile(source, backend=args.backend, input_shapes=input_shapes(args, source),
                                strict=args.strict, **extra)
     compile_s = time.perf_counter() - t0
-    feeds = rammer.random_feeds([t for t in model.inputs if t.name not in given], args.seed, model.graph)
+    feeds = model.random_feeds(args.seed, names=[t.name for t in model.inputs if t.name not in given])
     feeds.update(given)
     if args.profile and getattr(model.executable, "trace_run", None) is None:
         raise RammerError(f"--profile: backend '{model.backend.name}' cannot time its runs rTask by rTask; "

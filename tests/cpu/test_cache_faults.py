@@ -207,15 +207,15 @@ def test_a_temporary_folder_is_never_loaded(case, tmp_path):
 # -- forged entries: a valid manifest over out-of-bounds tables --------------------------------------
 
 def _forge(entry: Path, change) -> None:
-    blobs = cache_entry.read_verified(str(entry), entry.name)
-    program = cache_entry.decode(blobs, num_nodes=10**6)
+    blobs, consts = cache_entry.read_verified(str(entry), entry.name)
+    program, _ = cache_entry.load_program(blobs, consts, num_nodes=10**6)
     schedules = json.loads(blobs["schedules.json"])
     change(program)
-    files = cache_entry.encode(program, None)
+    files = cache_entry.encode(program, None, (blobs["graph.json"], blobs["graph.npz"]))
     files["schedules.json"] = json.dumps(schedules).encode()
     files[cache_entry.MANIFEST] = cache_entry.manifest(entry.name, files)
     for name, data in files.items():
-        (entry / name).write_bytes(data)
+        (entry / name).write_bytes(bytes(memoryview(data)))
 
 
 def _set_row(p, col, value, barrier=False):

@@ -81,6 +81,18 @@ def test_random_feeds_run_on_the_cpu_backend():
     assert out.shape == (1, SEQ, HIDDEN) and np.isfinite(out).all()
 
 
+def test_random_feeds_of_a_cache_hit_draw_indices_within_their_tables(cache_dir, tmp_path):
+    # a cache hit holds placeholders for its compiled nodes: the Gathers are found in the whole graph
+    path = tmp_path / "bert_like.onnx"
+    onnx.save(bert_like(), str(path))
+    rammer.compile(str(path), backend="cpu")
+    hit = rammer.compile(str(path), backend="cpu")
+    assert not any(n.op_type == "Gather" for n in hit.graph.nodes)
+    drawn = hit.random_feeds(0)
+    assert drawn["tok"].max() < VOCAB and drawn["seg"].max() < TYPES
+    assert set(hit.random_feeds(0, names=["seg"])) == {"seg"}
+
+
 def test_rammer_run_with_random_feeds(tmp_path, capsys):
     path = tmp_path / "bert_like.onnx"
     onnx.save(bert_like(), str(path))
