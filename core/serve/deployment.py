@@ -1,4 +1,4 @@
-"""A compiled model as a Ray Serve deployment speaking KServe v2 (needs ``rammer[serve]``).
+"""A compiled model as a Ray Serve deployment speaking KServe v2 (needs the ``serve`` extra).
 
 Each replica is a Ray actor process that compiles the model itself (the disk
 compile cache makes every replica after the first fast) and runs it on its
