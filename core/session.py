@@ -149,6 +149,35 @@ def _select_backend(providers: Sequence[Any] | None, backend: str | None) -> str
         f"run 'rammer backends' to see why, or pass providers=['CPUExecutionProvider']")
 
 
+#: Feed values converted to the input's declared element type (onnxruntime converts lists;
+#: tuples and Python scalars are read the same way here rather than refused).
+_PYTHON_VALUES = (list, tuple, bool, int, float)
+
+
+def _array_from_python(name: str, value: Any, dtype: str) -> np.ndarray:
+    """``value`` (a list, tuple or Python scalar) as a ``dtype`` array; a :class:`FeedError`
+    naming input ``name`` when it is ragged, holds what ``dtype`` cannot, or would lose values."""
+    target = np.dtype(object if dtype in ("object", "str") else dtype) if dtype != "unknown" else None
+    try:
+        natural = np.asarray(value)
+    except ValueError:
+        raise FeedError(f"input '{name}' is a ragged list (its rows have different lengths); "
+                        f"pass a rectangular nested list or a numpy array") from None
+    if natural.dtype.kind == "O" and target is not None and target.kind != "O":
+        raise FeedError(f"input '{name}' is a ragged list or holds non-numbers; "
+                        f"pass a rectangular nested list of numbers or a {dtype} numpy array")
+    if target is None:
+        return natural
+    if target.kind in "iub" and natural.dtype.kind in "fc" and natural.size \
+            and not np.all(np.isfinite(natural) & (natural == np.round(natural.real))):
+        raise FeedError(f"input '{name}' holds non-integer values but the model expects {dtype}; "
+                        f"round them (or pass a {dtype} array) first")
+    try:
+        return np.asarray(value, dtype=target)
+    except (ValueError, TypeError, OverflowError) as exc:
+        raise FeedError(f"input '{name}' cannot be read as {dtype} ({exc}); pass a {dtype} array") from None
+
+
 def _dims(info: onnx.ValueInfoProto) -> list[int | str | None]:
     dims: list[int | str | None] = []
     for d in info.type.tensor_type.shape.dim:
@@ -245,6 +274,8 @@ class InferenceSession:
                             for v in self._proto.graph.input if v.name not in inits]
             self._outputs = [NodeArg(v.name, ort_type(_elem_dtype(v)), _dims(v)) for v in self._proto.graph.output]
             self._dynamic = any(not isinstance(d, int) for a in self._inputs for d in a.shape)
+            #: Declared element type per input: Python lists are converted to it, as onnxruntime does.
+            self._input_dtypes = {v.name: _elem_dtype(v) for v in self._proto.graph.input if v.name not in inits}
             if input_shapes is not None or not self._dynamic:
                 # a file is compiled from its path: the cache keys it by its bytes, as above
                 source = path_or_bytes if isinstance(path_or_bytes, (str, os.PathLike)) else self._proto
@@ -254,6 +285,7 @@ class InferenceSession:
             self._inputs = [NodeArg(t.name, ort_type(t.dtype), list(t.shape)) for t in self._static.inputs]
             self._outputs = [NodeArg(t.name, ort_type(t.dtype), list(t.shape)) for t in self._static.outputs]
             self._dynamic = False
+            self._input_dtypes = {t.name: t.dtype for t in self._static.inputs}
 
     @property
     def _proto(self) -> onnx.ModelProto:
@@ -323,11 +355,24 @@ class InferenceSession:
         if not isinstance(input_feed, Mapping):
             raise FeedError("input_feed must be a dict mapping input names to arrays "
                             f"(got {type(input_feed).__name__})")
+        input_feed = self._arrays_from_lists(input_feed)
         model = self._model_for(input_feed)
         if self._sess_options.enable_profiling:
             self._profiles.append(model.profile(input_feed, warmup=0 if self._profiles else 1))
         results = model.run(input_feed)
         return self._pick(results, output_names)
+
+    def _arrays_from_lists(self, feeds: Mapping[str, Any]) -> Mapping[str, Any]:
+        """``feeds`` with Python lists, tuples and scalars made arrays of their input's declared
+        element type, as onnxruntime converts lists (numpy arrays are left as they are: a wrong
+        dtype there is reported, not cast, as onnxruntime reports it)."""
+        if all(not isinstance(v, _PYTHON_VALUES) for v in feeds.values()):
+            return feeds  # (the common case: every feed already an array)
+        converted = dict(feeds)
+        for name, value in feeds.items():
+            if isinstance(value, _PYTHON_VALUES) and name in self._input_dtypes:
+                converted[name] = _array_from_python(name, value, self._input_dtypes[name])
+        return converted
 
     def end_profiling(self) -> str:
         """Write the traces of the runs since profiling began to ``<prefix>_<time>.json``
@@ -354,6 +399,7 @@ class InferenceSession:
         """Run with the binding's feeds; bound output arrays receive the results in place
         (written there directly by backends that support it, with no extra copy)."""
         del run_options
+        binding._feeds = dict(self._arrays_from_lists(binding._feeds))
         model = self._model_for(binding._feeds)
         bound = {k: v for k, v in binding._outputs.items() if v is not None}
         results = model.run(binding._feeds, outputs=bound or None)

@@ -10,6 +10,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
+import rammer
 from rammer.cli import main
 
 from helpers import add_relu_model, make_model
@@ -26,6 +27,27 @@ def test_backends_table(capsys):
     assert main(["backends"]) == 0
     out = capsys.readouterr().out
     assert "reference" in out and "available" in out
+
+
+def test_backends_table_fits_100_columns_and_notes_are_not_why_nots(capsys, monkeypatch):
+    from rammer.backend import Availability
+
+    table_ = rammer.plugins.backends()
+    long_note = "runs on a simulated device named " + "x" * 150  # an available backend's long note
+    long_why = "no such device here: " + "the driver is missing; " * 8
+    monkeypatch.setattr(table_["reference"], "availability", lambda: Availability(True, long_note))
+    monkeypatch.setattr(table_["mcu"], "availability", lambda: Availability(False, long_why))
+    assert main(["backends"]) == 0
+    out = capsys.readouterr().out
+    assert max(len(line) for line in out.splitlines()) <= 100, out
+    why_not = out.split("why not:")[1].split("notes:")[0]
+    notes = out.split("notes:")[1]
+    assert "mcu" in why_not and "reference" not in why_not
+    assert "reference" in notes and "x" * 60 in notes  # a long unbroken word keeps its own line
+    assert main(["backends", "--json"]) == 0
+    data = {b["name"]: b for b in json.loads(capsys.readouterr().out)}
+    assert data["reference"]["why_not"] == "" and data["reference"]["note"] == long_note
+    assert data["mcu"]["why_not"] == long_why
 
 
 def test_backends_json(capsys):

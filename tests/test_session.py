@@ -146,3 +146,47 @@ def test_bound_outputs_are_written_in_place(backend):
         ro = np.empty((4, 8), np.float32)
         ro.flags.writeable = False
         model.run({"x": x, "y": y}, outputs={"r": ro})
+
+
+def test_python_lists_are_read_as_the_declared_type_as_onnxruntime_does():
+    model = add_relu_model((2, 3)).SerializeToString()
+    feeds = {"x": [[1, 2, 3], [4, 5, 6]], "y": [1.5, -10, 0]}
+    (want,) = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, feeds)
+    sess = rammer.InferenceSession(model, backend="reference")
+    (got,) = sess.run(None, feeds)
+    assert got.dtype == want.dtype == np.float32
+    np.testing.assert_allclose(got, want)
+    (from_tuple,) = sess.run(None, {"x": ((1, 2, 3), (4, 5, 6)), "y": (1.5, -10, 0)})
+    np.testing.assert_allclose(from_tuple, want)
+    binding = sess.io_binding()
+    binding.bind_cpu_input("x", feeds["x"])
+    binding.bind_cpu_input("y", feeds["y"])
+    binding.bind_output("r")
+    sess.run_with_iobinding(binding)
+    np.testing.assert_allclose(binding.copy_outputs_to_cpu()[0], want)
+
+
+def test_python_scalars_and_dynamic_models_take_the_declared_type():
+    sess = rammer.InferenceSession(_dynamic_model(), backend="reference")
+    (y,) = sess.run(None, {"x": [[[1.0, 0.0, 0.0, 0.0]]]})
+    assert y.dtype == np.float32 and y.shape == (1, 1, 3)
+    scalar = make_model([helper.make_node("Relu", ["x"], ["r"], name="relu")],
+                        [("x", TensorProto.FLOAT, [])], [("r", TensorProto.FLOAT, [])])
+    (r,) = rammer.InferenceSession(scalar, backend="reference").run(None, {"x": -2})
+    assert r.dtype == np.float32 and r.shape == () and r == 0
+
+
+def test_bad_python_lists_name_the_input():
+    sess = rammer.InferenceSession(add_relu_model((2, 3)), backend="reference")
+    with pytest.raises(FeedError, match="input 'x' is a ragged list"):
+        sess.run(None, {"x": [[1, 2, 3], [4, 5]], "y": [1, 2, 3]})
+    with pytest.raises(FeedError, match="input 'y' cannot be read as float32"):
+        sess.run(None, {"x": [[1, 2, 3], [4, 5, 6]], "y": ["a", "b", "c"]})
+    with pytest.raises(FeedError, match="input 'y' has shape \\[2\\]"):
+        sess.run(None, {"x": [[1, 2, 3], [4, 5, 6]], "y": [1, 2]})
+    ints = make_model([helper.make_node("Identity", ["i"], ["o"], name="id")],
+                      [("i", TensorProto.INT64, [2])], [("o", TensorProto.INT64, [2])])
+    with pytest.raises(FeedError, match="input 'i' holds non-integer values .*int64"):
+        rammer.InferenceSession(ints, backend="reference").run(None, {"i": [1.5, 2]})
+    (o,) = rammer.InferenceSession(ints, backend="reference").run(None, {"i": [1.0, 2]})
+    assert o.dtype == np.int64 and o.tolist() == [1, 2]

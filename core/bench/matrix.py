@@ -10,12 +10,13 @@ For each (model, batch) row:
    recorded as ``wrong`` and never timed; an unavailable runner is ``n/a``
    with the reason; a failure to compile or run is ``error`` with the first
    line of the message;
-4. the runners that passed are timed in rounds, one run each per round, in
-   an order rotated every round, so that drift (thermal, noisy neighbours)
-   hits every runner alike; with ``settle`` (``--settle``) each timed run
-   first waits until the previous runner's threads stop spinning
-   (:mod:`.quiet`).  The statistics are those of :mod:`.timing`, the
-   protocol ``rammer run`` uses too.
+4. the runners that passed are timed together by :func:`.timing.time_rounds`,
+   the protocol ``rammer run`` uses for its one model: rounds of one run
+   each, in an order rotated every round, so that drift (thermal, noisy
+   neighbours) hits every runner alike; with ``settle`` (``--settle``) each
+   timed run first waits until the previous runner's threads stop spinning
+   (:mod:`.quiet`).  With several runners each run follows another runner's
+   run, which a small model's figure shows (see :mod:`.timing`).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ import onnx
 
 from .machine import machine_facts
 from .progress import Progress
-from .quiet import wait_until_idle
+from . import timing
 from .timing import summarize
 from .runner import BenchRunner, ModelCase, RammerRunner, compare, limit_threads, make_runner
 
@@ -175,33 +176,25 @@ def _run_row(case: ModelCase, runners: list[BenchRunner], avail: dict[str, Any],
             live.append((runner, prepared))
         progress.advance(1, step)
 
-    times: dict[str, list[float]] = {r.name: [] for r, _ in live}
-    for round_no in range(cfg.repeat):
-        step = f"{label}: timing round {round_no + 1}/{cfg.repeat}"
-        progress.show(step)
-        if not live:
-            progress.advance(1, step)
-            continue
-        shift = round_no % len(live)
-        for runner, prepared in live[shift:] + live[:shift]:
-            if cells[runner.name]["status"] == "error":
-                continue
-            if cfg.settle:
-                wait_until_idle()
-            try:
-                _, dt = _timed(lambda: prepared.run(case.feeds))
-            except Exception as exc:
-                cells[runner.name].update(status="error", reason=f"run: {_first_line(exc)}")
-                continue
-            times[runner.name].append(dt)
-        progress.advance(1, step)
+    def show_round(round_no: int) -> None:
+        if round_no:
+            progress.advance(1, f"{label}: timing round {round_no}/{cfg.repeat}")
+        progress.show(f"{label}: timing round {round_no + 1}/{cfg.repeat}")
+
+    def failed(name: str, exc: Exception) -> None:
+        cells[name].update(status="error", reason=f"run: {_first_line(exc)}")
+
+    # The protocol of `rammer run` (timing.time_rounds): here with every live runner of the row.
+    calls = {runner.name: (lambda prepared=prepared: prepared.run(case.feeds)) for runner, prepared in live}
+    times = timing.time_rounds(calls, cfg.repeat, cfg.settle, on_round=show_round, on_error=failed)
+    progress.advance(1, f"{label}: timing round {cfg.repeat}/{cfg.repeat}")
     for name, ts in times.items():
         cell = cells[name]
         if cell["status"] == "error" or not ts:
             continue
-        timing = summarize(ts, cfg.warmup, cfg.settle)
+        stats = summarize(ts, cfg.warmup, cfg.settle)
         cell.update(status="approx" if cell["status"] == "approx" else "ok",
-                    **{k: v for k, v in timing.as_dict().items() if k in cell})
+                    **{k: v for k, v in stats.as_dict().items() if k in cell})
     return list(cells.values())
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import textwrap
 import time
 
 from ..errors import RammerError
@@ -24,7 +25,13 @@ reference backend before it is timed.
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("bench", help="benchmark models across backends and baselines (json, csv, md, charts)",
-                       description="Run a benchmark matrix of models x backends; see also `rammer bench merge`.",
+                       description=textwrap.fill(
+                                   "Run a benchmark matrix of models x backends; see also `rammer bench merge`. "
+                                   "Each row's backends are timed in rounds of one run each, alternating run by run "
+                                   "in an order rotated every round (the timing function of `rammer run`, whose one "
+                                   "model runs back to back): each run follows another backend's, so a small model's "
+                                   "figures are higher than `rammer run`'s; --backends B alone measures what "
+                                   "`rammer run -b B` does.", 79),
                        epilog=_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--config", metavar="FILE.toml", help="a matrix file (e.g. ci/bench-matrix.toml)")
     p.add_argument("--matrix", metavar="NAME", help="which matrix of --config to run")

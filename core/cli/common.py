@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 from typing import Any
 
 from ..errors import RammerError
@@ -115,14 +116,41 @@ def load_graph(args: argparse.Namespace):
     return load(source, input_shapes(args, source)), label
 
 
-def table(rows: list[list[Any]], headers: list[str]) -> str:
-    """A plain-text table (no dependency, aligned columns)."""
+def table(rows: list[list[Any]], headers: list[str], width: int | None = None) -> str:
+    """A plain-text table (no dependency, aligned columns).  With ``width``, the last column
+    wraps (at spaces, ``,`` and ``;``) so that no line is wider than ``width``."""
     cells = [[str(c) for c in row] for row in rows]
     widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
-    line = "  ".join(h.ljust(w) for h, w in zip(headers, widths))
-    out = [line, "  ".join("-" * w for w in widths)]
-    out += ["  ".join(c.ljust(w) for c, w in zip(r, widths)) for r in cells]
+    if width is not None and headers:
+        room = width - sum(w + 2 for w in widths[:-1])
+        widths[-1] = max(len(headers[-1]), min(widths[-1], room))
+    out = ["  ".join(h.ljust(w) for h, w in zip(headers, widths)).rstrip(), "  ".join("-" * w for w in widths)]
+    for r in cells:
+        last = wrap(r[-1], widths[-1]) if width is not None and r else [r[-1]] if r else []
+        for k, piece in enumerate(last or [""]):
+            lead = r[:-1] if k == 0 else [""] * (len(r) - 1)
+            out.append("  ".join(c.ljust(w) for c, w in zip(lead + [piece], widths)).rstrip())
     return "\n".join(out)
+
+
+def wrap(text: str, width: int, indent: str = "") -> list[str]:
+    """``text`` in lines of at most ``width`` characters, broken after spaces, ``,`` or ``;``
+    (a word longer than a line is cut); later lines start with ``indent``."""
+    width = max(width, len(indent) + 8)
+    words = re.findall(r"[^\s,;]*[,;]?\s*", text)
+    lines: list[str] = []
+    line = ""
+    for word in (w for w in words if w):
+        if line.strip() and len((line + word).rstrip()) > width:
+            lines.append(line.rstrip())
+            line = indent
+        line += word
+        while len(line.rstrip()) > width:  # one word longer than a line
+            lines.append(line[:width])
+            line = indent + line[width:]
+    if line.strip():
+        lines.append(line.rstrip())
+    return lines
 
 
 def fmt_us(seconds: float) -> str:

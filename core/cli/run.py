@@ -16,7 +16,13 @@ from .common import add_backend_arg, add_model_args, add_strict_arg, add_tree_st
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("run", help="compile and run a model; print outputs and latency")
+    p = sub.add_parser("run", help="compile and run a model; print outputs and latency",
+                       description="Compile a model, run it once (its outputs are printed), then --warmup untimed "
+                                   "runs and --repeat timed runs back to back, timed by the function `rammer bench` "
+                                   "uses (rammer.bench.timing). `rammer bench` with several backends alternates "
+                                   "them run by run, so each run follows another backend's (its caches and, "
+                                   "without --settle, its spinning threads): a small model's figures there are "
+                                   "higher; `rammer bench --backends B` alone measures what `rammer run -b B` does.")
     add_model_args(p)
     add_backend_arg(p)
     add_strict_arg(p)

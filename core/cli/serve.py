@@ -1,4 +1,4 @@
-"""``rammer serve``: a compiled model behind Ray Serve, speaking KServe v2 (``pip install 'rammer[serve]'``)."""
+"""``rammer serve``: a compiled model behind Ray Serve, speaking KServe v2 (``pip install -e ".[serve]"`` in the checkout)."""
 
 from __future__ import annotations
 
@@ -32,10 +32,10 @@ def run(args: argparse.Namespace) -> int:
     if args.replicas < 1 or args.veus < 1:
         raise RammerError("--replicas and --veus must be at least 1")
     try:
-        from ..serve.deployment import ServeConfig, start
+        from ..serve.deployment import ServeConfig, start, stop as stop_serving
     except ImportError as exc:
         raise RammerError(f"rammer serve needs Ray Serve ({exc.name} is not installed): "
-                          f"pip install 'rammer[serve]'") from None
+                          f"pip install -e \".[serve]\" in the rammer checkout") from None
     from .common import model_source
     from ..frontend.source import read_model
 
@@ -56,7 +56,5 @@ def run(args: argparse.Namespace) -> int:
         stop.wait()
     except KeyboardInterrupt:
         pass
-    from ray import serve
-
-    serve.shutdown()
+    stop_serving(shutdown_ray=True)
     return 0

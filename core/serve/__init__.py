@@ -2,6 +2,6 @@
 
 ``kserve`` (the protocol's JSON codec) and ``batching`` (padding requests to
 a compiled batch size) are plain Python; ``deployment`` builds the Ray Serve
-application and needs the ``serve`` extra (``pip install 'rammer[serve]'``).
+application and needs the ``serve`` extra (``pip install -e ".[serve]"`` in the checkout).
 See docs/serving.md.
 """

@@ -32,11 +32,18 @@ def run_batched(run: Callable[[dict[str, np.ndarray]], Mapping[str, np.ndarray]]
     """Each request's outputs, running ``run`` on full batches of ``batch`` rows."""
     rows = []
     for k, req in enumerate(requests):
-        counts = {name: np.shape(req[name])[0] if name in req and np.ndim(req[name]) else None
-                  for name in (t.name for t in inputs)}
+        missing = [t.name for t in inputs if t.name not in req]
+        if missing:
+            raise FeedError(f"request {k}: missing input(s) {missing} (inputs: {[t.name for t in inputs]})")
+        counts = {t.name: np.shape(req[t.name])[0] if np.ndim(req[t.name]) else None for t in inputs}
         n = set(counts.values())
-        if len(n) != 1 or None in n:
-            raise FeedError(f"request {k}: every input needs the same number of rows in dim 0 (got {counts})")
+        if None in n:
+            scalar = [name for name, c in counts.items() if c is None]
+            raise FeedError(f"request {k}: input(s) {scalar} have no dim 0 to count rows in; send each input "
+                            f"with its rows along dim 0")
+        if len(n) != 1:
+            raise FeedError(f"request {k}: the inputs have different row counts in dim 0 ({counts}); every "
+                            f"input needs the same number of rows")
         for t in inputs:
             if tuple(np.shape(req[t.name])[1:]) != tuple(t.shape[1:]):
                 raise FeedError(f"request {k}: input '{t.name}' rows are {list(np.shape(req[t.name])[1:])}, "

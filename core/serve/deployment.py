@@ -1,4 +1,4 @@
-"""A compiled model as a Ray Serve deployment speaking KServe v2 (needs ``rammer[serve]``).
+"""A compiled model as a Ray Serve deployment speaking KServe v2 (needs the ``serve`` extra).
 
 Each replica is a Ray actor process that compiles the model itself (the disk
 compile cache makes every replica after the first fast) and runs it on its
@@ -15,18 +15,20 @@ not share cores.  With ``batch=B`` the model is compiled for batch ``B`` and
 # No ``from __future__ import annotations`` here: FastAPI reads the routes' parameter
 # annotations (``request: Request``) at run time, and strings would turn them into query fields.
 import asyncio
+import logging
 import os
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from fastapi import FastAPI, HTTPException, Request
+from fastapi.responses import JSONResponse
 from ray import serve
 
-from ..errors import RammerError
+from ..errors import FeedError, RammerError
 from .batching import batch_size, run_batched
 from .kserve import decode_request, encode_response, model_metadata
 
-__all__ = ["ServeConfig", "build_app", "start"]
+__all__ = ["ServeConfig", "build_app", "start", "stop"]
 
 
 @dataclass(frozen=True)
@@ -45,6 +47,13 @@ class ServeConfig:
 
 
 api = FastAPI(title="rammer")
+
+
+@api.exception_handler(HTTPException)
+async def _kserve_error(request: Request, exc: HTTPException) -> JSONResponse:
+    """Errors as KServe v2 clients read them: ``{"error": "..."}`` with the HTTP status
+    (FastAPI's own form is ``{"detail": ...}``)."""
+    return JSONResponse({"error": str(exc.detail)}, status_code=exc.status_code)
 
 
 @serve.deployment
@@ -109,14 +118,16 @@ class RammerModel:
         except ValueError:
             raise HTTPException(400, "the request body is not JSON") from None
         try:
-            feeds, names, request_id = decode_request(body, self.model.inputs)
+            feeds, names, request_id = decode_request(body, self.model.inputs, batch_dim=self.batch is not None)
             if self.batch is not None:
                 results = await self.batched(feeds)
             else:
                 results = await asyncio.to_thread(self.model.run, feeds)
             out = encode_response(name, results, names, request_id)
-        except RammerError as exc:
+        except FeedError as exc:  # the request's fault
             raise HTTPException(400, str(exc)) from None
+        except RammerError as exc:  # the model's or the backend's
+            raise HTTPException(500, str(exc)) from None
         out["parameters"] = {"replica_pid": self.pid}
         return out
 
@@ -128,10 +139,27 @@ def build_app(config: ServeConfig) -> Any:
                                max_ongoing_requests=max(8, 4 * (config.batch or 1))).bind(config)
 
 
+#: Ray Serve's notice when ``serve.run`` finds Serve already started (see :func:`start`).
+_STALE_OPTIONS_NOTICE = "New http_options/controller_options will not be applied"
+
+
+class _DropStaleOptionsNotice(logging.Filter):
+    """Drops Ray Serve's claim that our HTTP options "will not be applied" (they were: see :func:`start`)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return _STALE_OPTIONS_NOTICE not in record.getMessage()
+
+
 def start(config: ServeConfig, host: str = "127.0.0.1", port: int = 8000, address: Optional[str] = None) -> str:
     """Start Ray (locally on 127.0.0.1 with usage statistics off, unless ``address`` names a
-    cluster) and the deployment; returns the URL of the inference route."""
+    cluster) and the deployment; returns the URL of the inference route.  Stop it with :func:`stop`."""
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    # serve.shutdown() waits on a controller call that ends by design when the controller kills
+    # itself; as the controller retries calls forever, Ray (2.x) then tells the driver that
+    # "ServeController.graceful_shutdown failed ... will be retried" on every clean stop.  This
+    # switch (read by the driver's core worker at ray.init) keeps such retry notices out of the
+    # driver's output; a call that really fails still raises.
+    os.environ.setdefault("RAY_enable_output_error_log_if_still_retry", "0")
     import ray
 
     if not ray.is_initialized():
@@ -140,6 +168,25 @@ def start(config: ServeConfig, host: str = "127.0.0.1", port: int = 8000, addres
         else:
             ray.init(address="local", include_dashboard=False, _node_ip_address="127.0.0.1", log_to_driver=False,
                      num_cpus=max(os.cpu_count() or 1, config.replicas * config.veus))
+    # serve.start is the only public way to give the proxy's host and port; serve.run then starts
+    # Serve again without options, finds ours running and logs that "new http_options will not be
+    # applied" though it passed none and ours are in force.  That one line is dropped, nothing else.
     serve.start(http_options={"host": host, "port": port})
-    serve.run(build_app(config), name=config.name, route_prefix="/")
+    serve_logger = logging.getLogger("ray.serve")
+    notice_filter = _DropStaleOptionsNotice()
+    serve_logger.addFilter(notice_filter)
+    try:
+        serve.run(build_app(config), name=config.name, route_prefix="/")
+    finally:
+        serve_logger.removeFilter(notice_filter)
     return f"http://{host}:{port}/v2/models/{config.name}/infer"
+
+
+def stop(shutdown_ray: bool = True) -> None:
+    """Stop the deployment and Serve (replicas finish their requests), then, with
+    ``shutdown_ray``, this process's connection to Ray (and the local Ray it started)."""
+    import ray
+
+    serve.shutdown()  # before ray.shutdown: Serve's controller is a Ray actor
+    if shutdown_ray:
+        ray.shutdown()

@@ -29,6 +29,7 @@ from sklearn.svm import LinearSVC, LinearSVR  # noqa: E402
 from sklearn.tree import DecisionTreeClassifier, DecisionTreeRegressor  # noqa: E402
 
 import rammer.ml as rml  # noqa: E402
+from rammer.ml.convert import RUN_ROWS  # noqa: E402
 
 TREE_STRATEGIES = ["gemm", "tree_traversal", "perfect_tree_traversal"]
 #: Datasets on which the cpu backend runs every strategy (the others: the table's choice).
@@ -142,6 +143,31 @@ def test_predict_handles_any_row_count():
     compiled = rml.convert(est, backend="reference", batch=64)
     np.testing.assert_array_equal(compiled.predict(x[:70]), est.predict(x[:70]))
     np.testing.assert_array_equal(compiled.predict(x[:1]), est.predict(x[:1]))
+
+
+def test_default_batch_runs_big_calls_in_few_runs_and_small_calls_in_small_runs(monkeypatch):
+    """convert()'s default: runs of up to 1,024 rows, the rest in a run compiled for the next
+    power of two (so predict on 1,797 rows is 2 runs, not 1,797 runs of one row)."""
+    est = fitted("clf", "random_forest", "digits")
+    x, _ = dataset("digits")
+    compiled = rml.convert(est, backend="reference")
+    assert compiled.batch is None and compiled.max_batch == RUN_ROWS == 1024
+    runs: list[int] = []
+    real_run = type(compiled.compiled).run
+
+    def counted(self, feeds, *args, **kwargs):
+        runs.append(next(iter(feeds.values())).shape[0])
+        return real_run(self, feeds, *args, **kwargs)
+
+    monkeypatch.setattr(type(compiled.compiled), "run", counted)
+    np.testing.assert_array_equal(compiled.predict(x), est.predict(x))
+    assert len(x) == 1797 and runs == [1024, 1024]
+    runs.clear()
+    np.testing.assert_array_equal(compiled.predict(x[:3]), est.predict(x[:3]))
+    np.testing.assert_allclose(compiled.predict_proba(x[:70]), est.predict_proba(x[:70]), atol=1e-5)
+    assert runs == [4, 128] and compiled.run_sizes == [4, 128, 1024]
+    fixed = rml.convert(est, backend="reference", batch=64)
+    assert fixed.batch == 64 and fixed.max_batch == 64
 
 
 def test_missing_values_match_onnxruntime():

@@ -32,10 +32,43 @@ def test_kserve_codec_round_trip_and_errors():
     for bad, match in [({"inputs": [{"name": "z", "shape": [1], "datatype": "FP32", "data": [1]}]}, "unknown input"),
                        ({"inputs": [{"name": "x", "shape": [2, 3], "datatype": "INT64", "data": [0] * 6}]},
                         "expects FP32"),
-                       ({"inputs": [{"name": "x", "shape": [4], "datatype": "FP32", "data": [0] * 6}]}, "does not fit"),
+                       ({"inputs": [{"name": "x", "shape": [4], "datatype": "FP32", "data": [0] * 6}]},
+                        "has shape \\[4\\] but the model takes \\[2, 3\\]"),
+                       ({"inputs": [{"name": "x", "shape": [2, 3], "datatype": "FP32", "data": [0] * 5}]},
+                        "does not fill"),
                        ({"nope": 1}, "inputs")]:
         with pytest.raises(FeedError, match=match):
             decode_request(bad, inputs)
+
+
+def test_bad_requests_name_the_input_and_what_to_send():
+    inputs = [TensorInfo("x", "float32", (4, 5, 3)), TensorInfo("m", "int64", (4, 5))]
+    ok_x = {"name": "x", "shape": [2, 5, 3], "datatype": "FP32", "data": [0.0] * 30}
+    ok_m = {"name": "m", "shape": [2, 5], "datatype": "INT64", "data": [1] * 10}
+    feeds, _, _ = decode_request({"inputs": [ok_x, ok_m]}, inputs, batch_dim=True)
+    assert feeds["x"].shape == (2, 5, 3) and feeds["m"].dtype == np.int64
+    for items, match in [
+        ([ok_x], "missing input\\(s\\) 'm': send each in \"inputs\" as {\"name\": \"m\", \"shape\": \\[N, 5\\], "
+                 "\"datatype\": \"INT64\""),
+        ([ok_x, ok_m, {"name": "y", "shape": [1], "datatype": "FP32", "data": [1]}],
+         "unknown input 'y': this model's inputs are 'x' \\(FP32, shape \\[N, 5, 3\\]\\), 'm'"),
+        ([dict(ok_x, datatype="FP64"), ok_m], "input 'x' is FP64 but the model expects FP32; send \"datatype\": \"FP32\""),
+        ([dict(ok_x, shape=[2, 5, 4], data=[0.0] * 40), ok_m], "input 'x' has shape \\[2, 5, 4\\] but the model takes "
+                                                            "\\[N, 5, 3\\]"),
+        ([dict(ok_x, shape=[2, 15]), ok_m], "input 'x' has shape \\[2, 15\\]"),
+        ([dict(ok_x, shape=[0, 5, 3], data=[]), ok_m], "at least 1"),
+        ([ok_x, dict(ok_m, shape=[1, 5], data=[1] * 5)], "different row counts \\(dim 0: 'x' 2, 'm' 1\\)"),
+        ([ok_x, ok_x, ok_m], "input 'x' is given twice"),
+        ([dict(ok_x, data=[0.0] * 29), ok_m], "input 'x': \"data\" does not fill shape \\[2, 5, 3\\].*send 30 FP32"),
+    ]:
+        with pytest.raises(FeedError, match=match):
+            decode_request({"inputs": items}, inputs, batch_dim=True)
+    # Without batching the model's whole shape is what a client sends.
+    with pytest.raises(FeedError, match="input 'x' has shape \\[2, 5, 3\\] but the model takes \\[4, 5, 3\\]"):
+        decode_request({"inputs": [ok_x, ok_m]}, inputs)
+    # Batching on its own names a missing input too (not "rows in dim 0 (got None)").
+    with pytest.raises(FeedError, match="request 0: missing input\\(s\\) \\['m'\\]"):
+        run_batched(lambda f: f, inputs, [{"x": np.zeros((1, 5, 3), np.float32)}], 4)
 
 
 def test_batching_pads_and_splits_back():
@@ -73,12 +106,9 @@ def _post(url: str, body: dict) -> dict:
 
 
 @pytest.mark.slow
-def test_two_replicas_answer_concurrent_requests_correctly():
-    pytest.importorskip("ray.serve", reason="needs Ray Serve: pip install 'rammer[serve]'")
-    from ray import serve
-
-    import ray
-    from rammer.serve.deployment import ServeConfig, start
+def test_two_replicas_answer_concurrent_requests_correctly(capfd):
+    pytest.importorskip("ray.serve", reason="needs Ray Serve: pip install -e \".[serve]\"")
+    from rammer.serve.deployment import ServeConfig, start, stop
 
     proto = rammer.zoo.build("lstm-tc-small", batch=4)
     ref = rammer.compile(proto, backend="reference")
@@ -113,7 +143,18 @@ def test_two_replicas_answer_concurrent_requests_correctly():
         with pytest.raises(urllib.error.HTTPError) as err:
             _post(url, {"inputs": [{"name": "x", "shape": [1, 5, 31], "datatype": "FP32", "data": [0.0] * 155}]})
         assert err.value.code == 400
+        assert "input 'x' has shape [1, 5, 31] but the model takes [N, 5, 32]" in json.loads(err.value.read())["error"]
+        with pytest.raises(urllib.error.HTTPError) as err:  # KServe v2 errors: {"error": ...}, HTTP 400
+            _post(url, {"inputs": []})
+        assert err.value.code == 400
+        assert json.loads(err.value.read())["error"].startswith("missing input(s) 'x': send each in \"inputs\"")
+        with pytest.raises(urllib.error.HTTPError) as err:
+            _post(f"{base}/v2/models/nope/infer", {"inputs": []})
+        assert err.value.code == 404 and "unknown model 'nope'" in json.loads(err.value.read())["error"]
     finally:
-        serve.shutdown()
-        ray.shutdown()
+        stop()
         os.environ.pop("RAY_ADDRESS", None)
+    # A clean start and stop print none of Ray Serve's misleading notices.
+    printed = capfd.readouterr()
+    assert "will not be applied" not in printed.err + printed.out
+    assert "graceful_shutdown failed" not in printed.err + printed.out
