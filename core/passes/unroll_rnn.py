@@ -19,8 +19,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir import Graph, Node, TensorInfo
+from .names import fresh_name
 from .pipeline import Pass
-from .relu_concat import fresh_name
 
 __all__ = ["unroll_rnn", "UNROLL_RNN"]
 
