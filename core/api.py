@@ -11,7 +11,7 @@ import numpy as np
 
 from . import plugins
 from .artifact import read_compiled, save_compiled
-from .backend import Backend, Executable
+from .backend import Backend, Executable, check_options
 from .diagnostics import fallbacks_of, report_fallbacks
 from .profile import Profile, write_chrome_trace
 from .progress import compile_progress
@@ -279,11 +279,8 @@ def compile(model: ModelSource | Graph, backend: str | None = None,
             f"{', '.join(n.name for n in bad[:5])}{'...' if len(bad) > 5 else ''}); choose another --backend",
             [(n.op_type, n.domain, n.name) for n in bad],
         )
-    known = be.capabilities.options
-    if known is not None and set(options) - known:
-        raise CompileError(
-            f"unknown option(s) {sorted(set(options) - known)} for backend '{be.name}' "
-            f"(it accepts: {', '.join(sorted(known)) or 'none'})")
+    if be.capabilities.options is not None:
+        check_options(be.name, options, be.capabilities.options)
     start = time.perf_counter()
     try:
         with compile_progress(f"'{graph.name}' for {be.name}"):

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any, Mapping, Protocol
+from typing import TYPE_CHECKING, AbstractSet, Any, Mapping, Protocol
 
 import numpy as np
 
-from .errors import RammerError
+from .errors import CompileError, RammerError
 from .ir import Graph, Node
 from .passes import Pass, PipelineResult, run_pipeline
 from .vdevice import PRESETS, VDevice, get_preset
@@ -76,6 +76,21 @@ class Capabilities:
             parts.append("cache")
         parts.append(",".join(sorted(self.dtypes)))
         return "; ".join(parts)
+
+
+class UnknownOptionError(CompileError, TypeError):
+    """``rammer.compile(..., **options)`` named an option the backend does not accept.  A
+    :class:`CompileError` like every compile failure, and a ``TypeError`` as Python raises for an
+    unexpected keyword argument."""
+
+
+def check_options(backend_name: str, options: Mapping[str, Any], known: AbstractSet[str]) -> None:
+    """Raise :class:`UnknownOptionError` naming the options of ``options`` that are not in ``known``
+    and listing the known ones; every backend checks its keyword options with this."""
+    unknown = sorted(set(options) - set(known))
+    if unknown:
+        raise UnknownOptionError(f"unknown option(s) {unknown} for backend '{backend_name}' "
+                                 f"(it accepts: {', '.join(sorted(known)) or 'none'})")
 
 
 @dataclass(frozen=True)
