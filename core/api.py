@@ -12,7 +12,7 @@ import numpy as np
 
 from . import plugins
 from .artifact import read_compiled, save_compiled
-from .backend import Backend, Executable
+from .backend import Backend, Executable, check_options
 from .diagnostics import fallbacks_of, report_fallbacks
 from .profile import Profile, write_chrome_trace
 from .progress import compile_progress
@@ -317,11 +317,8 @@ def compile(model: ModelSource | Graph, backend: str | None = None,
     be = plugins.get_backend(backend, compile_only=bool(options.get("emit")))
     # ai.onnx.ml nodes become standard ops; tree_strategy= picks Hummingbird's strategy (docs/ml.md).
     tree_strategy = options.pop("tree_strategy", None)
-    known = be.capabilities.options
-    if known is not None and set(options) - known:
-        raise CompileError(
-            f"unknown option(s) {sorted(set(options) - known)} for backend '{be.name}' "
-            f"(it accepts: {', '.join(sorted(known)) or 'none'})")
+    if be.capabilities.options is not None:
+        check_options(be.name, options, be.capabilities.options)
     imported: list[Graph] = []
 
     def load_graph() -> Graph:

@@ -9,13 +9,16 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol
+from typing import TYPE_CHECKING, AbstractSet, Any, Callable, Mapping, Protocol
 
 import numpy as np
 
-from .errors import RammerError
+from .errors import CompileError, RammerError
 from .ir import Graph, Node
+from .kernel_families import generic_families
+from .kernels_generic import candidates_from
 from .passes import Pass, PipelineResult, run_pipeline
+from .plugin_host import generation, plugin_manager
 from .vdevice import PRESETS, VDevice, get_preset
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -76,6 +79,21 @@ class Capabilities:
             parts.append("cache")
         parts.append(",".join(sorted(self.dtypes)))
         return "; ".join(parts)
+
+
+class UnknownOptionError(CompileError, TypeError):
+    """``rammer.compile(..., **options)`` named an option the backend does not accept.  A
+    :class:`CompileError` like every compile failure, and a ``TypeError`` as Python raises for an
+    unexpected keyword argument."""
+
+
+def check_options(backend_name: str, options: Mapping[str, Any], known: AbstractSet[str]) -> None:
+    """Raise :class:`UnknownOptionError` naming the options of ``options`` that are not in ``known``
+    and listing the known ones; every backend checks its keyword options with this."""
+    unknown = sorted(set(options) - set(known))
+    if unknown:
+        raise UnknownOptionError(f"unknown option(s) {unknown} for backend '{backend_name}' "
+                                 f"(it accepts: {', '.join(sorted(known)) or 'none'})")
 
 
 @dataclass(frozen=True)
@@ -211,22 +229,17 @@ class Backend(ABC):
         """rKernel families for this backend: those plugins register through
         ``rammer_register_rkernels`` for it, then the generic ones of
         :mod:`rammer.kernel_families`."""
-        from . import plugins
-        from .kernel_families import generic_families
-
-        pm = plugins.plugin_manager()
+        pm, gen = plugin_manager(), generation()
         cached = getattr(self, "_rkernel_families", None)
-        if cached is not None and cached[0] is pm:
-            return cached[1]
+        if cached is not None and cached[0] is pm and cached[1] == gen:
+            return cached[2]
         found: list[Any] = []
         pm.hook.rammer_register_rkernels(backend=self.name, register=found.append)
         families = found + generic_families()
-        self._rkernel_families = (pm, families)
+        self._rkernel_families = (pm, gen, families)
         return families
 
     def rkernels(self, node: Node, graph: Graph, vdevice: VDevice) -> list[RKernel]:
         """Candidate rKernels for ``node`` on ``vdevice`` (every family's
         offer; the whole op as one rTask when no family applies)."""
-        from .kernels_generic import candidates_from
-
         return candidates_from(self.rkernel_families(), node, graph, vdevice)

@@ -6,7 +6,7 @@ import os
 
 from typing import Any, Iterable, Mapping
 
-from rammer.backend import Availability, Backend, Capabilities
+from rammer.backend import Availability, Backend, Capabilities, check_options
 from rammer.errors import RammerError
 from rammer.ir import Graph, Node
 from rammer.lower.batching import DEFAULT_BATCH_ROWS
@@ -131,9 +131,7 @@ class CpuBackend(Backend):
         return self._compile(None, options, model_key, load_graph)
 
     def _compile(self, graph: Graph | None, options: Mapping[str, Any], model_key: str | None, load_graph):
-        unknown = set(options) - OPTIONS
-        if unknown:
-            raise TypeError(f"unknown option(s) for the cpu backend: {sorted(unknown)} (known: {sorted(OPTIONS)})")
+        check_options(self.name, options, OPTIONS)
         from .cache import compile_cached
 
         veus = options.get("veus")

@@ -27,7 +27,7 @@ import numpy as np
 
 from rammer.ir import Graph, Node, TensorInfo
 from rammer.passes import Pass
-from rammer.passes.relu_concat import fresh_name
+from rammer.passes.names import fresh_name
 
 
 class _Builder:

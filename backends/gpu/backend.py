@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
-from rammer.backend import Availability, Backend, Capabilities
+from rammer.backend import Availability, Backend, Capabilities, check_options
 from rammer.errors import RammerError
 from rammer.ir import Graph, Node
 from rammer.passes import CSE, SPLIT_K, UNROLL_RNN
@@ -112,10 +112,7 @@ class GpuBackend(Backend):
 
     def program(self, graph: Graph, options: Mapping[str, Any]) -> GpuProgram:
         """The persistent program of ``graph`` (no device needed)."""
-        unknown = set(options) - OPTIONS
-        if unknown:
-            raise TypeError(f"unknown option(s) for the {self.name} backend: {sorted(unknown)} "
-                            f"(known: {sorted(OPTIONS)})")
+        check_options(self.name, options, OPTIONS)
         graph = self.prepare_graph(graph).graph
         vd = self.table.fit_vdevice(self.vdevice(options.get("vdevice")))
         return compile_program(graph, self, vd, str(options.get("policy", "wavefront")),

@@ -27,7 +27,7 @@ from rammer.lower.ewprogram import EwProgram
 from rammer.lower.fusion import build_groups
 from rammer.lower.views import View
 from rammer.passes import Pass
-from rammer.passes.relu_concat import fresh_name
+from rammer.passes.names import fresh_name
 
 from . import kernels_ew as kew
 from .kernels_model import MAX_RANK

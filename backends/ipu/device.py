@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from rammer.backend import Availability, Backend, Capabilities
+from rammer.backend import Availability, Backend, Capabilities, check_options
 from rammer.errors import RammerError, UnsupportedOpError
 from rammer.ir import Graph, outer_names
 from rammer.schedule import build_problem, get_policy, verify
@@ -45,9 +45,7 @@ class IpuBackend(Backend):
         return Availability(True, "" if ok else f"runs the simulated IPU ({why})")
 
     def compile(self, graph: Graph, options: Mapping[str, Any]) -> IpuExecutable:
-        unknown = set(options) - OPTIONS
-        if unknown:
-            raise TypeError(f"unknown option(s) for the ipu backend: {sorted(unknown)} (known: {sorted(OPTIONS)})")
+        check_options(self.name, options, OPTIONS)
         engine = str(options.get("engine", "auto"))
         if engine not in ENGINES:
             raise RammerError(f"ipu backend: unknown engine '{engine}'; choose one of {', '.join(ENGINES)}")

@@ -12,7 +12,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from rammer.backend import Availability, Backend, Capabilities
+from rammer.backend import Availability, Backend, Capabilities, check_options
 from rammer.errors import CompileError
 from rammer.ir import Graph, Node
 
@@ -32,9 +32,7 @@ DEFAULT_FLASH = 1024 * 1024
 
 
 def compile_program(graph: Graph, options: Mapping[str, Any]) -> McuProgram:
-    unknown = set(options) - OPTIONS
-    if unknown:
-        raise CompileError(f"unknown option(s) for the mcu backend: {sorted(unknown)} (known: {', '.join(sorted(OPTIONS))})")
+    check_options("mcu", options, OPTIONS)
     net = lower_graph(graph)
     calib = options.get("calibration")
     seed = int(options.get("seed", 0))

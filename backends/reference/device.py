@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from rammer.backend import Backend, Capabilities
+from rammer.backend import Backend, Capabilities, check_options
 from rammer.ir import SUPPORTED_DTYPES, Graph
 
 from .runtime import ReferenceExecutable
@@ -24,7 +24,5 @@ class ReferenceBackend(Backend):
     default_priority = 0
 
     def compile(self, graph: Graph, options: Mapping[str, Any]) -> ReferenceExecutable:
-        unknown = set(options) - {"check"}
-        if unknown:
-            raise TypeError(f"unknown option(s) for the reference backend: {sorted(unknown)} (known: check)")
+        check_options(self.name, options, {"check"})
         return ReferenceExecutable(graph, check=bool(options.get("check", True)))

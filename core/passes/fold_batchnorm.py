@@ -33,8 +33,8 @@ from dataclasses import replace
 import numpy as np
 
 from ..ir import Graph, Node, TensorInfo
+from .names import fresh_name
 from .pipeline import Pass
-from .relu_concat import fresh_name
 
 _FLOATS = ("float32", "float64")
 

@@ -35,8 +35,8 @@ import numpy as np
 
 from ..ir import Graph, Node, TensorInfo
 from .cse import plain_attrs
+from .names import fresh_name
 from .pipeline import Pass
-from .relu_concat import fresh_name
 
 
 def merge_convs_pass(absorbable: AbstractSet[str] = frozenset(), name: str = "merge-convs") -> Pass:

@@ -3,8 +3,11 @@
 A pass takes a :class:`~rammer.ir.Graph` and returns a graph (the same
 object when it has nothing to do).  :func:`run_pipeline` runs the passes in
 order, times each one, and names the pass in any error it raises; with
-``verify=True`` (the tests) it checks the IR's invariants after every pass,
-so a pass that breaks them is caught where it did.
+``verify=True`` it checks the IR's invariants after every pass, so a pass
+that breaks them is caught where it did.  Setting the environment variable
+``RAMMER_VERIFY_IR=1`` turns that check on for every pipeline run in the
+process, whatever the caller passed (the test suite sets it for the whole
+session, so every compile in a test verifies each pass's output).
 
 A backend declares its pipeline (``Backend.graph_passes``) and runs it before
 lowering; the core never names a backend.
@@ -12,12 +15,22 @@ lowering; the core never names a backend.
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 from ..errors import CompileError, RammerError
 from ..ir import Graph
+
+
+#: The environment variable that turns ``Graph.verify()`` on after every pass of every pipeline.
+VERIFY_ENV = "RAMMER_VERIFY_IR"
+
+
+def verify_requested() -> bool:
+    """Whether :data:`VERIFY_ENV` asks for verification after every pass (set, and not 0/false/no/off)."""
+    return os.environ.get(VERIFY_ENV, "").strip().lower() not in ("", "0", "false", "no", "off")
 
 
 @dataclass(frozen=True)
@@ -75,7 +88,9 @@ class PipelineResult:
 
 def run_pipeline(graph: Graph, passes: Sequence[Pass], verify: bool = False) -> PipelineResult:
     """``graph`` after every pass of ``passes`` in order (checked with ``Graph.verify`` after
-    each when ``verify``).  Raises :class:`PassError` naming the pass that failed."""
+    each when ``verify`` or when :data:`VERIFY_ENV` is set).  Raises :class:`PassError` naming the
+    pass that failed."""
+    verify = verify or verify_requested()
     names = [p.name for p in passes]
     if len(set(names)) != len(names):
         dup = sorted({n for n in names if names.count(n) > 1})

@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ..ir import Graph, Node, TensorInfo
+from .names import fresh_name
 from .pipeline import Pass
 
 
@@ -85,11 +86,3 @@ def sink_relu_into_concat(graph: Graph) -> Graph:
 RELU_CONCAT = Pass("relu-concat", sink_relu_into_concat,
                    "move a Relu that is a Concat's only reader onto the concatenated parts")
 
-
-def fresh_name(name: str, taken: set[str]) -> str:
-    """``name``, or ``name_2``, ``name_3``... whichever is not in ``taken`` (which it joins)."""
-    out, k = name, 2
-    while out in taken:
-        out, k = f"{name}_{k}", k + 1
-    taken.add(out)
-    return out

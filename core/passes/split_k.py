@@ -21,8 +21,8 @@ import math
 import numpy as np
 
 from ..ir import Graph, Node, TensorInfo
+from .names import fresh_name
 from .pipeline import Pass
-from .relu_concat import fresh_name
 
 __all__ = ["split_k", "make_split_k", "SPLIT_K"]
 

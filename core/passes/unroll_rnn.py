@@ -19,8 +19,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir import Graph, Node, TensorInfo
+from .names import fresh_name
 from .pipeline import Pass
-from .relu_concat import fresh_name
 
 __all__ = ["unroll_rnn", "UNROLL_RNN"]
 
@@ -96,7 +96,7 @@ def _unroll(node: Node, graph: Graph, b: _Builder) -> None:
     lbr = int(node.attrs.get("linear_before_reset", 0))
     shape = (batch, hidden)
     x2d = b.op("Reshape", [ins[0], b.const("shape", np.array([t_len * batch, width], np.int64))], (t_len * batch, width))
-    one = b.const("one", np.ones((), np.float32))
+    one = b.const("one", np.ones((), np.float32)) if op == "GRU" else ""  # (1 - z) in GRU's update
     ys, yh, yc = [], [], []
     for d in range(dirs):
         reverse = direction == "reverse" or d == 1
@@ -189,7 +189,7 @@ def unroll_rnn(graph: Graph) -> Graph:
         _unroll(node, graph, b)
         nodes.extend(b.nodes)
     used = {i for n in nodes for i in n.inputs} | {t.name for t in graph.outputs} | {t.name for t in graph.inputs}
-    for name in [k for k in inits if k in graph.initializers and k not in used]:
+    for name in [k for k in inits if k not in used]:  # (the RNN's weights, and a first step's unread R)
         inits.pop(name)
         vi.pop(name, None)
     return graph.replace(nodes=tuple(nodes), initializers=inits, value_info=vi)

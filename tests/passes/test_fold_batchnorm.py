@@ -132,3 +132,44 @@ def test_per_channel_affine_ops_fold_into_the_conv(ops):
 def test_affine_ops_that_cannot_fold_are_left_alone(ops, kwargs):
     graph = rammer.load(_affine_model(ops, **kwargs)[0])
     assert FOLD_BATCHNORM(graph) is graph
+
+
+# -- Before/Expected on structural graph equality ---------------------------------------------------
+from pass_graphs import assert_graphs_equal, assert_left_alone, graph, node  # noqa: E402
+from rammer.passes import fold_batchnorm  # noqa: E402
+
+_RNG = np.random.default_rng(1)
+_W = _RNG.standard_normal((2, 3, 1, 1)).astype(np.float32)
+_B = np.array([0.5, -1.0], np.float32)
+_BN = {"gamma": np.array([2.0, 0.5], np.float32), "beta": np.array([1.0, 0.0], np.float32),
+       "mean": np.array([0.25, -0.5], np.float32), "var": np.array([3.0, 0.75], np.float32)}
+_IO = ({"x": [1, 3, 4, 4]}, {"y": [1, 2, 4, 4]})
+
+
+def test_before_expected_a_bn_after_a_conv_becomes_the_conv_with_new_weights_and_bias():
+    before = graph([node("Conv", ["x", "w", "b"], ["c"]),
+                    node("BatchNormalization", ["c", "gamma", "beta", "mean", "var"], ["n"], epsilon=0.25),
+                    node("Relu", ["n"], ["y"])], *_IO, {"w": _W, "b": _B, **_BN})
+    # s = gamma / sqrt(var + eps) = (2 / sqrt(3.25), 0.5 / sqrt(1)); b' = (b - mean) * s + beta
+    s = np.array([2.0 / np.sqrt(3.25), 0.5], np.float64)
+    w = (_W.astype(np.float64) * s.reshape(2, 1, 1, 1)).astype(np.float32)
+    b = ((np.array([0.5, -1.0]) - np.array([0.25, -0.5])) * s + np.array([1.0, 0.0])).astype(np.float32)
+    expected = graph([node("Conv", ["x", "w_bn", "b_bn"], ["n"]), node("Relu", ["n"], ["y"])], *_IO,
+                     {"w_bn": w, "b_bn": b})
+    assert_graphs_equal(run_pipeline(before, [FOLD_BATCHNORM], verify=True).graph, expected)
+
+
+def test_before_expected_a_per_channel_mul_then_add_fold_one_after_the_other():
+    before = graph([node("Conv", ["x", "w"], ["c"]), node("Mul", ["k", "c"], ["m"]), node("Add", ["m", "d"], ["y"])],
+                   *_IO, {"w": _W, "k": np.array([2.0, 4.0], np.float32).reshape(1, 2, 1, 1),
+                          "d": np.array([[[1.0]], [[3.0]]], np.float32)})
+    w = _W * np.array([2.0, 4.0], np.float32).reshape(2, 1, 1, 1)
+    expected = graph([node("Conv", ["x", "w2", "b2"], ["y"])], *_IO, {"w2": w, "b2": np.array([1.0, 3.0], np.float32)})
+    assert_graphs_equal(fold_batchnorm(before), expected)
+
+
+def test_before_expected_a_bn_whose_conv_is_read_twice_is_left_alone():
+    before = graph([node("Conv", ["x", "w", "b"], ["c"]),
+                    node("BatchNormalization", ["c", "gamma", "beta", "mean", "var"], ["n"]),
+                    node("Add", ["n", "c"], ["y"])], *_IO, {"w": _W, "b": _B, **_BN})
+    assert_left_alone(fold_batchnorm, before)

@@ -8,9 +8,11 @@ import pytest
 from onnx import TensorProto, helper
 
 import rammer
+from rammer.backend import Backend
 from rammer.errors import CompileError, IRVerificationError, RammerError
 from rammer.ir import Graph
 from rammer.passes import CSE, RELU_CONCAT, Pass, PassError, merge_convs_pass, run_pipeline
+from rammer.passes.pipeline import VERIFY_ENV
 
 
 def _graph() -> Graph:
@@ -64,15 +66,37 @@ def test_a_rammer_error_in_a_pass_is_reported_with_the_pass_name():
         run_pipeline(_graph(), [Pass("refuses", refuses)])
 
 
-def test_verify_after_each_pass_catches_the_pass_that_breaks_the_ir():
+def test_verify_after_each_pass_catches_the_pass_that_breaks_the_ir(monkeypatch):
     def drop_first_node(graph):  # its output is still read: not SSA any more
         return graph.replace(nodes=graph.nodes[1:])
 
     passes = [RELU_CONCAT, Pass("drop-first", drop_first_node), CSE]
+    monkeypatch.delenv(VERIFY_ENV, raising=False)
     run_pipeline(_graph(), passes)  # not checked: no error
     with pytest.raises(PassError, match="graph pass 'drop-first' broke the IR") as info:
         run_pipeline(_graph(), passes, verify=True)
     assert isinstance(info.value.__cause__, IRVerificationError)
+
+
+@pytest.mark.parametrize("value, on", [("1", True), ("yes", True), ("0", False), ("", False), ("off", False)])
+def test_the_environment_flag_turns_verification_on_for_every_run(monkeypatch, value, on):
+    broken = [Pass("drop-first", lambda g: g.replace(nodes=g.nodes[1:]))]
+    monkeypatch.setenv(VERIFY_ENV, value)
+    if on:
+        with pytest.raises(PassError, match="'drop-first' broke the IR"):
+            run_pipeline(_graph(), broken)  # the caller did not ask: the flag did
+        with pytest.raises(PassError, match="'drop-first' broke the IR"):
+            _BrokenPipelineBackend().prepare_graph(_graph())  # a backend's own pipeline too
+    else:
+        run_pipeline(_graph(), broken)
+
+
+class _BrokenPipelineBackend(Backend):
+    name = "broken-pipeline"
+    graph_passes = (Pass("drop-first", lambda g: g.replace(nodes=g.nodes[1:])),)
+
+    def compile(self, graph, options):
+        raise NotImplementedError
 
 
 def test_a_pass_must_return_a_graph():

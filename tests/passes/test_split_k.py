@@ -82,3 +82,46 @@ def test_split_products_run_on_opencl(mode):
     assert compiled.executable.report["rtasks"] > 4  # the split products, not one 2x30 tile
     feeds = random_feeds(compiled.inputs, seed=2)
     np.testing.assert_allclose(compiled.run(feeds)["y"], _run(model, feeds), rtol=1e-4, atol=1e-5)
+
+
+# -- Before/Expected on structural graph equality ---------------------------------------------------
+from pass_graphs import assert_graphs_equal, assert_left_alone, graph, node  # noqa: E402
+
+_WK = np.random.default_rng(2).standard_normal((1024, 16)).astype(np.float32)
+
+
+def _slice_consts(i: int, lo: int, hi: int) -> dict[str, np.ndarray]:
+    return {f"s{i}": np.array([lo], np.int64), f"e{i}": np.array([hi], np.int64), f"a{i}": np.array([1], np.int64)}
+
+
+def test_before_expected_a_long_k_with_one_output_tile_becomes_two_slices_two_products_and_an_add():
+    before = graph([node("MatMul", ["x", "w"], ["y"])], {"x": [1, 1024]}, {"y": [1, 16]}, {"w": _WK})
+    # one 16 x 16 output tile of 128 wanted, K = 1024 holds two slices of 512: two pieces
+    expected = graph([node("Slice", ["x", "s0", "e0", "a0"], ["x0"]), node("MatMul", ["x0", "w0"], ["p0"]),
+                      node("Slice", ["x", "s1", "e1", "a1"], ["x1"]), node("MatMul", ["x1", "w1"], ["p1"]),
+                      node("Add", ["p0", "p1"], ["y"])], {"x": [1, 1024]}, {"y": [1, 16]},
+                     {**_slice_consts(0, 0, 512), **_slice_consts(1, 512, 1024), "w0": _WK[:512], "w1": _WK[512:]})
+    assert_graphs_equal(run_pipeline(before, [make_split_k()], verify=True).graph, expected)
+
+
+def test_before_expected_the_gemm_bias_joins_the_first_partial_product():
+    wt = np.ascontiguousarray(_WK.T)  # transB: K is B's second axis
+    bias = np.arange(16, dtype=np.float32)
+    before = graph([node("Gemm", ["x", "w", "b"], ["y"], transB=1, alpha=0.5)], {"x": [1, 1024]}, {"y": [1, 16]},
+                   {"w": wt, "b": bias})
+    expected = graph([node("Slice", ["x", "s0", "e0", "a0"], ["x0"]), node("Gemm", ["x0", "w0", "b"], ["p0"], transB=1, alpha=0.5),
+                      node("Slice", ["x", "s1", "e1", "a1"], ["x1"]), node("Gemm", ["x1", "w1"], ["p1"], transB=1, alpha=0.5),
+                      node("Add", ["p0", "p1"], ["y"])], {"x": [1, 1024]}, {"y": [1, 16]},
+                     {**_slice_consts(0, 0, 512), **_slice_consts(1, 512, 1024), "w0": wt[:, :512], "w1": wt[:, 512:],
+                      "b": bias})
+    assert_graphs_equal(split_k(before), expected)
+
+
+def test_before_expected_many_output_tiles_or_a_short_k_are_left_alone():
+    many_tiles = graph([node("MatMul", ["x", "w"], ["y"])], {"x": [256, 1024]}, {"y": [256, 128]},
+                       {"w": np.zeros((1024, 128), np.float32)})
+    short_k = graph([node("MatMul", ["x", "w"], ["y"])], {"x": [1, 1000]}, {"y": [1, 16]},
+                    {"w": np.zeros((1000, 16), np.float32)})
+    computed_weight = graph([node("MatMul", ["x", "v"], ["y"])], {"x": [1, 1024], "v": [1024, 16]}, {"y": [1, 16]})
+    for before in (many_tiles, short_k, computed_weight):
+        assert_left_alone(split_k, before)

@@ -78,3 +78,36 @@ def test_gpu_backends_run_an_lstm(mode):
     got = compiled.run(feeds)
     for k in want:
         np.testing.assert_allclose(got[k], want[k], rtol=1e-4, atol=1e-5, err_msg=k)
+
+
+# -- Before/Expected on structural graph equality ---------------------------------------------------
+from pass_graphs import assert_graphs_equal, assert_left_alone, graph, node  # noqa: E402
+
+_W1 = np.array([[[1.0, 2.0], [3.0, 4.0]]], np.float32)  # [dirs, H, I]
+_R1 = np.array([[[0.5, 0.0], [0.0, 0.5]]], np.float32)
+
+
+def _i64(*values: int) -> np.ndarray:
+    return np.array(values, np.int64)
+
+
+def test_before_expected_one_step_of_a_plain_rnn():
+    """T = B = 1, I = H = 2, no bias, no initial state: one projection, one Tanh, the outputs reshaped.
+    With no state before the first step, R is not read, and no constant is left unread."""
+    before = graph([node("RNN", ["x", "W", "R"], ["y", "yh"], hidden_size=2)], {"x": [1, 1, 2]},
+                   {"y": [1, 1, 1, 2], "yh": [1, 1, 2]}, {"W": _W1, "R": _R1}, opset=14)
+    expected = graph([node("Reshape", ["x", "rows"], ["x2d"]), node("MatMul", ["x2d", "Wt"], ["xw"]),
+                      node("Add", ["xw", "bias"], ["proj"]), node("Slice", ["proj", "s", "e", "a"], ["step0"]),
+                      node("Tanh", ["step0"], ["h"]), node("Reshape", ["h", "shape4"], ["h4"]),
+                      node("Concat", ["h4"], ["ys"], axis=0), node("Reshape", ["h", "shape3"], ["h3"]),
+                      node("Identity", ["ys"], ["y"]), node("Identity", ["h3"], ["yh"])],
+                     {"x": [1, 1, 2]}, {"y": [1, 1, 1, 2], "yh": [1, 1, 2]},
+                     {"rows": _i64(1, 2), "Wt": _W1[0].T.copy(), "bias": np.zeros(2, np.float32), "s": _i64(0),
+                      "e": _i64(1), "a": _i64(0), "shape4": _i64(1, 1, 1, 2), "shape3": _i64(1, 1, 2)}, opset=14)
+    assert_graphs_equal(run_pipeline(before, [UNROLL_RNN], verify=True).graph, expected)
+
+
+def test_before_expected_an_rnn_with_clip_is_left_alone():
+    before = graph([node("RNN", ["x", "W", "R"], ["y", "yh"], hidden_size=2, clip=1.0)], {"x": [1, 1, 2]},
+                   {"y": [1, 1, 1, 2], "yh": [1, 1, 2]}, {"W": _W1, "R": _R1}, opset=14)
+    assert_left_alone(unroll_rnn, before)
