@@ -31,6 +31,7 @@ from dataclasses import asdict
 from typing import Any, Mapping, Sequence
 
 import onnx
+from onnx import external_data_helper
 
 from .frontend.limits import Limits, resolve_limits
 from .frontend.source import ModelSource
@@ -71,8 +72,6 @@ def _external_files(path: str) -> list[str]:
         model.ParseFromString(data)
     except Exception:
         return []  # the frontend will say what is wrong with the file
-    from onnx import external_data_helper
-
     found = set()
     for t in external_data_helper._get_all_tensors(model):
         if external_data_helper.uses_external_data(t):
