@@ -4,6 +4,7 @@
 # naming the tool.
 #   - pocl-opencl-icd: an OpenCL CPU device, so the GPU renderer's OpenCL text runs (tests/codegen)
 #   - hipcc (ROCm 5.2, about 0.5 GB): the rocm backend's HIP text is compiled for gfx90a/gfx908 (tests/gpu)
+#   - g++: the CUDA-semantics CPU emulator runs the emitted .cu/.hip text (tests/gpu/test_emulation*)
 #   - gcc-arm-none-eabi, libnewlib-arm-none-eabi, qemu-system-arm: the mcu backend's Cortex-M builds (tests/mcu)
 set -euo pipefail
 if [ "$(id -u)" != 0 ]; then
@@ -15,6 +16,7 @@ want=()
 command -v arm-none-eabi-gcc > /dev/null || want+=(gcc-arm-none-eabi libnewlib-arm-none-eabi)
 command -v qemu-system-arm > /dev/null || want+=(qemu-system-arm)
 command -v hipcc > /dev/null || want+=(hipcc)
+command -v g++ > /dev/null || want+=(g++)
 if [ ${#want[@]} -gt 0 ]; then
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -qq
