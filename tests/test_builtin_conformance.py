@@ -14,6 +14,7 @@ import sys
 import pytest
 
 from rammer import plugins
+from rammer.time_limits import scaled_limit
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUILTIN = sorted(name for name in plugins.backends() if plugins.backend_origin(name) == name)
@@ -25,7 +26,7 @@ def test_conformance_suite_passes(backend, tmp_path):
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "--pyargs", "rammer.conformance",
          "--backend", backend, "-q", "-rfE", "-p", "no:cacheprovider"],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900,
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=scaled_limit(900),
     )
     tail = "\n".join(proc.stdout.splitlines()[-25:])
     assert proc.returncode == 0, f"conformance suite failed for '{backend}':\n{tail}\n{proc.stderr[-2000:]}"

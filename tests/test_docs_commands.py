@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from rammer.cli import main
+from rammer.time_limits import scaled_limit
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -114,12 +115,14 @@ def test_documented_command_runs(doc, command, tmp_path, monkeypatch, capsys):
         return
     if argv[:2] == ["python", "-m"]:
         env = dict(os.environ, PYTHONPATH=str(ROOT / "tests"))
-        done = subprocess.run([sys.executable, *argv[1:]], capture_output=True, text=True, timeout=600, env=env)
+        done = subprocess.run([sys.executable, *argv[1:]], capture_output=True, text=True, timeout=scaled_limit(600),
+                              env=env)
         assert done.returncode == 0, f"{command!r}: {done.stderr[-2000:]}"
         return
     script = ROOT / argv[1]
     assert script.is_file(), f"{doc} names {argv[1]}, which does not exist"
-    done = subprocess.run([sys.executable, str(script), "--help"], capture_output=True, text=True, timeout=120)
+    done = subprocess.run([sys.executable, str(script), "--help"], capture_output=True, text=True,
+                          timeout=scaled_limit(120))
     assert done.returncode == 0, f"{argv[1]} --help: {done.stderr[-2000:]}"
     # The documented flags exist.
     for flag in (a for a in argv[2:] if a.startswith("--")):

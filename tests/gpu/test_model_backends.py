@@ -22,6 +22,7 @@ from rammer.codegen.render import neutral, render_module
 from rammer.errors import BackendUnavailableError, UnsupportedOpError
 from rammer.frontend import load
 from rammer.vdevice import get_preset
+from rammer.time_limits import scaled_limit
 
 
 def _model(nodes, inputs, outputs, inits=()) -> onnx.ModelProto:
@@ -161,7 +162,8 @@ def test_persistent_program_with_eight_spinning_blocks_on_pocl():
     if "Portable Computing Language" not in be.availability().reason:
         pytest.skip("needs PoCL (the variable is PoCL's)")
     env = {**os.environ, "POCL_MAX_PTHREAD_COUNT": "8"}
-    out = subprocess.run([sys.executable, "-c", _MANY_BLOCKS], env=env, capture_output=True, text=True, timeout=600)
+    out = subprocess.run([sys.executable, "-c", _MANY_BLOCKS], env=env, capture_output=True, text=True,
+                         timeout=scaled_limit(600))
     assert out.returncode == 0, out.stderr[-3000:]
     assert "blocks 8 " in out.stdout and "launches 1" in out.stdout
 
