@@ -30,7 +30,7 @@ import onnx
 import pytest
 
 torch = pytest.importorskip("torch", reason="torch is not installed; the torch.onnx export tests need it "
-                                            "(pip install -e .[torch])")
+                                            '(pip install -e ".[torch]")')
 ort = pytest.importorskip("onnxruntime", reason="onnxruntime is needed to compare against")
 
 import rammer  # noqa: E402

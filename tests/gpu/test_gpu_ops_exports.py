@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 pytest.importorskip("torch", reason="torch is not installed; the torch.onnx export tests need it "
-                               "(pip install -e .[torch])")
+                               '(pip install -e ".[torch]")')
 
 import rammer  # noqa: E402
 from rammer import plugins  # noqa: E402

@@ -16,8 +16,8 @@ import warnings
 import numpy as np
 import pytest
 
-pytest.importorskip("sklearn", reason="scikit-learn is not installed (pip install 'rammer[ml]')")
-pytest.importorskip("skl2onnx", reason="skl2onnx is not installed (pip install 'rammer[ml]')")
+pytest.importorskip("sklearn", reason="scikit-learn is not installed (pip install -e \".[ml]\")")
+pytest.importorskip("skl2onnx", reason="skl2onnx is not installed (pip install -e \".[ml]\")")
 
 from sklearn import datasets  # noqa: E402
 from sklearn.ensemble import (ExtraTreesClassifier, ExtraTreesRegressor, GradientBoostingClassifier,  # noqa: E402

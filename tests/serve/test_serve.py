@@ -75,7 +75,7 @@ def _post(url: str, body: dict) -> dict:
 
 @pytest.mark.slow
 def test_two_replicas_answer_concurrent_requests_correctly():
-    pytest.importorskip("ray.serve", reason="needs Ray Serve: pip install 'rammer[serve]'")
+    pytest.importorskip("ray.serve", reason='needs Ray Serve: pip install -e ".[serve]"')
     from ray import serve
 
     import ray
