@@ -11,3 +11,11 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 for _folder in (_HERE, *(os.path.join(_HERE, sub) for sub in ("cpu", "gpu", "schedule", "fuzz"))):
     if _folder not in sys.path:
         sys.path.insert(0, _folder)
+
+try:  # Hypothesis (a test extra) times each example against a deadline by default; load alone can pass it.
+    from hypothesis import HealthCheck, settings
+except ImportError:
+    pass
+else:
+    settings.register_profile("rammer", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    settings.load_profile("rammer")

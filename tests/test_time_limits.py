@@ -44,3 +44,9 @@ def test_the_real_calibration_measures_something(quiet_load):
     seconds = time_limits.calibration_seconds()
     assert seconds > 0
     assert 1.0 <= machine_slowdown() <= MAX_SLOWDOWN
+
+
+def test_hypothesis_sets_no_deadline_per_example():
+    """Hypothesis's default 200 ms deadline per example fails a property test from load alone (tests/conftest.py)."""
+    hypothesis = pytest.importorskip("hypothesis")
+    assert hypothesis.settings.default.deadline is None
