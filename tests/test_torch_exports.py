@@ -36,7 +36,8 @@ ort = pytest.importorskip("onnxruntime", reason="onnxruntime is needed to compar
 import rammer  # noqa: E402
 import torch_models  # noqa: E402
 
-pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::FutureWarning")
+# slow: torch.onnx exports of whole models, then compiles of them (left out of the quick subset)
+pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::UserWarning", "ignore::FutureWarning")]
 
 TOLERANCE = 1e-4
 #: Ops that compute shapes, or exist only to describe them; none may survive import.

@@ -472,6 +472,7 @@ def _child_env() -> dict:
     return dict(os.environ, NUMBA_NUM_THREADS=os.environ.get("NUMBA_NUM_THREADS", "2"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("point", ["tables.npz", "meta.json", cache_entry.MANIFEST, "rename"])
 def test_a_writer_killed_mid_write_leaves_nothing_a_load_accepts(case, tmp_path, point):
     cache = tmp_path / "cache"
@@ -515,6 +516,7 @@ print("OK", ",".join(statuses))
 """
 
 
+@pytest.mark.slow
 def test_processes_racing_on_one_cache_all_get_correct_models(case, tmp_path):
     """Three processes compile the same model into one cache at once, again and again, while
     deleting and scribbling over the entries the others are loading."""

@@ -55,6 +55,7 @@ SCRIPT = textwrap.dedent('''
 ''')
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", ["fork", "spawn"])
 def test_pool_after_a_run(method, tmp_path):
     if method == "fork" and not hasattr(os, "fork"):

@@ -48,6 +48,7 @@ def test_a_gemm_model_builds_only_the_packed_kernel():
     assert done.returncode == 0, done.stderr[-3000:]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ENTRIES)
 def test_each_entry_loads_from_the_cache_with_only_the_modules_it_names(name):
     entries.entry_address(name)  # compiled here (or already in numba's cache): the child loads it

@@ -19,7 +19,8 @@ import rammer  # noqa: E402
 from rammer import plugins  # noqa: E402
 import torch_models  # noqa: E402  (tests/ is on sys.path: tests/conftest.py)
 
-pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::FutureWarning")
+# slow: torch.onnx exports of whole models, then compiles of them (left out of the quick subset)
+pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::UserWarning", "ignore::FutureWarning")]
 NAMES = ["bert", "gpt2", "vit", "mobilenetv2"]
 
 
