@@ -66,6 +66,7 @@ def _opencl():
     return be
 
 
+@pytest.mark.slow
 def test_mixed_model_runs_on_opencl_and_matches_reference():
     _opencl()
     model = _mixed()
@@ -86,6 +87,7 @@ def test_mixed_model_runs_on_opencl_and_matches_reference():
 
 
 
+@pytest.mark.slow
 def test_tensors_with_no_elements_touch_no_memory():
     """Empty tensors (a batch of 0) beside full ones: the planner may place an empty tensor where
     another lives, so an empty tensor's rTasks must count as touching nothing (fuzz case
@@ -117,6 +119,7 @@ def test_tensors_with_no_elements_touch_no_memory():
 SMALL_ZOO = [e.name for e in zoo.list_models() if e.small]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["persistent", "wave"])
 @pytest.mark.parametrize("name", SMALL_ZOO)
 def test_small_zoo_models_match_reference_on_opencl(name, mode):
