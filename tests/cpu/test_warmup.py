@@ -37,6 +37,7 @@ _SCRIPT = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="the warm-up helper needs a second CPU core")
 def test_cold_entries_compile_in_a_helper_and_link_to_the_real_interpreter(tmp_path):
     env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "numba"), RAMMER_CACHE_DIR=str(tmp_path / "rammer"),

@@ -153,6 +153,7 @@ print("blocks", r["blocks"], "signals", r["signals"], "launches", r["launches_pe
 """
 
 
+@pytest.mark.slow
 def test_persistent_program_with_eight_spinning_blocks_on_pocl():
     # PoCL runs one work-group per thread of its pool; POCL_MAX_PTHREAD_COUNT raises the pool (and
     # the compute units the device reports, hence the vEUs scheduled), so eight blocks spin on each
@@ -233,6 +234,7 @@ def test_emit_writes_source_schedule_and_report(tmp_path):
     assert "__global__" in (tmp_path / "program.hip").read_text()
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc (CUDA toolkit)")
 @pytest.mark.parametrize("mode", ["persistent", "wave"])
 @pytest.mark.parametrize("name", SMALL_ZOO)
@@ -247,6 +249,7 @@ def test_nvcc_compiles_whole_small_models_for_sm80_and_sm90(name, mode):
         assert 0 < usage["registers"] <= 255
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("hipcc") is None, reason="needs hipcc (Debian package hipcc; ci/setup.sh)")
 @pytest.mark.parametrize("mode", ["persistent", "wave"])
 @pytest.mark.parametrize("name", SMALL_ZOO)
