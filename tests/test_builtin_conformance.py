@@ -20,6 +20,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUILTIN = sorted(name for name in plugins.backends() if plugins.backend_origin(name) == name)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", BUILTIN)
 def test_conformance_suite_passes(backend, tmp_path):
     env = dict(os.environ, RAMMER_CACHE_DIR=str(tmp_path / "cache"))
