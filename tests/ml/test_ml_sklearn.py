@@ -113,6 +113,7 @@ def onnxruntime_outputs(kind: str, model: str, data: str) -> list[np.ndarray]:
     return sess.run(None, {sess.get_inputs()[0].name: x})
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend,kind,model,data,strategy", list(_cases()))
 def test_matches_scikit_learn_and_onnxruntime(backend, kind, model, data, strategy):
     est = fitted(kind, model, data)
