@@ -97,6 +97,7 @@ def test_missing_tools_are_named():
     assert shutil.which("gcc")
 
 
+@pytest.mark.slow
 @needs_arm
 @needs_unicorn
 def test_device_metrics_of_a_compiled_model(mcu_backend, digits):
