@@ -26,6 +26,7 @@ from rammer.cli import main
 from rammer.backends.cpu.runtime import HostStep
 from rammer.errors import RammerError
 from rammer.codegen.names import c_string, comment_text, identifier, py_string
+from rammer.time_limits import scaled_limit
 
 MARKER = "PWNED_MARKER"
 
@@ -80,7 +81,7 @@ def _check_emitted(out: Path, workdir: Path) -> dict:
     source = out / "program.py"
     py_compile.compile(str(source), cfile=str(workdir / "program.pyc"), doraise=True)
     checked = subprocess.run([sys.executable, "-m", "py_compile", str(source)], capture_output=True, text=True,
-                             timeout=120, cwd=workdir)
+                             timeout=scaled_limit(120), cwd=workdir)
     assert checked.returncode == 0, checked.stderr
     for path in out.glob("*.json"):
         json.loads(path.read_text(encoding="utf-8"))
@@ -109,7 +110,7 @@ def test_hostile_names_emit_a_program_that_runs_and_keeps_names_as_data(tmp_path
     doc = ns["__doc__"]
     assert '"' not in doc and "\\" not in doc and comment_text(m.graph.name) in doc
     run = subprocess.run([sys.executable, str(out / "program.py")], capture_output=True, text=True,
-                         timeout=300, cwd=tmp_path, env=dict(os.environ, NUMBA_NUM_THREADS="2"))
+                         timeout=scaled_limit(300), cwd=tmp_path, env=dict(os.environ, NUMBA_NUM_THREADS="2"))
     assert run.returncode == 0, run.stderr[-3000:]
     assert not (tmp_path / MARKER).exists(), "running the emitted program ran code from a model name"
     # it printed both outputs, and computed the model: Relu(h) and -h share h
@@ -132,7 +133,7 @@ def test_hostile_names_in_fallback_reasons_stay_literals(tmp_path, private_cache
     assert hosts and hosts == [{"host": s.node_index, "reason": s.reason}
                                for s in model.executable.program.steps if isinstance(s, HostStep)]
     run = subprocess.run([sys.executable, str(out / "program.py")], capture_output=True, text=True,
-                         timeout=300, cwd=tmp_path, env=dict(os.environ, NUMBA_NUM_THREADS="2"))
+                         timeout=scaled_limit(300), cwd=tmp_path, env=dict(os.environ, NUMBA_NUM_THREADS="2"))
     assert "needs the reference implementation" in run.stderr, run.stderr[-3000:]
     assert not (tmp_path / MARKER).exists()
 

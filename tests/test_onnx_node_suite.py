@@ -17,9 +17,13 @@ import unittest
 import warnings
 
 import onnx.backend.test
+import pytest
 
 from rammer import plugins
 from rammer.onnx_backend import RammerBackend
+
+#: 3,768 cases (two backends), minutes even on a quiet machine: left out of the quick subset.
+pytestmark = pytest.mark.slow
 
 HERE = os.path.dirname(__file__)
 #: The backends whose node-suite results CI checks.

@@ -30,13 +30,14 @@ import onnx
 import pytest
 
 torch = pytest.importorskip("torch", reason="torch is not installed; the torch.onnx export tests need it "
-                                            "(pip install -e .[torch])")
+                                            '(pip install -e ".[torch]")')
 ort = pytest.importorskip("onnxruntime", reason="onnxruntime is needed to compare against")
 
 import rammer  # noqa: E402
 import torch_models  # noqa: E402
 
-pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::FutureWarning")
+# slow: torch.onnx exports of whole models, then compiles of them (left out of the quick subset)
+pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::UserWarning", "ignore::FutureWarning")]
 
 TOLERANCE = 1e-4
 #: Ops that compute shapes, or exist only to describe them; none may survive import.

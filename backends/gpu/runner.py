@@ -48,7 +48,7 @@ __all__ = ["CupyRunner", "COUNTER_MAX", "live_residency"]
 #: The largest value a 32-bit counter (and a wait target) may reach.
 COUNTER_MAX = 2 ** 31 - 1
 _INSTALL_HINT = ("CuPy compiles the program with NVRTC and needs the CUDA headers: install "
-                 "'cupy-cuda12x[ctk]' (or 'cupy-cuda13x[ctk]', the extra 'rammer[cuda]'), or a CUDA toolkit")
+                 "'cupy-cuda12x[ctk]' (or 'cupy-cuda13x[ctk]', or pip install -e '.[cuda]' in the rammer checkout), or a CUDA toolkit")
 
 
 def _first_line(exc: BaseException) -> str:

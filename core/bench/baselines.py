@@ -53,7 +53,7 @@ class OnnxRuntimeRunner(BenchRunner):
             import onnxruntime as ort
         except Exception as exc:
             return Availability(False, f"onnxruntime does not import ({_first_line(exc)}); "
-                                       "pip install 'rammer[bench]'")
+                                       'pip install -e ".[bench]" in the rammer checkout')
         if self.provider not in ort.get_available_providers():
             return Availability(False, f"onnxruntime {ort.__version__} has no {self.provider} here "
                                        f"(providers: {', '.join(ort.get_available_providers())})")

@@ -105,7 +105,7 @@ def _write(doc: dict, out: str, charts: bool) -> list[str]:
 
             written += write_charts(doc, out)
         except ImportError as exc:
-            _warn(f"charts skipped: {exc.name or exc} is not installed (pip install 'rammer[bench]')")
+            _warn(f"charts skipped: {exc.name or exc} is not installed (pip install -e '.[bench]' in the rammer checkout)")
     return written
 
 

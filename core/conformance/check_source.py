@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from ..time_limits import scaled_limit
 from .target import Target
 from .tiny import tiny_graph
 
@@ -59,6 +60,6 @@ def test_generated_source_compiles(conformance_target: Target, tmp_path: Path) -
         src.write_text(text)
         out = tmp_path / f"src{i}.o"
         cmd = [a.format(compiler=compiler, src=src, out=out) for a in args]
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=scaled_limit(600), check=False)
         assert proc.returncode == 0, (f"{' '.join(cmd)} failed on the generated '{name}' "
                                       f"(exit {proc.returncode}):\n{(proc.stderr or proc.stdout)[-3000:]}")

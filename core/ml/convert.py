@@ -26,7 +26,8 @@ def to_onnx(estimator: Any, n_features: int, dtype: Any = np.float32) -> Any:
     try:
         from skl2onnx import to_onnx as skl_to_onnx
     except ImportError as exc:
-        raise CompileError(f"rammer.ml.convert needs scikit-learn and skl2onnx: pip install 'rammer[ml]' ({exc})") \
+        raise CompileError("rammer.ml.convert needs scikit-learn and skl2onnx: pip install -e '.[ml]' in the rammer "
+                           f"checkout ({exc})") \
             from None
     sample = np.zeros((1, n_features), dtype)
     opset = {"": 17, "ai.onnx.ml": 3}

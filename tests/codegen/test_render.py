@@ -14,6 +14,7 @@ from rammer.backends.gpu import kernels as gk
 from rammer.codegen import kernel_ir as ir
 from rammer.codegen.dialects import DIALECTS, UnsupportedInDialect, get_dialect
 from rammer.codegen.render import neutral, render_kernel, render_module
+from rammer.time_limits import scaled_limit
 
 KERNELS = [gk.elementwise("ew_relu", "Relu"), gk.elementwise("ew_add", "Add"), gk.elementwise("ew_sig", "Sigmoid"),
            gk.matmul_tiled("mm16", 16), gk.matmul_tiled("mm8", 8), gk.softmax_rows("softmax128", 128)]
@@ -62,7 +63,7 @@ def _ptxas(arch: str, source: str, tmp_path) -> dict[str, dict[str, int]]:
     src = tmp_path / f"m_{arch}.cu"
     src.write_text(source)
     out = subprocess.run(["nvcc", f"-arch={arch}", "-cubin", "--ptxas-options=-v", str(src), "-o",
-                          str(tmp_path / f"m_{arch}.cubin")], capture_output=True, text=True, timeout=300)
+                          str(tmp_path / f"m_{arch}.cubin")], capture_output=True, text=True, timeout=scaled_limit(300))
     assert out.returncode == 0, out.stderr[-3000:]
     usage: dict[str, dict[str, int]] = {}
     current = None

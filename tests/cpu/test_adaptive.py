@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 import rammer
 import rammer.zoo
@@ -43,6 +44,7 @@ def test_back_to_the_whole_program_when_the_cores_are_free_again_and_probes_get_
     assert used[LANE] < 4000 / 50 and c.interval == MAX_PROBE
 
 
+@pytest.mark.slow
 def test_adaptive_launches_give_the_same_answers():
     graph = rammer.zoo.build("nasnet-small")
     model = rammer.compile(graph, backend="cpu", veus=2)

@@ -14,6 +14,7 @@ import rammer
 import rammer.zoo
 from rammer.cli import main
 from rammer.frontend import load
+from rammer.time_limits import scaled_limit
 
 
 def _graph(name: str = "lstm-tc-small"):
@@ -73,7 +74,8 @@ def test_cli_compile_report_and_emit(tmp_path, capsys, cache_dir):
     sched = json.loads((out / "schedule.json").read_text())
     assert sched["format"] == "rammer.schedule/1" and sched["num_rtasks"] > 0
     # the generated program runs on its own
-    run = subprocess.run([sys.executable, str(out / "program.py")], capture_output=True, text=True, timeout=300)
+    run = subprocess.run([sys.executable, str(out / "program.py")], capture_output=True, text=True,
+                         timeout=scaled_limit(300))
     assert run.returncode == 0, run.stderr
     assert "decoder_outputs" in run.stdout
 

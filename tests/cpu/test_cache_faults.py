@@ -31,6 +31,7 @@ from onnx import TensorProto, helper, numpy_helper
 import rammer
 from rammer.backends.cpu import cache_entry
 from rammer.backends.cpu.runtime import HostStep
+from rammer.time_limits import scaled_limit
 
 FILES = cache_entry.FILES + (cache_entry.MANIFEST,)
 
@@ -471,11 +472,12 @@ def _child_env() -> dict:
     return dict(os.environ, NUMBA_NUM_THREADS=os.environ.get("NUMBA_NUM_THREADS", "2"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("point", ["tables.npz", "meta.json", cache_entry.MANIFEST, "rename"])
 def test_a_writer_killed_mid_write_leaves_nothing_a_load_accepts(case, tmp_path, point):
     cache = tmp_path / "cache"
     child = subprocess.run([sys.executable, "-c", _KILLER, str(case.path), str(cache), str(case.expected), point],
-                           capture_output=True, text=True, timeout=600, env=_child_env())
+                           capture_output=True, text=True, timeout=scaled_limit(600), env=_child_env())
     assert child.returncode == -signal.SIGKILL, child.stdout + child.stderr[-3000:]
     [left] = _leftovers(cache)
     assert not [p for p in os.listdir(_programs(cache)) if not p.startswith(".")]
@@ -514,6 +516,7 @@ print("OK", ",".join(statuses))
 """
 
 
+@pytest.mark.slow
 def test_processes_racing_on_one_cache_all_get_correct_models(case, tmp_path):
     """Three processes compile the same model into one cache at once, again and again, while
     deleting and scribbling over the entries the others are loading."""
@@ -524,7 +527,7 @@ def test_processes_racing_on_one_cache_all_get_correct_models(case, tmp_path):
     for r in racers:
         r.stdin.write("go")
         r.stdin.flush()
-    results = [r.communicate(timeout=600) for r in racers]
+    results = [r.communicate(timeout=scaled_limit(600)) for r in racers]
     for r, (out, err) in zip(racers, results):
         assert r.returncode == 0 and out.startswith("OK"), out + err[-3000:]
     statuses = {s for out, _ in results for s in out.split()[1].split(",")}

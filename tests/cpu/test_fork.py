@@ -14,6 +14,8 @@ import textwrap
 
 import pytest
 
+from rammer.time_limits import scaled_limit
+
 SCRIPT = textwrap.dedent('''
     import multiprocessing as mp
     import sys
@@ -53,6 +55,7 @@ SCRIPT = textwrap.dedent('''
 ''')
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", ["fork", "spawn"])
 def test_pool_after_a_run(method, tmp_path):
     if method == "fork" and not hasattr(os, "fork"):
@@ -60,8 +63,8 @@ def test_pool_after_a_run(method, tmp_path):
     script = tmp_path / "pool.py"
     script.write_text(SCRIPT)
     env = dict(os.environ, NUMBA_NUM_THREADS="2", RAMMER_CACHE_DIR=str(tmp_path / "cache"))
-    done = subprocess.run([sys.executable, str(script), method], capture_output=True, text=True, timeout=300,
-                          env=env)
+    done = subprocess.run([sys.executable, str(script), method], capture_output=True, text=True,
+                          timeout=scaled_limit(300), env=env)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.startswith("ok")
     if method == "fork":

@@ -92,6 +92,7 @@ def test_end_padded_1x1_conv1d_reproducer():
     check(m, feeds)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("form", [None, FORM_DIRECT, FORM_TRANSPOSED, FORM_PIXEL_ROWS],
                          ids=["chosen", "direct", "transposed", "pixel-rows"])
 def test_end_padded_1x1_convs(monkeypatch, form):

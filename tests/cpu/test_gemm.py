@@ -50,6 +50,7 @@ def test_packed_gemm_edges_and_transposes(m, n, k, ta, tb):
     np.testing.assert_allclose(F[c_off:c_off + m * n].reshape(m, n), 2 * want, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("rows,cols,width", [(uk.PX_MR, uk.PX_NR, uk.WIDTH), (4, 16, 8)])
 @pytest.mark.parametrize("flags", range(16))  # each combination has a store block of its own
 def test_pixel_row_microkernel_reads_through_tables_and_stores_transposed(rows, cols, width, flags):

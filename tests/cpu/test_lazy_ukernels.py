@@ -12,6 +12,7 @@ import textwrap
 import pytest
 
 from rammer.backends.cpu import entries, machine_code, ukernel, ukernel_window, ukernel_winograd
+from rammer.time_limits import scaled_limit
 
 ENTRIES = sorted(n[len("entry_"):] for n in vars(entries) if n.startswith("entry_k_"))
 
@@ -31,7 +32,7 @@ def test_entries_name_the_micro_kernels_they_call():
 def _run(code: str) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.dirname(__file__), os.environ.get("PYTHONPATH", "")]))
     return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env, capture_output=True, text=True,
-                          timeout=600)
+                          timeout=scaled_limit(600))
 
 
 def test_a_gemm_model_builds_only_the_packed_kernel():
@@ -47,6 +48,7 @@ def test_a_gemm_model_builds_only_the_packed_kernel():
     assert done.returncode == 0, done.stderr[-3000:]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ENTRIES)
 def test_each_entry_loads_from_the_cache_with_only_the_modules_it_names(name):
     entries.entry_address(name)  # compiled here (or already in numba's cache): the child loads it

@@ -13,8 +13,9 @@ pytest.importorskip("onnxscript", reason="torch's dynamo exporter needs onnxscri
 import rammer  # noqa: E402
 import torch_models  # noqa: E402
 
-pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::FutureWarning",
-                                        "ignore::DeprecationWarning")
+# slow: torch.onnx exports of whole models, then compiles of them (left out of the quick subset)
+pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::UserWarning", "ignore::FutureWarning",
+                                                             "ignore::DeprecationWarning")]
 
 
 @pytest.mark.parametrize("name", list(torch_models.CASES))

@@ -9,6 +9,8 @@ import textwrap
 
 import pytest
 
+from rammer.time_limits import scaled_limit
+
 _SCRIPT = textwrap.dedent("""
     import numpy as np
     import rammer
@@ -35,11 +37,13 @@ _SCRIPT = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="the warm-up helper needs a second CPU core")
 def test_cold_entries_compile_in_a_helper_and_link_to_the_real_interpreter(tmp_path):
     env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "numba"), RAMMER_CACHE_DIR=str(tmp_path / "rammer"),
                PYTHONPATH=os.pathsep.join([os.path.dirname(__file__), os.environ.get("PYTHONPATH", "")]))
-    done = subprocess.run([sys.executable, "-c", _SCRIPT], env=env, capture_output=True, text=True, timeout=600)
+    done = subprocess.run([sys.executable, "-c", _SCRIPT], env=env, capture_output=True, text=True,
+                          timeout=scaled_limit(600))
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip().endswith("ok")
 

@@ -124,3 +124,31 @@ def test_the_oracle_judges_errors_of_models_with_undecodable_names():
     assert _names(data) == {"Relu", "xx", "yy"}
     assert _judge_error(ModelLoadError("tensor 'yy' is bad"), data) is None
     assert _judge_error(ModelLoadError("something is bad"), data).kind == "vague-error"
+
+
+def test_a_case_past_its_limit_is_rerun_once_in_a_fresh_worker_before_it_is_a_hang(tmp_path):
+    """Load can push one case past its limit: a hang is a case that runs past it twice, in two workers.
+
+    The stand-in oracle (fuzz_doubles.py) never answers the first run of one case (its retry answers) and
+    never answers any run of another."""
+    import json
+
+    import fuzz_doubles
+
+    seeds = [11, 12, 13]
+    plan = {fuzz_doubles.model_key(build_case("graphs", 11)[0]): "hang-once",
+            fuzz_doubles.model_key(build_case("graphs", 12)[0]): "hang"}
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    (cache / "plan.json").write_text(json.dumps(plan))
+    log = tmp_path / "log.jsonl"
+    with open(log, "w", encoding="utf-8") as f:
+        res = run_campaign("reference", "graphs", seeds, workers=1, timeout_s=1, first_timeout_s=1,
+                           cache_dir=str(cache), log=f, case_runner=fuzz_doubles.run_case_as_planned)
+    assert res.cases == 3
+    assert dict(res.counts) == {"ok": 2, "hang": 1}
+    assert res.retried >= 2  # both planned cases; a loaded machine may add a retry of case 13
+    (hang,) = res.findings
+    assert hang["seed"] == 12 and "retry in a fresh worker" in hang["detail"]
+    records = {r["seed"]: r for r in map(json.loads, log.read_text().splitlines())}
+    assert records[11]["kind"] == "ok" and records[11]["retried_after_s"] >= 1

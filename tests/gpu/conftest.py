@@ -10,6 +10,8 @@ import subprocess
 import numpy as np
 import pytest
 
+from rammer.time_limits import scaled_limit
+
 
 class CL:
     """A pyopencl context with helpers to launch one rendered kernel."""
@@ -65,7 +67,7 @@ def _ptxas_usage(arch: str, source: str, tmp_path) -> dict[str, dict[str, int]]:
     src = tmp_path / f"k_{arch}.cu"
     src.write_text(source)
     out = subprocess.run(["nvcc", f"-arch={arch}", "-cubin", "--ptxas-options=-v", str(src), "-o",
-                          str(tmp_path / f"k_{arch}.cubin")], capture_output=True, text=True, timeout=300)
+                          str(tmp_path / f"k_{arch}.cubin")], capture_output=True, text=True, timeout=scaled_limit(300))
     assert out.returncode == 0, out.stderr[-3000:]
     usage: dict[str, dict[str, int]] = {}
     current = None

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch", reason="torch is not installed; the torch.onnx export tests need it "
-                                            "(pip install -e .[torch])")
+                                            "(pip install -e '.[torch]')")
 pytest.importorskip("onnxscript", reason="torch's dynamo exporter needs onnxscript")
 
 import rammer  # noqa: E402

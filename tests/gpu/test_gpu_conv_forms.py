@@ -15,6 +15,10 @@ from rammer.backends.gpu.lower import CONV_IMPLICIT_GEMM
 from rammer.frontend import load
 from rammer.vdevice import get_preset
 
+#: Each case builds OpenCL programs on PoCL: seconds each with PoCL's cache cold (a fresh machine). Left out
+#: of the quick subset.
+pytestmark = pytest.mark.slow
+
 
 def _conv(x, w_shape, y, bias=True, **attrs):
     rng = np.random.default_rng(5)

@@ -13,13 +13,14 @@ import numpy as np
 import pytest
 
 pytest.importorskip("torch", reason="torch is not installed; the torch.onnx export tests need it "
-                               "(pip install -e .[torch])")
+                               '(pip install -e ".[torch]")')
 
 import rammer  # noqa: E402
 from rammer import plugins  # noqa: E402
 import torch_models  # noqa: E402  (tests/ is on sys.path: tests/conftest.py)
 
-pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::FutureWarning")
+# slow: torch.onnx exports of whole models, then compiles of them (left out of the quick subset)
+pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::UserWarning", "ignore::FutureWarning")]
 NAMES = ["bert", "gpt2", "vit", "mobilenetv2"]
 
 

@@ -17,6 +17,10 @@ from rammer import plugins
 from rammer.backends.gpu.compiler import unsupported
 from rammer.errors import FeedError, UnsupportedOpError
 
+#: Each case builds OpenCL programs on PoCL: seconds each with PoCL's cache cold (a fresh machine). Left out
+#: of the quick subset.
+pytestmark = pytest.mark.slow
+
 F, I64, I32, B = TensorProto.FLOAT, TensorProto.INT64, TensorProto.INT32, TensorProto.BOOL
 
 

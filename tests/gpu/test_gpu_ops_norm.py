@@ -15,6 +15,10 @@ from gpu_helpers import need_opencl as _opencl, vi as _vi
 from rammer import plugins
 from rammer.errors import UnsupportedOpError
 
+#: Each case builds OpenCL programs on PoCL: seconds each with PoCL's cache cold (a fresh machine). Left out
+#: of the quick subset.
+pytestmark = pytest.mark.slow
+
 F = TensorProto.FLOAT
 
 

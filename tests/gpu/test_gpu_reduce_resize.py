@@ -14,6 +14,10 @@ from rammer.api import random_feeds
 from rammer.errors import UnsupportedOpError
 from rammer.frontend import load
 
+#: Each case builds OpenCL programs on PoCL: seconds each with PoCL's cache cold (a fresh machine). Left out
+#: of the quick subset.
+pytestmark = pytest.mark.slow
+
 
 def _opencl():
     be = plugins.backends().get("opencl")

@@ -12,7 +12,7 @@ import onnx
 import pytest
 
 torch = pytest.importorskip("torch", reason="torch is not installed; the torch.onnx export tests need it "
-                                            "(pip install -e .[torch])")
+                                            '(pip install -e ".[torch]")')
 pytest.importorskip("onnxscript", reason="torch's dynamo exporter needs onnxscript")
 
 import rammer  # noqa: E402
@@ -20,7 +20,8 @@ import torch_models  # noqa: E402
 from rammer import plugins  # noqa: E402
 from rammer.frontend import load  # noqa: E402
 
-pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::FutureWarning")
+# slow: torch.onnx exports of whole models, then compiles of them (left out of the quick subset)
+pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::UserWarning", "ignore::FutureWarning")]
 NAMES = list(torch_models.CASES)
 
 

@@ -22,6 +22,7 @@ from rammer.codegen.render import neutral, render_module
 from rammer.errors import BackendUnavailableError, UnsupportedOpError
 from rammer.frontend import load
 from rammer.vdevice import get_preset
+from rammer.time_limits import scaled_limit
 
 
 def _model(nodes, inputs, outputs, inits=()) -> onnx.ModelProto:
@@ -65,6 +66,7 @@ def _opencl():
     return be
 
 
+@pytest.mark.slow
 def test_mixed_model_runs_on_opencl_and_matches_reference():
     _opencl()
     model = _mixed()
@@ -85,6 +87,7 @@ def test_mixed_model_runs_on_opencl_and_matches_reference():
 
 
 
+@pytest.mark.slow
 def test_tensors_with_no_elements_touch_no_memory():
     """Empty tensors (a batch of 0) beside full ones: the planner may place an empty tensor where
     another lives, so an empty tensor's rTasks must count as touching nothing (fuzz case
@@ -116,6 +119,7 @@ def test_tensors_with_no_elements_touch_no_memory():
 SMALL_ZOO = [e.name for e in zoo.list_models() if e.small]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["persistent", "wave"])
 @pytest.mark.parametrize("name", SMALL_ZOO)
 def test_small_zoo_models_match_reference_on_opencl(name, mode):
@@ -149,6 +153,7 @@ print("blocks", r["blocks"], "signals", r["signals"], "launches", r["launches_pe
 """
 
 
+@pytest.mark.slow
 def test_persistent_program_with_eight_spinning_blocks_on_pocl():
     # PoCL runs one work-group per thread of its pool; POCL_MAX_PTHREAD_COUNT raises the pool (and
     # the compute units the device reports, hence the vEUs scheduled), so eight blocks spin on each
@@ -161,7 +166,8 @@ def test_persistent_program_with_eight_spinning_blocks_on_pocl():
     if "Portable Computing Language" not in be.availability().reason:
         pytest.skip("needs PoCL (the variable is PoCL's)")
     env = {**os.environ, "POCL_MAX_PTHREAD_COUNT": "8"}
-    out = subprocess.run([sys.executable, "-c", _MANY_BLOCKS], env=env, capture_output=True, text=True, timeout=600)
+    out = subprocess.run([sys.executable, "-c", _MANY_BLOCKS], env=env, capture_output=True, text=True,
+                         timeout=scaled_limit(600))
     assert out.returncode == 0, out.stderr[-3000:]
     assert "blocks 8 " in out.stdout and "launches 1" in out.stdout
 
@@ -228,6 +234,7 @@ def test_emit_writes_source_schedule_and_report(tmp_path):
     assert "__global__" in (tmp_path / "program.hip").read_text()
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc (CUDA toolkit)")
 @pytest.mark.parametrize("mode", ["persistent", "wave"])
 @pytest.mark.parametrize("name", SMALL_ZOO)
@@ -242,6 +249,7 @@ def test_nvcc_compiles_whole_small_models_for_sm80_and_sm90(name, mode):
         assert 0 < usage["registers"] <= 255
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("hipcc") is None, reason="needs hipcc (Debian package hipcc; ci/setup.sh)")
 @pytest.mark.parametrize("mode", ["persistent", "wave"])
 @pytest.mark.parametrize("name", SMALL_ZOO)

@@ -37,6 +37,7 @@ def test_small_zoo_models_are_listed() -> None:
     assert len(SMALL_ZOO) >= 5
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", SMALL_ZOO)
 def test_small_zoo_model_matches_reference(name: str) -> None:
     _check(zoo.build(name))

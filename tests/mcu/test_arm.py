@@ -10,6 +10,7 @@ import pytest
 
 from rammer.backends.mcu import arm, codegen, kernels, plan, pool, quantize
 from rammer.backends.mcu.host import HostBuild
+from rammer.time_limits import scaled_limit
 
 from .test_kernels import every_kernel_net
 
@@ -50,7 +51,7 @@ def test_qemu_run_equals_numpy_and_host(program, cpu, tmp_path):
     m, src, x = program
     build = arm.build(src, cpu, x, BITS, m.input_tensor.nbytes, m.output_tensor.nbytes, folder=str(tmp_path))
     assert build.text > 0
-    got = arm.run_qemu(build)
+    got = arm.run_qemu(build, timeout=scaled_limit(120))
     host = HostBuild(src, m.input_tensor.nbytes, m.output_tensor.nbytes)
     try:
         for bits in BITS:
@@ -96,6 +97,7 @@ def test_missing_tools_are_named():
     assert shutil.which("gcc")
 
 
+@pytest.mark.slow
 @needs_arm
 @needs_unicorn
 def test_device_metrics_of_a_compiled_model(mcu_backend, digits):

@@ -36,6 +36,7 @@ def test_kmeans_sizes_and_cosine_assignment():
             assert np.sum((w[k].reshape(-1) - approx[k]) ** 2) <= np.sum((w[k].reshape(-1) - scale * approx[k]) ** 2)
 
 
+@pytest.mark.slow
 def test_finetune_keeps_the_pool_and_improves_the_pooled_model(digits):
     model, xtr, ytr, xte, yte = digits
     net = lower.lower_graph(load(model))

@@ -16,8 +16,8 @@ import warnings
 import numpy as np
 import pytest
 
-pytest.importorskip("sklearn", reason="scikit-learn is not installed (pip install 'rammer[ml]')")
-pytest.importorskip("skl2onnx", reason="skl2onnx is not installed (pip install 'rammer[ml]')")
+pytest.importorskip("sklearn", reason="scikit-learn is not installed (pip install -e \".[ml]\")")
+pytest.importorskip("skl2onnx", reason="skl2onnx is not installed (pip install -e \".[ml]\")")
 
 from sklearn import datasets  # noqa: E402
 from sklearn.ensemble import (ExtraTreesClassifier, ExtraTreesRegressor, GradientBoostingClassifier,  # noqa: E402
@@ -114,6 +114,7 @@ def onnxruntime_outputs(kind: str, model: str, data: str) -> list[np.ndarray]:
     return sess.run(None, {sess.get_inputs()[0].name: x})
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend,kind,model,data,strategy", list(_cases()))
 def test_matches_scikit_learn_and_onnxruntime(backend, kind, model, data, strategy):
     est = fitted(kind, model, data)

@@ -45,6 +45,7 @@ def _check_writes(rop, graph) -> None:
             assert c.size == 0 or (c == 1).all(), f"{node.label} {kernel.kernel_id}: output {slot} not partitioned"
 
 
+@pytest.mark.slow
 def test_node_suite_models_schedule_and_verify():
     vdevices = [get_preset("v100").with_veus(6), get_preset("gc200").with_veus(16)]
     count = 0

@@ -27,6 +27,7 @@ def test_builtin_policies_are_registered():
         get_policy("nope")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model", SMALL_ZOO)
 @pytest.mark.parametrize("preset", PRESETS)
 def test_every_policy_verifies_on_the_zoo(model, preset):

@@ -11,6 +11,7 @@ import pytest
 from sched_util import zoo_graph
 
 from rammer.schedule import build_problem, get_policy, simulate, verify
+from rammer.time_limits import scaled_limit
 from rammer.vdevice import get_preset
 
 pytestmark = pytest.mark.slow
@@ -44,4 +45,5 @@ def test_lstm_tc_schedules_in_under_ten_seconds():
     schedule = get_policy("wavefront").schedule(problem)
     took = time.perf_counter() - start
     assert schedule.num_rtasks > 10000
-    assert took < 10.0, f"scheduling LSTM-TC took {took:.1f} s"
+    limit = scaled_limit(10.0)  # ten seconds on a quiet machine
+    assert took < limit, f"scheduling LSTM-TC took {took:.1f} s (limit {limit:.0f} s on this machine now)"

@@ -18,6 +18,7 @@ from rammer.errors import FeedError
 from rammer.ir import TensorInfo
 from rammer.serve.batching import batch_size, run_batched
 from rammer.serve.kserve import decode_request, encode_response
+from rammer.time_limits import scaled_limit
 
 
 def test_kserve_codec_round_trip_and_errors():
@@ -101,7 +102,7 @@ def _free_port() -> int:
 
 def _post(url: str, body: dict) -> dict:
     req = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=60) as r:
+    with urllib.request.urlopen(req, timeout=scaled_limit(60)) as r:
         return json.loads(r.read())
 
 
@@ -117,9 +118,9 @@ def test_two_replicas_answer_concurrent_requests_correctly(capfd):
     try:
         url = start(config, port=port)
         base = f"http://127.0.0.1:{port}"
-        with urllib.request.urlopen(f"{base}/v2/health/ready", timeout=30) as r:
+        with urllib.request.urlopen(f"{base}/v2/health/ready", timeout=scaled_limit(30)) as r:
             assert json.loads(r.read())["ready"]
-        with urllib.request.urlopen(f"{base}/v2/models/lstm", timeout=30) as r:
+        with urllib.request.urlopen(f"{base}/v2/models/lstm", timeout=scaled_limit(30)) as r:
             meta = json.loads(r.read())
         assert meta["inputs"][0]["shape"] == [-1, 5, 32] and meta["inputs"][0]["datatype"] == "FP32"
         rng = np.random.default_rng(0)
