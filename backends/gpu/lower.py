@@ -50,7 +50,7 @@ _BIG = 1 << 30
 UNARY = frozenset(km.UNARY_OPS)
 BINARY = frozenset(km.BINARY_OPS)
 COPY = frozenset({"Identity", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "Slice", "Split",
-                  "Concat", "Pad"})
+                  "Concat", "Pad", "Expand"})
 #: Ops whose values pass through unchanged (moved, selected, gathered, cast without change): they may
 #: read and write the integer and bool tensors the arena carries as exact float32 values.
 INDEX_OPS = frozenset({"Gather", "Cast", "Where"})

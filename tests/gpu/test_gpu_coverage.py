@@ -159,3 +159,35 @@ def test_average_pool_with_count_include_pad_matches_reference(attrs):
     y_shape = x_shape[:2] + tuple(spatial)
     m = _grid_model(x_shape, [(node, y_shape)])
     check_wave(m, _feeds(x_shape), kernels=["pool_avg_pad"])
+
+
+# -- InstanceNormalization and GroupNormalization (core pass NORM_AS_LAYERNORM) ---------------------
+
+@pytest.mark.parametrize("op, x_shape, groups, scale_size", [
+    ("InstanceNormalization", (2, 3, 5), None, 3),
+    ("InstanceNormalization", (1, 4, 3, 7), None, 4),
+    ("GroupNormalization", (2, 6, 4, 3), 3, 6),    # opset 21: per-channel scale
+    ("GroupNormalization", (1, 8, 5), 2, 8),
+])
+def test_instance_and_group_norm_match_reference(op, x_shape, groups, scale_size):
+    rng = np.random.default_rng(6)
+    inits = [const("s", rng.standard_normal(scale_size).astype(np.float32)),
+             const("b", rng.standard_normal(scale_size).astype(np.float32))]
+    attrs = {"epsilon": 1e-3} if groups is None else {"epsilon": 1e-3, "num_groups": groups}
+    node = helper.make_node(op, ["x", "s", "b"], ["y"], **attrs)
+    opset = 21 if groups is not None else 17
+    m = _grid_model(x_shape, [(node, x_shape)], inits, opset=opset)
+    assert not _refusals(m)
+    feeds = {"x": (np.random.default_rng(7).standard_normal(x_shape) * 2 + 5).astype(np.float32)}
+    check_wave(m, feeds, kernels=["layernorm_rows"])
+
+
+# -- Expand: a broadcast copy ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("x_shape, shape, y_shape", [((3, 1), (2, 3, 4), (2, 3, 4)), ((1, 4), (3, 1), (3, 4)),
+                                                     ((2, 1, 5), (1, 3, 1), (2, 3, 5))])
+def test_expand_matches_reference(x_shape, shape, y_shape):
+    node = helper.make_node("Expand", ["x", "shape"], ["y"])
+    m = _grid_model(x_shape, [(node, y_shape)], [const("shape", np.array(shape, np.int64))])
+    assert not _refusals(m)
+    check_wave(m, _feeds(x_shape), kernels=["copy_nd"])
