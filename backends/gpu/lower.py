@@ -114,8 +114,33 @@ def _chunks(total: int, chunk: int) -> int:
     return max(1, math.ceil(total / chunk))
 
 
+#: The lowerings of the last graph lowered: a compile lowers each node three times (the
+#: unsupported-node check, the scheduler's candidates, the program), and a copy's view is
+#: derived by running the reference op on index arrays.  Keyed by node identity; holding the
+#: graph keeps the ids valid.
+_MEMO: dict[str, Any] = {"graph": None, "lowered": {}}
+
+
 def lower_node(node: Node, graph: Graph, mult: int = 1) -> Lowered:
     """The GPU rKernel of ``node`` at tiling ``mult``; :class:`NoGpuKernel` when there is none."""
+    if _MEMO["graph"] is not graph:
+        _MEMO["graph"], _MEMO["lowered"] = graph, {}
+    key = (id(node), mult)
+    hit = _MEMO["lowered"].get(key)
+    if hit is None:
+        try:
+            hit = (node, _lower_node(node, graph, mult))
+        except NoGpuKernel as exc:
+            hit = (node, exc)
+        _MEMO["lowered"][key] = hit
+    if hit[0] is not node:  # cannot happen while the graph (which holds its nodes) is alive
+        raise RuntimeError("lowering memo out of date")
+    if isinstance(hit[1], NoGpuKernel):
+        raise hit[1]
+    return hit[1]
+
+
+def _lower_node(node: Node, graph: Graph, mult: int = 1) -> Lowered:
     op = node.op_type
     if node.domain == FUSED_DOMAIN and op == FUSED_OP:
         return lower_fused(node, graph, mult, Lowered, Ref)
