@@ -56,6 +56,7 @@ COPY = frozenset({"Identity", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Tra
 INDEX_OPS = frozenset({"Gather", "Cast", "Where"})
 GPU_OPS = UNARY | BINARY | COPY | INDEX_OPS | frozenset({"MatMul", "Gemm", "Conv", "MaxPool", "AveragePool",
                                                          "GlobalAveragePool", "GlobalMaxPool", "Softmax", "LogSoftmax",
+                                                         "ConvTranspose",
                                                          "Resize", "LayerNormalization", *REDUCE_OPS})
 
 
@@ -171,6 +172,8 @@ def _lower_node(node: Node, graph: Graph, mult: int = 1) -> Lowered:
             return _gemm(node, graph)
         if op == "Conv":
             return _conv(node, graph, mult)
+        if op == "ConvTranspose":
+            return _conv_transpose(node, graph)
         if op in ("MaxPool", "AveragePool"):
             return _pool(node, graph)
         if op in ("GlobalAveragePool", "GlobalMaxPool"):
@@ -544,6 +547,36 @@ def _conv(node: Node, graph: Graph, form: int = 1) -> Lowered:
     threads = 128
     calls = tuple((r, args) for r in range(_chunks(total, threads)))
     return Lowered(kn.conv2d_direct("conv_direct", threads), calls, 2.0 * threads * macs, 8.0 * threads * macs)
+
+
+def _conv_transpose(node: Node, graph: Graph) -> Lowered:
+    """ConvTranspose, 1-d or 2-d, with explicit pads (output_padding only sizes the output, which
+    the graph already gives); ``output_shape`` and SAME auto-padding are refused by name."""
+    x, w, y = _shape(graph, node.inputs[0]), _shape(graph, node.inputs[1]), _shape(graph, node.outputs[0])
+    nsp = len(x) - 2
+    if nsp not in (1, 2):
+        raise ValueError(f"{nsp}-d ConvTranspose (only 1-d and 2-d)")
+    auto = node.attrs.get("auto_pad", "NOTSET")
+    auto = auto.decode() if isinstance(auto, bytes) else auto
+    if auto not in ("NOTSET", "VALID") or node.attrs.get("output_shape") is not None:
+        raise ValueError("output_shape or SAME auto_pad (give explicit pads)")
+    pads = [0] * nsp if auto == "VALID" else list(node.attrs.get("pads", [0] * (2 * nsp)))[:nsp]
+    group = int(node.attrs.get("group", 1))
+    has_bias = len(node.inputs) > 2 and bool(node.inputs[2])
+    h, wd = _as2d(x[2:], 1)
+    oh, ow = _as2d(y[2:], 1)
+    kh, kw = _as2d(w[2:], 1)
+    sh, sw = _as2d(node.attrs.get("strides", [1] * nsp), 1)
+    ph, pw = _as2d(pads, 0)
+    dh, dw = _as2d(node.attrs.get("dilations", [1] * nsp), 1)
+    total = int(np.prod(y))
+    args = (Ref("in", 0), Ref("in", 1), Ref("in", 2) if has_bias else Ref("in", 1), Ref("out", 0), int(has_bias),
+            total, x[0], x[1], h, wd, y[1], oh, ow, kh, kw, sh, sw, ph, pw, dh, dw, group)
+    threads = 128
+    macs = x[1] // max(group, 1) * kh * kw
+    calls = tuple((r, args) for r in range(_chunks(total, threads)))
+    return Lowered(kc.conv_transpose2d_direct("conv_transpose", threads), calls, 2.0 * threads * macs,
+                   8.0 * threads * macs)
 
 
 def _pool(node: Node, graph: Graph) -> Lowered:

@@ -191,3 +191,33 @@ def test_expand_matches_reference(x_shape, shape, y_shape):
     m = _grid_model(x_shape, [(node, y_shape)], [const("shape", np.array(shape, np.int64))])
     assert not _refusals(m)
     check_wave(m, _feeds(x_shape), kernels=["copy_nd"])
+
+
+# -- ConvTranspose ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("x_shape, c_out, attrs", [
+    ((1, 3, 5, 4), 2, {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}),
+    ((2, 4, 3, 3), 4, {"kernel_shape": [2, 2], "strides": [2, 2], "group": 2}),
+    ((1, 2, 4, 5), 3, {"kernel_shape": [3, 2], "strides": [1, 2], "dilations": [2, 1], "pads": [0, 1, 2, 0],
+                       "output_padding": [0, 1]}),
+    ((1, 3, 7), 2, {"kernel_shape": [4], "strides": [3], "pads": [1, 2]}),
+])
+@pytest.mark.parametrize("bias", [True, False])
+def test_conv_transpose_matches_reference(x_shape, c_out, attrs, bias):
+    nsp = len(x_shape) - 2
+    g = attrs.get("group", 1)
+    k, s = attrs["kernel_shape"], attrs["strides"]
+    d, p = attrs.get("dilations", [1] * nsp), attrs.get("pads", [0] * 2 * nsp)
+    op_ = attrs.get("output_padding", [0] * nsp)
+    spatial = [s[i] * (x_shape[2 + i] - 1) + op_[i] + (k[i] - 1) * d[i] + 1 - p[i] - p[i + nsp] for i in range(nsp)]
+    y_shape = (x_shape[0], c_out) + tuple(spatial)
+    rng = np.random.default_rng(8)
+    inits = [const("w", rng.standard_normal((x_shape[1], c_out // g, *k)).astype(np.float32))]
+    ins = ["x", "w"]
+    if bias:
+        inits.append(const("b", rng.standard_normal(c_out).astype(np.float32)))
+        ins.append("b")
+    node = helper.make_node("ConvTranspose", ins, ["y"], **attrs)
+    m = _grid_model(x_shape, [(node, y_shape)], inits)
+    assert not _refusals(m)
+    check_wave(m, _feeds(x_shape), kernels=["conv_transpose"])
