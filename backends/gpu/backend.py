@@ -15,7 +15,7 @@ from typing import Any, Callable, Mapping
 from rammer.backend import Availability, Backend, Capabilities, check_options
 from rammer.errors import RammerError
 from rammer.ir import Graph, Node
-from rammer.passes import CSE, SPLIT_K, UNROLL_RNN
+from rammer.passes import CSE, IF_TO_SELECT, NORM_AS_LAYERNORM, SPLIT_K, UNROLL_RNN
 from rammer.rtask import RKernel
 from rammer.vdevice import VDevice
 
@@ -58,8 +58,9 @@ class DeviceTable:
 class GpuBackend(Backend):
     #: RNNs unrolled into MatMuls and cells (no recurrent rKernel); split-K: a GEMM with few output
     #: tiles would leave most blocks idle; elementwise chains fused last, after the rewrites that
-    #: make new ones.
-    graph_passes = (CSE, UNROLL_RNN, SPLIT_K, FUSE_ELEMENTWISE)
+    #: make new ones.  No host control flow: an If computes both branches and selects.  Instance and
+    #: group norms run as a row LayerNormalization and a fused affine.
+    graph_passes = (IF_TO_SELECT, CSE, UNROLL_RNN, NORM_AS_LAYERNORM, SPLIT_K, FUSE_ELEMENTWISE)
     default_priority = -5
 
     def __init__(self, table: DeviceTable) -> None:

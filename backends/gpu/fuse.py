@@ -8,7 +8,8 @@ Where, comparisons...), by one ``FusedElementwise`` node (domain ``rammer.gpu``)
 group's external tensors and writes the tensors read outside it.  The node carries its program as
 plain data (:class:`FusedProgram`); :func:`lower_fused` turns it into the kernel of
 :mod:`.kernels_ew`.  A group whose program needs integer registers or an opcode without a GPU
-expression, or whose external tensors are not float32, is left as it was.  Constants a program
+expression, or whose external tensors are neither float32 nor bool (0.0/1.0 in the arena), is left
+as it was.  Constants a program
 needs (BatchNorm scales, bool masks as 0/1) become float32 initializers.
 """
 
@@ -39,6 +40,9 @@ FUSED_OP, FUSED_DOMAIN = "FusedElementwise", "rammer.gpu"
 #: Elementwise ops with a GPU kernel of their own: alone, they are left unfused.
 NATIVE = frozenset({"Relu", "Sigmoid", "Tanh", "Exp", "Neg", "Abs", "Sqrt", "Log", "Add", "Sub", "Mul", "Div"})
 _THREADS = 256
+#: Tensor dtypes a program may read and write: bools live in the arena as 0.0/1.0, exactly what the
+#: comparisons and logic opcodes compute and what they read as false/true (``!= 0``).
+_ARENA_FLOATS = ("float32", "bool")
 #: ONNX ops the pass can run (alone or in a chain) on float32 tensors: those whose translation
 #: uses only opcodes with a GPU expression.
 FUSIBLE_OPS = frozenset({
@@ -95,15 +99,16 @@ def _program(graph: Graph, members: list[Node], inits: dict, value_info: dict, t
     inputs: list[str] = []
 
     def external(name: str) -> int:
-        info = graph.value_info[name]
-        if name in graph.initializers and info.dtype != "float32":
-            as_float = _as_float(graph.initializers[name])
+        # value_info and inits, not the graph's: constant() adds the constants it makes there.
+        info = value_info[name]
+        if name in inits and info.dtype != "float32":
+            as_float = _as_float(inits[name])
             if as_float is None:
                 raise ValueError(name)
             new = fresh_name(f"{name}_f32", taken)
             inits[new], value_info[new] = as_float, TensorInfo(new, "float32", info.shape)
             name, info = new, value_info[new]
-        elif info.dtype != "float32":
+        elif info.dtype not in _ARENA_FLOATS:
             raise ValueError(name)
         if name not in inputs:
             inputs.append(name)
@@ -131,7 +136,7 @@ def _program(graph: Graph, members: list[Node], inits: dict, value_info: dict, t
     graph_outputs = {t.name for t in graph.outputs}
     outputs = [t for t in (m.outputs[0] for m in members)
                if t in graph_outputs or any(id(r) not in ids for r in graph.consumers.get(t, ()))]
-    if any(graph.value_info[t].dtype != "float32" for t in outputs) or not outputs:
+    if any(graph.value_info[t].dtype not in _ARENA_FLOATS for t in outputs) or not outputs:
         return None
     if len(prog.inputs) != len(inputs):
         return None

@@ -88,9 +88,10 @@ def matmul_tiled(name: str, tile: int = 16) -> ir.Kernel:
                      threads=t * t, meta=(("op", "MatMul"), ("tile", f"{t}x{t}")))
 
 
-def softmax_rows(name: str, threads: int = 128) -> ir.Kernel:
-    """Softmax over the last axis of ``x[rows, n]``: one block per row; the row's max and sum are
-    reduced through shared memory (a tree over ``threads`` lanes, every thread at every barrier)."""
+def softmax_rows(name: str, threads: int = 128, log: bool = False) -> ir.Kernel:
+    """Softmax (``log``: LogSoftmax) over the last axis of ``x[rows, n]``: one block per row; the
+    row's max and sum are reduced through shared memory (a tree over ``threads`` lanes, every
+    thread at every barrier)."""
     tid = v("tid")
     base = BinOp("*", Special("block_id"), v("n"))
 
@@ -110,14 +111,16 @@ def softmax_rows(name: str, threads: int = 128) -> ir.Kernel:
             ir.Assign("part", BinOp("+", v("part"), Call("exp", (BinOp("-", Load("x", BinOp("+", base, v("j"))),
                                                                     v("row_max")),)))),)),
         *reduce("sum"),
+        ir.Decl("float", "log_sum", Call("log", (v("part"),))),
         ir.For("j", tid, v("n"), c(threads), (
             ir.Store("y", BinOp("+", base, v("j")),
-                     BinOp("/", Call("exp", (BinOp("-", Load("x", BinOp("+", base, v("j"))), v("row_max")),)),
-                           v("part"))),)),
+                     BinOp("-", BinOp("-", Load("x", BinOp("+", base, v("j"))), v("row_max")), v("log_sum")) if log
+                     else BinOp("/", Call("exp", (BinOp("-", Load("x", BinOp("+", base, v("j"))), v("row_max")),)),
+                                v("part"))),)),
     )
     params = (ir.Param("x", "float", True, True), ir.Param("y", "float", True), ir.Param("n", "int"))
     return ir.Kernel(name, params, body, shared=(ir.SharedArray("red", "float", threads),), threads=threads,
-                     meta=(("op", "Softmax"),))
+                     meta=(("op", "LogSoftmax" if log else "Softmax"),))
 
 
 def tree_reduce(combine, threads: int, part: str = "part", buf: str = "red") -> tuple[ir.Stmt, ...]:

@@ -15,7 +15,7 @@ from rammer.codegen.kernel_ir import BinOp, Load, Select, Special, c, v
 
 from .ir_helpers import add as _add, and_ as _and, div as _div, lt as _lt, mod as _mod, mul as _mul
 
-__all__ = ["conv2d_implicit_gemm", "CONV_PARAMS"]
+__all__ = ["conv2d_implicit_gemm", "conv_transpose2d_direct", "CONV_PARAMS"]
 
 
 #: The integer parameters of both conv forms, after (x, w, bias, y).
@@ -89,3 +89,51 @@ def conv2d_implicit_gemm(name: str, tile: int = 16) -> ir.Kernel:
     return ir.Kernel(name, params, body, shared=(ir.SharedArray("As", "float", tile * tile),
                                                   ir.SharedArray("Bs", "float", tile * tile)),
                      threads=tile * tile, meta=(("op", "Conv"), ("tiling", f"implicit GEMM {tile}x{tile}")))
+
+
+def conv_transpose2d_direct(name: str, threads: int = 128) -> ir.Kernel:
+    """ONNX ConvTranspose (NCHW, ``[C, OC/G, KH, KW]`` weights, groups, strides, begin pads,
+    dilations, optional bias): one thread per output element gathers the input positions whose
+    strided, dilated taps land on it (``oh = ih * SH - PH + kh * DH``); the parameters are
+    ``conv2d_direct``'s, with ``C`` the input channels and ``OC`` the output channels."""
+    icg, ocg = _div(v("C"), v("G")), _div(v("OC"), v("G"))
+    th = _add(BinOp("-", v("oh"), _mul(v("kh"), v("DH"))), v("PH"))
+    tw = _add(BinOp("-", v("ow"), _mul(v("kw"), v("DW"))), v("PW"))
+    cin = _add(_mul(_div(v("oc"), ocg), icg), v("ic"))
+    x_idx = _add(_mul(_add(_mul(_add(_mul(v("n"), v("C")), cin), v("H")), v("ih")), v("W")), v("iw"))
+    w_idx = _add(_mul(_add(_mul(_add(_mul(cin, ocg), _mod(v("oc"), ocg)), v("KH")), v("kh")), v("KW")), v("kw"))
+    on_h = _and(BinOp(">=", v("th"), c(0)), BinOp("==", _mod(v("th"), v("SH")), c(0)), _lt(_div(v("th"), v("SH")), v("H")))
+    on_w = _and(BinOp(">=", v("tw"), c(0)), BinOp("==", _mod(v("tw"), v("SW")), c(0)), _lt(_div(v("tw"), v("SW")), v("W")))
+    rest = v("i")
+    coords = []
+    for var, extent in (("ow", "OW"), ("oh", "OH"), ("oc", "OC")):
+        coords.append(ir.Decl("int", var, _mod(rest, v(extent))))
+        rest = _div(rest, v(extent))
+    coords.append(ir.Decl("int", "n", rest))
+    body = (
+        ir.Decl("int", "i", _add(_mul(Special("block_id"), Special("block_dim")), Special("thread_id"))),
+        ir.If(_lt(v("i"), v("total")), (
+            *coords,
+            ir.Decl("float", "acc", Select(BinOp("!=", v("has_bias"), c(0)), Load("bias", v("oc")), c(0.0))),
+            ir.For("ic", c(0), icg, c(1), (
+                ir.For("kh", c(0), v("KH"), c(1), (
+                    ir.Decl("int", "th", th),
+                    ir.If(on_h, (
+                        ir.Decl("int", "ih", _div(v("th"), v("SH"))),
+                        ir.For("kw", c(0), v("KW"), c(1), (
+                            ir.Decl("int", "tw", tw),
+                            ir.If(on_w, (
+                                ir.Decl("int", "iw", _div(v("tw"), v("SW"))),
+                                ir.Assign("acc", _add(v("acc"), _mul(Load("x", x_idx), Load("w", w_idx)))),
+                            )),
+                        )),
+                    )),
+                )),
+            )),
+            ir.Store("y", v("i"), v("acc")),
+        )),
+    )
+    params = (ir.Param("x", "float", True, True), ir.Param("w", "float", True, True),
+              ir.Param("bias", "float", True, True), ir.Param("y", "float", True),
+              *(ir.Param(p, "int") for p in CONV_PARAMS))
+    return ir.Kernel(name, params, body, threads=threads, meta=(("op", "ConvTranspose"), ("tiling", "direct")))

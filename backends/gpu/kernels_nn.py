@@ -75,10 +75,12 @@ def conv2d_direct(name: str, threads: int = 128) -> ir.Kernel:
 
 
 def pool2d(name: str, kind: str, threads: int = 128) -> ir.Kernel:
-    """MaxPool / AveragePool (NCHW, strides, pads; average over the in-bounds window, ONNX's
-    ``count_include_pad=0``): one thread per output element.  No shared memory."""
-    if kind not in ("max", "avg"):
-        raise ValueError(f"pool kind {kind!r} is not max or avg")
+    """MaxPool / AveragePool (NCHW, strides, pads; ``avg``: average over the in-bounds window,
+    ONNX's ``count_include_pad=0``; ``avg_pad``: over the window's positions inside the padded
+    input, ``count_include_pad=1``, with the end pads ``PHE``, ``PWE`` as parameters too): one
+    thread per output element.  No shared memory."""
+    if kind not in ("max", "avg", "avg_pad"):
+        raise ValueError(f"pool kind {kind!r} is not max, avg or avg_pad")
     ih = add(BinOp("-", mul(v("oh"), v("SH")), v("PH")), v("kh"))
     iw = add(BinOp("-", mul(v("ow"), v("SW")), v("PW")), v("kw"))
     x_idx = add(mul(add(mul(v("nc"), v("H")), v("ih")), v("W")), v("iw"))
@@ -96,7 +98,9 @@ def pool2d(name: str, kind: str, threads: int = 128) -> ir.Kernel:
                     ir.Decl("int", "iw", iw),
                     ir.If(and_(BinOp(">=", v("ih"), c(0)), lt(v("ih"), v("H")),
                                BinOp(">=", v("iw"), c(0)), lt(v("iw"), v("W"))),
-                          (update, ir.Assign("cnt", add(v("cnt"), c(1))))),
+                          (update,) if kind == "avg_pad" else (update, ir.Assign("cnt", add(v("cnt"), c(1))))),
+                    *((ir.If(and_(lt(v("ih"), add(v("H"), v("PHE"))), lt(v("iw"), add(v("W"), v("PWE")))),
+                             (ir.Assign("cnt", add(v("cnt"), c(1))),)),) if kind == "avg_pad" else ()),
                 )),
             )),
             ir.Store("y", v("i"), v("acc") if kind == "max"
@@ -105,7 +109,8 @@ def pool2d(name: str, kind: str, threads: int = 128) -> ir.Kernel:
         )),
     )
     params = (ir.Param("x", "float", True, True), ir.Param("y", "float", True),
-              *ints("total", "NC", "H", "W", "OH", "OW", "KH", "KW", "SH", "SW", "PH", "PW"))
+              *ints("total", "NC", "H", "W", "OH", "OW", "KH", "KW", "SH", "SW", "PH", "PW"),
+              *(ints("PHE", "PWE") if kind == "avg_pad" else ()))
     return ir.Kernel(name, params, body, threads=threads,
                      meta=(("op", "MaxPool" if kind == "max" else "AveragePool"),))
 

@@ -15,7 +15,15 @@ from rammer.codegen.kernel_ir import BinOp, Call, Load, Select, c, v
 
 from .ir_helpers import add as _add, gid as _gid, ints as _ints, mul as _mul
 
-__all__ = ["reduce_strided", "resize2d", "COORD_MODES", "NEAREST_MODES"]
+__all__ = ["reduce_strided", "reduce_general", "softmax_strided", "resize2d", "COORD_MODES", "NEAREST_MODES",
+           "GENERAL_KINDS", "AXES"]
+
+#: Dimensions of the kept and of the reduced index spaces of :func:`reduce_general` (after merging
+#: adjacent axes of a rank-6 tensor, at most 3 of each).
+AXES = 4
+#: Reductions :func:`reduce_general` makes: kind -> (initial value, step, final value) in terms of
+#: ``acc``, the loaded ``x``, the count ``R`` and (logsumexp) the running maximum ``m``.
+GENERAL_KINDS = ("sum", "mean", "max", "min", "prod", "l1", "l2", "sumsquare", "logsum", "logsumexp")
 
 #: Resize ``coordinate_transformation_mode`` codes.
 COORD_MODES = {"half_pixel": 0, "asymmetric": 1, "align_corners": 2, "pytorch_half_pixel": 3}
@@ -42,6 +50,76 @@ def reduce_strided(name: str, kind: str, threads: int = 256) -> ir.Kernel:
     params = (ir.Param("x", "float", True, True), ir.Param("y", "float", True), *_ints("total", "R", "I"))
     op = {"sum": "ReduceSum", "mean": "ReduceMean", "max": "ReduceMax", "min": "ReduceMin"}[kind]
     return ir.Kernel(name, params, body, threads=threads, meta=(("op", op), ("tiling", "strided, one output per thread")))
+
+
+def _unflatten(index: ir.Expr, dims: list[str], strides: list[str], out: str, tmp: str) -> list[ir.Stmt]:
+    """``out = sum_d coord_d * strides[d]`` where ``index`` is flat over ``dims`` (row-major; the
+    first extent is implied)."""
+    stmts: list[ir.Stmt] = [ir.Decl("int", tmp, index), ir.Decl("int", out, c(0))]
+    for d in range(len(strides) - 1, 0, -1):
+        stmts += [ir.Assign(out, _add(v(out), _mul(BinOp("%", v(tmp), v(dims[d - 1])), v(strides[d])))),
+                  ir.Assign(tmp, BinOp("/", v(tmp), v(dims[d - 1])))]
+    stmts.append(ir.Assign(out, _add(v(out), _mul(v(tmp), v(strides[0])))))
+    return stmts
+
+
+def reduce_general(name: str, kind: str, threads: int = 256) -> ir.Kernel:
+    """``y[k] = reduce_r x[base(k) + off(r)]`` over any set of axes: the kept index space has
+    extents ``(., K1..K3)`` and input strides ``KS0..KS3``, the reduced one ``(., Q1..Q3)`` and
+    ``QS0..QS3`` with ``R`` elements; one output per thread, no shared memory, no barrier (what
+    the block-per-row and adjacent-axes kernels do not cover: ReduceProd/L1/L2/SumSquare/LogSum/
+    LogSumExp, and axes that are not one run)."""
+    if kind not in GENERAL_KINDS:
+        raise ValueError(f"reduce kind {kind!r}")
+    kept = [f"K{d}" for d in range(1, AXES)]
+    red = [f"Q{d}" for d in range(1, AXES)]
+    x = Load("x", _add(v("base"), v("off")))
+    init = {"max": c(-3.0e38), "min": c(3.0e38), "prod": c(1.0)}.get(kind, c(0.0))
+    step = {"max": Call("fmax", (v("acc"), x)), "min": Call("fmin", (v("acc"), x)), "prod": _mul(v("acc"), x),
+            "l1": _add(v("acc"), Call("fabs", (x,))), "l2": _add(v("acc"), _mul(x, x)),
+            "sumsquare": _add(v("acc"), _mul(x, x)),
+            "logsumexp": _add(v("acc"), Call("exp", (BinOp("-", x, v("m")),)))}.get(kind, _add(v("acc"), x))
+    final = {"mean": BinOp("/", v("acc"), ir.Cast("float", v("R"))), "l2": Call("sqrt", (v("acc"),)),
+             "logsum": Call("log", (v("acc"),)), "logsumexp": _add(Call("log", (v("acc"),)), v("m"))}.get(kind, v("acc"))
+
+    def over_r(update: ir.Stmt) -> ir.Stmt:
+        return ir.For("r", c(0), v("R"), c(1), (*_unflatten(v("r"), red, [f"QS{d}" for d in range(AXES)], "off", "rt"),
+                                                update))
+
+    body: list[ir.Stmt] = [*_unflatten(v("k"), kept, [f"KS{d}" for d in range(AXES)], "base", "kt")]
+    if kind == "logsumexp":  # the maximum first: exp of the raw values overflows
+        body += [ir.Decl("float", "m", c(-3.0e38)), over_r(ir.Assign("m", Call("fmax", (v("m"), x)))),
+                 ir.If(BinOp("<", v("m"), c(-1.0e38)), (ir.Assign("m", c(0.0)),))]
+    body += [ir.Decl("float", "acc", init), over_r(ir.Assign("acc", step)), ir.Store("y", v("k"), final)]
+    params = (ir.Param("x", "float", True, True), ir.Param("y", "float", True), *_ints("total", "R"),
+              *_ints(*kept), *_ints(*(f"KS{d}" for d in range(AXES))), *_ints(*red),
+              *_ints(*(f"QS{d}" for d in range(AXES))))
+    return ir.Kernel(name, params, (ir.Decl("int", "k", _gid()), ir.If(BinOp("<", v("k"), v("total")), tuple(body))),
+                     threads=threads, meta=(("op", f"reduce {kind}"), ("tiling", "any axes, one output per thread")))
+
+
+def softmax_strided(name: str, log: bool, threads: int = 256) -> ir.Kernel:
+    """Softmax (``log``: LogSoftmax) of ``x`` seen as ``[outer, N, I]`` over ``N``: one thread per
+    ``(o, i)``, reading with stride ``I`` (an inner axis, coalesced over ``i``); no barrier."""
+    at = _add(v("base"), _mul(v("j"), v("I")))
+    body = (
+        ir.Decl("int", "k", _gid()),
+        ir.If(BinOp("<", v("k"), v("total")), (
+            ir.Decl("int", "base", _add(_mul(BinOp("/", v("k"), v("I")), _mul(v("N"), v("I"))), BinOp("%", v("k"), v("I")))),
+            ir.Decl("float", "m", c(-3.0e38)),
+            ir.For("j", c(0), v("N"), c(1), (ir.Assign("m", Call("fmax", (v("m"), Load("x", at)))),)),
+            ir.Decl("float", "s", c(0.0)),
+            ir.For("j", c(0), v("N"), c(1), (
+                ir.Assign("s", _add(v("s"), Call("exp", (BinOp("-", Load("x", at), v("m")),)))),)),
+            ir.Decl("float", "ls", Call("log", (v("s"),))),
+            ir.For("j", c(0), v("N"), c(1), (
+                ir.Store("y", at, BinOp("-", BinOp("-", Load("x", at), v("m")), v("ls")) if log else
+                         BinOp("/", Call("exp", (BinOp("-", Load("x", at), v("m")),)), v("s"))),)),
+        )),
+    )
+    params = (ir.Param("x", "float", True, True), ir.Param("y", "float", True), *_ints("total", "N", "I"))
+    return ir.Kernel(name, params, body, threads=threads,
+                     meta=(("op", "LogSoftmax" if log else "Softmax"), ("tiling", "strided, one row per thread")))
 
 
 def _source(o: str, size_in: str, size_out: str, scale: str, mode: ir.Expr) -> ir.Expr:

@@ -31,6 +31,7 @@ from . import kernels_model as km
 from . import kernels_conv as kc
 from . import kernels_index as kx
 from . import kernels_nn as kn
+from . import kernels_reduce as kr
 from .fuse import FUSED_DOMAIN, FUSED_OP, lower_fused
 from .lower_index import lower_gather, lower_layernorm
 from .lower_ints import ARENA_DTYPES, lower_cast, output_refusal
@@ -49,12 +50,13 @@ _BIG = 1 << 30
 UNARY = frozenset(km.UNARY_OPS)
 BINARY = frozenset(km.BINARY_OPS)
 COPY = frozenset({"Identity", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "Slice", "Split",
-                  "Concat", "Pad"})
+                  "Concat", "Pad", "Expand"})
 #: Ops whose values pass through unchanged (moved, selected, gathered, cast without change): they may
 #: read and write the integer and bool tensors the arena carries as exact float32 values.
 INDEX_OPS = frozenset({"Gather", "Cast", "Where"})
 GPU_OPS = UNARY | BINARY | COPY | INDEX_OPS | frozenset({"MatMul", "Gemm", "Conv", "MaxPool", "AveragePool",
-                                                         "GlobalAveragePool", "GlobalMaxPool", "Softmax",
+                                                         "GlobalAveragePool", "GlobalMaxPool", "Softmax", "LogSoftmax",
+                                                         "ConvTranspose",
                                                          "Resize", "LayerNormalization", *REDUCE_OPS})
 
 
@@ -113,8 +115,33 @@ def _chunks(total: int, chunk: int) -> int:
     return max(1, math.ceil(total / chunk))
 
 
+#: The lowerings of the last graph lowered: a compile lowers each node three times (the
+#: unsupported-node check, the scheduler's candidates, the program), and a copy's view is
+#: derived by running the reference op on index arrays.  Keyed by node identity; holding the
+#: graph keeps the ids valid.
+_MEMO: dict[str, Any] = {"graph": None, "lowered": {}}
+
+
 def lower_node(node: Node, graph: Graph, mult: int = 1) -> Lowered:
     """The GPU rKernel of ``node`` at tiling ``mult``; :class:`NoGpuKernel` when there is none."""
+    if _MEMO["graph"] is not graph:
+        _MEMO["graph"], _MEMO["lowered"] = graph, {}
+    key = (id(node), mult)
+    hit = _MEMO["lowered"].get(key)
+    if hit is None:
+        try:
+            hit = (node, _lower_node(node, graph, mult))
+        except NoGpuKernel as exc:
+            hit = (node, exc)
+        _MEMO["lowered"][key] = hit
+    if hit[0] is not node:  # cannot happen while the graph (which holds its nodes) is alive
+        raise RuntimeError("lowering memo out of date")
+    if isinstance(hit[1], NoGpuKernel):
+        raise hit[1]
+    return hit[1]
+
+
+def _lower_node(node: Node, graph: Graph, mult: int = 1) -> Lowered:
     op = node.op_type
     if node.domain == FUSED_DOMAIN and op == FUSED_OP:
         return lower_fused(node, graph, mult, Lowered, Ref)
@@ -145,6 +172,8 @@ def lower_node(node: Node, graph: Graph, mult: int = 1) -> Lowered:
             return _gemm(node, graph)
         if op == "Conv":
             return _conv(node, graph, mult)
+        if op == "ConvTranspose":
+            return _conv_transpose(node, graph)
         if op in ("MaxPool", "AveragePool"):
             return _pool(node, graph)
         if op in ("GlobalAveragePool", "GlobalMaxPool"):
@@ -401,15 +430,17 @@ def _gemm(node: Node, graph: Graph) -> Lowered:
         batch = tuple(np.broadcast_shapes(a2[:-2], b2[:-2]))
         nb = int(np.prod(batch)) if batch else 1
 
-        def batch_stride(bs: tuple[int, ...], size: int) -> int:
+        def batch_stride(bs: tuple[int, ...], size: int) -> int | None:
             if int(np.prod(bs)) == 1 if bs else True:
                 return 0
             if (1,) * (len(batch) - len(bs)) + bs == batch:
                 return size
-            raise ValueError("its batch dimensions broadcast partially (only all-or-nothing broadcasting)")
+            return None  # broadcast along some batch axes only: one call group per batch (below)
 
         sab, sbb = batch_stride(a2[:-2], m * k), batch_stride(b2[:-2], k * n)
         sam, sak, sbk, sbn = k, 1, n, 1
+        if sab is None or sbb is None:
+            return _gemm_per_batch(a2, b2, batch, m, n, k)
     t = 16
     tiles = math.ceil(m / t) * math.ceil(n / t) if m and n else 0
     cref = Ref("in", 2) if has_c else Ref("in", 0)
@@ -417,6 +448,35 @@ def _gemm(node: Node, graph: Graph) -> Lowered:
             *c_strides, has_c, alpha, beta)
     calls = tuple((r, args) for r in range(max(1, nb * tiles)))
     return Lowered(km.gemm_strided("gemm16", t), calls, 2.0 * t * t * k, 4.0 * 2 * t * k + 4.0 * t * t)
+
+
+def _gemm_per_batch(a2: tuple[int, ...], b2: tuple[int, ...], batch: tuple[int, ...], m: int, n: int,
+                    k: int) -> Lowered:
+    """A MatMul whose batch axes broadcast partially (``[2, 1, m, k] x [1, 3, k, n]``): per output
+    batch, the operands' element offsets (a broadcast axis adds nothing), and the tiles of one
+    2-d product there."""
+    t = 16
+    tiles = math.ceil(m / t) * math.ceil(n / t) if m and n else 0
+
+    def offsets(shape: tuple[int, ...], size: int) -> np.ndarray:
+        shape = (1,) * (len(batch) - len(shape)) + shape
+        st = _strides(shape) if shape else []
+        idx = np.zeros(batch, np.int64)
+        for d, (extent, stride) in enumerate(zip(shape, st)):
+            if extent != 1:
+                idx += (np.arange(extent) * stride * size).reshape([-1 if j == d else 1 for j in range(len(batch))])
+        return idx.ravel()
+
+    a_off, b_off = offsets(a2[:-2], m * k), offsets(b2[:-2], k * n)
+    calls = []
+    for bi in range(int(np.prod(batch))):
+        args = (Ref("in", 0, int(a_off[bi])), Ref("in", 1, int(b_off[bi])), Ref("in", 0), Ref("out", 0, bi * m * n),
+                m, n, k, 0, k, 1, 0, n, 1, 0, 0, 0, 1.0, 1.0)
+        calls += [(r, args) for r in range(tiles)]
+    if not calls:
+        calls = [(0, (Ref("in", 0), Ref("in", 1), Ref("in", 0), Ref("out", 0), m, n, k, 0, k, 1, 0, n, 1, 0, 0, 0,
+                      1.0, 1.0))]
+    return Lowered(km.gemm_strided("gemm16", t), tuple(calls), 2.0 * t * t * k, 4.0 * 2 * t * k + 4.0 * t * t)
 
 
 def _spatial(node: Node, graph: Graph, kernel: tuple[int, ...], dil: tuple[int, ...]) -> tuple[list[int], tuple]:
@@ -438,6 +498,20 @@ def _spatial(node: Node, graph: Graph, kernel: tuple[int, ...], dil: tuple[int, 
     else:
         pads = list(node.attrs.get("pads", [0] * (2 * nsp)))[:nsp]
     return pads, strides
+
+
+def _end_pads(node: Node, graph: Graph, kernel: tuple[int, ...], begins: list[int], strides: tuple) -> list[int]:
+    """End pads of a pool: ONNX ``pads``' second half, or what auto_pad adds after the begin pads."""
+    x = _shape(graph, node.inputs[0])
+    nsp = len(x) - 2
+    auto = node.attrs.get("auto_pad", "NOTSET")
+    auto = auto.decode() if isinstance(auto, bytes) else auto
+    if auto in ("SAME_UPPER", "SAME_LOWER"):
+        return [max(0, (math.ceil(x[2 + i] / strides[i]) - 1) * strides[i] + kernel[i] - x[2 + i]) - begins[i]
+                for i in range(nsp)]
+    if auto == "VALID":
+        return [0] * nsp
+    return list(node.attrs.get("pads", [0] * (2 * nsp)))[nsp:]
 
 
 def _as2d(values, fill: int) -> list[int]:
@@ -475,14 +549,42 @@ def _conv(node: Node, graph: Graph, form: int = 1) -> Lowered:
     return Lowered(kn.conv2d_direct("conv_direct", threads), calls, 2.0 * threads * macs, 8.0 * threads * macs)
 
 
+def _conv_transpose(node: Node, graph: Graph) -> Lowered:
+    """ConvTranspose, 1-d or 2-d, with explicit pads (output_padding only sizes the output, which
+    the graph already gives); ``output_shape`` and SAME auto-padding are refused by name."""
+    x, w, y = _shape(graph, node.inputs[0]), _shape(graph, node.inputs[1]), _shape(graph, node.outputs[0])
+    nsp = len(x) - 2
+    if nsp not in (1, 2):
+        raise ValueError(f"{nsp}-d ConvTranspose (only 1-d and 2-d)")
+    auto = node.attrs.get("auto_pad", "NOTSET")
+    auto = auto.decode() if isinstance(auto, bytes) else auto
+    if auto not in ("NOTSET", "VALID") or node.attrs.get("output_shape") is not None:
+        raise ValueError("output_shape or SAME auto_pad (give explicit pads)")
+    pads = [0] * nsp if auto == "VALID" else list(node.attrs.get("pads", [0] * (2 * nsp)))[:nsp]
+    group = int(node.attrs.get("group", 1))
+    has_bias = len(node.inputs) > 2 and bool(node.inputs[2])
+    h, wd = _as2d(x[2:], 1)
+    oh, ow = _as2d(y[2:], 1)
+    kh, kw = _as2d(w[2:], 1)
+    sh, sw = _as2d(node.attrs.get("strides", [1] * nsp), 1)
+    ph, pw = _as2d(pads, 0)
+    dh, dw = _as2d(node.attrs.get("dilations", [1] * nsp), 1)
+    total = int(np.prod(y))
+    args = (Ref("in", 0), Ref("in", 1), Ref("in", 2) if has_bias else Ref("in", 1), Ref("out", 0), int(has_bias),
+            total, x[0], x[1], h, wd, y[1], oh, ow, kh, kw, sh, sw, ph, pw, dh, dw, group)
+    threads = 128
+    macs = x[1] // max(group, 1) * kh * kw
+    calls = tuple((r, args) for r in range(_chunks(total, threads)))
+    return Lowered(kc.conv_transpose2d_direct("conv_transpose", threads), calls, 2.0 * threads * macs,
+                   8.0 * threads * macs)
+
+
 def _pool(node: Node, graph: Graph) -> Lowered:
     if len([o for o in node.outputs if o]) > 1:
         raise ValueError("the Indices output of MaxPool")
     kernel = tuple(node.attrs["kernel_shape"])
     if any(d != 1 for d in node.attrs.get("dilations", [1] * len(kernel))):
         raise ValueError("dilated pooling")
-    if node.op_type == "AveragePool" and int(node.attrs.get("count_include_pad", 0)):
-        raise ValueError("count_include_pad=1")
     pads, strides = _spatial(node, graph, kernel, (1,) * len(kernel))
     x, y = _shape(graph, node.inputs[0]), _shape(graph, node.outputs[0])
     h, wd = _as2d(x[2:], 1)
@@ -493,6 +595,12 @@ def _pool(node: Node, graph: Graph) -> Lowered:
     total = int(np.prod(y))
     args = (Ref("in", 0), Ref("out", 0), total, x[0] * x[1], h, wd, oh, ow, kh, kw, sh, sw, ph, pw)
     kind = "max" if node.op_type == "MaxPool" else "avg"
+    if kind == "avg" and int(node.attrs.get("count_include_pad", 0)):
+        # The divisor counts the window's positions inside the padded input (past the end pads
+        # only with ceil_mode): the end pads are parameters too.
+        kind = "avg_pad"
+        ends = _end_pads(node, graph, kernel, pads, strides)
+        args = (*args, *_as2d(ends, 0))
     calls = tuple((r, args) for r in range(_chunks(total, 128)))
     return Lowered(kn.pool2d(f"pool_{kind}", kind, 128), calls, 128.0 * kh * kw, 4.0 * 128 * kh * kw)
 
@@ -506,14 +614,32 @@ def _global_pool(node: Node, graph: Graph) -> Lowered:
 
 
 def _softmax(node: Node, graph: Graph) -> Lowered:
+    """Softmax and LogSoftmax on any axis: ``x`` seen as ``[outer, n, inner]``.  Over the last axis
+    (``inner == 1``) one block per row; over an inner axis one thread per ``(outer, inner)`` pair,
+    reading with stride ``inner`` (no transpose).  Before opset 13 the op normalises over every axis
+    from ``axis`` on (a row of the 2-d coercion)."""
     x = _shape(graph, node.inputs[0])
-    axis = int(node.attrs.get("axis", -1 if graph.opset.get("", 13) >= 13 else 1))
-    if axis % max(len(x), 1) != len(x) - 1:
-        raise ValueError(f"softmax over axis {axis} of a rank-{len(x)} tensor (only the last axis)")
-    n = x[-1] if x else 1
-    rows = int(np.prod(x[:-1])) if len(x) > 1 else 1
-    calls = tuple((r, (Ref("in", 0), Ref("out", 0), n)) for r in range(max(rows, 1)))
-    return Lowered(gk.softmax_rows("softmax_rows", BLOCK_THREADS), calls, 4.0 * n, 12.0 * n)
+    log = node.op_type == "LogSoftmax"
+    new_style = graph.opset.get("", 13) >= 13
+    axis = int(node.attrs.get("axis", -1 if new_style else 1))
+    rank = max(len(x), 1)
+    if not -rank <= axis < rank:
+        raise ValueError(f"axis {axis} of a rank-{len(x)} tensor")
+    axis %= rank
+    outer = int(np.prod(x[:axis])) if x else 1
+    if new_style:
+        n, inner = (x[axis] if x else 1), int(np.prod(x[axis + 1:]))
+    else:
+        n, inner = int(np.prod(x[axis:])), 1
+    kind = "logsoftmax" if log else "softmax"
+    if inner == 1:
+        calls = tuple((r, (Ref("in", 0), Ref("out", 0), n)) for r in range(max(outer, 1)))
+        return Lowered(gk.softmax_rows(f"{kind}_rows", BLOCK_THREADS, log), calls, 4.0 * n, 12.0 * n)
+    total = outer * inner
+    threads = 128
+    args = (Ref("in", 0), Ref("out", 0), total, n, inner)
+    calls = tuple((r, args) for r in range(_chunks(total, threads)))
+    return Lowered(kr.softmax_strided(f"{kind}_strided", log, threads), calls, 4.0 * threads * n, 12.0 * threads * n)
 
 
 def describe(low: Lowered) -> dict[str, Any]:

@@ -1,9 +1,11 @@
-"""Lowering of reductions (ReduceSum/Mean/Max/Min) and Resize to GPU rKernels.
+"""Lowering of reductions (ReduceSum/Mean/Max/Min/Prod/L1/L2/SumSquare/LogSum/LogSumExp) and Resize
+to GPU rKernels.
 
 A reduction whose axes are one run of adjacent dimensions (after dropping size-1 ones) is the
 tensor seen as ``[outer, R, inner]``: over the trailing axes (``inner == 1``) one block reduces
 each row (``kernels_nn.reduce_rows``), otherwise one thread makes each output
-(``kernels_reduce.reduce_strided``).  Other axis sets are refused naming the node.
+(``kernels_reduce.reduce_strided``).  Other axis sets and the other kinds: one thread per output
+over the kept and reduced axes as two strided index spaces (``kernels_reduce.reduce_general``).
 
 Resize: NCHW (or any rank with only the last two axes resized), nearest or linear, with the
 coordinate transformations and nearest modes of ``kernels_reduce``; cubic, antialias and
@@ -24,7 +26,12 @@ from . import kernels_reduce as kr
 
 __all__ = ["REDUCE_OPS", "lower_reduce", "lower_resize"]
 
-REDUCE_OPS = {"ReduceSum": "sum", "ReduceMean": "mean", "ReduceMax": "max", "ReduceMin": "min"}
+REDUCE_OPS = {"ReduceSum": "sum", "ReduceMean": "mean", "ReduceMax": "max", "ReduceMin": "min", "ReduceProd": "prod",
+              "ReduceL1": "l1", "ReduceL2": "l2", "ReduceSumSquare": "sumsquare", "ReduceLogSum": "logsum",
+              "ReduceLogSumExp": "logsumexp"}
+#: Kinds the block-per-row and adjacent-axes kernels make; the others (and axes that are not one
+#: run) take ``kernels_reduce.reduce_general``.
+_FAST_KINDS = ("sum", "mean", "max", "min")
 _THREADS = 256
 
 
@@ -60,8 +67,8 @@ def lower_reduce(node: Node, graph: Graph, lowered: Any, ref: Any) -> Any:
     axes = _axes(node, graph, len(x))
     kind = REDUCE_OPS[node.op_type]
     real = [a for a in axes if x[a] != 1]
-    if real and real != list(range(real[0], real[-1] + 1)):
-        raise ValueError(f"reducing axes {axes} of shape {list(x)} (only adjacent axes)")
+    if kind not in _FAST_KINDS or (real and real != list(range(real[0], real[-1] + 1))):
+        return _reduce_general(node, x, set(real), kind, lowered, ref)
     if not real:  # nothing to reduce: every output is its one input (a mean of one value too)
         outer, size, inner = int(np.prod(x)), 1, 1
     else:
@@ -76,6 +83,41 @@ def lower_reduce(node: Node, graph: Graph, lowered: Any, ref: Any) -> Any:
     calls = tuple((r, args) for r in range(max(1, math.ceil(total / _THREADS))))
     return lowered(kr.reduce_strided(f"reduce_{kind}_strided", kind, _THREADS), calls, float(_THREADS * size),
                    4.0 * _THREADS * size)
+
+
+def _merged(dims: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """(extent, stride) pairs with size-1 axes dropped and contiguous neighbours merged."""
+    out: list[tuple[int, int]] = []
+    for d, st in dims:
+        if d == 1:
+            continue
+        if out and out[-1][1] == d * st:
+            out[-1] = (out[-1][0] * d, st)
+        else:
+            out.append((d, st))
+    return out or [(1, 0)]
+
+
+def _reduce_general(node: Node, x: tuple[int, ...], reduced: set[int], kind: str, lowered: Any, ref: Any) -> Any:
+    """Any axes, any kind: the kept and the reduced axes as two strided index spaces of at most
+    ``kr.AXES`` merged dimensions each (no transpose)."""
+    strides = [int(np.prod(x[i + 1:])) for i in range(len(x))]
+    kept = _merged([(x[i], strides[i]) for i in range(len(x)) if i not in reduced])
+    red = _merged([(x[i], strides[i]) for i in range(len(x)) if i in reduced])
+    if len(kept) > kr.AXES or len(red) > kr.AXES:
+        raise ValueError(f"reducing axes {sorted(reduced)} of shape {list(x)} (more than {kr.AXES} separate runs)")
+    kept = [(1, 0)] * (kr.AXES - len(kept)) + kept
+    red = [(1, 0)] * (kr.AXES - len(red)) + red
+    total = int(np.prod([d for d, _ in kept]))
+    size = int(np.prod([d for d, _ in red]))
+    if 0 in x:
+        total = int(np.prod([x[i] for i in range(len(x)) if i not in reduced]))
+        size = 0 if total == 0 else int(np.prod([x[i] for i in reduced]))
+    args = (ref("in", 0), ref("out", 0), total, size, *[d for d, _ in kept[1:]], *[s for _, s in kept],
+            *[d for d, _ in red[1:]], *[s for _, s in red])
+    calls = tuple((r, args) for r in range(max(1, math.ceil(total / _THREADS))))
+    return lowered(kr.reduce_general(f"reduce_{kind}_any", kind, _THREADS), calls, float(_THREADS * max(size, 1)),
+                   4.0 * _THREADS * max(size, 1))
 
 
 def lower_resize(node: Node, graph: Graph, lowered: Any, ref: Any) -> Any:

@@ -30,6 +30,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Union
 
+import numpy as np
+
 from rammer.codegen import kernel_ir as ir
 from rammer.codegen.kernel_ir import BinOp, Special, c, v
 
@@ -154,12 +156,11 @@ def check_wave_races(waves: list[list[list[Call]]]) -> None:
                 g = groups.setdefault(key, (call, set(), set()))
                 g[1].update(call.reads)
                 g[2].update(call.writes)
-        items = [(c0, tuple(r), tuple(wr)) for c0, r, wr in groups.values()]
-        for i, (c1, r1, w1) in enumerate(items):
-            for c2, r2, w2 in items[i + 1:]:
-                if _overlap(w1, r2 + w2) or _overlap(w2, r1):
-                    raise ProgramError(f"race: {c1.kernel} rTask {c1.rtask_id} and {c2.kernel} rTask {c2.rtask_id} "
-                                       f"run in wave {w} and touch the same arena memory")
+        items = [{"call": c0, "reads": tuple(r), "writes": tuple(wr)} for c0, r, wr in groups.values()]
+        for i, j in _touching_pairs(items)[:1]:
+            c1, c2 = items[i]["call"], items[j]["call"]
+            raise ProgramError(f"race: {c1.kernel} rTask {c1.rtask_id} and {c2.kernel} rTask {c2.rtask_id} "
+                               f"run in wave {w} and touch the same arena memory")
 
 
 def _wave_steps(waves: list[list[list[Call]]], blocks: int) -> list[list[Step]]:
@@ -245,42 +246,71 @@ def from_waves(waves: list[list[Task]], blocks: int, barriers: bool = True) -> l
     return programs
 
 
-def _overlap(a: tuple[tuple[int, int], ...], b: tuple[tuple[int, int], ...]) -> bool:
-    return any(s1 < s2 + n2 and s2 < s1 + n1 for s1, n1 in a for s2, n2 in b)
-
-
-def _clocks(programs: list[list[Step]]) -> list[list[tuple[int, ...]]]:
-    """Per block and step, the vector clock before the step: per block, how many of its signals
-    are certainly sent (through waits, transitively).  Raises on a wait that can never be met."""
+def _clocks(programs: list[list[Step]]) -> list[list[np.ndarray | None]]:
+    """Per block and step, the vector clock before the step (None for a wait): per block, how many
+    of its signals are certainly sent (through waits, transitively).  Raises on a wait that can
+    never be met.
+    Clocks are read-only arrays shared by the steps between two changes (a wait or a signal
+    makes a new one), so the work grows with the waits, not with steps x blocks."""
     nb = len(programs)
-    at_signal: list[list[tuple[int, ...]]] = [[] for _ in range(nb)]  # clock after each signal
-    before: list[list[tuple[int, ...]]] = [[] for _ in range(nb)]
-    pos, clock = [0] * nb, [[0] * nb for _ in range(nb)]
-    progress = True
-    while progress:
-        progress = False
-        for b in range(nb):
-            while pos[b] < len(programs[b]):
-                s = programs[b][pos[b]]
-                if isinstance(s, Wait):
-                    if not 0 <= s.block < nb:
-                        raise ProgramError(f"block {b} waits for block {s.block}, which does not exist")
-                    if len(at_signal[s.block]) < s.count:
-                        break
-                    before[b].append(tuple(clock[b]))
-                    if s.count:
-                        clock[b] = [max(x, y) for x, y in zip(clock[b], at_signal[s.block][s.count - 1])]
-                else:
-                    before[b].append(tuple(clock[b]))
-                    if isinstance(s, Signal):
-                        clock[b][b] += 1
-                        at_signal[b].append(tuple(clock[b]))
-                pos[b] += 1
-                progress = True
+    at_signal: list[list[np.ndarray]] = [[] for _ in range(nb)]  # clock after each signal
+    before: list[list[np.ndarray | None]] = [[] for _ in range(nb)]
+    pos = [0] * nb
+    clock = [np.zeros(nb, np.int64) for _ in range(nb)]
+    # Each block runs until a wait it cannot pass yet; the signal that meets the wait wakes it
+    # (rescanning every block until nothing moves cost passes x blocks).
+    waiting: dict[tuple[int, int], list[int]] = {}
+    runnable = list(range(nb - 1, -1, -1))
+    while runnable:
+        b = runnable.pop()
+        steps, out, here = programs[b], before[b], clock[b]
+        seen: list[np.ndarray] = []  # clocks of the waits passed since the last other step
+        while pos[b] < len(steps):
+            s = steps[pos[b]]
+            if isinstance(s, Wait):
+                if not 0 <= s.block < nb:
+                    raise ProgramError(f"block {b} waits for block {s.block}, which does not exist")
+                if len(at_signal[s.block]) < s.count:
+                    waiting.setdefault((s.block, s.count), []).append(b)
+                    break
+                out.append(None)  # a wait's own clock is never read: the run of waits is merged once
+                if s.count:
+                    seen.append(at_signal[s.block][s.count - 1])
+            else:
+                if seen:
+                    here = np.max(np.vstack([here, *seen]), axis=0)
+                    seen = []
+                out.append(here)
+                if isinstance(s, Signal):
+                    here = here.copy()
+                    here[b] += 1
+                    at_signal[b].append(here)
+                    runnable.extend(waiting.pop((b, len(at_signal[b])), ()))
+            pos[b] += 1
+        if seen:
+            here = np.max(np.vstack([here, *seen]), axis=0)
+        clock[b] = here
     stuck = [b for b in range(nb) if pos[b] < len(programs[b])]
     if stuck:
         raise ProgramError(f"deadlock: block {stuck[0]} waits at step {pos[stuck[0]]} for a signal never sent")
     return before
+
+
+def _touching_pairs(items: list[dict]) -> list[tuple[int, int]]:
+    """Pairs ``(i, j)``, ``i < j``, of groups whose arena ranges overlap with one of them writing,
+    in order: a sweep over the ranges sorted by start, so only overlapping pairs are looked at
+    (comparing all pairs of groups made the race check quadratic in the model's operators)."""
+    spans = sorted((start, start + n, k, w) for k, g in enumerate(items)
+                   for w, ranges in ((True, g["writes"]), (False, g["reads"])) for start, n in ranges if n > 0)
+    pairs: set[tuple[int, int]] = set()
+    active: list[tuple[int, int, bool]] = []  # (end, group, writes) of the spans begun and not yet ended
+    for start, end, k, w in spans:
+        active = [a for a in active if a[0] > start]
+        for _, k2, w2 in active:
+            if k2 != k and (w or w2):
+                pairs.add((min(k, k2), max(k, k2)))
+        active.append((end, k, w))
+    return sorted(pairs)
 
 
 def check_races(programs: list[list[Step]]) -> None:
@@ -288,8 +318,10 @@ def check_races(programs: list[list[Step]]) -> None:
     arena floats (one writing) are ordered: the later one's block has seen (through waits, also
     transitively) a signal the earlier one's block sent after it.  Calls of one operator
     (equal ``op >= 0``) are not ordered against each other.  Checked per group of calls (an
-    operator, or a call with ``op < 0``), so whole models check in well under a second."""
+    operator, or a call with ``op < 0``) and only for groups whose memory overlaps, so the check
+    grows with the model rather than with its square."""
     before = _clocks(programs)
+    nb = len(programs)
     groups: dict[object, dict] = {}
     for b, steps in enumerate(programs):
         sent = 0
@@ -302,35 +334,48 @@ def check_races(programs: list[list[Step]]) -> None:
                 pending.clear()
             elif isinstance(s, Call):
                 key = ("op", s.op) if s.op >= 0 else ("call", b, i)
-                g = groups.setdefault(key, {"call": s, "reads": set(), "writes": set(), "first": {}, "last": {},
-                                            "need": {}})
+                g = groups.get(key)
+                if g is None:
+                    g = groups[key] = {"call": s, "reads": set(), "writes": set(), "first": {}, "last": {},
+                                       "need": {}}
                 g["reads"].update(s.reads)
                 g["writes"].update(s.writes)
-                g["first"].setdefault(b, (i, before[b][i]))
+                if b not in g["first"]:
+                    g["first"][b] = (i, before[b][i])
                 g["last"][b] = i
                 g["need"][b] = -1
                 pending[id(g)] = g
     items = list(groups.values())
     for g in items:
         g["reads"], g["writes"] = tuple(sorted(g["reads"])), tuple(sorted(g["writes"]))
+        g["blocks"] = np.array(list(g["last"]), np.int64)
+        g["need_at"] = np.array([g["need"][b] for b in g["last"]], np.int64)
+        g["signalled"] = bool((g["need_at"] >= 0).all())
+        g["last_at"] = np.full(nb, -1, np.int64)
+        g["last_at"][g["blocks"]] = list(g["last"].values())
+        g["first_blocks"] = np.array(list(g["first"]), np.int64)
+        g["first_pos"] = np.array([p for p, _ in g["first"].values()], np.int64)
+        g["first_clocks"] = np.stack([c for _, c in g["first"].values()])
+        g["first_min"] = g["first_clocks"].min(axis=0)
 
     def ordered(a: dict, z: dict) -> bool:  # every call of a before every call of z
-        for b2, (pos2, clock2) in z["first"].items():
-            for b1, last1 in a["last"].items():
-                if b1 == b2:
-                    if last1 >= pos2:
-                        return False
-                elif a["need"][b1] < 0 or clock2[b1] < a["need"][b1]:
-                    return False
-        return True
+        # the same block: program order
+        last = a["last_at"][z["first_blocks"]]
+        if ((last >= 0) & (last >= z["first_pos"])).any():
+            return False
+        # other blocks: each of z's blocks has seen a's signal after a's calls there (what the
+        # earliest of z's clocks has seen, every one has)
+        if a["signalled"] and (z["first_min"][a["blocks"]] >= a["need_at"]).all():
+            return True
+        same = z["first_blocks"][:, None] == a["blocks"][None, :]
+        seen = (z["first_clocks"][:, a["blocks"]] >= a["need_at"][None, :]) & (a["need_at"] >= 0)[None, :]
+        return bool((seen | same).all())
 
-    for i, g1 in enumerate(items):
-        for g2 in items[i + 1:]:
-            if not (_overlap(g1["writes"], g2["reads"] + g2["writes"]) or _overlap(g2["writes"], g1["reads"])):
-                continue
-            if ordered(g1, g2) or ordered(g2, g1):
-                continue
-            c1, c2 = g1["call"], g2["call"]
-            raise ProgramError(f"race: {c1.kernel} rTask {c1.rtask_id} on block {next(iter(g1['first']))} and "
-                               f"{c2.kernel} rTask {c2.rtask_id} on block {next(iter(g2['first']))} touch the "
-                               f"same arena memory with no barrier between them")
+    for i, j in _touching_pairs(items):
+        g1, g2 = items[i], items[j]
+        if ordered(g1, g2) or ordered(g2, g1):
+            continue
+        c1, c2 = g1["call"], g2["call"]
+        raise ProgramError(f"race: {c1.kernel} rTask {c1.rtask_id} on block {next(iter(g1['first']))} and "
+                           f"{c2.kernel} rTask {c2.rtask_id} on block {next(iter(g2['first']))} touch the "
+                           f"same arena memory with no barrier between them")

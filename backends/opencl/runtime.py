@@ -7,6 +7,7 @@ the next epoch (the counters are never reset between runs) and reads the outputs
 
 from __future__ import annotations
 
+import os
 import threading
 from typing import Any, Mapping
 
@@ -20,6 +21,22 @@ from .codegen import render
 from .device import opencl_device
 
 __all__ = ["OpenCLExecutable"]
+
+
+#: Build options on PoCL's CPU device: its optimiser spent 20-35 s on the first launch of a
+#: small fuzz program (one kernel with every rKernel of the model inlined) and under 2 s with
+#: ``-cl-opt-disable``; other devices get their driver's defaults.  ``RAMMER_OPENCL_BUILD_OPTIONS``
+#: overrides both (``""``: the defaults everywhere).
+POCL_BUILD_OPTIONS = "-cl-opt-disable"
+
+
+def build_options(device: Any) -> str:
+    """The options the program is built with on ``device`` (see :data:`POCL_BUILD_OPTIONS`)."""
+    chosen = os.environ.get("RAMMER_OPENCL_BUILD_OPTIONS")
+    if chosen is not None:
+        return chosen
+    cpu = bool(device.type & 2)  # CL_DEVICE_TYPE_CPU
+    return POCL_BUILD_OPTIONS if cpu and "Portable Computing Language" in device.platform.name else ""
 
 
 class OpenCLExecutable:
@@ -38,7 +55,9 @@ class OpenCLExecutable:
         self.report: dict[str, Any] = {"device": device.name.strip(), **program.report}
         self.ctx = cl.Context([device])
         self.queue = cl.CommandQueue(self.ctx)
-        self.kernel = cl.Kernel(cl.Program(self.ctx, self.source).build(), KERNEL_NAME)
+        self.build_options = build_options(device)
+        self.report["build_options"] = self.build_options
+        self.kernel = cl.Kernel(cl.Program(self.ctx, self.source).build(options=self.build_options), KERNEL_NAME)
         wg = self.kernel.get_work_group_info(cl.kernel_work_group_info.WORK_GROUP_SIZE, device)
         if wg < program.block_threads:
             raise RammerError(f"opencl: {device.name.strip()} runs at most {wg} work-items per group for this "

@@ -9,6 +9,10 @@
 * :mod:`.merge_convs`: sibling convs merged into one wider conv and a ``Split``
   (:func:`merge_convs_pass`, with the backend's set of epilogue ops);
 * :mod:`.unroll_rnn`: LSTM/GRU/RNN as per-step MatMuls and elementwise cells (:data:`UNROLL_RNN`);
+* :mod:`.if_select`: an ``If`` on a run-time condition as both branches and a ``Where`` (:data:`IF_TO_SELECT`),
+  for backends without host control flow;
+* :mod:`.norm_as_layernorm`: InstanceNormalization and GroupNormalization as a LayerNormalization over
+  rows and a per-channel affine (:data:`NORM_AS_LAYERNORM`);
 * :mod:`.split_k`: a MatMul/Gemm with a long K and few output tiles split into partial products and
   a sum (:data:`SPLIT_K`, :func:`make_split_k`).
 
@@ -21,11 +25,13 @@ from __future__ import annotations
 
 from .cse import CSE, eliminate_common_subexpressions
 from .fold_batchnorm import FOLD_BATCHNORM, fold_batchnorm
+from .if_select import IF_TO_SELECT, if_to_select
+from .norm_as_layernorm import NORM_AS_LAYERNORM, norm_as_layernorm
 from .merge_convs import merge_convs_pass, merge_sibling_convs
 from .pipeline import Pass, PassError, PassTiming, PipelineResult, run_pipeline
 from .relu_concat import RELU_CONCAT, sink_relu_into_concat
 from .split_k import SPLIT_K, make_split_k, split_k
 from .unroll_rnn import UNROLL_RNN, unroll_rnn
 
-__all__ = ["CSE", "FOLD_BATCHNORM", "fold_batchnorm", "RELU_CONCAT", "SPLIT_K", "UNROLL_RNN", "make_split_k", "split_k", "unroll_rnn", "Pass", "PassError", "PassTiming", "PipelineResult", "eliminate_common_subexpressions",
+__all__ = ["CSE", "FOLD_BATCHNORM", "fold_batchnorm", "IF_TO_SELECT", "if_to_select", "NORM_AS_LAYERNORM", "norm_as_layernorm", "RELU_CONCAT", "SPLIT_K", "UNROLL_RNN", "make_split_k", "split_k", "unroll_rnn", "Pass", "PassError", "PassTiming", "PipelineResult", "eliminate_common_subexpressions",
            "merge_convs_pass", "merge_sibling_convs", "run_pipeline", "sink_relu_into_concat"]

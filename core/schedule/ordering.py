@@ -26,6 +26,7 @@ wait for at least what the clocks assume, so reuse needs no extra barrier.
 
 from __future__ import annotations
 
+import heapq
 from typing import Sequence, TypeVar, Union
 
 import numpy as np
@@ -87,23 +88,36 @@ def _segment_clocks(n_ops: int, sched: Schedule) -> tuple[list[int], np.ndarray,
     pos = [0] * veus
     walk: list[int] = []
     seen: set[int] = set()
-    while True:
-        best, best_t = -1, 0.0
-        for v, prog in enumerate(sched.programs):
-            if pos[v] >= len(prog):
-                continue
-            e = prog[pos[v]]
-            t = time[v]
-            if e >= n_rt:
-                waits = [where[w] for w in sched.barrier_waits[e - n_rt]]
-                if any((u, qw) not in finish for u, qw in waits if u != v):
-                    continue  # waits for an rTask not reached yet
-                t = max([t] + [finish[(u, qw)] for u, qw in waits if u != v])
-            if best < 0 or t < best_t:
-                best, best_t = v, t
-        if best < 0:
-            break
-        v = best
+    # The entry taken next is the head (of any vEU) with the earliest estimated start, the lowest
+    # vEU on a tie; a barrier head is eligible once every rTask it waits for on other vEUs has
+    # finished.  Heads are kept in a heap keyed (start, vEU) and a blocked barrier is woken by the
+    # last of its waits, so each entry costs O(log vEUs + waits) instead of a scan of every vEU
+    # (the scan made this quadratic: 17 s of a 215-node model's GPU compile).
+    ready: list[tuple[float, int]] = []
+    missing = [0] * veus
+    waiting_on: dict[tuple[int, int], list[int]] = {}
+
+    def offer(v: int) -> None:
+        """Put vEU ``v``'s head in the heap, or register it with the waits it is blocked on."""
+        if pos[v] >= len(sched.programs[v]):
+            return
+        e = sched.programs[v][pos[v]]
+        if e < n_rt:
+            heapq.heappush(ready, (time[v], v))
+            return
+        waits = [where[w] for w in sched.barrier_waits[e - n_rt]]
+        blocked = {(u, qw) for u, qw in waits if u != v and (u, qw) not in finish}
+        if blocked:
+            missing[v] = len(blocked)
+            for key in blocked:
+                waiting_on.setdefault(key, []).append(v)
+            return
+        heapq.heappush(ready, (max([time[v]] + [finish[(u, qw)] for u, qw in waits if u != v]), v))
+
+    for v in range(veus):
+        offer(v)
+    while ready:
+        best_t, v = heapq.heappop(ready)
         q = pos[v]
         e = sched.programs[v][q]
         clock = current[v].copy()
@@ -127,6 +141,11 @@ def _segment_clocks(n_ops: int, sched: Schedule) -> tuple[list[int], np.ndarray,
         current[v] = clock.copy()
         current[v][v] = q + 1
         pos[v] += 1
+        offer(v)
+        for u in waiting_on.pop((v, q), ()):
+            missing[u] -= 1
+            if missing[u] == 0:
+                offer(u)
     if any(pos[v] < len(p) for v, p in enumerate(sched.programs)):
         raise ScheduleError(f"{sched.graph_name}: the barriers of the schedule deadlock; check it with "
                             "rammer.schedule.verify, which names the cycle")
