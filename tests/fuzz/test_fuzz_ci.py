@@ -100,10 +100,12 @@ def test_the_oracle_flags_raw_exceptions(monkeypatch):
 
     data, feeds, _ = build_case("graphs", 43)
 
-    def boom(self, graph, options):
+    def boom(self, *args, **kwargs):
         raise KeyError("deep inside")
 
+    # a model given as bytes compiles through compile_keyed (the keyed compile cache), a graph through compile
     monkeypatch.setattr(device.CpuBackend, "compile", boom)
+    monkeypatch.setattr(device.CpuBackend, "compile_keyed", boom)
     out = run_case(data, feeds, "cpu")
     # rammer.compile wraps a backend's internal error in a CompileError that only relays it: a finding
     assert out.kind == "vague-error" and "KeyError" in out.detail
