@@ -226,13 +226,17 @@ class _Parts:
         for name, chunks in self.remote.items():
             rid = np.concatenate([c[0] for c in chunks])
             dst = np.concatenate([c[1] for c in chunks])
-            src = self.arrays[name][1][np.concatenate([c[2] for c in chunks])]
+            sid = np.concatenate([c[2] for c in chunks])
+            src = self.arrays[name][1][sid]
             boxes = np.concatenate([c[3] for c in chunks])
             ndim = boxes.shape[1]
-            key = np.unique(np.column_stack([rtask_step[rid], src, dst, boxes.reshape(len(rid), 2 * ndim)]), axis=0)
-            bx = key[:, 3:].reshape(len(key), ndim, 2)
+            # The source slice follows from the box (slices of a tensor are disjoint): it only rides along.
+            key = np.unique(np.column_stack([rtask_step[rid], src, dst, boxes.reshape(len(rid), 2 * ndim), sid]),
+                            axis=0)
+            bx = key[:, 3:3 + 2 * ndim].reshape(len(key), ndim, 2)
             nbytes = np.prod(np.maximum(bx[..., 1] - bx[..., 0], 0), axis=1) * _itemsize(self.graph, name)
-            groups.append(ExchangeGroup(name, key[:, 0], key[:, 1], key[:, 2], bx, nbytes.astype(np.int64)))
+            groups.append(ExchangeGroup(name, key[:, 0], key[:, 1], key[:, 2], bx, nbytes.astype(np.int64),
+                                        key[:, -1]))
         return groups
 
     def build(self, rtask_step: np.ndarray, mode: str) -> BSPProgram:
