@@ -8,6 +8,14 @@ op-by-op schedule (one op per compute set).  Figures come from the ipu
 backend's cost model (see docs/ipu.md), not from an IPU: latency, supersteps,
 exchange bytes, tile and vEU utilisation, peak tile SRAM; or the does-not-fit
 error.  Lowering only (no numpy execution), so full-size models are practical.
+
+    python ci/bench_ipu.py --corpus [--models nasnet-small,torch:bert] [--json out.json]
+
+The corpus table: each small zoo model and each torch export of tests/torch_models.py
+(TorchScript exporter) compiled on ``ipu`` (GC200, wavefront, merged), run through the
+simulator and checked against ``reference`` (max relative error), its simulated latency
+(cost model, not a measurement) next to the ``cpu`` backend's measured latency (median of
+``--runs`` runs after one warm-up, in this process) -- or the placement error.
 """
 
 from __future__ import annotations
@@ -87,6 +95,99 @@ def table(rows: list[dict]) -> str:
     return "\n".join(out)
 
 
+def _corpus_names() -> list[str]:
+    names = [e.name for e in zoo.list_models() if e.name.endswith("-small")]
+    try:
+        sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[1] / "tests"))
+        import torch_models
+
+        names += [f"torch:{n}" for n in torch_models.CASES]
+    except ImportError:  # torch absent: the zoo only
+        pass
+    return names
+
+
+def _corpus_model(name: str, folder: str):
+    """(model or path, feeds) of one corpus entry."""
+    import numpy as np
+
+    if name.startswith("torch:"):
+        import warnings
+
+        import torch_models
+
+        path = f"{folder}/{name[6:]}.onnx"
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            feeds = torch_models.export_torchscript(name[6:], path)
+        return path, feeds
+    model = zoo.build(name)
+    graph = load(model)
+    rng = np.random.default_rng(0)
+    return model, {t.name: rng.standard_normal(t.shape).astype(np.dtype(t.dtype)) for t in graph.inputs}
+
+
+def corpus_row(name: str, folder: str, runs: int) -> dict:
+    import numpy as np
+
+    _backend()
+    row: dict = {"model": name}
+    model, feeds = _corpus_model(name, folder)
+    t0 = time.perf_counter()
+    try:
+        ipu = rammer.compile(model, backend="ipu")
+    except RammerError as exc:
+        row["error"] = str(exc).splitlines()[0]
+        return row
+    row["ipu_compile_s"] = round(time.perf_counter() - t0, 1)
+    t0 = time.perf_counter()
+    got = ipu.run(feeds)
+    row["simulate_s"] = round(time.perf_counter() - t0, 1)
+    want = rammer.compile(model, backend="reference").run(feeds)
+    row["max_rel_err"] = max(float(np.max(np.abs(got[k].astype(np.float64) - want[k])
+                                          / (np.abs(want[k]) + 1e-6), initial=0.0)) for k in want)
+    report = ipu.executable.report()
+    row.update({k: report[k] for k in ("latency_us", "supersteps", "tile_peak_bytes")})
+    cpu = rammer.compile(model, backend="cpu")
+    cpu.run(feeds)
+    times = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        cpu.run(feeds)
+        times.append(time.perf_counter() - t0)
+    row["cpu_us"] = sorted(times)[len(times) // 2] * 1e6
+    return row
+
+
+def corpus_table(rows: list[dict]) -> str:
+    out = ["| model | ipu: simulated latency (us) | cpu: measured latency (us) | supersteps | peak tile SRAM (KiB) "
+           "| max rel. error vs reference |", "|---|---|---|---|---|---|"]
+    for r in rows:
+        if "error" in r:
+            out.append(f"| {r['model']} | refused: {r['error'][:200]} | - | - | - | - |")
+        else:
+            out.append(f"| {r['model']} | {r['latency_us']:.1f} (simulated) | {r['cpu_us']:.0f} | {r['supersteps']} "
+                       f"| {r['tile_peak_bytes'] / 1024:.0f} | {r['max_rel_err']:.1e} |")
+    return "\n".join(out)
+
+
+def main_corpus(args) -> int:
+    import tempfile
+
+    names = args.models.split(",") if args.models else _corpus_names()
+    rows = []
+    with tempfile.TemporaryDirectory() as folder:
+        for name in names:
+            row = corpus_row(name, folder, args.runs)
+            rows.append(row)
+            print(corpus_table([row]).splitlines()[-1], file=sys.stderr, flush=True)
+    print(corpus_table(rows))
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump(rows, f, indent=1)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     full = [e.name for e in zoo.list_models() if not e.name.endswith("-small")]
@@ -94,7 +195,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--vdevice", default="gc200")
     ap.add_argument("--budget", type=int, default=300, help="seconds per model")
     ap.add_argument("--json")
+    ap.add_argument("--corpus", action="store_true", help="small zoo + torch exports: run and compare with cpu")
+    ap.add_argument("--runs", type=int, default=5, help="timed cpu runs per model (--corpus)")
     args = ap.parse_args(argv)
+    if args.corpus:
+        if args.models == ",".join(full):
+            args.models = ""
+        return main_corpus(args)
     rows = []
     for name in args.models.split(","):
         new = bench_model(name, args.vdevice, args.budget)

@@ -64,6 +64,8 @@ class ExchangeGroup:
     dst: np.ndarray
     boxes: np.ndarray  # (count, ndim, 2)
     nbytes: np.ndarray
+    #: Index (into the tensor's slices) of the slice each box is cut from; None when unknown.
+    source: np.ndarray | None = None
 
     def exchanges(self) -> list[Exchange]:
         return [Exchange(int(s), int(a), int(b), self.tensor, tuple((int(lo), int(hi)) for lo, hi in box), int(nb))

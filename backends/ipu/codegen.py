@@ -34,7 +34,9 @@ from .kernels import CODE_BYTES_PER_KERNEL, VERTEX_BYTES, IpuCostModel
 from .placement import box_volume, boxes_array, chunk_boxes, is_static, peak_per_tile
 
 MODES = ("merged", "compute-set")
-_BLOCK = 512  # reads compared with slices per numpy step (bounds memory on large models)
+#: Read-box x slice x axis elements compared per numpy step: bounds the lowering's temporary
+#: arrays (about 16 MB each) whatever the number of slices of a tensor.
+_BLOCK_ELEMENTS = 1 << 21
 
 
 def _itemsize(graph: Graph, name: str) -> int:
@@ -137,8 +139,9 @@ def lower(schedule: Schedule, graph: Graph, mode: str = "merged") -> BSPProgram:
             rlocal = np.array([r for r, _ in reads], dtype=np.int64)
             rboxes = boxes_array([b for _, b in reads], ndim)
             readers[name].append(ids[rlocal])
-            for lo in range(0, len(reads), _BLOCK):
-                sl = slice(lo, lo + _BLOCK)
+            block = max(1, _BLOCK_ELEMENTS // max(1, len(owners) * max(1, ndim)))
+            for lo in range(0, len(reads), block):
+                sl = slice(lo, lo + block)
                 hit = boxes_overlap(rboxes[sl], sboxes) if ndim else np.ones((len(rlocal[sl]), len(owners)), bool)
                 far = owners[None, :] != rtiles[sl, None]
                 np.maximum.at(need, rlocal[sl], np.where(hit, s_asap[None, :] + far, -1).max(axis=1, initial=-1))
@@ -172,21 +175,27 @@ def lower(schedule: Schedule, graph: Graph, mode: str = "merged") -> BSPProgram:
     # them (never slower than compute-set), and every rTask at its earliest superstep (asap).
     # When merged waves overflow a tile (received boxes of several waves at once), the unmerged
     # waves are tried too: merged mode never rejects a model that compute-set places.
-    candidates, errors = [], []
+    # Only the best program so far is kept: each holds the whole exchange list of a large model.
+    best: BSPProgram | None = None
+    errors = []
     try:
-        candidates.append(parts.build(_merge_waves(wave, remote, arrays), mode))
+        best = parts.build(_merge_waves(wave, remote, arrays), mode)
         fallbacks = [asap]
     except IpuPlacementError as exc:
         errors.append(exc)
         fallbacks = [asap, wave]
     for steps in fallbacks:
         try:
-            candidates.append(parts.build(steps, mode))
+            program = parts.build(steps, mode)
         except IpuPlacementError as exc:
             errors.append(exc)
-    if not candidates:
+            continue
+        if best is None or (program.latency_us, program.num_supersteps) < (best.latency_us, best.num_supersteps):
+            best = program
+        del program
+    if best is None:
         raise errors[-1]
-    return min(candidates, key=lambda p: (p.latency_us, p.num_supersteps))
+    return best
 
 
 def _merge_waves(wave: np.ndarray, remote: dict, arrays: dict) -> np.ndarray:
@@ -226,13 +235,17 @@ class _Parts:
         for name, chunks in self.remote.items():
             rid = np.concatenate([c[0] for c in chunks])
             dst = np.concatenate([c[1] for c in chunks])
-            src = self.arrays[name][1][np.concatenate([c[2] for c in chunks])]
+            sid = np.concatenate([c[2] for c in chunks])
+            src = self.arrays[name][1][sid]
             boxes = np.concatenate([c[3] for c in chunks])
             ndim = boxes.shape[1]
-            key = np.unique(np.column_stack([rtask_step[rid], src, dst, boxes.reshape(len(rid), 2 * ndim)]), axis=0)
-            bx = key[:, 3:].reshape(len(key), ndim, 2)
+            # The source slice follows from the box (slices of a tensor are disjoint): it only rides along.
+            key = np.unique(np.column_stack([rtask_step[rid], src, dst, boxes.reshape(len(rid), 2 * ndim), sid]),
+                            axis=0)
+            bx = key[:, 3:3 + 2 * ndim].reshape(len(key), ndim, 2)
             nbytes = np.prod(np.maximum(bx[..., 1] - bx[..., 0], 0), axis=1) * _itemsize(self.graph, name)
-            groups.append(ExchangeGroup(name, key[:, 0], key[:, 1], key[:, 2], bx, nbytes.astype(np.int64)))
+            groups.append(ExchangeGroup(name, key[:, 0], key[:, 1], key[:, 2], bx, nbytes.astype(np.int64),
+                                        key[:, -1]))
         return groups
 
     def build(self, rtask_step: np.ndarray, mode: str) -> BSPProgram:

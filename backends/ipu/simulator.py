@@ -1,18 +1,26 @@
-"""Executing a BSP program in numpy, tile by tile.
+"""Executing a BSP program in numpy, superstep by superstep.
 
-Each tile has its own memory: per tensor, an array and a mask of the elements
-it holds (slices it owns, boxes it received this superstep).  An rTask's
-declared reads must be present on its tile, else :class:`BSPOrderError`; its
-op is then computed with the reference semantics on inputs assembled from the
-tile's memory only (elements the tile does not hold are NaN, 0 for integer
-tensors), so a read the rKernel did not declare gives a wrong result rather
-than a right one by accident, and only the boxes the rTasks write are kept.
+Memory follows the model, not the tile count: every tensor has one shared value
+array (constants and graph inputs are the caller's arrays, not copies) and
+per-slice bookkeeping -- owner tile and the superstep its writer ran -- instead
+of a copy per tile.  A tile *holds* an element when it owns the slice holding
+it and that slice is written, or when the element arrived in this superstep's
+exchange; received boxes are forgotten when the superstep ends, and an
+activation's value array is freed after its last reader's superstep.
+
+An rTask's declared reads must be held by its tile, else :class:`BSPOrderError`;
+an exchange's source must own the whole box, written in an earlier superstep.
+The op is computed with the reference semantics on inputs holding only the
+boxes its rTasks declared (everything else NaN, 0 for integer tensors) -- on an
+IPU a vertex sees only the edges connected to it -- so a read the rKernel did
+not declare gives a wrong result rather than a right one by accident; only the
+boxes the rTasks write are kept.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Mapping
+from typing import Iterator, Mapping
 
 import numpy as np
 
@@ -21,120 +29,246 @@ from rammer.ir import Graph
 from rammer.schedule import Schedule
 
 from .bsp import BSPOrderError, BSPProgram
-from .placement import is_static
+from .placement import boxes_array, is_static
+
+_NOT_WRITTEN = np.iinfo(np.int64).max
 
 
 def _sl(box) -> tuple[slice, ...]:
-    return tuple(slice(lo, hi) for lo, hi in box)
-
-
-class TileMemory:
-    def __init__(self, graph: Graph) -> None:
-        self.graph = graph
-        self.data: dict[str, tuple[np.ndarray, np.ndarray]] = {}
-        self.received: list[tuple[str, tuple]] = []
-
-    def _entry(self, name: str) -> tuple[np.ndarray, np.ndarray]:
-        if name not in self.data:
-            info = self.graph.value_info[name]
-            dtype = np.dtype(info.dtype)
-            fill = np.nan if np.issubdtype(dtype, np.floating) else 0
-            self.data[name] = (np.full(info.shape, fill, dtype=dtype), np.zeros(info.shape, dtype=bool))
-        return self.data[name]
-
-    def store(self, name: str, box, values: np.ndarray) -> None:
-        arr, mask = self._entry(name)
-        arr[_sl(box)] = values
-        mask[_sl(box)] = True
-
-    def holds(self, name: str, box) -> bool:
-        if any(hi <= lo for lo, hi in box):
-            return True  # an empty box reads nothing
-        if name not in self.data:
-            return False
-        return bool(self.data[name][1][_sl(box)].all())
-
-    def view(self, name: str) -> np.ndarray:
-        return self._entry(name)[0]
-
-
-def simulate_program(program: BSPProgram, schedule: Schedule, graph: Graph,
-                     feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Run ``program`` on ``feeds``; the graph outputs gathered from their owner tiles."""
-    tiles: dict[int, TileMemory] = defaultdict(lambda: TileMemory(graph))
-    values = {**graph.initializers, **{k: np.asarray(v) for k, v in feeds.items()}}
-    for name, ss in program.slices.items():  # host -> tile streams before superstep 0
-        for s in ss:
-            if s.superstep < 0:
-                tiles[s.owner].store(name, s.box, np.asarray(values[name])[_sl(s.box)])
-    by_step_x: dict[int, list] = defaultdict(list)
-    for e in program.exchanges:
-        by_step_x[e.superstep].append(e)
-    by_step_t: dict[int, list] = defaultdict(list)
-    for t in program.tasks:
-        by_step_t[t.superstep].append(t)
-    owned_by: dict[tuple[str, int], list] = defaultdict(list)
-    for name, ss in program.slices.items():
-        for s in ss:
-            owned_by[(name, s.owner)].append(s)
-    with np.errstate(all="ignore"):
-        for step in range(program.num_supersteps):
-            # Exchange: the source must own the whole box, from an earlier superstep.
-            for e in by_step_x[step]:
-                src = tiles[e.src]
-                ok = any(s.superstep < step and all(a <= c and d <= b for (a, b), (c, d) in zip(s.box, e.box))
-                         for s in owned_by[(e.tensor, e.src)])
-                if not ok or not src.holds(e.tensor, e.box):
-                    raise BSPOrderError(f"superstep {step}: tile {e.src} sends '{e.tensor}' {list(e.box)} "
-                                        "that it does not own yet")
-                dst = tiles[e.dst]
-                dst.store(e.tensor, e.box, src.view(e.tensor)[_sl(e.box)])
-                dst.received.append((e.tensor, e.box))
-            for t in by_step_t[step]:
-                _compute(t, schedule, graph, tiles[t.tile], step)
-            # Received buffers are freed at the end of the superstep; slices of one tensor are
-            # disjoint, so a received box never overlaps what the tile owns.
-            for tile in tiles.values():
-                for name, box in tile.received:
-                    arr, mask = tile.data[name]
-                    mask[_sl(box)] = False
-                    arr[_sl(box)] = _fill(arr.dtype)
-                tile.received.clear()
-    out = {}
-    for t in graph.outputs:
-        if is_static(graph, t.name):
-            out[t.name] = np.array(graph.initializers[t.name], copy=True)
-            continue
-        full = np.empty(graph.value_info[t.name].shape, dtype=np.dtype(graph.value_info[t.name].dtype))
-        for s in program.slices.get(t.name, []):
-            full[_sl(s.box)] = tiles[s.owner].view(t.name)[_sl(s.box)]
-        out[t.name] = full
-    return out
+    return tuple(slice(int(lo), int(hi)) for lo, hi in box)
 
 
 def _fill(dtype: np.dtype):
     return np.nan if np.issubdtype(dtype, np.floating) else 0
 
 
-def _compute(task, schedule: Schedule, graph: Graph, mem: TileMemory, step: int) -> None:
+def _volumes(boxes: np.ndarray) -> np.ndarray:
+    return np.prod(np.maximum(boxes[..., 1] - boxes[..., 0], 0), axis=-1)
+
+
+def _clip(boxes: np.ndarray, box: np.ndarray) -> np.ndarray:
+    """``boxes`` (n, ndim, 2) intersected with one ``box`` (ndim, 2)."""
+    return np.stack([np.maximum(boxes[..., 0], box[:, 0]), np.minimum(boxes[..., 1], box[:, 1])], axis=-1)
+
+
+class TensorState:
+    """One tensor on the simulated chip: its slices (owner, written superstep) and one shared value."""
+
+    def __init__(self, graph: Graph, name: str, program: BSPProgram) -> None:
+        info = graph.value_info[name]
+        self.name = name
+        self.shape = tuple(int(d) for d in info.shape)
+        self.dtype = np.dtype(info.dtype)
+        ss = program.slices.get(name, [])
+        self.boxes = boxes_array([s.box for s in ss], len(self.shape))
+        self.owners = np.array([s.owner for s in ss], dtype=np.int64)
+        self.written = np.full(len(ss), _NOT_WRITTEN, dtype=np.int64)
+        self.loaded = np.array([s.superstep < 0 for s in ss], dtype=bool)
+        self.value: np.ndarray | None = None
+
+    def ensure_value(self) -> np.ndarray:
+        if self.value is None:
+            self.value = np.full(self.shape, _fill(self.dtype), dtype=self.dtype)
+        return self.value
+
+
+class ChipMemory:
+    """Every tensor's state plus the boxes received in the current superstep."""
+
+    def __init__(self, program: BSPProgram, graph: Graph) -> None:
+        self.program, self.graph = program, graph
+        self.tensors: dict[str, TensorState] = {}
+        #: tensor -> (destination tiles, boxes) received in the current superstep.
+        self.received: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+
+    def state(self, name: str) -> TensorState:
+        st = self.tensors.get(name)
+        if st is None:
+            st = self.tensors[name] = TensorState(self.graph, name, self.program)
+        return st
+
+    def holds(self, name: str, tile: int, box, step: int) -> bool:
+        """Whether ``tile`` holds every element of ``box`` of ``name`` during ``step``'s compute."""
+        b = np.asarray(box, dtype=np.int64).reshape(-1, 2)
+        want = int(_volumes(b))
+        if want == 0:
+            return True  # an empty box reads nothing
+        st = self.state(name)
+        mine = (st.owners == tile) & (st.written <= step)
+        own = _clip(st.boxes[mine], b)
+        own = own[_volumes(own) > 0]
+        if int(_volumes(own).sum()) == want:  # slices are disjoint: the volumes add up
+            return True
+        got = self.received.get(name)
+        if got is None:
+            return False
+        recv = _clip(got[1][got[0] == tile], b)
+        recv = recv[_volumes(recv) > 0]
+        if not len(recv):
+            return False
+        covered = np.zeros(tuple(int(hi - lo) for lo, hi in b), dtype=bool)
+        for part in (own, recv):
+            for p in part:
+                covered[_sl(p - b[:, :1])] = True
+        return bool(covered.all())
+
+
+def _exchanges_by_step(program: BSPProgram, memory: ChipMemory) -> Iterator[tuple[int, dict]]:
+    """Per superstep: tensor -> (src, dst, boxes, source slice) arrays."""
+    per_step: dict[int, dict[str, list]] = defaultdict(lambda: defaultdict(list))
+    if program._exchanges is not None:  # an edited list (tests): source slices looked up here
+        for e in program._exchanges:
+            st = memory.state(e.tensor)
+            b = np.asarray(e.box, dtype=np.int64).reshape(-1, 2)
+            inside = np.flatnonzero((st.owners == e.src) & np.all((st.boxes[..., 0] <= b[:, 0])
+                                                                 & (b[:, 1] <= st.boxes[..., 1]), axis=-1))
+            per_step[e.superstep][e.tensor].append((e.src, e.dst, b, int(inside[0]) if len(inside) else -1))
+        for step, by in sorted(per_step.items()):
+            yield step, {name: (np.array([x[0] for x in xs]), np.array([x[1] for x in xs]),
+                                np.stack([x[2] for x in xs]), np.array([x[3] for x in xs]))
+                         for name, xs in by.items()}
+        return
+    # Groups: one stable sort per tensor, then one slice of it per superstep (no per-exchange objects).
+    bounds = []
+    for g in program.exchange_groups:
+        order = np.argsort(g.superstep, kind="stable")
+        steps = g.superstep[order]
+        bounds.append((g, order, steps))
+    for step in range(program.num_supersteps):
+        out = {}
+        for g, order, steps in bounds:
+            lo, hi = np.searchsorted(steps, [step, step + 1])
+            if hi > lo:
+                idx = order[lo:hi]
+                src = g.source[idx] if g.source is not None else None
+                if src is None:
+                    st = memory.state(g.tensor)
+                    src = np.array([_containing_slice(st, int(s), bx) for s, bx in zip(g.src[idx], g.boxes[idx])])
+                out[g.tensor] = (g.src[idx], g.dst[idx], g.boxes[idx], src)
+        if out:
+            yield step, out
+
+
+def _containing_slice(st: TensorState, owner: int, box: np.ndarray) -> int:
+    inside = np.flatnonzero((st.owners == owner) & np.all((st.boxes[..., 0] <= box[:, 0])
+                                                          & (box[:, 1] <= st.boxes[..., 1]), axis=-1))
+    return int(inside[0]) if len(inside) else -1
+
+
+def _last_use(program: BSPProgram, graph: Graph) -> dict[str, int]:
+    """The last superstep reading each tensor (a task's input or an exchange)."""
+    last: dict[str, int] = {}
+    for t in program.tasks:
+        for name in graph.nodes[t.op].inputs:
+            if name:
+                last[name] = max(last.get(name, -1), t.superstep)
+    if program._exchanges is not None:
+        for e in program._exchanges:
+            last[e.tensor] = max(last.get(e.tensor, -1), e.superstep)
+    else:
+        for g in program.exchange_groups:
+            if len(g.superstep):
+                last[g.tensor] = max(last.get(g.tensor, -1), int(g.superstep.max()))
+    return last
+
+
+def simulate_program(program: BSPProgram, schedule: Schedule, graph: Graph,
+                     feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Run ``program`` on ``feeds``; the graph outputs gathered from their owner tiles."""
+    memory = ChipMemory(program, graph)
+    for name, ss in program.slices.items():  # host -> tile streams before superstep 0
+        if any(s.superstep < 0 for s in ss):
+            st = memory.state(name)
+            source = feeds[name] if name in feeds else graph.initializers[name]
+            st.value = np.asarray(source, dtype=st.dtype)  # the caller's array: no copy per tile
+            st.written[st.loaded] = -1
+    tasks_by_step: dict[int, list] = defaultdict(list)
+    for t in program.tasks:
+        tasks_by_step[t.superstep].append(t)
+    keep = {t.name for t in graph.outputs}
+    last = _last_use(program, graph)
+    free_at: dict[int, list[str]] = defaultdict(list)
+    for name, step in last.items():
+        if name not in keep:
+            free_at[step].append(name)
+    exchanges = _exchanges_by_step(program, memory)  # lazily, in superstep order
+    pending = next(exchanges, None)
+    with np.errstate(all="ignore"):
+        for step in range(program.num_supersteps):
+            # Exchange: the source must own the whole box, written in an earlier superstep.
+            this_step: dict = {}
+            while pending is not None and pending[0] < step:  # outside the program: never run
+                pending = next(exchanges, None)
+            if pending is not None and pending[0] == step:
+                this_step, pending = pending[1], next(exchanges, None)
+            for name, (src, dst, boxes, sid) in this_step.items():
+                st = memory.state(name)
+                safe = np.maximum(sid, 0)
+                ok = (sid >= 0) & (st.owners[safe] == src) & (st.written[safe] < step) if len(st.owners) else sid >= 0
+                if not ok.all():
+                    j = int(np.flatnonzero(~ok)[0])
+                    raise BSPOrderError(f"superstep {step}: tile {int(src[j])} sends '{name}' "
+                                        f"{boxes[j].tolist()} that it does not own yet")
+                memory.received[name] = (dst, boxes)
+            for t in tasks_by_step.get(step, ()):
+                _compute(t, schedule, graph, memory, step)
+            memory.received.clear()  # received buffers live for their superstep only
+            for name in free_at.get(step, ()):  # nothing is kept from finished supersteps
+                if name in memory.tensors:
+                    memory.tensors[name].value = None
+    out = {}
+    for t in graph.outputs:
+        if is_static(graph, t.name):
+            out[t.name] = np.array(graph.initializers[t.name], copy=True)
+            continue
+        st = memory.state(t.name)
+        full = np.empty(st.shape, dtype=st.dtype)
+        if st.value is not None:
+            for box in st.boxes:
+                full[_sl(box)] = st.value[_sl(box)]
+        out[t.name] = full
+    return out
+
+
+def _compute(task, schedule: Schedule, graph: Graph, memory: ChipMemory, step: int) -> None:
     op = schedule.ops[task.op]
     node = graph.nodes[task.op]
     k = op.kernel
     acc = [k.accesses(r) for r in task.rtasks]
+    read_boxes: dict[str, set] = defaultdict(set)
     for r, a in zip(task.rtasks, acc):
         for slot, box in a.reads:
             name = node.inputs[slot] if slot < len(node.inputs) else ""
-            if name and not is_static(graph, name) and not mem.holds(name, box):
+            if not name or is_static(graph, name):
+                continue
+            if not memory.holds(name, task.tile, box, step):
                 raise BSPOrderError(
                     f"superstep {step}: tile {task.tile} runs rTask {r} of {node.label}, which reads "
                     f"'{name}' {[list(b) for b in box]} that the tile neither owns nor received")
+            read_boxes[name].add(tuple((int(lo), int(hi)) for lo, hi in box))
     env = _Env(graph, None)
-    env.values = {name: graph.initializers[name] if is_static(graph, name) else mem.view(name)
+    env.values = {name: graph.initializers[name] if is_static(graph, name) else _tile_view(memory, name, read_boxes)
                   for name in node.inputs if name}
     outs = run_node(node, graph, env, check=True)
     produced = dict(zip([o for o in node.outputs if o], outs))
     for a in acc:
         for slot, box in a.writes:
             name = node.outputs[slot] if slot < len(node.outputs) else ""
-            if name:
-                mem.store(name, box, np.asarray(produced[name])[_sl(box)])
+            if not name:
+                continue
+            st = memory.state(name)
+            st.ensure_value()[_sl(box)] = np.asarray(produced[name])[_sl(box)]
+            b = np.asarray(box, dtype=np.int64).reshape(-1, 2)
+            mine = (st.owners == task.tile) & (_volumes(_clip(st.boxes, b)) > 0)
+            st.written[mine] = np.minimum(st.written[mine], step)
+
+
+def _tile_view(memory: ChipMemory, name: str, read_boxes: dict[str, set]) -> np.ndarray:
+    """``name`` as the tile's vertices see it: the declared read boxes, NaN (or 0) elsewhere."""
+    st = memory.state(name)
+    view = np.full(st.shape, _fill(st.dtype), dtype=st.dtype)
+    if st.value is not None:
+        for box in read_boxes.get(name, ()):
+            view[_sl(box)] = st.value[_sl(box)]
+    return view
+

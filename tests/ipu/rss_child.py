@@ -1,0 +1,73 @@
+"""Child process of test_ipu_memory: compiles one model on the ipu backend, runs it through the
+simulator, checks it against reference and prints one JSON line with its peak RSS and the model's
+bytes (weights, largest live activations)."""
+
+from __future__ import annotations
+
+import json
+import resource
+import sys
+
+import numpy as np
+
+
+def wide_model():
+    """Two wide elementwise layers and a 1x1 conv: thousands of rTasks in one superstep."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    shape = [1, 64, 112, 112]
+    w = numpy_helper.from_array((rng.standard_normal((64, 64, 1, 1)) * 0.1).astype(np.float32), "w")
+    nodes = [helper.make_node("Relu", ["x"], ["a"]), helper.make_node("Sigmoid", ["a"], ["b"]),
+             helper.make_node("Conv", ["b", "w"], ["c"]), helper.make_node("Add", ["c", "a"], ["y"])]
+    g = helper.make_graph(nodes, "wide", [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)], [w])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def main(name: str) -> None:
+    import rammer
+    import rammer.plugins
+
+    if "ipu" not in rammer.plugins.backends():
+        import rammer.backends.ipu as ipu
+
+        rammer.plugins.register_plugin(ipu, "rammer-ipu-rss")
+    from rammer import zoo
+
+    model = wide_model() if name == "wide" else zoo.build(name)
+    compiled = rammer.compile(model, backend="ipu")
+    exe = compiled.executable
+    rng = np.random.default_rng(0)
+    feeds = {t.name: rng.standard_normal(t.shape).astype(np.dtype(t.dtype)) for t in compiled.graph.inputs}
+    got = compiled.run(feeds)
+    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+    want = rammer.compile(model, backend="reference").run(feeds)
+    err = max(float(np.max(np.abs(got[k] - want[k]) / (np.abs(want[k]) + 1e-6), initial=0.0)) for k in want)
+    graph, program = exe.graph, exe.program
+    weights = sum(int(v.nbytes) for v in graph.initializers.values())
+    # Largest live activations: per superstep, the bytes of every computed tensor between its
+    # writer's superstep and its last reader's (or the end, for graph outputs).
+    from rammer.backends.ipu.simulator import _last_use
+
+    last = _last_use(program, graph)
+    outputs = {t.name for t in graph.outputs}
+    live = np.zeros(program.num_supersteps + 1, dtype=np.int64)
+    for tname, slices in program.slices.items():
+        first = min((s.superstep for s in slices), default=-1)
+        if first < 0:
+            continue
+        info = graph.value_info[tname]
+        nbytes = int(np.prod(info.shape)) * np.dtype(info.dtype).itemsize
+        end = program.num_supersteps - 1 if tname in outputs else max(first, last.get(tname, first))
+        live[first:end + 1] += nbytes
+    per_step = np.bincount([t.superstep for t in program.tasks],
+                           weights=[len(t.rtasks) for t in program.tasks], minlength=1)
+    print(json.dumps({"model": name, "peak_rss_mb": peak_mb, "weights_mb": weights / 2**20,
+                      "live_activations_mb": float(live.max()) / 2**20, "max_rel_err": err,
+                      "rtasks": exe.schedule.num_rtasks, "max_rtasks_per_superstep": int(per_step.max()),
+                      "supersteps": program.num_supersteps}))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
