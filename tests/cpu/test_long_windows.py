@@ -1,0 +1,56 @@
+"""Window ops too large for one row of a vEU's scratch: 1-D convolutions with hundreds of channels over
+thousands of frames (speech front ends: Whisper's 80 -> 384 -> 384, wav2vec2's 512-channel stack) and
+pooling windows larger than their input (ceil_mode).  Before, the 1-D convs failed to compile with
+``ScheduleError: ... candidate(s) need more than a vEU offers``: a 1-D conv ran as a one-row plane whose
+phase planes (every input channel's whole padded length) could not be cut.  Each case is compared with
+the reference backend over a small grid of the shape class, not one model's shape.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from cpu_helpers import compare, model, node, rand
+from rammer.backends.cpu import lower_conv
+
+
+def _conv1d(cin: int, cout: int, frames: int, k: int, stride: int, pad: int, group: int = 1, bias: bool = True,
+            relu: bool = False):
+    w = rand(cout, cin // group, k, seed=1) * (1.0 / np.sqrt(cin * k / group))
+    consts = {"w": w.astype(np.float32)}
+    ins = ["x", "w"]
+    if bias:
+        consts["b"] = rand(cout, seed=2)
+        ins.append("b")
+    nodes = [node("Conv", ins, ["c" if relu else "y"], kernel_shape=[k], strides=[stride], pads=[pad, pad],
+                  group=group)]
+    if relu:
+        nodes.append(node("Relu", ["c"], ["y"]))
+    x = rand(1, cin, frames, seed=3)
+    return model(nodes, {"x": x}, ["y"], consts), {"x": x}
+
+
+@pytest.mark.parametrize("cin,cout,frames,k,stride,pad", [
+    (384, 384, 3000, 3, 1, 1),    # Whisper's second front-end conv (stride 1 here)
+    (384, 384, 3000, 3, 2, 1),    # ... and as Whisper has it, stride 2
+    (512, 512, 3199, 3, 2, 0),    # wav2vec2's stack, unpadded
+    (512, 512, 1600, 2, 2, 0),    # wav2vec2's last two layers (kernel 2)
+    (256, 128, 5000, 5, 1, 2),    # wider kernel, more frames than channels
+    (640, 64, 900, 1, 1, 0),      # pointwise over a long axis
+])
+def test_long_1d_convs_compile_and_match(cin, cout, frames, k, stride, pad):
+    assert lower_conv._column_1d(cin, frames + 2 * pad)  # the class this covers: too long for a row's scratch
+    m, feeds = _conv1d(cin, cout, frames, k, stride, pad)
+    compare(m, feeds, rtol=2e-4, atol=2e-4)
+
+
+def test_long_grouped_1d_conv_with_relu_matches():
+    m, feeds = _conv1d(768, 768, 1500, 3, 1, 1, group=16, relu=True)
+    compare(m, feeds, rtol=2e-4, atol=2e-4)
+
+
+def test_short_1d_convs_keep_the_row_form():
+    assert not lower_conv._column_1d(80, 3002)        # Whisper's first conv (80 mel bins) fits a row
+    m, feeds = _conv1d(80, 384, 3000, 3, 1, 1)
+    compare(m, feeds, rtol=2e-4, atol=2e-4)
