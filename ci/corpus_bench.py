@@ -332,6 +332,8 @@ def main(argv: list[str] | None = None) -> int:
             start = time.perf_counter()
             row = measure(entry, args)
             rows.append(row)
+            if args.json:  # after every model: a long run stopped midway keeps what it measured
+                _write_json(args, rows, {})
             extra = "" if args.check else (f" cpu {_f(row.get('cpu_ms'), '.2f')} ms, ort {_f(row.get('ort_ms'), '.2f')} ms,"
                                            f" ratio {_f(row.get('ratio'), '.2f')}")
             print(f"[{i + 1}/{len(entries)}] {entry.name}: {row['status']}{extra}, "
@@ -352,10 +354,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\n{summary['ok']}/{len(rows)} models match on cpu and reference; "
               f"{summary['with_fallbacks']} with numpy fallbacks on cpu")
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"threads": args.threads, "size": args.size, "rounds": args.rounds, "seconds": args.seconds,
-                       "summary": summary, "rows": rows}, f, indent=1)
+        _write_json(args, rows, summary)
     return 0
+
+
+def _write_json(args: argparse.Namespace, rows: list[dict[str, Any]], summary: dict[str, Any]) -> None:
+    tmp = args.json + ".part"
+    with open(tmp, "w") as f:
+        json.dump({"threads": args.threads, "size": args.size, "rounds": args.rounds, "seconds": args.seconds,
+                   "summary": summary, "rows": rows}, f, indent=1)
+    os.replace(tmp, args.json)
 
 
 if __name__ == "__main__":

@@ -217,34 +217,81 @@ def lower_pool(lw: LowerContext, node: Node, out: View, prog: EwProgram | None, 
         dh, dw = dilations
         OH, OW = geo.out
         pb, pe, dims = geo.pad_begin, geo.pad_end, spatial
+    if H == kh == OH == 1 and kwin.window_scratch(1, OW, 1, kw, 1, sw, 1, dw) > POOL_BAND_MAX_FLOATS:
+        # A one-row plane (a 1-D pool over a long axis) too long for a vEU's scratch runs as a
+        # one-column plane (the same memory layout), which is cut into bands of rows below.
+        H, W, kh, kw, sh, sw, ph, pw, dh, dw, OH, OW = W, H, kw, kh, sw, sh, pw, ph, dw, dh, OW, OH
+        pb, pe, dims = pb[::-1], pe[::-1], dims[::-1]
     mode = 0 if node.op_type == "MaxPool" else 1
     if int(node.attr("count_include_pad", 0)):
         limits = [(0, d + b + e) for d, b, e in zip(dims, pb, pe)]
     else:
         limits = [(b, b + d) for d, b in zip(dims, pb)]
     planes = x_info.shape[0] * x_info.shape[1]
-    stack = min(planes, kwin.pool_stack(OH, OW, kh, kw, sh, sw, dh, dw))
-
     # the epilogue's registers first in scratch, then the planes
     regs = prog.n_registers() * BLOCK if prog is not None else 0
     space = ("conv", x_info.shape[1])
+    bands = _pool_bands(OH, OW, kh, kw, sh, sw, dh, dw, regs)
+    # Each band: (input row offset, band H, band top pad, first output row, band OH, stack, lo_h, hi_h).
+    geometry = []
+    for r0, r1 in bands if len(bands) > 1 else ():
+        top = r0 * sh - ph  # the band's first padded row, in input rows
+        span = (r1 - r0 - 1) * sh + (kh - 1) * dh + 1
+        start = max(0, top)
+        rows = min(H, top + span) - start
+        stack = min(planes, kwin.pool_stack(r1 - r0, OW, kh, kw, sh, sw, dh, dw)) if len(bands) == 1 else 1
+        geometry.append((start, rows, start - top, r0, r1 - r0, stack, limits[0][0] - r0 * sh,
+                         limits[0][1] - r0 * sh))
+    if len(bands) == 1:
+        geometry.append((0, H, ph, 0, OH, min(planes, kwin.pool_stack(OH, OW, kh, kw, sh, sw, dh, dw)), *limits[0]))
 
     def emit(ctx: EmitContext, parts: list) -> list[Row]:
         epi = prog.emit(ctx.side, ctx.locate, space) if prog is not None else -1
-        words = [ctx.locate(x), x_info.shape[1], H, W, kh, kw, sh, sw, ph, pw, dh, dw, OH, OW, ctx.locate(out),
-                 mode, limits[0][0], limits[0][1], limits[1][0], limits[1][1], regs, stack, epi]
-        desc = ctx.side.add_ints(words)
-        return [("k_pool", [desc, q0, q1]) for q0, q1 in parts]
+        descs = []
+        for start, rows, top_pad, r0, band_oh, stack, lo_h, hi_h in geometry:
+            words = [ctx.locate(x) + start * W, x_info.shape[1], rows, W, kh, kw, sh, sw, top_pad, pw, dh, dw,
+                     band_oh, OW, ctx.locate(out) + r0 * OW, mode, lo_h, hi_h, limits[1][0], limits[1][1],
+                     regs, stack, epi, H * W, OH * OW, r0 * OW]
+            descs.append(ctx.side.add_ints(words))
+        return [("k_pool", [descs[b], q0, q1]) for b, q0, q1 in parts]
 
     flops = 1.0 * planes * OH * OW * kh * kw
     epi_reads, epi_writes, epi_inputs = epilogue_io(prog)
     reads = {x.buffer} | epi_reads
     writes = {out.buffer} | epi_writes
     # phase planes and accumulator of ``stack`` planes swept at once, 1/counts
-    scratch = regs + kwin.window_scratch(OH, OW, kh, kw, sh, sw, dh, dw, stack)
+    scratch = regs + max(kwin.window_scratch(band_oh, OW, kh, kw, sh, sw, dh, dw, stack)
+                         for _, _, _, _, band_oh, stack, _, _ in geometry)
+    plane_parts = _rows_partition(planes)
+
+    def partition(k: int) -> list:
+        per_band = max(1, k // len(bands))
+        return [(b, q0, q1) for b in range(len(bands))
+                for q0, q1 in (plane_parts(per_band) or [(0, planes)])]
+
     lw.add_op(CpuOp(node.name or node.op_type, "pool", nodes, tuple(sorted(reads - writes)), tuple(sorted(writes)),
-                    flops, 4.0 * (x.size + out.size * (1 + epi_inputs)),
-                    _rows_partition(planes), emit, scratch=scratch))
+                    flops, 4.0 * (x.size + out.size * (1 + epi_inputs)), partition, emit, scratch=scratch))
+
+
+#: Floats of a vEU's scratch one pooling band may take (the phase planes, accumulator and 1/counts of
+#: one plane's band of output rows; 1.5 MiB of the vEU's 2 MiB).
+POOL_BAND_MAX_FLOATS = 384 * 1024
+
+
+def _pool_bands(OH: int, OW: int, kh: int, kw: int, sh: int, sw: int, dh: int, dw: int,
+                regs: int) -> list[tuple[int, int]]:
+    """Output-row ranges ``[r0, r1)`` swept one at a time: the whole plane when it fits in
+    :data:`POOL_BAND_MAX_FLOATS`, else bands of equal height that each do (a 640x640 detector map,
+    a long 1-D pool as a column).  Planes larger than a vEU's scratch failed to schedule before."""
+    def floats(rows: int) -> int:
+        return regs + kwin.window_scratch(rows, OW, kh, kw, sh, sw, dh, dw, 1)
+    if floats(OH) <= POOL_BAND_MAX_FLOATS:
+        return [(0, OH)]
+    rows = OH
+    while rows > 1 and floats(rows) > POOL_BAND_MAX_FLOATS:
+        rows = max(1, rows // 2)
+    count = -(-OH // rows)
+    return [(OH * i // count, OH * (i + 1) // count) for i in range(count)]
 
 
 # -- reductions --------------------------------------------------------------------------------

@@ -169,5 +169,5 @@ def select(models: str = "", family: str = "") -> list[Entry]:
     unknown = [n for n in names if n not in ENTRIES] + [f for f in fams if f not in FAMILIES]
     if unknown:
         raise KeyError(f"unknown corpus model(s)/family(ies) {unknown}; families: {', '.join(FAMILIES)}")
-    out = [e for e in ENTRIES.values() if (not names or e.name in names) and (not fams or e.family in fams)]
-    return out
+    chosen = [ENTRIES[n] for n in names] if names else list(ENTRIES.values())  # in the order named
+    return [e for e in chosen if not fams or e.family in fams]

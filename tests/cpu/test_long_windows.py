@@ -54,3 +54,46 @@ def test_short_1d_convs_keep_the_row_form():
     assert not lower_conv._column_1d(80, 3002)        # Whisper's first conv (80 mel bins) fits a row
     m, feeds = _conv1d(80, 384, 3000, 3, 1, 1)
     compare(m, feeds, rtol=2e-4, atol=2e-4)
+
+
+def _pool(op: str, shape: tuple[int, ...], kernel: list[int], strides: list[int], pads: list[int], ceil: int,
+          include_pad: int = 0):
+    x = rand(*shape, seed=4)
+    attrs = dict(kernel_shape=kernel, strides=strides, pads=pads, ceil_mode=ceil)
+    if op == "AveragePool":
+        attrs["count_include_pad"] = include_pad
+    return model([node(op, ["x"], ["y"], **attrs)], {"x": x}, ["y"], opset=19), {"x": x}
+
+
+@pytest.mark.parametrize("op,shape,kernel,strides,pads,ceil,include_pad", [
+    # planes larger than a vEU's scratch: swept in bands of output rows
+    ("MaxPool", (1, 4, 640, 640), [3, 3], [1, 1], [1, 1, 1, 1], 0, 0),
+    ("MaxPool", (1, 3, 800, 640), [3, 3], [2, 2], [1, 1, 1, 1], 1, 0),
+    ("AveragePool", (1, 2, 700, 700), [7, 7], [1, 1], [0, 0, 0, 0], 1, 0),
+    ("AveragePool", (1, 2, 999, 1001), [2, 2], [2, 2], [0, 0, 0, 0], 1, 0),
+    ("AveragePool", (1, 2, 640, 640), [5, 5], [1, 1], [2, 2, 2, 2], 0, 1),
+    ("AveragePool", (2, 2, 641, 640), [3, 3], [2, 2], [1, 1, 1, 1], 1, 0),
+    # one-row planes (1-D pools over long axes) run as banded columns
+    ("AveragePool", (1, 4, 1, 200000), [1, 5], [1, 1], [0, 2, 0, 2], 0, 0),
+    ("MaxPool", (1, 3, 1, 300001), [1, 4], [1, 3], [0, 1, 0, 1], 1, 0),
+    # windows larger than the plane (ceil_mode, padding): one band
+    ("AveragePool", (1, 8, 5, 5), [7, 7], [7, 7], [0, 0, 0, 0], 1, 0),
+    ("AveragePool", (1, 8, 3, 3), [7, 7], [1, 1], [2, 2, 2, 2], 1, 0),
+    ("MaxPool", (1, 8, 6, 6), [4, 4], [4, 4], [1, 1, 1, 1], 1, 0),
+])
+def test_pools_over_large_planes_compile_and_match(op, shape, kernel, strides, pads, ceil, include_pad):
+    m, feeds = _pool(op, shape, kernel, strides, pads, ceil, include_pad)
+    compare(m, feeds, rtol=1e-5, atol=1e-6)
+
+
+def test_pool_bands_cover_the_plane_and_fit_the_scratch():
+    from rammer.backends.cpu import kernels_window as kwin
+    from rammer.backends.cpu.lower_nn import POOL_BAND_MAX_FLOATS, _pool_bands
+
+    assert _pool_bands(56, 56, 3, 3, 2, 2, 1, 1, 0) == [(0, 56)]  # what fits stays one sweep
+    for OH, OW, k, s in ((640, 640, 3, 1), (347, 1001, 2, 2), (200000, 1, 5, 1)):
+        bands = _pool_bands(OH, OW, k, k if OW > 1 else 1, s, s if OW > 1 else 1, 1, 1, 0)
+        assert len(bands) > 1 and bands[0][0] == 0 and bands[-1][1] == OH
+        assert all(a[1] == b[0] for a, b in zip(bands, bands[1:]))
+        assert max(kwin.window_scratch(r1 - r0, OW, k, k if OW > 1 else 1, s, s if OW > 1 else 1, 1, 1)
+                   for r0, r1 in bands) <= POOL_BAND_MAX_FLOATS
