@@ -1,5 +1,5 @@
 """Lowering of the non-GEMM, non-elementwise ops: Concat, Pad, pooling,
-reductions, softmax, layer normalization and Gather.
+reductions, softmax, layer normalization, Gather and (linear / cubic) Resize.
 
 Each entry of :data:`LOWERINGS` adds the op's :class:`CpuOp`; :func:`reason`
 says why a node cannot be lowered (then it runs on the host).
@@ -16,6 +16,7 @@ from rammer.errors import ShapeError
 from rammer.ir import Node
 from rammer.lower.views import View
 from rammer.ops.conv import window_geometry
+from rammer.ops import resize as resize_rules
 from rammer.ops.registry import OpContext
 
 from . import kernels_nn as knn
@@ -423,9 +424,69 @@ def _gather(lw: LowerContext, node: Node) -> None:
                     2.0 * esize * out.size, _rows_partition(outer * n_idx, 16), emit))
 
 
+# -- Resize ----------------------------------------------------------------------------------------
+
+def _resize_tables(lw: LowerContext, node: Node) -> tuple[list, str | None]:
+    """Per resized axis (the last two: rows, columns) the clamped input indices and the weights of
+    each output position's taps, by the op's own rules (:mod:`rammer.ops.resize`); or why not."""
+    x_info = _info(lw, node.inputs[0])
+    shape = tuple(x_info.shape)
+    values = [None] + [lw.graph.initializers.get(i) if i else None for i in node.inputs[1:]]
+    ctx = OpContext(node, lw.opset, [x_info] + [_info(lw, i) if i else None for i in node.inputs[1:]], values)
+    ctm = node.attr("coordinate_transformation_mode", "half_pixel")
+    if resize_rules._legacy(ctx):
+        ctm = "asymmetric"
+    if ctm == "tf_crop_and_resize":
+        return [], "tf_crop_and_resize (extrapolated pixels)"
+    if node.attr("mode", "nearest") == "nearest":
+        return [], "nearest Resize that the cpu rewrites did not turn into copies"
+    try:
+        plans = resize_rules._plan(ctx, shape, [None, *values[1:]])
+    except Exception as exc:  # scales/sizes computed at run time: the reference says so when it runs
+        return [], f"scales/sizes not constant ({exc})"
+    if len(shape) < 2 or not all(p.out_len > 0 for p in plans) or not all(shape):
+        return [], "rank < 2 or an empty axis"
+    for p in plans[:-2]:
+        if p.out_len != shape[p.axis] or not math.isclose(p.scale, 1.0):
+            return [], f"resizes axis {p.axis} (the cpu kernel resizes the last two)"
+    tables = []
+    for p in plans[-2:]:
+        in_len = shape[p.axis]
+        if p.out_len == in_len and math.isclose(p.scale, 1.0):
+            tables.append((np.arange(in_len, dtype=np.int64)[:, None], np.ones((in_len, 1))))
+            continue
+        x = resize_rules._source_coords(ctx, ctm, p, in_len)
+        idx, weights = resize_rules._taps(ctx, x, in_len, p.scale)
+        tables.append((np.ascontiguousarray(idx, dtype=np.int64), weights))
+    return tables, None
+
+
+def _resize(lw: LowerContext, node: Node) -> None:
+    (ih, wh), (iw, ww) = _resize_tables(lw, node)[0]
+    x_info = _info(lw, node.inputs[0])
+    *lead, H, W = x_info.shape
+    OH, OW = ih.shape[0], iw.shape[0]
+    planes = math.prod(lead)
+    x = lw.dense(node.inputs[0])
+    out = lw.views[node.outputs[0]]
+    consts = [lw.const_view(np.ascontiguousarray(a.ravel(), dtype=dt))
+              for a, dt in ((ih, np.int64), (wh, np.float32), (iw, np.int64), (ww, np.float32))]
+
+    def emit(ctx: EmitContext, parts: list) -> list[Row]:
+        desc = ctx.side.add_ints([ctx.locate(x), H, W, ctx.locate(out), OH, OW, ih.shape[1], ctx.locate(consts[0]),
+                                  ctx.locate(consts[1]), iw.shape[1], ctx.locate(consts[2]), ctx.locate(consts[3])])
+        return [("k_resize", [desc, q0, q1]) for q0, q1 in parts]
+
+    taps = ih.shape[1] * iw.shape[1]
+    reads = tuple(sorted({x.buffer} | {c.buffer for c in consts}))
+    lw.add_op(CpuOp(node.name or "Resize", "resize", (node,), reads, (out.buffer,), 2.0 * out.size * taps,
+                    4.0 * (x.size + out.size), _rows_partition(planes), emit))
+
+
 LOWERINGS: dict[str, Callable[[LowerContext, Node], None]] = {
     "Concat": _concat, "Pad": _pad, "MaxPool": _pool, "AveragePool": _pool,
     "Softmax": _softmax, "LogSoftmax": _softmax, "LayerNormalization": _layernorm, "Gather": _gather,
+    "Resize": _resize,
     **{op: _reduce for op in _REDUCE_MODES},
     **{op: lower_rnn.lower_rnn for op in lower_rnn.RNN_OPS},
 }
@@ -469,6 +530,8 @@ def reason(lw: LowerContext, node: Node) -> str | None:
             if t.shape != norm_shape and math.prod(t.shape) != math.prod(norm_shape):
                 return "broadcast scale/bias"
         return None
+    if op == "Resize":
+        return _resize_tables(lw, node)[1]
     if op in ("Softmax", "LogSoftmax"):
         if not ins[0].shape:  # (shape inference lets it through; the kernel would index a missing axis)
             raise ShapeError(f"{node.label}: axis {node.attr('axis', -1)} is out of range for the rank-0 input "
