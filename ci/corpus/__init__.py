@@ -12,8 +12,8 @@ Each entry builds at two sizes:
   tests/test_corpus.py compiles and checks every entry in a few minutes on two cores.
 
 Built models are cached on disk (``$RAMMER_CORPUS_DIR``, default ``~/.cache/rammer/corpus``), keyed
-by the entry's definition: its name, size, batch, parameters, the source text of the module that
-builds it and the versions of torch / transformers / skl2onnx / onnxruntime; a repeated run does
+by the entry's definition: its name, size, batch, parameters, the source text of the corpus's modules
+and the versions of torch / transformers / skl2onnx / onnxruntime; a repeated run does
 not re-export.
 
     from corpus import ENTRIES, build
@@ -61,8 +61,10 @@ class Entry:
 
     def cache_key(self, size: str) -> str:
         """A digest of everything that decides the built model (a changed builder re-exports)."""
-        module = inspect.getmodule(self.builder)
-        source = inspect.getsource(module) if module is not None else ""
+        # Every module of the corpus: builders call each other (the quantized entries build float ones).
+        here = os.path.dirname(os.path.abspath(__file__))
+        source = "".join(open(os.path.join(here, f), encoding="utf-8").read()
+                         for f in sorted(os.listdir(here)) if f.endswith(".py"))
         versions = []
         for pkg in ("torch", "transformers", "sklearn", "skl2onnx", "onnxruntime", "onnx"):
             try:
@@ -70,7 +72,7 @@ class Entry:
             except ImportError:
                 versions.append(f"{pkg}=absent")
         text = "\n".join([self.name, self.family, size, str(self.batch), repr(self.params),
-                          self.builder.__qualname__, source, *versions, inspect.getsource(export_torch)])
+                          self.builder.__qualname__, source, *versions])
         return hashlib.sha256(text.encode()).hexdigest()[:20]
 
 
