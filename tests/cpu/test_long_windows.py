@@ -97,3 +97,11 @@ def test_pool_bands_cover_the_plane_and_fit_the_scratch():
         assert all(a[1] == b[0] for a, b in zip(bands, bands[1:]))
         assert max(kwin.window_scratch(r1 - r0, OW, k, k if OW > 1 else 1, s, s if OW > 1 else 1, 1, 1)
                    for r0, r1 in bands) <= POOL_BAND_MAX_FLOATS
+
+
+@pytest.mark.parametrize("op,follower", [("MaxPool", "Relu"), ("AveragePool", "Sigmoid")])
+def test_banded_pool_with_a_fused_elementwise_epilogue(op, follower):
+    x = rand(1, 3, 640, 640, seed=6)
+    attrs = dict(kernel_shape=[3, 3], strides=[1, 1], pads=[1, 1, 1, 1])
+    m = model([node(op, ["x"], ["p"], **attrs), node(follower, ["p"], ["y"])], {"x": x}, ["y"], opset=19)
+    compare(m, {"x": x}, rtol=1e-5, atol=1e-6)
