@@ -16,7 +16,7 @@ import numpy as np
 from numba import carray, cfunc, types
 
 from .kernels_conv import k_convp
-from .kernels_data import k_copy, k_copy_many, k_gather, k_pad
+from .kernels_data import k_copy, k_copy_many, k_gather, k_pad, k_resize
 from .kernels_ew import arena_views, ensure_epilogue_symbol, k_ew
 from .kernels_gemm import k_gemm
 from .kernels_nn import k_layernorm, k_reduce, k_softmax
@@ -62,6 +62,12 @@ def entry_k_gather(arena, nbytes, x, nx, r, nr, row, sbase):
     F, B, I, J, X, R = arena_views(arena, nbytes, x, nx, r, nr)
     p = carray(row, (ROW_PARAMS,), np.int64)
     return k_gather(F, B, I, J, X, R, p, sbase)
+
+
+def entry_k_resize(arena, nbytes, x, nx, r, nr, row, sbase):
+    F, B, I, J, X, R = arena_views(arena, nbytes, x, nx, r, nr)
+    p = carray(row, (ROW_PARAMS,), np.int64)
+    return k_resize(F, B, I, J, X, R, p, sbase)
 
 
 

@@ -28,7 +28,7 @@ _JIT = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
 # Window descriptor shared by convolutions, depthwise conv and pooling:
 W_X, W_C, W_H, W_W, W_KH, W_KW, W_SH, W_SW, W_PH, W_PW, W_DH, W_DW, W_OH, W_OW, W_OUT = range(15)
 # then: conv: see kernels_conv; dwconv: [.., w_off, mult, epi, scratch, bias, act, hswish];
-# pool: [.., mode, lo_h, hi_h, lo_w, hi_w]
+# pool: [.., mode, lo_h, hi_h, lo_w, hi_w, scratch, stack, epi, in plane, out plane, first pixel]
 WIN_LEN = 15
 
 
@@ -453,9 +453,13 @@ def k_pool(F, B, I, J, X, R, p, sbase):
     """Max (mode 0) or average (mode 1) pooling of planes [q0, q1) (q = n * C + c).
 
     Row: [desc, q0, q1].  Descriptor tail: [mode, lo_h, hi_h, lo_w, hi_w,
-    scratch, planes per sweep (:func:`pool_stack`), epilogue]: taps whose padded coordinate falls
+    scratch, planes per sweep (:func:`pool_stack`), epilogue, input plane stride, output plane
+    stride, first output pixel]: taps whose padded coordinate falls
     in [lo, hi) count towards the average; the fused elementwise epilogue (or -1) runs on each
-    sweep's finished planes (its registers are the scratch before ``scratch``).  Like depthwise
+    sweep's finished planes (its registers are the scratch before ``scratch``).  A descriptor may
+    cover a band of a plane's rows (planes too large for a vEU's scratch are cut into bands, see
+    ``lower_nn.lower_pool``): H, OH and the pads are then the band's, the plane strides the whole
+    planes', and the epilogue's columns start at the band's first output pixel.  Like depthwise
     convolution: phase planes padded with -inf (max) or 0 (average), then flat sweeps: the
     depthwise ones over weights of 1 (average), or runs of up to 3 taps (max).
     """
@@ -473,6 +477,9 @@ def k_pool(F, B, I, J, X, R, p, sbase):
     # than the arithmetic on 8x8 and 16x16 planes.
     G = X[d + WIN_LEN + 6]
     epi = X[d + WIN_LEN + 7]
+    xs = X[d + WIN_LEN + 8]
+    ys = X[d + WIN_LEN + 9]
+    c0 = X[d + WIN_LEN + 10]
     nplanes = G * sh * sw * plane + _SLACK
     pbase = sbase + X[d + WIN_LEN + 5]
     acc = F[pbase + nplanes:pbase + nplanes + G * plane + _SLACK]
@@ -514,41 +521,41 @@ def k_pool(F, B, I, J, X, R, p, sbase):
     direct = direct_fits(kh, kw, sh, sw, dh, dw)
     for q in range(p[1], p[2], G):
         g = min(G, p[2] - q)
-        src = X[d + W_X] + q * H * W
-        dst = X[d + W_OUT] + q * OH * OW
+        src = X[d + W_X] + q * xs
+        dst = X[d + W_OUT] + q * ys
         if direct:
             # max: -inf padding in the sweep; average: the sum (weights of one), then 1/count
             for k in range(g):
-                out_k = dst + k * OH * OW
-                direct_sweep(mode == 0, kh, sh, F, src + k * H * W, H, W, ph, pw, ones, OH, OW, out_k, f32(0.0),
+                out_k = dst + k * ys
+                direct_sweep(mode == 0, kh, sh, F, src + k * xs, H, W, ph, pw, ones, OH, OW, out_k, f32(0.0),
                              -_INF, _INF)
                 if mode == 1:
                     out = F[_u(out_k):_u(out_k + OH * OW)]
                     for e in range(OH * OW):
                         out[e] *= scale[e]
             if epi >= 0:
-                ew_epilogue(F, X, R, epi, q, q + g, 0, OH * OW, sbase)
+                ew_epilogue(F, X, R, epi, q, q + g, c0, c0 + OH * OW, sbase)
             continue
         if separable:
             for k in range(g):
-                _max_separable(F, src + k * H * W, dst + k * OH * OW, H, W, kh, kw, sh, sw, ph, pw, OH, OW, pbase)
+                _max_separable(F, src + k * xs, dst + k * ys, H, W, kh, kw, sh, sw, ph, pw, OH, OW, pbase)
             if epi >= 0:
-                ew_epilogue(F, X, R, epi, q, q + g, 0, OH * OW, sbase)
+                ew_epilogue(F, X, R, epi, q, q + g, c0, c0 + OH * OW, sbase)
             continue
         if subsample:
             for k in range(g):
                 for oh in range(OH):
                     s = inv_h[oh] * inv_w[0] if mode == 1 else f32(1.0)
-                    so = src + k * H * W + oh * sh * W
-                    do = dst + k * OH * OW + oh * OW
+                    so = src + k * xs + oh * sh * W
+                    do = dst + k * ys + oh * OW
                     for ow in range(OW):
                         F[_u(do + ow)] = F[_u(so + ow * sw)] * s
             if epi >= 0:
-                ew_epilogue(F, X, R, epi, q, q + g, 0, OH * OW, sbase)
+                ew_epilogue(F, X, R, epi, q, q + g, c0, c0 + OH * OW, sbase)
             continue
         for k in range(g):
             P_k = P[k * sh * sw * plane:(k + 1) * sh * sw * plane]
-            _phase_planes(F, src + k * H * W, H, W, ph, pw, sh, sw, Hq, Wq, P_k, fill, pbase + k * sh * sw * plane)
+            _phase_planes(F, src + k * xs, H, W, ph, pw, sh, sw, Hq, Wq, P_k, fill, pbase + k * sh * sw * plane)
         for t in range(g * sh * sw * plane, nplanes):
             P[t] = fill
         L = (g - 1) * plane + (OH - 1) * Wq + OW
@@ -574,9 +581,9 @@ def k_pool(F, B, I, J, X, R, p, sbase):
                     o = r + (j * dw) % sw * plane + (j * dw) // sw
                     _max_run(acc, P[o:o + Lr], 1, Lr)
         for k in range(g):
-            _pool_out(F, pbase + nplanes + k * plane, dst + k * OH * OW, OH, OW, Wq, mode, scale)
+            _pool_out(F, pbase + nplanes + k * plane, dst + k * ys, OH, OW, Wq, mode, scale)
         if epi >= 0:
-            ew_epilogue(F, X, R, epi, q, q + g, 0, OH * OW, sbase)
+            ew_epilogue(F, X, R, epi, q, q + g, c0, c0 + OH * OW, sbase)
 
 
 #: Strided max pooling that no direct sweep serves (non-square windows, strides other than 1 and 2,

@@ -67,9 +67,22 @@ def _geometry(lw: LowerContext, node: Node) -> tuple:
     geo = window_geometry(ctx, spatial, kernel)
     strides, dilations = effective_steps(geo.out, geo.kernel, geo.strides, geo.dilations)
     if len(spatial) == 1:
+        if _column_1d(x.shape[1] // int(node.attr("group", 1)), spatial[0] + geo.pad_begin[0] + geo.pad_end[0]):
+            return (spatial + (1,), geo.kernel + (1,), strides + (1,), geo.pad_begin + (0,), dilations + (1,),
+                    geo.out + (1,))
         return ((1,) + spatial, (1,) + geo.kernel, (1,) + strides, (0,) + geo.pad_begin, (1,) + dilations,
                 (1,) + geo.out)
     return spatial, geo.kernel, strides, geo.pad_begin, dilations, geo.out
+
+
+def _column_1d(cg: int, padded_length: int) -> bool:
+    """Whether a 1-D convolution runs as a one-pixel-wide column ([N, C, L, 1]) rather than a
+    one-row plane ([N, C, 1, L]).  Both views have the same memory layout; a row's phase planes
+    hold the whole padded length of every input channel of a group and cannot be cut (one output
+    row), so a speech front end (384-512 channels over 3,000 frames: 4.6-6 MB) needed more than a
+    vEU's scratch.  As a column, its tasks are cut along the time axis like any tall plane's
+    (:func:`_phase_rows_cap`).  Short ones keep the row form their kernels were tuned on."""
+    return cg * padded_length > PHASE_PLANES_MAX_FLOATS
 
 
 def effective_steps(out: tuple, kernel: tuple, strides: tuple, dilations: tuple) -> tuple[tuple, tuple]:
@@ -566,11 +579,15 @@ def conv_form(mg: int, ohw: int, K: int = 0, taps: int = 1, strided_1x1: bool = 
 
 
 def _as_4d(prog: EwProgram, shape4: tuple[int, ...]) -> EwProgram:
-    """A 1-D convolution's program ([N, M, L]) re-expressed over [N, M, 1, L]."""
+    """A 1-D convolution's program ([N, M, L]) re-expressed over [N, M, 1, L] (a row) or
+    [N, M, L, 1] (a column, :func:`_column_1d`)."""
     if len(prog.shape) == 4:
         return prog
+    column = shape4[3] == 1 and shape4[2] != 1
     def lift(v: View) -> View:
-        return View(v.buffer, v.dtype, shape4, v.strides[:2] + (0,) + v.strides[2:], v.offset)
+        unit = (0,)
+        strides = v.strides[:3] + unit if column else v.strides[:2] + unit + v.strides[2:]
+        return View(v.buffer, v.dtype, shape4, strides, v.offset)
     prog.inputs = [(lift(v), dt) for v, dt in prog.inputs]
     prog.outputs = [(r, lift(v)) for r, v in prog.outputs]
     prog.shape = tuple(shape4)

@@ -1,5 +1,5 @@
 """Lowering of the non-GEMM, non-elementwise ops: Concat, Pad, pooling,
-reductions, softmax, layer normalization and Gather.
+reductions, softmax, layer normalization, Gather and (linear / cubic) Resize.
 
 Each entry of :data:`LOWERINGS` adds the op's :class:`CpuOp`; :func:`reason`
 says why a node cannot be lowered (then it runs on the host).
@@ -16,6 +16,7 @@ from rammer.errors import ShapeError
 from rammer.ir import Node
 from rammer.lower.views import View
 from rammer.ops.conv import window_geometry
+from rammer.ops import resize as resize_rules
 from rammer.ops.registry import OpContext
 
 from . import kernels_nn as knn
@@ -217,34 +218,81 @@ def lower_pool(lw: LowerContext, node: Node, out: View, prog: EwProgram | None, 
         dh, dw = dilations
         OH, OW = geo.out
         pb, pe, dims = geo.pad_begin, geo.pad_end, spatial
+    if H == kh == OH == 1 and kwin.window_scratch(1, OW, 1, kw, 1, sw, 1, dw) > POOL_BAND_MAX_FLOATS:
+        # A one-row plane (a 1-D pool over a long axis) too long for a vEU's scratch runs as a
+        # one-column plane (the same memory layout), which is cut into bands of rows below.
+        H, W, kh, kw, sh, sw, ph, pw, dh, dw, OH, OW = W, H, kw, kh, sw, sh, pw, ph, dw, dh, OW, OH
+        pb, pe, dims = pb[::-1], pe[::-1], dims[::-1]
     mode = 0 if node.op_type == "MaxPool" else 1
     if int(node.attr("count_include_pad", 0)):
         limits = [(0, d + b + e) for d, b, e in zip(dims, pb, pe)]
     else:
         limits = [(b, b + d) for d, b in zip(dims, pb)]
     planes = x_info.shape[0] * x_info.shape[1]
-    stack = min(planes, kwin.pool_stack(OH, OW, kh, kw, sh, sw, dh, dw))
-
     # the epilogue's registers first in scratch, then the planes
     regs = prog.n_registers() * BLOCK if prog is not None else 0
     space = ("conv", x_info.shape[1])
+    bands = _pool_bands(OH, OW, kh, kw, sh, sw, dh, dw, regs)
+    # Each band: (input row offset, band H, band top pad, first output row, band OH, stack, lo_h, hi_h).
+    geometry = []
+    for r0, r1 in bands if len(bands) > 1 else ():
+        top = r0 * sh - ph  # the band's first padded row, in input rows
+        span = (r1 - r0 - 1) * sh + (kh - 1) * dh + 1
+        start = max(0, top)
+        rows = min(H, top + span) - start
+        stack = min(planes, kwin.pool_stack(r1 - r0, OW, kh, kw, sh, sw, dh, dw)) if len(bands) == 1 else 1
+        geometry.append((start, rows, start - top, r0, r1 - r0, stack, limits[0][0] - r0 * sh,
+                         limits[0][1] - r0 * sh))
+    if len(bands) == 1:
+        geometry.append((0, H, ph, 0, OH, min(planes, kwin.pool_stack(OH, OW, kh, kw, sh, sw, dh, dw)), *limits[0]))
 
     def emit(ctx: EmitContext, parts: list) -> list[Row]:
         epi = prog.emit(ctx.side, ctx.locate, space) if prog is not None else -1
-        words = [ctx.locate(x), x_info.shape[1], H, W, kh, kw, sh, sw, ph, pw, dh, dw, OH, OW, ctx.locate(out),
-                 mode, limits[0][0], limits[0][1], limits[1][0], limits[1][1], regs, stack, epi]
-        desc = ctx.side.add_ints(words)
-        return [("k_pool", [desc, q0, q1]) for q0, q1 in parts]
+        descs = []
+        for start, rows, top_pad, r0, band_oh, stack, lo_h, hi_h in geometry:
+            words = [ctx.locate(x) + start * W, x_info.shape[1], rows, W, kh, kw, sh, sw, top_pad, pw, dh, dw,
+                     band_oh, OW, ctx.locate(out) + r0 * OW, mode, lo_h, hi_h, limits[1][0], limits[1][1],
+                     regs, stack, epi, H * W, OH * OW, r0 * OW]
+            descs.append(ctx.side.add_ints(words))
+        return [("k_pool", [descs[b], q0, q1]) for b, q0, q1 in parts]
 
     flops = 1.0 * planes * OH * OW * kh * kw
     epi_reads, epi_writes, epi_inputs = epilogue_io(prog)
     reads = {x.buffer} | epi_reads
     writes = {out.buffer} | epi_writes
     # phase planes and accumulator of ``stack`` planes swept at once, 1/counts
-    scratch = regs + kwin.window_scratch(OH, OW, kh, kw, sh, sw, dh, dw, stack)
+    scratch = regs + max(kwin.window_scratch(band_oh, OW, kh, kw, sh, sw, dh, dw, stack)
+                         for _, _, _, _, band_oh, stack, _, _ in geometry)
+    plane_parts = _rows_partition(planes)
+
+    def partition(k: int) -> list:
+        per_band = max(1, k // len(bands))
+        return [(b, q0, q1) for b in range(len(bands))
+                for q0, q1 in (plane_parts(per_band) or [(0, planes)])]
+
     lw.add_op(CpuOp(node.name or node.op_type, "pool", nodes, tuple(sorted(reads - writes)), tuple(sorted(writes)),
-                    flops, 4.0 * (x.size + out.size * (1 + epi_inputs)),
-                    _rows_partition(planes), emit, scratch=scratch))
+                    flops, 4.0 * (x.size + out.size * (1 + epi_inputs)), partition, emit, scratch=scratch))
+
+
+#: Floats of a vEU's scratch one pooling band may take (the phase planes, accumulator and 1/counts of
+#: one plane's band of output rows; 1.5 MiB of the vEU's 2 MiB).
+POOL_BAND_MAX_FLOATS = 384 * 1024
+
+
+def _pool_bands(OH: int, OW: int, kh: int, kw: int, sh: int, sw: int, dh: int, dw: int,
+                regs: int) -> list[tuple[int, int]]:
+    """Output-row ranges ``[r0, r1)`` swept one at a time: the whole plane when it fits in
+    :data:`POOL_BAND_MAX_FLOATS`, else bands of equal height that each do (a 640x640 detector map,
+    a long 1-D pool as a column).  Planes larger than a vEU's scratch failed to schedule before."""
+    def floats(rows: int) -> int:
+        return regs + kwin.window_scratch(rows, OW, kh, kw, sh, sw, dh, dw, 1)
+    if floats(OH) <= POOL_BAND_MAX_FLOATS:
+        return [(0, OH)]
+    rows = OH
+    while rows > 1 and floats(rows) > POOL_BAND_MAX_FLOATS:
+        rows = max(1, rows // 2)
+    count = -(-OH // rows)
+    return [(OH * i // count, OH * (i + 1) // count) for i in range(count)]
 
 
 # -- reductions --------------------------------------------------------------------------------
@@ -376,9 +424,69 @@ def _gather(lw: LowerContext, node: Node) -> None:
                     2.0 * esize * out.size, _rows_partition(outer * n_idx, 16), emit))
 
 
+# -- Resize ----------------------------------------------------------------------------------------
+
+def _resize_tables(lw: LowerContext, node: Node) -> tuple[list, str | None]:
+    """Per resized axis (the last two: rows, columns) the clamped input indices and the weights of
+    each output position's taps, by the op's own rules (:mod:`rammer.ops.resize`); or why not."""
+    x_info = _info(lw, node.inputs[0])
+    shape = tuple(x_info.shape)
+    values = [None] + [lw.graph.initializers.get(i) if i else None for i in node.inputs[1:]]
+    ctx = OpContext(node, lw.opset, [x_info] + [_info(lw, i) if i else None for i in node.inputs[1:]], values)
+    ctm = node.attr("coordinate_transformation_mode", "half_pixel")
+    if resize_rules._legacy(ctx):
+        ctm = "asymmetric"
+    if ctm == "tf_crop_and_resize":
+        return [], "tf_crop_and_resize (extrapolated pixels)"
+    if node.attr("mode", "nearest") == "nearest":
+        return [], "nearest Resize that the cpu rewrites did not turn into copies"
+    try:
+        plans = resize_rules._plan(ctx, shape, [None, *values[1:]])
+    except Exception as exc:  # scales/sizes computed at run time: the reference says so when it runs
+        return [], f"scales/sizes not constant ({exc})"
+    if len(shape) < 2 or not all(p.out_len > 0 for p in plans) or not all(shape):
+        return [], "rank < 2 or an empty axis"
+    for p in plans[:-2]:
+        if p.out_len != shape[p.axis] or not math.isclose(p.scale, 1.0):
+            return [], f"resizes axis {p.axis} (the cpu kernel resizes the last two)"
+    tables = []
+    for p in plans[-2:]:
+        in_len = shape[p.axis]
+        if p.out_len == in_len and math.isclose(p.scale, 1.0):
+            tables.append((np.arange(in_len, dtype=np.int64)[:, None], np.ones((in_len, 1))))
+            continue
+        x = resize_rules._source_coords(ctx, ctm, p, in_len)
+        idx, weights = resize_rules._taps(ctx, x, in_len, p.scale)
+        tables.append((np.ascontiguousarray(idx, dtype=np.int64), weights))
+    return tables, None
+
+
+def _resize(lw: LowerContext, node: Node) -> None:
+    (ih, wh), (iw, ww) = _resize_tables(lw, node)[0]
+    x_info = _info(lw, node.inputs[0])
+    *lead, H, W = x_info.shape
+    OH, OW = ih.shape[0], iw.shape[0]
+    planes = math.prod(lead)
+    x = lw.dense(node.inputs[0])
+    out = lw.views[node.outputs[0]]
+    consts = [lw.const_view(np.ascontiguousarray(a.ravel(), dtype=dt))
+              for a, dt in ((ih, np.int64), (wh, np.float32), (iw, np.int64), (ww, np.float32))]
+
+    def emit(ctx: EmitContext, parts: list) -> list[Row]:
+        desc = ctx.side.add_ints([ctx.locate(x), H, W, ctx.locate(out), OH, OW, ih.shape[1], ctx.locate(consts[0]),
+                                  ctx.locate(consts[1]), iw.shape[1], ctx.locate(consts[2]), ctx.locate(consts[3])])
+        return [("k_resize", [desc, q0, q1]) for q0, q1 in parts]
+
+    taps = ih.shape[1] * iw.shape[1]
+    reads = tuple(sorted({x.buffer} | {c.buffer for c in consts}))
+    lw.add_op(CpuOp(node.name or "Resize", "resize", (node,), reads, (out.buffer,), 2.0 * out.size * taps,
+                    4.0 * (x.size + out.size), _rows_partition(planes), emit))
+
+
 LOWERINGS: dict[str, Callable[[LowerContext, Node], None]] = {
     "Concat": _concat, "Pad": _pad, "MaxPool": _pool, "AveragePool": _pool,
     "Softmax": _softmax, "LogSoftmax": _softmax, "LayerNormalization": _layernorm, "Gather": _gather,
+    "Resize": _resize,
     **{op: _reduce for op in _REDUCE_MODES},
     **{op: lower_rnn.lower_rnn for op in lower_rnn.RNN_OPS},
 }
@@ -422,6 +530,8 @@ def reason(lw: LowerContext, node: Node) -> str | None:
             if t.shape != norm_shape and math.prod(t.shape) != math.prod(norm_shape):
                 return "broadcast scale/bias"
         return None
+    if op == "Resize":
+        return _resize_tables(lw, node)[1]
     if op in ("Softmax", "LogSoftmax"):
         if not ins[0].shape:  # (shape inference lets it through; the kernel would index a missing axis)
             raise ShapeError(f"{node.label}: axis {node.attr('axis', -1)} is out of range for the rank-0 input "
