@@ -76,10 +76,18 @@ def test_nearest_resize_by_sizes_matches_reference():
     compare(m, {"x": x})
 
 
-def test_resize_forms_not_rewritten_still_fall_back():
+def test_linear_resize_over_the_last_two_axes_compiles():
+    # it ran in numpy until k_resize (SegFormer's decode head)
     x = rand(1, 2, 4, 4)
     m = model([node("Resize", ["x", "", "scales"], mode="linear")], {"x": x}, ["y"],
               {"scales": np.array([1, 1, 2, 2], dtype=np.float32)}, opset=13)
+    compare(m, {"x": x})
+
+
+def test_resize_forms_without_a_kernel_still_fall_back():
+    x = rand(1, 2, 4, 4)
+    m = model([node("Resize", ["x", "", "scales"], mode="linear")], {"x": x}, ["y"],
+              {"scales": np.array([1, 2, 1, 2], dtype=np.float32)}, opset=13)
     compare(m, {"x": x}, expect_fallback=True)
 
 
