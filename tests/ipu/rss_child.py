@@ -25,6 +25,20 @@ def wide_model():
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
 
 
+def _peak_rss_mb() -> float:
+    """This process's peak RSS.  VmHWM belongs to the process's own address space (a new one at exec);
+    ru_maxrss is not: Linux keeps it across exec, so a child started by a large test process would
+    report the parent's size at fork time."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024  # kB
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+
+
 def main(name: str) -> None:
     import rammer
     import rammer.plugins
@@ -41,7 +55,7 @@ def main(name: str) -> None:
     rng = np.random.default_rng(0)
     feeds = {t.name: rng.standard_normal(t.shape).astype(np.dtype(t.dtype)) for t in compiled.graph.inputs}
     got = compiled.run(feeds)
-    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+    peak_mb = _peak_rss_mb()
     want = rammer.compile(model, backend="reference").run(feeds)
     err = max(float(np.max(np.abs(got[k] - want[k]) / (np.abs(want[k]) + 1e-6), initial=0.0)) for k in want)
     graph, program = exe.graph, exe.program
