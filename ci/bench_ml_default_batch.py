@@ -14,24 +14,12 @@ ratios to ``batch=1024`` measured in the same run.  Not a test: timings vary wit
 from __future__ import annotations
 
 import argparse
-import statistics
 import time
 
 import numpy as np
 
 import rammer.ml as rml
-from rammer.bench.quiet import wait_until_idle
-
-
-def median_seconds(fn, repeat: int) -> float:
-    fn()
-    times = []
-    for _ in range(repeat):
-        wait_until_idle()
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+from bench_ml import median_seconds  # the one timing loop of ci/'s ML benchmarks (run from ci/)
 
 
 def main() -> None:
