@@ -40,7 +40,7 @@ import os
 import struct
 import zipfile
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping, cast
 
 from . import plugins
 from .atomic_file import atomic_write
@@ -224,7 +224,7 @@ def read_compiled(path: str, backend: str | None = None) -> Loaded:
         raise
     except (CheckFailed, OSError, ModelLoadError) as exc:
         raise ArtifactError(f"'{path}': {exc}") from None
-    return Loaded(be, getattr(executable, "graph", graph), executable, options, shapes, source,
+    return Loaded(be, cast("Graph", getattr(executable, "graph", graph)), executable, options, shapes, source,
                   manifest.get("declared_inputs"))
 
 

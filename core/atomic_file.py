@@ -32,7 +32,7 @@ def atomic_write(path: str, what: str, binary: bool = True) -> Iterator[IO]:
         raise RammerError(f"cannot write {what} to '{path}': folder '{folder}' does not exist")
     fd, tmp = tempfile.mkstemp(dir=folder, suffix=".tmp", prefix=".rammer-")
     try:
-        with os.fdopen(fd, "wb" if binary else "w", **({} if binary else {"encoding": "utf-8"})) as f:
+        with os.fdopen(fd, "wb" if binary else "w", encoding=None if binary else "utf-8") as f:
             yield f
         os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, path)

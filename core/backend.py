@@ -125,6 +125,9 @@ class Executable(Protocol):
     method returning one) may list ``fallbacks`` (see :mod:`rammer.diagnostics`).
     """
 
+    #: The graph it runs (the core reads it where a cache hit imported none).
+    graph: Graph
+
     def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]: ...
 
 

@@ -73,7 +73,7 @@ class BlockChecked:
                 raise CheckFailed(f"{what} has {st.st_size} bytes, the manifest says {self.file_size}")
             if st.st_size < self.offset + self.size:
                 raise CheckFailed(f"{what} is truncated")
-            view = memoryview(out).cast("B")
+            view = out.data.cast("B")
             for k, crc in enumerate(self.crcs):
                 lo = k * self.block
                 hi = min(lo + self.block, self.size)

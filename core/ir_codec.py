@@ -12,7 +12,7 @@ from __future__ import annotations
 import base64
 import io
 import json
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, cast
 
 import numpy as np
 
@@ -96,7 +96,7 @@ def encode_graph(graph: Graph, keep: Iterable[int] | None = None) -> tuple[bytes
     arrays = _Arrays()
     text = json.dumps(_graph(graph, arrays, keep), separators=(",", ":"), allow_nan=True).encode()
     buf = io.BytesIO()
-    np.savez(buf, **arrays.arrays)
+    np.savez(buf, **cast("dict[str, Any]", arrays.arrays))  # numpy's stub types **kwds as its own options
     return text, buf.getvalue()
 
 

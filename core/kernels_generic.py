@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence, cast
 
 from .cost import node_bytes, node_flops, rtask_duration
 from .ir import Graph, Node
@@ -232,9 +232,11 @@ class TiledOutputFamily:
     op_types: frozenset[str] | None = frozenset()
 
     def candidates(self, node: Node, graph: Graph, vd: VDevice) -> list[RKernel]:
-        if not _single_output(node) or shape_of(graph, node.outputs[0]) is None:
+        if not _single_output(node):
             return []
         out = shape_of(graph, node.outputs[0])
+        if out is None:
+            return []
         total = math.prod(out)
         if total == 0:
             return []
@@ -323,7 +325,7 @@ class SplitFamily:
 
     def candidates(self, node: Node, graph: Graph, vd: VDevice) -> list[RKernel]:
         src = shape_of(graph, node.inputs[0])
-        outs = [shape_of(graph, o) for o in node.outputs]
+        outs = cast("list[tuple[int, ...]]", [shape_of(graph, o) for o in node.outputs])  # None checked below
         if src is None or any(o is None for o in outs):
             return []
         axis = normalize_axis(int(node.attr("axis", 0)), len(src))

@@ -72,7 +72,7 @@ def _external_files(path: str) -> list[str]:
         model.ParseFromString(data)
     except Exception:
         return []  # the frontend will say what is wrong with the file
-    found = set()
+    found: set[str] = set()
     for t in external_data_helper._get_all_tensors(model):
         if external_data_helper.uses_external_data(t):
             found.update(e.value for e in t.external_data if e.key == "location")

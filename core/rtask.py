@@ -133,9 +133,13 @@ class RKernel:
 class RKernelFamily(Protocol):
     """A maker of rKernels for some op types (see the module docstring)."""
 
-    name: str
-    #: Op types it can implement; None means any op.
-    op_types: frozenset[str] | None
+    # Read-only members, so a family may declare a narrower type (op_types = frozenset({...})).
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def op_types(self) -> frozenset[str] | None:
+        """Op types it can implement; None means any op."""
 
     def candidates(self, node: Node, graph: Graph, vdevice: VDevice) -> list[RKernel]: ...
 

@@ -21,7 +21,7 @@ from typing import Any
 from ..errors import RammerError
 
 #: Keys a matrix table may have, and their types.
-_KEYS: dict[str, type | tuple[type, ...]] = {
+_KEYS: dict[str, type] = {
     "models": list, "backends": list, "batch": list, "repeat": int, "warmup": int,
     "threads": int, "baseline": str, "seed": int, "description": str, "settle": bool,
 }

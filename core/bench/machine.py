@@ -97,7 +97,8 @@ def package_versions() -> dict[str, str | None]:
     # CuPy ships as one of several wheels (cupy-cuda12x, cupy-rocm-6-0...).
     versions["cupy"] = None
     for dist in importlib.metadata.distributions():
-        dname = (dist.metadata.get("Name") or "").lower()
+        metadata: Any = dist.metadata  # an email Message; the PackageMetadata protocol has no get()
+        dname = (metadata.get("Name") or "").lower()
         if dname == "cupy" or dname.startswith("cupy-"):
             versions["cupy"] = f"{dist.version} ({dname})"
             break

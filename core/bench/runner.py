@@ -168,7 +168,7 @@ def limit_threads(threads: int) -> list[str]:
     try:
         import numba
 
-        numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
+        numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))  # type: ignore[attr-defined]
         done.append("numba")
     except Exception:  # numba missing, or its pool was sized smaller at import
         pass

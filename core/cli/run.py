@@ -6,6 +6,7 @@ import argparse
 import os
 import json
 import time
+from typing import Any, cast
 
 import numpy as np
 
@@ -86,7 +87,7 @@ def _summary(arr: np.ndarray) -> str:
 def save_npz(path: str, arrays: dict[str, np.ndarray]) -> None:
     """Write atomically: a reader never sees a half-written file."""
     with atomic_write(path, "the outputs") as f:
-        np.savez(f, **arrays)
+        np.savez(f, **cast("dict[str, Any]", arrays))  # numpy's stub types **kwds as its own options
 
 
 def format_timing(timing: Timing) -> str:

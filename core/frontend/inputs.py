@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence, cast
 
 import onnx
 
@@ -49,9 +49,9 @@ def _show(dims: list[Dim]) -> str:
     return "(" + ", ".join("?" if d is None else str(d) for d in dims) + ("," if len(dims) == 1 else "") + ")"
 
 
-def _given_shape(name: str, value: object) -> tuple[int, ...]:
+def _given_shape(name: str, value: Any) -> tuple[int, ...]:
     try:
-        shape = tuple(int(d) for d in value)  # type: ignore[union-attr]
+        shape = tuple(int(d) for d in value)
     except (TypeError, ValueError):
         raise ShapeError(f"input_shapes['{name}'] must be a sequence of ints, got {value!r}") from None
     if any(d < 0 for d in shape):
@@ -108,7 +108,7 @@ def bind_input_shapes(graph: onnx.GraphProto, input_shapes: InputShapes) -> dict
             unbound += [f"'{vi.name}' dim {i} ({dims[i] or 'unknown'})" for i in missing]
             examples.append(f"'{vi.name}': {_show(dims)}")
         elif any(isinstance(d, str) for d in dims):
-            shapes[vi.name] = tuple(d if isinstance(d, int) else symbols[d][0] for d in dims)  # type: ignore[misc]
+            shapes[vi.name] = tuple(d if isinstance(d, int) else symbols[cast(str, d)][0] for d in dims)
     if unbound:
         raise ShapeError(
             f"rammer compiles static shapes, and these input dims are dynamic: {', '.join(unbound)}. "

@@ -212,7 +212,7 @@ def run_campaign(backend: str, campaign: str, seeds: Iterable[int], workers: int
                 if w.seed is None:
                     continue
                 seed, first_try = w.seed, w.first_try
-                record = None
+                record: Any = None
                 if w.conn in ready:
                     try:
                         record = w.conn.recv()

@@ -112,7 +112,9 @@ def alias_outputs(graph: Graph, opset: int, node: Node, src: View) -> dict[str, 
     elif op == "Gather":
         idx = g.initializers[node.inputs[1]]
         axis = int(node.attr("axis", 0)) % src.rank
-        start, count, step = gather_as_slice(idx, src.shape, axis)
+        span = gather_as_slice(idx, src.shape, axis)
+        assert span is not None, "only Gathers whose indices are a range are aliased"
+        start, count, step = span
         v = narrow(src, axis, start, count, step)
         if idx.ndim == 0:
             v = View(v.buffer, v.dtype, v.shape[:axis] + v.shape[axis + 1:], v.strides[:axis] + v.strides[axis + 1:],
@@ -168,8 +170,10 @@ def slice_view(graph: Graph, opset: int, node: Node, v: View) -> View:
             return default
 
         starts, ends = const(1, None), const(2, None)
+        assert starts is not None and ends is not None, "Slice-10 requires its starts and ends inputs"
         axes = const(3, list(range(len(starts))))
         steps = const(4, [1] * len(starts))
+        assert axes is not None and steps is not None  # const() returns its default when they are absent
     for s, e, a, st in zip(starts, ends, axes, steps):
         a %= rank
         dim = v.shape[a]

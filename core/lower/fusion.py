@@ -14,6 +14,7 @@ of ``anc[i]`` says node ``j`` is a (transitive) producer of node ``i``.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import cast
 
 from rammer.ir import Graph, outer_names
 
@@ -84,14 +85,14 @@ def build_groups(graph: Graph, kinds: list[str], anc: list[int] | None = None,
             j = index[id(p)]
             gid = group_of.get(j)
             fusible = gid is not None and groups[gid].shape == shape
-            if fusible:
+            if fusible and gid is not None:
                 if gid not in candidates:
                     candidates.append(gid)
             else:
                 externals.append(j)
         # At most one GEMM head per group: keep the latest (the one most
         # likely on the critical path, e.g. h @ R rather than x @ W in an RNN).
-        heads = sorted((g for g in candidates if groups[g].head is not None), key=lambda g: -groups[g].head)
+        heads = sorted((g for g in candidates if groups[g].head is not None), key=lambda g: -cast(int, groups[g].head))
         for extra in heads[1:]:
             candidates.remove(extra)
             externals.extend(m for m in _members(groups[extra]))

@@ -149,7 +149,7 @@ def attention(
     past_key: np.ndarray | None = None,
     past_value: np.ndarray | None = None,
     nonpad_kv_seqlen: np.ndarray | None = None,
-) -> tuple[np.ndarray, ...]:
+) -> tuple[np.ndarray | None, ...]:
     dtype = q.dtype
     # ONNX defines every step in the input dtype (softmax_precision aside);
     # following it keeps float16 results within the tolerance of other runtimes.

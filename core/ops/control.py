@@ -14,7 +14,7 @@ names the body reads from enclosing scopes).  Shapes must stay static, so:
 
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Mapping, cast
 
 import numpy as np
 
@@ -320,7 +320,10 @@ def _infer_scan8(ctx: OpContext, body: Graph) -> list[OutSpec]:
 
 def _scan8(ctx: OpContext, body: Graph, inputs: tuple[np.ndarray | None, ...]) -> tuple[np.ndarray, ...]:
     carried, _ = _scan8_split(ctx, body, len(inputs))
-    lens, states0, seqs = inputs[0], inputs[1 : 1 + carried], inputs[1 + carried :]
+    # only the sequence lengths (input 0) are optional
+    lens = inputs[0]
+    states0 = cast("tuple[np.ndarray, ...]", inputs[1 : 1 + carried])
+    seqs = cast("tuple[np.ndarray, ...]", inputs[1 + carried :])
     batch, steps = seqs[0].shape[:2]
     dirs = int_list(ctx.attr("directions")) or [0] * len(seqs)
     names = [t.name for t in body.inputs]

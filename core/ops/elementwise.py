@@ -115,12 +115,12 @@ def identity(ctx: OpContext, x: np.ndarray) -> np.ndarray:
     return x
 
 
-@numpy_op("IsNaN", infer=lambda ctx: [("bool", ctx.inputs[0].shape)])
+@numpy_op("IsNaN", infer=lambda ctx: [("bool", ctx.input(0).shape)])
 def isnan(ctx: OpContext, x: np.ndarray) -> np.ndarray:
     return np.isnan(x)
 
 
-@numpy_op("IsInf", infer=lambda ctx: [("bool", ctx.inputs[0].shape)])
+@numpy_op("IsInf", infer=lambda ctx: [("bool", ctx.input(0).shape)])
 def isinf(ctx: OpContext, x: np.ndarray) -> np.ndarray:
     positive = np.isposinf(x) if ctx.attr("detect_positive", 1) else np.zeros(x.shape, bool)
     negative = np.isneginf(x) if ctx.attr("detect_negative", 1) else np.zeros(x.shape, bool)
@@ -226,7 +226,7 @@ for _op_type, _fn in {
 
 def _where_infer(ctx: OpContext) -> list[OutSpec]:
     shapes = [t.shape for t in ctx.inputs if t is not None]
-    return [(ctx.inputs[1].dtype, broadcast_shapes(ctx, shapes))]
+    return [(ctx.input(1).dtype, broadcast_shapes(ctx, shapes))]
 
 
 @numpy_op("Where", infer=_where_infer)
@@ -276,7 +276,7 @@ def clip(ctx: OpContext, x: np.ndarray, lo: np.ndarray | None = None, hi: np.nda
 
 
 def _dropout_infer(ctx: OpContext) -> list[OutSpec]:
-    x = ctx.inputs[0]
+    x = ctx.input(0)
     return [(x.dtype, x.shape), ("bool", x.shape)][: max(1, len(ctx.node.outputs))]
 
 
@@ -356,11 +356,11 @@ def _cast_from_strings(x: np.ndarray, dtype: str) -> np.ndarray:
     return x.astype(target)
 
 
-@numpy_op("Cast", infer=lambda ctx: [(from_onnx(int(ctx.attr("to")), ctx.node.label), ctx.inputs[0].shape)])
+@numpy_op("Cast", infer=lambda ctx: [(from_onnx(int(ctx.attr("to")), ctx.node.label), ctx.input(0).shape)])
 def cast(ctx: OpContext, x: np.ndarray) -> np.ndarray:
     return cast_to(x, from_onnx(int(ctx.attr("to")), ctx.node.label), ctx)
 
 
-@numpy_op("CastLike", infer=lambda ctx: [(ctx.inputs[1].dtype, ctx.inputs[0].shape)])
+@numpy_op("CastLike", infer=lambda ctx: [(ctx.input(1).dtype, ctx.input(0).shape)])
 def cast_like(ctx: OpContext, x: np.ndarray, like: np.ndarray) -> np.ndarray:
     return cast_to(x, "object" if like.dtype == object else like.dtype.name, ctx)

@@ -167,7 +167,7 @@ def _gather_nd_shape(ctx: OpContext, data: tuple[int, ...], indices: tuple[int, 
 
 @register_op(
     "GatherND",
-    infer=lambda ctx: [(ctx.inputs[0].dtype, _gather_nd_shape(ctx, ctx.inputs[0].shape, ctx.inputs[1].shape))],
+    infer=lambda ctx: [(ctx.input(0).dtype, _gather_nd_shape(ctx, ctx.input(0).shape, ctx.input(1).shape))],
 )
 def gather_nd(ctx: OpContext, data: np.ndarray, indices: np.ndarray) -> np.ndarray:
     out_shape = _gather_nd_shape(ctx, data.shape, indices.shape)
@@ -178,7 +178,7 @@ def gather_nd(ctx: OpContext, data: np.ndarray, indices: np.ndarray) -> np.ndarr
         _normalized_indices(ctx, indices[..., j], data.shape[b + j], column=j).reshape(batch, -1) for j in range(k)
     ]
     batch_ids = np.arange(batch).reshape(batch, 1)
-    return flat_data[(batch_ids, *coords)].reshape(out_shape)
+    return flat_data[(batch_ids,) + tuple(coords)].reshape(out_shape)
 
 
 # -- Scatter family ----------------------------------------------------------------------
@@ -237,7 +237,7 @@ def scatter_elements(ctx: OpContext, data: np.ndarray, indices: np.ndarray, upda
     axis = normalize_axis(ctx, int(ctx.attr("axis", 0)), data.ndim)
     if indices.shape != updates.shape or indices.ndim != data.ndim:
         raise ctx.fail(f"indices {list(indices.shape)} and updates {list(updates.shape)} must match in shape and rank")
-    where = list(np.indices(indices.shape, sparse=True))
+    where: list[np.ndarray] = list(np.indices(indices.shape, sparse=True))
     where[axis] = _normalized_indices(ctx, indices, data.shape[axis])
     return _scatter_into(ctx, data.copy(), tuple(where), updates.astype(data.dtype, copy=False))
 

@@ -22,7 +22,7 @@ from .tensor import int_list, onnx_dtype_attr
 def needs_constant(ctx: OpContext, i: int, error: ShapeError) -> ShapeError:
     """Tag ``error`` with the tensor whose value was missing (callers that can
     bind that tensor to a value, like the ONNX backend adapter, retry with it)."""
-    error.needs_constant = ctx.node.inputs[i]  # type: ignore[attr-defined]
+    error.needs_constant = ctx.node.inputs[i]
     return error
 
 
@@ -122,7 +122,7 @@ def _depth_to_space_shape(ctx: OpContext, shape: tuple[int, ...]) -> tuple[int, 
     return (n, c // (b * b), h * b, w * b)
 
 
-@register_op("DepthToSpace", infer=lambda ctx: [(ctx.inputs[0].dtype, _depth_to_space_shape(ctx, ctx.inputs[0].shape))])
+@register_op("DepthToSpace", infer=lambda ctx: [(ctx.input(0).dtype, _depth_to_space_shape(ctx, ctx.input(0).shape))])
 def depth_to_space(ctx: OpContext, x: np.ndarray) -> np.ndarray:
     out = _depth_to_space_shape(ctx, x.shape)
     b = _block(ctx, x.shape)
@@ -142,7 +142,7 @@ def _space_to_depth_shape(ctx: OpContext, shape: tuple[int, ...]) -> tuple[int, 
     return (n, c * b * b, h // b, w // b)
 
 
-@register_op("SpaceToDepth", infer=lambda ctx: [(ctx.inputs[0].dtype, _space_to_depth_shape(ctx, ctx.inputs[0].shape))])
+@register_op("SpaceToDepth", infer=lambda ctx: [(ctx.input(0).dtype, _space_to_depth_shape(ctx, ctx.input(0).shape))])
 def space_to_depth(ctx: OpContext, x: np.ndarray) -> np.ndarray:
     out = _space_to_depth_shape(ctx, x.shape)
     b = _block(ctx, x.shape)
@@ -168,7 +168,7 @@ def _crop_pad_targets(ctx: OpContext, shape: tuple[int, ...], target: list[int])
 
 @register_op(
     "CenterCropPad",
-    infer=lambda ctx: [(ctx.inputs[0].dtype, tuple(_crop_pad_targets(ctx, ctx.inputs[0].shape, int_list(ctx.const(1, "shape")))))],
+    infer=lambda ctx: [(ctx.input(0).dtype, tuple(_crop_pad_targets(ctx, ctx.input(0).shape, int_list(ctx.const(1, "shape")))))],
 )
 def center_crop_pad(ctx: OpContext, x: np.ndarray, shape: np.ndarray) -> np.ndarray:
     out_shape = _crop_pad_targets(ctx, x.shape, int_list(shape))
@@ -221,7 +221,7 @@ def _compress_shape(ctx: OpContext, shape: tuple[int, ...], condition: np.ndarra
 
 @register_op(
     "Compress",
-    infer=lambda ctx: [(ctx.inputs[0].dtype, _compress_shape(ctx, ctx.inputs[0].shape, _data_dependent(ctx, 1, "condition")))],
+    infer=lambda ctx: [(ctx.input(0).dtype, _compress_shape(ctx, ctx.input(0).shape, _data_dependent(ctx, 1, "condition")))],
 )
 def compress(ctx: OpContext, x: np.ndarray, condition: np.ndarray) -> np.ndarray:
     axis = ctx.attr("axis")
@@ -263,7 +263,7 @@ def _unique(ctx: OpContext, x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.n
 def _infer_unique(ctx: OpContext) -> list[OutSpec]:
     x = _data_dependent(ctx, 0, "the tensor whose unique values are taken")
     outs = _unique(ctx, x)
-    return [(ctx.inputs[0].dtype, outs[0].shape)] + [("int64", o.shape) for o in outs[1:]]
+    return [(ctx.input(0).dtype, outs[0].shape)] + [("int64", o.shape) for o in outs[1:]]
 
 
 @register_op("Unique", infer=_infer_unique)
@@ -291,7 +291,7 @@ def _col2im_geometry(ctx: OpContext, shape: tuple[int, ...], image: list[int], b
 
 
 def _infer_col2im(ctx: OpContext) -> list[OutSpec]:
-    x = ctx.inputs[0]
+    x = ctx.input(0)
     image, block = int_list(ctx.const(1, "image_shape")), int_list(ctx.const(2, "block_shape"))
     (n, c), *_ = _col2im_geometry(ctx, x.shape, image, block)
     return [(x.dtype, (n, c, *image))]

@@ -602,12 +602,12 @@ def normalizer(ctx: OpContext, x: np.ndarray) -> np.ndarray:
     return out.astype(np.float32).reshape(x.shape)
 
 
-@register_op("Binarizer", infer=lambda ctx: [(ctx.inputs[0].dtype, ctx.inputs[0].shape)], domain=ML)
+@register_op("Binarizer", infer=lambda ctx: [(ctx.input(0).dtype, ctx.input(0).shape)], domain=ML)
 def binarizer(ctx: OpContext, x: np.ndarray) -> np.ndarray:
     return (x > np.asarray(ctx.attr("threshold", 0.0), x.dtype)).astype(x.dtype)
 
 
-@register_op("Imputer", infer=lambda ctx: [(ctx.inputs[0].dtype, ctx.inputs[0].shape)], domain=ML)
+@register_op("Imputer", infer=lambda ctx: [(ctx.input(0).dtype, ctx.input(0).shape)], domain=ML)
 def imputer(ctx: OpContext, x: np.ndarray) -> np.ndarray:
     if x.dtype.kind == "f":
         fill = per_feature(ctx.attr("imputed_value_floats"), x.shape[-1]).astype(x.dtype)

@@ -75,7 +75,7 @@ def _quantized_dtype(ctx: OpContext, zero_point_dtype: str | None) -> str:
 def _quantize_infer(ctx: OpContext) -> list[OutSpec]:
     _check_scales(ctx)
     zp = ctx.inputs[2] if len(ctx.inputs) > 2 else None
-    return [(_quantized_dtype(ctx, zp.dtype if zp is not None else None), ctx.inputs[0].shape)]
+    return [(_quantized_dtype(ctx, zp.dtype if zp is not None else None), ctx.input(0).shape)]
 
 
 @numpy_op("QuantizeLinear", infer=_quantize_infer)
@@ -97,8 +97,8 @@ def quantize_linear(
 def _dequantize_infer(ctx: OpContext) -> list[OutSpec]:
     _check_scales(ctx)
     output_dtype = int(ctx.attr("output_dtype", 0))
-    dtype = from_onnx(output_dtype, ctx.node.label) if output_dtype else ctx.inputs[1].dtype
-    return [(dtype, ctx.inputs[0].shape)]
+    dtype = from_onnx(output_dtype, ctx.node.label) if output_dtype else ctx.input(1).dtype
+    return [(dtype, ctx.input(0).shape)]
 
 
 @numpy_op("DequantizeLinear", infer=_dequantize_infer)
@@ -114,7 +114,7 @@ def dequantize_linear(
 
 
 def _dynamic_infer(ctx: OpContext) -> list[OutSpec]:
-    return [("uint8", ctx.inputs[0].shape), ("float32", ()), ("uint8", ())]
+    return [("uint8", ctx.input(0).shape), ("float32", ()), ("uint8", ())]
 
 
 @numpy_op("DynamicQuantizeLinear", infer=_dynamic_infer)

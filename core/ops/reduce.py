@@ -10,7 +10,7 @@ elementwise part still applies (ReduceSumSquare squares, ReduceL1 takes abs).
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 
@@ -29,13 +29,13 @@ def _axes_from(ctx: OpContext, rank: int, axes_input: np.ndarray | None) -> tupl
 
 
 def _infer_axes(ctx: OpContext) -> tuple[int, ...]:
-    rank = len(ctx.inputs[0].shape)
+    rank = len(ctx.input(0).shape)
     axes_input = ctx.const(1, "axes") if ctx.has_input(1) else None
     return _axes_from(ctx, rank, axes_input)
 
 
 def _reduce_infer(ctx: OpContext) -> list[OutSpec]:
-    x = ctx.inputs[0]
+    x = ctx.input(0)
     axes = _infer_axes(ctx)
     if ctx.attr("keepdims", 1):
         shape = tuple(1 if i in axes else d for i, d in enumerate(x.shape))
@@ -51,7 +51,7 @@ def _float(x: np.ndarray) -> np.ndarray:
     return x.astype(np.float64 if x.dtype.kind in "iub" else np.float32)
 
 
-def _lowest(dtype: np.dtype) -> object:
+def _lowest(dtype: np.dtype) -> Any:
     if dtype.kind == "f":
         return -np.inf
     if dtype.kind == "b":
@@ -59,7 +59,7 @@ def _lowest(dtype: np.dtype) -> object:
     return np.iinfo(dtype).min
 
 
-def _highest(dtype: np.dtype) -> object:
+def _highest(dtype: np.dtype) -> Any:
     if dtype.kind == "f":
         return np.inf
     if dtype.kind == "b":
@@ -110,7 +110,7 @@ for _op_type, _reducer in _REDUCERS.items():
 
 
 def _arg_infer(ctx: OpContext) -> list[OutSpec]:
-    shape = ctx.inputs[0].shape
+    shape = ctx.input(0).shape
     axis = normalize_axis(ctx, int(ctx.attr("axis", 0)), len(shape))
     if shape and shape[axis] == 0:
         raise ctx.fail(f"axis {axis} of the input {list(shape)} is empty: there is no element to pick the index of "
@@ -168,7 +168,7 @@ def _topk_k(ctx: OpContext, k_input: np.ndarray | None) -> int:
 
 
 def _topk_infer(ctx: OpContext) -> list[OutSpec]:
-    x = ctx.inputs[0]
+    x = ctx.input(0)
     axis = normalize_axis(ctx, int(ctx.attr("axis", -1)), len(x.shape))
     k = _topk_k(ctx, ctx.const(1, "k") if ctx.has_input(1) else None)
     if not 0 <= k <= x.shape[axis]:

@@ -53,6 +53,13 @@ class OpContext:
     def attr(self, key: str, default: Any = None) -> Any:
         return self.node.attrs.get(key, default)
 
+    def input(self, i: int) -> TensorInfo:
+        """The type and shape of input ``i``, one the op requires (``inputs[i]`` is None for an absent one)."""
+        info = self.inputs[i] if i < len(self.inputs) else None
+        if info is None:
+            raise self.fail(f"input {i} is missing; {self.node.op_type} requires it")
+        return info
+
     def has_input(self, i: int) -> bool:
         return i < len(self.node.inputs) and bool(self.node.inputs[i])
 

@@ -356,7 +356,7 @@ def grid_sample(ctx: OpContext, x: np.ndarray, grid: np.ndarray) -> np.ndarray:
             weight = weight * w[..., k] * valid[..., k]
             index.append(idx[..., k])
         # Advanced indices around a slice put the channel axis last.
-        values = x[(batch, slice(None), *index)].astype(np.float64)
+        values = x[(batch, slice(None)) + tuple(index)].astype(np.float64)
         acc += values * weight[..., None]
     return _cast_back(np.moveaxis(acc, -1, 1), x.dtype)
 

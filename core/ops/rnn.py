@@ -59,6 +59,7 @@ def _make_activation(name: str, alpha: float | None, beta: float | None) -> Acti
         return lambda x: np.logaddexp(0, x)
     assert alpha is not None
     if key == "affine":
+        assert beta is not None
         return lambda x: alpha * x + beta
     if key == "leakyrelu":
         return lambda x: np.where(x >= 0, x, alpha * x)
@@ -67,6 +68,7 @@ def _make_activation(name: str, alpha: float | None, beta: float | None) -> Acti
     if key == "scaledtanh":
         return lambda x: alpha * np.tanh(beta * x)
     if key == "hardsigmoid":
+        assert beta is not None
         return lambda x: np.clip(alpha * x + beta, 0, 1)
     if key == "elu":
         return lambda x: np.where(x >= 0, x, alpha * (np.exp(np.minimum(x, 0)) - 1))

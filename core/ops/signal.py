@@ -14,7 +14,7 @@ from .registry import OpContext, OutSpec, register_op
 from .tensor import onnx_dtype_attr
 
 
-def _scalar(ctx: OpContext, value: np.ndarray, what: str) -> int:
+def _scalar(ctx: OpContext, value: np.ndarray | None, what: str) -> int:
     flat = np.asarray(value).reshape(-1)
     if flat.size != 1:
         raise ctx.fail(f"{what} must be a scalar, got {flat.size} values")

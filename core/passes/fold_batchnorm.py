@@ -76,7 +76,7 @@ def _fold_once(graph: Graph) -> Graph:
             taken.add(id(conv))
     if not folds:
         return graph
-    taken = set(graph.value_info) | set(graph.initializers) | {t.name for t in graph.inputs}
+    names_taken = set(graph.value_info) | set(graph.initializers) | {t.name for t in graph.inputs}
     inits = dict(graph.initializers)
     value_info = dict(graph.value_info)
     folded_convs = {id(c) for c in folds.values()}
@@ -89,8 +89,8 @@ def _fold_once(graph: Graph) -> Graph:
             nodes.append(node)
             continue
         w, b = _folded(graph, conv, node)
-        w_name = fresh_name(f"{conv.inputs[1]}_bn", taken)
-        b_name = fresh_name(f"{conv.inputs[1]}_bn_bias", taken)
+        w_name = fresh_name(f"{conv.inputs[1]}_bn", names_taken)
+        b_name = fresh_name(f"{conv.inputs[1]}_bn_bias", names_taken)
         for name, arr in ((w_name, w), (b_name, b)):
             inits[name] = arr
             value_info[name] = TensorInfo(name, str(arr.dtype), tuple(arr.shape))
@@ -174,7 +174,9 @@ def _scale_shift(graph: Graph, conv: Node, op: Node) -> tuple[np.ndarray, np.nda
         return scale, beta - mean * scale
     y = conv.outputs[0]
     other = op.inputs[1] if op.inputs[0] == y else op.inputs[0]
-    c = _per_channel(np.asarray(inits[other]), m, len(graph.value_info[y].shape)).astype(np.float64)
+    per_channel = _per_channel(np.asarray(inits[other]), m, len(graph.value_info[y].shape))
+    assert per_channel is not None  # _affine_foldable accepted the pair only if it is
+    c = per_channel.astype(np.float64)
     ones, zeros = np.ones(m), np.zeros(m)
     return {"Mul": (c, zeros), "Div": (1.0 / c, zeros), "Add": (ones, c), "Sub": (ones, -c)}[op.op_type]
 

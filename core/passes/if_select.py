@@ -19,6 +19,7 @@ list this pass.
 from __future__ import annotations
 
 import math
+from typing import cast
 
 from ..ir import Graph, Node, TensorInfo
 from ..ops.control import RAMMER_DOMAIN
@@ -39,11 +40,11 @@ def _branch_ok(sub: object) -> bool:
 def _inline(node: Node, graph: Graph, taken: set[str], inits: dict, value_info: dict,
             opset: dict) -> list[Node] | None:
     """The nodes replacing If ``node`` (both branches, then one Where per output), or None."""
-    subs = [node.attrs.get(attr) for attr in _BRANCHES]
+    subs = cast("list[Graph]", [node.attrs.get(attr) for attr in _BRANCHES])  # each checked by _branch_ok
     if not all(_branch_ok(s) for s in subs) or not node.inputs or not node.inputs[0]:
         return None
     cond = graph.value_info.get(node.inputs[0])
-    outs = [graph.value_info.get(o) for o in node.outputs]
+    outs = cast("list[TensorInfo]", [graph.value_info.get(o) for o in node.outputs])  # None checked below
     if cond is None or math.prod(cond.shape) != 1 or any(o is None for o in outs):
         return None
     if any(len(cond.shape) > len(o.shape) for o in outs):

@@ -16,6 +16,8 @@ peepholes, layout 1, non-float32) is left as it is, for the backend to refuse by
 
 from __future__ import annotations
 
+from typing import cast
+
 import numpy as np
 
 from ..ir import Graph, Node, TensorInfo
@@ -143,12 +145,14 @@ def _unroll(node: Node, graph: Graph, b: _Builder) -> None:
             elif op == "GRU":
                 z = b.op("Sigmoid", [pre(0)], shape)
                 rg = b.op("Sigmoid", [pre(1)], shape)
+                rb_h = rbias[2]
+                assert rb_h is not None  # GRU's h gate keeps its recurrent bias apart (keep_rb above)
                 if h is None:  # H = 0: the recurrent term is the bias alone
-                    hterm = b.op("Mul", [rg, rbias[2]], shape) if lbr else rbias[2]
+                    hterm = b.op("Mul", [rg, rb_h], shape) if lbr else rb_h
                 elif lbr:
-                    hterm = b.op("Mul", [rg, b.op("Add", [b.op("MatMul", [h, rt[2]], shape), rbias[2]], shape)], shape)
+                    hterm = b.op("Mul", [rg, b.op("Add", [b.op("MatMul", [h, rt[2]], shape), rb_h], shape)], shape)
                 else:
-                    hterm = b.op("Add", [b.op("MatMul", [b.op("Mul", [rg, h], shape), rt[2]], shape), rbias[2]], shape)
+                    hterm = b.op("Add", [b.op("MatMul", [b.op("Mul", [rg, h], shape), rt[2]], shape), rb_h], shape)
                 cand = b.op("Tanh", [b.op("Add", [xg[2], hterm], shape)], shape)
                 keep = b.op("Sub", [one, z], shape)
                 new = b.op("Mul", [keep, cand], shape)
@@ -160,9 +164,9 @@ def _unroll(node: Node, graph: Graph, b: _Builder) -> None:
         ys.append(b.op("Concat", [b.op("Reshape", [per_t[t], four], (1, 1, batch, hidden)) for t in range(t_len)],
                        (t_len, 1, batch, hidden), axis=0))
         three = b.const("shape3", np.array([1, batch, hidden], np.int64))
-        yh.append(b.op("Reshape", [h, three], (1, batch, hidden)))
+        yh.append(b.op("Reshape", [cast(str, h), three], (1, batch, hidden)))  # set by the steps above
         if op == "LSTM":
-            yc.append(b.op("Reshape", [c, three], (1, batch, hidden)))
+            yc.append(b.op("Reshape", [cast(str, c), three], (1, batch, hidden)))
     for out, parts, axis, full in ((outs[0], ys, 1, (t_len, dirs, batch, hidden)),
                                    (outs[1], yh, 0, (dirs, batch, hidden)), (outs[2], yc, 0, (dirs, batch, hidden))):
         if out and parts:

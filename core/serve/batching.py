@@ -9,7 +9,7 @@ outputs split back per request (padding rows are dropped).
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence, cast
 
 import numpy as np
 
@@ -24,13 +24,13 @@ def batch_size(model: Any) -> int:
     if len(dims) != 1 or None in dims:
         raise RammerError("dynamic batching needs dim 0 of every input and output to be the batch "
                           f"(the model's dim 0 sizes: {sorted(str(d) for d in dims)}); serve it without --batch")
-    return int(dims.pop())
+    return int(cast(int, dims.pop()))  # None is ruled out above
 
 
 def run_batched(run: Callable[[dict[str, np.ndarray]], Mapping[str, np.ndarray]], inputs: Sequence[Any],
                 requests: Sequence[Mapping[str, np.ndarray]], batch: int) -> list[dict[str, np.ndarray]]:
     """Each request's outputs, running ``run`` on full batches of ``batch`` rows."""
-    rows = []
+    rows: list[int] = []
     for k, req in enumerate(requests):
         missing = [t.name for t in inputs if t.name not in req]
         if missing:
@@ -48,7 +48,7 @@ def run_batched(run: Callable[[dict[str, np.ndarray]], Mapping[str, np.ndarray]]
             if tuple(np.shape(req[t.name])[1:]) != tuple(t.shape[1:]):
                 raise FeedError(f"request {k}: input '{t.name}' rows are {list(np.shape(req[t.name])[1:])}, "
                                 f"the model's are {list(t.shape[1:])}")
-        rows.append(n.pop())
+        rows.append(cast(int, n.pop()))  # None is ruled out above
     total = sum(rows)
     joined = {t.name: np.concatenate([np.asarray(r[t.name], dtype=t.dtype) for r in requests], axis=0)
               if requests else np.zeros((0,) + tuple(t.shape[1:]), t.dtype) for t in inputs}

@@ -18,7 +18,7 @@ import asyncio
 import logging
 import os
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Optional, cast
 
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse
@@ -74,9 +74,10 @@ class RammerModel:
             from .batching import compile_batch_sizes
 
             self.model = compile_batch_sizes(config.model, [config.batch], config.backend, **options)[config.batch]
-            self.batch = batch_size(self.model)
-            self.batched.set_max_batch_size(self.batch)
-            self.batched.set_batch_wait_timeout_s(config.max_wait_ms / 1e3)
+            self.batch: int | None = batch_size(self.model)
+            # serve.batch's wrapper has these setters; Ray's annotations call it a plain callable
+            self.batched.set_max_batch_size(self.batch)  # type: ignore[attr-defined]
+            self.batched.set_batch_wait_timeout_s(config.max_wait_ms / 1e3)  # type: ignore[attr-defined]
         else:
             self.model = rammer.compile(config.model, backend=config.backend, input_shapes=shapes or None, **options)
             self.batch = None
@@ -85,7 +86,8 @@ class RammerModel:
     @serve.batch(max_batch_size=8, batch_wait_timeout_s=0.005)
     async def batched(self, requests: list[dict]) -> list[dict]:
         inputs = self.model.inputs
-        return await asyncio.to_thread(run_batched, self.model.run, inputs, requests, self.batch)
+        # only a deployment with a batch size routes requests here
+        return await asyncio.to_thread(run_batched, self.model.run, inputs, requests, cast(int, self.batch))
 
     def _check_name(self, name: str) -> None:
         if name != self.config.name:
@@ -134,7 +136,7 @@ class RammerModel:
 
 def build_app(config: ServeConfig) -> Any:
     """The Ray Serve application: ``config.replicas`` replicas, ``config.veus`` CPUs each."""
-    return RammerModel.options(num_replicas=config.replicas,
+    return RammerModel.options(num_replicas=config.replicas,  # type: ignore[attr-defined]  # a serve.Deployment
                                ray_actor_options={"num_cpus": config.veus},
                                max_ongoing_requests=max(8, 4 * (config.batch or 1))).bind(config)
 

@@ -52,7 +52,7 @@ def decode_request(body: Any, inputs: Sequence[Any], batch_dim: bool = False
         if not isinstance(item, Mapping):
             raise FeedError('every entry of "inputs" must be an object with "name", "shape", "datatype" and "data"')
         name = item.get("name")
-        if name not in expected:
+        if not isinstance(name, str) or name not in expected:
             raise FeedError(f"unknown input {name!r}: this model's inputs are "
                             f"{', '.join(_describe(t, batch_dim) for t in inputs)}{_rows_note(batch_dim)}")
         if name in feeds:
@@ -60,7 +60,7 @@ def decode_request(body: Any, inputs: Sequence[Any], batch_dim: bool = False
         info = expected[name]
         want = _BY_DTYPE.get(info.dtype, info.dtype)
         datatype = item.get("datatype")
-        if datatype not in DATATYPES:
+        if not isinstance(datatype, str) or datatype not in DATATYPES:
             raise FeedError(f"input {name!r}: datatype {datatype!r} is not one of {sorted(DATATYPES)}; "
                             f"send \"datatype\": \"{want}\"")
         if DATATYPES[datatype] != info.dtype:

@@ -9,6 +9,7 @@ assembles the final :class:`onnx.ModelProto`.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import onnx
@@ -101,12 +102,12 @@ class GraphBuilder:
         return self.const(name, value)
 
     # -- nodes --------------------------------------------------------------
-    def op(self, op_type: str, inputs: Sequence[str], name: str, **attrs: object) -> str:
+    def op(self, op_type: str, inputs: Sequence[str], name: str, **attrs: Any) -> str:
         """Add a single-output node; its output tensor carries the node's name."""
         return self.op_multi(op_type, inputs, name, 1, **attrs)[0]
 
     def op_multi(
-        self, op_type: str, inputs: Sequence[str], name: str, n_outputs: int, **attrs: object
+        self, op_type: str, inputs: Sequence[str], name: str, n_outputs: int, **attrs: Any
     ) -> list[str]:
         """Add a node with ``n_outputs`` outputs named ``<name>_<i>``."""
         name = self.unique(name)
