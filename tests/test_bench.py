@@ -407,7 +407,9 @@ def test_pooled_before_after_resamples_whole_workers(tmp_path: Path) -> None:
     import sys
 
     def run(before: list[list[float]], after: list[list[float]], ort: float) -> dict:
-        side = lambda workers, o: [{"/tmp/x/m.onnx": {"cpu": w, "onnxruntime": [o] * len(w)}} for w in workers]
+        def side(workers: list[list[float]], o: float) -> list[dict]:
+            return [{"/tmp/x/m.onnx": {"cpu": w, "onnxruntime": [o] * len(w)}} for w in workers]
+
         return {"runs": {"before": side(before, 1.0), "after": side(after, ort)}}
 
     # after is 1.2x before in both files; the second file's after workers also ran in a 1.2x slower phase

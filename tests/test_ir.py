@@ -46,7 +46,7 @@ def test_initializer_must_match_declared_info():
 
 def test_ir_is_immutable():
     n = Node("Relu", ("x",), ("a",), "r", attrs={"alpha": 1.0})
-    with pytest.raises(Exception):
+    with pytest.raises(AttributeError):  # dataclasses.FrozenInstanceError
         n.op_type = "Sigmoid"  # type: ignore[misc]
     with pytest.raises(TypeError):
         n.attrs["alpha"] = 2.0  # type: ignore[index]

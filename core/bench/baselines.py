@@ -50,7 +50,7 @@ class OnnxRuntimeRunner(BenchRunner):
 
     def availability(self) -> Availability:
         try:
-            import onnxruntime as ort
+            import onnxruntime as ort  # deferred: an optional baseline, slow to import
         except Exception as exc:
             return Availability(False, f"onnxruntime does not import ({_first_line(exc)}); "
                                        'pip install -e ".[bench]" in the rammer checkout')
@@ -63,7 +63,7 @@ class OnnxRuntimeRunner(BenchRunner):
         self.threads = threads
 
     def prepare(self, case: ModelCase) -> Prepared:
-        import onnxruntime as ort
+        import onnxruntime as ort  # deferred: an optional baseline, slow to import
 
         opts = ort.SessionOptions()
         opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
@@ -76,7 +76,7 @@ class OnnxRuntimeRunner(BenchRunner):
 
 
 def _import_onnx2torch() -> Callable[[Any], Any]:
-    import onnx2torch
+    import onnx2torch  # deferred: an optional baseline, slow to import
 
     return onnx2torch.convert
 
@@ -89,7 +89,7 @@ class _TorchModule:
         self.device = device
 
     def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        import torch
+        import torch  # deferred: an optional baseline, slow to import
 
         args = [torch.from_numpy(np.ascontiguousarray(feeds[n])).to(self.device) for n in self.input_names]
         with torch.inference_mode():
@@ -118,7 +118,7 @@ class TorchRunner(BenchRunner):
 
     def availability(self) -> Availability:
         try:
-            import torch
+            import torch  # deferred: an optional baseline, slow to import
         except Exception as exc:
             return Availability(False, f"torch does not import ({_first_line(exc)})")
         if self.device != "cpu" and not torch.cuda.is_available():
@@ -134,7 +134,7 @@ class TorchRunner(BenchRunner):
         self.threads = threads
 
     def prepare(self, case: ModelCase) -> Prepared:
-        import torch
+        import torch  # deferred: an optional baseline, slow to import
 
         if self.threads:
             torch.set_num_threads(self.threads)

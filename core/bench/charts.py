@@ -20,10 +20,10 @@ _STATUS_TEXT = {"wrong": "WRONG", "n/a": "n/a", "error": "error", "unchecked": "
 
 
 def _pyplot() -> Any:
-    import matplotlib
+    import matplotlib  # deferred: optional, only for charts
 
     matplotlib.use("Agg")  # files only, never a window
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # deferred: optional, only for charts
 
     return plt
 
@@ -46,7 +46,7 @@ def _layout(n_rows: int, n_series: int) -> tuple[float, float]:
 def _grouped_bars(doc: dict[str, Any], cols: list[tuple[str, str]], value_of: Any, xlabel: str, title: str,
                   path: str, log_base: float, ref_line: float | None, fmt: Any, tick_unit: str) -> str:
     plt = _pyplot()
-    from matplotlib.ticker import FuncFormatter, LogLocator
+    from matplotlib.ticker import FuncFormatter, LogLocator  # deferred: optional, only for charts
 
     # One colour per column across both charts, so a backend looks the same in each.
     palette = plt.get_cmap("tab10").colors

@@ -15,9 +15,11 @@ Command-line options override the file's values.
 from __future__ import annotations
 
 import os
-import tomllib
 from typing import Any
 
+import tomllib
+
+from .. import zoo
 from ..errors import RammerError
 
 #: Keys a matrix table may have, and their types.
@@ -64,7 +66,6 @@ def load_matrix(path: str, name: str | None) -> dict[str, Any]:
 
 def expand_models(names: list[str]) -> list[str]:
     """Replace the keywords ``zoo`` and ``zoo-small``; check that every other name exists."""
-    from .. import zoo
 
     entries = zoo.list_models()
     known = {e.name for e in entries}

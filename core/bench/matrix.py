@@ -29,11 +29,16 @@ from typing import Any, Callable
 import numpy as np
 import onnx
 
+from .. import zoo
+from ..api import random_feeds
+from ..errors import RammerError
+from ..frontend import load
+from ..frontend.source import read_model
+from . import timing
 from .machine import machine_facts
 from .progress import Progress
-from . import timing
-from .timing import summarize
 from .runner import BenchRunner, ModelCase, RammerRunner, compare, limit_threads, make_runner
+from .timing import summarize
 
 SCHEMA = "rammer-bench/1"
 REFERENCE = "reference"
@@ -55,8 +60,6 @@ class MatrixConfig:
     machine_name: str | None = None
 
     def validate(self) -> None:
-        from ..errors import RammerError
-
         if not self.models:
             raise RammerError("no models given (--models)")
         if not self.backends:
@@ -101,12 +104,6 @@ def _fix_input_dims(proto: onnx.ModelProto, batch: int) -> str:
 
 def build_case(model: str, batch: int, seed: int) -> ModelCase:
     """The row for ``model`` (a zoo name or an .onnx path) at ``batch``."""
-    from .. import zoo
-    from ..api import random_feeds
-    from ..errors import RammerError
-    from ..frontend import load
-    from ..frontend.source import read_model
-
     zoo_names = {e.name for e in zoo.list_models()}
     skip = ""
     if model in zoo_names:

@@ -27,7 +27,9 @@ import os
 import tempfile
 from typing import Any
 
+from ..errors import RammerError
 from .machine import describe
+from .matrix import SCHEMA
 
 CSV_COLUMNS = ["model", "batch", "backend", "kind", "machine", "status", "median_ms", "min_ms", "max_ms",
                "mean_ms", "std_ms", "p90_ms", "p99_ms",
@@ -209,9 +211,6 @@ def write_all(doc: dict[str, Any], out_dir: str) -> dict[str, str]:
 
 
 def load_results(path: str) -> dict[str, Any]:
-    from ..errors import RammerError
-    from .matrix import SCHEMA
-
     try:
         with open(path, encoding="utf-8") as f:
             doc = json.load(f)

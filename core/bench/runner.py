@@ -20,6 +20,8 @@ from typing import Any, Mapping, Protocol
 import numpy as np
 import onnx
 
+from .. import plugins
+from ..api import compile as rammer_compile
 from ..backend import Availability
 from ..ir import Graph
 
@@ -63,7 +65,7 @@ class BenchRunner(ABC):
     def availability(self) -> Availability:
         return Availability(True)
 
-    def set_threads(self, threads: int) -> None:
+    def set_threads(self, threads: int) -> None:  # noqa: B027 - optional: a runner without thread control keeps it
         """Limit the runner's intra-op threads (called once, before ``prepare``)."""
 
     @abstractmethod
@@ -93,8 +95,6 @@ class RammerRunner(BenchRunner):
     kind = "rammer"
 
     def __init__(self, backend_name: str):
-        from .. import plugins
-
         self.name = backend_name
         self.backend = plugins.backends()[backend_name]
         caps = self.backend.capabilities
@@ -107,8 +107,6 @@ class RammerRunner(BenchRunner):
         return self.backend.availability()
 
     def prepare(self, case: ModelCase) -> Prepared:
-        from ..api import compile as rammer_compile
-
         if case.graph is None:
             raise RuntimeError(f"rammer cannot load the model: {case.load_error}")
         options: dict[str, Any] = {}
@@ -137,7 +135,6 @@ class UnknownRunner(BenchRunner):
 
 
 def known_runner_names() -> list[str]:
-    from .. import plugins
     from .baselines import BASELINES
 
     return sorted(plugins.backends()) + sorted(BASELINES)
@@ -145,7 +142,6 @@ def known_runner_names() -> list[str]:
 
 def make_runner(name: str) -> BenchRunner:
     """The runner called ``name``: a rammer backend if one is registered, else a baseline."""
-    from .. import plugins
     from .baselines import BASELINES
 
     if name in plugins.backends():

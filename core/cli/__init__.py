@@ -17,6 +17,7 @@ import sys
 import traceback
 from typing import Iterator
 
+from .. import __version__
 from ..errors import RammerError
 
 #: Subcommand modules, in help order.  A module that is not there yet is skipped.
@@ -24,8 +25,6 @@ _COMMANDS = ["backends", "run", "inspect", "compile", "schedule", "zoo", "bench"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from .. import __version__
-
     parser = argparse.ArgumentParser(
         prog="rammer",
         description="rammer: compile ONNX models into holistic rTask schedules for CPUs, GPUs, IPUs and MCUs.",

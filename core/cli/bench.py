@@ -8,6 +8,12 @@ import sys
 import textwrap
 import time
 
+from ..bench.charts import write_charts
+from ..bench.config import expand_models, load_matrix, split_ints, split_list
+from ..bench.matrix import MatrixConfig, run_matrix
+from ..bench.merge import merge_results
+from ..bench.progress import Progress
+from ..bench.report import load_results, summary_table, write_all
 from ..errors import RammerError
 
 _EPILOG = """\
@@ -69,9 +75,6 @@ def _warn(message: str) -> None:
 
 
 def _config_from_args(args: argparse.Namespace):
-    from ..bench.config import expand_models, load_matrix, split_ints, split_list
-    from ..bench.matrix import MatrixConfig
-
     table = load_matrix(args.config, args.matrix) if args.config else {}
     if args.matrix and not args.config:
         raise RammerError("--matrix needs --config FILE.toml")
@@ -96,13 +99,9 @@ def _config_from_args(args: argparse.Namespace):
 
 
 def _write(doc: dict, out: str, charts: bool) -> list[str]:
-    from ..bench.report import write_all
-
     written = list(write_all(doc, out).values())
     if charts:
         try:
-            from ..bench.charts import write_charts
-
             written += write_charts(doc, out)
         except ImportError as exc:
             _warn(f"charts skipped: {exc.name or exc} is not installed (pip install -e '.[bench]' in the rammer checkout)")
@@ -110,8 +109,6 @@ def _write(doc: dict, out: str, charts: bool) -> list[str]:
 
 
 def _print_summary(doc: dict, written: list[str]) -> None:
-    from ..bench.report import summary_table
-
     print("\n".join(summary_table(doc)))
     bad = [c for c in doc["cells"] if c["status"] in ("wrong", "error", "unchecked")]
     for c in bad:
@@ -120,9 +117,6 @@ def _print_summary(doc: dict, written: list[str]) -> None:
 
 
 def run_bench(args: argparse.Namespace) -> int:
-    from ..bench.matrix import run_matrix
-    from ..bench.progress import Progress
-
     if not args.out:
         raise RammerError("give --out DIR for the results")
     cfg = _config_from_args(args)
@@ -137,9 +131,6 @@ def run_bench(args: argparse.Namespace) -> int:
 
 
 def run_merge(args: argparse.Namespace) -> int:
-    from ..bench.merge import merge_results
-    from ..bench.report import load_results
-
     # A folder written by `rammer bench --out DIR` stands for its results.json.
     paths = [os.path.join(p, "results.json") if os.path.isdir(p) else p for p in args.results]
     docs = [(path, load_results(path)) for path in paths]

@@ -7,7 +7,11 @@ import os
 import re
 from typing import Any
 
+from .. import zoo
 from ..errors import RammerError
+from ..frontend import load
+from ..frontend.inputs import declared_dims
+from ..frontend.source import read_model
 
 
 def add_model_args(parser: argparse.ArgumentParser, required: bool = True) -> None:
@@ -65,8 +69,6 @@ def input_shapes(args: argparse.Namespace, source: Any) -> dict[str, tuple[int, 
         return shapes or None
     if args.batch < 1:
         raise RammerError(f"--batch {args.batch}: the batch size must be at least 1")
-    from ..frontend.inputs import declared_dims
-    from ..frontend.source import read_model
 
     if isinstance(source, str) and source.endswith(".rammer"):
         raise RammerError("--batch does not apply to a compiled .rammer model (it was compiled for fixed shapes)")
@@ -98,8 +100,6 @@ def model_source(args: argparse.Namespace) -> tuple[Any, str]:
     if args.zoo and args.model:
         raise RammerError("give either MODEL or --zoo NAME, not both")
     if args.zoo:
-        from .. import zoo
-
         kwargs = {"seed": args.seed}
         if args.batch is not None:
             kwargs["batch"] = args.batch
@@ -110,8 +110,6 @@ def model_source(args: argparse.Namespace) -> tuple[Any, str]:
 
 
 def load_graph(args: argparse.Namespace):
-    from ..frontend import load
-
     source, label = model_source(args)
     return load(source, input_shapes(args, source)), label
 

@@ -17,10 +17,19 @@ import os
 import time
 from typing import Any
 
-from ..errors import RammerError
+from .. import plugins
+from ..api import compile as compile_model
 from ..backend import Backend
-from .common import (add_backend_arg, add_model_args, add_strict_arg, add_tree_strategy_arg, input_shapes,
-                     model_source, table)
+from ..errors import RammerError
+from .common import (
+    add_backend_arg,
+    add_model_args,
+    add_strict_arg,
+    add_tree_strategy_arg,
+    input_shapes,
+    model_source,
+    table,
+)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -65,9 +74,6 @@ def _options(args: argparse.Namespace, backend: Any) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from .. import plugins
-    from ..api import compile as compile_model
-
     source, label = model_source(args)
     backend = plugins.get_backend(args.backend, compile_only=bool(args.emit))
     options = _options(args, backend)

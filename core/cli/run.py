@@ -3,17 +3,27 @@
 from __future__ import annotations
 
 import argparse
-import os
 import json
+import os
 import time
 from typing import Any, cast
 
 import numpy as np
 
-from ..errors import FeedError, RammerError
+import rammer
+
 from ..atomic_file import atomic_write
 from ..bench.timing import Timing, time_calls
-from .common import add_backend_arg, add_model_args, add_strict_arg, add_tree_strategy_arg, fmt_us, input_shapes, model_source
+from ..errors import FeedError, RammerError
+from .common import (
+    add_backend_arg,
+    add_model_args,
+    add_strict_arg,
+    add_tree_strategy_arg,
+    fmt_us,
+    input_shapes,
+    model_source,
+)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -99,8 +109,6 @@ def format_timing(timing: Timing) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    import rammer
-
     if args.repeat < 1:
         raise RammerError("--repeat must be at least 1")
     if args.warmup < 0:

@@ -8,7 +8,9 @@ import time
 from .. import plugins
 from ..backend import Backend
 from ..errors import RammerError
-from ..vdevice import VDevice, get_preset
+from ..schedule import build_problem, get_policy, policies, simulate, verify
+from ..schedule.plot import plot_gantt
+from ..vdevice import PRESETS, VDevice, get_preset
 from .common import add_backend_arg, add_model_args, fmt_us, load_graph, table
 
 BASELINE = "op-by-op"
@@ -37,9 +39,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _list() -> int:
-    from ..schedule import policies
-    from ..vdevice import PRESETS, get_preset
-
     rows = [[name, get_preset(name).num_veus, get_preset(name).kind, data.get("description", "")]
             for name, data in PRESETS.items()]
     print(table(rows, ["vdevice", "vEUs", "kind", "description"]))
@@ -69,7 +68,6 @@ def backend_and_vdevice(backend_name: str | None, preset: str | None) -> tuple[B
 def run(args: argparse.Namespace) -> int:
     if args.list:
         return _list()
-    from ..schedule import build_problem, get_policy, simulate, verify
 
     policy = get_policy(args.policy)
     baseline = get_policy(BASELINE) if args.policy != BASELINE else None
@@ -110,8 +108,6 @@ def run(args: argparse.Namespace) -> int:
             raise RammerError(f"cannot write {args.json}: {exc.strerror}") from None
         print(f"wrote {args.json}")
     if args.plot:
-        from ..schedule.plot import plot_gantt
-
         try:
             written = plot_gantt([(s, r) for s, r, _ in results], args.plot,
                        title=f"{label} on {vdevice.name} ({vdevice.num_veus} vEUs)", color_by=args.color_by)

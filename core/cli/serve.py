@@ -7,7 +7,8 @@ import signal
 import threading
 
 from ..errors import RammerError
-from .common import add_backend_arg, add_model_args, parse_shapes
+from ..frontend.source import read_model
+from .common import add_backend_arg, add_model_args, model_source, parse_shapes
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -32,12 +33,11 @@ def run(args: argparse.Namespace) -> int:
     if args.replicas < 1 or args.veus < 1:
         raise RammerError("--replicas and --veus must be at least 1")
     try:
-        from ..serve.deployment import ServeConfig, start, stop as stop_serving
+        from ..serve.deployment import ServeConfig, start
+        from ..serve.deployment import stop as stop_serving
     except ImportError as exc:
         raise RammerError(f"rammer serve needs Ray Serve ({exc.name} is not installed): "
                           f"pip install -e \".[serve]\" in the rammer checkout") from None
-    from .common import model_source
-    from ..frontend.source import read_model
 
     # --batch B: the model is compiled for batch B (a zoo model is built at it) and concurrent
     # requests are gathered into it.

@@ -21,7 +21,7 @@ the text only through :mod:`rammer.codegen.names` (``Comment`` statements, ``com
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence, Union
+from typing import Sequence
 
 from . import kernel_ir as ir
 from .dialects import Dialect
@@ -129,7 +129,7 @@ class Verbatim:
     text: str
 
 
-Item = Union[Function, GlobalArray, Verbatim]
+Item = Function | GlobalArray | Verbatim
 
 
 class _UnitRenderer(_Renderer):

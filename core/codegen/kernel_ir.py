@@ -15,7 +15,6 @@ kernel is written once for CUDA, HIP, OpenCL and C99.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Union
 
 __all__ = [
     "Expr", "Const", "Var", "Special", "BinOp", "UnOp", "Select", "Cast", "Call", "Load",
@@ -93,7 +92,7 @@ class Load:
     index: Expr
 
 
-Expr = Union[Const, Var, Special, BinOp, UnOp, Select, Cast, Call, Load]
+Expr = Const | Var | Special | BinOp | UnOp | Select | Cast | Call | Load
 
 
 @dataclass(frozen=True)
@@ -186,7 +185,7 @@ class Block:
     body: tuple[Stmt, ...]
 
 
-Stmt = Union[Decl, Assign, Store, For, If, While, Invoke, Barrier, Fence, AtomicAdd, Shuffle, Comment, Block]
+Stmt = Decl | Assign | Store | For | If | While | Invoke | Barrier | Fence | AtomicAdd | Shuffle | Comment | Block
 
 
 @dataclass(frozen=True)

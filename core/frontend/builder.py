@@ -16,12 +16,12 @@ constant inputs at hand) and then either
 
 from __future__ import annotations
 
-import math
 from typing import Any, Mapping
 
 import numpy as np
 
 from ..errors import ModelLoadError, RammerError, ShapeError, UnsupportedOpError
+from ..interpreter import run_graph
 from ..ir import Graph, Node, TensorInfo, dtype_name, outer_names
 from ..ops.registry import OpContext, lookup
 from .limits import Limits, check_tensor, check_unroll
@@ -87,8 +87,6 @@ class Scope:
 
 
 def _fold_run_graph(graph: Graph, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-    from ..interpreter import run_graph  # local import: the interpreter imports the registry
-
     return run_graph(graph, feeds)
 
 

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Union
 
 import onnx
 from onnx import external_data_helper
 
 from ..errors import ModelLoadError
 
-ModelSource = Union[str, os.PathLike, bytes, onnx.ModelProto]
+ModelSource = str | os.PathLike | bytes | onnx.ModelProto
 
 
 def read_model(source: ModelSource) -> tuple[onnx.ModelProto, Path | None]:

@@ -16,14 +16,21 @@ seed alone.
 from __future__ import annotations
 
 import json
+import logging
 import multiprocessing as mp
 import os
+import tempfile
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from multiprocessing.connection import wait
 from typing import Any, Callable, Iterable
 
+from .. import plugins
 from ..time_limits import machine_slowdown
+from .graphs import random_model
+from .mutate import mutate
+from .oracle import FAILURES, run_case
 
 __all__ = ["CampaignResult", "run_campaign", "build_case", "CAMPAIGNS"]
 
@@ -33,9 +40,6 @@ CAMPAIGNS = ("graphs", "mutants")
 
 def build_case(campaign: str, seed: int) -> tuple[bytes, dict, str]:
     """The model bytes, feeds and a short label of case ``seed`` of ``campaign``."""
-    from .graphs import random_model
-    from .mutate import mutate
-
     if campaign == "graphs":
         model, feeds = random_model(seed)
         return model.SerializeToString(), feeds, f"{len(model.graph.node)} nodes"
@@ -47,12 +51,8 @@ def build_case(campaign: str, seed: int) -> tuple[bytes, dict, str]:
 
 
 def _worker(conn: Any, backend: str, cache_dir: str, case_runner: Callable[..., Any] | None = None) -> None:
-    import logging
-
     os.environ["RAMMER_CACHE_DIR"] = cache_dir
     logging.getLogger("rammer").setLevel(logging.ERROR)
-    from .. import plugins
-    from .oracle import run_case
 
     run_case = case_runner or run_case
     # Each case compiles fresh: a backend with a compile cache is told not to use it.
@@ -96,8 +96,6 @@ class CampaignResult:
 
 
 def _failure_kinds() -> tuple[str, ...]:
-    from .oracle import FAILURES
-
     return FAILURES
 
 
@@ -179,9 +177,7 @@ def run_campaign(backend: str, campaign: str, seeds: Iterable[int], workers: int
     from the end of that worker's imports) before it counts as a ``hang``.  ``log`` (a file) receives one
     JSON line per case.  ``case_runner`` replaces :func:`.oracle.run_case` in the workers (a module-level
     function, for tests of the campaign itself)."""
-    import tempfile
 
-    from multiprocessing.connection import wait
 
     res = CampaignResult(backend, campaign)
     start = time.time()

@@ -14,6 +14,8 @@ import numpy as np
 import onnx
 from onnx import helper
 
+import rammer
+
 __all__ = ["minimize", "as_text"]
 
 
@@ -116,7 +118,6 @@ def minimize(model_bytes: bytes, feeds: dict[str, np.ndarray], kind: str,
 
 def _values(model: onnx.ModelProto, feeds: dict[str, np.ndarray], names: list[str]) -> dict[str, np.ndarray] | None:
     """The values of intermediate tensors ``names`` (reference backend)."""
-    import rammer
 
     m = onnx.ModelProto()
     m.CopyFrom(model)

@@ -33,6 +33,8 @@ from typing import Any, Mapping
 import numpy as np
 import onnx
 
+import rammer
+
 from ..errors import ModelLoadError, RammerError, UnsupportedOpError
 
 __all__ = ["Outcome", "run_case", "FAILURES"]
@@ -133,7 +135,7 @@ def _close(g: np.ndarray, w: np.ndarray, rtol: float, atol: float) -> tuple[bool
 
 def _ort(model_bytes: bytes, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray] | None:
     try:
-        import onnxruntime as ort
+        import onnxruntime as ort  # deferred: the optional independent oracle
 
         opts = ort.SessionOptions()
         opts.log_severity_level = 4
@@ -148,7 +150,6 @@ def _ort(model_bytes: bytes, feeds: Mapping[str, np.ndarray]) -> dict[str, np.nd
 def run_case(model_bytes: bytes, feeds: Mapping[str, np.ndarray], backend: str,
              compile_options: Mapping[str, Any] | None = None) -> Outcome:
     """Run one case on ``backend`` and on reference; the outcome (see the module docstring)."""
-    import rammer
 
     options = dict(compile_options or {})
     try:

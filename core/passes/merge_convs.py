@@ -28,8 +28,8 @@ Graph outputs are left alone.
 
 from __future__ import annotations
 
+from collections.abc import Set as AbstractSet
 from dataclasses import replace
-from typing import AbstractSet
 
 import numpy as np
 

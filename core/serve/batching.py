@@ -12,8 +12,11 @@ from __future__ import annotations
 from typing import Any, Callable, Mapping, Sequence, cast
 
 import numpy as np
+import onnx
 
+from ..api import compile as compile_model
 from ..errors import FeedError, RammerError
+from ..frontend.source import read_model
 
 __all__ = ["batch_size", "run_batched", "compile_batch_sizes"]
 
@@ -76,10 +79,7 @@ def compile_batch_sizes(source: Any, sizes: Sequence[int], backend: str | None =
 
     ``source`` is an ONNX path, bytes or ModelProto whose inputs have a dynamic (or any)
     dim 0; each compile binds it.  Returns ``{size: CompiledModel}``."""
-    import onnx
 
-    from ..api import compile as compile_model
-    from ..frontend.source import read_model
 
     proto, _ = read_model(source) if not isinstance(source, onnx.ModelProto) else (source, None)
     inits = {t.name for t in proto.graph.initializer}

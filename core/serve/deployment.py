@@ -20,12 +20,15 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Optional, cast
 
+import ray
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse
 from ray import serve
 
+import rammer
+
 from ..errors import FeedError, RammerError
-from .batching import batch_size, run_batched
+from .batching import batch_size, compile_batch_sizes, run_batched
 from .kserve import decode_request, encode_response, model_metadata
 
 __all__ = ["ServeConfig", "build_app", "start", "stop"]
@@ -62,8 +65,6 @@ class RammerModel:
     """One replica: a compiled model and the KServe v2 routes."""
 
     def __init__(self, config: ServeConfig):
-        import rammer
-
         self.config = config
         shapes = dict(config.input_shapes or {})
         options = dict(config.options)
@@ -71,8 +72,6 @@ class RammerModel:
         if be.capabilities.options is None or "veus" in be.capabilities.options:
             options.setdefault("veus", config.veus)
         if config.batch:
-            from .batching import compile_batch_sizes
-
             self.model = compile_batch_sizes(config.model, [config.batch], config.backend, **options)[config.batch]
             self.batch: int | None = batch_size(self.model)
             # serve.batch's wrapper has these setters; Ray's annotations call it a plain callable
@@ -162,7 +161,6 @@ def start(config: ServeConfig, host: str = "127.0.0.1", port: int = 8000, addres
     # switch (read by the driver's core worker at ray.init) keeps such retry notices out of the
     # driver's output; a call that really fails still raises.
     os.environ.setdefault("RAY_enable_output_error_log_if_still_retry", "0")
-    import ray
 
     if not ray.is_initialized():
         if address:
@@ -187,7 +185,6 @@ def start(config: ServeConfig, host: str = "127.0.0.1", port: int = 8000, addres
 def stop(shutdown_ray: bool = True) -> None:
     """Stop the deployment and Serve (replicas finish their requests), then, with
     ``shutdown_ray``, this process's connection to Ray (and the local Ray it started)."""
-    import ray
 
     serve.shutdown()  # before ray.shutdown: Serve's controller is a Ray actor
     if shutdown_ray:

@@ -28,7 +28,7 @@ def test_atomic_ops_have_the_right_values():
 
 @njit(parallel=True)
 def _contend(a, n, threads):
-    for t in prange(threads):
+    for _thread in prange(threads):
         for _ in range(n):
             atomic_add(a, 0, 1)
 
