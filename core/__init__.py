@@ -17,5 +17,5 @@ from .session import InferenceSession, SessionOptions
 
 __version__ = "0.1.0"
 
-__all__ = ["CompiledModel", "InferenceSession", "RammerError", "SessionOptions", "compile", "load", "load_compiled", "random_feeds",
-           "__version__"]
+__all__ = ["CompiledModel", "InferenceSession", "RammerError", "SessionOptions", "compile", "load", "load_compiled",
+           "random_feeds", "__version__"]

@@ -64,11 +64,12 @@ def report_fallbacks(model_name: str, backend: str, fallbacks: list[Mapping[str,
         return
     what = _summary(fallbacks)
     if strict:
-        reasons = "; ".join(f"{_printable(f.get('node'))} ({_printable(f.get('op'))}): {_printable(f.get('reason'), 200)}"
-                            for f in fallbacks[:5])
+        reasons = "; ".join(
+            f"{_printable(f.get('node'))} ({_printable(f.get('op'))}): {_printable(f.get('reason'), 200)}"
+            for f in fallbacks[:5])
         raise CompileError(
-            f"backend '{backend}' would run {len(fallbacks)} node(s) of '{_printable(model_name)}' through the reference "
-            f"implementation ({what}), and strict mode forbids fallbacks. Why: {reasons}. "
+            f"backend '{backend}' would run {len(fallbacks)} node(s) of '{_printable(model_name)}' through the "
+            f"reference implementation ({what}), and strict mode forbids fallbacks. Why: {reasons}. "
             f"Choose another backend, or compile without strict=True / --no-fallback")
     model_name = _printable(model_name)
     message = (f"backend '{backend}' runs {len(fallbacks)} node(s) of '{model_name}' in numpy, op by op, between "

@@ -68,8 +68,9 @@ def top_ops(slices: Sequence[TraceSlice], limit: int = 15) -> list[dict[str, Any
         acc[0] += s.us
         acc[1] += 1
     grand = sum(v[0] for v in totals.values()) or 1.0
-    rows: list[dict[str, Any]] = [{"name": k[0], "category": k[1], "total_us": v[0], "calls": int(v[1]), "share": v[0] / grand}
-                                  for k, v in totals.items()]
+    rows: list[dict[str, Any]] = [
+        {"name": k[0], "category": k[1], "total_us": v[0], "calls": int(v[1]), "share": v[0] / grand}
+        for k, v in totals.items()]
     rows.sort(key=lambda r: -r["total_us"])
     return rows[:limit]
 

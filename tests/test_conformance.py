@@ -197,9 +197,11 @@ def test_emitted_python_source_is_compiled(pytester: pytest.Pytester) -> None:
     for name, source in (("goodsrc", "x = 1\\n"), ("badsrc", "def broken(:\\n")):
         variant = (toy.replace('name = "toy"', f'name = "{name}"')
                    .replace('        device="cpu",\n', '        device="cpu",\n        emits_source="python",\n')
-                   .replace("        self.graph = graph\n", f"        self.graph = graph\n        self.source = '{source}'\n"))
+                   .replace("        self.graph = graph\n",
+                            f"        self.graph = graph\n        self.source = '{source}'\n"))
         _variant(pytester, name, variant)
-    _run(pytester, "-p", "goodsrc_register", "--backend", "goodsrc", "--rammer-checks", "source").assert_outcomes(passed=1)
+    good = _run(pytester, "-p", "goodsrc_register", "--backend", "goodsrc", "--rammer-checks", "source")
+    good.assert_outcomes(passed=1)
     bad = _run(pytester, "-p", "badsrc_register", "--backend", "badsrc", "--rammer-checks", "source")
     bad.assert_outcomes(failed=1)
     assert "SyntaxError" in bad.stdout.str()
@@ -211,7 +213,8 @@ def test_declared_schedules_without_a_schedule_never_pass(pytester: pytest.Pytes
     variant = toy.replace('name = "toy"', 'name = "nosched"').replace(
         '        device="cpu",\n', '        device="cpu",\n        schedules=True,\n')
     _variant(pytester, "nosched", variant)
-    result = _run(pytester, "-p", "nosched_register", "--backend", "nosched", "--rammer-checks", "schedules", "-k", "tiny")
+    result = _run(pytester, "-p", "nosched_register", "--backend", "nosched", "--rammer-checks", "schedules",
+                  "-k", "tiny")
     outcomes = result.parseoutcomes()
     out = result.stdout.str()
     # Either rammer.schedule.verify exists and the missing .schedule fails, or the skip says why.

@@ -145,7 +145,8 @@ def _repo_text_files() -> list[Path]:
     keep = (".py", ".md", ".sh", ".toml", ".txt", ".cfg")
     files = [p for p in ROOT.rglob("*") if p.is_file() and p.suffix in keep or p == ROOT / ".ci" / "run"]
     skip = (".git", "build", ".eggs", "node_modules", "__pycache__")
-    return [p for p in files if not any(part in skip or part.endswith(".egg-info") for part in p.relative_to(ROOT).parts)]
+    return [p for p in files
+            if not any(part in skip or part.endswith(".egg-info") for part in p.relative_to(ROOT).parts)]
 
 
 def test_no_install_line_takes_rammer_from_a_package_registry():

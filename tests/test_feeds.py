@@ -96,7 +96,8 @@ def test_random_feeds_out_of_memory_is_a_feed_error(monkeypatch):
 
 def test_onnx_backend_missing_bound_input_and_extra_inputs():
     m = make_model([helper.make_node("Reshape", ["x", "s"], ["y"])],
-                   [("x", TensorProto.FLOAT, [2, 3]), ("s", TensorProto.INT64, [2])], [("y", TensorProto.FLOAT, [3, 2])])
+                   [("x", TensorProto.FLOAT, [2, 3]), ("s", TensorProto.INT64, [2])],
+                   [("y", TensorProto.FLOAT, [3, 2])])
     rep = prepare(m)
     x = np.ones((2, 3), np.float32)
     assert rep.run({"x": x, "s": np.array([3, 2])})[0].shape == (3, 2)

@@ -362,7 +362,8 @@ def test_anonymous_dim_params_are_not_one_symbol():
     assert y.shape == (1, 3, 32, 48)
     two = _h.make_graph(
         [_h.make_node("Add", ["a", "b"], ["c"], name="add")], "named",
-        [_h.make_tensor_value_info("a", _TP.FLOAT, ["batch", 4]), _h.make_tensor_value_info("b", _TP.FLOAT, ["batch", 4])],
+        [_h.make_tensor_value_info("a", _TP.FLOAT, ["batch", 4]),
+         _h.make_tensor_value_info("b", _TP.FLOAT, ["batch", 4])],
         [_h.make_tensor_value_info("c", _TP.FLOAT, ["batch", 4])])
     named = _h.make_model(two, opset_imports=[_h.make_opsetid("", 17)])
     with pytest.raises(_rammer.errors.ShapeError, match="'batch'"):
@@ -384,7 +385,8 @@ def test_compile_passes_limits_to_the_frontend():
     model = _relu_model()
     with pytest.raises(ShapeError, match=r"tensor 'x' of shape \[2, 3\] is too large"):
         rammer.compile(model, backend="reference", limits={"max_tensor_elements": 5})
-    assert rammer.compile(model, backend="reference", limits={"max_tensor_elements": 6}).graph.op_counts() == {"Relu": 1}
+    compiled = rammer.compile(model, backend="reference", limits={"max_tensor_elements": 6})
+    assert compiled.graph.op_counts() == {"Relu": 1}
 
 
 def test_mixed_dtype_add_is_refused_at_import():

@@ -74,7 +74,8 @@ def _chain(mid: str = "a", w_name: str = "w", w=None, alpha: float = 0.5, node_n
     w = np.array([1.0, 2.0], np.float32) if w is None else w
     x, b = TensorInfo("x", "float32", (2,)), TensorInfo("b", "float32", (2,))
     vi = {"x": x, w_name: TensorInfo(w_name, "float32", (2,)), mid: TensorInfo(mid, "float32", (2,)), "b": b}
-    nodes = (Node("Mul", ("x", w_name), (mid,), node_name), Node("LeakyRelu", (mid,), ("b",), "r2", attrs={"alpha": alpha}))
+    nodes = (Node("Mul", ("x", w_name), (mid,), node_name),
+             Node("LeakyRelu", (mid,), ("b",), "r2", attrs={"alpha": alpha}))
     return Graph("g", (x,), (b,), nodes, {w_name: w}, vi, {"": 17})
 
 
@@ -108,7 +109,10 @@ def test_renaming_must_be_consistent_and_keeps_graph_interface_names():
     vi = {"x": x, "y": y, "p": TensorInfo("p", "float32", (2,)), "q": TensorInfo("q", "float32", (2,))}
 
     def g(second_reads: str) -> Graph:
-        vi2 = {k.replace("p", "P").replace("q", "Q"): v.__class__(k.replace("p", "P").replace("q", "Q"), v.dtype, v.shape)
+        def upper(name: str) -> str:
+            return name.replace("p", "P").replace("q", "Q")
+
+        vi2 = {upper(k): v.__class__(upper(k), v.dtype, v.shape)
                for k, v in vi.items()} if second_reads.isupper() else vi
         p, q = ("P", "Q") if second_reads.isupper() else ("p", "q")
         nodes = (Node("Relu", ("x",), (p,)), Node("Neg", ("x",), (q,)), Node("Add", (p, second_reads), ("y",)))
@@ -131,8 +135,8 @@ def test_a_failed_comparison_shows_both_graphs():
 def test_subgraphs_compare_structurally():
     def if_graph(then_value: float) -> Graph:
         out = TensorInfo("o", "float32", (1,))
-        branch = Graph("then", (), (out,), (Node("Constant", (), ("o",), attrs={"value": np.array([then_value], np.float32)}),),
-                       {}, {"o": out}, {})
+        constant = Node("Constant", (), ("o",), attrs={"value": np.array([then_value], np.float32)})
+        branch = Graph("then", (), (out,), (constant,), {}, {"o": out}, {})
         c, y = TensorInfo("c", "bool", ()), TensorInfo("y", "float32", (1,))
         node = Node("If", ("c",), ("y",), attrs={"then_branch": branch, "else_branch": branch})
         return Graph("g", (c,), (y,), (node,), {}, {"c": c, "y": y}, {"": 17})

@@ -27,7 +27,8 @@ pytestmark = pytest.mark.slow
 
 HERE = os.path.dirname(__file__)
 #: The backends whose node-suite results CI checks.
-SUITE_BACKENDS = [b for b in ("reference", "cpu") if b in plugins.backends() and plugins.backends()[b].availability().ok]
+SUITE_BACKENDS = [b for b in ("reference", "cpu")
+                  if b in plugins.backends() and plugins.backends()[b].availability().ok]
 
 
 def known_failures(backend: str) -> list[str]:

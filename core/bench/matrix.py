@@ -95,7 +95,8 @@ def _fix_input_dims(proto: onnx.ModelProto, batch: int) -> str:
                 d.Clear()
                 d.dim_value = batch
             elif i == 0 and d.dim_value != batch:
-                return f"the model file fixes the batch of input '{vi.name}' to {d.dim_value} (use --batch {d.dim_value})"
+                return (f"the model file fixes the batch of input '{vi.name}' to {d.dim_value} "
+                        f"(use --batch {d.dim_value})")
             elif not static:
                 return (f"input '{vi.name}' dim {i} is dynamic ({d.dim_param or '?'}); "
                         "export the model with fixed shapes to benchmark it")

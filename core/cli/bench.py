@@ -104,7 +104,8 @@ def _write(doc: dict, out: str, charts: bool) -> list[str]:
         try:
             written += write_charts(doc, out)
         except ImportError as exc:
-            _warn(f"charts skipped: {exc.name or exc} is not installed (pip install -e '.[bench]' in the rammer checkout)")
+            _warn(f"charts skipped: {exc.name or exc} is not installed "
+                  f"(pip install -e '.[bench]' in the rammer checkout)")
     return written
 
 

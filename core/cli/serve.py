@@ -1,4 +1,6 @@
-"""``rammer serve``: a compiled model behind Ray Serve, speaking KServe v2 (``pip install -e ".[serve]"`` in the checkout)."""
+"""``rammer serve``: a compiled model behind Ray Serve, speaking KServe v2.
+
+Needs the serve extra (``pip install -e ".[serve]"`` in the checkout)."""
 
 from __future__ import annotations
 
@@ -15,7 +17,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("serve", help="serve a model over HTTP (KServe v2 protocol) with Ray Serve replicas",
                        description="Serve a compiled model behind Ray Serve. Each replica is a process with its own "
                                    "vEUs; with --batch B the model is compiled for batch B (dim 0) and concurrent "
-                                   "requests are gathered and padded to it. Clients speak the KServe v2 / Triton HTTP protocol. See docs/serving.md.")
+                                   "requests are gathered and padded to it. Clients speak the KServe v2 / Triton "
+                                   "HTTP protocol. See docs/serving.md.")
     add_model_args(p)
     add_backend_arg(p)
     p.add_argument("--replicas", type=int, default=1, help="replica processes (default 1)")

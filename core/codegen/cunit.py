@@ -7,9 +7,9 @@ This module adds those, rendered by the same renderer and dialect tables (``rend
 ``dialects.py``):
 
 - :class:`Function`: ``[static] [noinline] ret name(params) { body }``; statements and expressions
-  are the kernel IR's plus :class:`Return`, :class:`Continue`, :class:`Switch`, :class:`Unused`, :class:`PointerDecl`, :class:`Addr` (``&name`` or
-  ``&name[index]``) and :class:`PointerCast` (``(T *)x``).  Calls are ``kernel_ir.Invoke`` (a
-  statement) or :class:`CallFn` (an expression with a value).
+  are the kernel IR's plus :class:`Return`, :class:`Continue`, :class:`Switch`, :class:`Unused`,
+  :class:`PointerDecl`, :class:`Addr` (``&name`` or ``&name[index]``) and :class:`PointerCast` (``(T *)x``).
+  Calls are ``kernel_ir.Invoke`` (a statement) or :class:`CallFn` (an expression with a value).
 - :class:`GlobalArray`: ``[static] [const] T name[size] [= {values}];``.
 - :func:`render_unit`: the items in order, preceded by the dialect's definitions the items need
   (e.g. C99's ``RAMMER_NOINLINE`` macro); :func:`render_prototype` for a header.
@@ -28,8 +28,8 @@ from .dialects import Dialect
 from .names import comment_text
 from .render import _ident, _Renderer
 
-__all__ = ["Addr", "PointerCast", "CallFn", "Return", "Continue", "Switch", "Unused", "PointerDecl", "Function", "GlobalArray", "Verbatim",
-           "render_function", "render_global", "render_prototype", "render_unit"]
+__all__ = ["Addr", "PointerCast", "CallFn", "Return", "Continue", "Switch", "Unused", "PointerDecl", "Function",
+           "GlobalArray", "Verbatim", "render_function", "render_global", "render_prototype", "render_unit"]
 
 
 @dataclass(frozen=True)
@@ -157,7 +157,8 @@ class _UnitRenderer(_Renderer):
             lines = [f"{pad}switch ({self.expr(s.value)}) {{"]
             for label, body in s.cases:
                 lines += [f"{pad}case {int(label)}: {{", *self.stmts(body, depth + 1), f"{pad}    break;", f"{pad}}}"]
-            lines += [f"{pad}default: {{", *self.stmts(s.default, depth + 1), f"{pad}    break;", f"{pad}}}", f"{pad}}}"]
+            lines += [f"{pad}default: {{", *self.stmts(s.default, depth + 1), f"{pad}    break;", f"{pad}}}",
+                      f"{pad}}}"]
             return lines
         if isinstance(s, Unused):
             return [f"{pad}(void){_ident(s.name)};"]

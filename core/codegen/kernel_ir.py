@@ -16,11 +16,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-__all__ = [
-    "Expr", "Const", "Var", "Special", "BinOp", "UnOp", "Select", "Cast", "Call", "Load",
-    "Stmt", "Decl", "Assign", "Store", "For", "If", "While", "Invoke", "Barrier", "Fence", "AtomicAdd", "Shuffle", "Comment", "Block",
-    "Param", "SharedArray", "Kernel", "c", "v", "SPECIALS", "MATH_FUNCS", "DTYPES",
-]
+__all__ = ["Expr", "Const", "Var", "Special", "BinOp", "UnOp", "Select", "Cast", "Call", "Load", "Stmt", "Decl",
+           "Assign", "Store", "For", "If", "While", "Invoke", "Barrier", "Fence", "AtomicAdd", "Shuffle", "Comment",
+           "Block", "Param", "SharedArray", "Kernel", "c", "v", "SPECIALS", "MATH_FUNCS", "DTYPES"]
 
 #: Scalar types the IR knows (the dialect table gives their spelling).
 DTYPES = ("float", "int", "uint", "long", "bool", "int8", "uint8", "int16", "uint16", "int32", "uint32")

@@ -54,7 +54,7 @@ def _worker(conn: Any, backend: str, cache_dir: str, case_runner: Callable[..., 
     os.environ["RAMMER_CACHE_DIR"] = cache_dir
     logging.getLogger("rammer").setLevel(logging.ERROR)
 
-    run_case = case_runner or run_case
+    run_one = case_runner or run_case
     # Each case compiles fresh: a backend with a compile cache is told not to use it.
     no_cache = {"cache": False} if plugins.get_backend(backend).capabilities.compile_cache else None
     conn.send(_READY)  # the imports are done: a case's clock starts now at the earliest
@@ -68,7 +68,7 @@ def _worker(conn: Any, backend: str, cache_dir: str, case_runner: Callable[..., 
         except Exception as exc:  # the generator could not make this case: not a finding about rammer
             conn.send({"kind": "skipped", "detail": f"{type(exc).__name__}: {exc}", "label": ""})
             continue
-        out = run_case(data, feeds, backend, no_cache)
+        out = run_one(data, feeds, backend, no_cache)
         d = out.as_dict()
         d["label"] = label
         conn.send(d)

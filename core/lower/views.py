@@ -105,7 +105,8 @@ def broadcast_view(view: View, shape: tuple[int, ...]) -> View:
     return View(view.buffer, view.dtype, tuple(shape), tuple(strides), view.offset)
 
 
-def collapse(shape: tuple[int, ...], stride_sets: list[tuple[int, ...]]) -> tuple[tuple[int, ...], list[tuple[int, ...]]]:
+def collapse(shape: tuple[int, ...],
+             stride_sets: list[tuple[int, ...]]) -> tuple[tuple[int, ...], list[tuple[int, ...]]]:
     """Merge adjacent dims that every operand walks as one (fewer loop levels).
 
     Dims of size 1 are dropped; dims i, i+1 merge when, for each operand,
@@ -126,7 +127,8 @@ def collapse(shape: tuple[int, ...], stride_sets: list[tuple[int, ...]]) -> tupl
     return tuple(out_shape), [tuple(s) for s in out_strides]
 
 
-def to_rank4(shape: tuple[int, ...], stride_sets: list[tuple[int, ...]]) -> tuple[tuple[int, ...], list[tuple[int, ...]]] | None:
+def to_rank4(shape: tuple[int, ...],
+             stride_sets: list[tuple[int, ...]]) -> tuple[tuple[int, ...], list[tuple[int, ...]]] | None:
     """Collapse and left-pad to exactly 4 dims; None if more than 4 remain."""
     shape, stride_sets = collapse(shape, stride_sets)
     if len(shape) > 4:

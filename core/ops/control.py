@@ -181,7 +181,8 @@ def _infer_loop(ctx: OpContext) -> list[OutSpec]:
 
 
 @register_op("Loop", infer=_infer_loop)
-def loop(ctx: OpContext, max_trips: np.ndarray | None, cond: np.ndarray | None, *initial: np.ndarray) -> tuple[np.ndarray, ...]:
+def loop(ctx: OpContext, max_trips: np.ndarray | None, cond: np.ndarray | None,
+         *initial: np.ndarray) -> tuple[np.ndarray, ...]:
     body = _body(ctx, "body")
     carried, scans = _loop_counts(ctx, body)
     limit = int(np.asarray(max_trips).reshape(-1)[0]) if max_trips is not None else None

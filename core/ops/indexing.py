@@ -74,7 +74,8 @@ def _slice_operands(ctx: OpContext, arrays: Sequence[np.ndarray | None] | None) 
     return starts or [], ends or [], axes or [], steps or []
 
 
-def slice_plan(ctx: OpContext, shape: tuple[int, ...], operands: tuple[list[int], ...]) -> tuple[tuple[slice, ...], tuple[int, ...]]:
+def slice_plan(ctx: OpContext, shape: tuple[int, ...],
+               operands: tuple[list[int], ...]) -> tuple[tuple[slice, ...], tuple[int, ...]]:
     """Python slices per axis and the output shape, with ONNX's clamping rules."""
     starts, ends, axes, steps = operands
     rank = len(shape)

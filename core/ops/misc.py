@@ -168,7 +168,8 @@ def _crop_pad_targets(ctx: OpContext, shape: tuple[int, ...], target: list[int])
 
 @register_op(
     "CenterCropPad",
-    infer=lambda ctx: [(ctx.input(0).dtype, tuple(_crop_pad_targets(ctx, ctx.input(0).shape, int_list(ctx.const(1, "shape")))))],
+    infer=lambda ctx: [(ctx.input(0).dtype,
+                        tuple(_crop_pad_targets(ctx, ctx.input(0).shape, int_list(ctx.const(1, "shape")))))],
 )
 def center_crop_pad(ctx: OpContext, x: np.ndarray, shape: np.ndarray) -> np.ndarray:
     out_shape = _crop_pad_targets(ctx, x.shape, int_list(shape))
@@ -221,7 +222,8 @@ def _compress_shape(ctx: OpContext, shape: tuple[int, ...], condition: np.ndarra
 
 @register_op(
     "Compress",
-    infer=lambda ctx: [(ctx.input(0).dtype, _compress_shape(ctx, ctx.input(0).shape, _data_dependent(ctx, 1, "condition")))],
+    infer=lambda ctx: [(ctx.input(0).dtype,
+                        _compress_shape(ctx, ctx.input(0).shape, _data_dependent(ctx, 1, "condition")))],
 )
 def compress(ctx: OpContext, x: np.ndarray, condition: np.ndarray) -> np.ndarray:
     axis = ctx.attr("axis")

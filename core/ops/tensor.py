@@ -148,7 +148,8 @@ def _squeeze_shape(ctx: OpContext, shape: tuple[int, ...], axes: list[int] | Non
     return tuple(d for i, d in enumerate(shape) if i not in drop)
 
 
-@register_op("Squeeze", infer=lambda ctx: [(_input(ctx).dtype, _squeeze_shape(ctx, _input(ctx).shape, axes_operand(ctx, 1)))])
+@register_op("Squeeze",
+             infer=lambda ctx: [(_input(ctx).dtype, _squeeze_shape(ctx, _input(ctx).shape, axes_operand(ctx, 1)))])
 def squeeze(ctx: OpContext, x: np.ndarray, axes: np.ndarray | None = None) -> np.ndarray:
     return x.reshape(_squeeze_shape(ctx, x.shape, _axes_from_array(ctx, axes, 1)))
 
@@ -164,7 +165,8 @@ def _unsqueeze_shape(ctx: OpContext, shape: tuple[int, ...], axes: list[int] | N
     return tuple(1 if i in where else next(dims) for i in range(out_rank))
 
 
-@register_op("Unsqueeze", infer=lambda ctx: [(_input(ctx).dtype, _unsqueeze_shape(ctx, _input(ctx).shape, axes_operand(ctx, 1)))])
+@register_op("Unsqueeze",
+             infer=lambda ctx: [(_input(ctx).dtype, _unsqueeze_shape(ctx, _input(ctx).shape, axes_operand(ctx, 1)))])
 def unsqueeze(ctx: OpContext, x: np.ndarray, axes: np.ndarray | None = None) -> np.ndarray:
     return x.reshape(_unsqueeze_shape(ctx, x.shape, _axes_from_array(ctx, axes, 1)))
 
@@ -255,7 +257,9 @@ def _tile_shape(ctx: OpContext, shape: tuple[int, ...], repeats: list[int]) -> t
     return tuple(d * r for d, r in zip(shape, repeats))
 
 
-@register_op("Tile", infer=lambda ctx: [(_input(ctx).dtype, _tile_shape(ctx, _input(ctx).shape, int_list(ctx.const(1, "repeats"))))])
+@register_op("Tile",
+             infer=lambda ctx: [(_input(ctx).dtype,
+                                 _tile_shape(ctx, _input(ctx).shape, int_list(ctx.const(1, "repeats"))))])
 def tile(ctx: OpContext, x: np.ndarray, repeats: np.ndarray) -> np.ndarray:
     counts = int_list(repeats)
     _tile_shape(ctx, x.shape, counts)

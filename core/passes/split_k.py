@@ -98,7 +98,8 @@ def split_k(graph: Graph, tile: int = 16, min_tiles: int = 128, min_slice: int =
                 out = y if len(partials) == 2 else fresh_name(f"{y}_ksum", taken)
                 if out != y:
                     value_info[out] = TensorInfo(out, graph.value_info[y].dtype, graph.value_info[y].shape)
-                new.append(Node("Add", (partials[j], partials[j + 1]), (out,), name=fresh_name(f"{base}_ksum", node_names)))
+                new.append(Node("Add", (partials[j], partials[j + 1]), (out,),
+                                name=fresh_name(f"{base}_ksum", node_names)))
                 nxt.append(out)
             if len(partials) % 2:
                 nxt.append(partials[-1])

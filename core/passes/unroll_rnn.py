@@ -93,11 +93,13 @@ def _unroll(node: Node, graph: Graph, b: _Builder) -> None:
     r = np.asarray(graph.initializers[ins[2]], np.float32)
     dirs, gates = w.shape[0], _GATES[op]
     hidden = r.shape[-1]
-    bias = np.asarray(graph.initializers[ins[3]], np.float32) if ins[3] else np.zeros((dirs, 2 * gates * hidden), np.float32)
+    bias = (np.asarray(graph.initializers[ins[3]], np.float32) if ins[3]
+            else np.zeros((dirs, 2 * gates * hidden), np.float32))
     direction = _attr_str(node.attrs.get("direction", "forward"))
     lbr = int(node.attrs.get("linear_before_reset", 0))
     shape = (batch, hidden)
-    x2d = b.op("Reshape", [ins[0], b.const("shape", np.array([t_len * batch, width], np.int64))], (t_len * batch, width))
+    x2d = b.op("Reshape", [ins[0], b.const("shape", np.array([t_len * batch, width], np.int64))],
+               (t_len * batch, width))
     one = b.const("one", np.ones((), np.float32)) if op == "GRU" else ""  # (1 - z) in GRU's update
     ys, yh, yc = [], [], []
     for d in range(dirs):
@@ -119,8 +121,9 @@ def _unroll(node: Node, graph: Graph, b: _Builder) -> None:
         def state(slot: int, what: str) -> str | None:
             if not ins[slot]:
                 return None
-            full = b.op("Slice", [ins[slot], b.const("s", np.array([d], np.int64)), b.const("e", np.array([d + 1], np.int64)),
-                                  b.const("a", np.array([0], np.int64))], (1, batch, hidden))
+            full = b.op("Slice", [ins[slot], b.const("s", np.array([d], np.int64)),
+                                  b.const("e", np.array([d + 1], np.int64)), b.const("a", np.array([0], np.int64))],
+                        (1, batch, hidden))
             return b.op("Reshape", [full, b.const("shape", np.array([batch, hidden], np.int64))], shape)
 
         h, c = state(5, "h"), state(6, "c")
@@ -170,7 +173,10 @@ def _unroll(node: Node, graph: Graph, b: _Builder) -> None:
     for out, parts, axis, full in ((outs[0], ys, 1, (t_len, dirs, batch, hidden)),
                                    (outs[1], yh, 0, (dirs, batch, hidden)), (outs[2], yc, 0, (dirs, batch, hidden))):
         if out and parts:
-            b.op("Concat", parts, full, out=out, axis=axis) if len(parts) > 1 else b.op("Identity", parts, full, out=out)
+            if len(parts) > 1:
+                b.op("Concat", parts, full, out=out, axis=axis)
+            else:
+                b.op("Identity", parts, full, out=out)
 
 
 def unroll_rnn(graph: Graph) -> Graph:

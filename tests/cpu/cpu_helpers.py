@@ -84,6 +84,7 @@ def conv_model(x_shape: tuple, w_shape: tuple, n_bias: bool = True, epilogue: tu
         last = out
     if "Add" in epilogue:
         probe = model(nodes[:1], {"x": x}, ["c"], consts)
-        shape = [d.dim_value for d in onnx.shape_inference.infer_shapes(probe).graph.output[0].type.tensor_type.shape.dim]
+        inferred = onnx.shape_inference.infer_shapes(probe).graph.output[0]
+        shape = [d.dim_value for d in inferred.type.tensor_type.shape.dim]
         feeds["r"] = rand(*shape, seed=3)
     return model(nodes, feeds, [last], consts), feeds

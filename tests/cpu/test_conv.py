@@ -297,8 +297,9 @@ def test_conv_bias_residual_and_relu_in_the_kernel(monkeypatch, form, chain, k, 
         # HardSwish as Paddle writes it: x * Clip(x + 3, 0, 6) / 6 (or * 1/6)
         "hswish": [("Add", ["c", "three"], "a3"), ("Clip", ["a3", "lo", "six"], "g"), ("Mul", ["c", "g"], "p"),
                    ("Div", ["p", "six"], "y")],
-        "add_hswish_sixth": [("Add", ["c", "z"], "a"), ("Add", ["three", "a"], "a3"), ("Clip", ["a3", "lo", "six"], "g"),
-                             ("Mul", ["g", "a"], "p"), ("Mul", ["p", "sixth"], "y")],
+        "add_hswish_sixth": [("Add", ["c", "z"], "a"), ("Add", ["three", "a"], "a3"),
+                             ("Clip", ["a3", "lo", "six"], "g"), ("Mul", ["g", "a"], "p"),
+                             ("Mul", ["p", "sixth"], "y")],
         "silu": [("Sigmoid", ["c"], "g"), ("Mul", ["c", "g"], "y")],  # torch's SiLU
         "add_silu": [("Add", ["c", "z"], "a"), ("Sigmoid", ["a"], "g"), ("Mul", ["g", "a"], "y")],
         "silu_sigmoid_read": [("Sigmoid", ["c"], "g"), ("Mul", ["c", "g"], "m"), ("Add", ["m", "g"], "y")],

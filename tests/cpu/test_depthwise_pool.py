@@ -121,8 +121,9 @@ def _dw_activation_model(act: str, mult: int, k: int, stride: int, hw: tuple[int
 def test_depthwise_bias_and_activation_in_the_sweep(act, k, stride, hw, mult):
     """The planar kernel starts its sweeps at the bias and clamps before storing (a ReLU, ReLU6,
     bounds that cross, a Clip with only a max; a HardSwish after the store), NaN inputs staying
-    NaN: direct sweeps (planes with strips at the edges only, and wide ones), channel multiplier, channels last (2x2, where the epilogue does it all) and the tiny-plane loop
-    (2x2 with a multiplier); the Mul after them still runs as the epilogue."""
+    NaN: direct sweeps (planes with strips at the edges only, and wide ones), channel multiplier,
+    channels last (2x2, where the epilogue does it all) and the tiny-plane loop (2x2 with a
+    multiplier); the Mul after them still runs as the epilogue."""
     m, feeds = _dw_activation_model(act, mult, k, stride, hw, nan=True)
     report = compare(m, feeds)
     assert report["ops_by_family"] == {"conv.depthwise": 1}, report["ops_by_family"]

@@ -398,8 +398,8 @@ def test_huge_stride_over_one_output_pixel(case):
 def test_softmax_of_rank_0_tensor_is_refused_naming_the_node():
     """Shape inference lets a rank-0 Softmax through; the lowering indexed its axis past the shape
     (an IndexError); now a ShapeError naming the node and tensor, as reference raises at run time."""
-    g = helper.make_graph([helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Softmax", ["r"], ["y"], name="sm")],
-                          "g", [_vi("x", [])], [_vi("y", [])])
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["r"]),
+                           helper.make_node("Softmax", ["r"], ["y"], name="sm")], "g", [_vi("x", [])], [_vi("y", [])])
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
     with pytest.raises(rammer.errors.ShapeError, match=r"'sm'.*rank-0 input 'r'"):
         rammer.compile(m, backend="cpu", cache=False)
@@ -420,7 +420,8 @@ def test_fusion_groups_that_would_feed_each_other_are_split():
     half = _h.make_tensor("half", _TP.FLOAT, [], [0.5])
     nodes = [
         _h.make_node("Mul", ["in1", "in1"], ["t2"], name="mul"), _h.make_node("Abs", ["in4"], ["t5"], name="abs1"),
-        _h.make_node("Add", ["t5", "half"], ["t8"], name="add1"), _h.make_node("Div", ["t2", "t8"], ["t10"], name="div"),
+        _h.make_node("Add", ["t5", "half"], ["t8"], name="add1"),
+        _h.make_node("Div", ["t2", "t8"], ["t10"], name="div"),
         _h.make_node("MatMul", ["w12", "t5"], ["t13"], name="mm"), _h.make_node("Abs", ["t13"], ["t15"], name="abs2"),
         _h.make_node("Add", ["t15", "half"], ["t18"], name="add2"), _h.make_node("Tanh", ["t2"], ["t20"], name="tanh"),
         _h.make_node("Pow", ["t18", "t20"], ["t22"], name="pow"),
@@ -428,7 +429,8 @@ def test_fusion_groups_that_would_feed_each_other_are_split():
     g = _h.make_graph(nodes, "cycle", [_h.make_tensor_value_info("in1", _TP.FLOAT, [6]),
                                        _h.make_tensor_value_info("in4", _TP.FLOAT, [2, 6])],
                       [_h.make_tensor_value_info(n, _TP.FLOAT, [s]) if n != "t10" else
-                       _h.make_tensor_value_info(n, _TP.FLOAT, [2, 6]) for n, s in (("t10", 6), ("t22", 6), ("t25", 6))],
+                       _h.make_tensor_value_info(n, _TP.FLOAT, [2, 6])
+                       for n, s in (("t10", 6), ("t22", 6), ("t25", 6))],
                       initializer=[w12, half])
     model = _h.make_model(g, opset_imports=[_h.make_opsetid("", 17)])
     model.ir_version = 8

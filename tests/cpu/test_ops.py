@@ -296,8 +296,8 @@ def test_layernorm_statistics_that_overflow_float32_give_what_the_spec_defines()
 _SPLIT_OPS = {
     "pad": ([node("Pad", ["x", "pads"], ["y"])], "copy.pad"),
     # a reversed, strided slice that the pool needs dense: a strided copy
-    "slice": ([node("Slice", ["x", "st", "en", "ax", "sp"], ["sl"]), node("MaxPool", ["sl"], ["y"], kernel_shape=[1, 1])],
-              "copy"),
+    "slice": ([node("Slice", ["x", "st", "en", "ax", "sp"], ["sl"]),
+               node("MaxPool", ["sl"], ["y"], kernel_shape=[1, 1])], "copy"),
     "subsample": ([node("AveragePool", ["x"], ["y"], kernel_shape=[1, 1], strides=[2, 3])], "pool"),
 }
 

@@ -93,7 +93,8 @@ def test_ew_program_translates_and_allocates_registers():
         return operand
 
     for node in g.nodes[1:3]:
-        values[node.outputs[0]] = ew_translate(node, g, prog, operands(node), lambda a: prog.load(View(2, "float32", (), ())))
+        values[node.outputs[0]] = ew_translate(node, g, prog, operands(node),
+                                               lambda a: prog.load(View(2, "float32", (), ())))
     prog.store(values["r"], View(3, "float32", (2, 6), (6, 1)))
     assert [i.op for i in prog.instrs] == ["ADD", "RELU"]
     assert prog.n_registers() <= 3

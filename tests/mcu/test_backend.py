@@ -86,7 +86,8 @@ def test_hostile_names_reach_c_only_sanitized(mcu_backend):
 
 @pytest.mark.slow
 def test_resnet_over_budget_names_layer_tensor_bytes(mcu_backend):
-    with pytest.raises(CompileError, match=r"bytes of RAM .* layer '[^']+' \(\w+: tensor \d+ \[\d+, \d+, \d+\] = \d+ bytes"):
+    with pytest.raises(CompileError,
+                       match=r"bytes of RAM .* layer '[^']+' \(\w+: tensor \d+ \[\d+, \d+, \d+\] = \d+ bytes"):
         rammer.compile(models.resnet32(width=64), backend="mcu", ram_budget=64 * 1024)
 
 

@@ -152,8 +152,8 @@ def test_probit_matches_onnxruntime_formula():
 def _linear_classifier(n_classes: int, labels: list, post: str, multi: int = 0) -> onnx.ModelProto:
     rng = np.random.default_rng(n_classes)
     k = 1 if n_classes == 2 and len(labels) == 2 and multi < 0 else n_classes
-    attrs = {"coefficients": rng.normal(size=k * 5).round(3).tolist(), "intercepts": rng.normal(size=k).round(3).tolist(),
-             "post_transform": post, "multi_class": max(multi, 0)}
+    attrs = {"coefficients": rng.normal(size=k * 5).round(3).tolist(),
+             "intercepts": rng.normal(size=k).round(3).tolist(), "post_transform": post, "multi_class": max(multi, 0)}
     attrs["classlabels_strings" if isinstance(labels[0], str) else "classlabels_ints"] = labels
     ltype = TensorProto.STRING if isinstance(labels[0], str) else TensorProto.INT64
     node = helper.make_node("LinearClassifier", ["X"], ["label", "scores"], domain="ai.onnx.ml", name="lin", **attrs)
@@ -184,7 +184,8 @@ def test_preprocessing_ops(op, backend):
     x = rng.normal(size=(8, 5)).astype(np.float32)
     f, i64 = TensorProto.FLOAT, TensorProto.INT64
     if op == "Scaler":
-        model = single_op_model("Scaler", {"offset": [0.5, 1, 2, 3, 4], "scale": [2.0, 1, 0.5, 3, 1]}, f, [8, 5], f, [8, 5])
+        model = single_op_model("Scaler", {"offset": [0.5, 1, 2, 3, 4], "scale": [2.0, 1, 0.5, 3, 1]},
+                                f, [8, 5], f, [8, 5])
     elif op.startswith("Normalizer"):
         x[0] = 0
         model = single_op_model("Normalizer", {"norm": op.split("-")[1]}, f, [8, 5], f, [8, 5])

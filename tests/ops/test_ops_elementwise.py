@@ -45,7 +45,8 @@ def run_ort(op_type: str, *inputs: np.ndarray, opset: int = 17, n_out: int = 1, 
     graph = helper.make_graph(
         [node],
         "g",
-        [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(x.dtype), x.shape) for n, x in zip(names, inputs)],
+        [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(x.dtype), x.shape)
+         for n, x in zip(names, inputs)],
         [helper.make_empty_tensor_value_info(o) for o in outs],
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])

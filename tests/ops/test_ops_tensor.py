@@ -200,7 +200,8 @@ def _ort_resize(x: np.ndarray, scales: np.ndarray | None, sizes: np.ndarray | No
         ({"mode": "linear", "coordinate_transformation_mode": "align_corners"}, None, i64(1, 2, 3, 7)),
         ({"mode": "linear", "coordinate_transformation_mode": "pytorch_half_pixel"}, None, i64(1, 2, 2, 3)),
         ({"mode": "nearest"}, np.array([1, 1, 0.6, 2.5], np.float32), None),
-        ({"mode": "nearest", "nearest_mode": "floor", "coordinate_transformation_mode": "asymmetric"}, None, i64(1, 2, 9, 4)),
+        ({"mode": "nearest", "nearest_mode": "floor", "coordinate_transformation_mode": "asymmetric"}, None,
+         i64(1, 2, 9, 4)),
         ({"mode": "cubic"}, np.array([1, 1, 1.7, 0.8], np.float32), None),
     ],
 )

@@ -40,7 +40,8 @@ def _model(then_branch, else_branch, two_ifs=False, cond2=False):
         nodes.append(helper.make_node("If", ["cond"], ["y2", "z2"], then_branch=then_branch, else_branch=else_branch,
                                       name="other_if"))
         outputs += [_vi("y2", [2, 3]), _vi("z2", [2, 3])]
-    inputs = [_vi("x", [2, 3]), _vi("cond", [], TensorProto.BOOL)] + ([_vi("cond2", [], TensorProto.BOOL)] if cond2 else [])
+    inputs = [_vi("x", [2, 3]), _vi("cond", [], TensorProto.BOOL)]
+    inputs += [_vi("cond2", [], TensorProto.BOOL)] if cond2 else []
     g = helper.make_graph(nodes, "g", inputs, outputs)
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
 

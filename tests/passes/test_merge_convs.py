@@ -32,7 +32,8 @@ def test_two_sibling_convs_become_one_conv_and_a_split(opset):
         split = node("Split", ["m"], ["a", "b"], axis=1, split=[3, 2])
         inits = {"w": weights, "bias": bias}
     expected = graph([node("Conv", ["x", "w", "bias"], ["m"]), split,
-                      node("Relu", ["a"], ["ra"]), node("Neg", ["b"], ["nb"]), node("Concat", ["ra", "nb"], ["y"], axis=1)],
+                      node("Relu", ["a"], ["ra"]), node("Neg", ["b"], ["nb"]),
+                      node("Concat", ["ra", "nb"], ["y"], axis=1)],
                      {"x": [1, 4, 5, 5]}, {"y": [1, 5, 5, 5]}, inits, opset)
     assert_graphs_equal(run_pipeline(_siblings(opset=opset), [merge_convs_pass()], verify=True).graph, expected)
 

@@ -9,8 +9,9 @@ IO = ({"x": [1, 2]}, {"y": [1, 4]})
 
 
 def test_relus_that_are_a_concats_only_readers_become_relus_of_its_parts():
-    before = graph([node("Sigmoid", ["x"], ["p"]), node("Tanh", ["x"], ["q"]), node("Concat", ["p", "q"], ["c"], axis=1),
-                    node("Relu", ["c"], ["r1"]), node("Relu", ["c"], ["r2"]), node("Add", ["r1", "r2"], ["y"])], *IO)
+    before = graph([node("Sigmoid", ["x"], ["p"]), node("Tanh", ["x"], ["q"]),
+                    node("Concat", ["p", "q"], ["c"], axis=1), node("Relu", ["c"], ["r1"]),
+                    node("Relu", ["c"], ["r2"]), node("Add", ["r1", "r2"], ["y"])], *IO)
     expected = graph([node("Sigmoid", ["x"], ["p"]), node("Tanh", ["x"], ["q"]),
                       node("Relu", ["p"], ["p_relu"]), node("Relu", ["q"], ["q_relu"]),
                       node("Concat", ["p_relu", "q_relu"], ["r1"], axis=1),

@@ -109,8 +109,10 @@ def test_before_expected_the_gemm_bias_joins_the_first_partial_product():
     bias = np.arange(16, dtype=np.float32)
     before = graph([node("Gemm", ["x", "w", "b"], ["y"], transB=1, alpha=0.5)], {"x": [1, 1024]}, {"y": [1, 16]},
                    {"w": wt, "b": bias})
-    expected = graph([node("Slice", ["x", "s0", "e0", "a0"], ["x0"]), node("Gemm", ["x0", "w0", "b"], ["p0"], transB=1, alpha=0.5),
-                      node("Slice", ["x", "s1", "e1", "a1"], ["x1"]), node("Gemm", ["x1", "w1"], ["p1"], transB=1, alpha=0.5),
+    expected = graph([node("Slice", ["x", "s0", "e0", "a0"], ["x0"]),
+                      node("Gemm", ["x0", "w0", "b"], ["p0"], transB=1, alpha=0.5),
+                      node("Slice", ["x", "s1", "e1", "a1"], ["x1"]),
+                      node("Gemm", ["x1", "w1"], ["p1"], transB=1, alpha=0.5),
                       node("Add", ["p0", "p1"], ["y"])], {"x": [1, 1024]}, {"y": [1, 16]},
                      {**_slice_consts(0, 0, 512), **_slice_consts(1, 512, 1024), "w0": wt[:, :512], "w1": wt[:, 512:],
                       "b": bias})

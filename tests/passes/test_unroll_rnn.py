@@ -24,7 +24,8 @@ def _rnn(op, direction="forward", bias=True, initial=True, **attrs):
     rng = np.random.default_rng(hash((op, direction, bias, initial)) % 2 ** 32)
 
     def t(name, shape):
-        return helper.make_tensor(name, TensorProto.FLOAT, list(shape), (rng.standard_normal(shape) * 0.5).astype(np.float32).ravel())
+        values = (rng.standard_normal(shape) * 0.5).astype(np.float32).ravel()
+        return helper.make_tensor(name, TensorProto.FLOAT, list(shape), values)
 
     inits = [t("W", (dirs, gates * H, I)), t("R", (dirs, gates * H, H))]
     inputs = ["x", "W", "R", "B" if bias else "", ""]

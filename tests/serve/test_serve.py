@@ -53,7 +53,8 @@ def test_bad_requests_name_the_input_and_what_to_send():
                  "\"datatype\": \"INT64\""),
         ([ok_x, ok_m, {"name": "y", "shape": [1], "datatype": "FP32", "data": [1]}],
          "unknown input 'y': this model's inputs are 'x' \\(FP32, shape \\[N, 5, 3\\]\\), 'm'"),
-        ([dict(ok_x, datatype="FP64"), ok_m], "input 'x' is FP64 but the model expects FP32; send \"datatype\": \"FP32\""),
+        ([dict(ok_x, datatype="FP64"), ok_m],
+         "input 'x' is FP64 but the model expects FP32; send \"datatype\": \"FP32\""),
         ([dict(ok_x, shape=[2, 5, 4], data=[0.0] * 40), ok_m], "input 'x' has shape \\[2, 5, 4\\] but the model takes "
                                                             "\\[N, 5, 3\\]"),
         ([dict(ok_x, shape=[2, 15]), ok_m], "input 'x' has shape \\[2, 15\\]"),
