@@ -9,7 +9,6 @@ import textwrap
 import time
 
 from ..bench.charts import write_charts
-from ..bench.config import expand_models, load_matrix, split_ints, split_list
 from ..bench.matrix import MatrixConfig, run_matrix
 from ..bench.merge import merge_results
 from ..bench.progress import Progress
@@ -75,6 +74,9 @@ def _warn(message: str) -> None:
 
 
 def _config_from_args(args: argparse.Namespace):
+    # bench.config reads TOML with tomllib (Python 3.11+): the CLI itself still starts on Python 3.10
+    from ..bench.config import expand_models, load_matrix, split_ints, split_list
+
     table = load_matrix(args.config, args.matrix) if args.config else {}
     if args.matrix and not args.config:
         raise RammerError("--matrix needs --config FILE.toml")
