@@ -33,7 +33,5 @@ from .relu_concat import RELU_CONCAT, sink_relu_into_concat
 from .split_k import SPLIT_K, make_split_k, split_k
 from .unroll_rnn import UNROLL_RNN, unroll_rnn
 
-__all__ = ["CSE", "FOLD_BATCHNORM", "fold_batchnorm", "IF_TO_SELECT", "if_to_select", "NORM_AS_LAYERNORM",
-           "norm_as_layernorm", "RELU_CONCAT", "SPLIT_K", "UNROLL_RNN", "make_split_k", "split_k", "unroll_rnn", "Pass",
-           "PassError", "PassTiming", "PipelineResult", "eliminate_common_subexpressions", "merge_convs_pass",
-           "merge_sibling_convs", "run_pipeline", "sink_relu_into_concat"]
+__all__ = ["CSE", "FOLD_BATCHNORM", "fold_batchnorm", "IF_TO_SELECT", "if_to_select", "NORM_AS_LAYERNORM", "norm_as_layernorm", "RELU_CONCAT", "SPLIT_K", "UNROLL_RNN", "make_split_k", "split_k", "unroll_rnn", "Pass", "PassError", "PassTiming", "PipelineResult", "eliminate_common_subexpressions",
+           "merge_convs_pass", "merge_sibling_convs", "run_pipeline", "sink_relu_into_concat"]
