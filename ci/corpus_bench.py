@@ -205,6 +205,9 @@ def _cold(entry: corpus.Entry, built: corpus.Built, args: argparse.Namespace) ->
 def _run_side(role: str, entry: corpus.Entry, args: argparse.Namespace) -> dict[str, Any]:
     env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
     env.setdefault("NUMBA_NUM_THREADS", str(args.threads))
+    # as a user's installation runs: with Python's bytecode cache (without it every process compiles
+    # rammer's sources again, about a second of each "session warm" here)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     cmd = [sys.executable, os.path.abspath(__file__), "--one", role, entry.name, "--threads", str(args.threads),
            "--seconds", str(args.seconds), "--size", args.size, "--corpus-dir", args.corpus_dir,
            "--compile-cache", args.compile_cache]
