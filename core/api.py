@@ -21,6 +21,7 @@ from .feed_bounds import index_bounds
 from .feed_hints import declared_input_dims, wrong_shape
 from .frontend import ModelSource, load
 from .frontend.limits import Limits
+from .gc_freeze import objects_before_frozen
 from .ir import Graph, TensorInfo, dtype_name
 from .ir_codec import PLACEHOLDER
 from .ml.lower import lower_ml
@@ -351,7 +352,7 @@ def compile(model: ModelSource | Graph, backend: str | None = None,
     name = imported[0].name if imported else _source_label(model)
     start = time.perf_counter()
     try:
-        with compile_progress(f"'{name}' for {be.name}"):
+        with objects_before_frozen(), compile_progress(f"'{name}' for {be.name}"):
             executable = be.compile(imported[0], options) if key is None else \
                 be.compile_keyed(key, options, load_graph)
     except RammerError:
