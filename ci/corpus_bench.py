@@ -6,7 +6,10 @@ processes alternating ``--rounds`` times, onnxruntime with the same thread count
 ``--seconds`` of runs after two warm-up runs and reports the median; the best median per side is kept.
 Before the timed rounds one more process compiles the model cold (an empty compile cache), checks its
 outputs against onnxruntime and lists the nodes it leaves to numpy; every timed rammer process then
-creates its session from that warm compile cache, and that creation time is reported too.
+creates its session from that warm compile cache, and that creation time is reported too.  "Cold"
+means rammer's compile cache is empty; numba's kernel cache is as earlier runs left it, so the first
+model to use a kernel after an install or a kernel edit also pays for compiling it (minutes for the
+convolution kernels on the 2-core machine; ci/compile_times.py flags such runs).
 
 A model that fails (build, compile error, mismatch, timeout) is a row with the reason; the run goes on.
 
