@@ -19,20 +19,27 @@ from typing import Iterator
 _lock = threading.Lock()
 #: Compiles running in this process (threads may compile at once; the first freezes, the last unfreezes).
 _active = 0
+#: Whether the first of the running compiles froze the heap (so the last one unfreezes it).
+_froze = False
 
 
 @contextlib.contextmanager
 def objects_before_frozen() -> Iterator[None]:
-    """Within the block, the collector skips the objects that existed when the first block began."""
-    global _active
+    """Within the block, the collector skips the objects that existed when the first block began.
+    A process whose collector is disabled, or that froze objects itself (a server preloading
+    before ``fork``), is left as it is: unfreezing would hand its objects back too."""
+    global _active, _froze
     with _lock:
-        if _active == 0 and gc.isenabled():
-            gc.freeze()
+        if _active == 0:
+            _froze = gc.isenabled() and gc.get_freeze_count() == 0
+            if _froze:
+                gc.freeze()
         _active += 1
     try:
         yield
     finally:
         with _lock:
             _active -= 1
-            if _active == 0:
+            if _active == 0 and _froze:
                 gc.unfreeze()
+                _froze = False

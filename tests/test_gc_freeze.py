@@ -77,3 +77,14 @@ def test_compile_runs_with_the_heap_frozen(monkeypatch):
         pass
     assert seen and seen[0] > 0
     assert gc.get_freeze_count() == 0
+
+
+def test_a_process_that_froze_objects_itself_is_left_alone():
+    gc.freeze()
+    try:
+        mine = gc.get_freeze_count()
+        with objects_before_frozen():
+            assert gc.get_freeze_count() == mine
+        assert gc.get_freeze_count() == mine  # not unfrozen behind the caller's back
+    finally:
+        gc.unfreeze()
