@@ -6,7 +6,10 @@ processes alternating ``--rounds`` times, onnxruntime with the same thread count
 ``--seconds`` of runs after two warm-up runs and reports the median; the best median per side is kept.
 Before the timed rounds one more process compiles the model cold (an empty compile cache), checks its
 outputs against onnxruntime and lists the nodes it leaves to numpy; every timed rammer process then
-creates its session from that warm compile cache, and that creation time is reported too.
+creates its session from that warm compile cache, and that creation time is reported too.  "Cold"
+means rammer's compile cache is empty; numba's kernel cache is as earlier runs left it, so the first
+model to use a kernel after an install or a kernel edit also pays for compiling it (minutes for the
+convolution kernels on the 2-core machine; ci/compile_times.py flags such runs).
 
 A model that fails (build, compile error, mismatch, timeout) is a row with the reason; the run goes on.
 
@@ -205,6 +208,9 @@ def _cold(entry: corpus.Entry, built: corpus.Built, args: argparse.Namespace) ->
 def _run_side(role: str, entry: corpus.Entry, args: argparse.Namespace) -> dict[str, Any]:
     env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
     env.setdefault("NUMBA_NUM_THREADS", str(args.threads))
+    # as a user's installation runs: with Python's bytecode cache (without it every process compiles
+    # rammer's sources again, about a second of each "session warm" here)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     cmd = [sys.executable, os.path.abspath(__file__), "--one", role, entry.name, "--threads", str(args.threads),
            "--seconds", str(args.seconds), "--size", args.size, "--corpus-dir", args.corpus_dir,
            "--compile-cache", args.compile_cache]

@@ -10,7 +10,7 @@ from ..errors import ModelLoadError
 from ..ir import Graph
 from .limits import Limits, resolve_limits
 from .onnx_import import import_model, raise_if_unsupported, unsupported_ops
-from .source import ModelSource, check_model, check_names, read_model
+from .source import ModelSource, check_model, check_names, read_model_and_bytes
 from .upgrade import MIN_NATIVE_OPSET, ai_onnx_opset, inline_functions, upgrade_opset
 
 __all__ = ["load", "load_proto", "import_model", "unsupported_ops", "ModelSource", "Limits"]
@@ -18,7 +18,7 @@ __all__ = ["load", "load_proto", "import_model", "unsupported_ops", "ModelSource
 
 def load_proto(source: ModelSource) -> onnx.ModelProto:
     """Read, check and normalise a model (function inlining, opset upgrade)."""
-    model, _ = read_model(source)
+    model, _, serialized = read_model_and_bytes(source)  # (serialized: the bytes ``model`` is the parse of)
     check_names(model)
     newest = onnx.defs.onnx_opset_version()
     if ai_onnx_opset(model) > newest:
@@ -26,14 +26,15 @@ def load_proto(source: ModelSource) -> onnx.ModelProto:
         raise ModelLoadError(f"the model imports ai.onnx opset {ai_onnx_opset(model)}, newer than the newest this "
                              f"installation knows ({newest}); re-export it with opset <= {newest}, or upgrade onnx "
                              f"and rammer")
-    model = inline_functions(model)
+    if model.functions:
+        model, serialized = inline_functions(model), None
     if 0 < ai_onnx_opset(model) < MIN_NATIVE_OPSET:
         # Upgrade first: old ops (Upsample, Scatter...) become ops rammer implements.
-        check_model(model)
-        model = upgrade_opset(model)
+        check_model(model, serialized)
+        model, serialized = upgrade_opset(model), None
     # Before the checker: it stops at the first unknown op, we list them all.
     raise_if_unsupported(model)
-    check_model(model)
+    check_model(model, serialized)
     return model
 
 

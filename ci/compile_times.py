@@ -1,0 +1,163 @@
+"""Cold-compile and warm-session times of corpus models, before and after a change, each in a fresh process.
+
+For each model and round, for each variant (this checkout, "after"; and with ``--before SRC``, an earlier
+rammer's ``core/`` and ``backends/``, "before"), in alternation: one process compiles the model into an
+empty compile cache (**cold**: numba's kernel cache as earlier runs left it, see below), then one more
+process gets it from that cache (**warm**: ``rammer.compile`` of the same bytes, the first call of the
+process, which includes starting the ``cpu`` backend: plugins, its modules, numba loading the cached
+kernels).  The model is given as bytes with the corpus' input shapes and ``veus`` = ``--threads``, as
+``ci/corpus_bench.py`` does.  Each child also counts numba's compiler passes: a cold figure with passes
+includes compiling kernels numba's cache lacked (a first-ever compile), and is flagged.
+
+    python ci/compile_times.py --models llama,resnet50 --rounds 2 --before /tmp/rammer-before
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+
+def _use_source(src: str | None) -> None:
+    """Import ``rammer`` from ``src`` (its core/ and backends/) instead of the installed one."""
+    if not src:
+        return
+    import importlib.abc
+    import importlib.util
+
+    roots = {"rammer": os.path.join(src, "core"), "rammer.backends": os.path.join(src, "backends")}
+
+    class Finder(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, path, target=None):
+            if name in roots:
+                return importlib.util.spec_from_file_location(
+                    name, os.path.join(roots[name], "__init__.py"), submodule_search_locations=[roots[name]])
+            return None
+
+    sys.meta_path.insert(0, Finder())
+
+
+def child(onnx_path: str, feeds_path: str, cache: str, threads: int) -> dict:
+    from numba.core import event
+
+    passes: list[str] = []
+
+    class Passes(event.Listener):
+        def on_start(self, ev):
+            passes.append("pass")
+
+        def on_end(self, ev):
+            pass
+
+    event.register("numba:run_pass", Passes())
+    import numpy as np
+
+    with open(onnx_path, "rb") as f:
+        data = f.read()
+    with np.load(feeds_path) as z:
+        shapes = {k: z[k].shape for k in z.files}
+    t0 = time.perf_counter()
+    import logging
+
+    import rammer
+
+    logging.getLogger("rammer").setLevel(logging.ERROR)
+    t1 = time.perf_counter()
+    model = rammer.compile(data, backend="cpu", input_shapes=shapes, veus=threads, cache_dir=cache)
+    t2 = time.perf_counter()
+    return {"import_s": t1 - t0, "compile_s": t2 - t1, "status": model.executable.cache_status,
+            "numba_passes": len(passes)}
+
+
+def _run(args: list[str], src: str | None, threads: int, timeout: float) -> dict:
+    env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    env.setdefault("NUMBA_NUM_THREADS", str(threads))
+    env.pop("RAMMER_CACHE_DIR", None)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)  # as a user's installation runs
+    if src:
+        env["COMPILE_TIMES_SRC"] = src
+    try:
+        done = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", *args], capture_output=True,
+                              text=True, timeout=timeout, env=env)
+    except subprocess.TimeoutExpired:
+        return {"status": f"timeout ({timeout:.0f} s)"}
+    if done.returncode != 0:
+        return {"status": f"failed: {done.stderr.strip().splitlines()[-1][:200] if done.stderr.strip() else done.returncode}"}
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _load() -> float:
+    try:
+        return os.getloadavg()[0]
+    except OSError:
+        return float("nan")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--models", default="llama,resnet50,lstm-lm,whisper-encoder")
+    ap.add_argument("--size", default="full")
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--before", default=None, help="source tree of an earlier rammer (core/, backends/)")
+    ap.add_argument("--work", default=None, help="folder for the compile caches (default: a temporary one)")
+    ap.add_argument("--timeout", type=float, default=1800)
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args()
+    import corpus
+
+    work = args.work or tempfile.mkdtemp(prefix="compile-times-")
+    variants = [("after", None)] + ([("before", os.path.abspath(args.before))] if args.before else [])
+    paths = {}
+    for name in [m for m in args.models.split(",") if m]:
+        entry = corpus.ENTRIES[name]
+        corpus.build(entry, args.size, corpus.DEFAULT_CACHE)  # built once, if not already
+        base = os.path.join(corpus.DEFAULT_CACHE, f"{name}-{args.size}-{entry.cache_key(args.size)}")
+        paths[name] = (base + ".onnx", base + ".npz")
+    rows: list[dict] = []
+    for r in range(args.rounds):
+        for name, (onnx_path, feeds_path) in paths.items():
+            for variant, src in variants:
+                cache = tempfile.mkdtemp(prefix=f"{name}-{variant}-", dir=work)
+                for kind in ("cold", "warm"):
+                    load = _load()
+                    out = _run([onnx_path, feeds_path, cache, str(args.threads)], src, args.threads, args.timeout)
+                    out.update(model=name, variant=variant, kind=kind, round=r, load=load)
+                    rows.append(out)
+                    print(json.dumps(out), flush=True)
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump(rows, f, indent=1)
+    print(f"\nmedians of {args.rounds} fresh processes (seconds of rammer.compile); load = 1-minute load average "
+          f"at each start; * = numba compiled kernels in some run of that cell (not a warm numba cache)")
+    print(f"{'model':<18} {'kind':<5} " + " ".join(f"{v:>10}" for v, _ in variants) +
+          ("  after/before" if args.before else "") + "   load")
+    for name in paths:
+        for kind in ("cold", "warm"):
+            cells, meds = [], {}
+            for variant, _ in variants:
+                got = [x for x in rows if x["model"] == name and x["kind"] == kind and x["variant"] == variant]
+                times = [x["compile_s"] for x in got if "compile_s" in x]
+                meds[variant] = statistics.median(times) if times else float("nan")
+                flag = "*" if any(x.get("numba_passes") for x in got) else " "
+                cells.append(f"{meds[variant]:>9.2f}{flag}")
+            loads = [x["load"] for x in rows if x["model"] == name and x["kind"] == kind]
+            ratio = f"  {meds['after'] / meds['before']:>12.2f}" if args.before else ""
+            print(f"{name:<18} {kind:<5} " + " ".join(cells) + ratio + f"   {min(loads):.1f}-{max(loads):.1f}")
+    return 0
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "--child":
+        _use_source(os.environ.get("COMPILE_TIMES_SRC"))
+        print(json.dumps(child(sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]))))
+        sys.exit(0)
+    sys.exit(main())
