@@ -6,6 +6,7 @@
 * DynamicQuantizeLinear (one rTask: the range of the whole tensor, then the quantization);
 * MatMulInteger ([..., M, K] x [K, N] or same-batch [..., K, N], 8-bit, int32 output; A's zero point
   a scalar, B's a scalar or one per column);
+* QLinearMatMul (as MatMulInteger, then requantized; B's scale a scalar or one per column);
 * QLinearConv (2-D, any group / stride / dilation / padding, per-tensor or per-channel weights).
 
 Scales and zero points are read from the arena, so they may be constants or computed at run time.
@@ -13,6 +14,7 @@ Scales and zero points are read from the arena, so they may be constants or comp
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Callable
 
@@ -213,6 +215,51 @@ def lower_matmul_integer(lw: LowerContext, node: Node) -> None:
                     _parts(rows, max(1, 65536 // max(N * K, 1))), emit, blas=True))
 
 
+# -- QLinearMatMul -------------------------------------------------------------------------------
+
+def qlinear_matmul_reason(lw: LowerContext, node: Node) -> str | None:
+    found = matmul_integer_reason(lw, dataclasses.replace(node, inputs=(node.inputs[0], node.inputs[3],
+                                                                         node.inputs[2], node.inputs[5])))
+    if found:
+        return found.replace("MatMulInteger", "QLinearMatMul")
+    b = _info(lw, node.inputs[3])
+    for slot in (1, 6, 7):
+        if _input(node, slot) and _size(_info(lw, node.inputs[slot])) != 1:
+            return f"input {slot} of QLinearMatMul is not a scalar"
+    scale = _info(lw, node.inputs[4])
+    if _size(scale) != 1 and (len(b.shape) != 2 or scale.shape != (b.shape[1],)):
+        return f"b_scale of shape {list(scale.shape)}"
+    if any(_info(lw, node.inputs[s]).dtype != "float32" for s in (1, 4, 6)):
+        return "scales other than float32"
+    return None
+
+
+def lower_qlinear_matmul(lw: LowerContext, node: Node) -> None:
+    a_info, b_info = _info(lw, node.inputs[0]), _info(lw, node.inputs[3])
+    *batch, M, K = a_info.shape
+    N = b_info.shape[-1]
+    rows = math.prod(batch) * M
+    a, b = lw.dense(node.inputs[0]), lw.dense(node.inputs[3])
+    views = {slot: lw.dense(node.inputs[slot]) for slot in (1, 2, 4, 5, 6, 7) if _input(node, slot)}
+    out = lw.views[node.outputs[0]]
+    b_batch_stride = K * N if len(b_info.shape) > 2 else 0
+
+    def emit(ctx: EmitContext, parts: list) -> list[Row]:
+        def at(slot: int) -> int:
+            return ctx.locate(views[slot]) if slot in views else -1
+
+        desc = ctx.side.add_ints([ctx.locate(a), ctx.locate(b), ctx.locate(out), M, K, N, M * K, b_batch_stride,
+                                  int(a.dtype == "int8"), int(b.dtype == "int8"), at(2), at(5),
+                                  int(5 in views and views[5].size > 1), at(1), at(4), int(views[4].size > 1),
+                                  at(6), at(7), int(out.dtype == "int8")])
+        return [("k_qlinear_matmul", [desc, r0, r1]) for r0, r1 in parts]
+
+    reads = {a.buffer, b.buffer} | {v.buffer for v in views.values()}
+    lw.add_op(CpuOp(node.name or "QLinearMatMul", "gemm.int8", (node,), tuple(sorted(reads)), (out.buffer,),
+                    2.0 * rows * N * K, float(a.size + b.size + out.size),
+                    _parts(rows, max(1, 65536 // max(N * K, 1))), emit, scratch=N, blas=True))
+
+
 # -- QLinearConv ------------------------------------------------------------------------------------
 
 def _conv_geometry(lw: LowerContext, node: Node):
@@ -265,10 +312,10 @@ def lower_qlinear_conv(lw: LowerContext, node: Node) -> None:
 LOWERINGS: dict[str, Callable[[LowerContext, Node], None]] = {
     "QuantizeLinear": lower_quantize, "DequantizeLinear": lower_dequantize,
     "DynamicQuantizeLinear": lower_dynamic_quantize, "MatMulInteger": lower_matmul_integer,
-    "QLinearConv": lower_qlinear_conv,
+    "QLinearConv": lower_qlinear_conv, "QLinearMatMul": lower_qlinear_matmul,
 }
 REASONS: dict[str, Callable[[LowerContext, Node], str | None]] = {
     "QuantizeLinear": quantize_reason, "DequantizeLinear": dequantize_reason,
     "DynamicQuantizeLinear": dynamic_quantize_reason, "MatMulInteger": matmul_integer_reason,
-    "QLinearConv": qlinear_conv_reason,
+    "QLinearConv": qlinear_conv_reason, "QLinearMatMul": qlinear_matmul_reason,
 }
