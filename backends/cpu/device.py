@@ -29,7 +29,7 @@ CPU_OPS = frozenset({
     "LSTM", "GRU", "RNN",
     # scans and index ops (lower_index.py), quantized ops in integers (lower_quant.py)
     "CumSum", "GatherElements", "QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "MatMulInteger",
-    "QLinearConv",
+    "QLinearConv", "QLinearMatMul",
     # as a LayerNormalization and a per-channel affine (the core pass NORM_AS_LAYERNORM)
     "InstanceNormalization", "GroupNormalization",
 }) | EW_OPS

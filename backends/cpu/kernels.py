@@ -38,6 +38,7 @@ KERNELS: dict[str, ModuleType] = {
     "k_dynquant": kernels_quant,
     "k_matmul_int": kernels_quant,
     "k_qlinearconv": kernels_quant,
+    "k_qlinear_matmul": kernels_quant,
 }
 
 MAY_FAIL = frozenset({"k_gather", "k_gather_elements"})
@@ -70,6 +71,7 @@ DESCRIPTIONS = {
     "k_dynquant": "DynamicQuantizeLinear: the tensor's range, then uint8 quantization",
     "k_matmul_int": "MatMulInteger rows, int32 accumulation",
     "k_qlinearconv": "QLinearConv planes: int32 accumulation, float32 requantization",
+    "k_qlinear_matmul": "QLinearMatMul rows: int32 accumulation, float32 requantization",
 }
 
 def kernels_fingerprint() -> str:

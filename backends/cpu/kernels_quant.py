@@ -1,5 +1,5 @@
-"""Quantized rKernels: QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear, MatMulInteger and
-QLinearConv, computing in integers (int32 accumulation) as the ONNX spec and onnxruntime do.
+"""Quantized rKernels: QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear, MatMulInteger,
+QLinearMatMul and QLinearConv, computing in integers (int32 accumulation) as the ONNX spec and onnxruntime do.
 
 8-bit tensors live in the arena's byte view ``B``; a ``signed`` flag says whether a byte is int8
 (read sign-extended) or uint8.  Rounding is half to even (``np.rint``), and every conversion to
@@ -132,12 +132,67 @@ def k_dynquant(F, B, I, J, X, R, p, sbase):
 
 
 @njit(**_JIT)
+def _int_row(B, J, o, arow, bmat, K, N, za, a_signed, b_signed, b_zp, b_zp_cols):
+    """J[o:o + N] = sum_k (a[k] - za) * (b[k, :] - zb) for one row of a: sum_k (a - za) * b, less
+    zb[j] * sum_k (a - za), so that the inner loop is a widening multiply-add over a row of b
+    (which LLVM vectorizes)."""
+    for j in range(N):
+        J[_u(o + j)] = 0
+    asum = np.int32(0)
+    for k in range(K):
+        av = _byte(B, arow + k, a_signed) - za
+        if av == 0:
+            continue
+        asum += av
+        brow = bmat + k * N
+        if b_signed:
+            for j in range(N):
+                J[_u(o + j)] += av * np.int32(np.int8(B[_u(brow + j)]))
+        else:
+            for j in range(N):
+                J[_u(o + j)] += av * np.int32(B[_u(brow + j)])
+    if b_zp >= 0:
+        if b_zp_cols:
+            for j in range(N):
+                J[_u(o + j)] -= _byte(B, b_zp + j, b_signed) * asum
+        else:
+            zb = _byte(B, b_zp, b_signed)
+            if zb != 0:
+                for j in range(N):
+                    J[_u(o + j)] -= zb * asum
+
+
+@njit(**_JIT)
 def k_matmul_int(F, B, I, J, X, R, p, sbase):
     """MatMulInteger rows [r0, r1) of the stacked [batch * M, N] int32 output.  Row: [desc, r0, r1].
     Descriptor: [a, b, out, M, K, N, a batch stride, b batch stride, a signed, b signed, a zp (-1),
-    b zp (-1), b zp per column]: out[i, j] = sum_k (a[i, k] - za) * (b[k, j] - zb[j]), computed as
-    sum_k (a - za) * b - zb[j] * sum_k (a - za) so that the inner loop is a widening multiply-add
-    over a row of b (which LLVM vectorizes)."""
+    b zp (-1), b zp per column]: out[i, j] = sum_k (a[i, k] - za) * (b[k, j] - zb[j]) (:func:`_int_row`)."""
+    d = p[0]
+    a = X[d]
+    b = X[d + 1]
+    out = X[d + 2]
+    M = X[d + 3]
+    K = X[d + 4]
+    N = X[d + 5]
+    a_bs = X[d + 6]
+    b_bs = X[d + 7]
+    a_signed = X[d + 8] != 0
+    b_signed = X[d + 9] != 0
+    a_zp = X[d + 10]
+    za = _byte(B, a_zp, a_signed) if a_zp >= 0 else np.int32(0)
+    for r in range(p[1], p[2]):
+        bi = r // M
+        _int_row(B, J, out + r * N, a + bi * a_bs + (r % M) * K, b + bi * b_bs, K, N, za, a_signed, b_signed,
+                 X[d + 11], X[d + 12] != 0)
+    return 0
+
+
+@njit(**_JIT)
+def k_qlinear_matmul(F, B, I, J, X, R, p, sbase):
+    """QLinearMatMul rows [r0, r1) of the stacked [batch * M, N] 8-bit output.  Row: [desc, r0, r1].
+    Descriptor: MatMulInteger's (:func:`k_matmul_int`), then [a scale, b scale, b scale per column,
+    y scale, y zp (-1), out signed]: the int32 row accumulates in the vEU's scratch (N slots), then
+    y = saturate(rint(acc * (a_scale * b_scale / y_scale)) + y_zp)."""
     d = p[0]
     a = X[d]
     b = X[d + 1]
@@ -152,36 +207,25 @@ def k_matmul_int(F, B, I, J, X, R, p, sbase):
     a_zp = X[d + 10]
     b_zp = X[d + 11]
     b_zp_cols = X[d + 12] != 0
+    a_scale = F[_u(X[d + 13])]
+    b_scale = X[d + 14]
+    b_scale_cols = X[d + 15] != 0
+    y_scale = F[_u(X[d + 16])]
+    y_zp = X[d + 17]
+    o_signed = X[d + 18] != 0
+    lo = -128 if o_signed else 0
+    hi = 127 if o_signed else 255
     za = _byte(B, a_zp, a_signed) if a_zp >= 0 else np.int32(0)
+    zy = f32(_byte(B, y_zp, o_signed)) if y_zp >= 0 else f32(0.0)
     for r in range(p[1], p[2]):
         bi = r // M
-        arow = a + bi * a_bs + (r % M) * K
-        bmat = b + bi * b_bs
+        _int_row(B, J, sbase, a + bi * a_bs + (r % M) * K, b + bi * b_bs, K, N, za, a_signed, b_signed, b_zp,
+                 b_zp_cols)
         o = out + r * N
         for j in range(N):
-            J[_u(o + j)] = 0
-        asum = np.int32(0)
-        for k in range(K):
-            av = _byte(B, arow + k, a_signed) - za
-            if av == 0:
-                continue
-            asum += av
-            brow = bmat + k * N
-            if b_signed:
-                for j in range(N):
-                    J[_u(o + j)] += av * np.int32(np.int8(B[_u(brow + j)]))
-            else:
-                for j in range(N):
-                    J[_u(o + j)] += av * np.int32(B[_u(brow + j)])
-        if b_zp >= 0:
-            if b_zp_cols:
-                for j in range(N):
-                    J[_u(o + j)] -= _byte(B, b_zp + j, b_signed) * asum
-            else:
-                zb = _byte(B, b_zp, b_signed)
-                if zb != 0:
-                    for j in range(N):
-                        J[_u(o + j)] -= zb * asum
+            mult = a_scale * F[_u(b_scale + (j if b_scale_cols else 0))] / y_scale
+            v = np.rint(f32(J[_u(sbase + j)]) * mult) + zy
+            _saturate_store(B, o + j, v, lo, hi)
     return 0
 
 
@@ -239,10 +283,22 @@ def k_qlinearconv(F, B, I, J, X, R, p, sbase):
         b0 = J[_u(bias + oc)] if bias >= 0 else np.int32(0)
         for t in range(plane):
             J[_u(acc + t)] = b0
+        pointwise = KH == 1 and KW == 1 and OH == H and OW == W and sh == 1 and sw == 1 and pt == 0 and pl == 0
         for ci in range(cpg):
             c = g * cpg + ci
             xplane = x + (n * C + c) * H * W
             wbase = w + ((oc * cpg + ci) * KH) * KW
+            if pointwise:  # one multiply-add over the whole plane
+                wv = _byte(B, wbase, w_signed) - zw
+                if wv == 0:
+                    continue
+                if x_signed:
+                    for t in range(plane):
+                        J[_u(acc + t)] += wv * (np.int32(np.int8(B[_u(xplane + t)])) - zx)
+                else:
+                    for t in range(plane):
+                        J[_u(acc + t)] += wv * (np.int32(B[_u(xplane + t)]) - zx)
+                continue
             for i in range(KH):
                 for jj in range(KW):
                     wv = _byte(B, wbase + i * KW + jj, w_signed) - zw

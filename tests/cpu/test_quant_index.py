@@ -220,3 +220,24 @@ def test_qlinear_conv_reference_matches_onnxruntime(case):
     # onnxruntime's kernels may round a requantized value one step the other way (their fixed-point
     # / fused multiply paths); the spec's result is what the reference computes.
     assert np.abs(got.astype(np.int32) - want.astype(np.int32)).max() <= 1
+
+
+# -- QLinearMatMul --------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("a_type,b_type,y_type", [("uint8", "int8", "uint8"), ("int8", "int8", "int8"),
+                                                  ("uint8", "uint8", "uint8")])
+def test_qlinear_matmul(a_type, b_type, y_type):
+    rng = np.random.default_rng(9)
+
+    def ints(dtype: str, *shape: int) -> np.ndarray:
+        info = np.iinfo(dtype)
+        return rng.integers(info.min, info.max + 1, size=shape).astype(dtype)
+
+    a = ints(a_type, 2, 5, 33)
+    consts = {"as": np.array(0.02, np.float32), "az": ints(a_type, 1).reshape(()), "b": ints(b_type, 33, 17),
+              "bs": np.array(0.01, np.float32), "bsc": (rng.random(17) * 0.02 + 0.001).astype(np.float32),
+              "bz": ints(b_type, 1).reshape(()), "bzc": ints(b_type, 17), "ys": np.array(0.7, np.float32),
+              "yz": ints(y_type, 1).reshape(())}
+    nodes = [node("QLinearMatMul", ["a", "as", "az", "b", "bs", "bz", "ys", "yz"], ["y0"]),
+             node("QLinearMatMul", ["a", "as", "az", "b", "bsc", "bzc", "ys", "yz"], ["y1"])]
+    compare(_model(nodes, {"a": a}, ["y0", "y1"], consts, opset=21), {"a": a}, expect_fallback=False)
