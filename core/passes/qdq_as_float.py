@@ -7,8 +7,9 @@ pair is a function of the float input alone::
 
 which float32 arithmetic computes exactly as the integer ops do: ``x / s1`` is the same float32
 division, ``Round`` rounds half to even like the spec's rounding, and every intermediate value is
-an integer below 2**24.  So the pair becomes ``Div -> Round -> Add -> Max -> Min -> Sub -> Mul`` with
-constant operands, which a backend with elementwise fusion folds into the epilogue of the op that
+an integer below 2**24.  So the pair becomes ``Div -> Round -> Clip -> Mul`` (one zero point on both
+sides, per tensor; ``Max -> Min`` for per-axis bounds; ``Add -> Max -> Min -> Sub`` around the clip when
+the two zero points differ) with constant operands, which a backend with elementwise fusion folds into the epilogue of the op that
 produced ``x`` (the cpu: a conv's or GEMM's epilogue), instead of two passes over the tensor and an
 8-bit tensor in memory.  The results are bit for bit those of the two ops.
 
@@ -90,10 +91,21 @@ def qdq_as_float(graph: Graph) -> Graph:
             value_info[name] = TensorInfo(name, "float32", tuple(np.shape(value)))
             return name
 
-        chain = [("Div", "scaled", const("scale_in", s1)), ("Round", "rounded", None),
-                 ("Add", "shifted", const("zero_point_in", z1)), ("Max", "above", const("low", np.float32(lo))),
-                 ("Min", "saturated", const("high", np.float32(hi))),
-                 ("Sub", "centred", const("zero_point_out", z2)), ("Mul", "", const("scale_out", s2))]
+        chain: list[tuple[str, str, str | tuple[str, ...] | None]] = [
+            ("Div", "scaled", const("scale_in", s1)), ("Round", "rounded", None)]
+        if np.shape(z1) == np.shape(z2) and np.array_equal(z1, z2):
+            # The usual pair (one zero point): clip(r + z, lo, hi) - z == clip(r, lo - z, hi - z), exactly
+            # (integers), one op instead of three; a Clip when the bounds are scalars.
+            low, high = np.float32(lo) - z1, np.float32(hi) - z1
+            if np.ndim(low) == 0:
+                chain.append(("Clip", "saturated", (const("low", low), const("high", high))))
+            else:
+                chain += [("Max", "above", const("low", low)), ("Min", "saturated", const("high", high))]
+        else:
+            chain += [("Add", "shifted", const("zero_point_in", z1)), ("Max", "above", const("low", np.float32(lo))),
+                      ("Min", "saturated", const("high", np.float32(hi))),
+                      ("Sub", "centred", const("zero_point_out", z2))]
+        chain.append(("Mul", "", const("scale_out", s2)))
         nodes: list[Node] = []
         last = quant.inputs[0]
         for op, label, operand in chain:
@@ -102,7 +114,7 @@ def qdq_as_float(graph: Graph) -> Graph:
                 value_info[out] = TensorInfo(out, "float32", tuple(x.shape))
             else:
                 out = node.outputs[0]
-            inputs = (last,) if operand is None else (last, operand)
+            inputs = (last,) if operand is None else (last, operand) if isinstance(operand, str) else (last, *operand)
             nodes.append(Node(op, inputs, (out,), fresh_name(f"{stem}.{op.lower()}", taken)))
             last = out
         replaced[id(node)] = nodes

@@ -46,7 +46,8 @@ def _feeds(model) -> dict[str, np.ndarray]:
 def test_the_pair_becomes_float_ops_with_the_same_values(qtype, per_axis):
     model = _model(qtype, per_axis)
     rewritten = run_pipeline(rammer.load(model), [QDQ_AS_FLOAT], verify=True).graph
-    assert [n.op_type for n in rewritten.nodes] == ["Conv", "Div", "Round", "Add", "Max", "Min", "Sub", "Mul", "Relu"]
+    clip = ["Max", "Min"] if per_axis else ["Clip"]
+    assert [n.op_type for n in rewritten.nodes] == ["Conv", "Div", "Round", *clip, "Mul", "Relu"]
     feeds = _feeds(model)
     want = rammer.compile(model, backend="reference")(feeds)["y"]
     got = rammer.compile(rewritten, backend="reference")(feeds)["y"]
@@ -57,12 +58,23 @@ def test_the_pair_becomes_float_ops_with_the_same_values(qtype, per_axis):
     assert not cpu.executable.report["fallbacks"]
 
 
+def test_different_zero_points_keep_the_shifts():
+    model = _model()
+    model.graph.initializer.append(numpy_helper.from_array(np.array(120, np.uint8), "z_out"))
+    model.graph.node[2].input[2] = "z_out"
+    rewritten = run_pipeline(rammer.load(model), [QDQ_AS_FLOAT], verify=True).graph
+    assert [n.op_type for n in rewritten.nodes] == ["Conv", "Div", "Round", "Add", "Max", "Min", "Sub", "Mul", "Relu"]
+    feeds = _feeds(model)
+    np.testing.assert_array_equal(rammer.compile(rewritten, backend="reference")(feeds)["y"],
+                                  rammer.compile(model, backend="reference")(feeds)["y"])
+
+
 @pytest.mark.parametrize("case", [dict(q_read_twice=True), dict(scale_is_input=True)])
 def test_pairs_that_cannot_go_keep_what_they_need(case):
     graph = rammer.load(_model(**case))
     rewritten = run_pipeline(graph, [QDQ_AS_FLOAT], verify=True).graph
     ops = [n.op_type for n in rewritten.nodes]
     if "q_read_twice" in case:  # the quantized tensor is a graph output: QuantizeLinear stays for it
-        assert ops == ["Conv", "QuantizeLinear", "Div", "Round", "Add", "Max", "Min", "Sub", "Mul", "Relu"]
+        assert ops == ["Conv", "QuantizeLinear", "Div", "Round", "Clip", "Mul", "Relu"]
     else:  # a scale known only at run time
         assert rewritten is graph
