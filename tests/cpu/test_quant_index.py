@@ -123,7 +123,7 @@ def test_quantize_dequantize_per_tensor_and_per_axis(qtype):
         node("DequantizeLinear", ["q", "s", "z"], ["y"]),
         node("QuantizeLinear", ["x", "s1", "z1"], ["q1"], axis=1),
         node("DequantizeLinear", ["q1", "s1", "z1"], ["y1"], axis=1),
-        node("QuantizeLinear", ["x", "s2", f"z2"], ["q2"], axis=-1),
+        node("QuantizeLinear", ["x", "s2", "z2"], ["q2"], axis=-1),
         node("DequantizeLinear", ["q2", "s2", "z2"], ["y2"], axis=2),
     ]
     consts["z2"] = np.zeros(8, qtype)
