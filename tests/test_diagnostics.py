@@ -14,14 +14,13 @@ from rammer.errors import CompileError
 from helpers import make_model, rand
 
 
-def _cumsum_model(name: str = "cs"):
-    """Relu -> CumSum (no CPU kernel: a host step) -> Relu."""
-    axis = helper.make_tensor("axis", TensorProto.INT64, [], [1])
+def _trilu_model(name: str = "cs"):
+    """Relu -> Trilu (no CPU kernel: a host step) -> Relu."""
     return make_model(
         [helper.make_node("Relu", ["x"], ["a"], name="r1"),
-         helper.make_node("CumSum", ["a", "axis"], ["b"], name="cumsum_node"),
+         helper.make_node("Trilu", ["a"], ["b"], name="trilu_node"),
          helper.make_node("Relu", ["b"], ["y"], name="r2")],
-        [("x", TensorProto.FLOAT, [2, 8])], [("y", TensorProto.FLOAT, [2, 8])], [axis], name=name)
+        [("x", TensorProto.FLOAT, [2, 8])], [("y", TensorProto.FLOAT, [2, 8])], name=name)
 
 
 @pytest.fixture(autouse=True)
@@ -33,18 +32,18 @@ def _fresh_memory():
 
 def test_fallback_warns_once_naming_op_and_node(caplog):
     with caplog.at_level(logging.WARNING, logger="rammer"):
-        model = rammer.compile(_cumsum_model(), backend="cpu")
-        rammer.compile(_cumsum_model(), backend="cpu")
+        model = rammer.compile(_trilu_model(), backend="cpu")
+        rammer.compile(_trilu_model(), backend="cpu")
     msgs = [r.getMessage() for r in caplog.records if r.name == "rammer"]
     assert len(msgs) == 1, msgs
-    assert "CumSum x1 (cumsum_node)" in msgs[0] and "10-100x" in msgs[0]
+    assert "Trilu x1 (trilu_node)" in msgs[0] and "10-100x" in msgs[0]
     x = rand((2, 8))
-    np.testing.assert_allclose(model({"x": x})["y"], np.cumsum(np.maximum(x, 0), axis=1), rtol=1e-5)
+    np.testing.assert_allclose(model({"x": x})["y"], np.triu(np.maximum(x, 0)), rtol=1e-5)
 
 
 def test_strict_refuses_fallback():
-    with pytest.raises(CompileError, match="strict mode forbids fallbacks.*cumsum_node"):
-        rammer.compile(_cumsum_model(), backend="cpu", strict=True)
+    with pytest.raises(CompileError, match="strict mode forbids fallbacks.*trilu_node"):
+        rammer.compile(_trilu_model(), backend="cpu", strict=True)
 
 
 def test_no_warning_without_fallback(caplog):
@@ -71,7 +70,7 @@ def test_host_steps_run_blas_on_one_thread(monkeypatch):
 
     fake = FakeBlas()
     monkeypatch.setattr(runtime, "_BLAS", [fake])
-    model = rammer.compile(_cumsum_model("cs_blas"), backend="cpu")
+    model = rammer.compile(_trilu_model("cs_blas"), backend="cpu")
     x = rand((2, 8))
-    np.testing.assert_allclose(model({"x": x})["y"], np.cumsum(np.maximum(x, 0), axis=1), rtol=1e-5)
+    np.testing.assert_allclose(model({"x": x})["y"], np.triu(np.maximum(x, 0)), rtol=1e-5)
     assert seen == [1, 4] and fake.num_threads == 4  # one thread during the host step, restored after

@@ -27,6 +27,11 @@ CPU_OPS = frozenset({
     "ReduceSumSquare", "ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp",
     # recurrent layers (input GEMM + per-step GEMM with fused epilogue + fused cell)
     "LSTM", "GRU", "RNN",
+    # scans and index ops (lower_index.py), quantized ops in integers (lower_quant.py)
+    "CumSum", "GatherElements", "QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "MatMulInteger",
+    "QLinearConv", "QLinearMatMul",
+    # as a LayerNormalization and a per-channel affine (the core pass NORM_AS_LAYERNORM)
+    "InstanceNormalization", "GroupNormalization",
 }) | EW_OPS
 
 OPTIONS = {"veus", "policy", "pin", "cache", "cache_dir", "emit", "max_wait_s", "batch_rows"}
@@ -39,7 +44,7 @@ class CpuBackend(Backend):
     capabilities = Capabilities(
         ops=CPU_OPS,
         reference_fallback=True,
-        dtypes=frozenset({"float32", "int64", "int32", "bool"}),
+        dtypes=frozenset({"float32", "int64", "int32", "bool", "uint8", "int8"}),
         rtol=1e-4,
         atol=1e-5,
         device="cpu",

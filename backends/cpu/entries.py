@@ -19,6 +19,8 @@ from .kernels_conv import k_convp
 from .kernels_data import k_copy, k_copy_many, k_gather, k_pad, k_resize
 from .kernels_ew import arena_views, ensure_epilogue_symbol, k_ew
 from .kernels_gemm import k_gemm
+from .kernels_index import k_cumsum, k_gather_elements
+from .kernels_quant import k_dequantize, k_dynquant, k_matmul_int, k_qlinear_matmul, k_qlinearconv, k_quantize
 from .kernels_nn import k_layernorm, k_reduce, k_softmax
 from .kernels_dwcl import k_dwconv_cl
 from .kernels_window import k_dwconv, k_pool
@@ -126,6 +128,54 @@ def entry_k_convp(arena, nbytes, x, nx, r, nr, row, sbase):
     p = carray(row, (ROW_PARAMS,), np.int64)
     k_convp(F, B, I, J, X, R, p, sbase)
     return 0
+
+
+def entry_k_cumsum(arena, nbytes, x, nx, r, nr, row, sbase):
+    F, B, I, J, X, R = arena_views(arena, nbytes, x, nx, r, nr)
+    p = carray(row, (ROW_PARAMS,), np.int64)
+    return k_cumsum(F, B, I, J, X, R, p, sbase)
+
+
+def entry_k_gather_elements(arena, nbytes, x, nx, r, nr, row, sbase):
+    F, B, I, J, X, R = arena_views(arena, nbytes, x, nx, r, nr)
+    p = carray(row, (ROW_PARAMS,), np.int64)
+    return k_gather_elements(F, B, I, J, X, R, p, sbase)
+
+
+def entry_k_quantize(arena, nbytes, x, nx, r, nr, row, sbase):
+    F, B, I, J, X, R = arena_views(arena, nbytes, x, nx, r, nr)
+    p = carray(row, (ROW_PARAMS,), np.int64)
+    return k_quantize(F, B, I, J, X, R, p, sbase)
+
+
+def entry_k_dequantize(arena, nbytes, x, nx, r, nr, row, sbase):
+    F, B, I, J, X, R = arena_views(arena, nbytes, x, nx, r, nr)
+    p = carray(row, (ROW_PARAMS,), np.int64)
+    return k_dequantize(F, B, I, J, X, R, p, sbase)
+
+
+def entry_k_dynquant(arena, nbytes, x, nx, r, nr, row, sbase):
+    F, B, I, J, X, R = arena_views(arena, nbytes, x, nx, r, nr)
+    p = carray(row, (ROW_PARAMS,), np.int64)
+    return k_dynquant(F, B, I, J, X, R, p, sbase)
+
+
+def entry_k_matmul_int(arena, nbytes, x, nx, r, nr, row, sbase):
+    F, B, I, J, X, R = arena_views(arena, nbytes, x, nx, r, nr)
+    p = carray(row, (ROW_PARAMS,), np.int64)
+    return k_matmul_int(F, B, I, J, X, R, p, sbase)
+
+
+def entry_k_qlinearconv(arena, nbytes, x, nx, r, nr, row, sbase):
+    F, B, I, J, X, R = arena_views(arena, nbytes, x, nx, r, nr)
+    p = carray(row, (ROW_PARAMS,), np.int64)
+    return k_qlinearconv(F, B, I, J, X, R, p, sbase)
+
+
+def entry_k_qlinear_matmul(arena, nbytes, x, nx, r, nr, row, sbase):
+    F, B, I, J, X, R = arena_views(arena, nbytes, x, nx, r, nr)
+    p = carray(row, (ROW_PARAMS,), np.int64)
+    return k_qlinear_matmul(F, B, I, J, X, R, p, sbase)
 
 
 _COMPILED: dict[str, object] = {}

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from rammer.ir import Graph
 from rammer.lower.ew_translate import EW_OPS
-from rammer.passes import CSE, FOLD_BATCHNORM, RELU_CONCAT, Pass, PipelineResult, merge_convs_pass, run_pipeline
+from rammer.passes import (CSE, FOLD_BATCHNORM, NORM_AS_LAYERNORM, QDQ_AS_FLOAT, RELU_CONCAT, Pass, PipelineResult,
+                           merge_convs_pass, run_pipeline)
 
 from .rewrites import REWRITE_FOR_CPU
 
@@ -24,6 +25,8 @@ EPILOGUE_OPS = EW_OPS | {"BatchNormalization"}
 PIPELINE: tuple[Pass, ...] = (
     REWRITE_FOR_CPU,  # first: Caffe2 exports' weights become initializers here
     FOLD_BATCHNORM,
+    NORM_AS_LAYERNORM,  # InstanceNormalization / GroupNormalization: the layernorm kernel and an affine
+    QDQ_AS_FLOAT,  # QDQ pairs as exact float ops, fused into the epilogue of the conv / GEMM before them
     CSE,
     RELU_CONCAT,
     merge_convs_pass(EPILOGUE_OPS),

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from . import kernels_conv, kernels_data, kernels_dwcl, kernels_ew, kernels_gemm, kernels_nn, kernels_window
+from . import (kernels_conv, kernels_data, kernels_dwcl, kernels_ew, kernels_gemm, kernels_index, kernels_nn,
+               kernels_quant, kernels_window)
 
 #: kernel name -> module defining it.
 KERNELS: dict[str, ModuleType] = {
@@ -30,14 +31,22 @@ KERNELS: dict[str, ModuleType] = {
     "k_reduce": kernels_nn,
     "k_softmax": kernels_nn,
     "k_layernorm": kernels_nn,
+    "k_cumsum": kernels_index,
+    "k_gather_elements": kernels_index,
+    "k_quantize": kernels_quant,
+    "k_dequantize": kernels_quant,
+    "k_dynquant": kernels_quant,
+    "k_matmul_int": kernels_quant,
+    "k_qlinearconv": kernels_quant,
+    "k_qlinear_matmul": kernels_quant,
 }
 
-MAY_FAIL = frozenset({"k_gather"})
+MAY_FAIL = frozenset({"k_gather", "k_gather_elements"})
 
 #: Host-side checks of the kernels in MAY_FAIL, run after a failed launch on the failing row:
 #: ``check(arena, X, row params)`` -> (flat position in the indices, the bad index, the bound)
 #: or None.  They read the indices where the kernel read them, so the message is exact.
-FAULT_CHECKS = {"k_gather": kernels_data.gather_fault}
+FAULT_CHECKS = {"k_gather": kernels_data.gather_fault, "k_gather_elements": kernels_index.gather_elements_fault}
 
 #: What each kernel does, for ``rammer compile --report``.
 DESCRIPTIONS = {
@@ -55,6 +64,14 @@ DESCRIPTIONS = {
     "k_reduce": "reductions over adjacent axes",
     "k_softmax": "softmax / log-softmax lines",
     "k_layernorm": "layer normalization rows",
+    "k_cumsum": "cumulative sum lines (CumSum: exclusive, reverse)",
+    "k_gather_elements": "GatherElements by run-time indices",
+    "k_quantize": "QuantizeLinear to 8 bits (per tensor / per axis)",
+    "k_dequantize": "DequantizeLinear of 8-bit / int32 values (per tensor / per axis)",
+    "k_dynquant": "DynamicQuantizeLinear: the tensor's range, then uint8 quantization",
+    "k_matmul_int": "MatMulInteger rows, int32 accumulation",
+    "k_qlinearconv": "QLinearConv planes: int32 accumulation, float32 requantization",
+    "k_qlinear_matmul": "QLinearMatMul rows: int32 accumulation, float32 requantization",
 }
 
 def kernels_fingerprint() -> str:

@@ -21,7 +21,7 @@ from rammer.ops.registry import OpContext
 
 from . import kernels_nn as knn
 from . import kernels_window as kwin
-from . import lower_rnn
+from . import lower_index, lower_quant, lower_rnn
 from .ewops import BLOCK
 from .lower_context import LowerContext
 from .lower_conv import effective_steps
@@ -489,7 +489,11 @@ LOWERINGS: dict[str, Callable[[LowerContext, Node], None]] = {
     "Resize": _resize,
     **{op: _reduce for op in _REDUCE_MODES},
     **{op: lower_rnn.lower_rnn for op in lower_rnn.RNN_OPS},
+    **lower_index.LOWERINGS, **lower_quant.LOWERINGS,
 }
+
+#: Ops whose own modules say whether they lower (scans / index ops, quantized ops).
+_REASONS = {**lower_index.REASONS, **lower_quant.REASONS}
 
 
 def reason(lw: LowerContext, node: Node) -> str | None:
@@ -497,6 +501,8 @@ def reason(lw: LowerContext, node: Node) -> str | None:
     op = node.op_type
     if op in lower_rnn.RNN_OPS:
         return lower_rnn.reason(lw, node)
+    if op in _REASONS:
+        return _REASONS[op](lw, node)
     ins = [_info(lw, i) for i in node.inputs if i]
     dt = ins[0].dtype
     if op == "Concat" or op == "Gather":

@@ -19,7 +19,8 @@ from .program import SideTables
 __all__ = ["ARENA_DTYPES", "CostModel", "CpuOp", "EmitContext", "Row", "grid_split", "split_range"]
 
 #: Dtypes the cpu kernels keep in the arena, with their byte sizes; anything else runs on the host.
-ARENA_DTYPES: dict[str, int] = {"float32": 4, "int64": 8, "int32": 4, "bool": 1}
+#: 8-bit integers (quantized models) share the byte view with bool.
+ARENA_DTYPES: dict[str, int] = {"float32": 4, "int64": 8, "int32": 4, "bool": 1, "uint8": 1, "int8": 1}
 
 #: Task rows: (kernel name, params).
 Row = tuple[str, list[int]]

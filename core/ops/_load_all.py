@@ -20,6 +20,7 @@ _MODULES = [
     "resize",
     "control",
     "quant",
+    "qlinear",
     "sequence",
     "signal",
     "misc",

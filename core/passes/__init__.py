@@ -13,6 +13,8 @@
   for backends without host control flow;
 * :mod:`.norm_as_layernorm`: InstanceNormalization and GroupNormalization as a LayerNormalization over
   rows and a per-channel affine (:data:`NORM_AS_LAYERNORM`);
+* :mod:`.qdq_as_float`: QuantizeLinear -> DequantizeLinear pairs as exact float elementwise ops
+  (:data:`QDQ_AS_FLOAT`);
 * :mod:`.split_k`: a MatMul/Gemm with a long K and few output tiles split into partial products and
   a sum (:data:`SPLIT_K`, :func:`make_split_k`).
 
@@ -27,11 +29,12 @@ from .cse import CSE, eliminate_common_subexpressions
 from .fold_batchnorm import FOLD_BATCHNORM, fold_batchnorm
 from .if_select import IF_TO_SELECT, if_to_select
 from .norm_as_layernorm import NORM_AS_LAYERNORM, norm_as_layernorm
+from .qdq_as_float import QDQ_AS_FLOAT, qdq_as_float
 from .merge_convs import merge_convs_pass, merge_sibling_convs
 from .pipeline import Pass, PassError, PassTiming, PipelineResult, run_pipeline
 from .relu_concat import RELU_CONCAT, sink_relu_into_concat
 from .split_k import SPLIT_K, make_split_k, split_k
 from .unroll_rnn import UNROLL_RNN, unroll_rnn
 
-__all__ = ["CSE", "FOLD_BATCHNORM", "fold_batchnorm", "IF_TO_SELECT", "if_to_select", "NORM_AS_LAYERNORM", "norm_as_layernorm", "RELU_CONCAT", "SPLIT_K", "UNROLL_RNN", "make_split_k", "split_k", "unroll_rnn", "Pass", "PassError", "PassTiming", "PipelineResult", "eliminate_common_subexpressions",
+__all__ = ["CSE", "FOLD_BATCHNORM", "fold_batchnorm", "IF_TO_SELECT", "if_to_select", "NORM_AS_LAYERNORM", "norm_as_layernorm", "QDQ_AS_FLOAT", "qdq_as_float", "RELU_CONCAT", "SPLIT_K", "UNROLL_RNN", "make_split_k", "split_k", "unroll_rnn", "Pass", "PassError", "PassTiming", "PipelineResult", "eliminate_common_subexpressions",
            "merge_convs_pass", "merge_sibling_convs", "run_pipeline", "sink_relu_into_concat"]

@@ -11,7 +11,7 @@ kernel and fused elementwise maps runs both without kernels of their own::
 The statistics are the same (mean, then the biased variance of the centred values, ``epsilon``
 inside the square root).  GroupNormalization's scale and bias are per channel (opset 21).  Nodes the
 pass cannot rewrite (a per-group scale, rank below 3, a model below opset 13) are left as they were.
-Hardware-neutral; backends with kernels of their own (``cpu``) do not list it.
+Hardware-neutral; the ``cpu`` and gpu backends list it.
 """
 
 from __future__ import annotations

@@ -1,0 +1,135 @@
+"""Scan and index rKernels: CumSum and GatherElements.
+
+Both see their tensors as dense and walk them by element offsets in the arena view of the element's
+width (float32 ``F``, int64 ``I``, int32 ``J``; 1-byte elements ``B``).
+
+CumSum descriptor (``X[d:]``)::
+
+    [dtype (0 float32, 1 int64, 2 int32), x, out, axis_len, inner, exclusive, reverse]
+
+Task rows cover lines ``[q0, q1)`` of ``outer * inner``: line q is the run along the scanned axis
+that starts at ``(q // inner) * axis_len * inner + q % inner``, stepping by ``inner``.  The sum runs
+in order, in the element's own type (float32 rounding as numpy's sequential ``cumsum``; integers wrap).
+
+GatherElements descriptor::
+
+    [esize, data, idx, out, idx_wide, rank, axis, axis_len, n_idx,
+     out_dim[0], data_stride[0], ..., out_dim[rank-1], data_stride[rank-1]]
+
+Task rows cover output elements ``[r0, r1)`` (the output has the indices' shape).
+"""
+
+from __future__ import annotations
+
+from . import _numba_cache  # noqa: F401  (drops stale numba caches first)
+
+import numpy as np
+from numba import njit
+
+_JIT = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
+_u = np.uint64
+
+
+@njit(**_JIT)
+def k_cumsum(F, B, I, J, X, R, p, sbase):
+    """Inclusive / exclusive, forward / reverse cumulative sum of lines [p1, p2).  Row: [desc, q0, q1]."""
+    d = p[0]
+    kind = X[d]
+    x = X[d + 1]
+    out = X[d + 2]
+    n = X[d + 3]
+    inner = X[d + 4]
+    exclusive = X[d + 5] != 0
+    reverse = X[d + 6] != 0
+    for q in range(p[1], p[2]):
+        base = (q // inner) * n * inner + q % inner
+        step = inner
+        if reverse:
+            base += (n - 1) * inner
+            step = -inner
+        if kind == 0:
+            facc = np.float32(0.0)
+            for t in range(n):
+                at = base + t * step
+                v = F[_u(x + at)]
+                if exclusive:
+                    F[_u(out + at)] = facc
+                    facc += v
+                else:
+                    facc += v
+                    F[_u(out + at)] = facc
+        elif kind == 1:
+            iacc = np.int64(0)
+            for t in range(n):
+                at = base + t * step
+                v = I[_u(x + at)]
+                if exclusive:
+                    I[_u(out + at)] = iacc
+                    iacc += v
+                else:
+                    iacc += v
+                    I[_u(out + at)] = iacc
+        else:
+            # int64 accumulation stored truncated: the same bits as numpy's wrapping int32 sum.
+            jacc = np.int64(0)
+            for t in range(n):
+                at = base + t * step
+                v = np.int64(J[_u(x + at)])
+                if exclusive:
+                    J[_u(out + at)] = jacc  # (truncated to 32 bits by the store)
+                    jacc += v
+                else:
+                    jacc += v
+                    J[_u(out + at)] = jacc  # (truncated to 32 bits by the store)
+    return 0
+
+
+@njit(**_JIT)
+def k_gather_elements(F, B, I, J, X, R, p, sbase):
+    """GatherElements of output elements [p1, p2).  Row: [desc, r0, r1].  Returns 1 (an error the
+    runtime reports) on an index outside [-axis_len, axis_len)."""
+    d = p[0]
+    esize = X[d]
+    data = X[d + 1]
+    idx = X[d + 2]
+    out = X[d + 3]
+    wide = X[d + 4] == 8
+    rank = X[d + 5]
+    axis = X[d + 6]
+    axis_len = X[d + 7]
+    dims = d + 9
+    for r in range(p[1], p[2]):
+        k = I[_u(idx + r)] if wide else np.int64(J[_u(idx + r)])
+        if k < 0:
+            k += axis_len
+        if k < 0 or k >= axis_len:
+            return 1
+        rest = r
+        src = data
+        for a in range(rank - 1, -1, -1):
+            dim = X[dims + 2 * a]
+            c = rest % dim
+            rest //= dim
+            src += (k if a == axis else c) * X[dims + 2 * a + 1]
+        if esize == 4:
+            J[_u(out + r)] = J[_u(src)]
+        elif esize == 8:
+            I[_u(out + r)] = I[_u(src)]
+        else:
+            B[_u(out + r)] = B[_u(src)]
+    return 0
+
+
+def gather_elements_fault(arena: np.ndarray, X: np.ndarray, p: np.ndarray) -> tuple[int, int, int] | None:
+    """Host-side: the first out-of-range index of the GatherElements whose task row ``p`` reported an
+    error, as (flat position in the indices, the index, the axis length), read as
+    :func:`k_gather_elements` reads it; None when every index is in range."""
+    d = int(p[0])
+    idx, axis_len, n_idx = int(X[d + 2]), int(X[d + 7]), int(X[d + 8])
+    dtype = np.dtype(np.int64) if int(X[d + 4]) == 8 else np.dtype(np.int32)
+    indices = np.frombuffer(arena, dtype, count=n_idx, offset=idx * dtype.itemsize)
+    bad = (indices < -axis_len) | (indices >= axis_len)
+    if not bad.any():
+        return None
+    first = int(np.argmax(bad))
+    return first, int(indices[first]), axis_len

@@ -1,0 +1,343 @@
+"""Quantized rKernels: QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear, MatMulInteger,
+QLinearMatMul and QLinearConv, computing in integers (int32 accumulation) as the ONNX spec and onnxruntime do.
+
+8-bit tensors live in the arena's byte view ``B``; a ``signed`` flag says whether a byte is int8
+(read sign-extended) or uint8.  Rounding is half to even (``np.rint``), and every conversion to
+8 bits saturates.  Scales and zero points are read from the arena (constants or, after a
+DynamicQuantizeLinear, values computed at run time); a per-axis scale / zero point is indexed by
+the position along the quantized axis.
+
+Descriptors (``X[d:]``) are described at each kernel.
+"""
+
+from __future__ import annotations
+
+from . import _numba_cache  # noqa: F401  (drops stale numba caches first)
+
+import numpy as np
+from numba import njit
+
+_JIT = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
+_u = np.uint64
+f32 = np.float32
+
+
+@njit(**_JIT)
+def _byte(B, at, signed):
+    """The 8-bit element at byte ``at`` as int32 (sign-extended when ``signed``)."""
+    v = np.int32(B[_u(at)])
+    if signed and v > 127:
+        v -= 256
+    return v
+
+
+@njit(**_JIT)
+def _saturate_store(B, at, v, lo, hi):
+    """Store float ``v`` (already rounded) clamped to [lo, hi] as a byte (two's complement for int8)."""
+    if v < lo:
+        v = f32(lo)
+    elif v > hi:
+        v = f32(hi)
+    B[_u(at)] = np.int64(v) & 255
+
+
+@njit(**_JIT)
+def k_quantize(F, B, I, J, X, R, p, sbase):
+    """QuantizeLinear of lines [q0, q1).  Row: [desc, q0, q1].  Descriptor:
+    [x, out, axis_len, inner, scale, zp (-1: none), signed, per_axis]: line q is ``inner`` elements at
+    ``q * inner``; its scale / zero point index is ``q % axis_len`` per axis, else 0.
+    y = saturate(rint(x / scale) + zp)."""
+    d = p[0]
+    x = X[d]
+    out = X[d + 1]
+    axis_len = X[d + 2]
+    inner = X[d + 3]
+    scale = X[d + 4]
+    zp = X[d + 5]
+    signed = X[d + 6] != 0
+    per_axis = X[d + 7] != 0
+    lo = -128 if signed else 0
+    hi = 127 if signed else 255
+    for q in range(p[1], p[2]):
+        c = q % axis_len if per_axis else 0
+        s = F[_u(scale + c)]
+        z = f32(_byte(B, zp + c, signed)) if zp >= 0 else f32(0.0)
+        base = q * inner
+        for j in range(inner):
+            v = np.rint(F[_u(x + base + j)] / s) + z
+            _saturate_store(B, out + base + j, v, lo, hi)
+    return 0
+
+
+@njit(**_JIT)
+def k_dequantize(F, B, I, J, X, R, p, sbase):
+    """DequantizeLinear of lines [q0, q1).  Row: [desc, q0, q1].  Descriptor:
+    [x, out, axis_len, inner, scale, zp (-1: none), kind (0 uint8, 1 int8, 2 int32), per_axis]:
+    y = float32(x - zp) * scale, lines as in :func:`k_quantize`."""
+    d = p[0]
+    x = X[d]
+    out = X[d + 1]
+    axis_len = X[d + 2]
+    inner = X[d + 3]
+    scale = X[d + 4]
+    zp = X[d + 5]
+    kind = X[d + 6]
+    per_axis = X[d + 7] != 0
+    for q in range(p[1], p[2]):
+        c = q % axis_len if per_axis else 0
+        s = F[_u(scale + c)]
+        base = q * inner
+        if kind == 2:
+            z = np.int64(J[_u(zp + c)]) if zp >= 0 else np.int64(0)
+            for j in range(inner):
+                F[_u(out + base + j)] = f32(np.int64(J[_u(x + base + j)]) - z) * s
+        else:
+            z32 = _byte(B, zp + c, kind == 1) if zp >= 0 else np.int32(0)
+            for j in range(inner):
+                F[_u(out + base + j)] = f32(_byte(B, x + base + j, kind == 1) - z32) * s
+    return 0
+
+
+@njit(**_JIT)
+def k_dynquant(F, B, I, J, X, R, p, sbase):
+    """DynamicQuantizeLinear of a whole tensor (one rTask).  Row: [desc].  Descriptor:
+    [x, n, y, scale out, zp out]: the range [min(0, x), max(0, x)] onto uint8; scale 1 for an
+    all-zero input (onnxruntime's choice), as the reference (``rammer.ops.quant``)."""
+    d = p[0]
+    x = X[d]
+    n = X[d + 1]
+    y = X[d + 2]
+    scale_at = X[d + 3]
+    zp_at = X[d + 4]
+    lo = f32(0.0)
+    hi = f32(0.0)
+    for j in range(n):
+        v = F[_u(x + j)]
+        if v < lo:
+            lo = v
+        if v > hi:
+            hi = v
+    if hi > lo:
+        s = f32((np.float64(hi) - np.float64(lo)) / 255.0)
+    else:
+        s = f32(1.0)
+    zf = np.rint(f32(0.0) - lo / s)
+    zf = f32(0.0) if zf < 0 else (f32(255.0) if zf > 255 else zf)
+    F[_u(scale_at)] = s
+    B[_u(zp_at)] = np.int64(zf) & 255
+    for j in range(n):
+        v = np.rint(F[_u(x + j)] / s) + zf
+        _saturate_store(B, y + j, v, 0, 255)
+    return 0
+
+
+@njit(**_JIT)
+def _int_row(B, J, o, arow, bmat, K, N, za, a_signed, b_signed, b_zp, b_zp_cols):
+    """J[o:o + N] = sum_k (a[k] - za) * (b[k, :] - zb) for one row of a: sum_k (a - za) * b, less
+    zb[j] * sum_k (a - za), so that the inner loop is a widening multiply-add over a row of b
+    (which LLVM vectorizes)."""
+    for j in range(N):
+        J[_u(o + j)] = 0
+    asum = np.int32(0)
+    for k in range(K):
+        av = _byte(B, arow + k, a_signed) - za
+        if av == 0:
+            continue
+        asum += av
+        brow = bmat + k * N
+        if b_signed:
+            for j in range(N):
+                J[_u(o + j)] += av * np.int32(np.int8(B[_u(brow + j)]))
+        else:
+            for j in range(N):
+                J[_u(o + j)] += av * np.int32(B[_u(brow + j)])
+    if b_zp >= 0:
+        if b_zp_cols:
+            for j in range(N):
+                J[_u(o + j)] -= _byte(B, b_zp + j, b_signed) * asum
+        else:
+            zb = _byte(B, b_zp, b_signed)
+            if zb != 0:
+                for j in range(N):
+                    J[_u(o + j)] -= zb * asum
+
+
+@njit(**_JIT)
+def k_matmul_int(F, B, I, J, X, R, p, sbase):
+    """MatMulInteger rows [r0, r1) of the stacked [batch * M, N] int32 output.  Row: [desc, r0, r1].
+    Descriptor: [a, b, out, M, K, N, a batch stride, b batch stride, a signed, b signed, a zp (-1),
+    b zp (-1), b zp per column]: out[i, j] = sum_k (a[i, k] - za) * (b[k, j] - zb[j]) (:func:`_int_row`)."""
+    d = p[0]
+    a = X[d]
+    b = X[d + 1]
+    out = X[d + 2]
+    M = X[d + 3]
+    K = X[d + 4]
+    N = X[d + 5]
+    a_bs = X[d + 6]
+    b_bs = X[d + 7]
+    a_signed = X[d + 8] != 0
+    b_signed = X[d + 9] != 0
+    a_zp = X[d + 10]
+    za = _byte(B, a_zp, a_signed) if a_zp >= 0 else np.int32(0)
+    for r in range(p[1], p[2]):
+        bi = r // M
+        _int_row(B, J, out + r * N, a + bi * a_bs + (r % M) * K, b + bi * b_bs, K, N, za, a_signed, b_signed,
+                 X[d + 11], X[d + 12] != 0)
+    return 0
+
+
+@njit(**_JIT)
+def k_qlinear_matmul(F, B, I, J, X, R, p, sbase):
+    """QLinearMatMul rows [r0, r1) of the stacked [batch * M, N] 8-bit output.  Row: [desc, r0, r1].
+    Descriptor: MatMulInteger's (:func:`k_matmul_int`), then [a scale, b scale, b scale per column,
+    y scale, y zp (-1), out signed]: the int32 row accumulates in the vEU's scratch (N slots), then
+    y = saturate(rint(acc * (a_scale * b_scale / y_scale)) + y_zp)."""
+    d = p[0]
+    a = X[d]
+    b = X[d + 1]
+    out = X[d + 2]
+    M = X[d + 3]
+    K = X[d + 4]
+    N = X[d + 5]
+    a_bs = X[d + 6]
+    b_bs = X[d + 7]
+    a_signed = X[d + 8] != 0
+    b_signed = X[d + 9] != 0
+    a_zp = X[d + 10]
+    b_zp = X[d + 11]
+    b_zp_cols = X[d + 12] != 0
+    a_scale = F[_u(X[d + 13])]
+    b_scale = X[d + 14]
+    b_scale_cols = X[d + 15] != 0
+    y_scale = F[_u(X[d + 16])]
+    y_zp = X[d + 17]
+    o_signed = X[d + 18] != 0
+    lo = -128 if o_signed else 0
+    hi = 127 if o_signed else 255
+    za = _byte(B, a_zp, a_signed) if a_zp >= 0 else np.int32(0)
+    zy = f32(_byte(B, y_zp, o_signed)) if y_zp >= 0 else f32(0.0)
+    for r in range(p[1], p[2]):
+        bi = r // M
+        _int_row(B, J, sbase, a + bi * a_bs + (r % M) * K, b + bi * b_bs, K, N, za, a_signed, b_signed, b_zp,
+                 b_zp_cols)
+        o = out + r * N
+        for j in range(N):
+            mult = a_scale * F[_u(b_scale + (j if b_scale_cols else 0))] / y_scale
+            v = np.rint(f32(J[_u(sbase + j)]) * mult) + zy
+            _saturate_store(B, o + j, v, lo, hi)
+    return 0
+
+
+@njit(**_JIT)
+def k_qlinearconv(F, B, I, J, X, R, p, sbase):
+    """QLinearConv (2-D) output planes [q0, q1) of (image, output channel).  Row: [desc, q0, q1].
+    Descriptor: [x, w, out, C, H, W, OC, OH, OW, cin per group, oc per group, kh, kw, sh, sw, dh, dw,
+    pad top, pad left, x signed, w signed, out signed, x zp, w zp, w zp per channel, x scale,
+    w scale, w scale per channel, y scale, y zp, bias (int32, -1 none)].  The plane accumulates in
+    int32 in the vEU's scratch (``OH * OW`` slots), one weight tap at a time over whole output
+    rows (the inner loop a multiply-add over contiguous pixels when the stride is 1); then
+    y = saturate(rint(acc * (x_scale * w_scale / y_scale)) + y_zp)."""
+    d = p[0]
+    x = X[d]
+    w = X[d + 1]
+    out = X[d + 2]
+    C = X[d + 3]
+    H = X[d + 4]
+    W = X[d + 5]
+    OC = X[d + 6]
+    OH = X[d + 7]
+    OW = X[d + 8]
+    cpg = X[d + 9]
+    opg = X[d + 10]
+    KH = X[d + 11]
+    KW = X[d + 12]
+    sh = X[d + 13]
+    sw = X[d + 14]
+    dh = X[d + 15]
+    dw = X[d + 16]
+    pt = X[d + 17]
+    pl = X[d + 18]
+    x_signed = X[d + 19] != 0
+    w_signed = X[d + 20] != 0
+    o_signed = X[d + 21] != 0
+    x_zp = X[d + 22]
+    w_zp = X[d + 23]
+    w_zp_ch = X[d + 24] != 0
+    x_scale = X[d + 25]
+    w_scale = X[d + 26]
+    w_scale_ch = X[d + 27] != 0
+    y_scale = X[d + 28]
+    y_zp = X[d + 29]
+    bias = X[d + 30]
+    lo = -128 if o_signed else 0
+    hi = 127 if o_signed else 255
+    zx = _byte(B, x_zp, x_signed) if x_zp >= 0 else np.int32(0)
+    plane = OH * OW
+    acc = sbase
+    for q in range(p[1], p[2]):
+        n = q // OC
+        oc = q % OC
+        g = oc // opg
+        zw = _byte(B, w_zp + (oc if w_zp_ch else 0), w_signed) if w_zp >= 0 else np.int32(0)
+        b0 = J[_u(bias + oc)] if bias >= 0 else np.int32(0)
+        for t in range(plane):
+            J[_u(acc + t)] = b0
+        pointwise = KH == 1 and KW == 1 and OH == H and OW == W and sh == 1 and sw == 1 and pt == 0 and pl == 0
+        for ci in range(cpg):
+            c = g * cpg + ci
+            xplane = x + (n * C + c) * H * W
+            wbase = w + ((oc * cpg + ci) * KH) * KW
+            if pointwise:  # one multiply-add over the whole plane
+                wv = _byte(B, wbase, w_signed) - zw
+                if wv == 0:
+                    continue
+                if x_signed:
+                    for t in range(plane):
+                        J[_u(acc + t)] += wv * (np.int32(np.int8(B[_u(xplane + t)])) - zx)
+                else:
+                    for t in range(plane):
+                        J[_u(acc + t)] += wv * (np.int32(B[_u(xplane + t)]) - zx)
+                continue
+            for i in range(KH):
+                for jj in range(KW):
+                    wv = _byte(B, wbase + i * KW + jj, w_signed) - zw
+                    if wv == 0:
+                        continue
+                    # output columns whose input column lies inside the row
+                    off = jj * dw - pl
+                    ow0 = 0
+                    if off < 0:
+                        ow0 = (-off + sw - 1) // sw
+                    ow1 = OW
+                    last = W - 1 - off
+                    if last < 0:
+                        ow1 = 0
+                    elif last // sw + 1 < OW:
+                        ow1 = last // sw + 1
+                    if ow1 <= ow0:
+                        continue
+                    for oh in range(OH):
+                        ih = oh * sh - pt + i * dh
+                        if ih < 0 or ih >= H:
+                            continue
+                        src = xplane + ih * W + off
+                        dst = acc + oh * OW
+                        if sw == 1:
+                            if x_signed:
+                                for ow in range(ow0, ow1):
+                                    J[_u(dst + ow)] += wv * (np.int32(np.int8(B[_u(src + ow)])) - zx)
+                            else:
+                                for ow in range(ow0, ow1):
+                                    J[_u(dst + ow)] += wv * (np.int32(B[_u(src + ow)]) - zx)
+                        else:
+                            for ow in range(ow0, ow1):
+                                J[_u(dst + ow)] += wv * (_byte(B, src + ow * sw, x_signed) - zx)
+        ws = F[_u(w_scale + (oc if w_scale_ch else 0))]
+        mult = F[_u(x_scale)] * ws / F[_u(y_scale)]
+        zy = f32(_byte(B, y_zp, o_signed)) if y_zp >= 0 else f32(0.0)
+        obase = out + q * plane
+        for t in range(plane):
+            v = np.rint(f32(J[_u(acc + t)]) * mult) + zy
+            _saturate_store(B, obase + t, v, lo, hi)
+    return 0

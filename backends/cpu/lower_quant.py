@@ -1,0 +1,321 @@
+"""Lowering of the quantized ops to the integer rKernels of :mod:`.kernels_quant`.
+
+* QuantizeLinear (float32 -> uint8 / int8) and DequantizeLinear (uint8 / int8 / int32 -> float32),
+  per tensor and per axis (blocked quantization and the 16-bit / float8 / 4-bit types stay on the
+  reference);
+* DynamicQuantizeLinear (one rTask: the range of the whole tensor, then the quantization);
+* MatMulInteger ([..., M, K] x [K, N] or same-batch [..., K, N], 8-bit, int32 output; A's zero point
+  a scalar, B's a scalar or one per column);
+* QLinearMatMul (as MatMulInteger, then requantized; B's scale a scalar or one per column);
+* QLinearConv (2-D, any group / stride / dilation / padding, per-tensor or per-channel weights).
+
+Scales and zero points are read from the arena, so they may be constants or computed at run time.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Callable
+
+from rammer.ir import Node, TensorInfo
+from rammer.lower.views import View
+from rammer.ops.conv import window_geometry
+from rammer.ops.registry import OpContext
+
+from .lower_context import LowerContext
+from .ops import CpuOp, EmitContext, Row, split_range
+
+_EIGHT_BIT = ("uint8", "int8")
+
+
+def _info(lw: LowerContext, name: str) -> TensorInfo:
+    return lw.graph.value_info[name]
+
+
+def _input(node: Node, i: int) -> str:
+    return node.inputs[i] if i < len(node.inputs) and node.inputs[i] else ""
+
+
+def _size(info: TensorInfo) -> int:
+    return math.prod(info.shape) if info.shape else 1
+
+
+def _parts(total: int, min_per_task: int) -> Callable[[int], list]:
+    def partition(n: int) -> list:
+        n = max(1, min(n, total // max(min_per_task, 1) or 1))
+        return [split_range(total, n, i) for i in range(n)]
+    return partition
+
+
+def _one_part(n: int) -> list:
+    return [(0, 1)]
+
+
+def _scalar_or_axis(lw: LowerContext, node: Node) -> tuple[int, int, int, bool] | str:
+    """(lines, axis length, line length, per axis) of a (de)quantization, or why the kernel can't."""
+    x = _info(lw, node.inputs[0])
+    scale = _info(lw, node.inputs[1])
+    if int(node.attr("block_size", 0)):
+        return "blocked quantization"
+    if scale.dtype != "float32":
+        return f"{scale.dtype} scale"
+    zp = _input(node, 2)
+    if zp and _info(lw, zp).dtype not in _EIGHT_BIT + ("int32",):
+        return f"{_info(lw, zp).dtype} zero point"
+    shape = x.shape
+    if _size(scale) == 1 and len(scale.shape) <= 1:
+        inner = shape[-1] if shape else 1
+        return (_size(x) // max(inner, 1), 1, inner, False)
+    if len(scale.shape) != 1 or not shape:
+        return f"scale of shape {list(scale.shape)}"
+    axis = int(node.attr("axis", 1)) % len(shape)
+    if scale.shape[0] != shape[axis]:
+        return f"scale of shape {list(scale.shape)}"
+    inner = math.prod(shape[axis + 1:])
+    return (math.prod(shape[:axis + 1]), shape[axis], inner, True)
+
+
+# -- QuantizeLinear / DequantizeLinear ------------------------------------------------------------
+
+def quantize_reason(lw: LowerContext, node: Node) -> str | None:
+    x = _info(lw, node.inputs[0])
+    out = _info(lw, node.outputs[0])
+    if x.dtype != "float32" or out.dtype not in _EIGHT_BIT:
+        return f"QuantizeLinear {x.dtype} -> {out.dtype} (the cpu kernel quantizes float32 to 8 bits)"
+    if int(node.attr("precision", 0)):
+        return "QuantizeLinear with a 'precision' attribute"
+    if not int(node.attr("saturate", 1)):
+        return "QuantizeLinear without saturation"
+    layout = _scalar_or_axis(lw, node)
+    return layout if isinstance(layout, str) else None
+
+
+def dequantize_reason(lw: LowerContext, node: Node) -> str | None:
+    x = _info(lw, node.inputs[0])
+    out = _info(lw, node.outputs[0])
+    if x.dtype not in _EIGHT_BIT + ("int32",) or out.dtype != "float32":
+        return f"DequantizeLinear {x.dtype} -> {out.dtype} (the cpu kernel dequantizes 8 bits and int32 to float32)"
+    zp = _input(node, 2)
+    if zp and _info(lw, zp).dtype != x.dtype:
+        return "zero point of another type than the input"
+    layout = _scalar_or_axis(lw, node)
+    return layout if isinstance(layout, str) else None
+
+
+def _zp_at(ctx: EmitContext, zp: View | None) -> int:
+    return ctx.locate(zp) if zp is not None else -1
+
+
+def lower_quantize(lw: LowerContext, node: Node) -> None:
+    layout = _scalar_or_axis(lw, node)
+    assert not isinstance(layout, str)
+    lines, axis_len, inner, per_axis = layout
+    x = lw.dense(node.inputs[0])
+    scale = lw.dense(node.inputs[1])
+    zp = lw.dense(_input(node, 2)) if _input(node, 2) else None
+    out = lw.views[node.outputs[0]]
+    signed = int(out.dtype == "int8")
+
+    def emit(ctx: EmitContext, parts: list) -> list[Row]:
+        desc = ctx.side.add_ints([ctx.locate(x), ctx.locate(out), axis_len, inner, ctx.locate(scale),
+                                  _zp_at(ctx, zp), signed, int(per_axis)])
+        return [("k_quantize", [desc, q0, q1]) for q0, q1 in parts]
+
+    reads = tuple(sorted({x.buffer, scale.buffer} | ({zp.buffer} if zp is not None else set())))
+    lw.add_op(CpuOp(node.name or "QuantizeLinear", "quant", (node,), reads, (out.buffer,), 3.0 * x.size,
+                    5.0 * x.size, _parts(lines, max(1, 4096 // max(inner, 1))), emit))
+
+
+def lower_dequantize(lw: LowerContext, node: Node) -> None:
+    layout = _scalar_or_axis(lw, node)
+    assert not isinstance(layout, str)
+    lines, axis_len, inner, per_axis = layout
+    x = lw.dense(node.inputs[0])
+    scale = lw.dense(node.inputs[1])
+    zp = lw.dense(_input(node, 2)) if _input(node, 2) else None
+    out = lw.views[node.outputs[0]]
+    kind = {"uint8": 0, "int8": 1, "int32": 2}[x.dtype]
+
+    def emit(ctx: EmitContext, parts: list) -> list[Row]:
+        desc = ctx.side.add_ints([ctx.locate(x), ctx.locate(out), axis_len, inner, ctx.locate(scale),
+                                  _zp_at(ctx, zp), kind, int(per_axis)])
+        return [("k_dequantize", [desc, q0, q1]) for q0, q1 in parts]
+
+    reads = tuple(sorted({x.buffer, scale.buffer} | ({zp.buffer} if zp is not None else set())))
+    lw.add_op(CpuOp(node.name or "DequantizeLinear", "quant", (node,), reads, (out.buffer,), 2.0 * x.size,
+                    5.0 * x.size, _parts(lines, max(1, 4096 // max(inner, 1))), emit))
+
+
+# -- DynamicQuantizeLinear --------------------------------------------------------------------------
+
+def dynamic_quantize_reason(lw: LowerContext, node: Node) -> str | None:
+    if _info(lw, node.inputs[0]).dtype != "float32":
+        return "DynamicQuantizeLinear of a non-float32 input"
+    if len(node.outputs) < 3 or not all(node.outputs[:3]):
+        return "DynamicQuantizeLinear with an unused output"
+    return None
+
+
+def lower_dynamic_quantize(lw: LowerContext, node: Node) -> None:
+    x = lw.dense(node.inputs[0])
+    y, scale, zp = (lw.views[o] for o in node.outputs[:3])
+
+    def emit(ctx: EmitContext, parts: list) -> list[Row]:
+        desc = ctx.side.add_ints([ctx.locate(x), x.size, ctx.locate(y), ctx.locate(scale), ctx.locate(zp)])
+        return [("k_dynquant", [desc]) for _ in parts]
+
+    lw.add_op(CpuOp(node.name or "DynamicQuantizeLinear", "quant", (node,), (x.buffer,),
+                    tuple(sorted({y.buffer, scale.buffer, zp.buffer})), 5.0 * x.size, 9.0 * x.size, _one_part,
+                    emit))
+
+
+# -- MatMulInteger --------------------------------------------------------------------------------
+
+def matmul_integer_reason(lw: LowerContext, node: Node) -> str | None:
+    a, b = _info(lw, node.inputs[0]), _info(lw, node.inputs[1])
+    if a.dtype not in _EIGHT_BIT or b.dtype not in _EIGHT_BIT:
+        return f"MatMulInteger of {a.dtype} x {b.dtype}"
+    if len(a.shape) < 2 or len(b.shape) < 2:
+        return "MatMulInteger of a vector"
+    if len(b.shape) > 2 and (len(b.shape) != len(a.shape) or a.shape[:-2] != b.shape[:-2]):
+        return "MatMulInteger with broadcast batch dimensions"
+    a_zp, b_zp = _input(node, 2), _input(node, 3)
+    if a_zp and _size(_info(lw, a_zp)) != 1:
+        return "per-row zero point of A"
+    if b_zp:
+        zb = _info(lw, b_zp)
+        if _size(zb) != 1 and (len(b.shape) != 2 or zb.shape != (b.shape[1],)):
+            return f"zero point of B of shape {list(zb.shape)}"
+    return None
+
+
+def lower_matmul_integer(lw: LowerContext, node: Node) -> None:
+    a_info, b_info = _info(lw, node.inputs[0]), _info(lw, node.inputs[1])
+    *batch, M, K = a_info.shape
+    N = b_info.shape[-1]
+    rows = math.prod(batch) * M
+    a = lw.dense(node.inputs[0])
+    b = lw.dense(node.inputs[1])
+    za = lw.dense(_input(node, 2)) if _input(node, 2) else None
+    zb = lw.dense(_input(node, 3)) if _input(node, 3) else None
+    out = lw.views[node.outputs[0]]
+    b_batch_stride = K * N if len(b_info.shape) > 2 else 0
+    zb_cols = int(zb is not None and zb.size > 1)
+
+    def emit(ctx: EmitContext, parts: list) -> list[Row]:
+        desc = ctx.side.add_ints([ctx.locate(a), ctx.locate(b), ctx.locate(out), M, K, N, M * K, b_batch_stride,
+                                  int(a.dtype == "int8"), int(b.dtype == "int8"), _zp_at(ctx, za),
+                                  _zp_at(ctx, zb), zb_cols])
+        return [("k_matmul_int", [desc, r0, r1]) for r0, r1 in parts]
+
+    reads = {a.buffer, b.buffer} | {v.buffer for v in (za, zb) if v is not None}
+    lw.add_op(CpuOp(node.name or "MatMulInteger", "gemm.int8", (node,), tuple(sorted(reads)), (out.buffer,),
+                    2.0 * rows * N * K, float(a.size + b.size + 4 * out.size),
+                    _parts(rows, max(1, 65536 // max(N * K, 1))), emit, blas=True))
+
+
+# -- QLinearMatMul -------------------------------------------------------------------------------
+
+def qlinear_matmul_reason(lw: LowerContext, node: Node) -> str | None:
+    found = matmul_integer_reason(lw, dataclasses.replace(node, inputs=(node.inputs[0], node.inputs[3],
+                                                                         node.inputs[2], node.inputs[5])))
+    if found:
+        return found.replace("MatMulInteger", "QLinearMatMul")
+    b = _info(lw, node.inputs[3])
+    for slot in (1, 6, 7):
+        if _input(node, slot) and _size(_info(lw, node.inputs[slot])) != 1:
+            return f"input {slot} of QLinearMatMul is not a scalar"
+    scale = _info(lw, node.inputs[4])
+    if _size(scale) != 1 and (len(b.shape) != 2 or scale.shape != (b.shape[1],)):
+        return f"b_scale of shape {list(scale.shape)}"
+    if any(_info(lw, node.inputs[s]).dtype != "float32" for s in (1, 4, 6)):
+        return "scales other than float32"
+    return None
+
+
+def lower_qlinear_matmul(lw: LowerContext, node: Node) -> None:
+    a_info, b_info = _info(lw, node.inputs[0]), _info(lw, node.inputs[3])
+    *batch, M, K = a_info.shape
+    N = b_info.shape[-1]
+    rows = math.prod(batch) * M
+    a, b = lw.dense(node.inputs[0]), lw.dense(node.inputs[3])
+    views = {slot: lw.dense(node.inputs[slot]) for slot in (1, 2, 4, 5, 6, 7) if _input(node, slot)}
+    out = lw.views[node.outputs[0]]
+    b_batch_stride = K * N if len(b_info.shape) > 2 else 0
+
+    def emit(ctx: EmitContext, parts: list) -> list[Row]:
+        def at(slot: int) -> int:
+            return ctx.locate(views[slot]) if slot in views else -1
+
+        desc = ctx.side.add_ints([ctx.locate(a), ctx.locate(b), ctx.locate(out), M, K, N, M * K, b_batch_stride,
+                                  int(a.dtype == "int8"), int(b.dtype == "int8"), at(2), at(5),
+                                  int(5 in views and views[5].size > 1), at(1), at(4), int(views[4].size > 1),
+                                  at(6), at(7), int(out.dtype == "int8")])
+        return [("k_qlinear_matmul", [desc, r0, r1]) for r0, r1 in parts]
+
+    reads = {a.buffer, b.buffer} | {v.buffer for v in views.values()}
+    lw.add_op(CpuOp(node.name or "QLinearMatMul", "gemm.int8", (node,), tuple(sorted(reads)), (out.buffer,),
+                    2.0 * rows * N * K, float(a.size + b.size + out.size),
+                    _parts(rows, max(1, 65536 // max(N * K, 1))), emit, scratch=N, blas=True))
+
+
+# -- QLinearConv ------------------------------------------------------------------------------------
+
+def _conv_geometry(lw: LowerContext, node: Node):
+    x, w = _info(lw, node.inputs[0]), _info(lw, node.inputs[3])
+    ctx = OpContext(node, lw.opset, [x, w], [None, None])
+    return window_geometry(ctx, x.shape[2:], w.shape[2:])
+
+
+def qlinear_conv_reason(lw: LowerContext, node: Node) -> str | None:
+    x, w = _info(lw, node.inputs[0]), _info(lw, node.inputs[3])
+    if len(x.shape) != 4:
+        return f"{len(x.shape) - 2}-D QLinearConv (the cpu kernel is 2-D)"
+    for slot in (1, 2, 6, 7):
+        if _input(node, slot) and _size(_info(lw, node.inputs[slot])) != 1:
+            return f"input {slot} of QLinearConv is not a scalar"
+    return None
+
+
+def lower_qlinear_conv(lw: LowerContext, node: Node) -> None:
+    x_info, w_info = _info(lw, node.inputs[0]), _info(lw, node.inputs[3])
+    N, C, H, W = x_info.shape
+    OC, cpg, KH, KW = w_info.shape
+    group = int(node.attr("group", 1))
+    geo = _conv_geometry(lw, node)
+    OH, OW = geo.out
+    x = lw.dense(node.inputs[0])
+    w = lw.dense(node.inputs[3])
+    views = {slot: lw.dense(node.inputs[slot]) for slot in (1, 2, 4, 5, 6, 7, 8) if _input(node, slot)}
+    out = lw.views[node.outputs[0]]
+    w_zp_ch = int(5 in views and views[5].size > 1)
+    w_scale_ch = int(views[4].size > 1)
+
+    def emit(ctx: EmitContext, parts: list) -> list[Row]:
+        def at(slot: int) -> int:
+            return ctx.locate(views[slot]) if slot in views else -1
+
+        desc = ctx.side.add_ints([
+            ctx.locate(x), ctx.locate(w), ctx.locate(out), C, H, W, OC, OH, OW, cpg, OC // group, KH, KW,
+            geo.strides[0], geo.strides[1], geo.dilations[0], geo.dilations[1], geo.pad_begin[0],
+            geo.pad_begin[1], int(x.dtype == "int8"), int(w.dtype == "int8"), int(out.dtype == "int8"),
+            at(2), at(5), w_zp_ch, at(1), at(4), w_scale_ch, at(6), at(7), at(8)])
+        return [("k_qlinearconv", [desc, q0, q1]) for q0, q1 in parts]
+
+    reads = {x.buffer, w.buffer} | {v.buffer for v in views.values()}
+    lw.add_op(CpuOp(node.name or "QLinearConv", "conv.int8", (node,), tuple(sorted(reads)), (out.buffer,),
+                    2.0 * N * OC * OH * OW * cpg * KH * KW, float(x.size + w.size + out.size),
+                    _parts(N * OC, 1), emit, scratch=OH * OW, blas=True))
+
+
+LOWERINGS: dict[str, Callable[[LowerContext, Node], None]] = {
+    "QuantizeLinear": lower_quantize, "DequantizeLinear": lower_dequantize,
+    "DynamicQuantizeLinear": lower_dynamic_quantize, "MatMulInteger": lower_matmul_integer,
+    "QLinearConv": lower_qlinear_conv, "QLinearMatMul": lower_qlinear_matmul,
+}
+REASONS: dict[str, Callable[[LowerContext, Node], str | None]] = {
+    "QuantizeLinear": quantize_reason, "DequantizeLinear": dequantize_reason,
+    "DynamicQuantizeLinear": dynamic_quantize_reason, "MatMulInteger": matmul_integer_reason,
+    "QLinearConv": qlinear_conv_reason, "QLinearMatMul": qlinear_matmul_reason,
+}
