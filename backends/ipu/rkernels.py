@@ -1,0 +1,79 @@
+"""rKernels the ipu backend offers instead of the generic ones, where a tile's SRAM demands it.
+
+**Gather from a large table (embedding lookup).**  The generic copy kernel declares a read of the
+whole data tensor (which rows an rTask needs depends on the indices, unknown at compile time), so
+every tile running a Gather rTask would receive the whole table in its superstep: a 1,000 x 128
+float table (500 KiB) already overflows a GC200 tile's 624 KiB.  The rKernel here cuts the Gather
+along a *non-gathered* axis of the table (the embedding width, for ``Gather(axis=0)`` on
+``[vocab, hidden]``): rTask ``j`` reads every row of the table's column block ``j`` and the
+indices, and writes the same column block of every gathered row.  Its reads are exact and
+disjoint across rTasks, so the lowering places each column block on the tile of the rTask that
+reads it (:func:`rammer.backends.ipu.codegen.lower` follows the readers' boxes), and the lookup
+reads every row from the tile that owns it, with no exchange of the table.  Poplar's
+``multiSlice`` plans embedding tables the same way (split along the embedding dimension, then
+along the rows when a column alone is too large).
+
+Not covered: a table one of whose columns alone is larger than a tile's constant share (a
+vocabulary beyond about 80,000 rows of float32 on a GC200); the placement then refuses it with
+``IpuPlacementError`` naming the table.
+"""
+
+from __future__ import annotations
+
+import math
+
+from rammer.ir import Graph, Node
+from rammer.kernels_generic import itemsize, make_kernel, normalize_axis, shape_of
+from rammer.rtask import Box, RKernel, RTaskAccess
+from rammer.vdevice import VDevice
+
+from .placement import CHUNK_BYTES
+
+#: A Gather whose data tensor is larger than this is split along a non-gathered axis: a whole
+#: table read by every rTask would be exchanged to every reader tile.
+SPLIT_TABLE_BYTES = CHUNK_BYTES
+
+
+def split_axis(data_shape: tuple[int, ...], axis: int) -> int | None:
+    """The axis of the table a split Gather cuts: the last one that is not gathered and has more
+    than one element (None when there is none)."""
+    for a in range(len(data_shape) - 1, -1, -1):
+        if a != axis and data_shape[a] > 1:
+            return a
+    return None
+
+
+def split_table_gather(node: Node, graph: Graph, vd: VDevice) -> list[RKernel]:
+    """The Gather cut along a non-gathered axis of its table (one candidate), or ``[]`` when the
+    node is not a Gather of a table larger than :data:`SPLIT_TABLE_BYTES`."""
+    if node.op_type != "Gather" or len(node.inputs) < 2 or not node.outputs or not node.outputs[0]:
+        return []
+    data, indices, out = (shape_of(graph, n) for n in (node.inputs[0], node.inputs[1], node.outputs[0]))
+    if data is None or indices is None or out is None or 0 in out:
+        return []
+    size = itemsize(graph, node.inputs[0])
+    if math.prod(data) * size <= SPLIT_TABLE_BYTES:
+        return []
+    axis = normalize_axis(int(node.attr("axis", 0)), len(data))
+    cut = split_axis(data, axis)
+    if cut is None:
+        return []
+    # Output axes: data axes before ``axis``, then the index axes, then data axes after ``axis``.
+    out_cut = cut if cut < axis else cut - 1 + len(indices)
+    slab = math.prod(data) // data[cut] * size  # bytes of one index along the cut axis
+    width = max(1, min(data[cut], SPLIT_TABLE_BYTES // max(1, slab)))
+    count = math.ceil(data[cut] / width)
+    if count < 2:
+        return []
+    whole_indices = tuple((0, d) for d in indices)
+
+    def access(j: int) -> RTaskAccess:
+        lo, hi = j * width, min(data[cut], (j + 1) * width)
+        read: Box = tuple((lo, hi) if a == cut else (0, d) for a, d in enumerate(data))
+        write: Box = tuple((lo, hi) if a == out_cut else (0, d) for a, d in enumerate(out))
+        return RTaskAccess(((0, read), (1, whole_indices)), ((0, write),))
+
+    out_block = math.prod(out) // out[out_cut] * width
+    nbytes = 2.0 * out_block * itemsize(graph, node.outputs[0]) + math.prod(indices) * itemsize(graph, node.inputs[1])
+    return [make_kernel("gather.split_table", {"axis": cut, "width": width}, count, vd, 0.0, nbytes, access,
+                        node, graph, work_items=out_block)]
