@@ -196,6 +196,8 @@ def corpus_row(name: str, folder: str, runs: int, size: str = "ci", budget_s: in
         try:
             ipu = rammer.compile(model, backend="ipu")
         except RammerError as exc:
+            if isinstance(exc.__cause__, TimeoutError) or "TimeoutError" in str(exc):  # the budget, re-raised
+                raise TimeoutError from exc
             row["error"] = str(exc).splitlines()[0]
             return row
         row["ipu_compile_s"] = round(time.perf_counter() - t0, 1)

@@ -14,7 +14,7 @@ from rammer.vdevice import VDevice
 from .codegen import MODES, lower
 from .placement import is_static
 from .poptorch_path import build_poptorch_runner, poptorch_status
-from .rkernels import split_table_gather
+from .rkernels import ipu_rkernels
 from .runtime import IpuExecutable
 
 OPTIONS = frozenset({"policy", "mode", "vdevice", "engine", "export_json"})
@@ -48,9 +48,9 @@ class IpuBackend(Backend):
         return Availability(True, "" if ok else f"runs the simulated IPU ({why})")
 
     def rkernels(self, node: Node, graph: Graph, vdevice: VDevice) -> list[RKernel]:
-        # A Gather from a table larger than a chunk is cut along the table's width (rkernels.py):
-        # the generic kernel's whole-table read would be exchanged to every reader tile.
-        return split_table_gather(node, graph, vdevice) or super().rkernels(node, graph, vdevice)
+        # A Gather from a large table is cut along the table's width, a Dropout with a mask is tiled
+        # (rkernels.py): the generic kernels would need whole tensors on one tile.
+        return ipu_rkernels(node, graph, vdevice) or super().rkernels(node, graph, vdevice)
 
     def compile(self, graph: Graph, options: Mapping[str, Any]) -> IpuExecutable:
         check_options(self.name, options, OPTIONS)

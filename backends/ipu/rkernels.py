@@ -13,6 +13,11 @@ reads every row from the tile that owns it, with no exchange of the table.  Popl
 ``multiSlice`` plans embedding tables the same way (split along the embedding dimension, then
 along the rows when a column alone is too large).
 
+**Dropout with its mask output** (opset < 12 exports, Caffe2 models): the generic elementwise
+family tiles single-output ops only, so such a Dropout fell back to one rTask over the whole
+tensor, which a tile cannot hold for a 224 px image (``no rKernel can run it``).  Here it is tiled
+as the elementwise family tiles ``Dropout(x) -> y``, each rTask also writing the same box of the mask.
+
 Not covered: a table one of whose columns alone is larger than a tile's constant share (a
 vocabulary beyond about 80,000 rows of float32 on a GC200); the placement then refuses it with
 ``IpuPlacementError`` naming the table.
@@ -21,9 +26,10 @@ vocabulary beyond about 80,000 rows of float32 on a GC200); the placement then r
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from rammer.ir import Graph, Node
-from rammer.kernels_generic import itemsize, make_kernel, normalize_axis, shape_of
+from rammer.kernels_generic import ElementwiseFamily, itemsize, make_kernel, normalize_axis, shape_of
 from rammer.rtask import Box, RKernel, RTaskAccess
 from rammer.vdevice import VDevice
 
@@ -77,3 +83,30 @@ def split_table_gather(node: Node, graph: Graph, vd: VDevice) -> list[RKernel]:
     nbytes = 2.0 * out_block * itemsize(graph, node.outputs[0]) + math.prod(indices) * itemsize(graph, node.inputs[1])
     return [make_kernel("gather.split_table", {"axis": cut, "width": width}, count, vd, 0.0, nbytes, access,
                         node, graph, work_items=out_block)]
+
+
+def tiled_dropout_with_mask(node: Node, graph: Graph, vd: VDevice) -> list[RKernel]:
+    """Dropout with a mask output, tiled like the single-output elementwise ops (the same box of
+    the output and of the mask per rTask), or ``[]`` for any other node."""
+    if node.op_type != "Dropout" or len(node.outputs) < 2 or not node.outputs[1] or not node.outputs[0]:
+        return []
+    out, mask = shape_of(graph, node.outputs[0]), shape_of(graph, node.outputs[1])
+    if out is None or mask != out:
+        return []
+    single = replace(node, outputs=node.outputs[:1])
+    kernels = []
+    for k in ElementwiseFamily().candidates(single, graph, vd):
+        inner = k.access_fn
+
+        def access(r: int, inner=inner) -> RTaskAccess:
+            a = inner(r)
+            return RTaskAccess(a.reads, a.writes + tuple((1, box) for slot, box in a.writes if slot == 0))
+
+        kernels.append(replace(k, family="dropout.mask_tile", access_fn=access,
+                               output_shapes=(out, mask, *k.output_shapes[2:])))
+    return kernels
+
+
+def ipu_rkernels(node: Node, graph: Graph, vd: VDevice) -> list[RKernel]:
+    """The ipu backend's own candidates for ``node``; ``[]`` when the generic families serve it."""
+    return split_table_gather(node, graph, vd) or tiled_dropout_with_mask(node, graph, vd)

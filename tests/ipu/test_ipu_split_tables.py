@@ -168,3 +168,19 @@ def test_a_transformers_bert_with_a_1000_token_vocabulary_matches_reference(tmp_
     for k in want:
         err = float(np.max(np.abs(got[k].astype(np.float64) - want[k]) / np.maximum(1.0, np.abs(want[k]))))
         assert err <= 1e-4, f"output '{k}': relative error {err:.3g}"
+
+
+def test_a_dropout_with_its_mask_larger_than_a_tile_is_tiled() -> None:
+    """Old-opset Dropout (output and mask) over 784 KiB: one whole-tensor rTask cannot fit a tile."""
+    shape = [1, 64, 56, 56]
+    nodes = [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Dropout", ["r"], ["y", "mask"], ratio=0.5)]
+    graph = helper.make_graph(nodes, "drop", [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape),
+                               helper.make_tensor_value_info("mask", TensorProto.BOOL, shape)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 10)])
+    ipu = rammer.compile(model, backend="ipu")
+    kernel = ipu.executable.schedule.ops[1].kernel
+    assert kernel.family == "dropout.mask_tile" and kernel.num_rtasks > 1
+    feeds = {"x": np.random.default_rng(1).standard_normal(shape).astype(np.float32)}
+    got, want = ipu.run(feeds), rammer.compile(model, backend="reference").run(feeds)
+    assert all(np.array_equal(got[k], want[k]) for k in want)
