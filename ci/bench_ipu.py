@@ -18,7 +18,7 @@ The corpus table: each small zoo model, each torch export of tests/torch_models.
 sizes) compiled on ``ipu`` (GC200, wavefront, merged), run through the simulator and checked
 against ``reference`` (max relative error), its simulated latency (cost model, not a
 measurement) next to the ``cpu`` backend's measured latency (median of ``--runs`` runs after
-one warm-up, in this process) -- or the placement error.  ``--budget`` bounds each model's
+one warm-up, in this process; ``--cpu-veus`` sets its worker count) -- or the placement error.  ``--budget`` bounds each model's
 ipu compile + simulation and, separately, its cpu compile + timing (seconds); a model over it
 is listed as such.  ``--skip-run`` only places the models (no simulation, no cpu timing).
 """
@@ -185,7 +185,7 @@ def _max_rel_err(got: dict, want: dict) -> float:
 
 
 def corpus_row(name: str, folder: str, runs: int, size: str = "ci", budget_s: int = 0,
-               skip_run: bool = False) -> dict:
+               skip_run: bool = False, cpu_veus: int | None = None) -> dict:
     _backend()
     row: dict = {"model": name}
     signal.signal(signal.SIGALRM, _alarm)
@@ -221,7 +221,7 @@ def corpus_row(name: str, folder: str, runs: int, size: str = "ci", budget_s: in
         signal.alarm(0)
     try:
         signal.alarm(budget_s)
-        cpu = rammer.compile(model, backend="cpu")
+        cpu = rammer.compile(model, backend="cpu", **({"veus": cpu_veus} if cpu_veus else {}))
         cpu.run(feeds)
         times = []
         for _ in range(runs):
@@ -262,7 +262,7 @@ def main_corpus(args) -> int:
     rows = []
     with tempfile.TemporaryDirectory() as folder:
         for name in names:
-            row = corpus_row(name, folder, args.runs, args.size, args.budget, args.skip_run)
+            row = corpus_row(name, folder, args.runs, args.size, args.budget, args.skip_run, args.cpu_veus)
             rows.append(row)
             print(corpus_table([row]).splitlines()[-1], file=sys.stderr, flush=True)
             if args.json:  # after every model: a long run that is stopped keeps what it measured
@@ -282,6 +282,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--corpus", action="store_true", help="small zoo + torch exports: run and compare with cpu")
     ap.add_argument("--runs", type=int, default=5, help="timed cpu runs per model (--corpus)")
     ap.add_argument("--size", default="ci", choices=("ci", "full"), help="size of the corpus:NAME models (--corpus)")
+    ap.add_argument("--cpu-veus", type=int, help="--corpus: the cpu backend's worker count (its default: every core)")
     ap.add_argument("--skip-run", action="store_true", help="--corpus: place only (no simulation, no cpu timing)")
     args = ap.parse_args(argv)
     if args.corpus:
