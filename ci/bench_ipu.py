@@ -233,6 +233,10 @@ def corpus_row(name: str, folder: str, runs: int, size: str = "ci", budget_s: in
         row["cpu_us"] = sorted(times)[len(times) // 2] * 1e6
     except TimeoutError:
         row["cpu_note"] = f"cpu compile + runs over the {budget_s} s budget"
+    except RammerError as exc:
+        over = isinstance(exc.__cause__, TimeoutError) or "TimeoutError" in str(exc)
+        row["cpu_note"] = (f"cpu compile + runs over the {budget_s} s budget" if over
+                           else f"cpu: {str(exc).splitlines()[0][:120]}")
     except Exception as exc:  # noqa: BLE001
         row["cpu_note"] = f"cpu: {type(exc).__name__}: {str(exc).splitlines()[0][:120] if str(exc) else ''}"
     finally:
