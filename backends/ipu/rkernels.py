@@ -18,6 +18,10 @@ family tiles single-output ops only, so such a Dropout fell back to one rTask ov
 tensor, which a tile cannot hold for a 224 px image (``no rKernel can run it``).  Here it is tiled
 as the elementwise family tiles ``Dropout(x) -> y``, each rTask also writing the same box of the mask.
 
+**LRN** (Caffe2's Inception and AlexNet exports) has no generic tiled kernel either (it sums over a
+window of channels); here it is tiled over rows of its spatial axes, each rTask reading all the
+channels of its rows.
+
 Not covered: a table one of whose columns alone is larger than a tile's constant share (a
 vocabulary beyond about 80,000 rows of float32 on a GC200); the placement then refuses it with
 ``IpuPlacementError`` naming the table.
@@ -107,6 +111,35 @@ def tiled_dropout_with_mask(node: Node, graph: Graph, vd: VDevice) -> list[RKern
     return kernels
 
 
+def tiled_lrn(node: Node, graph: Graph, vd: VDevice) -> list[RKernel]:
+    """LRN over ``[N, C, spatial...]`` tiled over (N, rows of the first spatial axis), every channel of
+    its rows per rTask (the channel window needs them), or ``[]`` for any other node."""
+    if node.op_type != "LRN" or not node.outputs or not node.outputs[0]:
+        return []
+    shape = shape_of(graph, node.inputs[0])
+    if shape is None or len(shape) < 3 or 0 in shape:
+        return []
+    size = itemsize(graph, node.inputs[0])
+    row = math.prod(shape[1:]) // shape[2] * size  # one row of the first spatial axis, all channels
+    rows = max(1, min(shape[2], SPLIT_TABLE_BYTES // max(1, row)))
+    per_image = math.ceil(shape[2] / rows)
+    count = shape[0] * per_image
+    if count < 2:
+        return []
+
+    def access(j: int) -> RTaskAccess:
+        n, b = divmod(j, per_image)
+        box: Box = ((n, n + 1), (0, shape[1]), (b * rows, min(shape[2], (b + 1) * rows)),
+                    *((0, d) for d in shape[3:]))
+        return RTaskAccess(((0, box),), ((0, box),))
+
+    elements = math.prod(shape[1:]) // shape[2] * rows
+    window = int(node.attr("size", 1))
+    return [make_kernel("lrn.rows", {"rows": rows}, count, vd, float(elements * (window + 4)),
+                        2.0 * elements * size, access, node, graph, work_items=elements)]
+
+
 def ipu_rkernels(node: Node, graph: Graph, vd: VDevice) -> list[RKernel]:
     """The ipu backend's own candidates for ``node``; ``[]`` when the generic families serve it."""
-    return split_table_gather(node, graph, vd) or tiled_dropout_with_mask(node, graph, vd)
+    return (split_table_gather(node, graph, vd) or tiled_dropout_with_mask(node, graph, vd)
+            or tiled_lrn(node, graph, vd))

@@ -184,3 +184,19 @@ def test_a_dropout_with_its_mask_larger_than_a_tile_is_tiled() -> None:
     feeds = {"x": np.random.default_rng(1).standard_normal(shape).astype(np.float32)}
     got, want = ipu.run(feeds), rammer.compile(model, backend="reference").run(feeds)
     assert all(np.array_equal(got[k], want[k]) for k in want)
+
+
+def test_an_lrn_larger_than_a_tile_is_tiled_over_rows() -> None:
+    """LRN (Caffe2's Inception / AlexNet) over 784 KiB: one whole-tensor rTask cannot fit a tile."""
+    shape = [1, 64, 56, 56]
+    nodes = [helper.make_node("Relu", ["x"], ["r"]),
+             helper.make_node("LRN", ["r"], ["y"], size=5, alpha=1e-4, beta=0.75, bias=1.0)]
+    graph = helper.make_graph(nodes, "lrn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    ipu = rammer.compile(model, backend="ipu")
+    kernel = ipu.executable.schedule.ops[1].kernel
+    assert kernel.family == "lrn.rows" and kernel.num_rtasks > 1
+    feeds = {"x": np.random.default_rng(2).standard_normal(shape).astype(np.float32)}
+    np.testing.assert_allclose(ipu.run(feeds)["y"], rammer.compile(model, backend="reference").run(feeds)["y"],
+                               rtol=1e-5, atol=1e-6)
