@@ -18,6 +18,9 @@ family tiles single-output ops only, so such a Dropout fell back to one rTask ov
 tensor, which a tile cannot hold for a 224 px image (``no rKernel can run it``).  Here it is tiled
 as the elementwise family tiles ``Dropout(x) -> y``, each rTask also writing the same box of the mask.
 
+**ConstantOfShape** (Caffe2's VGG / ZFNet / AlexNet exports fill large tensors with it) gets the
+generic copy family's output tiling, each rTask reading the (small) shape input whole.
+
 **LRN** (Caffe2's Inception and AlexNet exports) has no generic tiled kernel either (it sums over a
 window of channels); here it is tiled over rows of its spatial axes, each rTask reading all the
 channels of its rows.
@@ -33,7 +36,7 @@ import math
 from dataclasses import replace
 
 from rammer.ir import Graph, Node
-from rammer.kernels_generic import ElementwiseFamily, itemsize, make_kernel, normalize_axis, shape_of
+from rammer.kernels_generic import CopyFamily, ElementwiseFamily, itemsize, make_kernel, normalize_axis, shape_of
 from rammer.rtask import Box, RKernel, RTaskAccess
 from rammer.vdevice import VDevice
 
@@ -139,7 +142,14 @@ def tiled_lrn(node: Node, graph: Graph, vd: VDevice) -> list[RKernel]:
                         2.0 * elements * size, access, node, graph, work_items=elements)]
 
 
+def tiled_constant_of_shape(node: Node, graph: Graph, vd: VDevice) -> list[RKernel]:
+    """ConstantOfShape with its output tiled (each rTask reads the shape vector whole), or ``[]``."""
+    if node.op_type != "ConstantOfShape" or not node.outputs or not node.outputs[0]:
+        return []
+    return [replace(k, family="constant_of_shape.tile") for k in CopyFamily().candidates(node, graph, vd)]
+
+
 def ipu_rkernels(node: Node, graph: Graph, vd: VDevice) -> list[RKernel]:
     """The ipu backend's own candidates for ``node``; ``[]`` when the generic families serve it."""
     return (split_table_gather(node, graph, vd) or tiled_dropout_with_mask(node, graph, vd)
-            or tiled_lrn(node, graph, vd))
+            or tiled_lrn(node, graph, vd) or tiled_constant_of_shape(node, graph, vd))

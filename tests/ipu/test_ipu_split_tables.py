@@ -200,3 +200,4 @@ def test_an_lrn_larger_than_a_tile_is_tiled_over_rows() -> None:
     feeds = {"x": np.random.default_rng(2).standard_normal(shape).astype(np.float32)}
     np.testing.assert_allclose(ipu.run(feeds)["y"], rammer.compile(model, backend="reference").run(feeds)["y"],
                                rtol=1e-5, atol=1e-6)
+
