@@ -9,13 +9,18 @@ backend's cost model (see docs/ipu.md), not from an IPU: latency, supersteps,
 exchange bytes, tile and vEU utilisation, peak tile SRAM; or the does-not-fit
 error.  Lowering only (no numpy execution), so full-size models are practical.
 
-    python ci/bench_ipu.py --corpus [--models nasnet-small,torch:bert] [--json out.json]
+    python ci/bench_ipu.py --corpus [--models nasnet-small,torch:bert,corpus:bert,real:squeezenet]
+                           [--size ci] [--budget 600] [--json out.json]
 
-The corpus table: each small zoo model and each torch export of tests/torch_models.py
-(TorchScript exporter) compiled on ``ipu`` (GC200, wavefront, merged), run through the
-simulator and checked against ``reference`` (max relative error), its simulated latency
-(cost model, not a measurement) next to the ``cpu`` backend's measured latency (median of
-``--runs`` runs after one warm-up, in this process) -- or the placement error.
+The corpus table: each small zoo model, each torch export of tests/torch_models.py
+(TorchScript exporter), each model of the 52-model corpus (``corpus:NAME``, ci/corpus, at
+``--size``: ``ci`` by default) and each model of ci/real_models.py (``real:NAME``, published
+sizes) compiled on ``ipu`` (GC200, wavefront, merged), run through the simulator and checked
+against ``reference`` (max relative error), its simulated latency (cost model, not a
+measurement) next to the ``cpu`` backend's measured latency (median of ``--runs`` runs after
+one warm-up, in this process; ``--cpu-veus`` sets its worker count) -- or the placement error.  ``--budget`` bounds each model's
+ipu compile + simulation and, separately, its cpu compile + timing (seconds); a model over it
+is listed as such.  ``--skip-run`` only places the models (no simulation, no cpu timing).
 """
 
 from __future__ import annotations
@@ -95,6 +100,12 @@ def table(rows: list[dict]) -> str:
     return "\n".join(out)
 
 
+def _ci_folder_on_path() -> None:
+    here = str(__import__("pathlib").Path(__file__).resolve().parent)
+    if here not in sys.path:
+        sys.path.insert(0, here)
+
+
 def _corpus_names() -> list[str]:
     names = [e.name for e in zoo.list_models() if e.name.endswith("-small")]
     try:
@@ -104,13 +115,42 @@ def _corpus_names() -> list[str]:
         names += [f"torch:{n}" for n in torch_models.CASES]
     except ImportError:  # torch absent: the zoo only
         pass
+    _ci_folder_on_path()
+    try:
+        import corpus
+
+        names += [f"corpus:{n}" for n in corpus.ENTRIES]
+    except ImportError:
+        pass
+    import real_models
+
+    names += [f"real:{m.name}" for m in real_models.MODELS]
     return names
 
 
-def _corpus_model(name: str, folder: str):
+def _corpus_model(name: str, folder: str, size: str = "ci"):
     """(model or path, feeds) of one corpus entry."""
     import numpy as np
 
+    if name.startswith("corpus:"):
+        _ci_folder_on_path()
+        import corpus
+
+        built = corpus.build(corpus.ENTRIES[name[7:]], size)
+        path = f"{folder}/{name[7:]}.onnx"
+        with open(path, "wb") as f:
+            f.write(built.onnx)
+        return path, dict(built.feeds)
+    if name.startswith("real:"):
+        _ci_folder_on_path()
+        import real_models
+
+        entry = next(m for m in real_models.MODELS if m.name == name[5:])
+        data = real_models.model_bytes(entry)
+        path = f"{folder}/{entry.name}.onnx"
+        with open(path, "wb") as f:
+            f.write(data)
+        return path, real_models.feeds_for(entry, data)
     if name.startswith("torch:"):
         import warnings
 
@@ -127,35 +167,80 @@ def _corpus_model(name: str, folder: str):
     return model, {t.name: rng.standard_normal(t.shape).astype(np.dtype(t.dtype)) for t in graph.inputs}
 
 
-def corpus_row(name: str, folder: str, runs: int) -> dict:
+def _max_rel_err(got: dict, want: dict) -> float:
+    """max |got - want| / max(1, |want|) over the outputs (tests/test_torch_exports.py's measure)."""
     import numpy as np
 
+    errs = [0.0]
+    for k in want:
+        a, b = np.asarray(got[k]), np.asarray(want[k])
+        if a.dtype == bool or b.dtype == bool or not np.issubdtype(b.dtype, np.number):
+            errs.append(0.0 if np.array_equal(a, b) else float("inf"))
+            continue
+        a64, b64 = a.astype(np.float64), b.astype(np.float64)
+        both_nan = np.isnan(a64) & np.isnan(b64)
+        diff = np.where(both_nan, 0.0, np.abs(a64 - b64) / np.maximum(1.0, np.abs(b64)))
+        errs.append(float(np.max(np.nan_to_num(diff, nan=np.inf), initial=0.0)))
+    return max(errs)
+
+
+def corpus_row(name: str, folder: str, runs: int, size: str = "ci", budget_s: int = 0,
+               skip_run: bool = False, cpu_veus: int | None = None) -> dict:
     _backend()
     row: dict = {"model": name}
-    model, feeds = _corpus_model(name, folder)
-    t0 = time.perf_counter()
+    signal.signal(signal.SIGALRM, _alarm)
     try:
-        ipu = rammer.compile(model, backend="ipu")
-    except RammerError as exc:
-        row["error"] = str(exc).splitlines()[0]
-        return row
-    row["ipu_compile_s"] = round(time.perf_counter() - t0, 1)
-    t0 = time.perf_counter()
-    got = ipu.run(feeds)
-    row["simulate_s"] = round(time.perf_counter() - t0, 1)
-    want = rammer.compile(model, backend="reference").run(feeds)
-    row["max_rel_err"] = max(float(np.max(np.abs(got[k].astype(np.float64) - want[k])
-                                          / (np.abs(want[k]) + 1e-6), initial=0.0)) for k in want)
-    report = ipu.executable.report()
-    row.update({k: report[k] for k in ("latency_us", "supersteps", "tile_peak_bytes")})
-    cpu = rammer.compile(model, backend="cpu")
-    cpu.run(feeds)
-    times = []
-    for _ in range(runs):
+        signal.alarm(budget_s)
+        model, feeds = _corpus_model(name, folder, size)
+        # The inputs' sizes: the traditional-ML exports leave their row count dynamic.
+        shapes = {"input_shapes": {k: tuple(v.shape) for k, v in feeds.items()}}
         t0 = time.perf_counter()
+        try:
+            ipu = rammer.compile(model, backend="ipu", **shapes)
+        except RammerError as exc:
+            if isinstance(exc.__cause__, TimeoutError) or "TimeoutError" in str(exc):  # the budget, re-raised
+                raise TimeoutError from exc
+            row["error"] = str(exc).splitlines()[0]
+            return row
+        row["ipu_compile_s"] = round(time.perf_counter() - t0, 1)
+        report = ipu.executable.report()
+        row.update({k: report[k] for k in ("latency_us", "supersteps", "tile_peak_bytes")})
+        if skip_run:
+            return row
+        t0 = time.perf_counter()
+        got = ipu.run(feeds)
+        row["simulate_s"] = round(time.perf_counter() - t0, 1)
+        want = rammer.compile(model, backend="reference", **shapes).run(feeds)
+        row["max_rel_err"] = _max_rel_err(got, want)
+        del ipu, got, want
+    except TimeoutError:
+        row["over_budget"] = f"ipu compile + simulation over the {budget_s} s budget"
+        return row
+    except Exception as exc:  # noqa: BLE001 - a model's failure is a row of the table, not the end of the run
+        row["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        return row
+    finally:
+        signal.alarm(0)
+    try:
+        signal.alarm(budget_s)
+        cpu = rammer.compile(model, backend="cpu", **shapes, **({"veus": cpu_veus} if cpu_veus else {}))
         cpu.run(feeds)
-        times.append(time.perf_counter() - t0)
-    row["cpu_us"] = sorted(times)[len(times) // 2] * 1e6
+        times = []
+        for _ in range(runs):
+            t0 = time.perf_counter()
+            cpu.run(feeds)
+            times.append(time.perf_counter() - t0)
+        row["cpu_us"] = sorted(times)[len(times) // 2] * 1e6
+    except TimeoutError:
+        row["cpu_note"] = f"cpu compile + runs over the {budget_s} s budget"
+    except RammerError as exc:
+        over = isinstance(exc.__cause__, TimeoutError) or "TimeoutError" in str(exc)
+        row["cpu_note"] = (f"cpu compile + runs over the {budget_s} s budget" if over
+                           else f"cpu: {str(exc).splitlines()[0][:120]}")
+    except Exception as exc:  # noqa: BLE001
+        row["cpu_note"] = f"cpu: {type(exc).__name__}: {str(exc).splitlines()[0][:120] if str(exc) else ''}"
+    finally:
+        signal.alarm(0)
     return row
 
 
@@ -165,9 +250,14 @@ def corpus_table(rows: list[dict]) -> str:
     for r in rows:
         if "error" in r:
             out.append(f"| {r['model']} | refused: {r['error'][:200]} | - | - | - | - |")
+        elif "latency_us" not in r:
+            out.append(f"| {r['model']} | {r.get('over_budget', '?')} | - | - | - | - |")
         else:
-            out.append(f"| {r['model']} | {r['latency_us']:.1f} (simulated) | {r['cpu_us']:.0f} | {r['supersteps']} "
-                       f"| {r['tile_peak_bytes'] / 1024:.0f} | {r['max_rel_err']:.1e} |")
+            cpu = f"{r['cpu_us']:.0f}" if "cpu_us" in r else r.get("cpu_note", "-")
+            err = (f"{r['max_rel_err']:.1e}" if "max_rel_err" in r
+                   else r.get("over_budget", "placed only (not simulated)"))
+            out.append(f"| {r['model']} | {r['latency_us']:.1f} (simulated) | {cpu} | {r['supersteps']} "
+                       f"| {r['tile_peak_bytes'] / 1024:.0f} | {err} |")
     return "\n".join(out)
 
 
@@ -178,13 +268,13 @@ def main_corpus(args) -> int:
     rows = []
     with tempfile.TemporaryDirectory() as folder:
         for name in names:
-            row = corpus_row(name, folder, args.runs)
+            row = corpus_row(name, folder, args.runs, args.size, args.budget, args.skip_run, args.cpu_veus)
             rows.append(row)
             print(corpus_table([row]).splitlines()[-1], file=sys.stderr, flush=True)
+            if args.json:  # after every model: a long run that is stopped keeps what it measured
+                with open(args.json, "w", encoding="utf-8") as f:
+                    json.dump(rows, f, indent=1)
     print(corpus_table(rows))
-    if args.json:
-        with open(args.json, "w", encoding="utf-8") as f:
-            json.dump(rows, f, indent=1)
     return 0
 
 
@@ -197,6 +287,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json")
     ap.add_argument("--corpus", action="store_true", help="small zoo + torch exports: run and compare with cpu")
     ap.add_argument("--runs", type=int, default=5, help="timed cpu runs per model (--corpus)")
+    ap.add_argument("--size", default="ci", choices=("ci", "full"), help="size of the corpus:NAME models (--corpus)")
+    ap.add_argument("--cpu-veus", type=int, help="--corpus: the cpu backend's worker count (its default: every core)")
+    ap.add_argument("--skip-run", action="store_true", help="--corpus: place only (no simulation, no cpu timing)")
     args = ap.parse_args(argv)
     if args.corpus:
         if args.models == ",".join(full):

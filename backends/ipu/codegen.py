@@ -31,7 +31,7 @@ from rammer.schedule import Schedule
 
 from .bsp import BSPOrderError, BSPProgram, ExchangeGroup, IpuPlacementError, TensorSlice, TileTask
 from .kernels import CODE_BYTES_PER_KERNEL, VERTEX_BYTES, IpuCostModel
-from .placement import box_volume, boxes_array, chunk_boxes, is_static, peak_per_tile
+from .placement import box_volume, boxes_array, chunk_box, chunk_boxes, is_static, peak_per_tile, reader_partition
 
 MODES = ("merged", "compute-set")
 #: Read-box x slice x axis elements compared per numpy step: bounds the lowering's temporary
@@ -96,14 +96,24 @@ def lower(schedule: Schedule, graph: Graph, mode: str = "merged") -> BSPProgram:
         info = graph.value_info[name]
         size = _itemsize(graph, name)
         new = []
-        rb = boxes_array([b for _, b in readers_], len(info.shape))
-        for box in chunk_boxes(info.shape, size):
+        pieces = reader_partition(info.shape, [b for _, b in readers_])
+        if pieces is not None:  # the readers tile it: each piece on its reader's tile
+            tile_of_box = {}
+            for tile, b in readers_:
+                tile_of_box.setdefault(tuple((int(lo), int(hi)) for lo, hi in b), tile)
+            chunks = [(c, tile_of_box[p]) for p in pieces for c in chunk_box(p, size)]
+        else:
+            rb = boxes_array([b for _, b in readers_], len(info.shape))
+            chunks = []
+            for box in chunk_boxes(info.shape, size):
+                owner = -1
+                if len(rb):
+                    hit = np.flatnonzero(boxes_overlap(boxes_array([box], len(info.shape)), rb)[0]) if box else [0]
+                    if len(hit):
+                        owner = readers_[int(hit[0])][0]
+                chunks.append((box, owner))
+        for box, owner in chunks:
             nbytes = box_volume(box) * size
-            owner = -1
-            if len(rb):
-                hit = np.flatnonzero(boxes_overlap(boxes_array([box], len(info.shape)), rb)[0]) if box else [0]
-                if len(hit):
-                    owner = readers_[int(hit[0])][0]
             if owner < 0 or const_load[owner] + nbytes > sram // 2:
                 owner = int(np.argmin(const_load))
             const_load[owner] += nbytes

@@ -6,12 +6,15 @@ from typing import Any, Mapping
 
 from rammer.backend import Availability, Backend, Capabilities, check_options
 from rammer.errors import RammerError, UnsupportedOpError
-from rammer.ir import Graph, outer_names
+from rammer.ir import Graph, Node, outer_names
+from rammer.rtask import RKernel
 from rammer.schedule import build_problem, get_policy, verify
+from rammer.vdevice import VDevice
 
 from .codegen import MODES, lower
 from .placement import is_static
 from .poptorch_path import build_poptorch_runner, poptorch_status
+from .rkernels import ipu_rkernels
 from .runtime import IpuExecutable
 
 OPTIONS = frozenset({"policy", "mode", "vdevice", "engine", "export_json"})
@@ -43,6 +46,11 @@ class IpuBackend(Backend):
         # Always runnable: on the simulator when poptorch is absent, which the note says.
         ok, why = poptorch_status()
         return Availability(True, "" if ok else f"runs the simulated IPU ({why})")
+
+    def rkernels(self, node: Node, graph: Graph, vdevice: VDevice) -> list[RKernel]:
+        # A Gather from a large table is cut along the table's width, a Dropout with a mask is tiled
+        # (rkernels.py): the generic kernels would need whole tensors on one tile.
+        return ipu_rkernels(node, graph, vdevice) or super().rkernels(node, graph, vdevice)
 
     def compile(self, graph: Graph, options: Mapping[str, Any]) -> IpuExecutable:
         check_options(self.name, options, OPTIONS)

@@ -1,5 +1,11 @@
 """Where tensor slices live: constants and graph inputs cut into chunks and placed
-on tiles, and each tile's SRAM high-water mark over the supersteps."""
+on tiles, and each tile's SRAM high-water mark over the supersteps.
+
+A constant or graph input whose first consumer's rTasks read disjoint boxes that cover it (a
+table cut along its width by a split Gather, a weight cut by the output columns of a MatMul)
+is partitioned along those boxes (:func:`reader_partition`): each piece, cut into chunks, lives
+on the tile of the rTask that reads it, so the reads need no exchange.  Otherwise it is cut
+along its first axis (:func:`chunk_boxes`)."""
 
 from __future__ import annotations
 
@@ -8,7 +14,7 @@ from typing import Sequence
 
 import numpy as np
 
-from rammer.rtask import Box
+from rammer.rtask import Box, boxes_overlap
 
 #: Constants and graph inputs are cut along their first axis into slices of at most this size.
 CHUNK_BYTES = 16 * 1024
@@ -45,6 +51,34 @@ def chunk_boxes(shape: Sequence[int], itemsize: int, chunk_bytes: int = CHUNK_BY
         for lo in range(0, shape[axis], per):
             boxes.append(head + ((lo, min(shape[axis], lo + per)),) + rest)
     return boxes
+
+
+def chunk_box(box: Box, itemsize: int, chunk_bytes: int = CHUNK_BYTES) -> list[Box]:
+    """``box`` (a region of a tensor) cut as :func:`chunk_boxes` cuts a whole tensor."""
+    extent = tuple(hi - lo for lo, hi in box)
+    return [tuple((lo + a, lo + b) for (lo, _), (a, b) in zip(box, part))
+            for part in chunk_boxes(extent, itemsize, chunk_bytes)]
+
+
+#: Read boxes compared pairwise at most (their count squared bounds the overlap matrix).
+_MAX_PARTITION_BOXES = 4096
+
+
+def reader_partition(shape: Sequence[int], read_boxes: Sequence[Box]) -> list[Box] | None:
+    """The distinct ``read_boxes`` when they are pairwise disjoint and cover ``shape`` exactly
+    (the readers tile the tensor), else None."""
+    shape = tuple(int(d) for d in shape)
+    distinct = list(dict.fromkeys(tuple((int(lo), int(hi)) for lo, hi in b) for b in read_boxes))
+    if len(distinct) < 2 or len(distinct) > _MAX_PARTITION_BOXES or not shape:
+        return None
+    arr = boxes_array(distinct, len(shape))
+    if (arr[..., 0] < 0).any() or (arr[..., 1] > np.asarray(shape)).any() or (arr[..., 1] <= arr[..., 0]).any():
+        return None
+    if int(np.prod(arr[..., 1] - arr[..., 0], axis=1).sum()) != math.prod(shape):
+        return None
+    overlap = boxes_overlap(arr, arr)
+    np.fill_diagonal(overlap, False)
+    return None if overlap.any() else distinct
 
 
 def box_volume(box: Box) -> int:
