@@ -34,6 +34,7 @@ import numpy as np
 
 from rammer.codegen import kernel_ir as ir
 from rammer.codegen.kernel_ir import BinOp, Special, c, v
+from rammer.schedule.walk import rtask_placement
 
 __all__ = ["Call", "Signal", "Wait", "Task", "Step", "ProgramError", "device_function", "from_waves",
            "from_schedule", "check_races", "split_waves", "check_wave_races", "signals_per_block"]
@@ -199,11 +200,7 @@ def from_schedule(schedule, calls: dict[int, Call]) -> list[list[Step]]:
     other block it waits on (for the last waited rTask there), and each rTask some barrier waits
     for is followed by a :class:`Signal` on its block."""
     n = schedule.num_rtasks
-    where: dict[int, tuple[int, int]] = {}
-    for veu, prog in enumerate(schedule.programs):
-        for pos, e in enumerate(prog):
-            if e < n:
-                where[e] = (veu, pos)
+    where = rtask_placement(schedule)
     waited = {r for waits in schedule.barrier_waits for r in waits}
     signal_no: dict[int, int] = {}
     for veu, prog in enumerate(schedule.programs):

@@ -12,30 +12,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from rammer.errors import CompileError
-from rammer.memory import plan_arena
+from rammer.memory import ArenaBuffer, ArenaOp, plan_arena
 
 from .quantize import QLayer, QModel
 
 ALIGN = 4
-
-
-@dataclass
-class _Buf:
-    id: int
-    kind: str
-    size: int
-    byte_offset: int = -1
-
-    @property
-    def nbytes(self) -> int:
-        return self.size
-
-
-@dataclass
-class _Op:
-    reads: tuple[int, ...]
-    writes: tuple[int, ...]
-    host: bool = False
 
 
 @dataclass
@@ -100,12 +81,9 @@ def plan_memory(model: QModel, scratch_bytes: int = 0, ram_budget: int | None = 
     order = min((original, greedy), key=lambda o: _peak_order(model, o)[0])
     layers = [model.layers[i] for i in order]
     arena_tensors = sorted({l.output for l in layers if l.output != model.output})
-    bufs = {t: _Buf(t, "temp", model.tensors[t].nbytes) for t in arena_tensors}
     index = {t: k for k, t in enumerate(arena_tensors)}
-    buffers = [bufs[t] for t in arena_tensors]
-    for k, b in enumerate(buffers):
-        b.id = k
-    ops = [_Op(tuple(index[t] for t in l.inputs if t in index), tuple(index[t] for t in (l.output,) if t in index))
+    buffers = [ArenaBuffer(k, "temp", model.tensors[t].nbytes) for k, t in enumerate(arena_tensors)]
+    ops = [ArenaOp(tuple(index[t] for t in l.inputs if t in index), tuple(index[t] for t in (l.output,) if t in index))
            for l in layers]
     plan = plan_arena(buffers, ops, keep=(), alignment=ALIGN, main_space="sram")
     offsets = {t: buffers[index[t]].byte_offset for t in arena_tensors}

@@ -70,6 +70,28 @@ class MemoryOp(Protocol):
 
 
 @dataclass
+class ArenaBuffer:
+    """A :class:`PlannedBuffer` for a backend whose own records are not buffers (tensors of a
+    graph, an mcu model's activations): the planner is called on these directly."""
+
+    id: int
+    kind: str
+    nbytes: int
+    byte_offset: int = -1
+    #: The tensor it holds, for the backend's own bookkeeping.
+    name: str = ""
+
+
+@dataclass(frozen=True)
+class ArenaOp:
+    """A :class:`MemoryOp` made of its buffer ids, for a backend whose operators are not op records."""
+
+    reads: tuple[int, ...]
+    writes: tuple[int, ...]
+    host: bool = False
+
+
+@dataclass
 class SpacePlan:
     """One memory space's layout: constants, then the dynamic region."""
 
