@@ -119,7 +119,7 @@ def schedule_operators(ops: Sequence[Op], candidates: Candidates[Op], vdevice: V
         rops.append(ROperator(k, node, kernels))
         names.append(node.name)
     problem = problem_from_rops(name, rops, names, operator_predecessors(ops), vdevice)
-    schedule = get_policy(policy).schedule(problem)
+    schedule: Schedule = get_policy(policy).schedule(problem)
     if check:
         verify(schedule)
     return schedule

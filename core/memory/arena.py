@@ -64,9 +64,14 @@ class MemoryOp(Protocol):
     """What the planner needs of an op: the buffers it reads and writes (by id), and whether it
     is a host op (run between compiled segments: everything before it is done)."""
 
-    reads: Sequence[int]
-    writes: Sequence[int]
-    host: bool
+    @property
+    def reads(self) -> Sequence[int]: ...
+
+    @property
+    def writes(self) -> Sequence[int]: ...
+
+    @property
+    def host(self) -> bool: ...
 
 
 @dataclass
