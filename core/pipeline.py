@@ -36,8 +36,9 @@ from typing import Any, Callable, Generic, Mapping, Protocol, Sequence, TypeVar,
 from .backend import Backend, Executable, check_options
 from .ir import Graph, Node
 from .lower.operator import split_at_host
+from .plugin_host import plugin_manager
 from .memory import Alias, ArenaPlan, PlannedBuffer, plan_arena
-from .rtask import RKernel, ROperator
+from .rtask import RKernel, RKernelFamily, ROperator
 from .schedule.ordering import schedule_order
 from .schedule.policies import get_policy
 from .schedule.problem import problem_from_rops
@@ -79,6 +80,35 @@ Candidates = Callable[[Op, VDevice], Sequence[RKernel]]
 
 #: A program's groups in run order: a segment (a list of compiled ops) or one host op.
 Group = Union[list[Op], Op]
+
+
+def plugin_rkernel_families(backend_name: str) -> list[RKernelFamily]:
+    """The rKernel families plugins register for ``backend_name`` (``rammer_register_rkernels``),
+    without the generic ones: what a backend with rKernels of its own adds to its candidates."""
+    found: list[RKernelFamily] = []
+    plugin_manager().hook.rammer_register_rkernels(backend=backend_name, register=found.append)
+    return found
+
+
+def with_plugin_kernels(own: Candidates[Op], families: Sequence[RKernelFamily], graph: Graph,
+                        runnable: Callable[[Op, RKernel, VDevice], bool]) -> Candidates[Op]:
+    """``own`` candidates plus what ``families`` offer for an op that covers exactly one node of
+    ``graph`` (``op.nodes``), kept where ``runnable(op, kernel, vdevice)`` says the backend can run that kernel
+    (e.g. it has a tiling with that many rTasks)."""
+    if not families:
+        return own
+
+    def candidates(op: Op, vdevice: VDevice) -> Sequence[RKernel]:
+        found = list(own(op, vdevice))
+        nodes: Sequence[Node] = getattr(op, "nodes", ())
+        if op.host or len(nodes) != 1:
+            return found
+        node = nodes[0]
+        for family in families:
+            if family.op_types is None or node.op_type in family.op_types:
+                found += [k for k in family.candidates(node, graph, vdevice) if runnable(op, k, vdevice)]
+        return found
+    return candidates
 
 
 def operator_predecessors(ops: Sequence[PipelineOp]) -> list[tuple[int, ...]]:

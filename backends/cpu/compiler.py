@@ -27,7 +27,7 @@ from .compiled import CompiledSegment, HostStep, Program, view_placement
 from .lowering import Lowered, Lowerer
 from .ops import CostModel, CpuOp
 from .planner import ALIGN, cpu_aliases
-from .scheduling import available_cores, cpu_vdevice, default_veus, op_candidates
+from .scheduling import available_cores, cpu_vdevice, default_veus, cpu_candidates
 
 
 @dataclass
@@ -57,7 +57,7 @@ def compile_program(graph: Graph, num_veus: int | None = None, policy: str = "wa
     progress.stage("scheduling")
     vdevice = cpu_vdevice(n, cost)
     seg_ops = [g for g in groups if isinstance(g, list)]
-    schedules = schedule_segments(groups, op_candidates, vdevice, policy, graph.name)
+    schedules = schedule_segments(groups, cpu_candidates("cpu", graph), vdevice, policy, graph.name)
     t_sched = time.perf_counter()
 
     keep = {lowered.views[t.name].buffer for t in graph.outputs if t.name in lowered.views}

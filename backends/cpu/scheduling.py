@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import os
 from dataclasses import replace
-from typing import Any
+from typing import Any, Callable, Sequence
 
+from rammer.ir import Graph
+from rammer.pipeline import plugin_rkernel_families, with_plugin_kernels
 from rammer.rtask import RKernel, RTaskResources
 from rammer.schedule import Schedule
 from rammer.vdevice import VDevice
@@ -51,6 +53,18 @@ def op_candidates(op: CpuOp, vdevice: VDevice) -> list[RKernel]:
                     duration_us=op.task_us(n, vdevice), resources=RTaskResources(1, op.scratch * 4),
                     flops=op.flops / n, bytes=op.nbytes / n)
             for n in op.tilings(vdevice.num_veus)]
+
+
+def cpu_candidates(backend_name: str, graph: Graph) -> Callable[[CpuOp, VDevice], Sequence[RKernel]]:
+    """:func:`op_candidates` plus the rKernels plugins register for the cpu (``rammer_register_rkernels``)
+    for an op of one node of ``graph``, where the op has a tiling into that many rTasks: the cpu runs
+    that tiling, and the plugin's figures cost it (a profiled duration, say)."""
+    families = plugin_rkernel_families(backend_name)
+
+    def runnable(op: CpuOp, kernel: RKernel, vdevice: VDevice) -> bool:
+        return kernel.num_rtasks in op.tilings(vdevice.num_veus)  # the tilings codegen picks from
+
+    return with_plugin_kernels(op_candidates, families, graph, runnable)
 
 
 def describe(schedule: Schedule) -> dict[str, Any]:
