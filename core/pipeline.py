@@ -12,6 +12,7 @@ the core does everything in between.
           ──schedule_order────────▶ walk + "done before" per op (vector clocks)
           ──plan_arena────────────▶ ArenaPlan          buffers placed, reusing memory the schedule frees
           ──row_waits─────────────▶ per-vEU programs   rows, barriers as "wait until vEU u ran n rows"
+          ──check_row_races───────▶ race-free          every shared byte ordered (rammer.schedule.programs)
           ──backend.emit()────────▶ the backend's program
           ──backend.executable()──▶ Executable
 
@@ -42,6 +43,7 @@ from .rtask import RKernel, RKernelFamily, ROperator
 from .schedule.ordering import schedule_order
 from .schedule.policies import get_policy
 from .schedule.problem import problem_from_rops
+from .schedule.programs import Call, Signal, Step, Wait, check_races
 from .schedule.rows import RowWait, row_waits
 from .schedule.schedule import Schedule
 from .schedule.verify import verify
@@ -49,7 +51,8 @@ from .errors import ScheduleError
 from .vdevice import VDevice
 
 __all__ = ["PipelineOp", "LoweredProgram", "ScheduledProgram", "PipelineBackend", "operator_predecessors",
-           "schedule_operators", "schedule_segments", "order_and_plan", "compile_graph", "PIPELINE_OPTIONS"]
+           "schedule_operators", "schedule_segments", "order_and_plan", "compile_graph", "PIPELINE_OPTIONS",
+           "row_program_steps", "check_row_races", "plugin_rkernel_families", "with_plugin_kernels"]
 
 
 class PipelineOp(Protocol):
@@ -188,6 +191,39 @@ def order_and_plan(groups: Sequence[Group[Op]], schedules: Sequence[Schedule], b
     return Ordered(walk, done_before, arena)
 
 
+def row_program_steps(ops: Sequence[PipelineOp], schedule: Schedule, rows: Sequence[Sequence[tuple[RowWait, ...]]],
+                      buffers: Sequence[PlannedBuffer]) -> list[list[Step]]:
+    """The row programs of one segment (:func:`rammer.schedule.rows.row_waits`) in the core's program form
+    (:mod:`rammer.schedule.programs`): every row, an rTask's or a wait's, is followed by a signal (a row
+    counter bumped), a wait row waits for that many signals, and each rTask's call reads and writes the
+    byte ranges of its op's placed buffers."""
+    ranges = [(tuple((buffers[b].byte_offset, buffers[b].nbytes) for b in op.reads),
+               tuple((buffers[b].byte_offset, buffers[b].nbytes) for b in op.writes)) for op in ops]
+    programs: list[list[Step]] = []
+    for prog, waits in zip(schedule.programs, rows):
+        steps: list[Step] = []
+        for entry, entry_waits in zip(prog, waits):
+            if entry < schedule.num_rtasks:
+                i = int(schedule.rtask_op[entry])
+                steps += [Call(ops[i].name, entry - schedule.ops[i].first_rtask, (), ranges[i][0], ranges[i][1], op=i),
+                          Signal()]
+            for w in entry_waits:
+                steps += [Wait(w.veu, w.rows), Signal()]
+        programs.append(steps)
+    return programs
+
+
+def check_row_races(groups: Sequence[Group[Op]], schedules: Sequence[Schedule],
+                    rows: Sequence[Sequence[Sequence[tuple[RowWait, ...]]]], buffers: Sequence[PlannedBuffer]) -> None:
+    """Raise :class:`rammer.schedule.programs.ProgramError` unless, in every segment, the row programs
+    order every two rTasks of different ops on different vEUs that touch the same placed bytes (one
+    writing): the schedule's barriers and the arena's reuse agree (:func:`check_races`).  Segments are
+    separate launches, so nothing is checked across them."""
+    segments = [g for g in groups if isinstance(g, list)]
+    for ops, schedule, segment_rows in zip(segments, schedules, rows):
+        check_races(row_program_steps(ops, schedule, segment_rows, buffers))
+
+
 @dataclass
 class LoweredProgram(Generic[Op]):
     """What :meth:`PipelineBackend.lower` returns."""
@@ -245,6 +281,7 @@ def compile_graph(backend: PipelineBackend, graph: Graph, options: Mapping[str, 
     ordered: Ordered[Any] = order_and_plan(groups, schedules, lowered.buffers, lowered.keep,
                                            alignment=lowered.alignment)
     rows = [row_waits(s) for s in schedules]
+    check_row_races(groups, schedules, rows, lowered.buffers)
     program = ScheduledProgram(prepared, lowered, vdevice, groups, schedules, ordered, rows)
     return backend.executable(backend.emit(program, options), options)
 

@@ -18,7 +18,9 @@ from rammer import progress
 from rammer.ir import Graph, outer_names
 from rammer.lower.batching import DEFAULT_BATCH_ROWS
 from rammer.lower.operator import split_at_host
-from rammer.pipeline import order_and_plan, schedule_segments
+from rammer.passes.pipeline import verify_requested
+from rammer.pipeline import check_row_races, order_and_plan, schedule_segments
+from rammer.schedule.rows import row_waits
 from rammer.schedule import Schedule
 
 from .codegen import Tables, build_tables, program_source
@@ -66,6 +68,8 @@ def compile_program(graph: Graph, num_veus: int | None = None, policy: str = "wa
                            alignment=ALIGN).arena
     t_plan = time.perf_counter()
     progress.stage("writing task tables")
+    if verify_requested():  # tests: the barriers order every reuse of the arena the planner made
+        check_row_races(groups, schedules, [row_waits(s) for s in schedules], lowered.buffers)
     tables = build_tables(seg_ops, schedules, lowered.buffers, n, arena.scratch_offset)
     total = arena.scratch_offset + tables.scratch_bytes + 64
     t_tables = time.perf_counter()
