@@ -38,7 +38,7 @@ from .backend import Backend, Executable, check_options
 from .ir import Graph, Node
 from .lower.operator import split_at_host
 from .plugin_host import plugin_manager
-from .memory import Alias, ArenaPlan, PlannedBuffer, plan_arena
+from .memory import Alias, ArenaPlan, MemoryOp, PlannedBuffer, plan_arena
 from .rtask import RKernel, RKernelFamily, ROperator
 from .schedule.ordering import schedule_order
 from .schedule.policies import get_policy
@@ -55,25 +55,16 @@ __all__ = ["PipelineOp", "LoweredProgram", "ScheduledProgram", "PipelineBackend"
            "row_program_steps", "check_row_races", "plugin_rkernel_families", "with_plugin_kernels"]
 
 
-class PipelineOp(Protocol):
-    """What the pipeline reads of a backend's lowered operator."""
+class PipelineOp(MemoryOp, Protocol):
+    """What the pipeline reads of a backend's lowered operator: what the arena planner reads (the
+    buffer ids it reads and writes, whether it is a host op run between compiled segments), a name,
+    and what kind of kernel runs it ("gemm", "ew", "conv"...: the schedule's op type)."""
 
     @property
     def name(self) -> str: ...
 
-    #: What kind of kernel runs it ("gemm", "ew", "conv"...): the schedule's op type.
     @property
     def family(self) -> str: ...
-
-    @property
-    def reads(self) -> Sequence[int]: ...
-
-    @property
-    def writes(self) -> Sequence[int]: ...
-
-    #: Run on the host between compiled segments (a reference fallback), not scheduled.
-    @property
-    def host(self) -> bool: ...
 
 
 Op = TypeVar("Op", bound=PipelineOp)
