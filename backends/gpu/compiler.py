@@ -23,7 +23,7 @@ from rammer.errors import RammerError, UnsupportedOpError
 from rammer.ir import Graph, Node
 from rammer.memory import ArenaBuffer, ArenaOp, plan_arena
 from rammer.rtask import RKernel, RTaskResources
-from rammer.schedule import Schedule, build_problem, get_policy, op_predecessors, op_waves as core_op_waves, schedule_order, verify
+from rammer.schedule import Schedule, op_predecessors, op_waves as core_op_waves, schedule_graph, schedule_order
 from rammer.vdevice import VDevice
 
 from . import entry
@@ -128,8 +128,7 @@ def compile_program(graph: Graph, backend: Any, vdevice: VDevice, policy: str = 
     if bad:
         raise UnsupportedOpError("; ".join(why for _, why in bad[:5]) + (" ..." if len(bad) > 5 else ""),
                                  [(n.op_type, n.domain, n.name) for n, _ in bad])
-    schedule = get_policy(policy).schedule(build_problem(graph, vdevice, backend))
-    verify(schedule, graph)
+    schedule = schedule_graph(graph, policy, vdevice, backend, check=True)
     lowered: list[Lowered] = []
     for i, node in enumerate(graph.nodes):
         low = lower_node(node, graph, int(schedule.ops[i].kernel.params.get("mult", 1)))

@@ -31,8 +31,12 @@ __all__ = [
 
 
 def schedule_graph(graph: Graph, policy: str = "wavefront", vdevice: str | VDevice = "v100",
-                   backend: Backend | None = None) -> Schedule:
-    """Schedule ``graph`` with a registered policy on a vDevice (preset name or object)."""
+                   backend: Backend | None = None, check: bool = False) -> Schedule:
+    """Schedule ``graph`` with a registered policy on a vDevice (preset name or object), each node one
+    operator with ``backend``'s rKernels; ``check`` verifies the schedule against the graph."""
     vd = vdevice if isinstance(vdevice, VDevice) else (
         backend.vdevice(vdevice) if backend is not None else get_preset(vdevice))
-    return get_policy(policy).schedule(build_problem(graph, vd, backend))
+    schedule: Schedule = get_policy(policy).schedule(build_problem(graph, vd, backend))
+    if check:
+        verify(schedule, graph)
+    return schedule
