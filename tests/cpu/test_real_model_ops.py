@@ -40,7 +40,7 @@ def test_rows_cap_bounds_the_phase_planes():
     assert lower_conv._phase_rows_cap(3, 34, 16, 16, 2, 2, 3, 1, 34) == 16  # small planes: uncut
 
 
-# -- rewrites (backends/cpu/rewrites.py) -------------------------------------------------------------
+# -- rewrites (core/passes/decompose.py) -------------------------------------------------------------
 
 @pytest.mark.parametrize("ctm,nm,factors", [
     ("asymmetric", "floor", (1, 1, 2, 2)),          # PaddleOCR's DB detector
