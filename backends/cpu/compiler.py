@@ -1,8 +1,9 @@
 """The CPU backend's compile pipeline: graph -> Program (+ report, + emitted files).
 
-lower (views, fusion, CpuOps) -> cut into segments at host ops -> schedule
-each segment with a policy -> plan the arena by the schedule's order -> task
-tables -> driver.
+lower (views, fusion, CpuOps) -> cut into segments at host ops -> the core
+pipeline's middle end (:mod:`rammer.pipeline`: schedule each segment with a
+policy, order by the schedules, plan the arena by that order) -> task tables
+-> driver.
 """
 
 from __future__ import annotations
@@ -17,16 +18,18 @@ from rammer import progress
 from rammer.ir import Graph, outer_names
 from rammer.lower.batching import DEFAULT_BATCH_ROWS
 from rammer.lower.operator import split_at_host
+from rammer.passes.pipeline import verify_requested
+from rammer.pipeline import check_row_races, order_and_plan, schedule_segments
+from rammer.schedule.rows import row_waits
 from rammer.schedule import Schedule
-from rammer.schedule.ordering import schedule_order
 
 from .codegen import Tables, build_tables, program_source
 from .kernels import MAY_FAIL
 from .compiled import CompiledSegment, HostStep, Program, view_placement
 from .lowering import Lowered, Lowerer
 from .ops import CostModel, CpuOp
-from .planner import plan
-from .scheduling import available_cores, cpu_vdevice, default_veus, schedule_segment
+from .planner import ALIGN, cpu_aliases
+from .scheduling import available_cores, cpu_vdevice, default_veus, cpu_candidates
 
 
 @dataclass
@@ -56,16 +59,17 @@ def compile_program(graph: Graph, num_veus: int | None = None, policy: str = "wa
     progress.stage("scheduling")
     vdevice = cpu_vdevice(n, cost)
     seg_ops = [g for g in groups if isinstance(g, list)]
-    schedules = [schedule_segment(ops, vdevice, policy, cost, f"{graph.name}/segment{k}")
-                 for k, ops in enumerate(seg_ops)]
+    schedules = schedule_segments(groups, cpu_candidates("cpu", graph), vdevice, policy, graph.name)
     t_sched = time.perf_counter()
 
     keep = {lowered.views[t.name].buffer for t in graph.outputs if t.name in lowered.views}
     progress.stage("planning memory")
-    walk, done_before = schedule_order(groups, schedules)
-    arena = plan(lowered.buffers, walk, keep, 0, done_before)
+    arena = order_and_plan(groups, schedules, lowered.buffers, keep, aliases=cpu_aliases(lowered.ops, lowered.buffers),
+                           alignment=ALIGN).arena
     t_plan = time.perf_counter()
     progress.stage("writing task tables")
+    if verify_requested():  # tests: the barriers order every reuse of the arena the planner made
+        check_row_races(groups, schedules, [row_waits(s) for s in schedules], lowered.buffers)
     tables = build_tables(seg_ops, schedules, lowered.buffers, n, arena.scratch_offset)
     total = arena.scratch_offset + tables.scratch_bytes + 64
     t_tables = time.perf_counter()

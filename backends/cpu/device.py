@@ -81,7 +81,7 @@ class CpuBackend(Backend):
     def rkernels(self, node: Node, graph: Graph, vdevice) -> Iterable:
         """Candidate rKernels of one node of an original graph (for ``rammer schedule --backend cpu``)."""
         from .lowering import Lowerer
-        from .scheduling import kernel_candidates
+        from .scheduling import op_candidates
 
         one = _single_node_graph(node, graph)
         lowered = Lowerer(one, CostModel()).run()
@@ -91,11 +91,8 @@ class CpuBackend(Backend):
 
             return [RKernel(family="cpu.host", params={}, num_rtasks=1, duration_us=100.0)]
         # The node's dominant op (by work) stands for it.
-        main = max(range(len(ops)), key=lambda i: ops[i].flops + ops[i].nbytes)
-        from rammer.ir import Node as IRNode
-
-        probe = IRNode("Cpu", (), (), attrs={"cpu_op": main})
-        return kernel_candidates(ops)(probe, one, vdevice)
+        main = max(ops, key=lambda op: op.flops + op.nbytes)
+        return op_candidates(main, vdevice)
 
     # -- saved programs (rammer.artifact) -------------------------------------------
     # Imported when used, as compile's modules are: they load numba's kernels and

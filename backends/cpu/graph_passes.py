@@ -11,10 +11,9 @@ from __future__ import annotations
 
 from rammer.ir import Graph
 from rammer.lower.ew_translate import EW_OPS
-from rammer.passes import (CSE, FOLD_BATCHNORM, NORM_AS_LAYERNORM, QDQ_AS_FLOAT, RELU_CONCAT, Pass, PipelineResult,
-                           merge_convs_pass, run_pipeline)
+from rammer.passes import (CSE, DECOMPOSE, FOLD_BATCHNORM, NORM_AS_LAYERNORM, QDQ_AS_FLOAT, RELU_CONCAT, Pass,
+                           PipelineResult, merge_convs_pass, run_pipeline)
 
-from .rewrites import REWRITE_FOR_CPU
 
 #: Readers a conv applies in its own kernel or epilogue when they are its only reader:
 #: sibling convs with such a reader are not merged (a Split in between would stop the fusion).
@@ -23,7 +22,7 @@ EPILOGUE_OPS = EW_OPS | {"BatchNormalization"}
 #: In order.  CSE runs again last: a ReLU moved onto a concatenated part often
 #: repeats one that a branch already applies to that part.
 PIPELINE: tuple[Pass, ...] = (
-    REWRITE_FOR_CPU,  # first: Caffe2 exports' weights become initializers here
+    DECOMPOSE,  # first: Caffe2 exports' weights become initializers here
     FOLD_BATCHNORM,
     NORM_AS_LAYERNORM,  # InstanceNormalization / GroupNormalization: the layernorm kernel and an affine
     QDQ_AS_FLOAT,  # QDQ pairs as exact float ops, fused into the epilogue of the conv / GEMM before them

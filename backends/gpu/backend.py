@@ -15,13 +15,13 @@ from typing import Any, Callable, Mapping
 from rammer.backend import Availability, Backend, Capabilities, check_options
 from rammer.errors import RammerError
 from rammer.ir import Graph, Node
-from rammer.passes import CSE, IF_TO_SELECT, NORM_AS_LAYERNORM, SPLIT_K, UNROLL_RNN
 from rammer.rtask import RKernel
 from rammer.vdevice import VDevice
 
 from .compiler import GpuProgram, compile_program, gpu_rkernels, unsupported
-from .fuse import FUSE_ELEMENTWISE, FUSIBLE_OPS
+from .fuse import FUSIBLE_OPS
 from .lower import GPU_OPS
+from .pipeline import PASSES
 
 __all__ = ["DeviceTable", "GpuBackend", "OPTIONS"]
 
@@ -60,7 +60,7 @@ class GpuBackend(Backend):
     #: tiles would leave most blocks idle; elementwise chains fused last, after the rewrites that
     #: make new ones.  No host control flow: an If computes both branches and selects.  Instance and
     #: group norms run as a row LayerNormalization and a fused affine.
-    graph_passes = (IF_TO_SELECT, CSE, UNROLL_RNN, NORM_AS_LAYERNORM, SPLIT_K, FUSE_ELEMENTWISE)
+    graph_passes = tuple(PASSES)
     default_priority = -5
 
     def __init__(self, table: DeviceTable) -> None:

@@ -21,9 +21,9 @@ from rammer.codegen.dialects import get_dialect
 from rammer.codegen.render import render_module
 from rammer.errors import RammerError, UnsupportedOpError
 from rammer.ir import Graph, Node
-from rammer.memory import plan_arena
+from rammer.memory import ArenaBuffer, ArenaOp, plan_arena
 from rammer.rtask import RKernel, RTaskResources
-from rammer.schedule import Schedule, build_problem, get_policy, schedule_order, verify
+from rammer.schedule import Schedule, op_predecessors, op_waves as core_op_waves, schedule_graph, schedule_order
 from rammer.vdevice import VDevice
 
 from . import entry
@@ -74,22 +74,6 @@ def gpu_rkernels(node: Node, graph: Graph, vd: VDevice) -> list[RKernel]:
 
 
 @dataclass
-class _Buffer:
-    id: int
-    name: str
-    kind: str
-    nbytes: int
-    byte_offset: int = -1
-
-
-@dataclass
-class _MemOp:
-    reads: tuple[int, ...]
-    writes: tuple[int, ...]
-    host: bool = False
-
-
-@dataclass
 class GpuProgram:
     """A compiled model: the persistent kernel (and its device functions), the arena layout and
     the schedule.  ``tensors[name] = (float offset, shape)``."""
@@ -131,12 +115,7 @@ MODES = ("persistent", "wave")
 
 def op_waves(graph: Graph) -> list[int]:
     """Each node's wave: 1 + the latest wave among the nodes it reads from (0 for sources)."""
-    from rammer.schedule import op_predecessors
-
-    wave: list[int] = []
-    for preds in op_predecessors(graph):
-        wave.append(1 + max((wave[p] for p in preds), default=-1))
-    return wave
+    return core_op_waves(op_predecessors(graph))
 
 
 def compile_program(graph: Graph, backend: Any, vdevice: VDevice, policy: str = "wavefront",
@@ -149,8 +128,7 @@ def compile_program(graph: Graph, backend: Any, vdevice: VDevice, policy: str = 
     if bad:
         raise UnsupportedOpError("; ".join(why for _, why in bad[:5]) + (" ..." if len(bad) > 5 else ""),
                                  [(n.op_type, n.domain, n.name) for n, _ in bad])
-    schedule = get_policy(policy).schedule(build_problem(graph, vdevice, backend))
-    verify(schedule, graph)
+    schedule = schedule_graph(graph, policy, vdevice, backend, check=True)
     lowered: list[Lowered] = []
     for i, node in enumerate(graph.nodes):
         low = lower_node(node, graph, int(schedule.ops[i].kernel.params.get("mult", 1)))
@@ -177,7 +155,7 @@ def compile_program(graph: Graph, backend: Any, vdevice: VDevice, policy: str = 
         refs = {(a.io, a.slot) for _, args in low.calls for a in args if isinstance(a, Ref)}
         reads = tuple(sorted({buf(node.inputs[s]) for io, s in refs if io == "in"}))
         writes = tuple(sorted({buf(node.outputs[s]) for io, s in refs if io == "out"}))
-        ops.append(_MemOp(reads, writes))
+        ops.append(ArenaOp(reads, writes))
     for n in outputs:
         buf(n)
     buffers = []
@@ -187,7 +165,7 @@ def compile_program(graph: Graph, backend: Any, vdevice: VDevice, policy: str = 
         if why:
             raise UnsupportedOpError(why, [])
         kind = "const" if n in graph.initializers else "input" if n in inputs else "temp"
-        buffers.append(_Buffer(i, n, kind, 4 * int(np.prod(info.shape))))
+        buffers.append(ArenaBuffer(i, kind, 4 * int(np.prod(info.shape)), name=n))
     order, anc = schedule_order([ops], [schedule])
     waves = op_waves(graph)
     if mode == "wave":  # only the launch boundaries order anything: reuse memory across waves only

@@ -27,7 +27,8 @@ import numpy as np
 
 from rammer.ir import Graph
 from rammer.rtask import Box, boxes_overlap
-from rammer.schedule import Schedule
+from rammer.schedule import Schedule, op_waves as core_op_waves
+from rammer.schedule.walk import rtask_locations
 
 from .bsp import BSPOrderError, BSPProgram, ExchangeGroup, IpuPlacementError, TensorSlice, TileTask
 from .kernels import CODE_BYTES_PER_KERNEL, VERTEX_BYTES, IpuCostModel
@@ -46,12 +47,7 @@ def _itemsize(graph: Graph, name: str) -> int:
 
 def op_waves(schedule: Schedule) -> list[int]:
     """The compute set of each op in Rammer's mapping: its wave (one op per wave op by op)."""
-    if schedule.options.get("launch_per_op"):
-        return list(range(len(schedule.ops)))
-    wave: list[int] = []
-    for op in schedule.ops:
-        wave.append(1 + max((wave[p] for p in op.preds), default=-1))
-    return wave
+    return core_op_waves([op.preds for op in schedule.ops], one_per_op=bool(schedule.options.get("launch_per_op")))
 
 
 def lower(schedule: Schedule, graph: Graph, mode: str = "merged") -> BSPProgram:
@@ -65,10 +61,7 @@ def lower(schedule: Schedule, graph: Graph, mode: str = "merged") -> BSPProgram:
     sram = vd.veu.local_mem_bytes * per_tile
     cost = IpuCostModel.for_vdevice(vd, num_tiles)
     n = schedule.num_rtasks
-    veu_of = np.full(n, -1, dtype=np.int64)
-    for v, prog in enumerate(schedule.programs):
-        ids = np.asarray([e for e in prog if e < n], dtype=np.int64)
-        veu_of[ids] = v
+    veu_of = rtask_locations(schedule)[0]
     tile_of = veu_of // per_tile
     waves = op_waves(schedule)
     sources = set(graph.initializers) | {t.name for t in graph.inputs}

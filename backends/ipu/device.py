@@ -8,7 +8,7 @@ from rammer.backend import Availability, Backend, Capabilities, check_options
 from rammer.errors import RammerError, UnsupportedOpError
 from rammer.ir import Graph, Node, outer_names
 from rammer.rtask import RKernel
-from rammer.schedule import build_problem, get_policy, verify
+from rammer.schedule import schedule_graph
 from rammer.vdevice import VDevice
 
 from .codegen import MODES, lower
@@ -62,8 +62,7 @@ class IpuBackend(Backend):
             raise RammerError(f"ipu backend: unknown superstep mode '{mode}'; choose one of {', '.join(MODES)}")
         _refuse_captured_tensors(graph)
         vd = self.vdevice(options.get("vdevice"))
-        schedule = get_policy(str(options.get("policy", "wavefront"))).schedule(build_problem(graph, vd, self))
-        verify(schedule, graph)
+        schedule = schedule_graph(graph, str(options.get("policy", "wavefront")), vd, self, check=True)
         program = lower(schedule, graph, mode)
         runner = None
         if engine == "poptorch" or (engine == "auto" and poptorch_status()[0]):

@@ -64,9 +64,36 @@ class MemoryOp(Protocol):
     """What the planner needs of an op: the buffers it reads and writes (by id), and whether it
     is a host op (run between compiled segments: everything before it is done)."""
 
-    reads: Sequence[int]
-    writes: Sequence[int]
-    host: bool
+    @property
+    def reads(self) -> Sequence[int]: ...
+
+    @property
+    def writes(self) -> Sequence[int]: ...
+
+    @property
+    def host(self) -> bool: ...
+
+
+@dataclass
+class ArenaBuffer:
+    """A :class:`PlannedBuffer` for a backend whose own records are not buffers (tensors of a
+    graph, an mcu model's activations): the planner is called on these directly."""
+
+    id: int
+    kind: str
+    nbytes: int
+    byte_offset: int = -1
+    #: The tensor it holds, for the backend's own bookkeeping.
+    name: str = ""
+
+
+@dataclass(frozen=True)
+class ArenaOp:
+    """A :class:`MemoryOp` made of its buffer ids, for a backend whose operators are not op records."""
+
+    reads: tuple[int, ...]
+    writes: tuple[int, ...]
+    host: bool = False
 
 
 @dataclass

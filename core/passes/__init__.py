@@ -2,6 +2,8 @@
 
 * :mod:`.pipeline`: :class:`Pass`, :func:`run_pipeline` (timed, errors name the
   pass, ``Graph.verify()`` after each pass on request);
+* :mod:`.decompose`: ConstantOfShape, unread Dropout masks, integer-factor nearest Resize, stride-sized
+  ConvTranspose, LRN and reflect Pad as simpler ops (:data:`DECOMPOSE`);
 * :mod:`.cse`: common-subexpression elimination (:data:`CSE`);
 * :mod:`.relu_concat`: a ``Relu`` read of a ``Concat`` moved onto its parts (:data:`RELU_CONCAT`);
 * :mod:`.fold_batchnorm`: an inference ``BatchNormalization`` after a ``Conv`` folded into its weights
@@ -26,6 +28,7 @@ A backend declares its pipeline as data, e.g.::
 from __future__ import annotations
 
 from .cse import CSE, eliminate_common_subexpressions
+from .decompose import DECOMPOSE, decompose_model_ops
 from .fold_batchnorm import FOLD_BATCHNORM, fold_batchnorm
 from .if_select import IF_TO_SELECT, if_to_select
 from .norm_as_layernorm import NORM_AS_LAYERNORM, norm_as_layernorm
@@ -36,5 +39,5 @@ from .relu_concat import RELU_CONCAT, sink_relu_into_concat
 from .split_k import SPLIT_K, make_split_k, split_k
 from .unroll_rnn import UNROLL_RNN, unroll_rnn
 
-__all__ = ["CSE", "FOLD_BATCHNORM", "fold_batchnorm", "IF_TO_SELECT", "if_to_select", "NORM_AS_LAYERNORM", "norm_as_layernorm", "QDQ_AS_FLOAT", "qdq_as_float", "RELU_CONCAT", "SPLIT_K", "UNROLL_RNN", "make_split_k", "split_k", "unroll_rnn", "Pass", "PassError", "PassTiming", "PipelineResult", "eliminate_common_subexpressions",
+__all__ = ["CSE", "DECOMPOSE", "decompose_model_ops", "FOLD_BATCHNORM", "fold_batchnorm", "IF_TO_SELECT", "if_to_select", "NORM_AS_LAYERNORM", "norm_as_layernorm", "QDQ_AS_FLOAT", "qdq_as_float", "RELU_CONCAT", "SPLIT_K", "UNROLL_RNN", "make_split_k", "split_k", "unroll_rnn", "Pass", "PassError", "PassTiming", "PipelineResult", "eliminate_common_subexpressions",
            "merge_convs_pass", "merge_sibling_convs", "run_pipeline", "sink_relu_into_concat"]

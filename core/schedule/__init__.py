@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from ..vdevice import VDevice, get_preset
 from .policies import Policy, get_policy, policies
-from .problem import Problem, build_problem, op_names, op_predecessors
+from .problem import Problem, build_problem, op_names, op_predecessors, op_waves
 from .schedule import BarrierEntry, RTaskEntry, Schedule, ScheduleBuilder, ScheduledOp
 from .ordering import schedule_order
 from .simulate import SimResult, simulate
@@ -25,14 +25,18 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = [
     "BarrierEntry", "Policy", "Problem", "RTaskEntry", "Schedule", "ScheduleBuilder", "ScheduledOp", "SimResult",
-    "VerifyReport", "build_problem", "get_policy", "op_names", "op_predecessors", "policies", "schedule_graph",
+    "VerifyReport", "build_problem", "get_policy", "op_names", "op_predecessors", "op_waves", "policies", "schedule_graph",
     "schedule_order", "simulate", "verify",
 ]
 
 
 def schedule_graph(graph: Graph, policy: str = "wavefront", vdevice: str | VDevice = "v100",
-                   backend: Backend | None = None) -> Schedule:
-    """Schedule ``graph`` with a registered policy on a vDevice (preset name or object)."""
+                   backend: Backend | None = None, check: bool = False) -> Schedule:
+    """Schedule ``graph`` with a registered policy on a vDevice (preset name or object), each node one
+    operator with ``backend``'s rKernels; ``check`` verifies the schedule against the graph."""
     vd = vdevice if isinstance(vdevice, VDevice) else (
         backend.vdevice(vdevice) if backend is not None else get_preset(vdevice))
-    return get_policy(policy).schedule(build_problem(graph, vd, backend))
+    schedule: Schedule = get_policy(policy).schedule(build_problem(graph, vd, backend))
+    if check:
+        verify(schedule, graph)
+    return schedule

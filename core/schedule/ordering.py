@@ -33,6 +33,7 @@ import numpy as np
 
 from ..errors import ScheduleError
 from .schedule import Schedule
+from .walk import rtask_placement
 
 Op = TypeVar("Op")
 
@@ -72,11 +73,7 @@ def _segment_clocks(n_ops: int, sched: Schedule) -> tuple[list[int], np.ndarray,
     veus = len(sched.programs)
     n_rt = sched.num_rtasks
     rtask_op = np.asarray(sched.rtask_op)
-    where: dict[int, tuple[int, int]] = {}
-    for v, prog in enumerate(sched.programs):
-        for q, e in enumerate(prog):
-            if e < n_rt:
-                where[e] = (v, q)
+    where = rtask_placement(sched)
     # Vector clock before each entry.  Entries are taken in the order of their estimated start
     # (the schedule's cost model), which is also the planner's walk: a buffer is then freed
     # and reused about when it would be at run time.

@@ -4,7 +4,7 @@ dependencies and the vDevice to place them on."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Callable, Iterable, Mapping, Sequence
 
 from ..ir import Graph, Node, TensorInfo, outer_names
 from ..kernel_families import generic_families
@@ -43,6 +43,17 @@ def op_predecessors(graph: Graph) -> list[tuple[int, ...]]:
             if out:
                 producer[out] = i
     return preds
+
+
+def op_waves(preds: Sequence[Sequence[int]], one_per_op: bool = False) -> list[int]:
+    """Each op's wave (a launch, a compute set): 1 + the latest wave among its predecessors (0 for
+    sources), ops in topological order; ``one_per_op`` gives every op a wave of its own (op by op)."""
+    if one_per_op:
+        return list(range(len(preds)))
+    wave: list[int] = []
+    for ps in preds:
+        wave.append(1 + max((wave[p] for p in ps), default=-1))
+    return wave
 
 
 @dataclass(frozen=True, eq=False)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from .schedule import Schedule
+from .walk import rtask_placement
 
 
 @dataclass(frozen=True)
@@ -29,11 +30,7 @@ def row_waits(schedule: Schedule) -> list[list[tuple[RowWait, ...]]]:
     """Per vEU, per entry of its program: ``()`` for an rTask (one row), the waits of a barrier
     (one row each; waits on the barrier's own vEU are dropped, program order covers them)."""
     n_rt = schedule.num_rtasks
-    loc: dict[int, tuple[int, int]] = {}
-    for v, prog in enumerate(schedule.programs):
-        for q, e in enumerate(prog):
-            if e < n_rt:
-                loc[e] = (v, q)
+    loc = rtask_placement(schedule)
     # Which (vEU, position) each barrier waits for last, and the rows each program has done
     # after each of its entries.
     targets: list[list[list[tuple[int, int]]]] = []

@@ -36,6 +36,13 @@ def rtask_locations(schedule: Schedule) -> tuple[np.ndarray, np.ndarray]:
     return veu, pos
 
 
+def rtask_placement(schedule: Schedule) -> dict[int, tuple[int, int]]:
+    """rTask id -> (vEU, position in its program), for the rTasks some vEU runs: the one
+    placement map the ordering, the row programs and the backends' program builders read."""
+    veu, pos = rtask_locations(schedule)
+    return {e: (v, p) for e, (v, p) in enumerate(zip(veu.tolist(), pos.tolist())) if v >= 0}
+
+
 def walk(schedule: Schedule, locations: tuple[np.ndarray, np.ndarray] | None = None
          ) -> Iterator[tuple[int, int, int]]:
     """Yield ``(veu, position, entry)`` in a barrier-respecting order; raise a

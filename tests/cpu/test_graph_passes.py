@@ -124,7 +124,7 @@ def test_the_absorbable_ops_are_the_backends_choice():
 def test_the_cpu_backend_declares_its_pipeline_as_data():
     backend = plugins.get_backend("cpu")
     assert backend.graph_passes == PIPELINE
-    assert [p.name for p in PIPELINE] == ["rewrite-for-cpu", "fold-batchnorm", "norm-as-layernorm", "qdq-as-float",
+    assert [p.name for p in PIPELINE] == ["decompose", "fold-batchnorm", "norm-as-layernorm", "qdq-as-float",
                                          "cse", "relu-concat", "merge-convs", "cse-again"]
     g = rammer.load(rammer.zoo.build("nasnet-small"))
     result = backend.prepare_graph(g, verify=True)

@@ -40,7 +40,7 @@ def test_rows_cap_bounds_the_phase_planes():
     assert lower_conv._phase_rows_cap(3, 34, 16, 16, 2, 2, 3, 1, 34) == 16  # small planes: uncut
 
 
-# -- rewrites (backends/cpu/rewrites.py) -------------------------------------------------------------
+# -- rewrites (core/passes/decompose.py) -------------------------------------------------------------
 
 @pytest.mark.parametrize("ctm,nm,factors", [
     ("asymmetric", "floor", (1, 1, 2, 2)),          # PaddleOCR's DB detector
@@ -129,7 +129,7 @@ def test_reflect_pad_matches_reference(shape, pads):
 
 
 def test_constant_of_shape_of_a_constant_shape_becomes_a_constant():
-    from rammer.backends.cpu.rewrites import rewrite_for_cpu
+    from rammer.passes import decompose_model_ops
     from rammer.ir import Graph, Node, TensorInfo
 
     shape = np.array([3, 4], dtype=np.int64)
@@ -139,7 +139,7 @@ def test_constant_of_shape_of_a_constant_shape_becomes_a_constant():
               {"s": shape},
               {"x": TensorInfo("x", "float32", (3, 4)), "s": TensorInfo("s", "int64", (2,)),
                "c": TensorInfo("c", "float32", (3, 4)), "y": TensorInfo("y", "float32", (3, 4))}, {"": 13})
-    out = rewrite_for_cpu(g)
+    out = decompose_model_ops(g)
     assert [n.op_type for n in out.nodes] == ["Add"]
     np.testing.assert_array_equal(out.initializers["c"], np.full((3, 4), 0.5, np.float32))
     x = rand(3, 4)

@@ -1,4 +1,5 @@
-"""Rewrites of ops seen in real published models into ops the cpu backend compiles.
+"""Rewrites of ops seen in real published models into simpler ops (views, Conv, elementwise, Concat)
+that backends compile; hardware-neutral, so any backend may put :data:`DECOMPOSE` in its pipeline.
 
 Each rewrite is exact (same values as the ONNX definition) and applies only to
 the forms it names; anything else is left for the reference fallback:
@@ -25,9 +26,9 @@ from dataclasses import replace
 
 import numpy as np
 
-from rammer.ir import Graph, Node, TensorInfo
-from rammer.passes import Pass
-from rammer.passes.names import fresh_name
+from ..ir import Graph, Node, TensorInfo
+from .names import fresh_name
+from .pipeline import Pass
 
 
 class _Builder:
@@ -256,7 +257,7 @@ def _reflect_pad(b: _Builder, node: Node) -> bool:
     return True
 
 
-def rewrite_for_cpu(graph: Graph) -> Graph:
+def decompose_model_ops(graph: Graph) -> Graph:
     """``graph`` with the rewrites above applied (the same object when none applies)."""
     if any(n.subgraphs() for n in graph.nodes):  # bodies may read outer tensors by name
         return graph
@@ -288,7 +289,7 @@ def rewrite_for_cpu(graph: Graph) -> Graph:
     return graph.replace(nodes=tuple(b.nodes), initializers=b.initializers, value_info=b.value_info)
 
 
-#: The pass, for the cpu pipeline.
-REWRITE_FOR_CPU = Pass("rewrite-for-cpu", rewrite_for_cpu,
+#: The pass (the cpu pipeline runs it first).
+DECOMPOSE = Pass("decompose", decompose_model_ops,
                        "ConstantOfShape, Dropout masks, nearest Resize, stride-sized ConvTranspose, LRN and "
-                       "reflect Pad as ops the cpu backend compiles")
+                       "reflect Pad as simpler ops")

@@ -1,0 +1,307 @@
+"""The one compile pipeline: a backend supplies a pass list, a lowering, an emitter and a runner;
+the core does everything in between.
+
+::
+
+    graph ──backend.graph_passes──▶ graph'            (rammer.passes.run_pipeline)
+          ──backend.lower()───────▶ LoweredProgram     operators over buffer ids + rKernel candidates
+          ──split_at_host─────────▶ segments           (runs of compiled ops between host ops)
+          ──problem_from_rops─────▶ Problem            per segment, the ops' own dependencies
+          ──policy────────────────▶ Schedule           (wavefront, op-by-op, a plugin's)
+          ──verify────────────────▶ checked schedule   (rammer.schedule.verify)
+          ──schedule_order────────▶ walk + "done before" per op (vector clocks)
+          ──plan_arena────────────▶ ArenaPlan          buffers placed, reusing memory the schedule frees
+          ──row_waits─────────────▶ per-vEU programs   rows, barriers as "wait until vEU u ran n rows"
+          ──check_row_races───────▶ race-free          every shared byte ordered (rammer.schedule.programs)
+          ──backend.emit()────────▶ the backend's program
+          ──backend.executable()──▶ Executable
+
+A backend that subclasses :class:`PipelineBackend` implements only :meth:`~PipelineBackend.lower`,
+:meth:`~PipelineBackend.emit` and :meth:`~PipelineBackend.executable`; a backend with a compiler of
+its own (the cpu's cache, the GPU family's launch modes) calls the middle-end stages
+(:func:`schedule_segments`, :func:`order_and_plan`) from it, so every backend shares one scheduler
+input, one ordering and one arena planner.
+
+The lowered operators are the backend's own objects; the pipeline reads only what
+:class:`PipelineOp` names (the reads and writes by buffer id, whether it runs on the host, a name and
+a family for schedules and reports).  Dependencies between operators are read-after-write on buffer
+ids: an op depends on the last earlier op that wrote a buffer it reads.
+"""
+
+from __future__ import annotations
+
+from abc import abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, Callable, Generic, Mapping, Protocol, Sequence, TypeVar, Union
+
+from .backend import Backend, Executable, check_options
+from .ir import Graph, Node
+from .lower.operator import split_at_host
+from .plugin_host import plugin_manager
+from .memory import Alias, ArenaPlan, MemoryOp, PlannedBuffer, plan_arena
+from .rtask import RKernel, RKernelFamily, ROperator
+from .schedule.ordering import schedule_order
+from .schedule.policies import get_policy
+from .schedule.problem import problem_from_rops
+from .schedule.programs import Call, Signal, Step, Wait, check_races
+from .schedule.rows import RowWait, row_waits
+from .schedule.schedule import Schedule
+from .schedule.verify import verify
+from .errors import ScheduleError
+from .vdevice import VDevice
+
+__all__ = ["PipelineOp", "LoweredProgram", "ScheduledProgram", "PipelineBackend", "operator_predecessors",
+           "schedule_operators", "schedule_segments", "order_and_plan", "compile_graph", "PIPELINE_OPTIONS",
+           "row_program_steps", "check_row_races", "plugin_rkernel_families", "with_plugin_kernels"]
+
+
+class PipelineOp(MemoryOp, Protocol):
+    """What the pipeline reads of a backend's lowered operator: what the arena planner reads (the
+    buffer ids it reads and writes, whether it is a host op run between compiled segments), a name,
+    and what kind of kernel runs it ("gemm", "ew", "conv"...: the schedule's op type)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def family(self) -> str: ...
+
+
+Op = TypeVar("Op", bound=PipelineOp)
+
+#: ``candidates(op, vdevice)``: the ways to split one lowered operator into rTasks, costed for ``vdevice``.
+Candidates = Callable[[Op, VDevice], Sequence[RKernel]]
+
+#: A program's groups in run order: a segment (a list of compiled ops) or one host op.
+Group = Union[list[Op], Op]
+
+
+def plugin_rkernel_families(backend_name: str) -> list[RKernelFamily]:
+    """The rKernel families plugins register for ``backend_name`` (``rammer_register_rkernels``),
+    without the generic ones: what a backend with rKernels of its own adds to its candidates."""
+    found: list[RKernelFamily] = []
+    plugin_manager().hook.rammer_register_rkernels(backend=backend_name, register=found.append)
+    return found
+
+
+def with_plugin_kernels(own: Candidates[Op], families: Sequence[RKernelFamily], graph: Graph,
+                        runnable: Callable[[Op, RKernel, VDevice], bool]) -> Candidates[Op]:
+    """``own`` candidates plus what ``families`` offer for an op that covers exactly one node of
+    ``graph`` (``op.nodes``), kept where ``runnable(op, kernel, vdevice)`` says the backend can run that kernel
+    (e.g. it has a tiling with that many rTasks)."""
+    if not families:
+        return own
+
+    def candidates(op: Op, vdevice: VDevice) -> Sequence[RKernel]:
+        found = list(own(op, vdevice))
+        nodes: Sequence[Node] = getattr(op, "nodes", ())
+        if op.host or len(nodes) != 1:
+            return found
+        node = nodes[0]
+        for family in families:
+            if family.op_types is None or node.op_type in family.op_types:
+                found += [k for k in family.candidates(node, graph, vdevice) if runnable(op, k, vdevice)]
+        return found
+    return candidates
+
+
+def operator_predecessors(ops: Sequence[PipelineOp]) -> list[tuple[int, ...]]:
+    """For each op, the indices of the earlier ops that last wrote a buffer it reads."""
+    last_writer: dict[int, int] = {}
+    preds: list[tuple[int, ...]] = []
+    for i, op in enumerate(ops):
+        preds.append(tuple(sorted({last_writer[b] for b in op.reads if b in last_writer})))
+        for b in op.writes:
+            last_writer[b] = i
+    return preds
+
+
+def _operator_node(k: int, op: PipelineOp) -> Node:
+    # The schedule records an op's type, attributes and tensors from a node; a lowered operator's
+    # tensors are arena buffers, named b<id> (no dtype or shape: a buffer has bytes, not a shape).
+    return Node(op.family, tuple(f"b{b}" for b in op.reads), tuple(f"b{b}" for b in op.writes),
+                name=f"{k}:{op.name}", domain="rammer.lowered")
+
+
+def schedule_operators(ops: Sequence[Op], candidates: Candidates[Op], vdevice: VDevice, policy: str,
+                       name: str, check: bool = False) -> Schedule:
+    """Schedule one segment's ops on ``vdevice`` with the registered ``policy``: their rKernel
+    candidates (those that fit a vEU) and read-after-write dependencies become a
+    :class:`~rammer.schedule.Problem` directly (:func:`~rammer.schedule.problem.problem_from_rops`).
+    ``check`` verifies the schedule (:func:`rammer.schedule.verify`)."""
+    rops: list[ROperator] = []
+    names: list[str] = []
+    for k, op in enumerate(ops):
+        node = _operator_node(k, op)
+        found = list(candidates(op, vdevice))
+        kernels = tuple(kern for kern in found if kern.resources.fits(vdevice.veu))
+        if not kernels:
+            why = (f"{len(found)} candidate(s) need more than a vEU offers ({vdevice.veu.threads} threads, "
+                   f"{vdevice.veu.local_mem_bytes} bytes)" if found else "no rKernel implements it")
+            raise ScheduleError(f"operator {op.name} ({op.family}): no rKernel can run it on vDevice "
+                                f"'{vdevice.name}': {why}; choose another vDevice or add an rKernel for it")
+        rops.append(ROperator(k, node, kernels))
+        names.append(node.name)
+    problem = problem_from_rops(name, rops, names, operator_predecessors(ops), vdevice)
+    schedule: Schedule = get_policy(policy).schedule(problem)
+    if check:
+        verify(schedule)
+    return schedule
+
+
+def schedule_segments(groups: Sequence[Group[Op]], candidates: Candidates[Op], vdevice: VDevice, policy: str,
+                      name: str, check: bool = False) -> list[Schedule]:
+    """One schedule per segment of ``groups`` (from :func:`rammer.lower.operator.split_at_host`),
+    named ``{name}/segment{k}``."""
+    segments = [g for g in groups if isinstance(g, list)]
+    return [schedule_operators(ops, candidates, vdevice, policy, f"{name}/segment{k}", check)
+            for k, ops in enumerate(segments)]
+
+
+@dataclass
+class Ordered(Generic[Op]):
+    """The ops in the walk order the schedules allow, and what each is certainly done after."""
+
+    walk: list[Op]
+    #: Per op of ``walk``: the bitmask of the ops (walk positions) certainly done before it starts.
+    done_before: list[int]
+    arena: ArenaPlan
+
+
+def order_and_plan(groups: Sequence[Group[Op]], schedules: Sequence[Schedule], buffers: Sequence[PlannedBuffer],
+                   keep: set[int], *, scratch_bytes: int = 0, aliases: Sequence[Alias] = (),
+                   alignment: int | Mapping[str, int] = 64,
+                   space_of: Callable[[PlannedBuffer], str] | None = None,
+                   capacity: Mapping[str, int] | None = None) -> Ordered[Op]:
+    """Order every op by the schedules (vector clocks, :func:`rammer.schedule.schedule_order`) and
+    place every buffer by that order (:func:`rammer.memory.plan_arena`): a dead buffer's memory is
+    reused only once the schedule has certainly finished with it."""
+    walk, done_before = schedule_order(groups, schedules)
+    arena = plan_arena(buffers, walk, keep, scratch_bytes, done_before, aliases=aliases, alignment=alignment,
+                       space_of=space_of, capacity=capacity)
+    return Ordered(walk, done_before, arena)
+
+
+def row_program_steps(ops: Sequence[PipelineOp], schedule: Schedule, rows: Sequence[Sequence[tuple[RowWait, ...]]],
+                      buffers: Sequence[PlannedBuffer]) -> list[list[Step]]:
+    """The row programs of one segment (:func:`rammer.schedule.rows.row_waits`) in the core's program form
+    (:mod:`rammer.schedule.programs`): every row, an rTask's or a wait's, is followed by a signal (a row
+    counter bumped), a wait row waits for that many signals, and each rTask's call reads and writes the
+    byte ranges of its op's placed buffers."""
+    ranges = [(tuple((buffers[b].byte_offset, buffers[b].nbytes) for b in op.reads),
+               tuple((buffers[b].byte_offset, buffers[b].nbytes) for b in op.writes)) for op in ops]
+    programs: list[list[Step]] = []
+    for prog, waits in zip(schedule.programs, rows):
+        steps: list[Step] = []
+        for entry, entry_waits in zip(prog, waits):
+            if entry < schedule.num_rtasks:
+                i = int(schedule.rtask_op[entry])
+                steps += [Call(ops[i].name, entry - schedule.ops[i].first_rtask, (), ranges[i][0], ranges[i][1], op=i),
+                          Signal()]
+            for w in entry_waits:
+                steps += [Wait(w.veu, w.rows), Signal()]
+        programs.append(steps)
+    return programs
+
+
+def check_row_races(groups: Sequence[Group[Op]], schedules: Sequence[Schedule],
+                    rows: Sequence[Sequence[Sequence[tuple[RowWait, ...]]]], buffers: Sequence[PlannedBuffer]) -> None:
+    """Raise :class:`rammer.schedule.programs.ProgramError` unless, in every segment, the row programs
+    order every two rTasks of different ops on different vEUs that touch the same placed bytes (one
+    writing): the schedule's barriers and the arena's reuse agree (:func:`check_races`).  Segments are
+    separate launches, so nothing is checked across them."""
+    segments = [g for g in groups if isinstance(g, list)]
+    for ops, schedule, segment_rows in zip(segments, schedules, rows):
+        check_races(row_program_steps(ops, schedule, segment_rows, buffers))
+
+
+@dataclass
+class LoweredProgram(Generic[Op]):
+    """What :meth:`PipelineBackend.lower` returns."""
+
+    #: The lowered operators in a valid run order (host ops included).
+    ops: list[Op]
+    #: Every buffer the ops name by id (``buffers[i].id == i``); the planner sets their offsets.
+    buffers: list[Any]
+    #: Buffers live to the end (the graph's outputs).
+    keep: set[int]
+    #: Tensor name -> buffer id, for the graph's inputs and outputs.
+    tensors: dict[str, int] = field(default_factory=dict)
+    #: Bytes every buffer is aligned to.
+    alignment: int = 64
+    #: Whatever else the backend's emitter needs.
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class ScheduledProgram(Generic[Op]):
+    """What :meth:`PipelineBackend.emit` is given: everything the core stages produced."""
+
+    graph: Graph
+    lowered: LoweredProgram[Op]
+    vdevice: VDevice
+    #: Segments and host ops in run order.
+    groups: list[Group[Op]]
+    #: One schedule per segment.
+    schedules: list[Schedule]
+    ordered: Ordered[Op]
+    #: Per segment, per vEU, per program entry: ``()`` for an rTask, the row waits of a barrier.
+    rows: list[list[list[tuple[RowWait, ...]]]]
+
+    @property
+    def arena(self) -> ArenaPlan:
+        return self.ordered.arena
+
+    def segments(self) -> list[list[Op]]:
+        return [g for g in self.groups if isinstance(g, list)]
+
+
+#: The keyword options :func:`compile_graph` itself reads.
+PIPELINE_OPTIONS = frozenset({"policy", "vdevice"})
+
+
+def compile_graph(backend: PipelineBackend, graph: Graph, options: Mapping[str, Any]) -> Executable:
+    """Run the whole pipeline for ``backend`` (see the module docstring)."""
+    check_options(backend.name, options, PIPELINE_OPTIONS | backend.extra_options)
+    prepared = backend.prepare_graph(graph).graph
+    lowered = backend.lower(prepared, options)
+    vdevice = backend.vdevice(options.get("vdevice"))
+    policy = str(options.get("policy") or "wavefront")
+    groups: list[Group[Any]] = split_at_host(lowered.ops)
+    schedules = schedule_segments(groups, backend.candidates, vdevice, policy, prepared.name, check=True)
+    ordered: Ordered[Any] = order_and_plan(groups, schedules, lowered.buffers, lowered.keep,
+                                           alignment=lowered.alignment)
+    rows = [row_waits(s) for s in schedules]
+    check_row_races(groups, schedules, rows, lowered.buffers)
+    program = ScheduledProgram(prepared, lowered, vdevice, groups, schedules, ordered, rows)
+    return backend.executable(backend.emit(program, options), options)
+
+
+class PipelineBackend(Backend):
+    """A backend that is only lowering, emitting and running: :meth:`compile` is
+    :func:`compile_graph`.  Its rKernels come from the families plugins register for it
+    (``rammer_register_rkernels``) unless :meth:`candidates` is overridden."""
+
+    #: Keyword options the backend reads beyond :data:`PIPELINE_OPTIONS`.
+    extra_options: frozenset[str] = frozenset()
+
+    def compile(self, graph: Graph, options: Mapping[str, Any]) -> Executable:
+        return compile_graph(self, graph, options)
+
+    @abstractmethod
+    def lower(self, graph: Graph, options: Mapping[str, Any]) -> LoweredProgram[Any]:
+        """The graph as operators over buffers (host ops for what the backend cannot compile)."""
+
+    def candidates(self, op: Any, vdevice: VDevice) -> Sequence[RKernel]:
+        """rKernel candidates of one lowered operator: by default, every registered family's offer for
+        the first node the operator covers (``op.nodes[0]``, in ``op.graph``)."""
+        node: Node = op.nodes[0]
+        return self.rkernels(node, op.graph, vdevice)
+
+    @abstractmethod
+    def emit(self, program: ScheduledProgram[Any], options: Mapping[str, Any]) -> Any:
+        """The backend's program (source, tables...) from the scheduled, placed operators."""
+
+    @abstractmethod
+    def executable(self, emitted: Any, options: Mapping[str, Any]) -> Executable:
+        """What runs ``emit``'s program."""
