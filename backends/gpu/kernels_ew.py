@@ -102,13 +102,65 @@ OPCODES: dict[str, Callable[[Sequence[Ex], Sequence[float]], Ex]] = {
 }
 
 
+# -- integer instructions ----------------------------------------------------------------------------
+# Integer registers are 64-bit ("long"): an int64/int32 tensor is loaded from its exact float32
+# value in the arena, computed on exactly (int32 results wrap through IWRAP32 as numpy's do), and
+# stored back as float32, exact up to 2**24 in magnitude; a larger result is stored as NaN (see
+# fused_kernel) rather than silently rounded.
+
+def _i(x: int) -> Ex:
+    return c(int(x))
+
+
+def _idiv(a: Ex, b: Ex) -> Ex:
+    """Truncated toward zero, as C's ``/``; ``x / 0`` is 0 (numpy's result)."""
+    return _sel(BinOp("==", b, _i(0)), _i(0), BinOp("/", a, b))
+
+
+def _imod(a: Ex, b: Ex) -> Ex:
+    """The remainder with the divisor's sign (ONNX Mod, fmod=0); ``x % 0`` is 0."""
+    r = BinOp("%", a, b)
+    fix = BinOp("&&", BinOp("!=", r, _i(0)), BinOp("!=", BinOp("<", r, _i(0)), BinOp("<", b, _i(0))))
+    return _sel(BinOp("==", b, _i(0)), _i(0), _sel(fix, BinOp("+", r, b), r))
+
+
+INT_OPCODES: dict[str, Callable[[Sequence[Ex], Sequence[float]], Ex]] = {
+    "I2F": lambda a, m: ir.Cast("float", a[0]),
+    "F2I": lambda a, m: ir.Cast("long", a[0]),
+    "F2I32": lambda a, m: ir.Cast("long", ir.Cast("int", a[0])),
+    "ICOPY": lambda a, m: a[0],
+    "INEG": lambda a, m: UnOp("-", a[0]),
+    "IABS": lambda a, m: _sel(BinOp("<", a[0], _i(0)), UnOp("-", a[0]), a[0]),
+    "IWRAP32": lambda a, m: ir.Cast("long", ir.Cast("int", a[0])),
+    "IADD": lambda a, m: BinOp("+", a[0], a[1]),
+    "ISUB": lambda a, m: BinOp("-", a[0], a[1]),
+    "IMUL": lambda a, m: BinOp("*", a[0], a[1]),
+    "IDIV": lambda a, m: _idiv(a[0], a[1]),
+    "IMOD": lambda a, m: _imod(a[0], a[1]),
+    "IFMOD": lambda a, m: _sel(BinOp("==", a[1], _i(0)), _i(0), BinOp("%", a[0], a[1])),
+    "IMAX": lambda a, m: _sel(BinOp(">", a[0], a[1]), a[0], a[1]),
+    "IMIN": lambda a, m: _sel(BinOp("<", a[0], a[1]), a[0], a[1]),
+    "IEQ": lambda a, m: _b(BinOp("==", a[0], a[1])),
+    "ILT": lambda a, m: _b(BinOp("<", a[0], a[1])),
+    "ILE": lambda a, m: _b(BinOp("<=", a[0], a[1])),
+    "IGT": lambda a, m: _b(BinOp(">", a[0], a[1])),
+    "IGE": lambda a, m: _b(BinOp(">=", a[0], a[1])),
+    "IWHERE": lambda a, m: _sel(BinOp("!=", a[0], _f(0.0)), a[1], a[2]),
+}
+#: Opcodes whose result is an integer register ("long" in the kernel).
+INT_RESULTS = frozenset({"F2I", "F2I32", "ICOPY", "INEG", "IABS", "IWRAP32", "IADD", "ISUB", "IMUL", "IDIV", "IMOD",
+                         "IFMOD", "IMAX", "IMIN", "IWHERE"})
+#: Integers float32 holds exactly; an integer result beyond is stored as NaN.
+_EXACT = 2 ** 24
+
+
 def supported(instrs) -> bool:
     """Whether every instruction of a program has a GPU expression."""
-    return all(ins.op in OPCODES for ins in instrs)
+    return all(ins.op in OPCODES or ins.op in INT_OPCODES for ins in instrs)
 
 
 def fused_kernel(name: str, n_in: int, n_out: int, instrs: Sequence[tuple[str, int, tuple[int, ...], tuple[float, ...]]],
-                 outputs: Sequence[int], threads: int = 256) -> ir.Kernel:
+                 outputs: Sequence[int], threads: int = 256, in_types: Sequence[str] = ()) -> ir.Kernel:
     """``y_j[i] = program(x_0[S_0 . coords(i)], ...)`` over this rTask's chunk: inputs are values
     ``0..n_in-1``; ``instrs`` are ``(opcode, dst, args, imms)``; ``outputs[j]`` is the value stored to
     ``y_j``.  Parameters: ``x0..``, ``y0..``, ``total``, ``chunk``, extents ``D1..D5`` and per input
@@ -119,11 +171,22 @@ def fused_kernel(name: str, n_in: int, n_out: int, instrs: Sequence[tuple[str, i
         index: Ex = c(0)
         for d in range(r):
             index = BinOp("+", index, BinOp("*", v(f"k{d}"), v(f"S{k}_{d}")))
-        body.append(ir.Decl("float", f"v{k}", Load(f"x{k}", index)))
+        integer = k < len(in_types) and in_types[k] == "i"
+        load: Ex = Load(f"x{k}", index)
+        body.append(ir.Decl("long" if integer else "float", f"v{k}", ir.Cast("long", load) if integer else load))
+    is_int = {k for k in range(n_in) if k < len(in_types) and in_types[k] == "i"}
     for op, dst, args, imms in instrs:
-        body.append(ir.Decl("float", f"v{dst}", OPCODES[op]([v(f"v{a}") for a in args], imms)))
+        table = INT_OPCODES if op in INT_OPCODES else OPCODES
+        body.append(ir.Decl("long" if op in INT_RESULTS else "float", f"v{dst}",
+                            table[op]([v(f"v{a}") for a in args], imms)))
+        if op in INT_RESULTS:
+            is_int.add(dst)
     for j, value in enumerate(outputs):
-        body.append(ir.Store(f"y{j}", v("i"), v(f"v{value}")))
+        out: Ex = v(f"v{value}")
+        if value in is_int:  # exact in float32 up to 2**24; NaN beyond, never a silently rounded integer
+            inexact = BinOp("||", BinOp(">", out, _i(_EXACT)), BinOp("<", out, _i(-_EXACT)))
+            out = _sel(inexact, BinOp("/", _f(0.0), _f(0.0)), ir.Cast("float", out))
+        body.append(ir.Store(f"y{j}", v("i"), out))
     params = (*(ir.Param(f"x{k}", "float", True, True) for k in range(n_in)),
               *(ir.Param(f"y{j}", "float", True) for j in range(n_out)),
               *(ir.Param(p, "int") for p in ("total", "chunk", *(f"D{d}" for d in range(1, r)))),

@@ -33,7 +33,7 @@ from . import kernels_index as kx
 from . import kernels_nn as kn
 from . import kernels_reduce as kr
 from .fuse import FUSED_DOMAIN, FUSED_OP, lower_fused
-from .lower_index import lower_gather, lower_layernorm
+from .lower_index import lower_cumsum, lower_gather, lower_gather_elements, lower_layernorm
 from .lower_ints import ARENA_DTYPES, lower_cast, output_refusal
 from .lower_reduce import REDUCE_OPS, lower_reduce, lower_resize
 
@@ -53,10 +53,10 @@ COPY = frozenset({"Identity", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Tra
                   "Concat", "Pad", "Expand"})
 #: Ops whose values pass through unchanged (moved, selected, gathered, cast without change): they may
 #: read and write the integer and bool tensors the arena carries as exact float32 values.
-INDEX_OPS = frozenset({"Gather", "Cast", "Where"})
+INDEX_OPS = frozenset({"Gather", "GatherElements", "Cast", "Where"})
 GPU_OPS = UNARY | BINARY | COPY | INDEX_OPS | frozenset({"MatMul", "Gemm", "Conv", "MaxPool", "AveragePool",
                                                          "GlobalAveragePool", "GlobalMaxPool", "Softmax", "LogSoftmax",
-                                                         "ConvTranspose",
+                                                         "ConvTranspose", "CumSum",
                                                          "Resize", "LayerNormalization", *REDUCE_OPS})
 
 
@@ -184,6 +184,10 @@ def _lower_node(node: Node, graph: Graph, mult: int = 1) -> Lowered:
             return lower_resize(node, graph, Lowered, Ref)
         if op == "Gather":
             return _gather(node, graph, mult)
+        if op == "GatherElements":
+            return lower_gather_elements(node, graph, mult, Lowered, Ref)
+        if op == "CumSum":
+            return lower_cumsum(node, graph, Lowered, Ref)
         if op == "Cast":
             return lower_cast(node, graph, mult, Lowered, Ref)
         if op == "Where":
@@ -205,6 +209,8 @@ def _value_slots(node: Node) -> set[str]:
         data = node.inputs if op == "Concat" else node.inputs[:1]
     elif op in INDEX_OPS:
         data = node.inputs[:3]  # Gather's data and indices, Cast's input, Where's condition and values
+    elif op == "CumSum":
+        data = node.inputs[:2]  # integer sums run in 64-bit registers (kernels_index.cumsum_strided)
     else:
         return set()
     return {n for n in (*data, *node.outputs) if n}
