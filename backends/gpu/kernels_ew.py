@@ -44,6 +44,15 @@ def _softplus(x: Ex) -> Ex:  # log(1 + e^x), stable for large |x|
     return BinOp("+", Call("fmax", (x, _f(0.0))), Call("log", (BinOp("+", _f(1.0), Call("exp", (UnOp("-", Call("fabs", (x,))),))),)))
 
 
+def _clip(x: Ex, lo: float, hi: float) -> Ex:
+    """Clip; an infinite (absent) bound is no bound: -inf and values near -FLT_MAX pass unchanged."""
+    if lo > -math.inf:
+        x = Call("fmax", (x, _f(lo)))
+    if hi < math.inf:
+        x = Call("fmin", (x, _f(hi)))
+    return x
+
+
 def _clamp01(x: Ex) -> Ex:
     return Call("fmax", (_f(0.0), Call("fmin", (_f(1.0), x))))
 
@@ -74,7 +83,7 @@ OPCODES: dict[str, Callable[[Sequence[Ex], Sequence[float]], Ex]] = {
     "ELU": lambda a, m: _sel(BinOp(">=", a[0], _f(0.0)), a[0],
                              BinOp("*", _f(m[0]), BinOp("-", Call("exp", (a[0],)), _f(1.0)))),
     "HARDSIGMOID": lambda a, m: _clamp01(BinOp("+", BinOp("*", a[0], _f(m[0])), _f(m[1]))),
-    "CLIP": lambda a, m: Call("fmin", (Call("fmax", (a[0], _f(max(m[0], -3.4e38)))), _f(min(m[1], 3.4e38)))),
+    "CLIP": lambda a, m: _clip(a[0], m[0], m[1]),
     "AFFINE": lambda a, m: BinOp("+", BinOp("*", a[0], _f(m[0])), _f(m[1])),
     "THRESHOLDED": lambda a, m: _sel(BinOp(">", a[0], _f(m[0])), a[0], _f(0.0)),
     "HARDSWISH": lambda a, m: BinOp("*", a[0], _clamp01(BinOp("+", BinOp("*", a[0], _f(1.0 / 6.0)), _f(0.5)))),

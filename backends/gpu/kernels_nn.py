@@ -13,7 +13,7 @@ from __future__ import annotations
 from rammer.codegen import kernel_ir as ir
 from rammer.codegen.kernel_ir import BinOp, Call, Load, Special, c, v
 
-from .ir_helpers import add, and_, gid, ints, lt, mul
+from .ir_helpers import add, and_, gid, inf, ints, lt, mul, neg_inf
 from .kernels import tree_reduce
 
 __all__ = ["conv2d_direct", "pool2d", "reduce_rows", "layernorm_rows", "transpose_tiled", "REDUCE_KINDS"]
@@ -90,7 +90,7 @@ def pool2d(name: str, kind: str, threads: int = 128) -> ir.Kernel:
         ir.Decl("int", "i", gid()),
         ir.If(lt(v("i"), v("total")), (
             *_unflatten("i", [("nc", "NC"), ("oh", "OH"), ("ow", "OW")]),
-            ir.Decl("float", "acc", c(-3.0e38) if kind == "max" else c(0.0)),
+            ir.Decl("float", "acc", neg_inf() if kind == "max" else c(0.0)),
             ir.Decl("int", "cnt", c(0)),
             ir.For("kh", c(0), v("KH"), c(1), (
                 ir.Decl("int", "ih", ih),
@@ -133,7 +133,7 @@ def reduce_rows(name: str, kind: str, threads: int = 128) -> ir.Kernel:
         raise ValueError(f"reduce kind {kind!r} is not one of {REDUCE_KINDS}")
     tid = v("tid")
     base = mul(Special("block_id"), v("n"))
-    init = {"sum": c(0.0), "mean": c(0.0), "max": c(-3.0e38), "min": c(3.0e38)}[kind]
+    init = {"sum": c(0.0), "mean": c(0.0), "max": neg_inf(), "min": inf()}[kind]
     x = Load("x", add(base, v("j")))
     step = {"max": Call("fmax", (v("part"), x)), "min": Call("fmin", (v("part"), x))}.get(kind, add(v("part"), x))
     out = BinOp("/", v("part"), ir.Cast("float", v("n"))) if kind == "mean" else v("part")
