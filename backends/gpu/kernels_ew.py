@@ -115,7 +115,12 @@ OPCODES: dict[str, Callable[[Sequence[Ex], Sequence[float]], Ex]] = {
 # Integer registers are 64-bit ("long"): an int64/int32 tensor is loaded from its exact float32
 # value in the arena, computed on exactly (int32 results wrap through IWRAP32 as numpy's do), and
 # stored back as float32, exact up to 2**24 in magnitude; a larger result is stored as NaN (see
-# fused_kernel) rather than silently rounded.
+# fused_kernel) rather than silently rounded.  Such a NaN, loaded again into an integer register,
+# becomes the sentinel _POISON (converting NaN to an integer is undefined in C), and I2F turns the
+# sentinel back into NaN, so a poisoned value stays visible through integer-typed ops.
+
+#: The integer register value of a NaN loaded from the arena (far beyond 2**24: stored as NaN).
+_POISON = -(2 ** 62)
 
 def _i(x: int) -> Ex:
     return c(int(x))
@@ -134,7 +139,7 @@ def _imod(a: Ex, b: Ex) -> Ex:
 
 
 INT_OPCODES: dict[str, Callable[[Sequence[Ex], Sequence[float]], Ex]] = {
-    "I2F": lambda a, m: ir.Cast("float", a[0]),
+    "I2F": lambda a, m: _sel(BinOp("==", a[0], _i(_POISON)), BinOp("/", _f(0.0), _f(0.0)), ir.Cast("float", a[0])),
     "F2I": lambda a, m: ir.Cast("long", a[0]),
     "F2I32": lambda a, m: ir.Cast("long", ir.Cast("int", a[0])),
     "ICOPY": lambda a, m: a[0],
@@ -182,7 +187,10 @@ def fused_kernel(name: str, n_in: int, n_out: int, instrs: Sequence[tuple[str, i
             index = BinOp("+", index, BinOp("*", v(f"k{d}"), v(f"S{k}_{d}")))
         integer = k < len(in_types) and in_types[k] == "i"
         load: Ex = Load(f"x{k}", index)
-        body.append(ir.Decl("long" if integer else "float", f"v{k}", ir.Cast("long", load) if integer else load))
+        if integer:  # NaN (a poisoned integer) -> the sentinel, never an undefined float -> long conversion
+            body.append(ir.Decl("float", f"l{k}", load))
+            load = _sel(BinOp("!=", v(f"l{k}"), v(f"l{k}")), _i(_POISON), ir.Cast("long", v(f"l{k}")))
+        body.append(ir.Decl("long" if integer else "float", f"v{k}", load))
     is_int = {k for k in range(n_in) if k < len(in_types) and in_types[k] == "i"}
     for op, dst, args, imms in instrs:
         table = INT_OPCODES if op in INT_OPCODES else OPCODES
