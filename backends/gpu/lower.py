@@ -35,6 +35,7 @@ from . import kernels_reduce as kr
 from .fuse import FUSED_DOMAIN, FUSED_OP, lower_fused
 from .lower_index import lower_cumsum, lower_gather, lower_gather_elements, lower_layernorm
 from .lower_ints import ARENA_DTYPES, lower_cast, output_refusal
+from .lower_quant import QUANT_OPS, lower_quant
 from .lower_reduce import REDUCE_OPS, lower_reduce, lower_resize
 
 __all__ = ["Ref", "Lowered", "NoGpuKernel", "lower_node", "GPU_OPS", "TILINGS", "BLOCK_THREADS", "CONV_IMPLICIT_GEMM"]
@@ -57,7 +58,8 @@ INDEX_OPS = frozenset({"Gather", "GatherElements", "Cast", "Where"})
 GPU_OPS = UNARY | BINARY | COPY | INDEX_OPS | frozenset({"MatMul", "Gemm", "Conv", "MaxPool", "AveragePool",
                                                          "GlobalAveragePool", "GlobalMaxPool", "Softmax", "LogSoftmax",
                                                          "ConvTranspose", "CumSum",
-                                                         "Resize", "LayerNormalization", *REDUCE_OPS})
+                                                         "Resize", "LayerNormalization", *REDUCE_OPS,
+                                                         *QUANT_OPS})
 
 
 class NoGpuKernel(RammerError):
@@ -188,6 +190,8 @@ def _lower_node(node: Node, graph: Graph, mult: int = 1) -> Lowered:
             return lower_gather_elements(node, graph, mult, Lowered, Ref)
         if op == "CumSum":
             return lower_cumsum(node, graph, Lowered, Ref)
+        if op in QUANT_OPS:
+            return lower_quant(node, graph, mult, Lowered, Ref)
         if op == "Cast":
             return lower_cast(node, graph, mult, Lowered, Ref)
         if op == "Where":
@@ -209,6 +213,8 @@ def _value_slots(node: Node) -> set[str]:
         data = node.inputs if op == "Concat" else node.inputs[:1]
     elif op in INDEX_OPS:
         data = node.inputs[:3]  # Gather's data and indices, Cast's input, Where's condition and values
+    elif op in QUANT_OPS:
+        data = node.inputs  # quantized values, scales, zero points (lower_quant checks the dtypes)
     elif op == "CumSum":
         data = node.inputs[:2]  # integer sums run in 64-bit registers (kernels_index.cumsum_strided)
     else:
