@@ -172,3 +172,60 @@ def test_softmax_and_max_reductions_of_a_fully_masked_row_match_reference():
     m.graph.initializer.append(mask)
     x = np.random.default_rng(4).standard_normal((4, 300)).astype(np.float32)
     check_wave(m, {"x": x}, rtol=1e-4, atol=1e-6)
+
+
+# -- linear quantization --------------------------------------------------------------------------------
+
+U8, I8 = TensorProto.UINT8, TensorProto.INT8
+
+
+@pytest.mark.parametrize("qtype", [U8, I8])
+@pytest.mark.parametrize("per_axis", [False, True])
+def test_quantize_and_dequantize_linear_match_reference(qtype, per_axis):
+    """Per tensor and per axis (axis 1), round half to even (ties built into x), saturation at both ends."""
+    shape = (2, 3, 8)
+    dt = np.uint8 if qtype == U8 else np.int8
+    scale = np.array([0.05, 0.1, 0.5], np.float32) if per_axis else np.array(0.1, np.float32)
+    zp = np.array([128, 120, 3], dt) if per_axis and qtype == U8 else (
+        np.array([0, -5, 7], dt) if per_axis else np.array(100 if qtype == U8 else -3, dt))
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"], axis=1),
+             helper.make_node("QuantizeLinear", ["x", "s"], ["q_nozp"], axis=1),
+             helper.make_node("DequantizeLinear", ["q", "s", "z"], ["y"], axis=1),
+             helper.make_node("DequantizeLinear", ["q_nozp", "s"], ["y_nozp"], axis=1),
+             _to_float("q", "q_f")]
+    if qtype == I8:  # QuantizeLinear without a zero point gives uint8; keep int8 with one of 0
+        nodes[1] = helper.make_node("QuantizeLinear", ["x", "s", "z0"], ["q_nozp"], axis=1)
+    m = model(nodes, [vi("x", list(shape))], [vi("y", list(shape)), vi("y_nozp", list(shape)), vi("q_f", list(shape))],
+              [const("s", scale), const("z", zp), const("z0", np.zeros(scale.shape, dt))])
+    rng = np.random.default_rng(5)
+    x = (rng.standard_normal(shape) * 20).astype(np.float32)
+    x[0, :, :4] = np.array([0.5, 1.5, 2.5, -2.5], np.float32)[None, :] * scale.reshape(-1, 1)  # ties
+    x[1, 0, 0], x[1, 0, 1] = 1e6, -1e6  # saturate
+    check_wave(m, {"x": x}, kernels=["quantize", "dequantize"], rtol=1e-6, atol=1e-6)
+
+
+def test_dynamic_quantize_and_matmul_integer_match_reference():
+    """ORT's dynamic quantization of a MatMul: DynamicQuantizeLinear of the activation, MatMulInteger
+    with a per-column weight zero point over a batch, Cast, and the scales' product."""
+    k = 300  # long enough that the dot products leave float32's exact range for a float accumulation
+    nodes = [helper.make_node("DynamicQuantizeLinear", ["x"], ["xq", "xs", "xz"]),
+             helper.make_node("MatMulInteger", ["xq", "w", "xz", "wz"], ["acc"]),
+             helper.make_node("Cast", ["acc"], ["acc_f"], to=F),
+             helper.make_node("Mul", ["xs", "ws"], ["sc"]),
+             helper.make_node("Mul", ["acc_f", "sc"], ["y"]),
+             _to_float("xq", "xq_f"), _to_float("xz", "xz_f"), helper.make_node("Identity", ["xs"], ["xs_out"])]
+    rng = np.random.default_rng(6)
+    w = rng.integers(0, 256, (k, 5)).astype(np.uint8)
+    m = model(nodes, [vi("x", [2, 4, k])], [vi("y", [2, 4, 5]), vi("xq_f", [2, 4, k]), vi("xz_f", []),
+                                             vi("xs_out", [])],
+              [const("w", w), const("wz", rng.integers(100, 150, 5).astype(np.uint8)),
+               const("ws", np.array(0.02, np.float32))])
+    x = (rng.standard_normal((2, 4, k)) * 3 + 1).astype(np.float32)
+    check_wave(m, {"x": x}, kernels=["dynamic_quantize", "matmul_integer"], rtol=1e-5, atol=1e-5)
+
+
+def test_blocked_quantization_is_refused_by_name():
+    nodes = [helper.make_node("DequantizeLinear", ["q", "s"], ["y"], axis=1, block_size=2)]
+    m = model(nodes, [vi("q", [2, 4], U8)], [vi("y", [2, 4])], [const("s", np.ones((2, 2), np.float32))], opset=21)
+    why = _refusals(m)
+    assert len(why) == 1 and "DequantizeLinear" in why[0] and "blocked quantization" in why[0]
