@@ -16,7 +16,7 @@ from rammer.codegen.kernel_ir import BinOp, Load, Select, c, v
 from .ir_helpers import add, and_, div, ints, lt, mod, mul
 from .kernels_model import MAX_RANK, _chunk_loop, _coords
 
-__all__ = ["gather_rows", "gather_elements", "where_nd", "cast_bool", "cumsum_strided"]
+__all__ = ["gather_rows", "gather_elements", "where_nd", "cast_bool", "cumsum_strided", "fill"]
 
 
 def gather_rows(name: str, threads: int = 256) -> ir.Kernel:
@@ -118,3 +118,10 @@ def cumsum_strided(name: str, integer: bool, exclusive: bool, reverse: bool, thr
               ir.Param("bad", "float"))
     return ir.Kernel(name, params, _chunk_loop(threads, body), threads=threads,
                      meta=(("op", "CumSum"), ("tiling", "one line per thread")))
+
+
+def fill(name: str, threads: int = 256) -> ir.Kernel:
+    """``y[i] = value`` over this rTask's chunk: ConstantOfShape (its shape is static)."""
+    params = (ir.Param("y", "float", True), *ints("total", "chunk"), ir.Param("value", "float"))
+    return ir.Kernel(name, params, _chunk_loop(threads, (ir.Store("y", v("i"), v("value")),)), threads=threads,
+                     meta=(("op", "ConstantOfShape"), ("tiling", "chunked")))

@@ -16,7 +16,7 @@ from rammer.codegen.kernel_ir import BinOp, Call, Load, Special, c, v
 from .ir_helpers import add, and_, gid, inf, ints, lt, mul, neg_inf
 from .kernels import tree_reduce
 
-__all__ = ["conv2d_direct", "pool2d", "reduce_rows", "layernorm_rows", "transpose_tiled", "REDUCE_KINDS"]
+__all__ = ["conv2d_direct", "pool2d", "reduce_rows", "layernorm_rows", "transpose_tiled", "REDUCE_KINDS", "lrn"]
 
 #: Row reductions ``reduce_rows`` builds.
 REDUCE_KINDS = ("sum", "mean", "max", "min")
@@ -219,3 +219,28 @@ def transpose_tiled(name: str, tile: int = 16) -> ir.Kernel:
               ir.Param("C", "int"))
     return ir.Kernel(name, params, body, shared=(ir.SharedArray("tileb", "float", t * (t + 1)),), threads=t * t,
                      meta=(("op", "Transpose"), ("tile", f"{t}x{t}")))
+
+
+def lrn(name: str, threads: int = 128) -> ir.Kernel:
+    """LRN across channels of ``x[N, C, S]``: ``y = x / (bias + alpha / size * sum sq)^beta``, the sum
+    over channels ``c - before .. c + after`` inside ``[0, C)``; one output per thread."""
+    c_at = BinOp("%", BinOp("/", v("i"), v("S")), v("C"))
+    body = (
+        ir.Decl("int", "i", gid()),
+        ir.If(lt(v("i"), v("total")), (
+            ir.Decl("int", "ch", c_at),
+            ir.Decl("float", "acc", c(0.0)),
+            ir.For("cc", BinOp("-", v("ch"), v("before")), add(v("ch"), v("after"), c(1)), c(1), (
+                ir.If(BinOp("&&", BinOp(">=", v("cc"), c(0)), lt(v("cc"), v("C"))), (
+                    ir.Decl("float", "xv", Load("x", add(v("i"), mul(BinOp("-", v("cc"), v("ch")), v("S"))))),
+                    ir.Assign("acc", add(v("acc"), mul(v("xv"), v("xv")))),
+                )),
+            )),
+            ir.Store("y", v("i"), BinOp("/", Load("x", v("i")),
+                                         Call("pow", (add(v("bias"), mul(v("alpha_n"), v("acc"))), v("beta"))))),
+        )),
+    )
+    params = (ir.Param("x", "float", True, True), ir.Param("y", "float", True),
+              *ints("total", "C", "S", "before", "after"), ir.Param("alpha_n", "float"), ir.Param("beta", "float"),
+              ir.Param("bias", "float"))
+    return ir.Kernel(name, params, body, threads=threads, meta=(("op", "LRN"), ("tiling", "one output per thread")))

@@ -229,3 +229,53 @@ def test_blocked_quantization_is_refused_by_name():
     m = model(nodes, [vi("q", [2, 4], U8)], [vi("y", [2, 4])], [const("s", np.ones((2, 2), np.float32))], opset=21)
     why = _refusals(m)
     assert len(why) == 1 and "DequantizeLinear" in why[0] and "blocked quantization" in why[0]
+
+
+# -- ops of older CNN exports (ci/real_models.py: alexnet, vgg19, inception-v1, squeezenet, zfnet512) -----
+
+def test_lrn_constant_of_shape_and_inference_dropout_match_reference():
+    """LRN over channels (odd and even window), ConstantOfShape (float and integer fills), and an
+    opset-7 Dropout whose mask output nobody reads (a copy)."""
+    nodes = [helper.make_node("LRN", ["x"], ["l5"], size=5, alpha=1e-3, beta=0.75, bias=2.0),
+             helper.make_node("LRN", ["x"], ["l4"], size=4),
+             helper.make_node("Dropout", ["x"], ["d", "unused_mask"], ratio=0.3),
+             helper.make_node("ConstantOfShape", ["shape"], ["c"],
+                              value=helper.make_tensor("v", F, [1], [2.5])),
+             helper.make_node("ConstantOfShape", ["shape"], ["ci"],
+                              value=helper.make_tensor("vi", I64, [1], [7])),
+             helper.make_node("Add", ["d", "c"], ["dc"]),
+             _to_float("ci", "ci_f")]
+    shape = [2, 7, 3, 4]
+    m = model(nodes, [vi("x", shape)], [vi("l5", shape), vi("l4", shape), vi("dc", shape), vi("ci_f", shape)],
+              [const("shape", np.array(shape, np.int64))], opset=9)
+    x = np.random.default_rng(7).standard_normal(shape).astype(np.float32) * 3
+    check_wave(m, {"x": x}, kernels=["lrn"], rtol=1e-5, atol=1e-6)
+
+
+def test_constant_of_shape_left_unfolded_runs_as_a_fill():
+    """The frontend folds a ConstantOfShape; imported without folding (as a model past the fold size
+    limit keeps it), the fill kernel writes it."""
+    from rammer.frontend.onnx_import import import_model
+
+    nodes = [helper.make_node("ConstantOfShape", ["shape"], ["c"], value=helper.make_tensor("v", F, [1], [2.5])),
+             helper.make_node("ConstantOfShape", ["shape"], ["ci"], value=helper.make_tensor("vi", I64, [1], [-7])),
+             helper.make_node("Add", ["x", "c"], ["y"]), _to_float("ci", "ci_f")]
+    m = model(nodes, [vi("x", [3, 300])], [vi("y", [3, 300]), vi("ci_f", [3, 300])],
+              [const("shape", np.array([3, 300], np.int64))])
+    graph = import_model(m, fold=False)
+    assert any(n.op_type == "ConstantOfShape" for n in graph.nodes)
+    if not plugins.get_backend("opencl").availability().ok:
+        pytest.skip("needs an OpenCL device (PoCL here)")
+    compiled = rammer.compile(graph, backend="opencl", mode="wave")
+    assert "fill" in compiled.executable.report["kernels"]
+    x = np.random.default_rng(8).standard_normal((3, 300)).astype(np.float32)
+    got = compiled.run({"x": x})
+    np.testing.assert_allclose(got["y"], x + np.float32(2.5), rtol=1e-6)
+    assert (got["ci_f"] == -7.0).all()
+
+
+def test_dropout_whose_mask_is_read_is_refused_by_name():
+    nodes = [helper.make_node("Dropout", ["x"], ["d", "mask"], ratio=0.3), _to_float("mask", "m")]
+    m = model(nodes, [vi("x", [4])], [vi("d", [4]), vi("m", [4])], opset=9)
+    why = _refusals(m)
+    assert why and "Dropout" in why[0] and "mask output is read" in why[0]
