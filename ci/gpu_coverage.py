@@ -3,10 +3,15 @@
     python ci/gpu_coverage.py --graphs 400 --seed 0          # the fuzzer's random graphs
     python ci/gpu_coverage.py --zoo --torch                  # zoo models and the test suite's torch exports
     python ci/gpu_coverage.py --model a.onnx b.onnx
+    python ci/gpu_coverage.py --corpus                       # the corpus (ci/corpus/) at ci size
+    python ci/gpu_coverage.py --corpus --models bert,opt --run opencl,emulator   # and run them
 
 For each model: the opencl backend's passes, then every node lowered (``unsupported``); refusals are
 counted by op and by the first words of the reason.  Graphs the cpu backend would not compile without
-falling back are counted apart (they are not the GPU backends' to run).
+falling back are counted apart (they are not the GPU backends' to run).  With ``--run``, each corpus
+model that compiles is also run on ``opencl`` (PoCL here) and, for ``emulator``, compiled for ``cuda``
+and run by the CuPy runner on the CUDA-semantics CPU emulator (``backends/gpu/emulation``), both
+against ``reference`` on the corpus's feeds (rtol 1e-3), one line per model and target.
 """
 
 from __future__ import annotations
@@ -25,6 +30,64 @@ def _reason_key(why: str) -> str:
     return why[:110]
 
 
+def corpus_models(size: str = "ci", names: str = "") -> list[tuple[str, object]]:
+    """``(name, (onnx bytes, input shapes, feeds))`` of the corpus entries (all, or ``names``)."""
+    sys.path.insert(0, "ci")
+    import corpus  # type: ignore
+
+    out: list[tuple[str, object]] = []
+    for entry in corpus.select(names):
+        built = corpus.build(entry, size)
+        out.append((entry.name, (built.onnx, {k: v.shape for k, v in built.feeds.items()}, built.feeds)))
+    return out
+
+
+def _compare(got: dict, want: dict, rtol: float = 1e-3) -> tuple[bool, float]:
+    """Whether every output matches (NaN where reference has NaN), and the worst relative error."""
+    import numpy as np
+
+    worst, ok = 0.0, True
+    for k, w in want.items():
+        w, g = np.asarray(w, np.float64), np.asarray(got[k], np.float64)
+        if g.shape != w.shape or not np.array_equal(np.isnan(g), np.isnan(w)):
+            return False, float("nan")
+        fin = ~np.isnan(w)
+        err = np.abs(g[fin] - w[fin]) / (np.abs(w[fin]) + 1e-3) if fin.any() else np.zeros(1)
+        worst = max(worst, float(err.max()) if err.size else 0.0)
+        ok &= bool(np.allclose(g[fin], w[fin], rtol=rtol, atol=1e-4))
+    return ok, worst
+
+
+def run_model(label: str, source: bytes, feeds: dict, target: str) -> str:
+    """One line: ``label target ok|MISMATCH|FAIL ...`` for ``target`` "opencl" or "emulator"."""
+    import rammer
+
+    t0 = time.perf_counter()
+    try:
+        if target == "emulator":
+            from rammer.backends.gpu.emulation.fake_cupy import make_cupy
+
+            saved = sys.modules.get("cupy")
+            sys.modules["cupy"] = make_cupy()
+            try:
+                compiled = rammer.compile(source, backend="cuda")
+                got = compiled.run(feeds)
+            finally:
+                if saved is None:
+                    sys.modules.pop("cupy", None)
+                else:
+                    sys.modules["cupy"] = saved
+        else:
+            compiled = rammer.compile(source, backend=target)
+            got = compiled.run(feeds)
+    except Exception as exc:  # a report line per model, never a stop
+        return f"{label} {target} FAIL {type(exc).__name__}: {str(exc)[:200]}"
+    seconds = time.perf_counter() - t0
+    want = rammer.compile(source, backend="reference").run(feeds)
+    ok, worst = _compare(got, want)
+    return f"{label} {target} {'ok' if ok else 'MISMATCH'} max_rel={worst:.1e} compile+run={seconds:.1f}s"
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--graphs", type=int, default=0, help="random graphs of the fuzzer's generator")
@@ -32,6 +95,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--zoo", action="store_true", help="the small zoo models")
     ap.add_argument("--real", action="store_true", help="the models of ci/real_models.py found here")
     ap.add_argument("--model", nargs="*", default=[])
+    ap.add_argument("--corpus", action="store_true", help="the corpus models (ci/corpus/) at --size")
+    ap.add_argument("--size", default="ci", choices=("ci", "full"))
+    ap.add_argument("--models", default="", help="with --corpus: these names only (comma-separated)")
+    ap.add_argument("--run", default="", help="with --corpus: run what compiles on opencl and/or emulator")
     ap.add_argument("--backend", default="opencl")
     ap.add_argument("--verbose", action="store_true")
     args = ap.parse_args(argv)
@@ -67,6 +134,12 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{m.name}: skipped: {str(exc)[:80]}")
     for path in args.model:
         models.append((path, path))
+    feeds_of: dict[str, dict] = {}
+    if args.corpus:
+        for label, (onnx_bytes, shapes, feeds) in corpus_models(args.size, args.models):  # type: ignore[misc]
+            models.append((label, (onnx_bytes, shapes)))
+            feeds_of[label] = feeds
+    compiled_ok: list[str] = []
 
     refused_models = 0
     by_op: collections.Counter = collections.Counter()
@@ -92,6 +165,8 @@ def main(argv: list[str] | None = None) -> int:
                 by_reason[key] += 1
             if args.verbose:
                 print(f"{label}: " + "; ".join(why for _, why in reasons[:3]))
+        else:
+            compiled_ok.append(label)
     print(f"{len(models)} models, {refused_models} refused ({100.0 * refused_models / max(len(models), 1):.0f}%) "
           f"in {time.perf_counter() - t0:.1f} s")
     for op, count in by_op.most_common():
@@ -99,6 +174,13 @@ def main(argv: list[str] | None = None) -> int:
     print("by reason (models):")
     for why, count in by_reason.most_common():
         print(f"  {count:5d}  {why}")
+    if args.corpus:
+        print("refused: " + " ".join(label for label, _ in models if label not in compiled_ok))
+    for target in [t for t in args.run.split(",") if t]:
+        for label in compiled_ok:
+            if label in feeds_of:
+                src = dict(models)[label]
+                print(run_model(label, src[0], feeds_of[label], target), flush=True)  # type: ignore[index]
     return 0
 
 

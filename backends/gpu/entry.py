@@ -64,30 +64,39 @@ class _CallTable:
         self.wf = max(max(n_flt.values(), default=1), 1)
         self.irows: list[list[int]] = []
         self.frows: list[list[float]] = []
+        # Per rKernel, which arguments go to itab and which to ftab (computed once, not per call:
+        # a full-size model has tens of thousands of calls).
+        self._int_at = {n: [i for i, p in enumerate(k.params) if p.pointer or p.dtype != "float"]
+                        for n, k in kernels.items()}
+        self._flt_at = {n: [i for i, p in enumerate(k.params) if not p.pointer and p.dtype == "float"]
+                        for n, k in kernels.items()}
 
     def add(self, call: Call) -> None:
         k = self.kernels.get(call.kernel)
         if k is None:
             raise ProgramError(f"a call of unknown rKernel {call.kernel!r}")
-        if len(call.args) != len(k.params):
-            raise ProgramError(f"{call.kernel} takes {len(k.params)} arguments, got {len(call.args)}")
-        ints = [int(call.rtask_id)] + [int(a) for p, a in zip(k.params, call.args) if p.pointer or p.dtype != "float"]
-        flts = [float(a) for p, a in zip(k.params, call.args) if not p.pointer and p.dtype == "float"]
+        args = call.args
+        if len(args) != len(k.params):
+            raise ProgramError(f"{call.kernel} takes {len(k.params)} arguments, got {len(args)}")
+        ints = [int(call.rtask_id)] + [int(args[i]) for i in self._int_at[call.kernel]]
+        flts = [float(args[i]) for i in self._flt_at[call.kernel]]
         self.irows.append(ints + [0] * (self.wi - len(ints)))
         self.frows.append(flts + [0.0] * (self.wf - len(flts)))
 
     def ranges(self, calls: list[Call]) -> list[int]:
-        """Append ``calls`` grouped by rKernel; the ``[lo, hi)`` row range of each rKernel in turn."""
-        out: list[int] = []
-        for n in self.names:
-            out.append(len(self.irows))
-            for call in calls:
-                if call.kernel == n:
-                    self.add(call)
-            out.append(len(self.irows))
+        """Append ``calls`` grouped by rKernel; the ``[lo, hi)`` row range of each rKernel in turn.
+        The calls are bucketed once (not scanned once per rKernel: segments x rKernels x calls)."""
+        by_kernel: dict[str, list[Call]] = {}
         for call in calls:
             if call.kernel not in self.kernels:
                 raise ProgramError(f"a call of unknown rKernel {call.kernel!r}")
+            by_kernel.setdefault(call.kernel, []).append(call)
+        out: list[int] = []
+        for n in self.names:
+            out.append(len(self.irows))
+            for call in by_kernel.get(n, ()):
+                self.add(call)
+            out.append(len(self.irows))
         return out
 
     def loops(self, base: ir.Expr) -> list[ir.Stmt]:

@@ -7,10 +7,11 @@ two or more nodes, and each single node of an op the GPU has no kernel of its ow
 Where, comparisons...), by one ``FusedElementwise`` node (domain ``rammer.gpu``) that reads the
 group's external tensors and writes the tensors read outside it.  The node carries its program as
 plain data (:class:`FusedProgram`); :func:`lower_fused` turns it into the kernel of
-:mod:`.kernels_ew`.  A group whose program needs integer registers or an opcode without a GPU
-expression, or whose external tensors are neither float32 nor bool (0.0/1.0 in the arena), is left
-as it was.  Constants a program
-needs (BatchNorm scales, bool masks as 0/1) become float32 initializers.
+:mod:`.kernels_ew`.  Integer programs (int64/int32 arithmetic on position ids, masks...) run in
+64-bit integer registers over the exact float32 values the arena holds (:mod:`.lower_ints`).  A
+group with an opcode without a GPU expression, or whose external tensors are neither float32, bool
+(0.0/1.0 in the arena) nor int32/int64, is left as it was.  Constants a program needs (BatchNorm
+scales, bool masks as 0/1) become float32 initializers, integer ones int64 initializers.
 """
 
 from __future__ import annotations
@@ -43,6 +44,8 @@ _THREADS = 256
 #: Tensor dtypes a program may read and write: bools live in the arena as 0.0/1.0, exactly what the
 #: comparisons and logic opcodes compute and what they read as false/true (``!= 0``).
 _ARENA_FLOATS = ("float32", "bool")
+#: Integer dtypes a program loads into integer registers (exact float32 values in the arena).
+_ARENA_INTS = ("int32", "int64")
 #: ONNX ops the pass can run (alone or in a chain) on float32 tensors: those whose translation
 #: uses only opcodes with a GPU expression.
 FUSIBLE_OPS = frozenset({
@@ -63,11 +66,13 @@ class FusedProgram:
     n_in: int
     instrs: tuple[tuple[str, int, tuple[int, ...], tuple[float, ...]], ...]
     outputs: tuple[int, ...]
+    #: Register type of each input ("f" float, "i" integer), as :mod:`rammer.lower.ewops` types it.
+    in_types: tuple[str, ...] = ()
 
     @property
     def key(self) -> str:
         """Equal programs share one kernel (lstm-tc's cells are thousands of the same chain)."""
-        text = repr((self.n_in, self.instrs, self.outputs)).encode()
+        text = repr((self.n_in, self.instrs, self.outputs, self.in_types)).encode()
         return hashlib.sha1(text).hexdigest()[:10]
 
 
@@ -101,6 +106,10 @@ def _program(graph: Graph, members: list[Node], inits: dict, value_info: dict, t
     def external(name: str) -> int:
         # value_info and inits, not the graph's: constant() adds the constants it makes there.
         info = value_info[name]
+        if info.dtype in _ARENA_INTS and (name not in inits or _as_float(inits[name]) is not None):
+            if name not in inputs:
+                inputs.append(name)
+            return prog.load(View(inputs.index(name), info.dtype, tuple(info.shape), _strides(tuple(info.shape))))
         if name in inits and info.dtype != "float32":
             as_float = _as_float(inits[name])
             if as_float is None:
@@ -119,6 +128,10 @@ def _program(graph: Graph, members: list[Node], inits: dict, value_info: dict, t
         if as_float is None:
             raise ValueError("constant")
         new = fresh_name("fused_const", taken)
+        if np.asarray(value).dtype.name in _ARENA_INTS:  # an integer register's operand stays integer
+            as_int = np.ascontiguousarray(value, np.int64)
+            inits[new], value_info[new] = as_int, TensorInfo(new, "int64", as_int.shape)
+            return external(new)
         inits[new], value_info[new] = np.ascontiguousarray(as_float), TensorInfo(new, "float32", as_float.shape)
         return external(new)
 
@@ -130,13 +143,13 @@ def _program(graph: Graph, members: list[Node], inits: dict, value_info: dict, t
             value_of[m.outputs[0]] = ew_translate(m, graph, prog, operand, constant)
     except (ValueError, KeyError):
         return None
-    if prog.uses_ints() or not kew.supported(prog.instrs) or not inputs:
+    if not kew.supported(prog.instrs) or not inputs:
         return None
     ids = {id(m) for m in members}
     graph_outputs = {t.name for t in graph.outputs}
     outputs = [t for t in (m.outputs[0] for m in members)
                if t in graph_outputs or any(id(r) not in ids for r in graph.consumers.get(t, ()))]
-    if any(graph.value_info[t].dtype not in _ARENA_FLOATS for t in outputs) or not outputs:
+    if any(graph.value_info[t].dtype not in _ARENA_FLOATS + _ARENA_INTS for t in outputs) or not outputs:
         return None
     if len(prog.inputs) != len(inputs):
         return None
@@ -146,7 +159,9 @@ def _program(graph: Graph, members: list[Node], inits: dict, value_info: dict, t
         number[ins.dst] = len(inputs) + j
     instrs = tuple((i.op, number[i.dst], tuple(number[a] for a in i.args), tuple(float(x) for x in i.imms))
                    for i in prog.instrs)
-    return inputs, outputs, FusedProgram(shape, len(inputs), instrs, tuple(number[value_of[t]] for t in outputs))
+    in_types = tuple(prog.types[value] for value in prog.input_values)
+    return inputs, outputs, FusedProgram(shape, len(inputs), instrs, tuple(number[value_of[t]] for t in outputs),
+                                         in_types)
 
 
 def fuse_elementwise(graph: Graph) -> Graph:
@@ -164,8 +179,9 @@ def fuse_elementwise(graph: Graph) -> Graph:
     dropped: set[int] = set()
     for g in groups:
         members = [graph.nodes[i] for i in sorted(g.members)]
-        if len(members) == 1 and members[0].op_type in NATIVE:
-            continue
+        if len(members) == 1 and members[0].op_type in NATIVE and all(
+                graph.value_info[t].dtype == "float32" for t in (*members[0].inputs, *members[0].outputs) if t):
+            continue  # the native kernel runs it (an integer one runs fused: the native kernels are float)
         built = _program(graph, members, inits, value_info, taken)
         if built is None:
             continue
@@ -230,7 +246,8 @@ def lower_fused(node: Node, graph: Graph, mult: int, lowered: Any, ref: Any) -> 
     chunk = _THREADS * mult
     args = (*(ref("in", k) for k in range(len(node.inputs))), *(ref("out", j) for j in range(len(node.outputs))),
             total, chunk, *dims[1:], *strides)
-    kernel = kew.fused_kernel(f"ew_{prog.key}", prog.n_in, len(prog.outputs), prog.instrs, prog.outputs, _THREADS)
+    kernel = kew.fused_kernel(f"ew_{prog.key}", prog.n_in, len(prog.outputs), prog.instrs, prog.outputs, _THREADS,
+                              prog.in_types)
     calls = tuple((r, args) for r in range(max(1, math.ceil(total / chunk))))
     n_io = prog.n_in + len(prog.outputs)
     return lowered(kernel, calls, float(chunk * max(len(prog.instrs), 1)), 4.0 * chunk * n_io)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from rammer.codegen import kernel_ir as ir
 from rammer.codegen.kernel_ir import BinOp, Special
 
-__all__ = ["add", "mul", "div", "mod", "lt", "and_", "gid", "ints"]
+__all__ = ["add", "mul", "div", "mod", "lt", "and_", "gid", "ints", "inf", "neg_inf"]
 
 
 def add(*terms: ir.Expr) -> ir.Expr:
@@ -45,3 +45,15 @@ def gid() -> ir.Expr:
 
 def ints(*names: str) -> tuple[ir.Param, ...]:
     return tuple(ir.Param(n, "int") for n in names)
+
+
+def inf() -> ir.Expr:
+    """+infinity (``1.0f / 0.0f``: no dialect has one spelling for it).  The start of a min
+    reduction: any float, however close to -FLT_MAX (a mask's ``finfo.min`` plus a score), is below
+    it, where a finite start such as 3e38 wins over real values and breaks the result."""
+    return BinOp("/", ir.c(1.0), ir.c(0.0))
+
+
+def neg_inf() -> ir.Expr:
+    """-infinity, the start of a max reduction (see :func:`inf`)."""
+    return BinOp("/", ir.c(-1.0), ir.c(0.0))

@@ -17,7 +17,7 @@ from __future__ import annotations
 from rammer.codegen import kernel_ir as ir
 from rammer.codegen.kernel_ir import BinOp, Call, Load, Special, c, v
 
-from .ir_helpers import gid
+from .ir_helpers import gid, neg_inf
 
 __all__ = ["elementwise", "matmul_tiled", "softmax_rows", "UNARY", "BINARY"]
 
@@ -101,7 +101,7 @@ def softmax_rows(name: str, threads: int = 128, log: bool = False) -> ir.Kernel:
 
     body = (
         ir.Decl("int", "tid", Special("thread_id")),
-        ir.Decl("float", "part", c(-3.0e38)),
+        ir.Decl("float", "part", neg_inf()),
         ir.For("j", tid, v("n"), c(threads), (
             ir.Assign("part", Call("fmax", (v("part"), Load("x", BinOp("+", base, v("j")))))),)),
         *reduce("max"),

@@ -44,6 +44,15 @@ def _softplus(x: Ex) -> Ex:  # log(1 + e^x), stable for large |x|
     return BinOp("+", Call("fmax", (x, _f(0.0))), Call("log", (BinOp("+", _f(1.0), Call("exp", (UnOp("-", Call("fabs", (x,))),))),)))
 
 
+def _clip(x: Ex, lo: float, hi: float) -> Ex:
+    """Clip; an infinite (absent) bound is no bound: -inf and values near -FLT_MAX pass unchanged."""
+    if lo > -math.inf:
+        x = Call("fmax", (x, _f(lo)))
+    if hi < math.inf:
+        x = Call("fmin", (x, _f(hi)))
+    return x
+
+
 def _clamp01(x: Ex) -> Ex:
     return Call("fmax", (_f(0.0), Call("fmin", (_f(1.0), x))))
 
@@ -74,7 +83,7 @@ OPCODES: dict[str, Callable[[Sequence[Ex], Sequence[float]], Ex]] = {
     "ELU": lambda a, m: _sel(BinOp(">=", a[0], _f(0.0)), a[0],
                              BinOp("*", _f(m[0]), BinOp("-", Call("exp", (a[0],)), _f(1.0)))),
     "HARDSIGMOID": lambda a, m: _clamp01(BinOp("+", BinOp("*", a[0], _f(m[0])), _f(m[1]))),
-    "CLIP": lambda a, m: Call("fmin", (Call("fmax", (a[0], _f(max(m[0], -3.4e38)))), _f(min(m[1], 3.4e38)))),
+    "CLIP": lambda a, m: _clip(a[0], m[0], m[1]),
     "AFFINE": lambda a, m: BinOp("+", BinOp("*", a[0], _f(m[0])), _f(m[1])),
     "THRESHOLDED": lambda a, m: _sel(BinOp(">", a[0], _f(m[0])), a[0], _f(0.0)),
     "HARDSWISH": lambda a, m: BinOp("*", a[0], _clamp01(BinOp("+", BinOp("*", a[0], _f(1.0 / 6.0)), _f(0.5)))),
@@ -102,13 +111,70 @@ OPCODES: dict[str, Callable[[Sequence[Ex], Sequence[float]], Ex]] = {
 }
 
 
+# -- integer instructions ----------------------------------------------------------------------------
+# Integer registers are 64-bit ("long"): an int64/int32 tensor is loaded from its exact float32
+# value in the arena, computed on exactly (int32 results wrap through IWRAP32 as numpy's do), and
+# stored back as float32, exact up to 2**24 in magnitude; a larger result is stored as NaN (see
+# fused_kernel) rather than silently rounded.  Such a NaN, loaded again into an integer register,
+# becomes the sentinel _POISON (converting NaN to an integer is undefined in C), and I2F turns the
+# sentinel back into NaN, so a poisoned value stays visible through integer-typed ops.
+
+#: The integer register value of a NaN loaded from the arena (far beyond 2**24: stored as NaN).
+_POISON = -(2 ** 62)
+
+def _i(x: int) -> Ex:
+    return c(int(x))
+
+
+def _idiv(a: Ex, b: Ex) -> Ex:
+    """Truncated toward zero, as C's ``/``; ``x / 0`` is 0 (numpy's result)."""
+    return _sel(BinOp("==", b, _i(0)), _i(0), BinOp("/", a, b))
+
+
+def _imod(a: Ex, b: Ex) -> Ex:
+    """The remainder with the divisor's sign (ONNX Mod, fmod=0); ``x % 0`` is 0."""
+    r = BinOp("%", a, b)
+    fix = BinOp("&&", BinOp("!=", r, _i(0)), BinOp("!=", BinOp("<", r, _i(0)), BinOp("<", b, _i(0))))
+    return _sel(BinOp("==", b, _i(0)), _i(0), _sel(fix, BinOp("+", r, b), r))
+
+
+INT_OPCODES: dict[str, Callable[[Sequence[Ex], Sequence[float]], Ex]] = {
+    "I2F": lambda a, m: _sel(BinOp("==", a[0], _i(_POISON)), BinOp("/", _f(0.0), _f(0.0)), ir.Cast("float", a[0])),
+    "F2I": lambda a, m: ir.Cast("long", a[0]),
+    "F2I32": lambda a, m: ir.Cast("long", ir.Cast("int", a[0])),
+    "ICOPY": lambda a, m: a[0],
+    "INEG": lambda a, m: UnOp("-", a[0]),
+    "IABS": lambda a, m: _sel(BinOp("<", a[0], _i(0)), UnOp("-", a[0]), a[0]),
+    "IWRAP32": lambda a, m: ir.Cast("long", ir.Cast("int", a[0])),
+    "IADD": lambda a, m: BinOp("+", a[0], a[1]),
+    "ISUB": lambda a, m: BinOp("-", a[0], a[1]),
+    "IMUL": lambda a, m: BinOp("*", a[0], a[1]),
+    "IDIV": lambda a, m: _idiv(a[0], a[1]),
+    "IMOD": lambda a, m: _imod(a[0], a[1]),
+    "IFMOD": lambda a, m: _sel(BinOp("==", a[1], _i(0)), _i(0), BinOp("%", a[0], a[1])),
+    "IMAX": lambda a, m: _sel(BinOp(">", a[0], a[1]), a[0], a[1]),
+    "IMIN": lambda a, m: _sel(BinOp("<", a[0], a[1]), a[0], a[1]),
+    "IEQ": lambda a, m: _b(BinOp("==", a[0], a[1])),
+    "ILT": lambda a, m: _b(BinOp("<", a[0], a[1])),
+    "ILE": lambda a, m: _b(BinOp("<=", a[0], a[1])),
+    "IGT": lambda a, m: _b(BinOp(">", a[0], a[1])),
+    "IGE": lambda a, m: _b(BinOp(">=", a[0], a[1])),
+    "IWHERE": lambda a, m: _sel(BinOp("!=", a[0], _f(0.0)), a[1], a[2]),
+}
+#: Opcodes whose result is an integer register ("long" in the kernel).
+INT_RESULTS = frozenset({"F2I", "F2I32", "ICOPY", "INEG", "IABS", "IWRAP32", "IADD", "ISUB", "IMUL", "IDIV", "IMOD",
+                         "IFMOD", "IMAX", "IMIN", "IWHERE"})
+#: Integers float32 holds exactly; an integer result beyond is stored as NaN.
+_EXACT = 2 ** 24
+
+
 def supported(instrs) -> bool:
     """Whether every instruction of a program has a GPU expression."""
-    return all(ins.op in OPCODES for ins in instrs)
+    return all(ins.op in OPCODES or ins.op in INT_OPCODES for ins in instrs)
 
 
 def fused_kernel(name: str, n_in: int, n_out: int, instrs: Sequence[tuple[str, int, tuple[int, ...], tuple[float, ...]]],
-                 outputs: Sequence[int], threads: int = 256) -> ir.Kernel:
+                 outputs: Sequence[int], threads: int = 256, in_types: Sequence[str] = ()) -> ir.Kernel:
     """``y_j[i] = program(x_0[S_0 . coords(i)], ...)`` over this rTask's chunk: inputs are values
     ``0..n_in-1``; ``instrs`` are ``(opcode, dst, args, imms)``; ``outputs[j]`` is the value stored to
     ``y_j``.  Parameters: ``x0..``, ``y0..``, ``total``, ``chunk``, extents ``D1..D5`` and per input
@@ -119,11 +185,25 @@ def fused_kernel(name: str, n_in: int, n_out: int, instrs: Sequence[tuple[str, i
         index: Ex = c(0)
         for d in range(r):
             index = BinOp("+", index, BinOp("*", v(f"k{d}"), v(f"S{k}_{d}")))
-        body.append(ir.Decl("float", f"v{k}", Load(f"x{k}", index)))
+        integer = k < len(in_types) and in_types[k] == "i"
+        load: Ex = Load(f"x{k}", index)
+        if integer:  # NaN (a poisoned integer) -> the sentinel, never an undefined float -> long conversion
+            body.append(ir.Decl("float", f"l{k}", load))
+            load = _sel(BinOp("!=", v(f"l{k}"), v(f"l{k}")), _i(_POISON), ir.Cast("long", v(f"l{k}")))
+        body.append(ir.Decl("long" if integer else "float", f"v{k}", load))
+    is_int = {k for k in range(n_in) if k < len(in_types) and in_types[k] == "i"}
     for op, dst, args, imms in instrs:
-        body.append(ir.Decl("float", f"v{dst}", OPCODES[op]([v(f"v{a}") for a in args], imms)))
+        table = INT_OPCODES if op in INT_OPCODES else OPCODES
+        body.append(ir.Decl("long" if op in INT_RESULTS else "float", f"v{dst}",
+                            table[op]([v(f"v{a}") for a in args], imms)))
+        if op in INT_RESULTS:
+            is_int.add(dst)
     for j, value in enumerate(outputs):
-        body.append(ir.Store(f"y{j}", v("i"), v(f"v{value}")))
+        out: Ex = v(f"v{value}")
+        if value in is_int:  # exact in float32 up to 2**24; NaN beyond, never a silently rounded integer
+            inexact = BinOp("||", BinOp(">", out, _i(_EXACT)), BinOp("<", out, _i(-_EXACT)))
+            out = _sel(inexact, BinOp("/", _f(0.0), _f(0.0)), ir.Cast("float", out))
+        body.append(ir.Store(f"y{j}", v("i"), out))
     params = (*(ir.Param(f"x{k}", "float", True, True) for k in range(n_in)),
               *(ir.Param(f"y{j}", "float", True) for j in range(n_out)),
               *(ir.Param(p, "int") for p in ("total", "chunk", *(f"D{d}" for d in range(1, r)))),

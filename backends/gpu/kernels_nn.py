@@ -13,10 +13,10 @@ from __future__ import annotations
 from rammer.codegen import kernel_ir as ir
 from rammer.codegen.kernel_ir import BinOp, Call, Load, Special, c, v
 
-from .ir_helpers import add, and_, gid, ints, lt, mul
+from .ir_helpers import add, and_, gid, inf, ints, lt, mul, neg_inf
 from .kernels import tree_reduce
 
-__all__ = ["conv2d_direct", "pool2d", "reduce_rows", "layernorm_rows", "transpose_tiled", "REDUCE_KINDS"]
+__all__ = ["conv2d_direct", "pool2d", "reduce_rows", "layernorm_rows", "transpose_tiled", "REDUCE_KINDS", "lrn"]
 
 #: Row reductions ``reduce_rows`` builds.
 REDUCE_KINDS = ("sum", "mean", "max", "min")
@@ -90,7 +90,7 @@ def pool2d(name: str, kind: str, threads: int = 128) -> ir.Kernel:
         ir.Decl("int", "i", gid()),
         ir.If(lt(v("i"), v("total")), (
             *_unflatten("i", [("nc", "NC"), ("oh", "OH"), ("ow", "OW")]),
-            ir.Decl("float", "acc", c(-3.0e38) if kind == "max" else c(0.0)),
+            ir.Decl("float", "acc", neg_inf() if kind == "max" else c(0.0)),
             ir.Decl("int", "cnt", c(0)),
             ir.For("kh", c(0), v("KH"), c(1), (
                 ir.Decl("int", "ih", ih),
@@ -133,7 +133,7 @@ def reduce_rows(name: str, kind: str, threads: int = 128) -> ir.Kernel:
         raise ValueError(f"reduce kind {kind!r} is not one of {REDUCE_KINDS}")
     tid = v("tid")
     base = mul(Special("block_id"), v("n"))
-    init = {"sum": c(0.0), "mean": c(0.0), "max": c(-3.0e38), "min": c(3.0e38)}[kind]
+    init = {"sum": c(0.0), "mean": c(0.0), "max": neg_inf(), "min": inf()}[kind]
     x = Load("x", add(base, v("j")))
     step = {"max": Call("fmax", (v("part"), x)), "min": Call("fmin", (v("part"), x))}.get(kind, add(v("part"), x))
     out = BinOp("/", v("part"), ir.Cast("float", v("n"))) if kind == "mean" else v("part")
@@ -219,3 +219,28 @@ def transpose_tiled(name: str, tile: int = 16) -> ir.Kernel:
               ir.Param("C", "int"))
     return ir.Kernel(name, params, body, shared=(ir.SharedArray("tileb", "float", t * (t + 1)),), threads=t * t,
                      meta=(("op", "Transpose"), ("tile", f"{t}x{t}")))
+
+
+def lrn(name: str, threads: int = 128) -> ir.Kernel:
+    """LRN across channels of ``x[N, C, S]``: ``y = x / (bias + alpha / size * sum sq)^beta``, the sum
+    over channels ``c - before .. c + after`` inside ``[0, C)``; one output per thread."""
+    c_at = BinOp("%", BinOp("/", v("i"), v("S")), v("C"))
+    body = (
+        ir.Decl("int", "i", gid()),
+        ir.If(lt(v("i"), v("total")), (
+            ir.Decl("int", "ch", c_at),
+            ir.Decl("float", "acc", c(0.0)),
+            ir.For("cc", BinOp("-", v("ch"), v("before")), add(v("ch"), v("after"), c(1)), c(1), (
+                ir.If(BinOp("&&", BinOp(">=", v("cc"), c(0)), lt(v("cc"), v("C"))), (
+                    ir.Decl("float", "xv", Load("x", add(v("i"), mul(BinOp("-", v("cc"), v("ch")), v("S"))))),
+                    ir.Assign("acc", add(v("acc"), mul(v("xv"), v("xv")))),
+                )),
+            )),
+            ir.Store("y", v("i"), BinOp("/", Load("x", v("i")),
+                                         Call("pow", (add(v("bias"), mul(v("alpha_n"), v("acc"))), v("beta"))))),
+        )),
+    )
+    params = (ir.Param("x", "float", True, True), ir.Param("y", "float", True),
+              *ints("total", "C", "S", "before", "after"), ir.Param("alpha_n", "float"), ir.Param("beta", "float"),
+              ir.Param("bias", "float"))
+    return ir.Kernel(name, params, body, threads=threads, meta=(("op", "LRN"), ("tiling", "one output per thread")))

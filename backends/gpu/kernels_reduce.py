@@ -13,7 +13,7 @@ from __future__ import annotations
 from rammer.codegen import kernel_ir as ir
 from rammer.codegen.kernel_ir import BinOp, Call, Load, Select, c, v
 
-from .ir_helpers import add as _add, gid as _gid, ints as _ints, mul as _mul
+from .ir_helpers import add as _add, gid as _gid, inf, ints as _ints, mul as _mul, neg_inf
 
 __all__ = ["reduce_strided", "reduce_general", "softmax_strided", "resize2d", "COORD_MODES", "NEAREST_MODES",
            "GENERAL_KINDS", "AXES"]
@@ -33,7 +33,7 @@ NEAREST_MODES = {"round_prefer_floor": 0, "round_prefer_ceil": 1, "floor": 2, "c
 
 def reduce_strided(name: str, kind: str, threads: int = 256) -> ir.Kernel:
     """``y[o, i] = reduce_r x[o, r, i]`` over ``R`` (sum, mean, max, min); one output per thread."""
-    init = {"sum": c(0.0), "mean": c(0.0), "max": c(-3.0e38), "min": c(3.0e38)}[kind]
+    init = {"sum": c(0.0), "mean": c(0.0), "max": neg_inf(), "min": inf()}[kind]
     x = Load("x", _add(_add(_mul(v("o"), _mul(v("R"), v("I"))), _mul(v("r"), v("I"))), v("i")))
     step = {"max": Call("fmax", (v("acc"), x)), "min": Call("fmin", (v("acc"), x))}.get(kind, _add(v("acc"), x))
     out = BinOp("/", v("acc"), ir.Cast("float", v("R"))) if kind == "mean" else v("acc")
@@ -74,7 +74,7 @@ def reduce_general(name: str, kind: str, threads: int = 256) -> ir.Kernel:
     kept = [f"K{d}" for d in range(1, AXES)]
     red = [f"Q{d}" for d in range(1, AXES)]
     x = Load("x", _add(v("base"), v("off")))
-    init = {"max": c(-3.0e38), "min": c(3.0e38), "prod": c(1.0)}.get(kind, c(0.0))
+    init = {"max": neg_inf(), "min": inf(), "prod": c(1.0)}.get(kind, c(0.0))
     step = {"max": Call("fmax", (v("acc"), x)), "min": Call("fmin", (v("acc"), x)), "prod": _mul(v("acc"), x),
             "l1": _add(v("acc"), Call("fabs", (x,))), "l2": _add(v("acc"), _mul(x, x)),
             "sumsquare": _add(v("acc"), _mul(x, x)),
@@ -88,8 +88,9 @@ def reduce_general(name: str, kind: str, threads: int = 256) -> ir.Kernel:
 
     body: list[ir.Stmt] = [*_unflatten(v("k"), kept, [f"KS{d}" for d in range(AXES)], "base", "kt")]
     if kind == "logsumexp":  # the maximum first: exp of the raw values overflows
-        body += [ir.Decl("float", "m", c(-3.0e38)), over_r(ir.Assign("m", Call("fmax", (v("m"), x)))),
-                 ir.If(BinOp("<", v("m"), c(-1.0e38)), (ir.Assign("m", c(0.0)),))]
+        # (every value -inf: m = 0 keeps -inf - m from being NaN; the result is log(0) = -inf)
+        body += [ir.Decl("float", "m", neg_inf()), over_r(ir.Assign("m", Call("fmax", (v("m"), x)))),
+                 ir.If(BinOp("==", v("m"), neg_inf()), (ir.Assign("m", c(0.0)),))]
     body += [ir.Decl("float", "acc", init), over_r(ir.Assign("acc", step)), ir.Store("y", v("k"), final)]
     params = (ir.Param("x", "float", True, True), ir.Param("y", "float", True), *_ints("total", "R"),
               *_ints(*kept), *_ints(*(f"KS{d}" for d in range(AXES))), *_ints(*red),
@@ -106,7 +107,7 @@ def softmax_strided(name: str, log: bool, threads: int = 256) -> ir.Kernel:
         ir.Decl("int", "k", _gid()),
         ir.If(BinOp("<", v("k"), v("total")), (
             ir.Decl("int", "base", _add(_mul(BinOp("/", v("k"), v("I")), _mul(v("N"), v("I"))), BinOp("%", v("k"), v("I")))),
-            ir.Decl("float", "m", c(-3.0e38)),
+            ir.Decl("float", "m", neg_inf()),
             ir.For("j", c(0), v("N"), c(1), (ir.Assign("m", Call("fmax", (v("m"), Load("x", at)))),)),
             ir.Decl("float", "s", c(0.0)),
             ir.For("j", c(0), v("N"), c(1), (

@@ -33,8 +33,9 @@ from . import kernels_index as kx
 from . import kernels_nn as kn
 from . import kernels_reduce as kr
 from .fuse import FUSED_DOMAIN, FUSED_OP, lower_fused
-from .lower_index import lower_gather, lower_layernorm
+from .lower_index import lower_cumsum, lower_gather, lower_gather_elements, lower_layernorm
 from .lower_ints import ARENA_DTYPES, lower_cast, output_refusal
+from .lower_quant import QUANT_OPS, lower_quant
 from .lower_reduce import REDUCE_OPS, lower_reduce, lower_resize
 
 __all__ = ["Ref", "Lowered", "NoGpuKernel", "lower_node", "GPU_OPS", "TILINGS", "BLOCK_THREADS", "CONV_IMPLICIT_GEMM"]
@@ -50,14 +51,15 @@ _BIG = 1 << 30
 UNARY = frozenset(km.UNARY_OPS)
 BINARY = frozenset(km.BINARY_OPS)
 COPY = frozenset({"Identity", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "Slice", "Split",
-                  "Concat", "Pad", "Expand"})
+                  "Concat", "Pad", "Expand", "Dropout"})
 #: Ops whose values pass through unchanged (moved, selected, gathered, cast without change): they may
 #: read and write the integer and bool tensors the arena carries as exact float32 values.
-INDEX_OPS = frozenset({"Gather", "Cast", "Where"})
+INDEX_OPS = frozenset({"Gather", "GatherElements", "Cast", "Where"})
 GPU_OPS = UNARY | BINARY | COPY | INDEX_OPS | frozenset({"MatMul", "Gemm", "Conv", "MaxPool", "AveragePool",
                                                          "GlobalAveragePool", "GlobalMaxPool", "Softmax", "LogSoftmax",
-                                                         "ConvTranspose",
-                                                         "Resize", "LayerNormalization", *REDUCE_OPS})
+                                                         "ConvTranspose", "CumSum", "LRN", "ConstantOfShape",
+                                                         "Resize", "LayerNormalization", *REDUCE_OPS,
+                                                         *QUANT_OPS})
 
 
 class NoGpuKernel(RammerError):
@@ -184,6 +186,16 @@ def _lower_node(node: Node, graph: Graph, mult: int = 1) -> Lowered:
             return lower_resize(node, graph, Lowered, Ref)
         if op == "Gather":
             return _gather(node, graph, mult)
+        if op == "GatherElements":
+            return lower_gather_elements(node, graph, mult, Lowered, Ref)
+        if op == "CumSum":
+            return lower_cumsum(node, graph, Lowered, Ref)
+        if op in QUANT_OPS:
+            return lower_quant(node, graph, mult, Lowered, Ref)
+        if op == "LRN":
+            return _lrn(node, graph)
+        if op == "ConstantOfShape":
+            return _constant_of_shape(node, graph, mult)
         if op == "Cast":
             return lower_cast(node, graph, mult, Lowered, Ref)
         if op == "Where":
@@ -205,6 +217,12 @@ def _value_slots(node: Node) -> set[str]:
         data = node.inputs if op == "Concat" else node.inputs[:1]
     elif op in INDEX_OPS:
         data = node.inputs[:3]  # Gather's data and indices, Cast's input, Where's condition and values
+    elif op == "ConstantOfShape":
+        data = node.inputs  # the (constant) shape is not read; an integer fill is an exact float32 value
+    elif op in QUANT_OPS:
+        data = node.inputs  # quantized values, scales, zero points (lower_quant checks the dtypes)
+    elif op == "CumSum":
+        data = node.inputs[:2]  # integer sums run in 64-bit registers (kernels_index.cumsum_strided)
     else:
         return set()
     return {n for n in (*data, *node.outputs) if n}
@@ -366,7 +384,7 @@ def _views(node: Node, graph: Graph) -> list[_View]:
     outs = _reference(node, graph, arrays)
     views = []
     for k, (name, out) in enumerate(zip(node.outputs, outs)):
-        if name:
+        if name and not (op == "Dropout" and k > 0):  # Dropout's mask: unread (_copy refuses otherwise)
             valid = out != 0
             views.append(_gather_view(out.astype(np.int64) - 1, valid, in_shape, 0, k))
     return views
@@ -386,6 +404,9 @@ def _pad_value(node: Node, graph: Graph) -> float:
 
 
 def _copy(node: Node, graph: Graph, mult: int) -> Lowered:
+    if node.op_type == "Dropout" and len(node.outputs) > 1 and node.outputs[1] and (
+            graph.consumers.get(node.outputs[1]) or node.outputs[1] in {t.name for t in graph.outputs}):
+        raise ValueError("its mask output is read (inference Dropout is a copy; its mask is not written)")
     for i, n in enumerate(node.inputs):
         if n and i > 0 and node.op_type != "Concat" and n not in graph.initializers:
             raise ValueError(f"its input '{n}' is computed at run time; it must be a constant")
@@ -640,6 +661,30 @@ def _softmax(node: Node, graph: Graph) -> Lowered:
     args = (Ref("in", 0), Ref("out", 0), total, n, inner)
     calls = tuple((r, args) for r in range(_chunks(total, threads)))
     return Lowered(kr.softmax_strided(f"{kind}_strided", log, threads), calls, 4.0 * threads * n, 12.0 * threads * n)
+
+
+def _lrn(node: Node, graph: Graph) -> Lowered:
+    x = _shape(graph, node.inputs[0])
+    size = int(node.attrs["size"])
+    total = int(np.prod(x))
+    before = (size - 1) // 2
+    args = (Ref("in", 0), Ref("out", 0), total, x[1], int(np.prod(x[2:])), before, size - 1 - before,
+            float(node.attrs.get("alpha", 1e-4)) / size, float(node.attrs.get("beta", 0.75)),
+            float(node.attrs.get("bias", 1.0)))
+    calls = tuple((r, args) for r in range(_chunks(total, 128)))
+    return Lowered(kn.lrn("lrn", 128), calls, 3.0 * 128 * size, 4.0 * 128 * size)
+
+
+def _constant_of_shape(node: Node, graph: Graph, mult: int) -> Lowered:
+    """A fill of the static output shape with the op's value (exact in float32: checked here)."""
+    value = np.asarray(_reference(node, graph, {})[0]).ravel()
+    fill_value = float(value[0]) if value.size else 0.0
+    if value.size and np.float32(fill_value) != value[0]:
+        raise ValueError(f"its value {value[0]!r} is not exact in float32 (the arena's type)")
+    n = int(np.prod(_shape(graph, node.outputs[0])))
+    chunk = 256 * mult
+    calls = tuple((r, (Ref("out", 0), n, chunk, fill_value)) for r in range(_chunks(n, chunk)))
+    return Lowered(kx.fill("fill", 256), calls, 0.0, 4.0 * chunk)
 
 
 def describe(low: Lowered) -> dict[str, Any]:

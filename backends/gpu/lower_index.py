@@ -1,4 +1,5 @@
-"""Lowering Gather (indices read at run time) and LayerNormalization to GPU rKernels.
+"""Lowering Gather and GatherElements (indices read at run time), CumSum and LayerNormalization to GPU
+rKernels.
 
 Gather with constant indices that form a strided view (a scalar index, a range: the attention-head
 Gathers of a ViT, the class-token Gather) never gets here: :mod:`.lower` lowers it as a copy, like
@@ -18,8 +19,9 @@ from rammer.ir import Graph, Node
 
 from . import kernels_index as kx
 from . import kernels_nn as kn
+from .kernels_model import MAX_RANK
 
-__all__ = ["lower_gather", "lower_layernorm"]
+__all__ = ["lower_gather", "lower_gather_elements", "lower_cumsum", "lower_layernorm"]
 
 _THREADS = 256
 
@@ -30,6 +32,76 @@ def _shape(graph: Graph, name: str) -> tuple[int, ...]:
 
 def _size(shape: tuple[int, ...]) -> int:
     return int(math.prod(shape))
+
+
+def _strides(shape: tuple[int, ...]) -> list[int]:
+    out, acc = [], 1
+    for d in reversed(shape):
+        out.append(acc)
+        acc *= d
+    return out[::-1]
+
+
+def _pad(values: list[int], fill: int, rank: int) -> list[int]:
+    if len(values) > rank:
+        raise ValueError("rank")
+    return [fill] * (rank - len(values)) + list(values)
+
+
+def lower_gather_elements(node: Node, graph: Graph, mult: int, lowered: Any, ref: Any) -> Any:
+    """GatherElements (any axis, indices computed or constant) over chunks of ``256 * mult`` outputs."""
+    data, ind = node.inputs[0], node.inputs[1]
+    x, k = _shape(graph, data), _shape(graph, ind)
+    if not x or len(k) != len(x):
+        raise ValueError(f"indices of rank {len(k)} for data of rank {len(x)}")
+    axis = int(node.attrs.get("axis", 0))
+    if not -len(x) <= axis < len(x):
+        raise ValueError(f"axis {axis} of a rank-{len(x)} tensor")
+    axis %= len(x)
+    if graph.value_info[ind].dtype not in ("int64", "int32"):
+        raise ValueError(f"indices '{ind}' of dtype {graph.value_info[ind].dtype}")
+    size = x[axis]
+    if ind in graph.initializers:  # constant indices: out of range is the model's error, said now
+        idx = np.asarray(graph.initializers[ind])
+        if idx.size and (idx.min() < -size or idx.max() >= size):
+            raise ValueError(f"its constant indices hold {int(idx[(idx < -size) | (idx >= size)].ravel()[0])}, "
+                             f"out of range for an axis of size {size}")
+    strides = _strides(x)
+    axis_stride = strides[axis]
+    strides[axis] = 0
+    total = _size(k)
+    chunk = _THREADS * mult
+    args = (ref("in", 0), ref("in", 1), ref("out", 0), total, chunk, *_pad(list(k), 1, MAX_RANK)[1:],
+            *_pad(strides, 0, MAX_RANK), axis_stride, size, float("nan"))
+    calls = tuple((r, args) for r in range(max(1, math.ceil(total / chunk))))
+    return lowered(kx.gather_elements("gather_elements", _THREADS), calls, 2.0 * chunk, 12.0 * chunk)
+
+
+def lower_cumsum(node: Node, graph: Graph, lowered: Any, ref: Any) -> Any:
+    """CumSum along a constant axis, every ``exclusive``/``reverse`` combination, float32 or integer
+    (exact float32 values in the arena) data; one thread per line along the axis."""
+    x = _shape(graph, node.inputs[0])
+    if len(node.inputs) < 2 or node.inputs[1] not in graph.initializers:
+        raise ValueError("its axis is computed at run time; it must be a constant")
+    axis = int(np.asarray(graph.initializers[node.inputs[1]]).ravel()[0])
+    rank = max(len(x), 1)
+    if not -rank <= axis < rank:
+        raise ValueError(f"axis {axis} of a rank-{len(x)} tensor")
+    axis %= rank
+    dtype = graph.value_info[node.inputs[0]].dtype
+    integer = dtype in ("int64", "int32")
+    if not integer and dtype != "float32":
+        raise ValueError(f"CumSum of {dtype} values")
+    n = x[axis] if x else 1
+    outer, inner = _size(x[:axis]), _size(x[axis + 1:])
+    exclusive, reverse = bool(node.attrs.get("exclusive", 0)), bool(node.attrs.get("reverse", 0))
+    threads = 128
+    total = outer * inner
+    name = f"cumsum_{'i' if integer else 'f'}{'_excl' if exclusive else ''}{'_rev' if reverse else ''}"
+    args = (ref("in", 0), ref("out", 0), total, threads, n, max(inner, 1), float("nan"))
+    calls = tuple((r, args) for r in range(max(1, math.ceil(total / threads))))
+    return lowered(kx.cumsum_strided(name, integer, exclusive, reverse, threads), calls, 1.0 * threads * n,
+                   8.0 * threads * n)
 
 
 def lower_gather(node: Node, graph: Graph, mult: int, lowered: Any, ref: Any) -> Any:

@@ -84,8 +84,12 @@ def test_equal_chains_share_one_kernel():
     assert len(fused) == 1 and exe.program.report["rtasks"] >= 3
 
 
-def test_integer_chains_are_left_alone():
+def test_integer_chains_fuse_into_one_program_with_integer_registers():
+    """Integer arithmetic runs fused in 64-bit registers (the arena holds the exact float32 values)."""
     g = helper.make_graph([helper.make_node("Add", ["i", "i"], ["j"]), helper.make_node("Mul", ["j", "i"], ["k"])], "ints",
                           [_vi("i", [4], TensorProto.INT64)], [_vi("k", [4], TensorProto.INT64)])
     graph = load(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
-    assert fuse_elementwise(graph) is graph
+    fused = fuse_elementwise(graph)
+    assert [n.op_type for n in fused.nodes] == ["FusedElementwise"]
+    prog = fused.nodes[0].attrs["program"]
+    assert prog.in_types == ("i",) and [ins[0] for ins in prog.instrs] == ["IADD", "IMUL"]
