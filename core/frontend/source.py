@@ -117,7 +117,7 @@ def check_model(model: onnx.ModelProto, serialized: bytes | None = None) -> None
     checked instead, without serializing the proto again)."""
     try:
         small = serialized is not None and len(serialized) < 2**31  # (larger: the proto's own error below)
-        onnx.checker.check_model(serialized if small else model)
+        onnx.checker.check_model(serialized if small and serialized is not None else model)
     except onnx.checker.ValidationError as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else "invalid model"
         raise ModelLoadError(f"the ONNX checker rejected the model: {first}") from None

@@ -23,6 +23,7 @@ the forms it names; anything else is left for the reference fallback:
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Mapping
 
 import numpy as np
 
@@ -78,7 +79,7 @@ def _constant_of_shape(b: _Builder, node: Node) -> bool:
     return True
 
 
-def _dropout(b: _Builder, node: Node, readers: dict, outputs: set[str]) -> bool:
+def _dropout(b: _Builder, node: Node, readers: Mapping[str, tuple[Node, ...]], outputs: set[str]) -> bool:
     extra = [o for o in node.outputs[1:] if o]
     if not extra or any(o in outputs or readers.get(o) for o in extra):
         return False

@@ -79,9 +79,9 @@ def qdq_as_float(graph: Graph) -> Graph:
         rank = len(x.shape)
         params = [_param(graph, quant, 1, rank), _param(graph, quant, 2, rank), _param(graph, node, 1, rank),
                   _param(graph, node, 2, rank)]
-        if any(p is None for p in params):
-            continue
         s1, z1, s2, z2 = params
+        if s1 is None or z1 is None or s2 is None or z2 is None:
+            continue
         lo, hi = _RANGES[q.dtype]
         stem = node.name or node.outputs[0]
 

@@ -89,16 +89,17 @@ def check_wave_races(waves: list[list[list[Call]]]) -> None:
     program order).  :func:`check_races` on :func:`_wave_steps` says the same across blocks,
     with one all-block barrier per wave; this is the direct, linear form."""
     for w, per_block in enumerate(waves):
-        groups: dict[object, tuple[Call, set, set]] = {}
+        groups: dict[object, tuple[Call, set[tuple[int, int]], set[tuple[int, int]]]] = {}
         for b, calls in enumerate(per_block):
             for i, call in enumerate(calls):
                 key = ("op", call.op) if call.op >= 0 else ("call", b, i)
                 g = groups.setdefault(key, (call, set(), set()))
                 g[1].update(call.reads)
                 g[2].update(call.writes)
+        calls_of = [c0 for c0, _, _ in groups.values()]
         items = [{"call": c0, "reads": tuple(r), "writes": tuple(wr)} for c0, r, wr in groups.values()]
         for i, j in _touching_pairs(items)[:1]:
-            c1, c2 = items[i]["call"], items[j]["call"]
+            c1, c2 = calls_of[i], calls_of[j]
             raise ProgramError(f"race: {c1.kernel} rTask {c1.rtask_id} and {c2.kernel} rTask {c2.rtask_id} "
                                f"run in wave {w} and touch the same arena memory")
 
