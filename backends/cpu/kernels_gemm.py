@@ -53,6 +53,10 @@ NC = 512
 MC = 8 * MR
 #: Float32 scratch the packed GEMM needs: packed A, packed B and one edge tile.
 PACK_FLOATS = MC * KC + KC * ((NC + NR - 1) // NR) * NR + MR * NR + 64
+#: Blocking of the GEMM on a weight packed at compile time: KC_PRE rows of B per pass and A in
+#: blocks of MC_PRE rows (MC_PRE x KC_PRE floats: within PACK_FLOATS, less one edge tile).
+KC_PRE = 512
+MC_PRE = 24 * MR
 #: Tiles below these sizes keep to the vectorized loops (bandwidth-bound GEMVs).
 PACKED_MIN_ROWS = 4
 PACKED_MIN_MACS = 16 * 1024
@@ -207,25 +211,25 @@ def _panel_tile(F, kc, a, b, cp, ldc, rows, cols, first, pt):
 @njit(**_JIT)
 def gemm_prepacked(F, a_off, a_rs, a_cs, bp, K, c_off, c_rs, m0, m1, n0, n1, alpha, pack):
     """C[m0:m1, n0:n1] = alpha A B with B packed at compile time (:func:`prepack_b`, at ``bp``);
-    ``n0`` is a multiple of NR.  Only A is packed here (MC x KC blocks, once per NC columns), so a
-    skinny GEMM costs its multiply-adds and one stream over its share of the weight."""
+    ``n0`` is a multiple of NR.  Only A is packed here, in MC_PRE x KC_PRE blocks (the scratch the
+    per-call B panels would take holds them), once per block: for the token counts of transformers
+    (up to MC_PRE rows) A is packed once per KC_PRE rows of B, and each B panel read from memory
+    serves every row panel of A while it is in cache."""
     pa = pack
-    pt = pack + MC * KC + KC * ((NC + NR - 1) // NR) * NR
-    for jc in range(n0, n1, NC):
-        nc = min(NC, n1 - jc)
-        for pc in range(0, K, KC):
-            kc = min(KC, K - pc)
-            first = pc == 0
-            for ic in range(m0, m1, MC):
-                mc = min(MC, m1 - ic)
-                _pack_a(F, a_off, a_rs, a_cs, ic, mc, pc, kc, alpha, F[pa:pa + MC * KC])
-                for jr in range(0, nc, NR):
-                    cols = min(NR, nc - jr)
-                    b = bp + (((jc + jr) // NR) * K + pc) * NR
-                    for ir in range(0, mc, MR):
-                        rows = min(MR, mc - ir)
-                        cp = c_off + (ic + ir) * c_rs + jc + jr
-                        _panel_tile(F, kc, pa + ir * kc, b, cp, c_rs, rows, cols, first, pt)
+    pt = pack + MC_PRE * KC_PRE
+    for pc in range(0, K, KC_PRE):
+        kc = min(KC_PRE, K - pc)
+        first = pc == 0
+        for ic in range(m0, m1, MC_PRE):
+            mc = min(MC_PRE, m1 - ic)
+            _pack_a(F, a_off, a_rs, a_cs, ic, mc, pc, kc, alpha, F[pa:pa + MC_PRE * KC_PRE])
+            for jr in range(n0, n1, NR):
+                cols = min(NR, n1 - jr)
+                b = bp + ((jr // NR) * K + pc) * NR
+                for ir in range(0, mc, MR):
+                    rows = min(MR, mc - ir)
+                    cp = c_off + (ic + ir) * c_rs + jr
+                    _panel_tile(F, kc, pa + ir * kc, b, cp, c_rs, rows, cols, first, pt)
 
 
 def packed_ok(mt: int, nt: int, k: int) -> bool:
