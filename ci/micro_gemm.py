@@ -9,6 +9,8 @@ Families (each a single op or a small block, the shape classes transformers are 
 
 * ``linear``: ``x[M, K] @ W[K, N] + b`` with a constant weight, M (tokens) from 1 to 256 rows:
   the skinny-M projections of encoders and decoders.
+* ``lm-head``: the same without bias at a vocabulary's width (N = 16,000-32,000): a decoder's
+  output projection, the largest single GEMM of small decoders.
 * ``linear-gelu``: the same followed by erf-GELU (``0.5 x (1 + erf(x / sqrt 2))``, BERT's and ViT's
   MLP), to see whether the activation rides on the GEMM's stores.
 * ``scores``: ``Q[1, H, S, D] @ transpose(K)[1, H, D, S]``, the attention scores over heads
@@ -48,7 +50,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-FAMILIES = ("linear", "linear-gelu", "scores", "context", "attention")
+FAMILIES = ("linear", "lm-head", "linear-gelu", "scores", "context", "attention")
 
 
 def _model(nodes: list, inputs: list, output: tuple[str, list[int]], inits: dict[str, np.ndarray]) -> onnx.ModelProto:
@@ -60,11 +62,15 @@ def _model(nodes: list, inputs: list, output: tuple[str, list[int]], inits: dict
     return model
 
 
-def linear(m: int, k: int, n: int, gelu: bool = False) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+def linear(m: int, k: int, n: int, gelu: bool = False, bias: bool = True) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
     rng = np.random.default_rng(0)
-    inits = {"w": (rng.standard_normal((k, n)) / math.sqrt(k)).astype(np.float32),
-             "b": rng.standard_normal(n).astype(np.float32) * 0.1}
-    nodes = [helper.make_node("MatMul", ["x", "w"], ["xw"]), helper.make_node("Add", ["xw", "b"], ["h" if gelu else "y"])]
+    inits = {"w": (rng.standard_normal((k, n)) / math.sqrt(k)).astype(np.float32)}
+    if bias:
+        inits["b"] = rng.standard_normal(n).astype(np.float32) * 0.1
+        nodes = [helper.make_node("MatMul", ["x", "w"], ["xw"]),
+                 helper.make_node("Add", ["xw", "b"], ["h" if gelu else "y"])]
+    else:
+        nodes = [helper.make_node("MatMul", ["x", "w"], ["h" if gelu else "y"])]
     if gelu:
         inits.update(sqrt2=np.array(math.sqrt(2.0), np.float32), one=np.array(1.0, np.float32),
                      half=np.array(0.5, np.float32))
@@ -113,6 +119,10 @@ def grid(families: tuple[str, ...]) -> list[tuple[str, str, Callable[[], tuple[o
         for k, n in ((768, 768), (768, 3072), (3072, 768), (384, 1536)):
             for m in (1, 8, 32, 128, 256):
                 out.append(("linear", f"M={m} K={k} N={n}", lambda m=m, k=k, n=n: linear(m, k, n)))
+    if "lm-head" in families:
+        for k, n in ((384, 16000), (768, 32000)):
+            for m in (1, 8, 128):
+                out.append(("lm-head", f"M={m} K={k} N={n}", lambda m=m, k=k, n=n: linear(m, k, n, bias=False)))
     if "linear-gelu" in families:
         for k, n in ((768, 3072), (384, 1536)):
             for m in (8, 64, 197):

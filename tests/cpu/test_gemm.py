@@ -332,3 +332,20 @@ def test_constant_weights_are_packed_at_compile_time(m, op, veus):
         assert packed_bytes in gemm_bytes and 4 * k * n not in gemm_bytes, gemm_bytes
     else:
         assert 4 * k * n in gemm_bytes and packed_bytes not in gemm_bytes, gemm_bytes
+
+
+@pytest.mark.parametrize("m,n,parts", [(8, 3072, 2), (128, 16000, 4), (3, 40, 2), (200, 32, 2), (5, 32, 3)])
+def test_tiles_on_a_packed_weight_cover_the_output_once_in_whole_panels(m, n, parts):
+    """Skinny M splits over N in whole NR panels (each rTask streams its own share of the weight);
+    too few panels: over rows in whole MR panels where there are enough, else plain rows."""
+    from rammer.backends.cpu.lower_common import prepacked_tiles
+
+    tiles = prepacked_tiles(m, n, parts)
+    assert 1 <= len(tiles) <= parts
+    covered = np.zeros((m, n), np.int64)
+    for m0, m1, n0, n1 in tiles:
+        assert n0 % uk.NR == 0 and m1 > m0 and n1 > n0
+        covered[m0:m1, n0:n1] += 1
+    assert (covered == 1).all()
+    if -(-n // uk.NR) >= 2 * parts:
+        assert all(t[0] == 0 and t[1] == m for t in tiles)  # columns, not rows
