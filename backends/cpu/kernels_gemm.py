@@ -7,11 +7,15 @@ residual add, activation...) over that tile while it is still in cache.
 
 Descriptor layout (element offsets into the float32 arena)::
 
-    [M, N, K, a_rs, a_cs, b_rs, b_cs, c_rs, epilogue_prog, alpha_imm, table, pack_scratch]
+    [M, N, K, a_rs, a_cs, b_rs, b_cs, c_rs, epilogue_prog, alpha_imm, table, pack_scratch, b_prepacked]
 
-and ``table`` holds, per batch matrix, ``(a_off, b_off, c_off)``.
+and ``table`` holds, per batch matrix, ``(a_off, b_off, c_off)``.  With ``b_prepacked`` = 1, B is a
+constant weight packed at compile time in the micro-kernel's panel layout (:func:`prepack_b`) and
+``b_off`` points at the panels; ``b_rs``/``b_cs`` are then unused and task tiles start at multiples of NR
+columns.
 
-Four inner paths: the packed SIMD micro-kernel of :mod:`.ukernel` for tiles
+Five inner paths: the micro-kernel on a weight packed at compile time (:func:`gemm_prepacked`: no
+per-call packing of B, 4- and 8-row kernel variants for skinny M); the packed SIMD micro-kernel of :mod:`.ukernel` for tiles
 with enough rows and work; OpenBLAS ``sgemm`` (when the micro-kernel is
 switched off) on a large tile whose operands have a unit stride; a row-broadcast loop for the skinny
 GEMV-like tiles of batch-1 RNNs (vectorized over N, four K steps per pass so
@@ -27,7 +31,7 @@ from numba import njit
 
 from .blas import HAVE_BLAS, sgemm
 from .kernels_ew import ew_epilogue
-from .ukernel import MR, NR, ukernel
+from .ukernel import MR, NR, ukernel, ukernel4, ukernel8
 
 f32 = np.float32
 _JIT = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
@@ -40,8 +44,8 @@ USE_PACKED = True
 BLAS_MIN_MACS = 32 * 1024
 BLAS_MIN_ROWS = 12
 
-D_M, D_N, D_K, D_ARS, D_ACS, D_BRS, D_BCS, D_CRS, D_EPI, D_ALPHA, D_TABLE, D_PACK = range(12)
-DESC_LEN = 12
+D_M, D_N, D_K, D_ARS, D_ACS, D_BRS, D_BCS, D_CRS, D_EPI, D_ALPHA, D_TABLE, D_PACK, D_BPACKED = range(13)
+DESC_LEN = 13
 
 #: Blocking of the packed GEMM: a KC x NC panel of B (L2) against MC x KC blocks of A.
 KC = 256
@@ -49,6 +53,10 @@ NC = 512
 MC = 8 * MR
 #: Float32 scratch the packed GEMM needs: packed A, packed B and one edge tile.
 PACK_FLOATS = MC * KC + KC * ((NC + NR - 1) // NR) * NR + MR * NR + 64
+#: Blocking of the GEMM on a weight packed at compile time: KC_PRE rows of B per pass and A in
+#: blocks of MC_PRE rows (MC_PRE x KC_PRE floats: within PACK_FLOATS, less one edge tile).
+KC_PRE = 512
+MC_PRE = 24 * MR
 #: Tiles below these sizes keep to the vectorized loops (bandwidth-bound GEMVs).
 PACKED_MIN_ROWS = 4
 PACKED_MIN_MACS = 16 * 1024
@@ -148,6 +156,80 @@ def gemm_packed(F, a_off, a_rs, a_cs, b_off, b_rs, b_cs, c_off, c_rs, K, m0, m1,
                         cols = min(NR, nc - jr)
                         cp = c_off + (ic + ir) * c_rs + jc + jr
                         tile_into(F, kc, pa + ir * kc, pb + jr * kc, cp, c_rs, rows, cols, first, pt)
+
+
+def prepack_b(b: np.ndarray) -> np.ndarray:
+    """A constant K x N weight in the micro-kernel's panel layout, for :func:`gemm_prepacked`:
+    ``P[(jp * K + k) * NR + j] = B[k, jp*NR + j]``, zero-padded to whole NR panels, so the kernel
+    streams one panel's K rows of NR floats in order and any K block of it starts at ``k * NR``."""
+    k, n = b.shape
+    panels = -(-n // NR)
+    padded = np.zeros((k, panels * NR), np.float32)
+    padded[:, :n] = b
+    return np.ascontiguousarray(padded.reshape(k, panels, NR).transpose(1, 0, 2)).reshape(-1)
+
+
+def prepacked_ok(m: int, n: int, k: int) -> bool:
+    """Whether a GEMM of ``m`` rows against a constant weight gains from packing that weight at
+    compile time: the micro-kernel path (4 rows and more; fewer rows stream B through the GEMV loops,
+    which are bound by reading B either way)."""
+    return USE_PACKED and m >= PACKED_MIN_ROWS and m * n * k >= PACKED_MIN_MACS
+
+
+@njit(**_JIT)
+def _panel_tile(F, kc, a, b, cp, ldc, rows, cols, first, pt):
+    """``rows x cols`` of C at ``cp`` (+)= A panel @ B panel with the smallest kernel variant of at
+    least ``rows`` rows (4, 8 or MR): in place when the variant's rows and NR columns are all
+    real, else through the scratch tile at ``pt``."""
+    flag = 0 if first else 1
+    if cols == NR and (rows == MR or rows == 8 or rows == 4):
+        if rows == MR:
+            ukernel(kc, F, a, F, b, F, cp, ldc, flag)
+        elif rows == 8:
+            ukernel8(kc, F, a, F, b, F, cp, ldc, flag)
+        else:
+            ukernel4(kc, F, a, F, b, F, cp, ldc, flag)
+        return
+    if rows > 8:
+        ukernel(kc, F, a, F, b, F, pt, NR, 0)
+    elif rows > 4:
+        ukernel8(kc, F, a, F, b, F, pt, NR, 0)
+    else:
+        ukernel4(kc, F, a, F, b, F, pt, NR, 0)
+    tile = F[pt:pt + MR * NR]
+    for r in range(rows):
+        crow = F[cp + r * ldc:cp + r * ldc + cols]
+        trow = tile[r * NR:r * NR + cols]
+        if first:
+            for j in range(cols):
+                crow[j] = trow[j]
+        else:
+            for j in range(cols):
+                crow[j] += trow[j]
+
+
+@njit(**_JIT)
+def gemm_prepacked(F, a_off, a_rs, a_cs, bp, K, c_off, c_rs, m0, m1, n0, n1, alpha, pack):
+    """C[m0:m1, n0:n1] = alpha A B with B packed at compile time (:func:`prepack_b`, at ``bp``);
+    ``n0`` is a multiple of NR.  Only A is packed here, in MC_PRE x KC_PRE blocks (the scratch the
+    per-call B panels would take holds them), once per block: for the token counts of transformers
+    (up to MC_PRE rows) A is packed once per KC_PRE rows of B, and each B panel read from memory
+    serves every row panel of A while it is in cache."""
+    pa = pack
+    pt = pack + MC_PRE * KC_PRE
+    for pc in range(0, K, KC_PRE):
+        kc = min(KC_PRE, K - pc)
+        first = pc == 0
+        for ic in range(m0, m1, MC_PRE):
+            mc = min(MC_PRE, m1 - ic)
+            _pack_a(F, a_off, a_rs, a_cs, ic, mc, pc, kc, alpha, F[pa:pa + MC_PRE * KC_PRE])
+            for jr in range(n0, n1, NR):
+                cols = min(NR, n1 - jr)
+                b = bp + ((jr // NR) * K + pc) * NR
+                for ir in range(0, mc, MR):
+                    rows = min(MR, mc - ir)
+                    cp = c_off + (ic + ir) * c_rs + jr
+                    _panel_tile(F, kc, pa + ir * kc, b, cp, c_rs, rows, cols, first, pt)
 
 
 def packed_ok(mt: int, nt: int, k: int) -> bool:
@@ -338,12 +420,17 @@ def k_gemm(F, B, I, J, X, R, p, sbase):
     alpha = R[X[d + D_ALPHA]]
     table = X[d + D_TABLE]
     pack = sbase + X[d + D_PACK]
+    prepacked = X[d + D_BPACKED]
     m0 = p[3]
     m1 = p[4]
     n0 = p[5]
     n1 = p[6]
     for b in range(p[1], p[2]):
         t = table + 3 * b
-        gemm_tile(F, X[t], a_rs, a_cs, X[t + 1], b_rs, b_cs, X[t + 2], c_rs, K, m0, m1, n0, n1, alpha, pack)
+        if prepacked != 0:
+            gemm_prepacked(F, X[t], a_rs, a_cs, X[t + 1], K, X[t + 2], c_rs, m0, m1, n0, n1, alpha, pack)
+        else:
+            gemm_tile(F, X[t], a_rs, a_cs, X[t + 1], b_rs, b_cs, X[t + 2], c_rs, K, m0, m1, n0, n1, alpha,
+                      pack)
         if epi >= 0:
             ew_epilogue(F, X, R, epi, b * M + m0, b * M + m1, n0, n1, sbase)

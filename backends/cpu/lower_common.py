@@ -20,6 +20,7 @@ from rammer.lower.views import View, collapse
 from .ewops import BLOCK
 from .kernels_dwcl import dwcl_scratch
 from .kernels_gemm import PACK_FLOATS, packed_ok
+from .ukernel import MR, NR
 from .kernels_window import dwconv_scratch
 from .lower_context import LowerContext
 from .ops import CpuOp, EmitContext, Row, grid_split, split_range
@@ -44,6 +45,9 @@ class GemmSpec:
     #: Per batch matrix: element deltas from the views' offsets.
     batches: list[tuple[int, int, int]]
     alpha: float = 1.0
+    #: B is a constant packed at compile time (:func:`.kernels_gemm.prepack_b`; ``b`` views the
+    #: panels and ``b_rs``/``b_cs`` are unused): tiles start at multiples of NR columns.
+    b_prepacked: bool = False
 
 
 def gemm_op(lw: LowerContext, name: str, nodes: tuple[Node, ...], spec: GemmSpec, epilogue: EwProgram | None,
@@ -63,7 +67,7 @@ def gemm_op(lw: LowerContext, name: str, nodes: tuple[Node, ...], spec: GemmSpec
         if n <= nb:
             return [(b0, b1, 0, M, 0, N) for b0, b1 in (split_range(nb, n, i) for i in range(n))]
         per = max(1, n // nb)
-        tiles = grid_split(M, N, per, col_align=16)
+        tiles = prepacked_tiles(M, N, per) if spec.b_prepacked else grid_split(M, N, per, col_align=16)
         if len(tiles) == 1 and n > nb:
             return []
         return [(b, b + 1, m0, m1, c0, c1) for b in range(nb) for m0, m1, c0, c1 in tiles]
@@ -77,14 +81,30 @@ def gemm_op(lw: LowerContext, name: str, nodes: tuple[Node, ...], spec: GemmSpec
         epi = epilogue.emit(ctx.side, ctx.locate, space) if epilogue is not None else -1
         alpha = ctx.side.add_floats([spec.alpha])
         desc = ctx.side.add_ints([M, N, K, spec.a_rs, spec.a_cs, spec.b_rs, spec.b_cs, spec.c_rs, epi, alpha, toff,
-                                  regs])
+                                  regs, int(spec.b_prepacked)])
         return [("k_gemm", [desc, *part]) for part in parts]
 
     blas = M >= 12 and M * N * K >= 32 * 1024
     regs = epilogue.n_registers() * BLOCK if epilogue is not None else 0
-    scratch = regs + (PACK_FLOATS if packed_ok(M, N, K) else 0)
+    scratch = regs + (PACK_FLOATS if spec.b_prepacked or packed_ok(M, N, K) else 0)
     return CpuOp(name, "gemm", nodes, tuple(sorted(reads)), tuple(sorted(writes)), flops, nbytes, partition, emit,
                  scratch=scratch, blas=blas, extra={"M": M, "N": N, "K": K, "batches": nb})
+
+
+def prepacked_tiles(m: int, n: int, parts: int) -> list[tuple[int, int, int, int]]:
+    """``parts`` tiles of an m x n GEMM against a weight packed in NR-column panels: split over the
+    columns (whole panels) while there are at least two panels per tile, so each rTask streams its
+    own share of the weight once and A (a few token rows, small) is read by all; else over the rows,
+    in whole MR-row panels where there are enough."""
+    panels = -(-n // NR)
+    if panels >= 2 * parts:
+        cuts = [split_range(panels, parts, i) for i in range(parts)]
+        return [(0, m, p0 * NR, min(n, p1 * NR)) for p0, p1 in cuts]
+    row_panels = -(-m // MR)
+    if row_panels >= parts:
+        cuts = [split_range(row_panels, parts, i) for i in range(parts)]
+        return [(r0 * MR, min(m, r1 * MR), 0, n) for r0, r1 in cuts]
+    return [split_range(m, min(parts, max(m, 1)), i) + (0, n) for i in range(min(parts, max(m, 1)))]
 
 
 def epilogue_program(lw: LowerContext, head: Node, members: list[Node], internal: set[str], target: View,

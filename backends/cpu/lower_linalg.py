@@ -22,6 +22,7 @@ from rammer.ir import Node
 from rammer.lower.views import View, broadcast_view
 
 from . import lower_nn
+from .kernels_gemm import prepack_b, prepacked_ok
 from .lower_common import GemmSpec, epilogue_program, ew_op, gemm_op
 from .lower_context import LowerContext
 from .lower_conv import _as_4d, lower_conv
@@ -32,6 +33,9 @@ from .program import EwProgram
 #: NASNet adds each pooled branch to another branch and applies a ReLU, two extra passes).
 HEAD_OPS = frozenset({"MatMul", "Gemm", "Conv", "AveragePool", "MaxPool"})
 POOL_HEADS = frozenset({"AveragePool", "MaxPool"})
+#: Pack constant GEMM weights at compile time (:func:`_prepacked_weight`); off: pack B per call
+#: (the comparison ``ci/micro_gemm.py --before`` makes).
+PREPACK_WEIGHTS = True
 
 
 def head_reason(lw: LowerContext, node: Node) -> str | None:
@@ -67,8 +71,9 @@ def _matrix(v: View) -> tuple[int, int]:
     return rs, cs
 
 
-def _matmul_spec(lw: LowerContext, node: Node, c: View) -> GemmSpec:
-    a, b = lw.view(node.inputs[0]), lw.view(node.inputs[1])
+def _matmul_spec(lw: LowerContext, node: Node, c: View, packed_b: View | None = None) -> GemmSpec:
+    a = lw.view(node.inputs[0])
+    b = packed_b if packed_b is not None else lw.view(node.inputs[1])
     if a.rank == 1:
         a = View(a.buffer, a.dtype, (1, a.shape[0]), (0, a.strides[0]), a.offset)
     if b.rank == 1:
@@ -85,7 +90,8 @@ def _matmul_spec(lw: LowerContext, node: Node, c: View) -> GemmSpec:
     for idx in itertools.product(*(range(d) for d in batch)):
         batches.append((sum(i * s for i, s in zip(idx, a.strides)), sum(i * s for i, s in zip(idx, b.strides)),
                         sum(i * s for i, s in zip(idx, c.strides))))
-    return GemmSpec(M, N, K, a, a_rs, a_cs, b, b_rs, b_cs, c, N, batches or [(0, 0, 0)])
+    return GemmSpec(M, N, K, a, a_rs, a_cs, b, b_rs, b_cs, c, N, batches or [(0, 0, 0)],
+                    b_prepacked=packed_b is not None)
 
 
 def _rows_stride(shape: tuple[int, ...], strides: tuple[int, ...]) -> int | None:
@@ -177,8 +183,48 @@ def _transposed_const(lw: LowerContext, name: str) -> View | None:
     return found
 
 
-def _gemm_spec(lw: LowerContext, node: Node, c: View) -> GemmSpec:
+def _prepacked_weight(lw: LowerContext, node: Node) -> View | None:
+    """A MatMul's or Gemm's constant 2-D float32 weight packed once at compile time in the GEMM
+    micro-kernel's panel layout (:func:`.kernels_gemm.prepack_b`), viewed as the K x N matrix it
+    holds (the view's strides only serve the batch offsets: 0 for a weight shared by all); None
+    when B is not such a weight or the GEMM has too few rows for the micro-kernel.  The GEMMs of
+    transformers (token rows x a constant weight) packed B on every call: at 8 rows x 768 x 3072
+    that packing was most of the time.  The unpacked weight is then not placed in the arena at all
+    unless another node reads it."""
+    init = lw.graph.initializers.get(node.inputs[1]) if PREPACK_WEIGHTS else None
+    if init is None:
+        return None
+    w = np.asarray(init)
+    if w.dtype != np.float32 or w.ndim != 2:
+        return None
+    trans = node.op_type == "Gemm" and bool(node.attr("transB", 0))
+    k, n = (w.shape[1], w.shape[0]) if trans else w.shape
+    a_shape = lw.graph.value_info[node.inputs[0]].shape
+    if len(a_shape) < 2:
+        return None
+    if node.op_type == "Gemm":
+        rows = a_shape[1] if node.attr("transA", 0) else a_shape[0]
+    else:
+        rows = math.prod(a_shape[:-1])  # the batch folds into the rows when it can (_fold_batches)
+    if not prepacked_ok(int(rows), n, k):
+        return None
+    cache = lw.__dict__.setdefault("_prepacked_weights", {})
+    key = (node.inputs[1], trans)
+    found = cache.get(key)
+    if found is None:
+        packed = lw.const_view(prepack_b(w.T if trans else w))
+        found = cache[key] = View(packed.buffer, "float32", (k, n), (n, 1), packed.offset)
+    return found
+
+
+def _gemm_spec(lw: LowerContext, node: Node, c: View, packed_b: View | None = None) -> GemmSpec:
     a = lw.view(node.inputs[0])
+    if packed_b is not None:
+        if node.attr("transA", 0):
+            a = View(a.buffer, a.dtype, a.shape[::-1], a.strides[::-1], a.offset)
+        a_rs, a_cs = _matrix(a)
+        return GemmSpec(a.shape[0], packed_b.shape[1], a.shape[1], a, a_rs, a_cs, packed_b, packed_b.shape[1], 1, c,
+                        packed_b.shape[1], [(0, 0, 0)], float(node.attr("alpha", 1.0)), b_prepacked=True)
     b = _transposed_const(lw, node.inputs[1]) if node.attr("transB", 0) else None
     if node.attr("transA", 0):
         a = View(a.buffer, a.dtype, a.shape[::-1], a.strides[::-1], a.offset)
@@ -233,10 +279,24 @@ def lower_head(lw: LowerContext, head: Node, members: list[Node], internal: set[
     if prog is None and needs_program:
         _unfuse(lw, head, members, internal, target_name)
         return
-    spec = _matmul_spec(lw, head, target) if head.op_type == "MatMul" else _gemm_spec(lw, head, target)
-    if head.op_type == "MatMul":
-        spec, prog = _fold_batches(spec, prog)
+    spec, prog = _head_spec(lw, head, target, prog)
     lw.add_op(gemm_op(lw, head.name or head.op_type, (head, *members), spec, prog, space))
+
+
+def _head_spec(lw: LowerContext, head: Node, target: View,
+               prog: EwProgram | None) -> tuple[GemmSpec, EwProgram | None]:
+    """The GEMM of a MatMul/Gemm head into ``target`` (its weight packed at compile time when it
+    can be), with batches folded into rows where they share B."""
+    packed_b = _prepacked_weight(lw, head)
+    if head.op_type != "MatMul":
+        return _gemm_spec(lw, head, target, packed_b), prog
+    spec, prog = _fold_batches(_matmul_spec(lw, head, target, packed_b), prog)
+    if spec.b_prepacked and not prepacked_ok(spec.M, spec.N, spec.K):
+        # the batch did not fold into the rows: too few rows per matrix for the packed weight
+        b = lw.view(head.inputs[1])
+        b_rs, b_cs = _matrix(b)
+        spec = replace(spec, b=b, b_rs=b_rs, b_cs=b_cs, b_prepacked=False)
+    return spec, prog
 
 
 def _unfuse(lw: LowerContext, head: Node, members: list[Node], internal: set[str], target_name: str) -> None:
@@ -257,9 +317,7 @@ def _unfuse(lw: LowerContext, head: Node, members: list[Node], internal: set[str
     elif head.op_type in POOL_HEADS:
         lower_pool(lw, head, target, None, (head,))
     else:
-        spec = _matmul_spec(lw, head, target) if head.op_type == "MatMul" else _gemm_spec(lw, head, target)
-        if head.op_type == "MatMul":
-            spec, prog = _fold_batches(spec, prog)
+        spec, prog = _head_spec(lw, head, target, prog)
         lw.add_op(gemm_op(lw, head.name or head.op_type, (head,), spec, prog, ("matrix",)))
     if members:
         p, stored = lw.build_program(members, internal, g.value_info[members[0].outputs[0]].shape)

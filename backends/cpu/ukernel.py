@@ -46,6 +46,10 @@ LDB_SYMBOL = "rammer_cpu_ukernel_ldb"
 #: Row counts of the strided-B kernel's short variants (``LDB_SYMBOL`` + rows): a last A panel
 #: of 4 or 8 real rows (64 channels, or 128, in panels of 12) costs what it holds, not 12 rows.
 LDB_SHORT_ROWS = (4, 8)
+#: The same short row counts for the packed kernel (``SYMBOL`` + rows): a GEMM of 4 or 8 token rows
+#: against a weight packed at compile time (a decoder's or a short sequence's projections) costs
+#: 4 or 8 rows of multiply-adds, not MR.
+PACKED_SHORT_ROWS = LDB_SHORT_ROWS
 #: Epilogue flags of the strided-B and pixel-row kernels (a conv's bias, residual Add and ReLU
 #: applied as the tile is stored).
 EPI_ACCUMULATE, EPI_BIAS, EPI_RESIDUAL, EPI_RELU = 1, 2, 4, 8
@@ -67,9 +71,16 @@ def ldb_symbol(rows: int) -> str:
     return LDB_SYMBOL if rows == MR else f"{LDB_SYMBOL}{rows}"
 
 
+def packed_symbol(rows: int) -> str:
+    """The packed kernel's symbol for a panel of ``rows`` rows (MR: the full kernel)."""
+    return SYMBOL if rows == MR else f"{SYMBOL}{rows}"
+
+
 def _packed_module() -> ir.Module:
     mod = ir.Module(name="rammer_ukernel")
     _add_packed_kernel(mod)
+    for rows in PACKED_SHORT_ROWS:
+        _add_packed_kernel(mod, rows=rows)
     return mod
 
 
@@ -388,8 +399,8 @@ def _fused_store(fn: ir.Function, bld: ir.IRBuilder, accs: list, c: ir.Value, ld
 def _add_packed_kernel(mod: ir.Module, strided_b: bool = False, rows: int = MR) -> None:
     """``(k, a, b, c, ldc, acc)``, or with ``strided_b`` ``(k, a, b, ldb, c, ldc, acc)``: B's k-th
     row at ``b + k*ldb`` instead of packed NR wide (a pointwise convolution reads its input
-    planes in place).  ``rows`` < MR (strided B only): the first ``rows`` rows of an MR-row A
-    panel, computed and stored (the symbol ends with the row count)."""
+    planes in place).  ``rows`` < MR: the first ``rows`` rows of an MR-row A panel, computed and
+    stored (the symbol ends with the row count)."""
     f32 = ir.FloatType()
     i64 = ir.IntType(64)
     vec = ir.VectorType(f32, WIDTH)
@@ -398,7 +409,7 @@ def _add_packed_kernel(mod: ir.Module, strided_b: bool = False, rows: int = MR) 
     names = (("k", "a", "b", "ldb", "c", "ldc", "acc", "bias", "res", "ldr") if strided_b
              else ("k", "a", "b", "c", "ldc", "acc"))
     types_ = [{"k": i64, "ldb": i64, "ldc": i64, "acc": i64, "ldr": i64}.get(n, fp) for n in names]
-    name = ldb_symbol(rows) if strided_b else SYMBOL
+    name = ldb_symbol(rows) if strided_b else packed_symbol(rows)
     fn = ir.Function(mod, ir.FunctionType(ir.VoidType(), types_), name=name)
     for arg, name in zip(fn.args, names):
         arg.name = name
@@ -439,7 +450,7 @@ def pixel_row_module(rows: int, cols: int, width: int) -> ir.Module:
     return mod
 
 
-PACKED = MachineCode("ukernel packed", _packed_module, (SYMBOL,))
+PACKED = MachineCode("ukernel packed", _packed_module, (SYMBOL, *(packed_symbol(r) for r in PACKED_SHORT_ROWS)))
 LDB = MachineCode("ukernel ldb", _ldb_module, (LDB_SYMBOL, *(ldb_symbol(r) for r in LDB_SHORT_ROWS)))
 ROWS = MachineCode(f"ukernel rows {PX_MR}x{PX_NR}", lambda: pixel_row_module(PX_MR, PX_NR, WIDTH), (ROWS_SYMBOL,))
 
@@ -456,9 +467,11 @@ _PACKED_CFUNCTYPE = ctypes.CFUNCTYPE(None, ctypes.c_int64, ctypes.c_void_p, ctyp
 
 def __getattr__(name: str) -> object:
     """The kernels as ctypes functions, for tests, built on first access: ``CFUNC`` (packed),
-    ``LDB_CFUNC`` and ``LDB_SHORT_CFUNCS`` (by row count)."""
+    ``SHORT_CFUNCS`` (packed, by row count), ``LDB_CFUNC`` and ``LDB_SHORT_CFUNCS`` (by row count)."""
     if name == "CFUNC":
         value = _PACKED_CFUNCTYPE(PACKED.address(SYMBOL))
+    elif name == "SHORT_CFUNCS":
+        value = {rows: _PACKED_CFUNCTYPE(PACKED.address(packed_symbol(rows))) for rows in PACKED_SHORT_ROWS}
     elif name == "LDB_CFUNC":
         value = _LDB_CFUNCTYPE(LDB.address(LDB_SYMBOL))
     elif name == "LDB_SHORT_CFUNCS":
@@ -476,6 +489,23 @@ def ukernel(typingctx, k, A, a_off, Bp, b_off, C, c_off, ldc, acc):
     if not arrays_are(types.float32, A, Bp, C):
         return None
     return types.none(k, A, a_off, Bp, b_off, C, c_off, ldc, acc), call_codegen(SYMBOL, "ifffii")
+
+
+def _packed_short_intrinsic(rows: int):
+    """The numba intrinsic calling the packed kernel's ``rows``-row variant."""
+    symbol = packed_symbol(rows)
+
+    def typer(typingctx, k, A, a_off, Bp, b_off, C, c_off, ldc, acc):
+        if not arrays_are(types.float32, A, Bp, C):
+            return None
+        return types.none(k, A, a_off, Bp, b_off, C, c_off, ldc, acc), call_codegen(symbol, "ifffii")
+    typer.__name__ = f"ukernel{rows}"
+    typer.__doc__ = f":func:`ukernel` on the first {rows} rows of the MR-row A panel only (C gets {rows} rows)."
+    return uses(symbol)(intrinsic(typer))
+
+
+ukernel4 = _packed_short_intrinsic(4)
+ukernel8 = _packed_short_intrinsic(8)
 
 
 @uses(ROWS_SYMBOL)

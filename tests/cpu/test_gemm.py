@@ -264,3 +264,88 @@ def test_deinterleave_splits_pairs_and_writes_nothing_else(width, n):
     np.testing.assert_array_equal(even[:n], src[0:2 * n:2])
     np.testing.assert_array_equal(odd[:n], src[1:2 * n:2])
     assert (even[n:] == 7.0).all() and (odd[n:] == 9.0).all()
+
+
+@pytest.mark.parametrize("rows", uk.PACKED_SHORT_ROWS)
+def test_short_packed_microkernel_writes_only_its_rows(rows):
+    rng = np.random.default_rng(5)
+    k = 19
+    a = rng.standard_normal(k * uk.MR).astype(np.float32)
+    b = rng.standard_normal(k * uk.NR).astype(np.float32)
+    c = rng.standard_normal((uk.MR, uk.NR)).astype(np.float32)
+    before = c.copy()
+    uk.SHORT_CFUNCS[rows](k, a.ctypes.data, b.ctypes.data, c.ctypes.data, uk.NR, 1)
+    want = a.reshape(k, uk.MR).T.astype(np.float64) @ b.reshape(k, uk.NR).astype(np.float64)
+    np.testing.assert_allclose(c[:rows], before[:rows] + want[:rows], rtol=1e-5, atol=1e-4)
+    np.testing.assert_array_equal(c[rows:], before[rows:])
+
+
+@pytest.mark.parametrize("m,n,k", [(1, 40, 8), (4, 32, 5), (8, 70, 300), (13, 33, 300), (kg.MC + 3, kg.NC + 9, kg.KC + 17)])
+@pytest.mark.parametrize("n0", [0, 1])
+def test_gemm_on_a_weight_packed_at_compile_time(m, n, k, n0):
+    """gemm_prepacked over every row count class (short variants, whole and cut MR panels), cut
+    NR and NC blocks and several KC blocks; ``n0`` = 1: a task starting at the second NR panel."""
+    rng = np.random.default_rng(6)
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    b = rng.standard_normal((k, n)).astype(np.float32)
+    packed = kg.prepack_b(b)
+    assert packed.size == k * -(-n // uk.NR) * uk.NR
+    F = np.full(a.size + packed.size + m * n + kg.PACK_FLOATS + 64, np.nan, np.float32)
+    a_off, b_off, c_off = 0, a.size, a.size + packed.size
+    F[a_off:b_off] = a.ravel()
+    F[b_off:c_off] = packed
+    start = min(n0 * uk.NR, n)
+    kg.gemm_prepacked(F, a_off, k, 1, b_off, k, c_off, n, 0, m, start, n, np.float32(0.5), c_off + m * n)
+    got = F[c_off:c_off + m * n].reshape(m, n)
+    want = 0.5 * (a.astype(np.float64) @ b.astype(np.float64))
+    np.testing.assert_allclose(got[:, start:], want[:, start:], rtol=1e-4, atol=1e-4)
+    assert np.isnan(got[:, :start]).all()  # columns of another task untouched
+
+
+@pytest.mark.parametrize("m", [2, 8, 13, 40])
+@pytest.mark.parametrize("op", ["MatMul", "Gemm"])
+@pytest.mark.parametrize("veus", [1, 2])
+def test_constant_weights_are_packed_at_compile_time(m, op, veus):
+    """A MatMul/Gemm of 4 rows or more against a constant weight reads it packed (the unpacked
+    weight is not in the arena); fewer rows keep the GEMV loops on the plain weight.  Tiles over
+    several vEUs split the weight's NR-column panels.  Results against the reference."""
+    from rammer.backends.cpu.compiler import compile_program
+    from rammer.frontend import load
+
+    from cpu_helpers import compare, model, node, rand
+
+    k, n = 48, 150
+    if op == "MatMul":
+        m_ = model([node("MatMul", ["x", "w"], ["h"]), node("Add", ["h", "b"], ["y"])], {"x": rand(1, m, k)}, ["y"],
+                   {"w": rand(k, n, seed=1), "b": rand(n, seed=2)})
+        feeds = {"x": rand(1, m, k, seed=3)}
+    else:
+        m_ = model([node("Gemm", ["x", "w", "b"], ["y"], transB=1, alpha=0.5)], {"x": rand(m, k)}, ["y"],
+                   {"w": rand(n, k, seed=1), "b": rand(n, seed=2)})
+        feeds = {"x": rand(m, k, seed=3)}
+    compare(m_, feeds, veus=veus)
+    lowered = compile_program(load(m_), veus).lowered
+    gemm_bytes = {lowered.buffers[b].nbytes for op_ in lowered.ops if op_.family == "gemm" for b in op_.reads
+                  if lowered.buffers[b].kind == "const"}
+    packed_bytes = 4 * k * -(-n // uk.NR) * uk.NR
+    if m >= kg.PACKED_MIN_ROWS:
+        assert packed_bytes in gemm_bytes and 4 * k * n not in gemm_bytes, gemm_bytes
+    else:
+        assert 4 * k * n in gemm_bytes and packed_bytes not in gemm_bytes, gemm_bytes
+
+
+@pytest.mark.parametrize("m,n,parts", [(8, 3072, 2), (128, 16000, 4), (3, 40, 2), (200, 32, 2), (5, 32, 3)])
+def test_tiles_on_a_packed_weight_cover_the_output_once_in_whole_panels(m, n, parts):
+    """Skinny M splits over N in whole NR panels (each rTask streams its own share of the weight);
+    too few panels: over rows in whole MR panels where there are enough, else plain rows."""
+    from rammer.backends.cpu.lower_common import prepacked_tiles
+
+    tiles = prepacked_tiles(m, n, parts)
+    assert 1 <= len(tiles) <= parts
+    covered = np.zeros((m, n), np.int64)
+    for m0, m1, n0, n1 in tiles:
+        assert n0 % uk.NR == 0 and m1 > m0 and n1 > n0
+        covered[m0:m1, n0:n1] += 1
+    assert (covered == 1).all()
+    if -(-n // uk.NR) >= 2 * parts:
+        assert all(t[0] == 0 and t[1] == m for t in tiles)  # columns, not rows
