@@ -457,11 +457,13 @@ def _row_tile(F, B, I, J, X, q, reg, ireg, n, e, d3):
     j = 0
     while j < n:
         seg = min(d3 - c, n - j)
-        if f32_src:
+        if f32_src and seg < 16:
             # inline: a call per short row segment costs more than the copy
             src = base + c
             for u in range(seg):
                 F[reg + j + u] = F[src + u]
+        elif f32_src:
+            copy_block(F, reg + j, base + c, seg)  # memcpy: a loop within F stays scalar
         else:
             _load(F, B, I, J, X[q], base + c, 1, reg + j, ireg + j, seg)
         j += seg
