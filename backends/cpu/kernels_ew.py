@@ -400,12 +400,20 @@ def _row_linear(X, q, d0, d1, d2, d3):
 
 
 @njit(**_JIT)
+def _row_periodic(X, q, d0, d1, d2):
+    """Whether operand strides ``X[q:q+4]`` give every row the same contiguous run of columns
+    (a per-column constant such as a bias or a scaler's offsets broadcast over the rows)."""
+    return X[q + 3] == 1 and (d0 == 1 or X[q] == 0) and (d1 == 1 or X[q + 1] == 0) and (d2 == 1 or X[q + 2] == 0)
+
+
+@njit(**_JIT)
 def _whole_rows_ok(X, ins, outs, nin, nout, d0, d1, d2, d3):
     """Whether whole rows can share register blocks: every output and every
-    column-varying input lies row after row, the other inputs are constant along a row."""
+    column-varying input lies row after row or repeats one row, the other inputs
+    are constant along a row."""
     for k in range(nin):
         q = ins + k * IN_LEN + 2
-        if X[q + 3] != 0 and not _row_linear(X, q, d0, d1, d2, d3):
+        if X[q + 3] != 0 and not (_row_linear(X, q, d0, d1, d2, d3) or _row_periodic(X, q, d0, d1, d2)):
             return False
     for k in range(nout):
         if not _row_linear(X, outs + k * OUT_LEN + 3, d0, d1, d2, d3):
@@ -440,6 +448,29 @@ def _row_fill(F, B, I, J, X, q, reg, ireg, n, e, d1, d2, d3):
 
 
 @njit(**_JIT)
+def _row_tile(F, B, I, J, X, q, reg, ireg, n, e, d3):
+    """Registers F[reg:reg + n] = input ``q`` (the same run of d3 columns in every row) for elements
+    [e, e + n) of a whole-rows run: the row's columns copied once per row segment."""
+    c = e % d3
+    base = X[q + 1]
+    f32_src = X[q] == DT_F32
+    j = 0
+    while j < n:
+        seg = min(d3 - c, n - j)
+        if f32_src and seg < 16:
+            # inline: a call per short row segment costs more than the copy
+            src = base + c
+            for u in range(seg):
+                F[reg + j + u] = F[src + u]
+        elif f32_src:
+            copy_block(F, reg + j, base + c, seg)  # memcpy: a loop within F stays scalar
+        else:
+            _load(F, B, I, J, X[q], base + c, 1, reg + j, ireg + j, seg)
+        j += seg
+        c = 0
+
+
+@njit(**_JIT)
 def ew_run(F, B, I, J, X, R, prog, r0, r1, c0, c1, sbase):
     """Run program ``X[prog:]`` over rows [r0, r1) and columns [c0, c1).
 
@@ -450,8 +481,10 @@ def ew_run(F, B, I, J, X, R, prog, r0, r1, c0, c1, sbase):
     has rows of 4) and the operands allow it, a block spans many rows
     instead (*whole-rows mode*): row-linear operands load and store as one
     contiguous run of ``r * d3 + c`` elements, and operands constant along
-    a row are filled row segment by row segment (:func:`_row_fill`), so the
-    program's dispatch is paid per block rather than per row.
+    a row are filled row segment by row segment (:func:`_row_fill`), and operands
+    that repeat one row of columns (a per-column bias or scale over [rows, few
+    columns]) are tiled row by row (:func:`_row_tile`), so the program's dispatch
+    is paid per block rather than per row.
 
     A program with integer values runs blocks of IBLOCK elements, its integer registers laid over
     the same scratch slots from ``ibase`` (:mod:`.kernels_ew_int`).
@@ -492,7 +525,10 @@ def ew_run(F, B, I, J, X, R, prog, r0, r1, c0, c1, sbase):
                 off = X[q + 1] + i0 * X[q + 2] + i1 * X[q + 3] + i2 * X[q + 4] + c * s3
                 _load(F, B, I, J, X[q], off, s3, reg, ireg, n)
             elif s3 != 0:
-                _load(F, B, I, J, X[q], X[q + 1] + e, 1, reg, ireg, n)
+                if _row_periodic(X, q + 2, d0, d1, d2):
+                    _row_tile(F, B, I, J, X, q, reg, ireg, n, e, d3)
+                else:
+                    _load(F, B, I, J, X[q], X[q + 1] + e, 1, reg, ireg, n)
             else:
                 _row_fill(F, B, I, J, X, q, reg, ireg, n, e, d1, d2, d3)
         _exec(F, I, X, R, code, ninstr, sbase, ibase, n)
