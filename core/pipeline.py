@@ -182,14 +182,37 @@ def order_and_plan(groups: Sequence[Group[Op]], schedules: Sequence[Schedule], b
     return Ordered(walk, done_before, arena)
 
 
+def _written_bytes(writes: Sequence[tuple[int, int]], reads: Sequence[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
+    """The byte ranges an op writes: its written buffers less the parts that are its own inputs placed in
+    place inside them (an in-place Concat copies only the parts not already there, so the aliased parts
+    are read by their producers' readers concurrently without a race).  Only a read range strictly
+    inside a written one is taken out: an op reading and writing the same range (in place) keeps it."""
+    out: list[tuple[int, int]] = []
+    for start, size in writes:
+        holes = sorted((ro, rn) for ro, rn in reads
+                       if start <= ro and ro + rn <= start + size and (ro, rn) != (start, size) and rn > 0)
+        at = start
+        for ro, rn in holes:
+            if ro > at:
+                out.append((at, ro - at))
+            at = max(at, ro + rn)
+        if at < start + size:
+            out.append((at, start + size - at))
+    return tuple(out)
+
+
 def row_program_steps(ops: Sequence[PipelineOp], schedule: Schedule, rows: Sequence[Sequence[tuple[RowWait, ...]]],
                       buffers: Sequence[PlannedBuffer]) -> list[list[Step]]:
     """The row programs of one segment (:func:`rammer.schedule.rows.row_waits`) in the core's program form
     (:mod:`rammer.schedule.programs`): every row, an rTask's or a wait's, is followed by a signal (a row
     counter bumped), a wait row waits for that many signals, and each rTask's call reads and writes the
     byte ranges of its op's placed buffers."""
-    ranges = [(tuple((buffers[b].byte_offset, buffers[b].nbytes) for b in op.reads),
-               tuple((buffers[b].byte_offset, buffers[b].nbytes) for b in op.writes)) for op in ops]
+    def span(b: int) -> tuple[int, int]:
+        return (buffers[b].byte_offset, buffers[b].nbytes)
+
+    ranges = [(tuple(span(b) for b in op.reads), _written_bytes([span(b) for b in op.writes],
+                                                                 [span(b) for b in op.reads]))
+              for op in ops]
     programs: list[list[Step]] = []
     for prog, waits in zip(schedule.programs, rows):
         steps: list[Step] = []
