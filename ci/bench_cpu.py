@@ -77,11 +77,11 @@ def main(argv: list[str] | None = None) -> int:
     import onnxruntime as ort
 
     import rammer
-    from rammer.bench.quiet import wait_until_idle
     from rammer.backends.cpu.compiler import compile_program
     from rammer.backends.cpu.graph_passes import prepare
     from rammer.backends.cpu.profile import by_family, profile_ops
     from rammer.backends.cpu.runtime import CpuExecutable
+    from rammer.bench.quiet import wait_until_idle
     from rammer.frontend import load
 
     rows = []
@@ -137,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
         if name.startswith("torch:"):
             torch_ratios.append(med["cpu"] / med["onnxruntime"])
         print(f"{name}: alternating " + ", ".join(f"{k} {v:.2f}" for k, v in med.items())
-              + f" | blocks " + ", ".join(f"{k} {v:.2f}" for k, v in bmed.items()), flush=True)
+              + " | blocks " + ", ".join(f"{k} {v:.2f}" for k, v in bmed.items()), flush=True)
     cols = [k for k in rows[0][1]]
     print()
     print("| model | " + " | ".join(f"{c} alt." for c in cols) + " | cpu / ort alt. | cpu blocks (min) | "

@@ -18,7 +18,8 @@ The corpus table: each small zoo model, each torch export of tests/torch_models.
 sizes) compiled on ``ipu`` (GC200, wavefront, merged), run through the simulator and checked
 against ``reference`` (max relative error), its simulated latency (cost model, not a
 measurement) next to the ``cpu`` backend's measured latency (median of ``--runs`` runs after
-one warm-up, in this process; ``--cpu-veus`` sets its worker count) -- or the placement error.  ``--budget`` bounds each model's
+one warm-up, in this process; ``--cpu-veus`` sets its worker count) -- or the placement error.
+``--budget`` bounds each model's
 ipu compile + simulation and, separately, its cpu compile + timing (seconds); a model over it
 is listed as such.  ``--skip-run`` only places the models (no simulation, no cpu timing).
 """

@@ -24,7 +24,6 @@ import rammer
 from rammer import plugins
 from rammer.errors import CompileError
 
-
 #: ARM builds of this run (removed at exit).
 TMP = tempfile.TemporaryDirectory(prefix="rammer-mcu-bench-")
 

@@ -17,9 +17,9 @@ import argparse
 import time
 
 import numpy as np
+from bench_ml import median_seconds  # the one timing loop of ci/'s ML benchmarks (run from ci/)
 
 import rammer.ml as rml
-from bench_ml import median_seconds  # the one timing loop of ci/'s ML benchmarks (run from ci/)
 
 
 def main() -> None:

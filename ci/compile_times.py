@@ -90,7 +90,8 @@ def _run(args: list[str], src: str | None, threads: int, timeout: float) -> dict
     except subprocess.TimeoutExpired:
         return {"status": f"timeout ({timeout:.0f} s)"}
     if done.returncode != 0:
-        return {"status": f"failed: {done.stderr.strip().splitlines()[-1][:200] if done.stderr.strip() else done.returncode}"}
+        last = done.stderr.strip().splitlines()[-1][:200] if done.stderr.strip() else done.returncode
+        return {"status": f"failed: {last}"}
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 

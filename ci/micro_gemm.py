@@ -44,7 +44,8 @@ import statistics
 import sys
 import time
 import warnings
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import onnx
@@ -62,7 +63,8 @@ def _model(nodes: list, inputs: list, output: tuple[str, list[int]], inits: dict
     return model
 
 
-def linear(m: int, k: int, n: int, gelu: bool = False, bias: bool = True) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+def linear(m: int, k: int, n: int, gelu: bool = False, bias: bool = True
+           ) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
     rng = np.random.default_rng(0)
     inits = {"w": (rng.standard_normal((k, n)) / math.sqrt(k)).astype(np.float32)}
     if bias:
@@ -216,11 +218,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--runs", type=int, default=15)
-    ap.add_argument("--stat", choices=("min", "median"), default="min", help="per side: best run, or best round's median")
+    ap.add_argument("--stat", choices=("min", "median"), default="min",
+                    help="per side: best run, or best round's median")
     ap.add_argument("--clock", choices=("wall", "cpu"), default="wall", help="wall time, or the process's CPU time")
     ap.add_argument("--before", action="append", default=[], metavar="MODULE.ATTR=VALUE",
                     help="settings of a second, 'before' compile of each shape (repeatable)")
-    ap.add_argument("--shapes", default="", help="only shapes whose label contains one of these comma-separated strings")
+    ap.add_argument("--shapes", default="",
+                    help="only shapes whose label contains one of these comma-separated strings")
     ap.add_argument("--json", help="also write the rows here")
     args = ap.parse_args(argv)
     warnings.simplefilter("ignore")

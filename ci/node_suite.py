@@ -27,7 +27,6 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     warnings.simplefilter("ignore")
-    import numpy as np
     import onnx
     from onnx import numpy_helper
     from onnx.backend.test.loader import load_node_model_tests

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import inspect
 import os
-from collections import abc
 import time
-from typing import Any, Mapping, Sequence
+from collections import abc
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -14,8 +15,6 @@ from . import plugins
 from .artifact import read_compiled, save_compiled
 from .backend import Backend, Executable, check_options
 from .diagnostics import fallbacks_of, report_fallbacks
-from .profile import Profile, write_chrome_trace
-from .progress import compile_progress
 from .errors import CompileError, FeedError, ModelLoadError, RammerError, UnsupportedOpError
 from .feed_bounds import index_bounds
 from .feed_hints import declared_input_dims, wrong_shape
@@ -26,6 +25,8 @@ from .ir import Graph, TensorInfo, dtype_name
 from .ir_codec import PLACEHOLDER
 from .ml.lower import lower_ml
 from .model_key import model_key
+from .profile import Profile, write_chrome_trace
+from .progress import compile_progress
 
 
 class CompiledModel:

@@ -39,8 +39,9 @@ import json
 import os
 import struct
 import zipfile
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Mapping, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from . import plugins
 from .atomic_file import atomic_write

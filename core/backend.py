@@ -8,9 +8,10 @@ data and calls :meth:`Backend.compile`; it never branches on a backend's name.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 

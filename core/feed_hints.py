@@ -14,7 +14,8 @@ the model's sizes for its fixed dims.
 from __future__ import annotations
 
 import os
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import onnx
 

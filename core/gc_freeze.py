@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import threading
-from typing import Iterator
+from collections.abc import Iterator
 
 _lock = threading.Lock()
 #: Compiles running in this process (threads may compile at once; the first freezes, the last unfreezes).

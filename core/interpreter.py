@@ -10,7 +10,7 @@ against the dtype and shape inferred at import, so an op whose ``infer`` and
 from __future__ import annotations
 
 import weakref
-from typing import Mapping
+from collections.abc import Mapping
 
 import numpy as np
 
@@ -18,10 +18,9 @@ from .errors import OpExecutionError, RammerError
 from .ir import Graph, Node, dtype_name, outer_names
 from .ops.registry import OpContext, get_op
 
-
 #: Free plans by graph: graphs are immutable, so a plan holds for every run
 #: (and every iteration of a Loop body); weak keys let graphs be collected.
-_FREE_PLANS: "weakref.WeakKeyDictionary[Graph, dict[int, list[str]]]" = weakref.WeakKeyDictionary()
+_FREE_PLANS: weakref.WeakKeyDictionary[Graph, dict[int, list[str]]] = weakref.WeakKeyDictionary()
 
 
 def _free_plan(graph: Graph) -> dict[int, list[str]]:
@@ -46,7 +45,7 @@ def _last_uses(graph: Graph) -> dict[int, list[str]]:
     return by_node
 
 
-def run_node(node: Node, graph: Graph, env: "_Env", check: bool) -> list[np.ndarray]:
+def run_node(node: Node, graph: Graph, env: _Env, check: bool) -> list[np.ndarray]:
     op = get_op(node)
     values = [env.get(n) if n else None for n in node.inputs]
     infos = [env.info(n) if n else None for n in node.inputs]
@@ -79,7 +78,7 @@ def run_node(node: Node, graph: Graph, env: "_Env", check: bool) -> list[np.ndar
 
 
 class _Env:
-    def __init__(self, graph: Graph, parent: "_Env | None"):
+    def __init__(self, graph: Graph, parent: _Env | None):
         self.graph = graph
         self.parent = parent
         self.values: dict[str, np.ndarray] = dict(graph.initializers)

@@ -12,7 +12,8 @@ from __future__ import annotations
 import base64
 import io
 import json
-from typing import Any, Iterable, Mapping, cast
+from collections.abc import Iterable, Mapping
+from typing import Any, cast
 
 import numpy as np
 

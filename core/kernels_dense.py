@@ -10,8 +10,17 @@ import math
 from typing import TYPE_CHECKING
 
 from .ir import Graph, Node
-from .kernels_generic import (Tiling, box_size, itemsize, make_kernel, map_broadcast, pareto, shape_of,
-                              tile_efficiency, whole)
+from .kernels_generic import (
+    Tiling,
+    box_size,
+    itemsize,
+    make_kernel,
+    map_broadcast,
+    pareto,
+    shape_of,
+    tile_efficiency,
+    whole,
+)
 from .rtask import RKernel, RTaskAccess
 
 if TYPE_CHECKING:  # pragma: no cover

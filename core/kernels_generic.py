@@ -24,9 +24,10 @@ fallback ``whole`` (the whole operator as one rTask) for anything else;
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from .cost import node_bytes, node_flops, rtask_duration
 from .ir import Graph, Node

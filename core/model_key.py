@@ -27,8 +27,9 @@ import json
 import os
 import tempfile
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import onnx
 from onnx import external_data_helper

@@ -18,7 +18,7 @@ run-time inputs.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import onnx

@@ -31,14 +31,16 @@ ids: an op depends on the last earlier op that wrote a buffer it reads.
 from __future__ import annotations
 
 from abc import abstractmethod
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Generic, Mapping, Protocol, Sequence, TypeVar, Union
+from typing import Any, Generic, Protocol, TypeVar, Union
 
 from .backend import Backend, Executable, check_options
+from .errors import ScheduleError
 from .ir import Graph, Node
 from .lower.operator import split_at_host
-from .plugin_host import plugin_manager
 from .memory import Alias, ArenaPlan, MemoryOp, PlannedBuffer, plan_arena
+from .plugin_host import plugin_manager
 from .rtask import RKernel, RKernelFamily, ROperator
 from .schedule.ordering import schedule_order
 from .schedule.policies import get_policy
@@ -47,7 +49,6 @@ from .schedule.programs import Call, Signal, Step, Wait, check_races
 from .schedule.rows import RowWait, row_waits
 from .schedule.schedule import Schedule
 from .schedule.verify import verify
-from .errors import ScheduleError
 from .vdevice import VDevice
 
 __all__ = ["PipelineOp", "LoweredProgram", "ScheduledProgram", "PipelineBackend", "operator_predecessors",
@@ -73,7 +74,7 @@ Op = TypeVar("Op", bound=PipelineOp)
 Candidates = Callable[[Op, VDevice], Sequence[RKernel]]
 
 #: A program's groups in run order: a segment (a list of compiled ops) or one host op.
-Group = Union[list[Op], Op]
+Group = Union[list[Op], Op]  # noqa: UP007 -- a runtime alias over a TypeVar, kept in the typing spelling
 
 
 def plugin_rkernel_families(backend_name: str) -> list[RKernelFamily]:

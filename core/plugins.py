@@ -16,8 +16,15 @@ import pluggy
 
 from .backend import Backend
 from .errors import BackendUnavailableError, PluginError
-from .plugin_host import ALLOW_ENV, ENTRY_POINT_GROUP, generation, plugin_manager, register_plugin, reset, \
-    unregister_plugin
+from .plugin_host import (
+    ALLOW_ENV,
+    ENTRY_POINT_GROUP,
+    generation,
+    plugin_manager,
+    register_plugin,
+    reset,
+    unregister_plugin,
+)
 
 __all__ = ["ALLOW_ENV", "ENTRY_POINT_GROUP", "backend_origin", "backends", "default_backend_name", "get_backend",
            "plugin_manager", "register_plugin", "reset", "unregister_plugin"]

@@ -12,8 +12,9 @@ Nothing here is simulated: ``rammer schedule`` is the simulator.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from .atomic_file import atomic_write
 

@@ -16,8 +16,9 @@ import contextlib
 import logging
 import sys
 import time
+from collections.abc import Iterator
 from contextvars import ContextVar
-from typing import Iterator, TextIO
+from typing import TextIO
 
 __all__ = ["compile_progress", "stage", "step", "SHOW_AFTER_S"]
 

@@ -23,14 +23,16 @@ from __future__ import annotations
 import os
 import time
 from collections import OrderedDict
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import onnx
 
 from . import plugins
-from .api import CompiledModel, compile as compile_model, compile_if_cached
+from .api import CompiledModel, compile_if_cached
+from .api import compile as compile_model
 from .errors import BackendUnavailableError, FeedError
 from .feed_hints import wrong_shape
 from .frontend import load_proto

@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 import statistics
 import time
-from typing import Callable
+from collections.abc import Callable
 
 __all__ = ["MAX_SLOWDOWN", "REFERENCE_CALIBRATION_S", "SLOWDOWN_ENV", "calibration_seconds", "machine_slowdown",
            "scaled_limit"]

@@ -2,11 +2,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from helpers import add_relu_model, rand
 
 import rammer
 from rammer.errors import BackendUnavailableError, FeedError
-
-from helpers import add_relu_model, rand
 
 
 @pytest.fixture(scope="module")

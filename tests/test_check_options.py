@@ -5,12 +5,11 @@ from __future__ import annotations
 import pathlib
 
 import pytest
+from helpers import add_relu_model
 
 import rammer
 from rammer.backend import UnknownOptionError, check_options
 from rammer.errors import CompileError
-
-from helpers import add_relu_model
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 

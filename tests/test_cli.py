@@ -8,12 +8,11 @@ import sys
 import numpy as np
 import onnx
 import pytest
+from helpers import add_relu_model, make_model
 from onnx import TensorProto, helper
 
 import rammer
 from rammer.cli import main
-
-from helpers import add_relu_model, make_model
 
 
 @pytest.fixture
@@ -219,9 +218,9 @@ def test_no_shadow_warning_in_an_ordinary_folder(tmp_path, capsys, monkeypatch):
 def test_tree_strategy_flag_reaches_the_ml_lowering(tmp_path, capsys):
     sklearn = pytest.importorskip("sklearn", reason="needs scikit-learn")
     pytest.importorskip("skl2onnx", reason="needs skl2onnx")
+    from skl2onnx import to_onnx
     from sklearn.datasets import load_iris
     from sklearn.ensemble import RandomForestClassifier
-    from skl2onnx import to_onnx
 
     X, y = load_iris(return_X_y=True)
     est = RandomForestClassifier(n_estimators=3, max_depth=3, random_state=0).fit(X, y)

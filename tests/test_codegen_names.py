@@ -22,10 +22,10 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import rammer
-from rammer.cli import main
 from rammer.backends.cpu.runtime import HostStep
-from rammer.errors import RammerError
+from rammer.cli import main
 from rammer.codegen.names import c_string, comment_text, identifier, py_string
+from rammer.errors import RammerError
 from rammer.time_limits import scaled_limit
 
 MARKER = "PWNED_MARKER"

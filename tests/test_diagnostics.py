@@ -6,12 +6,12 @@ import logging
 
 import numpy as np
 import pytest
+from helpers import make_model, rand
 from onnx import TensorProto, helper
 
 import rammer
 from rammer import diagnostics
 from rammer.errors import CompileError
-from helpers import make_model, rand
 
 
 def _trilu_model(name: str = "cs"):

@@ -13,13 +13,12 @@ import re
 import numpy as np
 import onnx
 import pytest
+from helpers import make_model
 from onnx import TensorProto, helper
 
 import rammer
 from rammer.cli import main
 from rammer.errors import FeedError
-
-from helpers import make_model
 
 
 def relu_model(dims: list) -> onnx.ModelProto:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from helpers import add_relu_model, make_model
 from onnx import TensorProto, helper
 
 import rammer
@@ -12,8 +13,6 @@ from rammer.api import random_feeds
 from rammer.errors import FeedError
 from rammer.ir import TensorInfo
 from rammer.onnx_backend import prepare
-
-from helpers import add_relu_model, make_model
 
 BACKENDS = ["reference", "cpu"]
 

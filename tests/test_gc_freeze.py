@@ -66,7 +66,7 @@ def test_compile_runs_with_the_heap_frozen(monkeypatch):
 
     be = plugins.get_backend("reference")
     monkeypatch.setattr(type(be), "compile", fake_compile)
-    from rammer.ir import Graph, TensorInfo, Node
+    from rammer.ir import Graph, Node, TensorInfo
 
     x = TensorInfo("x", "float32", (2,))
     y = TensorInfo("y", "float32", (2,))

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from helpers import make_model
 from onnx import TensorProto, helper
 
 import rammer
 from rammer.errors import OpExecutionError, ShapeError
-from helpers import make_model
 
 
 def _model(bad_else: bool = True, bad_then: bool = False):

@@ -2,12 +2,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from helpers import add_relu_model, shape_chain_model
 
 import rammer
 from rammer.errors import IRVerificationError
 from rammer.ir import Graph, Node, TensorInfo
-
-from helpers import add_relu_model, shape_chain_model
 
 
 def _graph(nodes, value_info=None, inits=None):

@@ -2,13 +2,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from helpers import add_relu_model, make_model
 from onnx import TensorProto, helper
 
 import rammer
 from rammer.errors import ShapeError
 from rammer.onnx_backend import RammerBackend
-
-from helpers import add_relu_model, make_model
 
 
 def _reshape_model():

@@ -4,14 +4,13 @@ import types
 
 import numpy as np
 import pytest
+from helpers import add_relu_model
 
 import rammer
 from rammer import plugins
 from rammer.backend import Availability, Backend, Capabilities
 from rammer.errors import BackendUnavailableError, PluginError
 from rammer.hookspecs import hookimpl
-
-from helpers import add_relu_model
 
 
 class _Doubler(Backend):

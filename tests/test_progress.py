@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import io
 
+from helpers import make_model
 from onnx import TensorProto, helper
 
 import rammer
 from rammer import progress
-from helpers import make_model
 
 
 class _Tty(io.StringIO):

@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
+from helpers import add_relu_model, make_model, rand
 from onnx import TensorProto, helper
 
 import rammer
 from rammer.errors import BackendUnavailableError, FeedError
-from helpers import add_relu_model, make_model, rand
 
 ort = pytest.importorskip("onnxruntime")
 

@@ -22,8 +22,8 @@ Exports are cached for the session; the file takes ~30 s, mostly exporting.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import onnx
@@ -33,8 +33,9 @@ torch = pytest.importorskip("torch", reason="torch is not installed; the torch.o
                                             '(pip install -e ".[torch]")')
 ort = pytest.importorskip("onnxruntime", reason="onnxruntime is needed to compare against")
 
-import rammer  # noqa: E402
 import torch_models  # noqa: E402
+
+import rammer  # noqa: E402
 
 # slow: torch.onnx exports of whole models, then compiles of them (left out of the quick subset)
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::UserWarning", "ignore::FutureWarning")]

@@ -8,16 +8,15 @@ import types
 import numpy as np
 import onnx
 import pytest
+from helpers import make_model, rand
 from onnx import helper
+from toy_backend import ToyBackend
 
 import rammer
 from rammer import plugins
 from rammer.backend import UnknownOptionError
 from rammer.hookspecs import hookimpl
 from rammer.rtask import RKernel
-
-from helpers import make_model, rand
-from toy_backend import ToyBackend
 
 
 def _plugin(**hooks: object) -> types.SimpleNamespace:

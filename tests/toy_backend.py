@@ -15,8 +15,9 @@ other op, the whole op in rTask 0.  Ops outside :data:`TOY_OPS` are host ops bet
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 

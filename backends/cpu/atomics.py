@@ -21,8 +21,6 @@ hyper-thread and from flooding the memory system with speculative loads.
 
 from __future__ import annotations
 
-from . import _numba_cache  # noqa: F401  (drops stale numba caches first)
-
 import ctypes
 import platform
 
@@ -31,6 +29,8 @@ from llvmlite import ir
 from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
+
+from . import _numba_cache  # noqa: F401  (drops stale numba caches first)
 
 _MACHINE = platform.machine().lower()
 
@@ -315,7 +315,7 @@ def set_affinity(typingctx, words, skip_core):
     return types.int64(words, skip_core), codegen
 
 
-def cpuset_words(cores) -> "np.ndarray":
+def cpuset_words(cores) -> np.ndarray:
     """The cores as an int64 array in glibc's cpu_set_t layout (for :func:`set_affinity`)."""
     import numpy as np
 

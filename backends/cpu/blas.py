@@ -12,8 +12,6 @@ the cores, and a BLAS call inside a vEU must not start threads of its own.
 
 from __future__ import annotations
 
-from . import _numba_cache  # noqa: F401  (drops stale numba caches first)
-
 import ctypes
 import glob
 import os
@@ -23,6 +21,8 @@ from llvmlite import ir
 from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
+
+from . import _numba_cache  # noqa: F401  (drops stale numba caches first)
 
 SYMBOL = "rammer_cpu_sgemm"
 

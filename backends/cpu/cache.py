@@ -38,7 +38,8 @@ import shutil
 import socket
 import threading
 import types
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 

@@ -12,7 +12,6 @@ from rammer.lower.views import View
 
 from .ops import ARENA_DTYPES
 
-
 #: An ``If`` host step runs a taken branch of at least this many nodes compiled as a model of its
 #: own (``runtime.py``); smaller ones are interpreted: compiling them would cost more than it saves.
 BRANCH_MIN_NODES = 4

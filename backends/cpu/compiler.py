@@ -20,16 +20,16 @@ from rammer.lower.batching import DEFAULT_BATCH_ROWS
 from rammer.lower.operator import split_at_host
 from rammer.passes.pipeline import verify_requested
 from rammer.pipeline import check_row_races, order_and_plan, schedule_segments
-from rammer.schedule.rows import row_waits
 from rammer.schedule import Schedule
+from rammer.schedule.rows import row_waits
 
 from .codegen import Tables, build_tables, program_source
-from .kernels import MAY_FAIL
 from .compiled import CompiledSegment, HostStep, Program, view_placement
+from .kernels import MAY_FAIL
 from .lowering import Lowered, Lowerer
 from .ops import CostModel, CpuOp
 from .planner import ALIGN, cpu_aliases
-from .scheduling import available_cores, cpu_vdevice, default_veus, cpu_candidates
+from .scheduling import available_cores, cpu_candidates, cpu_vdevice, default_veus
 
 
 @dataclass

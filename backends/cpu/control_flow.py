@@ -16,7 +16,7 @@ taking it is an error, so it is no fallback either.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from rammer.ir import Graph, Node, standalone_graph
 from rammer.ops.control import RAMMER_DOMAIN

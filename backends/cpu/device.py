@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import os
-
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from rammer.backend import Availability, Backend, Capabilities, check_options
 from rammer.errors import RammerError
@@ -62,8 +62,8 @@ class CpuBackend(Backend):
 
     def availability(self) -> Availability:
         try:
-            import numba  # noqa: F401
             import llvmlite  # noqa: F401
+            import numba  # noqa: F401
         except ImportError as exc:  # pragma: no cover - numba is a dependency
             return Availability(False, f"needs numba and llvmlite ({exc})")
         return Availability(True)

@@ -11,12 +11,21 @@ uses, so numba compiles it once and loads it from its disk cache afterwards.
 
 from __future__ import annotations
 
-from . import _numba_cache  # noqa: F401  (drops stale numba caches first)
-
 from numba import njit, prange
 
-from .atomics import (atomic_add, call_kernel, current_cpu, data_ptr, monotonic_ns, pin_to_core, set_affinity,
-                      set_pool_threads, store_release, wait_at_least)
+from . import _numba_cache  # noqa: F401  (drops stale numba caches first)
+from .atomics import (
+    atomic_add,
+    call_kernel,
+    current_cpu,
+    data_ptr,
+    monotonic_ns,
+    pin_to_core,
+    set_affinity,
+    set_pool_threads,
+    store_release,
+    wait_at_least,
+)
 
 #: Progress counters sit 64 bytes apart (one cache line per vEU).
 STRIDE = 8

@@ -10,21 +10,22 @@ model uses them.
 
 from __future__ import annotations
 
-from . import _numba_cache  # noqa: F401  (drops stale numba caches first)
-
 import numpy as np
 from numba import carray, cfunc, types
 
+from . import (
+    _numba_cache,  # noqa: F401  (drops stale numba caches first)
+    machine_code,
+)
 from .kernels_conv import k_convp
 from .kernels_data import k_copy, k_copy_many, k_gather, k_pad, k_resize
+from .kernels_dwcl import k_dwconv_cl
 from .kernels_ew import arena_views, ensure_epilogue_symbol, k_ew
 from .kernels_gemm import k_gemm
 from .kernels_index import k_cumsum, k_gather_elements
-from .kernels_quant import k_dequantize, k_dynquant, k_matmul_int, k_qlinear_matmul, k_qlinearconv, k_quantize
 from .kernels_nn import k_layernorm, k_reduce, k_softmax
-from .kernels_dwcl import k_dwconv_cl
+from .kernels_quant import k_dequantize, k_dynquant, k_matmul_int, k_qlinear_matmul, k_qlinearconv, k_quantize
 from .kernels_window import k_dwconv, k_pool
-from . import machine_code
 
 SIGNATURE = types.int64(types.voidptr, types.int64, types.voidptr, types.int64, types.voidptr, types.int64,
                         types.voidptr, types.int64)

@@ -13,13 +13,12 @@ caller's loop.
 
 from __future__ import annotations
 
-from . import _numba_cache  # noqa: F401  (drops stale numba caches first)
-
-
 import numpy as np
 from llvmlite import ir
 from numba import njit, types
 from numba.extending import intrinsic
+
+from . import _numba_cache  # noqa: F401  (drops stale numba caches first)
 
 f32 = np.float32
 

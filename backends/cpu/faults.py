@@ -14,7 +14,8 @@ exact index and bound; the message is the one the reference backend gives
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 

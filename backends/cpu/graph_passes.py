@@ -11,9 +11,18 @@ from __future__ import annotations
 
 from rammer.ir import Graph
 from rammer.lower.ew_translate import EW_OPS
-from rammer.passes import (CSE, DECOMPOSE, FOLD_BATCHNORM, NORM_AS_LAYERNORM, QDQ_AS_FLOAT, RELU_CONCAT, Pass,
-                           PipelineResult, merge_convs_pass, run_pipeline)
-
+from rammer.passes import (
+    CSE,
+    DECOMPOSE,
+    FOLD_BATCHNORM,
+    NORM_AS_LAYERNORM,
+    QDQ_AS_FLOAT,
+    RELU_CONCAT,
+    Pass,
+    PipelineResult,
+    merge_convs_pass,
+    run_pipeline,
+)
 
 #: Readers a conv applies in its own kernel or epilogue when they are its only reader:
 #: sibling convs with such a reader are not merged (a Split in between would stop the fusion).

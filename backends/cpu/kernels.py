@@ -12,8 +12,17 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from . import (kernels_conv, kernels_data, kernels_dwcl, kernels_ew, kernels_gemm, kernels_index, kernels_nn,
-               kernels_quant, kernels_window)
+from . import (
+    kernels_conv,
+    kernels_data,
+    kernels_dwcl,
+    kernels_ew,
+    kernels_gemm,
+    kernels_index,
+    kernels_nn,
+    kernels_quant,
+    kernels_window,
+)
 
 #: kernel name -> module defining it.
 KERNELS: dict[str, ModuleType] = {

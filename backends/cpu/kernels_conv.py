@@ -50,18 +50,31 @@ The gather it saves is 10-20% of the direct form's time on 3x3 convs.
 
 from __future__ import annotations
 
-from . import _numba_cache  # noqa: F401  (drops stale numba caches first)
-
 import numpy as np
 from numba import njit
 
+from . import _numba_cache  # noqa: F401  (drops stale numba caches first)
 from .atomics import copy_block
-from .kernels_ew import ew_epilogue
-from .kernels_winograd import ldb_panel, winograd_block
-from .kernels_window import W_OUT, W_X, WIN_LEN, _pad_phases, read_window
 from .fastmath import hardswish32, sigmoid32
-from .ukernel import (EPI_ACCUMULATE, EPI_BIAS, EPI_HSWISH, EPI_RELU, EPI_RELU6, EPI_RESIDUAL, EPI_SILU, MR, NR, PX_MR,
-                      PX_NR, ukernel, ukernel_ldb, ukernel_rows)
+from .kernels_ew import ew_epilogue
+from .kernels_window import W_OUT, W_X, WIN_LEN, _pad_phases, read_window
+from .kernels_winograd import ldb_panel, winograd_block
+from .ukernel import (
+    EPI_ACCUMULATE,
+    EPI_BIAS,
+    EPI_HSWISH,
+    EPI_RELU,
+    EPI_RELU6,
+    EPI_RESIDUAL,
+    EPI_SILU,
+    MR,
+    NR,
+    PX_MR,
+    PX_NR,
+    ukernel,
+    ukernel_ldb,
+    ukernel_rows,
+)
 
 f32 = np.float32
 _u = np.uint64  # arena offsets as unsigned indices: no negative-index wraparound (see kernels_data)

@@ -13,10 +13,10 @@ Task rows cover flattened rows ``[r0, r1)`` of ``d0*d1*d2``.
 
 from __future__ import annotations
 
-from . import _numba_cache  # noqa: F401  (drops stale numba caches first)
-
 import numpy as np
 from numba import njit
+
+from . import _numba_cache  # noqa: F401  (drops stale numba caches first)
 
 _JIT = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
 

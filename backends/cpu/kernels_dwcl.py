@@ -17,11 +17,10 @@ Row: ``[desc, n0, n1, c0, c1]`` (channel multiplier 1 only).
 
 from __future__ import annotations
 
-from . import _numba_cache  # noqa: F401  (drops stale numba caches first)
-
 import numpy as np
 from numba import njit
 
+from . import _numba_cache  # noqa: F401  (drops stale numba caches first)
 from .kernels_ew import ew_epilogue
 from .kernels_window import W_OUT, W_X, WIN_LEN, read_window
 

@@ -14,8 +14,6 @@ activation) over the tile the GEMM just wrote.
 
 from __future__ import annotations
 
-from . import _numba_cache  # noqa: F401  (drops stale numba caches first)
-
 import math
 
 import numpy as np
@@ -25,12 +23,25 @@ from numba import carray, cfunc, njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from .kernels_data import next_row, row_index
-from .ewops import (BLOCK, HDR_INT, HDR_LEN, IBLOCK, IN_LEN, INSTR_LEN, IREG, OUT_LEN, DT_BOOL, DT_F32,
-                    DT_I32, DT_I64, OPCODE)
-from .kernels_ew_int import FIRST_INT, int_instr
+from . import _numba_cache  # noqa: F401  (drops stale numba caches first)
 from .atomics import copy_block
+from .ewops import (
+    BLOCK,
+    DT_F32,
+    DT_I32,
+    DT_I64,
+    HDR_INT,
+    HDR_LEN,
+    IBLOCK,
+    IN_LEN,
+    INSTR_LEN,
+    IREG,
+    OPCODE,
+    OUT_LEN,
+)
 from .fastmath import erf32, exp32, sigmoid32, tanh32
+from .kernels_data import next_row, row_index
+from .kernels_ew_int import FIRST_INT, int_instr
 
 f32 = np.float32
 _JIT = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)

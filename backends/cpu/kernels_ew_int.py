@@ -9,11 +9,10 @@ arithmetic, wrapping on overflow as numpy does; the cases where C's division tra
 
 from __future__ import annotations
 
-from . import _numba_cache  # noqa: F401  (drops stale numba caches first)
-
 import numpy as np
 from numba import njit
 
+from . import _numba_cache  # noqa: F401  (drops stale numba caches first)
 from .ewops import BLOCK, IREG, OPCODE
 
 f32 = np.float32

@@ -15,7 +15,8 @@ constant weight packed at compile time in the micro-kernel's panel layout (:func
 columns.
 
 Five inner paths: the micro-kernel on a weight packed at compile time (:func:`gemm_prepacked`: no
-per-call packing of B, 4- and 8-row kernel variants for skinny M); the packed SIMD micro-kernel of :mod:`.ukernel` for tiles
+per-call packing of B, 4- and 8-row kernel variants for skinny M); the packed SIMD micro-kernel of
+:mod:`.ukernel` for tiles
 with enough rows and work; OpenBLAS ``sgemm`` (when the micro-kernel is
 switched off) on a large tile whose operands have a unit stride; a row-broadcast loop for the skinny
 GEMV-like tiles of batch-1 RNNs (vectorized over N, four K steps per pass so
@@ -24,11 +25,10 @@ C is loaded once per four rows of B); and a generic strided loop.
 
 from __future__ import annotations
 
-from . import _numba_cache  # noqa: F401  (drops stale numba caches first)
-
 import numpy as np
 from numba import njit
 
+from . import _numba_cache  # noqa: F401  (drops stale numba caches first)
 from .blas import HAVE_BLAS, sgemm
 from .kernels_ew import ew_epilogue
 from .ukernel import MR, NR, ukernel, ukernel4, ukernel8

@@ -21,10 +21,10 @@ Task rows cover output elements ``[r0, r1)`` (the output has the indices' shape)
 
 from __future__ import annotations
 
-from . import _numba_cache  # noqa: F401  (drops stale numba caches first)
-
 import numpy as np
 from numba import njit
+
+from . import _numba_cache  # noqa: F401  (drops stale numba caches first)
 
 _JIT = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
 _u = np.uint64

@@ -8,11 +8,10 @@ keeps them closer to the exact result than numpy's float32 pairwise sums are.
 
 from __future__ import annotations
 
-from . import _numba_cache  # noqa: F401  (drops stale numba caches first)
-
 import numpy as np
 from numba import njit
 
+from . import _numba_cache  # noqa: F401  (drops stale numba caches first)
 from .fastmath import exp32
 
 _F32_MAX = float(np.finfo(np.float32).max)

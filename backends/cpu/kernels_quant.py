@@ -12,10 +12,10 @@ Descriptors (``X[d:]``) are described at each kernel.
 
 from __future__ import annotations
 
-from . import _numba_cache  # noqa: F401  (drops stale numba caches first)
-
 import numpy as np
 from numba import njit
+
+from . import _numba_cache  # noqa: F401  (drops stale numba caches first)
 
 _JIT = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
 _u = np.uint64

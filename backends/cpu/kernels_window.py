@@ -8,16 +8,16 @@ strided input).
 
 from __future__ import annotations
 
-from . import _numba_cache  # noqa: F401  (drops stale numba caches first)
-
 import numpy as np
 from numba import njit
 
+from . import _numba_cache  # noqa: F401  (drops stale numba caches first)
 from .atomics import copy_block
 from .fastmath import hardswish32
 from .kernels_ew import ew_epilogue
 from .ukernel import WIDTH
-from .ukernel_window import SHAPES as DIRECT_SHAPES, deinterleave2, sweep_code, tap_sweep, window_direct
+from .ukernel_window import SHAPES as DIRECT_SHAPES
+from .ukernel_window import deinterleave2, sweep_code, tap_sweep, window_direct
 
 f32 = np.float32
 _INF = f32(np.inf)

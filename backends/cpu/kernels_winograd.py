@@ -24,14 +24,25 @@ of 36.
 
 from __future__ import annotations
 
-from . import _numba_cache  # noqa: F401  (drops stale numba caches first)
-
 from numba import njit
 
+from . import _numba_cache  # noqa: F401  (drops stale numba caches first)
 from .kernels_ew import ew_epilogue
 from .kernels_window import _pad_phases
-from .ukernel import (EPI_BIAS, EPI_HSWISH, EPI_RELU, EPI_RELU6, EPI_RESIDUAL, EPI_SILU, MR, NR, WIDTH, ukernel_ldb,
-                      ukernel_ldb4, ukernel_ldb8)
+from .ukernel import (
+    EPI_BIAS,
+    EPI_HSWISH,
+    EPI_RELU,
+    EPI_RELU6,
+    EPI_RESIDUAL,
+    EPI_SILU,
+    MR,
+    NR,
+    WIDTH,
+    ukernel_ldb,
+    ukernel_ldb4,
+    ukernel_ldb8,
+)
 from .ukernel_winograd import wino_in, wino_out
 
 _JIT = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)

@@ -20,11 +20,11 @@ from rammer.lower.views import View, collapse
 from .ewops import BLOCK
 from .kernels_dwcl import dwcl_scratch
 from .kernels_gemm import PACK_FLOATS, packed_ok
-from .ukernel import MR, NR
 from .kernels_window import dwconv_scratch
 from .lower_context import LowerContext
 from .ops import CpuOp, EmitContext, Row, grid_split, split_range
 from .program import EwProgram, epilogue_io
+from .ukernel import MR, NR
 
 
 @dataclass

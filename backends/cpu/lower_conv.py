@@ -25,8 +25,16 @@ from rammer.ops.conv import window_geometry
 from rammer.ops.registry import OpContext
 
 from .ewops import BLOCK
-from .kernels_conv import (FORM_DIRECT, FORM_PIXEL_ROWS, FORM_TRANSPOSED, FORM_WINOGRAD, PACK_PIXEL_ROWS,
-                           WEIGHTS_IN_L2, pack_weights, panel_columns)
+from .kernels_conv import (
+    FORM_DIRECT,
+    FORM_PIXEL_ROWS,
+    FORM_TRANSPOSED,
+    FORM_WINOGRAD,
+    PACK_PIXEL_ROWS,
+    WEIGHTS_IN_L2,
+    pack_weights,
+    panel_columns,
+)
 from .kernels_winograd import scratch_floats as winograd_scratch
 from .lower_common import dwconv_channels_last, dwconv_op, epilogue_program, resolve_words, window_desc
 from .lower_context import LowerContext

@@ -8,7 +8,7 @@ the end; one out of range stops the run with the error naming node, index and po
 from __future__ import annotations
 
 import math
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 

@@ -8,15 +8,15 @@ says why a node cannot be lowered (then it runs on the host).
 from __future__ import annotations
 
 import math
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 
 from rammer.errors import ShapeError
 from rammer.ir import Node
 from rammer.lower.views import View
-from rammer.ops.conv import window_geometry
 from rammer.ops import resize as resize_rules
+from rammer.ops.conv import window_geometry
 from rammer.ops.registry import OpContext
 
 from . import kernels_nn as knn
@@ -26,8 +26,7 @@ from .ewops import BLOCK
 from .lower_context import LowerContext
 from .lower_conv import effective_steps
 from .lower_views import copy_descriptors
-from .ops import ARENA_DTYPES
-from .ops import CpuOp, EmitContext, Row, split_range
+from .ops import ARENA_DTYPES, CpuOp, EmitContext, Row, split_range
 from .program import EwProgram, epilogue_io
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Callable
+from collections.abc import Callable
 
 from rammer.ir import Node, TensorInfo
 from rammer.lower.views import View
@@ -269,7 +269,7 @@ def _conv_geometry(lw: LowerContext, node: Node):
 
 
 def qlinear_conv_reason(lw: LowerContext, node: Node) -> str | None:
-    x, w = _info(lw, node.inputs[0]), _info(lw, node.inputs[3])
+    x = _info(lw, node.inputs[0])
     if len(x.shape) != 4:
         return f"{len(x.shape) - 2}-D QLinearConv (the cpu kernel is 2-D)"
     for slot in (1, 2, 6, 7):

@@ -15,7 +15,7 @@ import hashlib
 import os
 import tempfile
 import threading
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 from llvmlite import binding as llvm
 from llvmlite import ir
@@ -35,7 +35,7 @@ def _host_features() -> tuple[str, str, set[str]]:
 #: The host CPU as LLVM names it, its feature string, and the set of its enabled features.
 CPU_NAME, CPU_FEATURES, HOST_FEATURES = _host_features()
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def generator_source() -> str:
     """The source of the modules that generate the cached kernels' IR and compile it (part of the
     cache key), read once per process."""

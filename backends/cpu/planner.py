@@ -10,13 +10,12 @@ into byte offsets here.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from rammer.lower.views import Buffer
 from rammer.memory import Alias
 
-from .ops import ARENA_DTYPES
-from .ops import CpuOp
+from .ops import ARENA_DTYPES, CpuOp
 
 #: Bytes every buffer is aligned to.
 ALIGN = 64

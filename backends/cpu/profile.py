@@ -8,7 +8,8 @@ inference leaves it, and timed; the sum over ops is the program's work
 from __future__ import annotations
 
 import time
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 

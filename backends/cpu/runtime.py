@@ -21,7 +21,8 @@ import os
 import queue
 import threading
 import time
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import numba
 import numpy as np

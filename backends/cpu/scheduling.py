@@ -10,8 +10,9 @@ vEUs of the local CPU's vDevice.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from rammer.ir import Graph
 from rammer.pipeline import plugin_rkernel_families, with_plugin_kernels

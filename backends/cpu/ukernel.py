@@ -29,11 +29,9 @@ layout of the output.  8 x 32 with AVX-512 (16 accumulators), 4 x 16 otherwise.
 from __future__ import annotations
 
 import ctypes
+from collections.abc import Callable
 
 import numpy as np
-
-from typing import Callable
-
 from llvmlite import ir
 from numba import types
 from numba.extending import intrinsic
@@ -212,7 +210,7 @@ def _relu_keep_nan(bld: ir.IRBuilder, val: ir.Value) -> ir.Value:
 
 
 def _k_loop(fn: ir.Function, entry: ir.IRBuilder, k: ir.Value, rows: int, width: int, cols: int,
-            b: ir.Value, a_row: "Callable[[ir.IRBuilder, ir.Value, int], ir.Value]",
+            b: ir.Value, a_row: Callable[[ir.IRBuilder, ir.Value, int], ir.Value],
             ldb: ir.Value | None = None) -> tuple[ir.IRBuilder, list]:
     """The register-blocked loop both kernels share: for kk < k, ``acc[r][v] += splat(*a_row(kk, r))
     * b[kk*cols + v*width:...]``, the rows x cols accumulators held in registers as phi nodes.

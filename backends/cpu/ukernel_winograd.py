@@ -20,16 +20,14 @@ from __future__ import annotations
 
 import ctypes
 
+import numpy as np
 from llvmlite import ir
 from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-import numpy as np
-
 from .machine_code import MachineCode, arrays_are, call_codegen, uses
 from .ukernel import WIDTH, _activate, _masked, _per_flag_blocks, _splat, _vec_ptr
-
 
 IN_SYMBOL = "rammer_cpu_winograd_in"
 OUT_SYMBOL = "rammer_cpu_winograd_out"

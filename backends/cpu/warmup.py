@@ -71,9 +71,8 @@ def warm(names: list[str]) -> None:
     """Make sure every entry of ``names`` is compiled, using a helper process for the cold ones.
 
     Afterwards :func:`.entries.entry_address` finds each of them in numba's cache."""
-    from .kernels_ew import ensure_epilogue_symbol
-
     from . import entries, machine_code
+    from .kernels_ew import ensure_epilogue_symbol
 
     cold = missing_entries(names)
     if len(cold) < MIN_MISSING or _usable_cores() < 2 or epilogue_cached():

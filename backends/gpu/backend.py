@@ -9,8 +9,9 @@ there is no silent fallback (``reference_fallback`` is off).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from rammer.backend import Availability, Backend, Capabilities, check_options
 from rammer.errors import RammerError

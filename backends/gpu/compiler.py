@@ -23,14 +23,26 @@ from rammer.errors import RammerError, UnsupportedOpError
 from rammer.ir import Graph, Node
 from rammer.memory import ArenaBuffer, ArenaOp, plan_arena
 from rammer.rtask import RKernel, RTaskResources
-from rammer.schedule import Schedule, op_predecessors, op_waves as core_op_waves, schedule_graph, schedule_order
+from rammer.schedule import Schedule, op_predecessors, schedule_graph, schedule_order
+from rammer.schedule import op_waves as core_op_waves
 from rammer.vdevice import VDevice
 
 from . import entry
-from .fuse import FUSED_OP
 from . import program as gp
+from .fuse import FUSED_OP
+from .lower import (
+    BINARY,
+    BLOCK_THREADS,
+    CONV_IMPLICIT_GEMM,
+    COPY,
+    TILINGS,
+    UNARY,
+    Lowered,
+    NoGpuKernel,
+    Ref,
+    lower_node,
+)
 from .lower_ints import arena_refusal
-from .lower import BLOCK_THREADS, BINARY, CONV_IMPLICIT_GEMM, COPY, TILINGS, UNARY, Lowered, NoGpuKernel, Ref, lower_node
 
 __all__ = ["GpuProgram", "compile_program", "op_waves", "MODES", "gpu_rkernels", "unsupported", "KERNEL_NAME"]
 

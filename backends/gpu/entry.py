@@ -35,8 +35,17 @@ import numpy as np
 from rammer.codegen import kernel_ir as ir
 from rammer.codegen.kernel_ir import BinOp, Special, c, v
 
-from .program import Call, ProgramError, Signal, Step, Wait, check_races, check_wave_races, device_function, \
-    signals_per_block
+from .program import (
+    Call,
+    ProgramError,
+    Signal,
+    Step,
+    Wait,
+    check_races,
+    check_wave_races,
+    device_function,
+    signals_per_block,
+)
 
 __all__ = ["persistent_kernel", "wave_kernel", "segments"]
 

@@ -13,7 +13,12 @@ from __future__ import annotations
 from rammer.codegen import kernel_ir as ir
 from rammer.codegen.kernel_ir import BinOp, Load, Select, Special, c, v
 
-from .ir_helpers import add as _add, and_ as _and, div as _div, lt as _lt, mod as _mod, mul as _mul
+from .ir_helpers import add as _add
+from .ir_helpers import and_ as _and
+from .ir_helpers import div as _div
+from .ir_helpers import lt as _lt
+from .ir_helpers import mod as _mod
+from .ir_helpers import mul as _mul
 
 __all__ = ["conv2d_implicit_gemm", "conv_transpose2d_direct", "CONV_PARAMS"]
 

@@ -11,7 +11,7 @@ program with any other opcode (integer registers, sin/cos...) is not offered to 
 from __future__ import annotations
 
 import math
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from rammer.codegen import kernel_ir as ir
 from rammer.codegen.kernel_ir import BinOp, Call, Load, Select, UnOp, c, v

@@ -89,7 +89,8 @@ def dynamic_quantize(name: str, threads: int = 256) -> ir.Kernel:
         ir.For("j", tid, v("n"), c(threads), (ir.Assign("part", Call("fmax", (v("part"), Load("x", v("j"))))),)),
         *tree_reduce(lambda a, b: Call("fmax", (a, b)), threads),
         ir.Decl("float", "hi", Call("fmax", (v("part"), c(0.0)))),
-        ir.Decl("float", "scale", Select(BinOp(">", v("hi"), v("lo")), BinOp("/", BinOp("-", v("hi"), v("lo")), c(255.0)),
+        ir.Decl("float", "scale", Select(BinOp(">", v("hi"), v("lo")),
+                                          BinOp("/", BinOp("-", v("hi"), v("lo")), c(255.0)),
                                          c(1.0))),
         *_rint("z", BinOp("-", c(0.0), BinOp("/", v("lo"), v("scale")))),
         ir.Assign("z", Call("fmin", (Call("fmax", (v("z"), c(0.0))), c(255.0)))),
@@ -135,4 +136,5 @@ def matmul_integer(name: str, threads: int = 128) -> ir.Kernel:
     params = (ir.Param("a", "float", True, True), ir.Param("b", "float", True, True),
               ir.Param("azp", "float", True, True), ir.Param("bzp", "float", True, True), ir.Param("y", "float", True),
               *ints("total", "M", "N", "K", "SAB", "SBB", "AZS", "BZS", "has_azp", "has_bzp"))
-    return ir.Kernel(name, params, body, threads=threads, meta=(("op", "MatMulInteger"), ("tiling", "one output per thread")))
+    return ir.Kernel(name, params, body, threads=threads,
+                     meta=(("op", "MatMulInteger"), ("tiling", "one output per thread")))

@@ -13,7 +13,11 @@ from __future__ import annotations
 from rammer.codegen import kernel_ir as ir
 from rammer.codegen.kernel_ir import BinOp, Call, Load, Select, c, v
 
-from .ir_helpers import add as _add, gid as _gid, inf, ints as _ints, mul as _mul, neg_inf
+from .ir_helpers import add as _add
+from .ir_helpers import gid as _gid
+from .ir_helpers import inf, neg_inf
+from .ir_helpers import ints as _ints
+from .ir_helpers import mul as _mul
 
 __all__ = ["reduce_strided", "reduce_general", "softmax_strided", "resize2d", "COORD_MODES", "NEAREST_MODES",
            "GENERAL_KINDS", "AXES"]

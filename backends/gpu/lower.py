@@ -27,9 +27,9 @@ from rammer.ir import Graph, Node
 from rammer.ops.registry import OpContext, get_op
 
 from . import kernels as gk
-from . import kernels_model as km
 from . import kernels_conv as kc
 from . import kernels_index as kx
+from . import kernels_model as km
 from . import kernels_nn as kn
 from . import kernels_reduce as kr
 from .fuse import FUSED_DOMAIN, FUSED_OP, lower_fused

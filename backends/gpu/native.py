@@ -14,8 +14,9 @@ import shutil
 import subprocess
 import tempfile
 import threading
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any
 
 import numpy as np
 

@@ -19,8 +19,20 @@ import dataclasses
 
 from rammer.codegen import kernel_ir as ir
 from rammer.codegen.kernel_ir import BinOp, Special, c, v
-from rammer.schedule.programs import (Call, ProgramError, Signal, Step, Task, Wait, check_races, check_wave_races,
-                                      from_schedule, from_waves, signals_per_block, split_waves)
+from rammer.schedule.programs import (
+    Call,
+    ProgramError,
+    Signal,
+    Step,
+    Task,
+    Wait,
+    check_races,
+    check_wave_races,
+    from_schedule,
+    from_waves,
+    signals_per_block,
+    split_waves,
+)
 
 __all__ = ["Call", "Signal", "Wait", "Task", "Step", "ProgramError", "device_function", "from_waves",
            "from_schedule", "check_races", "split_waves", "check_wave_races", "signals_per_block"]

@@ -33,7 +33,8 @@ from __future__ import annotations
 
 import threading
 import warnings
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 

@@ -27,7 +27,8 @@ import numpy as np
 
 from rammer.ir import Graph
 from rammer.rtask import Box, boxes_overlap
-from rammer.schedule import Schedule, op_waves as core_op_waves
+from rammer.schedule import Schedule
+from rammer.schedule import op_waves as core_op_waves
 from rammer.schedule.walk import rtask_locations
 
 from .bsp import BSPOrderError, BSPProgram, ExchangeGroup, IpuPlacementError, TensorSlice, TileTask

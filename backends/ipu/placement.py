@@ -10,7 +10,7 @@ along its first axis (:func:`chunk_boxes`)."""
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 

@@ -12,7 +12,8 @@ it for Poplar tooling (``compile(..., export_json=path)``).
 from __future__ import annotations
 
 import importlib
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import numpy as np
 

@@ -20,7 +20,7 @@ boxes the rTasks write are kept.
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Iterator, Mapping
+from collections.abc import Iterator, Mapping
 
 import numpy as np
 

@@ -5,7 +5,8 @@ numpy model of the kernels is not saved: a loaded program runs the C)."""
 from __future__ import annotations
 
 import json
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 

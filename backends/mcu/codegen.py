@@ -23,8 +23,8 @@ from rammer.codegen.names import comment_text, identifier
 from rammer.errors import CompileError
 
 from .csource import BITSERIAL_HELPERS_C, KERNELS_C
-from .kernels_ir import bitserial_direct, bitserial_memo, int8_kernels, requant_helpers
 from .kernels import pattern_table, weight_sums
+from .kernels_ir import bitserial_direct, bitserial_memo, int8_kernels, requant_helpers
 from .plan import MemoryPlan
 from .quantize import QLayer, QModel
 

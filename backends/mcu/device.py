@@ -8,7 +8,8 @@ for Cortex-M.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
@@ -99,8 +100,8 @@ class McuBackend(Backend):
     default_priority = -10
 
     def availability(self) -> Availability:
-        import shutil
         import os
+        import shutil
 
         cc = os.environ.get("CC", "gcc")
         if shutil.which(cc) is None:

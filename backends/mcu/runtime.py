@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -117,7 +118,7 @@ def run_float_io(graph: Graph, feeds: Mapping[str, np.ndarray], tin: QTensor, to
     return {outp.name: np.ascontiguousarray(y.reshape((len(x),) + tuple(outp.shape[1:])))}
 
 
-def emit(exe: "McuExecutable", folder: str) -> None:
+def emit(exe: McuExecutable, folder: str) -> None:
     """``--emit DIR``: model.c, model.h and report.json, written to a fresh folder then renamed."""
     import json
     import os

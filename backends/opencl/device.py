@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import functools
 import os
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from rammer.backend import Availability
 from rammer.backends.gpu.backend import DeviceTable, GpuBackend

@@ -6,7 +6,8 @@ GPU, and programs are still compiled, rendered and checkable with hipcc (:mod:`.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from rammer.backend import Availability
 from rammer.backends.gpu.backend import DeviceTable, GpuBackend

@@ -11,7 +11,8 @@ torch cannot read ONNX by itself.  The ``torch`` column uses the third-party
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import numpy as np
 

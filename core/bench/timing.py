@@ -29,8 +29,9 @@ from __future__ import annotations
 import math
 import statistics
 import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 from .quiet import wait_until_idle
 

@@ -15,7 +15,7 @@ import logging
 import os
 import sys
 import traceback
-from typing import Iterator
+from collections.abc import Iterator
 
 from .. import __version__
 from ..errors import RammerError

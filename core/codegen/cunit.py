@@ -20,8 +20,8 @@ the text only through :mod:`rammer.codegen.names` (``Comment`` statements, ``com
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from . import kernel_ir as ir
 from .dialects import Dialect

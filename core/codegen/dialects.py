@@ -10,8 +10,8 @@ C99 have no portable shuffles; a kernel that needs one is refused there.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 __all__ = ["Dialect", "DIALECTS", "get_dialect", "UnsupportedInDialect"]
 

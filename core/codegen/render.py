@@ -16,7 +16,7 @@ for the CUDA text.
 from __future__ import annotations
 
 import re
-from typing import Sequence
+from collections.abc import Sequence
 
 from . import kernel_ir as ir
 from .dialects import Dialect

@@ -16,7 +16,8 @@ constant inputs at hand) and then either
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 

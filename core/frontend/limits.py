@@ -24,8 +24,9 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields, replace
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from ..errors import ShapeError
 from ..ir import Node, TensorInfo

@@ -10,7 +10,8 @@ for shape checks).  What is left is a fully static graph.
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import onnx

@@ -12,7 +12,7 @@ exported at fixed shapes.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 

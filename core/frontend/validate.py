@@ -22,8 +22,8 @@ window attributes (``strides=0``, negative pads) in the ops' geometry code.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from functools import lru_cache
-from typing import Callable, Sequence
 
 import onnx.defs
 

@@ -22,9 +22,10 @@ import os
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from multiprocessing.connection import wait
-from typing import Any, Callable, Iterable
+from typing import Any
 
 from .. import plugins
 from ..time_limits import machine_slowdown

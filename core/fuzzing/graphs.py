@@ -17,8 +17,8 @@ read tensors of the enclosing graph.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import numpy as np
 import onnx

@@ -8,7 +8,8 @@ input carrying the values it computed (so the failing node sees the same data).
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import onnx

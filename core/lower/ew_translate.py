@@ -13,7 +13,7 @@ values are never rounded through a float.
 from __future__ import annotations
 
 import math
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from rammer.cost import rtask_duration
 from rammer.ir import Graph, Node

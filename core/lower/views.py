@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 
 import numpy as np
 
 
-@lru_cache(maxsize=None)
+@cache
 def itemsize(dtype: str) -> int:
     """Bytes per element of a numpy dtype name (``bool``: 1)."""
     return np.dtype(dtype).itemsize

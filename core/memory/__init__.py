@@ -5,9 +5,22 @@ See :mod:`.arena` for the planner and the small protocols a backend's buffers an
 
 from __future__ import annotations
 
+from .arena import (
+                    GLOBAL,
+                    Alias,
+                    ArenaBuffer,
+                    ArenaOp,
+                    ArenaPlan,
+                    MemoryOp,
+                    PlannedBuffer,
+                    SpacePlan,
+                    alias_roots,
+                    align_up,
+                    op_ancestors,
+                    plan_arena,
+)
 from .order import greedy_order, least_live_order, live_bytes
-from .arena import (GLOBAL, Alias, ArenaBuffer, ArenaOp, ArenaPlan, MemoryOp, PlannedBuffer, SpacePlan, alias_roots, align_up,
-                    op_ancestors, plan_arena)
 
-__all__ = ["GLOBAL", "Alias", "ArenaBuffer", "ArenaOp", "ArenaPlan", "MemoryOp", "PlannedBuffer", "SpacePlan", "alias_roots", "align_up",
+__all__ = ["GLOBAL", "Alias", "ArenaBuffer", "ArenaOp", "ArenaPlan", "MemoryOp", "PlannedBuffer", "SpacePlan",
+           "alias_roots", "align_up",
            "op_ancestors", "plan_arena", "greedy_order", "least_live_order", "live_bytes"]

@@ -34,8 +34,9 @@ writes a member.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Mapping, Protocol, Sequence
+from typing import Protocol
 
 from ..errors import CompileError
 

@@ -9,7 +9,7 @@ end (the outputs).  :func:`least_live_order` keeps the greedy order only when it
 
 from __future__ import annotations
 
-from typing import Collection, Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 from .arena import MemoryOp
 

@@ -9,7 +9,8 @@ fixed batch; ``predict`` runs any number of rows in batch-sized pieces.
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 

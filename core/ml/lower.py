@@ -13,7 +13,7 @@ lookup of a classifier with string labels.
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 
@@ -22,8 +22,7 @@ from ..ir import Graph, Node
 from ..ops import ml as mlops
 from .emit import GraphEmitter, GraphWriter
 from .strategy import OFF, check_strategy, choose
-from .trees import (STRATEGIES, StrategyRefused, Lowering, lower_gemm, lower_perfect, lower_tree_traversal,
-                    split_groups)
+from .trees import STRATEGIES, Lowering, StrategyRefused, lower_gemm, lower_perfect, lower_tree_traversal, split_groups
 
 ML = mlops.ML
 _TREE_OPS = ("TreeEnsembleClassifier", "TreeEnsembleRegressor", "TreeEnsemble")

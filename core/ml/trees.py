@@ -24,8 +24,8 @@ that would pass that limit refuses with a reason and the next one is used.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 

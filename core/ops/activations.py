@@ -8,7 +8,7 @@ bits float16 has.
 from __future__ import annotations
 
 import math
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 

@@ -14,14 +14,15 @@ names the body reads from enclosing scopes).  Shapes must stay static, so:
 
 from __future__ import annotations
 
-from typing import Mapping, cast
+from collections.abc import Mapping
+from typing import cast
 
 import numpy as np
 
 from ..errors import OpExecutionError
 from ..ir import Graph, Node, TensorInfo
-from .registry import OpContext, OutSpec, normalize_axis, register_op
 from .misc import needs_constant
+from .registry import OpContext, OutSpec, normalize_axis, register_op
 from .tensor import int_list
 
 

@@ -8,7 +8,7 @@ name instead of numpy's bare IndexError.
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 

@@ -6,7 +6,8 @@ pooling (:mod:`.pool`) and normalizations (:mod:`.norm`).
 
 from __future__ import annotations
 
-from . import conv  # noqa: F401
-
-from . import pool  # noqa: F401
-from . import norm  # noqa: F401
+from . import (
+    conv,  # noqa: F401
+    norm,  # noqa: F401
+    pool,  # noqa: F401
+)

@@ -10,12 +10,14 @@ elementwise part still applies (ReduceSumSquare squares, ReduceL1 takes abs).
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
 from .elementwise import keep, numpy_op
 from .registry import OpContext, OutSpec, normalize_axis, same_as_input
+
 
 def _axes_from(ctx: OpContext, rank: int, axes_input: np.ndarray | None) -> tuple[int, ...]:
     """The axes to reduce; () with noop_with_empty_axes and no axes given."""

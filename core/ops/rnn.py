@@ -13,8 +13,8 @@ batch entry from its own last valid step back to step 0.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 

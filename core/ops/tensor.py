@@ -12,7 +12,7 @@ the input wins when the node has it, otherwise the attribute is used.
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 

@@ -31,10 +31,10 @@ from .cse import CSE, eliminate_common_subexpressions
 from .decompose import DECOMPOSE, decompose_model_ops
 from .fold_batchnorm import FOLD_BATCHNORM, fold_batchnorm
 from .if_select import IF_TO_SELECT, if_to_select
-from .norm_as_layernorm import NORM_AS_LAYERNORM, norm_as_layernorm
-from .qdq_as_float import QDQ_AS_FLOAT, qdq_as_float
 from .merge_convs import merge_convs_pass, merge_sibling_convs
+from .norm_as_layernorm import NORM_AS_LAYERNORM, norm_as_layernorm
 from .pipeline import Pass, PassError, PassTiming, PipelineResult, run_pipeline
+from .qdq_as_float import QDQ_AS_FLOAT, qdq_as_float
 from .relu_concat import RELU_CONCAT, sink_relu_into_concat
 from .split_k import SPLIT_K, make_split_k, split_k
 from .unroll_rnn import UNROLL_RNN, unroll_rnn

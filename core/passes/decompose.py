@@ -22,8 +22,8 @@ the forms it names; anything else is left for the reference fallback:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
-from typing import Mapping
 
 import numpy as np
 

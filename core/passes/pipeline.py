@@ -17,12 +17,11 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
 
 from ..errors import CompileError, RammerError
 from ..ir import Graph
-
 
 #: The environment variable that turns ``Graph.verify()`` on after every pass of every pipeline.
 VERIFY_ENV = "RAMMER_VERIFY_IR"

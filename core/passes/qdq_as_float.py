@@ -9,7 +9,8 @@ which float32 arithmetic computes exactly as the integer ops do: ``x / s1`` is t
 division, ``Round`` rounds half to even like the spec's rounding, and every intermediate value is
 an integer below 2**24.  So the pair becomes ``Div -> Round -> Clip -> Mul`` (one zero point on both
 sides, per tensor; ``Max -> Min`` for per-axis bounds; ``Add -> Max -> Min -> Sub`` around the clip when
-the two zero points differ) with constant operands, which a backend with elementwise fusion folds into the epilogue of the op that
+the two zero points differ) with constant operands, which a backend with elementwise fusion folds into the epilogue of
+the op that
 produced ``x`` (the cpu: a conv's or GEMM's epilogue), instead of two passes over the tensor and an
 8-bit tensor in memory.  The results are bit for bit those of the two ops.
 

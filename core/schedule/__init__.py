@@ -12,10 +12,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..vdevice import VDevice, get_preset
+from .ordering import schedule_order
 from .policies import Policy, get_policy, policies
 from .problem import Problem, build_problem, op_names, op_predecessors, op_waves
 from .schedule import BarrierEntry, RTaskEntry, Schedule, ScheduleBuilder, ScheduledOp
-from .ordering import schedule_order
 from .simulate import SimResult, simulate
 from .verify import VerifyReport, verify
 
@@ -25,7 +25,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = [
     "BarrierEntry", "Policy", "Problem", "RTaskEntry", "Schedule", "ScheduleBuilder", "ScheduledOp", "SimResult",
-    "VerifyReport", "build_problem", "get_policy", "op_names", "op_predecessors", "op_waves", "policies", "schedule_graph",
+    "VerifyReport", "build_problem", "get_policy", "op_names", "op_predecessors", "op_waves", "policies",
+    "schedule_graph",
     "schedule_order", "simulate", "verify",
 ]
 

@@ -3,7 +3,8 @@ any third-party policy."""
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from ..hookspecs import hookimpl
 from .opbyop import OpByOpPolicy

@@ -27,7 +27,8 @@ wait for at least what the clocks assume, so reuse needs no extra barrier.
 from __future__ import annotations
 
 import heapq
-from typing import Sequence, TypeVar, Union
+from collections.abc import Sequence
+from typing import TypeVar
 
 import numpy as np
 
@@ -38,7 +39,7 @@ from .walk import rtask_placement
 Op = TypeVar("Op")
 
 
-def schedule_order(groups: Sequence[Union[list[Op], Op]], schedules: Sequence[Schedule]) -> tuple[list[Op], list[int]]:
+def schedule_order(groups: Sequence[list[Op] | Op], schedules: Sequence[Schedule]) -> tuple[list[Op], list[int]]:
     """A walk order of every op (host ops and segments in program order; within a segment the
     order the schedule can first run them) and, per op in that order, the bitmask of the ops
     (positions in the order) certainly done before it starts."""

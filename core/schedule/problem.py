@@ -3,8 +3,9 @@ dependencies and the vDevice to place them on."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from ..ir import Graph, Node, TensorInfo, outer_names
 from ..kernel_families import generic_families

@@ -43,7 +43,7 @@ class Call:
 
     kernel: str
     rtask_id: int
-    args: tuple[Union[int, float], ...]
+    args: tuple[int | float, ...]
     reads: tuple[tuple[int, int], ...] = ()
     writes: tuple[tuple[int, int], ...] = ()
     #: Calls of one operator (``op >= 0``) write disjoint parts of its outputs by construction:
@@ -64,7 +64,7 @@ class Wait:
     count: int
 
 
-Step = Union[Call, Signal, Wait]
+Step = Union[Call, Signal, Wait]  # noqa: UP007 -- a runtime alias, kept in the typing spelling
 
 
 @dataclass(frozen=True)
@@ -73,7 +73,7 @@ class Task:
 
     kernel: str
     rtask_id: int
-    args: tuple[Union[int, float], ...]
+    args: tuple[int | float, ...]
     reads: tuple[tuple[int, int], ...] = ()
     writes: tuple[tuple[int, int], ...] = ()
 
@@ -128,7 +128,8 @@ def split_waves(programs: list[list[Step]], wave_of_op: list[int]) -> list[list[
             if isinstance(s, Call):
                 w = wave_of_op[s.op]
                 if w < last:
-                    raise ProgramError(f"block {b} runs wave {w} after wave {last}; wave mode needs a wave-ordered schedule")
+                    raise ProgramError(f"block {b} runs wave {w} after wave {last}; "
+                                       f"wave mode needs a wave-ordered schedule")
                 last = w
                 waves[w][b].append(s)
     return waves
@@ -143,7 +144,7 @@ def from_schedule(schedule: Schedule, calls: dict[int, Call]) -> list[list[Step]
     where = rtask_placement(schedule)
     waited = {r for waits in schedule.barrier_waits for r in waits}
     signal_no: dict[int, int] = {}
-    for veu, prog in enumerate(schedule.programs):
+    for prog in schedule.programs:
         k = 0
         for e in prog:
             if e in waited:

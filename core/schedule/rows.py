@@ -11,8 +11,8 @@ laid out one after the other (:func:`veu_scratch`, :func:`place_scratch`).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 from .schedule import Schedule
 from .walk import rtask_placement

@@ -22,9 +22,10 @@ generator can render a program from the JSON alone (:mod:`.records`).
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 

@@ -9,7 +9,8 @@ outputs split back per request (padding rows are dropped).
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping, Sequence, cast
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, cast
 
 import numpy as np
 import onnx

@@ -18,7 +18,7 @@ import asyncio
 import logging
 import os
 from dataclasses import dataclass, field
-from typing import Any, Optional, cast
+from typing import Any, cast
 
 import ray
 from fastapi import FastAPI, HTTPException, Request
@@ -40,12 +40,12 @@ class ServeConfig:
 
     model: bytes  # the ONNX model
     name: str = "model"
-    backend: Optional[str] = None
+    backend: str | None = None
     veus: int = 1
     replicas: int = 1
-    batch: Optional[int] = None
+    batch: int | None = None
     max_wait_ms: float = 5.0
-    input_shapes: Optional[dict[str, tuple[int, ...]]] = None
+    input_shapes: dict[str, tuple[int, ...]] | None = None
     options: dict[str, Any] = field(default_factory=dict)
 
 
@@ -151,7 +151,7 @@ class _DropStaleOptionsNotice(logging.Filter):
         return _STALE_OPTIONS_NOTICE not in record.getMessage()
 
 
-def start(config: ServeConfig, host: str = "127.0.0.1", port: int = 8000, address: Optional[str] = None) -> str:
+def start(config: ServeConfig, host: str = "127.0.0.1", port: int = 8000, address: str | None = None) -> str:
     """Start Ray (locally on 127.0.0.1 with usage statistics off, unless ``address`` names a
     cluster) and the deployment; returns the URL of the inference route.  Stop it with :func:`stop`."""
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")

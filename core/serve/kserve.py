@@ -8,7 +8,8 @@ Errors are ``{"error": "..."}`` with an HTTP status (400 for a bad request).
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 

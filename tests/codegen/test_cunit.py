@@ -11,8 +11,18 @@ import subprocess
 import pytest
 
 from rammer.codegen import kernel_ir as ir
-from rammer.codegen.cunit import (Addr, CallFn, Continue, Function, GlobalArray, PointerCast, Return, Verbatim,
-                                  render_prototype, render_unit)
+from rammer.codegen.cunit import (
+    Addr,
+    CallFn,
+    Continue,
+    Function,
+    GlobalArray,
+    PointerCast,
+    Return,
+    Verbatim,
+    render_prototype,
+    render_unit,
+)
 from rammer.codegen.dialects import DIALECTS
 
 C, V = ir.c, ir.v

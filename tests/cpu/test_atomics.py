@@ -6,8 +6,7 @@ import numba
 import numpy as np
 from numba import njit, prange
 
-from rammer.backends.cpu.atomics import (atomic_add, atomic_max, cpu_relax, load_acquire, store_release,
-                                         wait_at_least)
+from rammer.backends.cpu.atomics import atomic_add, atomic_max, cpu_relax, load_acquire, store_release, wait_at_least
 
 
 @njit

@@ -7,9 +7,9 @@ import pytest
 
 import rammer
 import rammer.zoo
+from rammer.frontend import load
 from rammer.lower.batching import find_chunks
 from rammer.lower.fusion import ancestors
-from rammer.frontend import load
 
 
 @pytest.fixture(scope="module")

@@ -12,8 +12,8 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import rammer
-from rammer import frontend, model_key
 from rammer import api as rammer_api
+from rammer import frontend, model_key
 from rammer import session as rammer_session
 
 

@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from cpu_helpers import compare, conv_model, model, node, rand
 
 from rammer.backends.cpu import lower_conv
 from rammer.backends.cpu.kernels_conv import FORM_DIRECT, FORM_PIXEL_ROWS, FORM_TRANSPOSED, FORM_WINOGRAD, pack_weights
 from rammer.backends.cpu.ukernel import MR
-
 
 CASES = [
     # x shape, w shape, attrs
@@ -116,9 +114,8 @@ def test_pack_weights_layout():
 @pytest.mark.parametrize("veus", [1, 2])
 def test_conv_transposed_form_for_small_planes(monkeypatch, x_shape, w_shape, attrs, veus):
     from rammer.backends.cpu.compiler import compile_program
-    from rammer.frontend import load
-
     from rammer.backends.cpu.kernels_conv import FORM_TRANSPOSED
+    from rammer.frontend import load
 
     # several K blocks too, so that tiles are scattered with accumulation
     monkeypatch.setattr(lower_conv, "IMPLICIT_KC_TRANSPOSED", 40)

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from cpu_helpers import compare, model, node, rand
 
 import rammer
-from cpu_helpers import compare, model, node, rand
-from rammer.passes import eliminate_common_subexpressions
 from rammer.ir import Node
+from rammer.passes import eliminate_common_subexpressions
 
 
 def _graph(nodes, feeds, outputs, consts=None):

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from cpu_helpers import compare, model, node, rand
 
 

@@ -14,13 +14,12 @@ import numba
 import numpy as np
 import onnx
 import pytest
+from cpu_helpers import model, node, rand
 from onnx import TensorProto, helper, numpy_helper
 
 import rammer
 from rammer.backends.cpu import lower_conv
 from rammer.backends.cpu.kernels_conv import FORM_DIRECT, FORM_PIXEL_ROWS, FORM_TRANSPOSED
-
-from cpu_helpers import model, node, rand
 
 
 def check(m: onnx.ModelProto, feeds: dict[str, np.ndarray], rtol: float = 1e-4, atol: float = 1e-4,

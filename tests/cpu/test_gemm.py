@@ -196,11 +196,11 @@ def test_batched_matmul_with_one_weight_folds_into_one_gemm(x_shape, transpose, 
     """Batch matrices sharing a 2-D weight whose rows run evenly strided across the batches are
     one GEMM of batches * M rows (lower_linalg._fold_batches); rows that do not (a transposed
     (3, 4, 24) input) stay batches.  Results against the reference either way."""
+    from cpu_helpers import compare, model, node, rand
+
     import rammer
     from rammer.backends.cpu.compiler import compile_program
     from rammer.frontend import load
-
-    from cpu_helpers import compare, model, node, rand
 
     x = rand(*x_shape)
     consts = {"w": rand(24, 40, seed=1), "b": rand(40, seed=2)}
@@ -280,7 +280,8 @@ def test_short_packed_microkernel_writes_only_its_rows(rows):
     np.testing.assert_array_equal(c[rows:], before[rows:])
 
 
-@pytest.mark.parametrize("m,n,k", [(1, 40, 8), (4, 32, 5), (8, 70, 300), (13, 33, 300), (kg.MC + 3, kg.NC + 9, kg.KC + 17)])
+@pytest.mark.parametrize("m,n,k",
+                         [(1, 40, 8), (4, 32, 5), (8, 70, 300), (13, 33, 300), (kg.MC + 3, kg.NC + 9, kg.KC + 17)])
 @pytest.mark.parametrize("n0", [0, 1])
 def test_gemm_on_a_weight_packed_at_compile_time(m, n, k, n0):
     """gemm_prepacked over every row count class (short variants, whole and cut MR panels), cut
@@ -309,10 +310,10 @@ def test_constant_weights_are_packed_at_compile_time(m, op, veus):
     """A MatMul/Gemm of 4 rows or more against a constant weight reads it packed (the unpacked
     weight is not in the arena); fewer rows keep the GEMV loops on the plain weight.  Tiles over
     several vEUs split the weight's NR-column panels.  Results against the reference."""
+    from cpu_helpers import compare, model, node, rand
+
     from rammer.backends.cpu.compiler import compile_program
     from rammer.frontend import load
-
-    from cpu_helpers import compare, model, node, rand
 
     k, n = 48, 150
     if op == "MatMul":

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from cpu_helpers import compare, model, node, rand
 
 import rammer
 import rammer.zoo
 from rammer import plugins
-from cpu_helpers import compare, model, node, rand
 from rammer.backends.cpu.graph_passes import EPILOGUE_OPS, PIPELINE, prepare
 from rammer.passes import merge_sibling_convs, sink_relu_into_concat
 

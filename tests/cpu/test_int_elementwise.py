@@ -8,14 +8,13 @@ import logging
 
 import numpy as np
 import pytest
+from cpu_helpers import compare, model, node, rand
 from onnx import TensorProto, helper, numpy_helper
 
 import rammer
 from rammer.errors import CompileError
 from rammer.lower.ewprogram import EwProgram
 from rammer.lower.views import View
-
-from cpu_helpers import compare, model, node, rand
 
 I64_MIN = np.iinfo(np.int64).min
 I32_MIN = np.iinfo(np.int32).min

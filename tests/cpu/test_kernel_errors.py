@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
+from helpers import make_model
 from onnx import TensorProto, helper, numpy_helper
 
 import rammer
@@ -19,8 +20,6 @@ from rammer.api import random_feeds
 from rammer.cli import main
 from rammer.errors import FeedError, OpExecutionError
 from rammer.feed_bounds import index_bounds
-
-from helpers import make_model
 
 VOCAB, TYPES, HIDDEN, SEQ = 100, 2, 16, 8
 

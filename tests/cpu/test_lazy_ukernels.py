@@ -18,7 +18,8 @@ ENTRIES = sorted(n[len("entry_"):] for n in vars(entries) if n.startswith("entry
 
 
 def test_entries_name_the_micro_kernels_they_call():
-    assert entries.micro_kernels("k_gemm") == {ukernel.SYMBOL, *(ukernel.packed_symbol(r) for r in ukernel.PACKED_SHORT_ROWS)}
+    assert entries.micro_kernels("k_gemm") == {
+        ukernel.SYMBOL, *(ukernel.packed_symbol(r) for r in ukernel.PACKED_SHORT_ROWS)}
     assert entries.micro_kernels("k_ew") == set()
     assert ukernel_window.DISPATCH_SYMBOL in entries.micro_kernels("k_dwconv")
     assert ukernel_window.DISPATCH_SYMBOL in entries.micro_kernels("k_pool")

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from cpu_helpers import compare, model, node, rand
+
 from rammer.backends.cpu import lower_conv
 
 

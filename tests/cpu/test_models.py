@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from cpu_helpers import compare, model, node, rand
 
 import rammer
 import rammer.zoo
 from rammer.errors import FeedError
 from rammer.frontend import load
-
-from cpu_helpers import compare, model, node, rand
 
 SMALL_ZOO = [e.name for e in rammer.zoo.list_models() if e.small]
 

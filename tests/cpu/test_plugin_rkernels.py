@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import types
 
-import numpy as np
 import onnx
 import pytest
+from helpers import make_model, rand
 from onnx import helper
 
 import rammer
@@ -15,8 +15,6 @@ from rammer import plugins
 from rammer.backends.cpu.compiler import compile_program
 from rammer.hookspecs import hookimpl
 from rammer.rtask import RKernel
-
-from helpers import make_model, rand
 
 
 class _ProfiledMatMul:

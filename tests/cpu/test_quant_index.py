@@ -8,9 +8,8 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
-from onnx import helper, numpy_helper
-
 from cpu_helpers import compare, node, rand
+from onnx import helper, numpy_helper
 
 _TYPES = {"float32": onnx.TensorProto.FLOAT, "int64": onnx.TensorProto.INT64, "int32": onnx.TensorProto.INT32,
           "uint8": onnx.TensorProto.UINT8, "int8": onnx.TensorProto.INT8}

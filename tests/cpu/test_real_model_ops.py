@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from cpu_helpers import compare, conv_model, model, node, rand
 
 from rammer.backends.cpu import lower_conv
@@ -129,8 +128,8 @@ def test_reflect_pad_matches_reference(shape, pads):
 
 
 def test_constant_of_shape_of_a_constant_shape_becomes_a_constant():
-    from rammer.passes import decompose_model_ops
     from rammer.ir import Graph, Node, TensorInfo
+    from rammer.passes import decompose_model_ops
 
     shape = np.array([3, 4], dtype=np.int64)
     g = Graph("t", (TensorInfo("x", "float32", (3, 4)),), (TensorInfo("y", "float32", (3, 4)),),

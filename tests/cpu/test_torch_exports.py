@@ -10,8 +10,9 @@ torch = pytest.importorskip("torch", reason="torch is needed for the export test
 ort = pytest.importorskip("onnxruntime", reason="onnxruntime is needed to compare against")
 pytest.importorskip("onnxscript", reason="torch's dynamo exporter needs onnxscript")
 
-import rammer  # noqa: E402
 import torch_models  # noqa: E402
+
+import rammer  # noqa: E402
 
 # slow: torch.onnx exports of whole models, then compiles of them (left out of the quick subset)
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::UserWarning", "ignore::FutureWarning",

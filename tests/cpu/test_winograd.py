@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from cpu_helpers import compare, conv_model, model, node, rand
 
 from rammer.backends.cpu import lower_conv

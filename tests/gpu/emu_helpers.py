@@ -33,12 +33,12 @@ def install_fake_cupy(monkeypatch: pytest.MonkeyPatch, **device: Any):
     return fake
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def zoo_model(name: str):
     return zoo.build(name, seed=0)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def reference(name: str, seed: int) -> tuple[dict, dict]:
     compiled = rammer.compile(zoo_model(name), backend="reference")
     feeds = compiled.random_feeds(seed=seed)

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from emu_helpers import need_gxx
+
 from rammer.backends.gpu.emulation import EmulatorError, Policy
 from rammer.backends.gpu.emulation.fake_cupy import make_cupy
 

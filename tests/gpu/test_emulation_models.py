@@ -5,8 +5,8 @@ against reference; and the starvation sweep that runs one model with each block 
 from __future__ import annotations
 
 import pytest
-
 from emu_helpers import SMALL_ZOO, compile_for, install_fake_cupy, matches, max_rel_err, reference, run_checked
+
 from rammer.backends.gpu.emulation import Policy
 
 QUICK = {"alexnet-small", "lstm-tc-small"}

@@ -14,8 +14,8 @@ import re
 
 import numpy as np
 import pytest
-
 from emu_helpers import compile_for, install_fake_cupy, matches, reference
+
 from rammer.backends.gpu.emulation import Policy
 from rammer.errors import RammerError
 

@@ -12,9 +12,10 @@ torch = pytest.importorskip("torch", reason="torch is not installed; the torch.o
                                             "(pip install -e '.[torch]')")
 pytest.importorskip("onnxscript", reason="torch's dynamo exporter needs onnxscript")
 
-import rammer  # noqa: E402
 import torch_models  # noqa: E402
 from emu_helpers import install_fake_cupy  # noqa: E402
+
+import rammer  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::UserWarning", "ignore::FutureWarning")]
 

@@ -11,7 +11,6 @@ import sys
 import time
 
 import pytest
-
 from emu_helpers import need_gxx
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

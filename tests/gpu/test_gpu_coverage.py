@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from gpu_helpers import check_wave, const, model, need_opencl, vi
 from onnx import TensorProto, helper
 
 import rammer
-from gpu_helpers import check_wave, const, model, need_opencl, vi
 from rammer import plugins
 from rammer.backends.gpu.compiler import unsupported
 

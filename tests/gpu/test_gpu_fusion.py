@@ -11,10 +11,9 @@ from onnx import TensorProto, helper
 import rammer
 from rammer import plugins
 from rammer.api import random_feeds
-from rammer.backends.gpu.fuse import FUSED_OP, fuse_elementwise
+from rammer.backends.gpu.fuse import FUSE_ELEMENTWISE, FUSED_OP, fuse_elementwise
 from rammer.frontend import load
 from rammer.passes import run_pipeline
-from rammer.backends.gpu.fuse import FUSE_ELEMENTWISE
 
 
 def _opencl():

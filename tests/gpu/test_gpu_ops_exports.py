@@ -15,9 +15,10 @@ import pytest
 pytest.importorskip("torch", reason="torch is not installed; the torch.onnx export tests need it "
                                '(pip install -e ".[torch]")')
 
+import torch_models  # noqa: E402  (tests/ is on sys.path: tests/conftest.py)
+
 import rammer  # noqa: E402
 from rammer import plugins  # noqa: E402
-import torch_models  # noqa: E402  (tests/ is on sys.path: tests/conftest.py)
 
 # slow: torch.onnx exports of whole models, then compiles of them (left out of the quick subset)
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::UserWarning", "ignore::FutureWarning")]

@@ -7,11 +7,14 @@ import math
 
 import numpy as np
 import pytest
+from gpu_helpers import check_wave as _check
+from gpu_helpers import const as _const
+from gpu_helpers import model as _model
+from gpu_helpers import need_opencl as _opencl
+from gpu_helpers import vi as _vi
 from onnx import TensorProto, helper
 
 import rammer
-from gpu_helpers import check_wave as _check, const as _const, model as _model
-from gpu_helpers import need_opencl as _opencl, vi as _vi
 from rammer import plugins
 from rammer.errors import UnsupportedOpError
 

@@ -9,8 +9,8 @@ import threading
 
 import numpy as np
 import pytest
-
 from emu_helpers import compile_for, install_fake_cupy, matches, reference, run_checked
+
 from rammer.backends.gpu import runner as gpu_runner
 from rammer.backends.gpu.emulation import Policy
 from rammer.backends.gpu.runner import COUNTER_MAX

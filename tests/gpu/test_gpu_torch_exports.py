@@ -15,8 +15,9 @@ torch = pytest.importorskip("torch", reason="torch is not installed; the torch.o
                                             '(pip install -e ".[torch]")')
 pytest.importorskip("onnxscript", reason="torch's dynamo exporter needs onnxscript")
 
-import rammer  # noqa: E402
 import torch_models  # noqa: E402
+
+import rammer  # noqa: E402
 from rammer import plugins  # noqa: E402
 from rammer.frontend import load  # noqa: E402
 

@@ -21,8 +21,8 @@ from rammer.codegen.dialects import DIALECTS
 from rammer.codegen.render import neutral, render_module
 from rammer.errors import BackendUnavailableError, UnsupportedOpError
 from rammer.frontend import load
-from rammer.vdevice import get_preset
 from rammer.time_limits import scaled_limit
+from rammer.vdevice import get_preset
 
 
 def _model(nodes, inputs, outputs, inits=()) -> onnx.ModelProto:

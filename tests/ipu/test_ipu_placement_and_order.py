@@ -8,11 +8,10 @@ import pytest
 
 import rammer
 from rammer import zoo
-from rammer.vdevice import VEUResources, get_preset
-
 from rammer.backends.ipu.bsp import BSPOrderError, IpuPlacementError
 from rammer.backends.ipu.placement import box_volume
 from rammer.backends.ipu.simulator import simulate_program
+from rammer.vdevice import VEUResources, get_preset
 
 from .graphs import mlp
 

@@ -13,8 +13,9 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="torch is not installed; the torch.onnx exports need it")
 
-import rammer  # noqa: E402
 import torch_models  # noqa: E402
+
+import rammer  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::FutureWarning")
 

@@ -11,10 +11,9 @@ import numpy as np
 import pytest
 
 import rammer
+from rammer.backends.ipu import poptorch_path
 from rammer.errors import BackendUnavailableError, UnsupportedOpError
 from rammer.plugins import get_backend
-
-from rammer.backends.ipu import poptorch_path
 
 from .graphs import conv_block, mlp
 

@@ -7,14 +7,13 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
+from ml_models import single_op_model, tree_inputs, tree_model
 from onnx import TensorProto, helper
 
 import rammer
 from rammer.errors import CompileError
 from rammer.ml import lower_ml
 from rammer.ops.ml import probit, tree_tables
-
-from ml_models import single_op_model, tree_inputs, tree_model
 
 ort = pytest.importorskip("onnxruntime", reason="onnxruntime is the oracle of these tests")
 

@@ -20,8 +20,14 @@ pytest.importorskip("sklearn", reason="scikit-learn is not installed (pip instal
 pytest.importorskip("skl2onnx", reason="skl2onnx is not installed (pip install -e \".[ml]\")")
 
 from sklearn import datasets  # noqa: E402
-from sklearn.ensemble import (ExtraTreesClassifier, ExtraTreesRegressor, GradientBoostingClassifier,  # noqa: E402
-                              GradientBoostingRegressor, RandomForestClassifier, RandomForestRegressor)
+from sklearn.ensemble import (  # noqa: E402
+    ExtraTreesClassifier,
+    ExtraTreesRegressor,
+    GradientBoostingClassifier,
+    GradientBoostingRegressor,
+    RandomForestClassifier,
+    RandomForestRegressor,
+)
 from sklearn.linear_model import LinearRegression, LogisticRegression  # noqa: E402
 from sklearn.pipeline import make_pipeline  # noqa: E402
 from sklearn.preprocessing import MinMaxScaler, StandardScaler  # noqa: E402
@@ -36,7 +42,7 @@ TREE_STRATEGIES = ["gemm", "tree_traversal", "perfect_tree_traversal"]
 CPU_ALL_STRATEGIES = {"iris", "breast_cancer", "synthetic", "diabetes"}
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def dataset(name: str) -> tuple[np.ndarray, np.ndarray]:
     if name == "synthetic":
         x, y = datasets.make_classification(400, 120, n_informative=30, n_classes=3, random_state=0)
@@ -73,7 +79,7 @@ CLF_DATA = ["iris", "wine", "breast_cancer", "digits", "synthetic"]
 REG_DATA = ["diabetes", "synthetic_reg"]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def fitted(kind: str, model: str, data: str):
     x, y = dataset(data)
     with warnings.catch_warnings():
@@ -104,7 +110,7 @@ def _cases():
                         yield pytest.param(backend, kind, model, data, s, id=f"{backend}-{model}-{data}-{s or 'auto'}")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def onnxruntime_outputs(kind: str, model: str, data: str) -> list[np.ndarray]:
     ort = pytest.importorskip("onnxruntime", reason="onnxruntime is the second oracle")
     est = fitted(kind, model, data)

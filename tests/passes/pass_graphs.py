@@ -3,7 +3,7 @@ through rammer's frontend (so every tensor gets its dtype and shape as in a real
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 from onnx import TensorProto, helper, numpy_helper

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import numpy as np
-
 from pass_graphs import assert_graphs_equal, assert_left_alone, graph, node
+
 from rammer.passes import CSE, eliminate_common_subexpressions, run_pipeline
 
 

@@ -4,8 +4,8 @@ rewritten graphs computing what the originals do."""
 from __future__ import annotations
 
 import numpy as np
-
 from pass_graphs import assert_graphs_equal, assert_left_alone, graph, node
+
 from rammer.interpreter import run_graph
 from rammer.passes import DECOMPOSE, decompose_model_ops, run_pipeline
 

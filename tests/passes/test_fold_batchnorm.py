@@ -136,6 +136,7 @@ def test_affine_ops_that_cannot_fold_are_left_alone(ops, kwargs):
 
 # -- Before/Expected on structural graph equality ---------------------------------------------------
 from pass_graphs import assert_graphs_equal, assert_left_alone, graph, node  # noqa: E402
+
 from rammer.passes import fold_batchnorm  # noqa: E402
 
 _RNG = np.random.default_rng(1)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from pass_graphs import assert_graphs_equal, assert_left_alone, graph, node
+
 from rammer.passes import merge_convs_pass, merge_sibling_convs, run_pipeline
 
 rng = np.random.default_rng(0)

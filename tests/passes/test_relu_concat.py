@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pass_graphs import assert_graphs_equal, assert_left_alone, graph, node
+
 from rammer.passes import RELU_CONCAT, run_pipeline, sink_relu_into_concat
 
 IO = ({"x": [1, 2]}, {"y": [1, 4]})

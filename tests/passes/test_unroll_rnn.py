@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from gpu_helpers import need_opencl
 from onnx import TensorProto, helper
 
 import rammer
-from gpu_helpers import need_opencl
 from rammer.api import random_feeds
 from rammer.frontend import load
 from rammer.passes import run_pipeline

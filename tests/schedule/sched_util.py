@@ -3,7 +3,7 @@ and an executor of schedules written independently of rammer.schedule."""
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 
 import numpy as np
 
@@ -13,7 +13,7 @@ from rammer.ir import Graph, Node, TensorInfo
 from rammer.schedule import Schedule
 
 
-@lru_cache(maxsize=None)
+@cache
 def zoo_graph(name: str) -> Graph:
     return rammer.load(zoo.build(name))
 

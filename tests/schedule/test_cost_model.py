@@ -6,15 +6,15 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+from sched_util import GraphMaker
 
 from rammer.backends.cpu.ops import CostModel
 from rammer.backends.cpu.scheduling import cpu_vdevice
 from rammer.cost import rtask_duration
 from rammer.errors import RammerError
-from rammer.kernels_generic import ElementwiseFamily
 from rammer.kernels_dense import MatMulFamily
+from rammer.kernels_generic import ElementwiseFamily
 from rammer.vdevice import get_preset
-from sched_util import GraphMaker
 
 
 def test_the_cpu_backends_vdevice_is_the_cpu_preset():

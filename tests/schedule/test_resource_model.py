@@ -13,8 +13,8 @@ from rammer import plugins
 from rammer.cli import main
 from rammer.errors import RammerError
 from rammer.ir import Graph, Node, TensorInfo
-from rammer.kernels_dense import ConvFamily, MatMulFamily
 from rammer.kernel_families import generic_families
+from rammer.kernels_dense import ConvFamily, MatMulFamily
 from rammer.kernels_generic import ElementwiseFamily, RowFamily, candidates_from
 from rammer.rtask import build_roperators
 from rammer.schedule import build_problem, get_policy, simulate, verify

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import json
 
+from sched_util import zoo_graph
+
 from rammer.cli import main
 from rammer.schedule import Schedule, verify
-from sched_util import zoo_graph
 
 
 def test_schedule_command_prints_both_policies_and_writes_json_and_plot(tmp_path, capsys):

@@ -11,8 +11,16 @@ from sched_util import GraphMaker, execute
 
 from rammer.errors import ScheduleError
 from rammer.rtask import RKernel, ROperator, RTask, RTaskResources
-from rammer.schedule import (BarrierEntry, RTaskEntry, Schedule, ScheduleBuilder, build_problem, get_policy,
-                             simulate, verify)
+from rammer.schedule import (
+    BarrierEntry,
+    RTaskEntry,
+    Schedule,
+    ScheduleBuilder,
+    build_problem,
+    get_policy,
+    simulate,
+    verify,
+)
 from rammer.schedule.problem import problem_from_rops
 from rammer.vdevice import get_preset
 

@@ -23,8 +23,9 @@ import shutil
 import subprocess
 import tempfile
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 __all__ = ["HEADER", "EmulatorError", "Policy", "Library", "build", "kernel_params", "available"]
 
@@ -83,7 +84,7 @@ def kernel_params(source: str) -> dict[str, list[str]]:
     return out
 
 
-_CACHE: dict[str, "Library"] = {}
+_CACHE: dict[str, Library] = {}
 _CACHE_LOCK = threading.Lock()
 #: One emulated launch at a time in the process: a launch installs its own SIGSEGV/SIGBUS handlers
 #: (the guard pages) and restores the previous ones after.
@@ -133,7 +134,7 @@ def _runtime() -> None:
     _RUNTIME.append(ctypes.CDLL(so, mode=ctypes.RTLD_GLOBAL))
 
 
-def build(source: str, suffix: str = ".cu") -> "Library":
+def build(source: str, suffix: str = ".cu") -> Library:
     """Compile ``source`` unchanged with the emulator header; cached by content for this process
     (and on disk under ``$RAMMER_EMU_CACHE`` when set).  Raises :class:`EmulatorError` when g++
     fails (its first errors in the message)."""

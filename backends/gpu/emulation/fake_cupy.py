@@ -27,7 +27,8 @@ import mmap
 import types
 import warnings
 import weakref
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -95,7 +96,7 @@ class ndarray:
     def __len__(self) -> int:
         return len(self._a)
 
-    def __getitem__(self, key: Any) -> "ndarray":
+    def __getitem__(self, key: Any) -> ndarray:
         return ndarray(None, _view=self._a[key], _alloc=self._alloc)
 
     def __setitem__(self, key: Any, value: Any) -> None:
@@ -134,7 +135,7 @@ _CTYPE = {"f4": ctypes.c_float, "f8": ctypes.c_double, "i4": ctypes.c_int32, "i8
 
 
 class _Kernel:
-    def __init__(self, module: "_RawModule", name: str) -> None:
+    def __init__(self, module: _RawModule, name: str) -> None:
         self.module, self.name = module, name
         self.lib = module.lib
         if name not in self.lib.signatures:
