@@ -1,4 +1,4 @@
-"""The one-file toy backend (tests/toy_backend.py) goes through every core stage of rammer.pipeline and
+"""The one-file toy backend (tests/pipeline_toy_backend.py) goes through every core stage of rammer.pipeline and
 matches the reference; a plugin's rKernel registered for it is what the scheduler chooses."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import onnx
 import pytest
 from helpers import make_model, rand
 from onnx import helper
-from toy_backend import ToyBackend
+from pipeline_toy_backend import ToyBackend
 
 import rammer
 from rammer import plugins
