@@ -25,24 +25,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-
-def _use_source(src: str | None) -> None:
-    """Import ``rammer`` from ``src`` (its core/ and backends/) instead of the installed one."""
-    if not src:
-        return
-    import importlib.abc
-    import importlib.util
-
-    roots = {"rammer": os.path.join(src, "core"), "rammer.backends": os.path.join(src, "backends")}
-
-    class Finder(importlib.abc.MetaPathFinder):
-        def find_spec(self, name, path, target=None):
-            if name in roots:
-                return importlib.util.spec_from_file_location(
-                    name, os.path.join(roots[name], "__init__.py"), submodule_search_locations=[roots[name]])
-            return None
-
-    sys.meta_path.insert(0, Finder())
+from session_creation import _use_source  # noqa: E402 -- the same source switch as session_creation's children
 
 
 def child(onnx_path: str, feeds_path: str, cache: str, threads: int) -> dict:
