@@ -48,12 +48,10 @@ def _pad(values: list[int], fill: int, rank: int) -> list[int]:
     return [fill] * (rank - len(values)) + list(values)
 
 
-def lower_gather_elements(node: Node, graph: Graph, mult: int, lowered: Any, ref: Any) -> Any:
-    """GatherElements (any axis, indices computed or constant) over chunks of ``256 * mult`` outputs."""
-    data, ind = node.inputs[0], node.inputs[1]
-    x, k = _shape(graph, data), _shape(graph, ind)
-    if not x or len(k) != len(x):
-        raise ValueError(f"indices of rank {len(k)} for data of rank {len(x)}")
+def _indexed_axis(node: Node, graph: Graph, ind: str, x: tuple[int, ...]) -> tuple[int, int]:
+    """The non-negative ``axis`` attribute of a Gather/GatherElements over data of shape ``x`` and that
+    axis's size; ValueError when the axis is out of range, the indices ``ind`` are not integers, or
+    constant indices hold a value out of range (the model's error, said at compile time)."""
     axis = int(node.attrs.get("axis", 0))
     if not -len(x) <= axis < len(x):
         raise ValueError(f"axis {axis} of a rank-{len(x)} tensor")
@@ -61,11 +59,21 @@ def lower_gather_elements(node: Node, graph: Graph, mult: int, lowered: Any, ref
     if graph.value_info[ind].dtype not in ("int64", "int32"):
         raise ValueError(f"indices '{ind}' of dtype {graph.value_info[ind].dtype}")
     size = x[axis]
-    if ind in graph.initializers:  # constant indices: out of range is the model's error, said now
+    if ind in graph.initializers:
         idx = np.asarray(graph.initializers[ind])
         if idx.size and (idx.min() < -size or idx.max() >= size):
             raise ValueError(f"its constant indices hold {int(idx[(idx < -size) | (idx >= size)].ravel()[0])}, "
                              f"out of range for an axis of size {size}")
+    return axis, size
+
+
+def lower_gather_elements(node: Node, graph: Graph, mult: int, lowered: Any, ref: Any) -> Any:
+    """GatherElements (any axis, indices computed or constant) over chunks of ``256 * mult`` outputs."""
+    data, ind = node.inputs[0], node.inputs[1]
+    x, k = _shape(graph, data), _shape(graph, ind)
+    if not x or len(k) != len(x):
+        raise ValueError(f"indices of rank {len(k)} for data of rank {len(x)}")
+    axis, size = _indexed_axis(node, graph, ind, x)
     strides = _strides(x)
     axis_stride = strides[axis]
     strides[axis] = 0
@@ -110,18 +118,7 @@ def lower_gather(node: Node, graph: Graph, mult: int, lowered: Any, ref: Any) ->
     x = _shape(graph, data)
     if not x:
         raise ValueError("Gather of a scalar")
-    axis = int(node.attrs.get("axis", 0))
-    if not -len(x) <= axis < len(x):
-        raise ValueError(f"axis {axis} of a rank-{len(x)} tensor")
-    axis %= len(x)
-    if graph.value_info[ind].dtype not in ("int64", "int32"):
-        raise ValueError(f"indices '{ind}' of dtype {graph.value_info[ind].dtype}")
-    size = x[axis]
-    if ind in graph.initializers:  # constant indices: out of range is the model's error, said now
-        idx = np.asarray(graph.initializers[ind])
-        if idx.size and (idx.min() < -size or idx.max() >= size):
-            raise ValueError(f"its constant indices hold {int(idx[(idx < -size) | (idx >= size)].ravel()[0])}, "
-                             f"out of range for an axis of size {size}")
+    axis, size = _indexed_axis(node, graph, ind, x)
     outer, inner = _size(x[:axis]), _size(x[axis + 1:])
     k = _size(_shape(graph, ind))
     total = outer * k * inner
