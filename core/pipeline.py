@@ -37,23 +37,23 @@ from typing import Any, Generic, Protocol, TypeVar, Union
 
 from .backend import Backend, Executable, check_options
 from .errors import ScheduleError
-from .ir import Graph, Node
+from .ir import Graph, Node, outer_names
 from .lower.operator import split_at_host
 from .memory import Alias, ArenaPlan, MemoryOp, PlannedBuffer, plan_arena
 from .plugin_host import plugin_manager
-from .rtask import RKernel, RKernelFamily, ROperator
+from .rtask import RKernel, RKernelFamily, ROperator, node_signature
 from .schedule.ordering import schedule_order
 from .schedule.policies import get_policy
-from .schedule.problem import problem_from_rops
+from .schedule.problem import op_names, problem_from_rops
 from .schedule.programs import Call, Signal, Step, Wait, check_races
 from .schedule.rows import RowWait, row_waits
 from .schedule.schedule import Schedule
 from .schedule.verify import verify
 from .vdevice import VDevice
 
-__all__ = ["PipelineOp", "LoweredProgram", "ScheduledProgram", "PipelineBackend", "operator_predecessors",
-           "schedule_operators", "schedule_segments", "order_and_plan", "compile_graph", "PIPELINE_OPTIONS",
-           "row_program_steps", "check_row_races", "plugin_rkernel_families", "with_plugin_kernels"]
+__all__ = ["PipelineOp", "NodeOp", "node_operators", "LoweredProgram", "ScheduledProgram", "PipelineBackend",
+           "operator_predecessors", "schedule_operators", "schedule_segments", "order_and_plan", "compile_graph",
+           "PIPELINE_OPTIONS", "row_program_steps", "check_row_races", "plugin_rkernel_families", "with_plugin_kernels"]
 
 
 class PipelineOp(MemoryOp, Protocol):
@@ -106,6 +106,48 @@ def with_plugin_kernels(own: Candidates[Op], families: Sequence[RKernelFamily], 
     return candidates
 
 
+@dataclass(frozen=True, eq=False)
+class NodeOp:
+    """A lowered operator that is one graph node (the GPU family's and the ipu's): the buffers it reads
+    and writes by id, never a host op.  A :class:`PipelineOp`; schedule such ops with
+    ``graph=`` (:func:`schedule_operators`) to record the nodes themselves."""
+
+    node: Node
+    reads: tuple[int, ...]
+    writes: tuple[int, ...]
+    host: bool = False
+
+    @property
+    def name(self) -> str:
+        return self.node.name or self.node.op_type
+
+    @property
+    def family(self) -> str:
+        return self.node.op_type
+
+    @property
+    def nodes(self) -> tuple[Node, ...]:
+        return (self.node,)
+
+
+def node_operators(graph: Graph) -> list[NodeOp]:
+    """One :class:`NodeOp` per node of ``graph``, a buffer per tensor name (numbered as first met, inputs
+    in slot order):
+    a node reads its inputs and the outer tensors its subgraphs capture and writes its outputs, so
+    the ops' dependencies are the graph's (:func:`rammer.schedule.op_predecessors`)."""
+    ids: dict[str, int] = {}
+
+    def buffer(name: str) -> int:
+        return ids.setdefault(name, len(ids))
+
+    ops: list[NodeOp] = []
+    for node in graph.nodes:
+        reads = [t for t in node.inputs if t] + (sorted(outer_names(node)) if node.subgraphs() else [])
+        ops.append(NodeOp(node, tuple(sorted({buffer(t) for t in reads})),
+                          tuple(buffer(t) for t in node.outputs if t)))
+    return ops
+
+
 def operator_predecessors(ops: Sequence[PipelineOp]) -> list[tuple[int, ...]]:
     """For each op, the indices of the earlier ops that last wrote a buffer it reads."""
     last_writer: dict[int, int] = {}
@@ -124,26 +166,61 @@ def _operator_node(k: int, op: PipelineOp) -> Node:
                 name=f"{k}:{op.name}", domain="rammer.lowered")
 
 
+def _graph_records(ops: Sequence[PipelineOp], graph: Graph) -> list[tuple[Node, str]]:
+    # Ops that each lower one node of ``graph``: the schedule records that node under the name
+    # rammer.schedule.op_names gives it, as a schedule of the graph itself would.
+    names = {id(node): name for node, name in zip(graph.nodes, op_names(graph))}
+    records: list[tuple[Node, str]] = []
+    for op in ops:
+        nodes: Sequence[Node] = getattr(op, "nodes", ())
+        if len(nodes) != 1 or id(nodes[0]) not in names:
+            raise ScheduleError(f"operator {op.name} ({op.family}) does not lower exactly one node of graph "
+                                f"'{graph.name}'; schedule it without graph=")
+        records.append((nodes[0], names[id(nodes[0])]))
+    return records
+
+
 def schedule_operators(ops: Sequence[Op], candidates: Candidates[Op], vdevice: VDevice, policy: str,
-                       name: str, check: bool = False) -> Schedule:
+                       name: str, check: bool = False, graph: Graph | None = None) -> Schedule:
     """Schedule one segment's ops on ``vdevice`` with the registered ``policy``: their rKernel
     candidates (those that fit a vEU) and read-after-write dependencies become a
     :class:`~rammer.schedule.Problem` directly (:func:`~rammer.schedule.problem.problem_from_rops`).
-    ``check`` verifies the schedule (:func:`rammer.schedule.verify`)."""
+    ``check`` verifies the schedule (:func:`rammer.schedule.verify`).
+
+    ``graph``: every op lowers exactly one node of ``graph`` (``op.nodes == (node,)``, as the GPU
+    family's do): the schedule records those nodes, named and typed as in the graph, with the graph's
+    tensors, and ops of nodes with equal signatures (:func:`rammer.rtask.node_signature`) ask
+    ``candidates`` once.  Without it, an op is recorded as its family over buffers ``b<id>``."""
+    records = _graph_records(ops, graph) if graph is not None else None
+    cache: dict[tuple[Any, ...], tuple[RKernel, ...]] = {}
     rops: list[ROperator] = []
     names: list[str] = []
     for k, op in enumerate(ops):
-        node = _operator_node(k, op)
-        found = list(candidates(op, vdevice))
-        kernels = tuple(kern for kern in found if kern.resources.fits(vdevice.veu))
-        if not kernels:
-            why = (f"{len(found)} candidate(s) need more than a vEU offers ({vdevice.veu.threads} threads, "
-                   f"{vdevice.veu.local_mem_bytes} bytes)" if found else "no rKernel implements it")
-            raise ScheduleError(f"operator {op.name} ({op.family}): no rKernel can run it on vDevice "
-                                f"'{vdevice.name}': {why}; choose another vDevice or add an rKernel for it")
+        if records is not None and graph is not None:
+            node, op_name = records[k]
+            key: tuple[Any, ...] | None = node_signature(node, graph)
+            label = node.label
+        else:
+            node = _operator_node(k, op)
+            op_name, key, label = node.name, None, f"operator {op.name} ({op.family})"
+        kernels = cache.get(key) if key is not None else None
+        if kernels is None:
+            found = list(candidates(op, vdevice))
+            kernels = tuple(kern for kern in found if kern.resources.fits(vdevice.veu))
+            if not kernels:
+                why = (f"{len(found)} candidate(s) need more than a vEU offers ({vdevice.veu.threads} threads, "
+                       f"{vdevice.veu.local_mem_bytes} bytes)" if found else "no rKernel implements it")
+                raise ScheduleError(f"{label}: no rKernel can run it on vDevice '{vdevice.name}': {why}; "
+                                    "choose another vDevice or add an rKernel for it")
+            if key is not None:
+                cache[key] = kernels
         rops.append(ROperator(k, node, kernels))
-        names.append(node.name)
-    problem = problem_from_rops(name, rops, names, operator_predecessors(ops), vdevice)
+        names.append(op_name)
+    preds = operator_predecessors(ops)
+    if graph is not None:
+        problem = problem_from_rops(name, rops, names, preds, vdevice, graph.value_info, graph.initializers)
+    else:
+        problem = problem_from_rops(name, rops, names, preds, vdevice)
     schedule: Schedule = get_policy(policy).schedule(problem)
     if check:
         verify(schedule)
@@ -151,11 +228,11 @@ def schedule_operators(ops: Sequence[Op], candidates: Candidates[Op], vdevice: V
 
 
 def schedule_segments(groups: Sequence[Group[Op]], candidates: Candidates[Op], vdevice: VDevice, policy: str,
-                      name: str, check: bool = False) -> list[Schedule]:
+                      name: str, check: bool = False, graph: Graph | None = None) -> list[Schedule]:
     """One schedule per segment of ``groups`` (from :func:`rammer.lower.operator.split_at_host`),
-    named ``{name}/segment{k}``."""
+    named ``{name}/segment{k}``; ``graph`` as for :func:`schedule_operators`."""
     segments = [g for g in groups if isinstance(g, list)]
-    return [schedule_operators(ops, candidates, vdevice, policy, f"{name}/segment{k}", check)
+    return [schedule_operators(ops, candidates, vdevice, policy, f"{name}/segment{k}", check, graph)
             for k, ops in enumerate(segments)]
 
 
@@ -173,14 +250,35 @@ def order_and_plan(groups: Sequence[Group[Op]], schedules: Sequence[Schedule], b
                    keep: set[int], *, scratch_bytes: int = 0, aliases: Sequence[Alias] = (),
                    alignment: int | Mapping[str, int] = 64,
                    space_of: Callable[[PlannedBuffer], str] | None = None,
-                   capacity: Mapping[str, int] | None = None) -> Ordered[Op]:
+                   capacity: Mapping[str, int] | None = None, waves: Sequence[int] | None = None) -> Ordered[Op]:
     """Order every op by the schedules (vector clocks, :func:`rammer.schedule.schedule_order`) and
     place every buffer by that order (:func:`rammer.memory.plan_arena`): a dead buffer's memory is
-    reused only once the schedule has certainly finished with it."""
+    reused only once the schedule has certainly finished with it.
+
+    ``waves``: per op of ``groups`` (in their order), the launch it runs in, for a backend that
+    launches once per wave and orders nothing else (no barriers between a wave's blocks): an op is
+    then certainly done before another only when its wave is earlier, so memory is reused across
+    waves only."""
     walk, done_before = schedule_order(groups, schedules)
+    if waves is not None:
+        done_before = _done_in_earlier_waves(groups, walk, waves)
     arena = plan_arena(buffers, walk, keep, scratch_bytes, done_before, aliases=aliases, alignment=alignment,
                        space_of=space_of, capacity=capacity)
     return Ordered(walk, done_before, arena)
+
+
+def _done_in_earlier_waves(groups: Sequence[Group[Op]], walk: Sequence[Op], waves: Sequence[int]) -> list[int]:
+    # Per op of the walk, the bitmask (walk positions) of the ops in earlier waves.
+    ops = [op for g in groups for op in (g if isinstance(g, list) else [g])]
+    if len(waves) != len(ops):
+        raise ScheduleError(f"{len(waves)} waves given for {len(ops)} operators")
+    position = {id(op): k for k, op in enumerate(walk)}
+    wave_of: dict[int, int] = {}
+    by_wave: dict[int, int] = {}
+    for op, wave in zip(ops, waves):
+        wave_of[id(op)] = wave
+        by_wave[wave] = by_wave.get(wave, 0) | (1 << position[id(op)])
+    return [sum(mask for w, mask in by_wave.items() if w < wave_of[id(op)]) for op in walk]
 
 
 def _written_bytes(writes: Sequence[tuple[int, int]], reads: Sequence[tuple[int, int]]) -> tuple[tuple[int, int], ...]:

@@ -21,10 +21,10 @@ from rammer.codegen.dialects import get_dialect
 from rammer.codegen.render import render_module
 from rammer.errors import RammerError, UnsupportedOpError
 from rammer.ir import Graph, Node
-from rammer.memory import ArenaBuffer, ArenaOp, plan_arena
+from rammer.memory import ArenaBuffer
+from rammer.pipeline import NodeOp, operator_predecessors, order_and_plan, schedule_operators
 from rammer.rtask import RKernel, RTaskResources
-from rammer.schedule import Schedule, op_predecessors, schedule_graph, schedule_order
-from rammer.schedule import op_waves as core_op_waves
+from rammer.schedule import Schedule, op_waves
 from rammer.vdevice import VDevice
 
 from . import entry
@@ -44,7 +44,7 @@ from .lower import (
 )
 from .lower_ints import arena_refusal
 
-__all__ = ["GpuProgram", "compile_program", "op_waves", "MODES", "gpu_rkernels", "unsupported", "KERNEL_NAME"]
+__all__ = ["GpuProgram", "compile_program", "MODES", "gpu_rkernels", "kernel_tiling", "unsupported", "KERNEL_NAME"]
 
 #: The persistent kernel's name in every dialect.
 KERNEL_NAME = "rammer_main"
@@ -83,6 +83,18 @@ def gpu_rkernels(node: Node, graph: Graph, vd: VDevice) -> list[RKernel]:
                            duration_us=duration, resources=RTaskResources(low.kernel.threads, low.shared_bytes),
                            flops=low.flops, bytes=low.bytes, input_shapes=shapes_in, output_shapes=shapes_out))
     return out
+
+
+def kernel_tiling(node: Node, graph: Graph, kernel: RKernel) -> int | None:
+    """The tiling (``mult`` of :func:`.lower.lower_node`) that runs ``kernel`` for ``node``: its own for a
+    GPU rKernel; for one a plugin registered (``rammer_register_rkernels``: its figures cost the op, the
+    GPU's lowering runs it), the tiling with that many rTasks; None when there is none."""
+    if kernel.family.startswith("gpu.") and "mult" in kernel.params:
+        return int(kernel.params["mult"])
+    for mult in _mults(node):
+        if len(lower_node(node, graph, mult).calls) == kernel.num_rtasks:
+            return mult
+    return None
 
 
 @dataclass
@@ -125,28 +137,33 @@ class GpuProgram:
 MODES = ("persistent", "wave")
 
 
-def op_waves(graph: Graph) -> list[int]:
-    """Each node's wave: 1 + the latest wave among the nodes it reads from (0 for sources)."""
-    return core_op_waves(op_predecessors(graph))
+def _slots(low: Lowered, io: str) -> set[int]:
+    """The input (``io="in"``) or output slots the calls of ``low`` touch."""
+    return {a.slot for _, args in low.calls for a in args if isinstance(a, Ref) and a.io == io}
 
 
 def compile_program(graph: Graph, backend: Any, vdevice: VDevice, policy: str = "wavefront",
                     mode: str = "persistent") -> GpuProgram:
     """``graph`` (already through the backend's passes) as one GPU program: one persistent kernel
-    launched once per run, or (``mode="wave"``) one kernel launched once per wave."""
+    launched once per run, or (``mode="wave"``) one kernel launched once per wave.  The middle end is
+    the core pipeline's (:mod:`rammer.pipeline`): every node one :class:`~rammer.pipeline.NodeOp`
+    whose candidates are ``backend.rkernels``, scheduled by :func:`~rammer.pipeline.schedule_operators`,
+    ordered and placed by :func:`~rammer.pipeline.order_and_plan` (in wave mode, memory is reused
+    across waves only)."""
     if mode not in MODES:
         raise RammerError(f"unknown GPU execution mode '{mode}'; choose one of {', '.join(MODES)}")
-    bad = unsupported(graph)
+    # Every node lowered once at one rTask per tile (what the buffers it touches are, and whether an
+    # rKernel implements it at all); the schedule picks the tiling, lowered again below when it differs.
+    first: list[Lowered] = []
+    bad: list[tuple[Node, str]] = []
+    for node in graph.nodes:
+        try:
+            first.append(lower_node(node, graph, 1))
+        except NoGpuKernel as exc:
+            bad.append((node, str(exc)))
     if bad:
         raise UnsupportedOpError("; ".join(why for _, why in bad[:5]) + (" ..." if len(bad) > 5 else ""),
                                  [(n.op_type, n.domain, n.name) for n, _ in bad])
-    schedule = schedule_graph(graph, policy, vdevice, backend, check=True)
-    lowered: list[Lowered] = []
-    for i, node in enumerate(graph.nodes):
-        low = lower_node(node, graph, int(schedule.ops[i].kernel.params.get("mult", 1)))
-        if len(low.calls) != schedule.ops[i].kernel.num_rtasks:  # cannot happen: lowering is deterministic
-            raise gp.ProgramError(f"{node.label}: {len(low.calls)} calls for {schedule.ops[i].kernel.num_rtasks} rTasks")
-        lowered.append(low)
 
     # Buffers: every tensor a kernel touches, the inputs and the outputs, in one float arena.
     names: list[str] = []
@@ -162,12 +179,12 @@ def compile_program(graph: Graph, backend: Any, vdevice: VDevice, policy: str = 
     outputs = [t.name for t in graph.outputs]
     for n in inputs:
         buf(n)
-    ops = []
-    for node, low in zip(graph.nodes, lowered):
+    ops: list[NodeOp] = []
+    for node, low in zip(graph.nodes, first):
         refs = {(a.io, a.slot) for _, args in low.calls for a in args if isinstance(a, Ref)}
         reads = tuple(sorted({buf(node.inputs[s]) for io, s in refs if io == "in"}))
         writes = tuple(sorted({buf(node.outputs[s]) for io, s in refs if io == "out"}))
-        ops.append(ArenaOp(reads, writes))
+        ops.append(NodeOp(node, reads, writes))
     for n in outputs:
         buf(n)
     buffers = []
@@ -178,16 +195,26 @@ def compile_program(graph: Graph, backend: Any, vdevice: VDevice, policy: str = 
             raise UnsupportedOpError(why, [])
         kind = "const" if n in graph.initializers else "input" if n in inputs else "temp"
         buffers.append(ArenaBuffer(i, kind, 4 * int(np.prod(info.shape)), name=n))
-    order, anc = schedule_order([ops], [schedule])
-    waves = op_waves(graph)
-    if mode == "wave":  # only the launch boundaries order anything: reuse memory across waves only
-        pos = {id(op): k for k, op in enumerate(order)}
-        by_wave: dict[int, int] = {}
-        for i, op in enumerate(ops):
-            by_wave[waves[i]] = by_wave.get(waves[i], 0) | (1 << pos[id(op)])
-        node_of = {id(op): i for i, op in enumerate(ops)}
-        anc = [sum(m for w, m in by_wave.items() if w < waves[node_of[id(op)]]) for op in order]
-    plan = plan_arena(buffers, order, keep=[index[n] for n in outputs], ancestors=anc, alignment=_ALIGN)
+
+    def candidates(op: NodeOp, vd: VDevice) -> list[RKernel]:
+        return list(backend.rkernels(op.node, graph, vd))
+
+    schedule = schedule_operators(ops, candidates, vdevice, policy, graph.name, check=True, graph=graph)
+    lowered: list[Lowered] = []
+    for i, (node, low) in enumerate(zip(graph.nodes, first)):
+        mult = kernel_tiling(node, graph, schedule.ops[i].kernel) or 1
+        if mult != 1:
+            low = lower_node(node, graph, mult)
+        # Cannot happen: lowering is deterministic, and a tiling changes how many calls, not what they touch.
+        if len(low.calls) != schedule.ops[i].kernel.num_rtasks:
+            raise gp.ProgramError(f"{node.label}: {len(low.calls)} calls for {schedule.ops[i].kernel.num_rtasks} rTasks")
+        if mult != 1 and (_slots(low, "in"), _slots(low, "out")) != (_slots(first[i], "in"), _slots(first[i], "out")):
+            raise gp.ProgramError(f"{node.label}: tiling {mult} touches other tensors than tiling 1")
+        lowered.append(low)
+
+    waves = op_waves(operator_predecessors(ops))
+    plan = order_and_plan([ops], [schedule], buffers, {index[n] for n in outputs}, alignment=_ALIGN,
+                          waves=waves if mode == "wave" else None).arena
     offset = {b.name: b.byte_offset // 4 for b in buffers}
     tensors = {b.name: (offset[b.name], tuple(graph.value_info[b.name].shape)) for b in buffers}
 

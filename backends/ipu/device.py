@@ -8,8 +8,8 @@ from typing import Any
 from rammer.backend import Availability, Backend, Capabilities, check_options
 from rammer.errors import RammerError, UnsupportedOpError
 from rammer.ir import Graph, Node, outer_names
+from rammer.pipeline import NodeOp, node_operators, schedule_operators
 from rammer.rtask import RKernel
-from rammer.schedule import schedule_graph
 from rammer.vdevice import VDevice
 
 from .codegen import MODES, lower
@@ -63,7 +63,12 @@ class IpuBackend(Backend):
             raise RammerError(f"ipu backend: unknown superstep mode '{mode}'; choose one of {', '.join(MODES)}")
         _refuse_captured_tensors(graph)
         vd = self.vdevice(options.get("vdevice"))
-        schedule = schedule_graph(graph, str(options.get("policy", "wavefront")), vd, self, check=True)
+        # The core pipeline's scheduler over one operator per node (the graph's own dependencies).
+        def candidates(op: NodeOp, vdevice: VDevice) -> list[RKernel]:
+            return self.rkernels(op.node, graph, vdevice)
+
+        schedule = schedule_operators(node_operators(graph), candidates, vd, str(options.get("policy", "wavefront")),
+                                      graph.name, check=True, graph=graph)
         program = lower(schedule, graph, mode)
         runner = None
         if engine == "poptorch" or (engine == "auto" and poptorch_status()[0]):
