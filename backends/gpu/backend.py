@@ -16,10 +16,11 @@ from typing import Any
 from rammer.backend import Availability, Backend, Capabilities, check_options
 from rammer.errors import RammerError
 from rammer.ir import Graph, Node
+from rammer.pipeline import NodeOp, plugin_rkernel_families, with_plugin_kernels
 from rammer.rtask import RKernel
 from rammer.vdevice import VDevice
 
-from .compiler import GpuProgram, compile_program, gpu_rkernels, unsupported
+from .compiler import GpuProgram, compile_program, gpu_rkernels, kernel_tiling, unsupported
 from .fuse import FUSIBLE_OPS
 from .lower import GPU_OPS
 from .pipeline import PASSES
@@ -110,7 +111,16 @@ class GpuBackend(Backend):
         return result
 
     def rkernels(self, node: Node, graph: Graph, vdevice: VDevice) -> list[RKernel]:
-        return gpu_rkernels(node, graph, vdevice)
+        """The GPU rKernels of ``node`` (one per tiling) and the offers of the families plugins register
+        for this backend (``rammer_register_rkernels``) that a tiling runs (as many rTasks)."""
+        def own(op: NodeOp, vd: VDevice) -> list[RKernel]:
+            return gpu_rkernels(op.node, graph, vd)
+
+        def runnable(op: NodeOp, kernel: RKernel, vd: VDevice) -> bool:
+            return kernel_tiling(op.node, graph, kernel) is not None
+
+        candidates = with_plugin_kernels(own, plugin_rkernel_families(self.name), graph, runnable)
+        return list(candidates(NodeOp(node, (), ()), vdevice))
 
     def program(self, graph: Graph, options: Mapping[str, Any]) -> GpuProgram:
         """The persistent program of ``graph`` (no device needed)."""
