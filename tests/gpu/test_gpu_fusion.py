@@ -11,7 +11,9 @@ from onnx import TensorProto, helper
 import rammer
 from rammer import plugins
 from rammer.api import random_feeds
-from rammer.backends.gpu.fuse import FUSE_ELEMENTWISE, FUSED_OP, fuse_elementwise
+from rammer.backends.gpu.fuse import FUSED_OP
+from rammer.backends.gpu.fuse import gpu_fuse_elementwise as fuse_elementwise
+from rammer.backends.gpu.pipeline import FUSE_ELEMENTWISE
 from rammer.frontend import load
 from rammer.passes import run_pipeline
 
