@@ -106,12 +106,15 @@ class Lowering:
         several are present); ``missing()`` a bool tensor of missing-tracks-true nodes."""
         w = self.w
         present = [int(m) for m in np.unique(modes) if m != LEAF] or [LEQ]
-        cond = None
+        parts = []
         for m in present:
             c = w.op("Not", [w.op("Equal", [v, thr])]) if m == NEQ else w.op(_CMP[m], [v, thr])
             if len(present) > 1:
                 c = w.op("And", [c, mode_of(m)])
-            cond = c if cond is None else w.op("Or", [cond, c])
+            parts.append(c)
+        cond = parts[0]
+        for c in parts[1:]:
+            cond = w.op("Or", [cond, c])
         if missing is not None:
             cond = w.op("Or", [cond, w.op("And", [w.op("IsNaN", [v]), missing()])])
         return cond
@@ -162,7 +165,7 @@ def lower_gemm(low: Lowering, g: TreeTables) -> str:
         for j, leaf in enumerate(leaves_of[t]):
             et[t, :, j] = g.weights[leaf]
         # Walk each tree, recording for every leaf its ancestors and sides.
-        stack = [(int(g.roots[t]), [])]
+        stack: list[tuple[int, list[tuple[int, bool]]]] = [(int(g.roots[t]), [])]
         leaf_pos = {int(n): j for j, n in enumerate(leaves_of[t])}
         while stack:
             n, path = stack.pop()
@@ -260,7 +263,9 @@ def lower_perfect(low: Lowering, g: TreeTables) -> str:
     top = min(depth, TOP_LEVELS)
     while top and t_count * ((1 << top) - 1) * low.rows > TOP_ELEMENTS:
         top -= 1
-    pos = _perfect_top(low, t_count, top, feat, thr, mode, miss) if top else None
+    # Positions [T, B] in the level being walked: after the top levels, or each tree's root.
+    roots = np.broadcast_to((np.arange(t_count, dtype=np.float32))[:, None], (t_count, low.rows))
+    pos = _perfect_top(low, t_count, top, feat, thr, mode, miss) if top else w.const(roots, "roots")
     for lv in range(top, depth):
         modes = mode[lv].reshape(-1)
         pi = w.cast(pos, "int64")
@@ -278,8 +283,6 @@ def lower_perfect(low: Lowering, g: TreeTables) -> str:
         cond = low.condition(v, fields[1], modes, mode_of, missing)
         step = w.op("Sub", [one, w.cast(cond, "float32")])  # 0 for the true branch, 1 for the false one
         pos = w.op("Add", [w.op("Add", [pos, pos]), step])
-    if pos is None:
-        pos = w.const(np.broadcast_to((np.arange(t_count, dtype=np.float32))[:, None], (t_count, low.rows)), "roots")
     table = w.const(leaves.reshape(t_count << depth, k), "leaf_values")
     return w.op("Gather", [table, w.cast(pos, "int64")], axis=0)
 

@@ -285,3 +285,14 @@ def test_cpu_gather_of_single_elements(axis, idx_type):
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     got = rammer.compile(model, backend="cpu")({"X": data, "I": idx})["Y"]
     np.testing.assert_array_equal(got, np.take(data, idx.astype(np.int64), axis=axis))
+
+
+def test_perfect_traversal_without_top_levels_walks_from_the_roots(monkeypatch):
+    """Trees x rows too many for even one level of row copies (TOP_ELEMENTS): every level is walked by
+    Gathers from each tree's root (the walk used to start from no position at all)."""
+    from rammer.ml import trees
+
+    monkeypatch.setattr(trees, "TOP_ELEMENTS", 0)
+    rng = np.random.default_rng(11)
+    model = tree_model("reg", rng, n_trees=5, depth=3, n_out=2)
+    check(model, tree_inputs(rng, 16, 6), strategy="perfect_tree_traversal")
