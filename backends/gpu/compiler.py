@@ -137,9 +137,9 @@ class GpuProgram:
 MODES = ("persistent", "wave")
 
 
-def _slots(low: Lowered, io: str) -> set[int]:
-    """The input (``io="in"``) or output slots the calls of ``low`` touch."""
-    return {a.slot for _, args in low.calls for a in args if isinstance(a, Ref) and a.io == io}
+def _refs(low: Lowered) -> set[tuple[str, int]]:
+    """The (``"in"``/``"out"``, slot) pairs the calls of ``low`` touch."""
+    return {(a.io, a.slot) for _, args in low.calls for a in args if isinstance(a, Ref)}
 
 
 def compile_program(graph: Graph, backend: Any, vdevice: VDevice, policy: str = "wavefront",
@@ -180,8 +180,10 @@ def compile_program(graph: Graph, backend: Any, vdevice: VDevice, policy: str = 
     for n in inputs:
         buf(n)
     ops: list[NodeOp] = []
+    touched: list[set[tuple[str, int]]] = []
     for node, low in zip(graph.nodes, first):
-        refs = {(a.io, a.slot) for _, args in low.calls for a in args if isinstance(a, Ref)}
+        refs = _refs(low)
+        touched.append(refs)
         reads = tuple(sorted({buf(node.inputs[s]) for io, s in refs if io == "in"}))
         writes = tuple(sorted({buf(node.outputs[s]) for io, s in refs if io == "out"}))
         ops.append(NodeOp(node, reads, writes))
@@ -208,7 +210,7 @@ def compile_program(graph: Graph, backend: Any, vdevice: VDevice, policy: str = 
         # Cannot happen: lowering is deterministic, and a tiling changes how many calls, not what they touch.
         if len(low.calls) != schedule.ops[i].kernel.num_rtasks:
             raise gp.ProgramError(f"{node.label}: {len(low.calls)} calls for {schedule.ops[i].kernel.num_rtasks} rTasks")
-        if mult != 1 and (_slots(low, "in"), _slots(low, "out")) != (_slots(first[i], "in"), _slots(first[i], "out")):
+        if mult != 1 and _refs(low) != touched[i]:
             raise gp.ProgramError(f"{node.label}: tiling {mult} touches other tensors than tiling 1")
         lowered.append(low)
 
@@ -226,11 +228,9 @@ def compile_program(graph: Graph, backend: Any, vdevice: VDevice, policy: str = 
         first = schedule.ops[i].first_rtask
         # A tensor with no elements touches no memory: the planner may put it where another lives.
         reads = tuple(r for r in ((offset[node.inputs[s]], buffers[index[node.inputs[s]]].nbytes // 4)
-                                  for s in sorted({a.slot for _, args in low.calls for a in args
-                                                   if isinstance(a, Ref) and a.io == "in"})) if r[1])
+                                  for s in sorted(s for io, s in touched[i] if io == "in")) if r[1])
         writes = tuple(r for r in ((offset[node.outputs[s]], buffers[index[node.outputs[s]]].nbytes // 4)
-                                   for s in sorted({a.slot for _, args in low.calls for a in args
-                                                    if isinstance(a, Ref) and a.io == "out"})) if r[1])
+                                   for s in sorted(s for io, s in touched[i] if io == "out")) if r[1])
         for r, (rtask, args) in enumerate(low.calls):
             resolved = tuple(offset[(node.inputs if a.io == "in" else node.outputs)[a.slot]] + a.offset
                              if isinstance(a, Ref) else a for a in args)
