@@ -51,3 +51,10 @@ def shape_chain_model() -> onnx.ModelProto:
 
 def rand(shape: Sequence[int], seed: int = 0, dtype=np.float32) -> np.ndarray:
     return np.random.default_rng(seed).standard_normal(shape).astype(dtype)
+
+
+def matmul_model(n: int = 64) -> onnx.ModelProto:
+    """``y = x @ w`` with x [n, n] and a constant w [n, n]: one node for tests of a backend's rKernel choice."""
+    w = helper.make_tensor("w", TensorProto.FLOAT, [n, n], rand((n, n), 1).ravel().tolist())
+    return make_model([helper.make_node("MatMul", ["x", "w"], ["y"])], [("x", TensorProto.FLOAT, (n, n))],
+                      [("y", TensorProto.FLOAT, (n, n))], initializers=[w])

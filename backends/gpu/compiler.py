@@ -1,12 +1,14 @@
 """The model-level GPU compiler shared by the cuda, rocm and opencl backends.
 
-graph (after the backend's core passes) -> one GPU rKernel per node (:mod:`.lower`; tilings are
-candidates the core scheduler chooses among) -> a core :class:`rammer.schedule.Schedule` on a
-GPU vDevice (wavefront by default), verified -> one float arena planned by
-:func:`rammer.memory.plan_arena` with the schedule's "done before" relation -> block programs
-(:func:`.program.from_schedule`), race-checked -> ONE table-driven entry kernel (:mod:`.entry`),
-rendered in any dialect of :mod:`rammer.codegen`.  Nothing here depends on the dialect: the
-backends differ in the table they render with and the runtime that launches the program.
+graph (after the backend's core passes) -> one GPU rKernel per node (:mod:`.lower`; tilings, and
+plugins' rKernels a tiling runs, are candidates the core scheduler chooses among) -> the core
+pipeline's middle end (:mod:`rammer.pipeline`): each node a ``NodeOp`` over arena buffers, a
+:class:`rammer.schedule.Schedule` on a GPU vDevice (wavefront by default, verified) from
+``schedule_operators``, then ``order_and_plan``: one float arena placed with the schedule's "done
+before" relation (wave mode: memory reused across waves only) -> block programs in the core's
+program form (:func:`.program.from_schedule`), race-checked -> ONE table-driven entry kernel
+(:mod:`.entry`), rendered in any dialect of :mod:`rammer.codegen`.  Nothing here depends on the
+dialect: the backends differ in the table they render with and the runtime that launches the program.
 """
 
 from __future__ import annotations

@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import types
 
-import onnx
 import pytest
-from helpers import make_model, rand
-from onnx import helper
+from helpers import matmul_model
 
 import rammer
 from rammer import plugins
@@ -30,10 +28,7 @@ class _ProfiledMatMul:
 
 @pytest.fixture
 def matmul_graph():
-    w = helper.make_tensor("w", onnx.TensorProto.FLOAT, [64, 64], rand((64, 64), 1).ravel().tolist())
-    model = make_model([helper.make_node("MatMul", ["x", "w"], ["y"])], [("x", onnx.TensorProto.FLOAT, (64, 64))],
-                       [("y", onnx.TensorProto.FLOAT, (64, 64))], initializers=[w])
-    return rammer.load(model)
+    return rammer.load(matmul_model(64))
 
 
 @pytest.fixture(autouse=True)

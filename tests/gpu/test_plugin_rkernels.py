@@ -6,10 +6,8 @@ from __future__ import annotations
 
 import types
 
-import onnx
 import pytest
-from helpers import make_model, rand
-from onnx import helper
+from helpers import matmul_model
 
 import rammer
 from rammer import plugins
@@ -33,14 +31,6 @@ class _ProfiledMatMul:
                 for n in self.counts]
 
 
-@pytest.fixture
-def matmul_graph():
-    w = helper.make_tensor("w", onnx.TensorProto.FLOAT, [64, 64], rand((64, 64), 1).ravel().tolist())
-    model = make_model([helper.make_node("MatMul", ["x", "w"], ["y"])], [("x", onnx.TensorProto.FLOAT, (64, 64))],
-                       [("y", onnx.TensorProto.FLOAT, (64, 64))], initializers=[w])
-    return rammer.load(model)
-
-
 @pytest.fixture(autouse=True)
 def fresh_plugins():
     plugins.reset()
@@ -62,7 +52,8 @@ def _families(prog) -> list[str]:
     return [op.kernel.family for op in prog.schedule.ops]
 
 
-def test_opencl_chooses_a_plugin_rkernel(matmul_graph):
+def test_opencl_chooses_a_plugin_rkernel():
+    matmul_graph = rammer.load(matmul_model(64))
     backend = plugins.backends()["opencl"]
     before = backend.program(matmul_graph, {})
     assert all(f.startswith("gpu.") for f in _families(before))
