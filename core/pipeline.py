@@ -20,7 +20,10 @@ A backend that subclasses :class:`PipelineBackend` implements only :meth:`~Pipel
 :meth:`~PipelineBackend.emit` and :meth:`~PipelineBackend.executable`; a backend with a compiler of
 its own (the cpu's cache, the GPU family's launch modes) calls the middle-end stages
 (:func:`schedule_segments`, :func:`order_and_plan`) from it, so every backend shares one scheduler
-input, one ordering and one arena planner.
+input, one ordering and one arena planner.  A backend whose operators are one graph node each (the GPU
+family, the ipu) uses :class:`NodeOp` (:func:`node_operators` when every tensor is a buffer) and
+schedules with ``graph=``, so its schedule records the graph's nodes; one that launches once per wave
+passes ``waves=`` to :func:`order_and_plan`.
 
 The lowered operators are the backend's own objects; the pipeline reads only what
 :class:`PipelineOp` names (the reads and writes by buffer id, whether it runs on the host, a name and
