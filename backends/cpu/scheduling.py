@@ -75,14 +75,16 @@ def describe(schedule: Schedule) -> dict[str, Any]:
 
 # -- how many vEUs a program's work pays for -------------------------------------------------------
 
-#: What one barrier row costs a vEU that really waits at it for another vEU's rTasks (us), on top of
-#: the simulated schedule's ``barrier_us``: the waiting thread spins, then yields, and the vEU it waits
-#: for runs on another core whose worker may have been descheduled or still be waking.  Measured by
-#: ``ci/bench_small_programs.py`` (elementwise and GEMM chains of growing size, 1 vs 2 vEUs): see
-#: docs/benchmarks.md, "Small programs on one vEU".
+#: What one barrier row costs a vEU that really waits at it for another vEU's rTasks (us of the cost
+#: model's estimates), on top of the simulated schedule's ``barrier_us``: the waiting thread spins,
+#: then yields, and the vEU it waits for runs on another core whose worker may have been descheduled.
+#: Fitted by ``ci/bench_small_programs.py`` (GEMM chains with 2 barriers at 8-64 rows: 7-9 us per
+#: barrier at load 10 on 2 cores; docs/benchmarks.md, "Small programs on one vEU").
 BARRIER_WAIT_US = 10.0
-#: What starting the other vEUs' workers and joining them costs one launch of a compiled segment (us).
-LAUNCH_WAKE_US = 20.0
+#: What starting and joining the other vEUs' workers costs one launch of a compiled segment (us of the
+#: estimates): elementwise chains with no barrier ran 4 us slower on 2 vEUs at 8 rows (same grid) and
+#: paid from 64 rows on, where the estimate of the work (which undercounts short-row dispatch) is 5 us.
+LAUNCH_WAKE_US = 5.0
 
 
 @dataclass(frozen=True)
