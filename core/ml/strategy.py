@@ -65,10 +65,12 @@ def use_kernel(device: str, threshold_dtype: str) -> bool:
     """Whether trees lower to the tree rKernel op on ``device`` when no strategy is forced.
 
     On cpu the kernel's cost per row and tree is the walk itself (one node load, one feature read,
-    one compare per level, about 5 ns), while each tensor-op strategy pays that work plus about
-    1.5 us of dispatch per op per level and copies of [trees, rows] intermediates
-    (``ci/bench_ml.py``: the kernel is faster at every depth and batch measured, see
-    docs/benchmarks.md "A tree-ensemble rKernel"); its kernel compares float32 only."""
+    one compare per level), while each tensor-op strategy pays that work plus about 1.5 us of
+    dispatch per op per level and [trees, rows] intermediates: 10-15 task rows instead of 29-212 for
+    the corpus's forests, 1.6-2.5x less time on one vEU for random-forest(-rows8) and
+    gradient-boosting, and no cell of ``ci/bench_ml.py``'s grid (depth 4-12, 1-1,000 rows) where a
+    tensor-op strategy was clearly faster (docs/benchmarks.md, "Small programs on one vEU and a
+    tree-ensemble rKernel").  The kernel compares float32 only."""
     return device in KERNEL_DEVICES and threshold_dtype == "float32"
 
 
