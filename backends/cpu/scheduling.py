@@ -82,9 +82,13 @@ def describe(schedule: Schedule) -> dict[str, Any]:
 #: barrier at load 10 on 2 cores; docs/benchmarks.md, "Small programs on one vEU").
 BARRIER_WAIT_US = 10.0
 #: What starting and joining the other vEUs' workers costs one launch of a compiled segment (us of the
-#: estimates): elementwise chains with no barrier ran 4 us slower on 2 vEUs at 8 rows (same grid) and
-#: paid from 64 rows on, where the estimate of the work (which undercounts short-row dispatch) is 5 us.
-LAUNCH_WAKE_US = 5.0
+#: estimates).  On the grid at load 10, elementwise chains with no barrier paid on 2 vEUs from 5 us of
+#: estimated work; but the join is a wait on the other worker too, and at load 15-18 a 2-vEU run of a
+#: 40 us program (random-forest-rows8 through the tree rKernel, one barrier) took 30-52 ms median
+#: against 0.11 ms on one vEU: a descheduled worker costs a scheduler time slice.  50 us keeps
+#: programs of less than about 0.1 ms of estimated work on one vEU, at the price of at most about
+#: 50 us on a quiet machine.
+LAUNCH_WAKE_US = 50.0
 
 
 @dataclass(frozen=True)
