@@ -68,9 +68,11 @@ def use_kernel(device: str, threshold_dtype: str) -> bool:
     one compare per level), while each tensor-op strategy pays that work plus about 1.5 us of
     dispatch per op per level and [trees, rows] intermediates: 10-15 task rows instead of 29-212 for
     the corpus's forests, 1.6-2.5x less time on one vEU for random-forest(-rows8) and
-    gradient-boosting, and no cell of ``ci/bench_ml.py``'s grid (depth 4-12, 1-1,000 rows) where a
-    tensor-op strategy was clearly faster (docs/benchmarks.md, "Small programs on one vEU and a
-    tree-ensemble rKernel").  The kernel compares float32 only."""
+    gradient-boosting (in one process, alternating); in ``ci/bench_ml.py``'s grid (depth 4-12,
+    1-1,000 rows, strategies timed one after the other on a loaded machine) it was the fastest in 5
+    of 9 cells and 2-21% behind the fastest in the others, all sub-millisecond runs of 1-8 rows
+    (docs/benchmarks.md, "Small programs on one vEU and a tree-ensemble rKernel").  The kernel
+    compares float32 only."""
     return device in KERNEL_DEVICES and threshold_dtype == "float32"
 
 
