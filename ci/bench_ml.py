@@ -6,7 +6,7 @@ Models (trained here, on synthetic data): a random forest of 100 trees of depth 
 28 features (Hummingbird's HIGGS-sized case) and a deeper one (100 trees, depth 12).
 For each batch size it times ``predict_proba`` of scikit-learn (n_jobs=1), onnxruntime's
 run of the skl2onnx model (zipmap off; default threads and one intra-op thread) and
-rammer's cpu backend for every strategy and for the strategy the measured table picks
+rammer's cpu backend for every strategy (the tree rKernel, `tree_kernel`, included) and for the one it picks
 ("auto"), compiled for the whole batch; above 1,024 rows also ``predict_proba`` of a
 default ``rammer.ml.convert`` model, which runs 1,024 rows at a time.  Compile times are
 reported.
@@ -32,7 +32,7 @@ import rammer.ml as rml  # noqa: E402
 from rammer.bench.quiet import wait_until_idle  # noqa: E402
 from rammer.ml.convert import RUN_ROWS  # noqa: E402
 
-STRATEGIES = ["auto", "gemm", "tree_traversal", "perfect_tree_traversal"]
+STRATEGIES = ["auto", "tree_kernel", "gemm", "tree_traversal", "perfect_tree_traversal"]
 #: Batches above this also run as convert() runs them by default: in runs of this many rows.
 CHUNK = RUN_ROWS
 #: GEMM's middle product is trees x leaves x nodes x rows multiply-adds; past this, skip it.

@@ -175,8 +175,9 @@ def side(role: str, entry: corpus.Entry, args: argparse.Namespace) -> dict[str, 
         return _cold(entry, built, args)
     shapes = {k: v.shape for k, v in built.feeds.items()}
     start = time.perf_counter()
-    model = rammer.compile(built.onnx, backend="cpu", input_shapes=shapes, veus=args.threads,
-                           cache_dir=args.compile_cache)
+    # no ``veus``: the process's NUMBA_NUM_THREADS (= --threads) caps the vEUs and the cost model
+    # picks how many pay, as for a user who names no count (onnxruntime's threads are a cap too)
+    model = rammer.compile(built.onnx, backend="cpu", input_shapes=shapes, cache_dir=args.compile_cache)
     session_s = time.perf_counter() - start
     return {"session_s": session_s, "ms": _time(lambda: model.run(built.feeds), args.seconds)}
 
@@ -191,8 +192,7 @@ def _cold(entry: corpus.Entry, built: corpus.Built, args: argparse.Namespace) ->
     shapes = {k: v.shape for k, v in built.feeds.items()}
     start = time.perf_counter()
     try:
-        model = rammer.compile(built.onnx, backend="cpu", input_shapes=shapes, veus=args.threads,
-                               cache_dir=args.compile_cache)
+        model = rammer.compile(built.onnx, backend="cpu", input_shapes=shapes, cache_dir=args.compile_cache)
     except Exception as exc:
         return {"status": "compile-error", "detail": _short(exc), "fallbacks": []}
     compile_s = time.perf_counter() - start

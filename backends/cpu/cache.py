@@ -129,7 +129,7 @@ def graph_digest(graph: Graph) -> str:
     return h.hexdigest()
 
 
-def _settings_json(num_veus: int, policy: str, pin: bool, batch_rows: int) -> bytes:
+def _settings_json(num_veus: int | str, policy: str, pin: bool, batch_rows: int) -> bytes:
     import llvmlite
     import numba
 
@@ -146,7 +146,7 @@ def _settings_json(num_veus: int, policy: str, pin: bool, batch_rows: int) -> by
                        "cpu": CPU_NAME, "ukernel": [MR, NR]}, sort_keys=True).encode()
 
 
-def cache_key(graph: Graph, num_veus: int, policy: str, pin: bool, batch_rows: int = DEFAULT_BATCH_ROWS) -> str:
+def cache_key(graph: Graph, num_veus: int | str, policy: str, pin: bool, batch_rows: int = DEFAULT_BATCH_ROWS) -> str:
     """The key of ``graph``'s program (a model given as an IR graph)."""
     h = hashlib.sha256()
     h.update(graph_digest(graph).encode())
@@ -156,7 +156,8 @@ def cache_key(graph: Graph, num_veus: int, policy: str, pin: bool, batch_rows: i
     return h.hexdigest()[:32]
 
 
-def source_key(model_key: str, num_veus: int, policy: str, pin: bool, batch_rows: int = DEFAULT_BATCH_ROWS) -> str:
+def source_key(model_key: str, num_veus: int | str, policy: str, pin: bool,
+               batch_rows: int = DEFAULT_BATCH_ROWS) -> str:
     """The key of the program of the model :func:`rammer.model_key.model_key` names (its name and
     nodes follow from its bytes)."""
     h = hashlib.sha256(b"model:" + model_key.encode())
@@ -352,8 +353,8 @@ class CachedExecutable(CpuExecutable):
 class _Store:
     """One cache entry's folder and how to (re)build and save its program."""
 
-    def __init__(self, root: str, folder: str | None, build_graph: Callable[[], Graph], num_veus: int, policy: str,
-                 pin: bool, batch_rows: int):
+    def __init__(self, root: str, folder: str | None, build_graph: Callable[[], Graph], num_veus: int | None,
+                 policy: str, pin: bool, batch_rows: int):
         self.root, self.folder = root, folder
         self._build_graph = build_graph
         self.n, self.policy, self.pin, self.batch_rows = num_veus, policy, pin, batch_rows
@@ -425,6 +426,9 @@ def compile_cached(graph: Graph | None, num_veus: int | None, policy: str, pin: 
     from .scheduling import default_veus
 
     n = num_veus or default_veus()
+    # Without a vEU count the compiler picks one from the cost model (up to n): a key of its own,
+    # so that an explicit count never loads the program chosen for "auto" or the reverse.
+    key_veus: int | str = num_veus if num_veus else f"auto-{n}"
     root = cache_root(cache_dir) if use_cache else ""
     if graph is not None:
         given = graph
@@ -435,10 +439,10 @@ def compile_cached(graph: Graph | None, num_veus: int | None, policy: str, pin: 
     prepared = _prepared(load_graph)
     folder = None
     if use_cache:
-        key = source_key(model_key, n, policy, pin, batch_rows) if model_key else \
-            cache_key(load_graph(), n, policy, pin, batch_rows)
+        key = source_key(model_key, key_veus, policy, pin, batch_rows) if model_key else \
+            cache_key(load_graph(), key_veus, policy, pin, batch_rows)
         folder = os.path.join(root, key)
-    entry = _Store(root, folder, prepared, n, policy, pin, batch_rows)
+    entry = _Store(root, folder, prepared, num_veus, policy, pin, batch_rows)
 
     status = "off"
     if folder:

@@ -29,7 +29,7 @@ from .kernels import MAY_FAIL
 from .lowering import Lowered, Lowerer
 from .ops import CostModel, CpuOp
 from .planner import ALIGN, cpu_aliases
-from .scheduling import available_cores, cpu_candidates, cpu_vdevice, default_veus
+from .scheduling import VeuChoice, available_cores, choose_veus, cpu_candidates, cpu_vdevice, default_veus
 
 
 @dataclass
@@ -43,6 +43,9 @@ class Compiled:
 
 def compile_program(graph: Graph, num_veus: int | None = None, policy: str = "wavefront",
                     pin: bool = False, cost: CostModel | None = None, batch_rows: int = DEFAULT_BATCH_ROWS) -> Compiled:
+    """Compile ``graph`` for ``num_veus`` vEUs; with None, for as many as the cost model finds pay
+    (:func:`.scheduling.choose_veus`: one vEU when the work is too small for the barriers and the
+    worker launch a second vEU costs, else one per core this process may use)."""
     t0 = time.perf_counter()
     cost = cost or CostModel()
     cores = available_cores()
@@ -59,7 +62,14 @@ def compile_program(graph: Graph, num_veus: int | None = None, policy: str = "wa
     progress.stage("scheduling")
     vdevice = cpu_vdevice(n, cost)
     seg_ops = [g for g in groups if isinstance(g, list)]
-    schedules = schedule_segments(groups, cpu_candidates("cpu", graph), vdevice, policy, graph.name)
+    candidates = cpu_candidates("cpu", graph)
+    schedules = schedule_segments(groups, candidates, vdevice, policy, graph.name)
+    choice: VeuChoice | None = None
+    if num_veus is None and n > 1:  # a count the caller gave is kept (tests of multi-vEU programs rely on it)
+        choice = choose_veus(seg_ops, schedules, cost)
+        if choice.veus != n:
+            n = choice.veus
+            schedules = schedule_segments(groups, candidates, cpu_vdevice(n, cost), policy, graph.name)
     t_sched = time.perf_counter()
 
     keep = {lowered.views[t.name].buffer for t in graph.outputs if t.name in lowered.views}
@@ -109,6 +119,8 @@ def compile_program(graph: Graph, num_veus: int | None = None, policy: str = "wa
     report = _report(graph, lowered, schedules, tables, arena, policy, n, {
         "lower": t_lower - t0, "schedule": t_sched - t_lower, "plan": t_plan - t_sched,
         "tables": t_tables - t_plan})
+    if choice is not None:
+        report["veu_choice"] = choice.to_dict()
     report["trace_map"] = _trace_map(graph, lowered, seg_ops, tables)
     program = Program(
         arena_bytes=total, const_bytes=arena.const_bytes, const_blob=const_blob,

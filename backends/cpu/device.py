@@ -32,6 +32,8 @@ CPU_OPS = frozenset({
     "QLinearConv", "QLinearMatMul",
     # as a LayerNormalization and a per-channel affine (the core pass NORM_AS_LAYERNORM)
     "InstanceNormalization", "GroupNormalization",
+    # rammer's tree-ensemble op (what rammer.ml lowers tree ensembles to on cpu; lower_tree.py)
+    "TreeEnsembleScores",
 }) | EW_OPS
 
 OPTIONS = {"veus", "policy", "pin", "cache", "cache_dir", "emit", "max_wait_s", "batch_rows"}

@@ -25,6 +25,7 @@ from .kernels_gemm import k_gemm
 from .kernels_index import k_cumsum, k_gather_elements
 from .kernels_nn import k_layernorm, k_reduce, k_softmax
 from .kernels_quant import k_dequantize, k_dynquant, k_matmul_int, k_qlinear_matmul, k_qlinearconv, k_quantize
+from .kernels_tree import k_tree
 from .kernels_window import k_dwconv, k_pool
 
 SIGNATURE = types.int64(types.voidptr, types.int64, types.voidptr, types.int64, types.voidptr, types.int64,
@@ -135,6 +136,12 @@ def entry_k_cumsum(arena, nbytes, x, nx, r, nr, row, sbase):
     F, B, I, J, X, R = arena_views(arena, nbytes, x, nx, r, nr)
     p = carray(row, (ROW_PARAMS,), np.int64)
     return k_cumsum(F, B, I, J, X, R, p, sbase)
+
+
+def entry_k_tree(arena, nbytes, x, nx, r, nr, row, sbase):
+    F, B, I, J, X, R = arena_views(arena, nbytes, x, nx, r, nr)
+    p = carray(row, (ROW_PARAMS,), np.int64)
+    return k_tree(F, B, I, J, X, R, p, sbase)
 
 
 def entry_k_gather_elements(arena, nbytes, x, nx, r, nr, row, sbase):

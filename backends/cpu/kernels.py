@@ -21,6 +21,7 @@ from . import (
     kernels_index,
     kernels_nn,
     kernels_quant,
+    kernels_tree,
     kernels_window,
 )
 
@@ -48,6 +49,7 @@ KERNELS: dict[str, ModuleType] = {
     "k_matmul_int": kernels_quant,
     "k_qlinearconv": kernels_quant,
     "k_qlinear_matmul": kernels_quant,
+    "k_tree": kernels_tree,
 }
 
 MAY_FAIL = frozenset({"k_gather", "k_gather_elements"})
@@ -73,6 +75,7 @@ DESCRIPTIONS = {
     "k_reduce": "reductions over adjacent axes",
     "k_softmax": "softmax / log-softmax lines",
     "k_layernorm": "layer normalization rows",
+    "k_tree": "tree-ensemble walk: row blocks through a block of trees, leaf weights aggregated",
     "k_cumsum": "cumulative sum lines (CumSum: exclusive, reverse)",
     "k_gather_elements": "GatherElements by run-time indices",
     "k_quantize": "QuantizeLinear to 8 bits (per tensor / per axis)",

@@ -26,6 +26,7 @@ from rammer.lower.ew_translate import EW_OPS, ew_reason, ew_translate
 from rammer.lower.fusion import Group, ancestors, build_groups
 from rammer.lower.operator import OpCycle, Rules, classify, topological_order
 from rammer.lower.views import Buffer, View, dense_strides
+from rammer.ops.control import RAMMER_DOMAIN
 
 from . import control_flow, graph_passes, lower_linalg, lower_nn, lower_views
 from .lower_common import GemmSpec, ew_op, gemm_op
@@ -231,8 +232,9 @@ class Lowerer:
         return bool(outs) and all(t.dtype in ARENA_DTYPES and t.size == 0 for t in outs)
 
     def _host_reason(self, node: Node) -> str:
-        if node.domain not in ("", "ai.onnx"):
-            return f"domain {node.domain}"
+        if node.domain not in ("", "ai.onnx") and not (node.domain == RAMMER_DOMAIN
+                                                        and node.op_type in lower_nn.LOWERINGS):
+            return f"domain {node.domain}"  # (rammer's own ops that have a cpu kernel are compiled)
         if control_flow.is_if(node):
             found = control_flow.branch_fallbacks(node, self.graph, _host_nodes)
             if not found:

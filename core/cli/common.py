@@ -41,9 +41,9 @@ def add_strict_arg(parser: argparse.ArgumentParser) -> None:
 
 def add_tree_strategy_arg(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tree-strategy", default=None,
-                        choices=["auto", "off", "gemm", "tree_traversal", "perfect_tree_traversal"],
-                        help="how ai.onnx.ml tree ensembles become tensor ops (default: chosen from a measured "
-                             "table; docs/ml.md)")
+                        choices=["auto", "off", "tree_kernel", "gemm", "tree_traversal", "perfect_tree_traversal"],
+                        help="how ai.onnx.ml tree ensembles become tensor ops (default: the tree rKernel on cpu, "
+                             "elsewhere chosen from a measured table; docs/ml.md)")
 
 
 def parse_shapes(items: list[str]) -> dict[str, tuple[int, ...]]:

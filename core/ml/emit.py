@@ -32,6 +32,8 @@ class GraphWriter:
         self._count = 0
         self._consts: dict[tuple, str] = {}
         self.opset = int(graph.opset.get("", 17))
+        #: Domains other than the standard one that the written nodes use (the graph must import them).
+        self.domains: set[str] = set()
 
     def fresh(self, hint: str) -> str:
         while True:
@@ -58,8 +60,15 @@ class GraphWriter:
 
     def op(self, op_type: str, inputs: Sequence[str], hint: str | None = None, n_out: int = 1,
            **attrs: Any) -> Any:
+        return self.op_in_domain("", op_type, inputs, hint, n_out, **attrs)
+
+    def op_in_domain(self, domain: str, op_type: str, inputs: Sequence[str], hint: str | None = None,
+                     n_out: int = 1, **attrs: Any) -> Any:
+        """:meth:`op` for an op of another domain than the standard one (rammer's own ops)."""
         outs = tuple(self.fresh(hint or op_type.lower()) for _ in range(n_out))
-        node = Node(op_type, tuple(inputs), outs, outs[0].rsplit("/", 1)[-1] + "@" + self.prefix, "", attrs)
+        node = Node(op_type, tuple(inputs), outs, outs[0].rsplit("/", 1)[-1] + "@" + self.prefix, domain, attrs)
+        if domain:
+            self.domains.add(domain)
         ins = [self.info(i) if i else None for i in inputs]
         values = [self.initializers.get(i, self.graph.initializers.get(i)) if i else None for i in inputs]
         specs = get_op(node).infer(OpContext(node, self.opset, ins, values))

@@ -20,8 +20,9 @@ import numpy as np
 from ..errors import CompileError
 from ..ir import Graph, Node
 from ..ops import ml as mlops
+from ..ops.control import RAMMER_DOMAIN
 from .emit import GraphEmitter, GraphWriter
-from .strategy import OFF, check_strategy, choose
+from .strategy import KERNEL, OFF, check_strategy, choose, use_kernel
 from .trees import STRATEGIES, Lowering, StrategyRefused, lower_gemm, lower_perfect, lower_tree_traversal, split_groups
 
 ML = mlops.ML
@@ -49,6 +50,7 @@ def lower_ml(graph: Graph, tree_strategy: str | None = None, device: str = "cpu"
     nodes: list[Node] = []
     inits = dict(graph.initializers)
     infos = dict(graph.value_info)
+    domains: set[str] = set()
     folded = _scalers_into_linear(graph)
     for i, node in enumerate(graph.nodes):
         lowering = _LOWERINGS.get(node.op_type) if node.domain == ML else None
@@ -72,7 +74,9 @@ def lower_ml(graph: Graph, tree_strategy: str | None = None, device: str = "cpu"
         nodes.extend(w.nodes)
         inits.update(w.initializers)
         infos.update(w.infos)
-    lowered = graph.replace(nodes=tuple(nodes), initializers=inits, value_info=infos)
+        domains |= w.domains
+    opset = {**graph.opset, **{d: 1 for d in sorted(domains) if d not in graph.opset}}
+    lowered = graph.replace(nodes=tuple(nodes), initializers=inits, value_info=infos, opset=opset)
     lowered.verify()
     return lowered
 
@@ -107,16 +111,24 @@ def _tree_ensemble(w: GraphWriter, node: Node, forced: str | None, device: str, 
     x, rows, feats = _matrix_input(w, node.inputs[0], thr_dtype)
     if int(tables.feature.max(initial=0)) >= feats:
         raise mlops.MlModelError(f"a node reads feature {int(tables.feature.max())}, the input has {feats}")
-    xt = w.op("Transpose", [x], perm=[1, 0])
-    low = Lowering(w, xt, w.reshape(xt, [feats * rows]), rows, feats, score_dtype)
     n_groups = groups if groups else min(4, max(1, tables.n_trees // 8))
-    order = [forced] if forced else [choose(tables.depth, rows, device)]
-    order += [s for s in ("perfect_tree_traversal", "tree_traversal", "gemm") if s not in order]
-    parts = []
-    used = []
     # Outputs no leaf writes (a binary classifier scores one class) are zeros, not table columns.
     scored = np.flatnonzero(tables.has_weight)
     full_width = tables.n_outputs
+    kernel = forced == KERNEL or (forced is None and use_kernel(device, thr_dtype))
+    if kernel and thr_dtype == "float32":
+        if 0 < len(scored) < full_width:
+            tables = dataclasses.replace(tables, weights=tables.weights[:, scored])
+        raw = _tree_kernel_scores(w, x, tables, n_groups, agg)
+        if report is not None:
+            report[node.name] = [KERNEL]
+        return _finish_trees(w, node, tables, raw, rows, scored, full_width, agg, score_dtype)
+    xt = w.op("Transpose", [x], perm=[1, 0])
+    low = Lowering(w, xt, w.reshape(xt, [feats * rows]), rows, feats, score_dtype)
+    order = [forced] if forced not in (None, KERNEL) else [choose(tables.depth, rows, device)]
+    order += [s for s in ("perfect_tree_traversal", "tree_traversal", "gemm") if s not in order]
+    parts = []
+    used = []
     if 0 < len(scored) < full_width:
         tables = dataclasses.replace(tables, weights=tables.weights[:, scored])
     for g in split_groups(tables, n_groups):
@@ -139,13 +151,34 @@ def _tree_ensemble(w: GraphWriter, node: Node, forced: str | None, device: str, 
         parts.append(w.op("Transpose", [reduced], perm=[1, 0]) if strategy == "gemm" else reduced)
     combine = {"MIN": "Min", "MAX": "Max"}.get(agg, "Sum")
     raw = parts[0] if len(parts) == 1 else w.op(combine, parts)
+    if report is not None:
+        report[node.name] = sorted(set(used))
+    return _finish_trees(w, node, tables, raw, rows, scored, full_width, agg, score_dtype)
+
+
+def _tree_kernel_scores(w: GraphWriter, x: str, tables: mlops.TreeTables, n_groups: int, agg: str) -> str:
+    """[rows, outputs] aggregated leaf weights through one tree rKernel op per block of trees
+    (:data:`rammer.ops.ml.TREE_SCORES`), the blocks' outputs combined by Sum / Min / Max."""
+    parts = []
+    for g in split_groups(tables, n_groups):
+        t = g.local
+        parts.append(w.op_in_domain(
+            RAMMER_DOMAIN, mlops.TREE_SCORES,
+            [x, w.const(mlops.pack_tree_nodes(t), "tree_nodes"), w.const(t.threshold.astype(np.float32), "thresholds"),
+             w.const(t.roots.astype(np.int64), "roots"), w.const(t.weights.astype(np.float32), "leaf_weights")],
+            "tree_scores", aggregate="SUM" if agg == "AVERAGE" else agg, depth=int(t.depth)))
+    combine = {"MIN": "Min", "MAX": "Max"}.get(agg, "Sum")
+    return parts[0] if len(parts) == 1 else w.op(combine, parts)
+
+
+def _finish_trees(w: GraphWriter, node: Node, tables: mlops.TreeTables, raw: str, rows: int, scored: np.ndarray,
+                  full_width: int, agg: str, score_dtype: str) -> bool:
+    """Base values, post transform and labels after the raw [rows, scored outputs] scores."""
     if 0 < len(scored) < full_width:
         zero = w.const(np.zeros((rows, 1), score_dtype), "unscored")
         at = {int(c): j for j, c in enumerate(scored)}
         raw = w.op("Concat", [w.slice(raw, 1, at[c], at[c] + 1) if c in at else zero for c in range(full_width)],
                    axis=1)
-    if report is not None:
-        report[node.name] = sorted(set(used))
     E = GraphEmitter(w, score_dtype)
     if node.op_type == "TreeEnsembleClassifier":
         weights = mlops.attr_floats(node, "class_weights")

@@ -52,12 +52,34 @@ def choose(depth: int, batch: int, device: str = "cpu") -> str:
 
 #: ``tree_strategy="off"`` keeps the ai.onnx.ml nodes (they run through the op registry).
 OFF = "off"
+#: ``tree_strategy="tree_kernel"``: each block of trees becomes one ``TreeEnsembleScores`` op
+#: (:data:`rammer.ops.ml.TREE_SCORES`), which the cpu backend runs as one rKernel walking rows
+#: through the trees (``backends/cpu/kernels_tree.py``) instead of a program of Gathers and
+#: elementwise ops per level.  Other backends run it through the op registry, so it is chosen
+#: only for the device kinds in :data:`KERNEL_DEVICES`.
+KERNEL = "tree_kernel"
+KERNEL_DEVICES = frozenset({"cpu"})
+
+
+def use_kernel(device: str, threshold_dtype: str) -> bool:
+    """Whether trees lower to the tree rKernel op on ``device`` when no strategy is forced.
+
+    On cpu the kernel's cost per row and tree is the walk itself (one node load, one feature read,
+    one compare per level), while each tensor-op strategy pays that work plus about 1.5 us of
+    dispatch per op per level and [trees, rows] intermediates: 10-15 task rows instead of 29-212 for
+    the corpus's forests, 1.6-2.5x less time on one vEU for random-forest(-rows8) and
+    gradient-boosting (in one process, alternating); in ``ci/bench_ml.py``'s grid (depth 4-12,
+    1-1,000 rows, strategies timed one after the other on a loaded machine) it was the fastest in 5
+    of 9 cells and 2-21% behind the fastest in the others, all sub-millisecond runs of 1-8 rows
+    (docs/benchmarks.md, "Small programs on one vEU and a tree-ensemble rKernel").  The kernel
+    compares float32 only."""
+    return device in KERNEL_DEVICES and threshold_dtype == "float32"
 
 
 def check_strategy(name: str | None) -> str | None:
     """The forced strategy, None for the table's choice; an error for an unknown name."""
     if name in (None, "", "auto"):
         return None
-    if name not in STRATEGIES and name != OFF:
-        raise ValueError(f"tree strategy {name!r} is not one of auto, off, {', '.join(STRATEGIES)}")
+    if name not in STRATEGIES and name not in (OFF, KERNEL):
+        raise ValueError(f"tree strategy {name!r} is not one of auto, off, {KERNEL}, {', '.join(STRATEGIES)}")
     return name

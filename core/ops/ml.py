@@ -22,6 +22,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from ..ir import Node
+from .control import RAMMER_DOMAIN
 from .registry import OpContext, OutSpec, register_op
 
 ML = "ai.onnx.ml"
@@ -660,3 +661,53 @@ def array_feature_extractor(ctx: OpContext, x: np.ndarray, idx: np.ndarray) -> n
         raise ctx.fail(f"an index of {flat.tolist()[:8]} is out of range for {x.shape[-1]} features")
     out = np.take(x, flat, axis=-1)
     return out.reshape(1, -1) if x.ndim == 1 else out
+
+
+# -- rammer's own tree rKernel op (what rammer.ml lowers an ensemble to on cpu) ------------------
+
+#: Columns of the packed node table of :data:`TREE_SCORES` ([N, 4] int64): feature, true child,
+#: false child and ``mode | missing_tracks_true << 3`` (leaves: mode LEAF, children themselves).
+NODE_FEATURE, NODE_TRUE, NODE_FALSE, NODE_CODE = range(4)
+MISSING_SHIFT = 3
+#: The op: rows walked through a block of trees by one kernel, leaf weights aggregated per row.
+#: Inputs ``X`` [B, F] (the thresholds' dtype), ``nodes`` [N, 4] int64, ``thresholds`` [N],
+#: ``roots`` [T] int64, ``weights`` [N, K] float32; attribute ``aggregate`` (SUM, MIN or MAX);
+#: output [B, K] float32: per row, the aggregate over the trees of the leaf weights it reaches
+#: (the ``raw_scores`` of those trees, before base values and post transforms).
+TREE_SCORES = "TreeEnsembleScores"
+
+
+def pack_tree_nodes(t: TreeTables) -> np.ndarray:
+    """``t``'s per-node arrays as the [N, 4] int64 node table of :data:`TREE_SCORES`."""
+    code = t.mode.astype(np.int64) | (t.missing_true.astype(np.int64) << MISSING_SHIFT)
+    return np.stack([t.feature.astype(np.int64), t.true.astype(np.int64), t.false.astype(np.int64), code], axis=1)
+
+
+def _unpack_tree_nodes(nodes: np.ndarray, thresholds: np.ndarray, roots: np.ndarray,
+                       weights: np.ndarray) -> TreeTables:
+    n = len(nodes)
+    mode = (nodes[:, NODE_CODE] & 7).astype(np.int8)
+    tree_of = np.zeros(n, np.int64)  # not read by raw_scores
+    true, false = nodes[:, NODE_TRUE], nodes[:, NODE_FALSE]
+    return TreeTables(nodes[:, NODE_FEATURE], thresholds, mode, true, false,
+                      ((nodes[:, NODE_CODE] >> MISSING_SHIFT) & 1).astype(bool), roots, tree_of,
+                      weights.astype(np.float64), np.ones(weights.shape[1], bool),
+                      _depths(true, false, roots, mode == LEAF))
+
+
+def _infer_tree_scores(ctx: OpContext) -> list[OutSpec]:
+    x, w = ctx.input(0), ctx.input(4)
+    if len(x.shape) != 2 or len(w.shape) != 2:
+        raise ctx.fail(f"X must be [rows, features] and weights [nodes, outputs], got {list(x.shape)} and "
+                       f"{list(w.shape)}")
+    if str(ctx.attr("aggregate", "SUM")) not in ("SUM", "MIN", "MAX"):
+        raise ctx.fail(f"aggregate {ctx.attr('aggregate')!r} is not one of SUM, MIN, MAX")
+    return [("float32", (x.shape[0], w.shape[1]))]
+
+
+@register_op(TREE_SCORES, infer=_infer_tree_scores, domain=RAMMER_DOMAIN)
+def tree_ensemble_scores(ctx: OpContext, x: np.ndarray, nodes: np.ndarray, thresholds: np.ndarray,
+                         roots: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    t = _unpack_tree_nodes(np.asarray(nodes, np.int64), np.asarray(thresholds), np.asarray(roots, np.int64),
+                           np.asarray(weights))
+    return raw_scores(t, x, str(ctx.attr("aggregate", "SUM"))).astype(np.float32)

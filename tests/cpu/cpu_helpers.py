@@ -40,7 +40,12 @@ def node(op: str, inputs: list[str], outputs: list[str] | None = None, **attrs: 
 
 def compare(m: onnx.ModelProto, feeds: dict[str, np.ndarray], rtol: float = 1e-4, atol: float = 1e-5,
             expect_fallback: bool | None = False, **options: Any) -> dict[str, Any]:
-    """Compile on cpu and reference, run both, assert equal within tolerance; returns the cpu report."""
+    """Compile on cpu and reference, run both, assert equal within tolerance; returns the cpu report.
+    Without ``veus`` the cpu program gets one vEU per core (not the cost model's choice, which puts
+    these one-op models on one vEU): the op tests keep covering rTasks split across vEUs."""
+    from rammer.backends.cpu.scheduling import default_veus
+
+    options.setdefault("veus", default_veus())
     cpu = rammer.compile(m, backend="cpu", cache=False, **options)
     ref = rammer.compile(m, backend="reference")
     got, want = cpu(feeds), ref(feeds)

@@ -262,9 +262,10 @@ def test_strategy_off_keeps_the_ml_nodes_and_auto_uses_the_table():
     graph = rammer.load(tree_model("reg", np.random.default_rng(1), depth=3))
     assert lower_ml(graph, "off") is graph
     report: dict = {}
-    lower_ml(graph, None, report=report)
+    # (on cpu the tree rKernel is used instead: tests/ml/test_ml_tree_kernel.py)
+    lower_ml(graph, None, device="gpu", report=report)
     depth = tree_tables(graph.nodes[0], 3).depth
-    assert report["trees"] == [choose(depth, 16, "cpu")]
+    assert report["trees"] == [choose(depth, 16, "gpu")]
     assert choose(8, 1000, "cpu") == "perfect_tree_traversal"
     assert choose(20, 1000, "cpu") == "tree_traversal"
 

@@ -205,4 +205,4 @@ def test_string_class_labels():
         compiled = rml.convert(est, backend=backend, batch=64)
         np.testing.assert_array_equal(compiled.predict(x), est.predict(x))
         np.testing.assert_allclose(compiled.predict_proba(x), est.predict_proba(x), atol=1e-5)
-        assert not any(n.domain for n in compiled.compiled.graph.nodes)
+        assert not any(n.domain == "ai.onnx.ml" for n in compiled.compiled.graph.nodes)
