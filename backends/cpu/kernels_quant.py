@@ -16,6 +16,7 @@ import numpy as np
 from numba import njit
 
 from . import _numba_cache  # noqa: F401  (drops stale numba caches first)
+from .ukernel_int8 import MR, NR, ukernel_int8
 
 _JIT = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
 _u = np.uint64
@@ -340,4 +341,211 @@ def k_qlinearconv(F, B, I, J, X, R, p, sbase):
         for t in range(plane):
             v = np.rint(f32(J[_u(acc + t)]) * mult) + zy
             _saturate_store(B, obase + t, v, lo, hi)
+    return 0
+
+
+@njit(**_JIT)
+def _row_sum(B, at, K, signed):
+    """The sum of the K bytes of an A row (sign-extended when ``signed``)."""
+    s = np.int64(0)
+    if signed:
+        for k in range(K):
+            s += np.int64(np.int8(B[_u(at + k)]))
+    else:
+        for k in range(K):
+            s += np.int64(B[_u(at + k)])
+    return s
+
+
+@njit(**_JIT)
+def k_gemm_int8(F, B, I, J, X, R, p, sbase):
+    """MatMulInteger / QLinearMatMul against a constant B packed at compile time (:func:`.ukernel_int8.pack_b`),
+    tiles [t0, t1) of MR rows x NR columns, tile t = panel * row_tiles + row tile (a task's tiles share
+    a B panel).  Row: [desc, t0, t1].  Descriptor: [a, packed b (bytes), out, rows, K, N, a signed,
+    b unsigned, a zp (-1), b zp (-1), b zp per column, column sums of the packed int8 B (int32),
+    out kind (0: int32, 1: requantized 8 bits), a scale, b scale, b scale per column, y scale, y zp (-1),
+    out signed].
+
+    The micro-kernel sums ``D = sum_k a' * b'`` with a' = a (+128 when a is int8) and b' = b (-128
+    when b is uint8); with zb' = zb - 128 [b unsigned] the zero-point product is
+    ``sum (a - za)(b - zb) = D - rowsum(a) * zb' - colsum(b') * (za + 128 [a signed]) + K * za * zb'``
+    (int64 here, wrapped to int32 as the int32 accumulation of the spec would)."""
+    d = p[0]
+    a = X[d]
+    bp = X[d + 1]
+    out = X[d + 2]
+    rows = X[d + 3]
+    K = X[d + 4]
+    N = X[d + 5]
+    a_signed = X[d + 6] != 0
+    b_unsigned = X[d + 7] != 0
+    a_zp = X[d + 8]
+    b_zp = X[d + 9]
+    b_zp_cols = X[d + 10] != 0
+    colsum = X[d + 11]
+    requant = X[d + 12] != 0
+    o_signed = X[d + 18] != 0
+    lo = -128 if o_signed else 0
+    hi = 127 if o_signed else 255
+    za = np.int64(_byte(B, a_zp, a_signed)) if a_zp >= 0 else np.int64(0)
+    a_shift = za + (128 if a_signed else 0)
+    row_tiles = (rows + MR - 1) // MR
+    k4 = K // 4
+    pbytes = ((K + 3) // 4) * 4 * NR
+    tile = sbase
+    sums = sbase + MR * NR
+    a_scale = f32(0.0)
+    y_scale = f32(1.0)
+    zy = f32(0.0)
+    if requant:
+        a_scale = F[_u(X[d + 13])]
+        y_scale = F[_u(X[d + 16])]
+        zy = f32(_byte(B, X[d + 17], o_signed)) if X[d + 17] >= 0 else f32(0.0)
+    for t in range(p[1], p[2]):
+        panel = t // row_tiles
+        r0 = (t % row_tiles) * MR
+        nr = min(MR, rows - r0)
+        pb = bp + panel * pbytes
+        ukernel_int8(k4, B, a + r0 * K, K, nr, 1 if a_signed else 0, B, pb, J, tile, NR)
+        for r in range(nr):
+            arow = a + (r0 + r) * K
+            J[_u(sums + r)] = np.int32(_row_sum(B, arow, K, a_signed))
+            for kk in range(k4 * 4, K):  # the last K % 4 values of k, past the kernel's groups of 4
+                av = _byte(B, arow + kk, a_signed) + (128 if a_signed else 0)
+                tb = pb + (k4 * NR) * 4 + (kk - k4 * 4)
+                for j in range(NR):
+                    J[_u(tile + r * NR + j)] += av * np.int32(np.int8(B[_u(tb + j * 4)]))
+        c0 = panel * NR
+        nc = min(NR, N - c0)
+        for j in range(nc):
+            col = c0 + j
+            zb = np.int64(0)
+            if b_zp >= 0:
+                zb = np.int64(_byte(B, b_zp + (col if b_zp_cols else 0), not b_unsigned))
+            if b_unsigned:
+                zb -= 128
+            cterm = K * za * zb - np.int64(J[_u(colsum + col)]) * a_shift
+            mult = f32(0.0)
+            if requant:
+                mult = a_scale * F[_u(X[d + 14] + (col if X[d + 15] != 0 else 0))] / y_scale
+            for r in range(nr):
+                v = np.int64(J[_u(tile + r * NR + j)]) - np.int64(J[_u(sums + r)]) * zb + cterm
+                o = (r0 + r) * N + col
+                if requant:
+                    q = np.rint(f32(np.int32(v)) * mult) + zy
+                    _saturate_store(B, out + o, q, lo, hi)
+                else:
+                    J[_u(out + o)] = np.int32(v)
+    return 0
+
+
+@njit(**_JIT)
+def k_qconv_int8(F, B, I, J, X, R, p, sbase):
+    """QLinearConv (2-D, not depthwise) as an 8-bit GEMM per group against weights packed at compile
+    time: tiles [t0, t1) of MR output pixels, tile t = (image * groups + group) * pixel tiles + pixel tile.
+    Row: [desc, t0, t1].  Descriptor: :func:`k_qlinearconv`'s 31 values (the weight's offset that of the
+    packed panels, its signedness replaced by "w unsigned"), then [column sums (int32, per output
+    channel), groups].
+
+    The MR pixels' input windows are gathered into rows of A in the scratch (``K = cin per group * kh
+    * kw`` bytes, padded with zeros to a multiple of 4; taps outside the image read the input zero
+    point, so they add nothing), then the micro-kernel runs over the group's panels of NR output
+    channels; zero points are corrected as in :func:`k_gemm_int8`, the bias added and the result
+    requantized, stored channel-major (NCHW)."""
+    d = p[0]
+    x = X[d]
+    w = X[d + 1]
+    out = X[d + 2]
+    C = X[d + 3]
+    H = X[d + 4]
+    W = X[d + 5]
+    OC = X[d + 6]
+    OH = X[d + 7]
+    OW = X[d + 8]
+    cpg = X[d + 9]
+    opg = X[d + 10]
+    KH = X[d + 11]
+    KW = X[d + 12]
+    sh = X[d + 13]
+    sw = X[d + 14]
+    dh = X[d + 15]
+    dw = X[d + 16]
+    pt = X[d + 17]
+    pl = X[d + 18]
+    x_signed = X[d + 19] != 0
+    w_unsigned = X[d + 20] != 0
+    o_signed = X[d + 21] != 0
+    x_zp = X[d + 22]
+    w_zp = X[d + 23]
+    w_zp_ch = X[d + 24] != 0
+    bias = X[d + 30]
+    colsum = X[d + 31]
+    groups = X[d + 32]
+    lo = -128 if o_signed else 0
+    hi = 127 if o_signed else 255
+    zx = np.int64(_byte(B, x_zp, x_signed)) if x_zp >= 0 else np.int64(0)
+    zx_byte = np.uint8(B[_u(x_zp)]) if x_zp >= 0 else np.uint8(0)
+    a_shift = zx + (128 if x_signed else 0)
+    K = cpg * KH * KW
+    k4 = (K + 3) // 4
+    kp = k4 * 4
+    plane = OH * OW
+    ptiles = (plane + MR - 1) // MR
+    panels = (opg + NR - 1) // NR
+    pbytes = kp * NR
+    abuf = sbase * 4  # the gathered rows, in bytes
+    tile = sbase + (MR * kp) // 4
+    sums = tile + MR * NR
+    x_scale = F[_u(X[d + 25])]
+    y_scale = F[_u(X[d + 28])]
+    zy = f32(_byte(B, X[d + 29], o_signed)) if X[d + 29] >= 0 else f32(0.0)
+    for t in range(p[1], p[2]):
+        pix0 = (t % ptiles) * MR
+        ng = t // ptiles
+        g = ng % groups
+        n = ng // groups
+        nr = min(MR, plane - pix0)
+        for r in range(nr):
+            oh = (pix0 + r) // OW
+            ow = (pix0 + r) % OW
+            arow = abuf + r * kp
+            s = np.int64(0)
+            kk = 0
+            for ci in range(cpg):
+                xplane = x + (n * C + g * cpg + ci) * H * W
+                for i in range(KH):
+                    ih = oh * sh - pt + i * dh
+                    for jj in range(KW):
+                        iw = ow * sw - pl + jj * dw
+                        if ih >= 0 and ih < H and iw >= 0 and iw < W:
+                            v = B[_u(xplane + ih * W + iw)]
+                        else:
+                            v = zx_byte
+                        B[_u(arow + kk)] = v
+                        s += np.int64(np.int8(v)) if x_signed else np.int64(v)
+                        kk += 1
+            for kk in range(K, kp):
+                B[_u(arow + kk)] = 0
+            J[_u(sums + r)] = np.int32(s)
+        for panel in range(panels):
+            pb = w + (g * panels + panel) * pbytes
+            ukernel_int8(k4, B, abuf, kp, nr, 1 if x_signed else 0, B, pb, J, tile, NR)
+            c0 = panel * NR
+            nc = min(NR, opg - c0)
+            for j in range(nc):
+                oc = g * opg + c0 + j
+                zw = np.int64(0)
+                if w_zp >= 0:
+                    zw = np.int64(_byte(B, w_zp + (oc if w_zp_ch else 0), not w_unsigned))
+                if w_unsigned:
+                    zw -= 128
+                cterm = K * zx * zw - np.int64(J[_u(colsum + oc)]) * a_shift
+                if bias >= 0:
+                    cterm += np.int64(J[_u(bias + oc)])
+                mult = x_scale * F[_u(X[d + 26] + (oc if X[d + 27] != 0 else 0))] / y_scale
+                obase = out + (n * OC + oc) * plane + pix0
+                for r in range(nr):
+                    v = np.int64(J[_u(tile + r * NR + j)]) - np.int64(J[_u(sums + r)]) * zw + cterm
+                    q = np.rint(f32(np.int32(v)) * mult) + zy
+                    _saturate_store(B, obase + r, q, lo, hi)
     return 0

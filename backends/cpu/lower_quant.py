@@ -18,6 +18,8 @@ import dataclasses
 import math
 from collections.abc import Callable
 
+import numpy as np
+
 from rammer.ir import Node, TensorInfo
 from rammer.lower.views import View
 from rammer.ops.conv import window_geometry
@@ -25,6 +27,7 @@ from rammer.ops.registry import OpContext
 
 from .lower_context import LowerContext
 from .ops import CpuOp, EmitContext, Row, split_range
+from .ukernel_int8 import MR, NR, pack_b
 
 _EIGHT_BIT = ("uint8", "int8")
 
@@ -190,16 +193,67 @@ def matmul_integer_reason(lw: LowerContext, node: Node) -> str | None:
     return None
 
 
+def _packed_weight(lw: LowerContext, name: str) -> tuple[View, View, bool] | None:
+    """A constant 2-D 8-bit B packed once at compile time for :func:`.kernels_quant.k_gemm_int8`:
+    (the panels as int8, shifted by -128 when B is uint8; their int32 column sums over K; whether B
+    is uint8), or None when B is not a 2-D constant (it is then read in place by the row kernels)."""
+    init = lw.graph.initializers.get(name)
+    if init is None:
+        return None
+    w = np.asarray(init)
+    if w.ndim != 2 or w.dtype not in (np.uint8, np.int8):
+        return None
+    cache = lw.__dict__.setdefault("_packed_int8_weights", {})
+    found = cache.get(name)
+    if found is None:
+        unsigned = w.dtype == np.uint8
+        shifted = (w.astype(np.int16) - (128 if unsigned else 0)).astype(np.int8)
+        packed = lw.const_view(pack_b(shifted).view(np.uint8))
+        colsum = lw.const_view(shifted.astype(np.int32).sum(axis=0, dtype=np.int64).astype(np.int32))
+        found = cache[name] = (packed, colsum, bool(unsigned))
+    return found
+
+
+def _gemm_int8_op(lw: LowerContext, node: Node, a: View, weight: tuple[View, View, bool], out: View, rows: int,
+                  K: int, N: int, zps: tuple[View | None, View | None],
+                  requant: tuple[View, View, View, View | None] | None) -> None:
+    """The op of :func:`.kernels_quant.k_gemm_int8`: A (rows x K, dense) times a packed constant B;
+    ``requant`` (a scale, b scale, y scale, y zero point) for QLinearMatMul, None for MatMulInteger."""
+    packed, colsum, b_unsigned = weight
+    za, zb = zps
+    tiles = -(-rows // MR) * -(-N // NR)
+
+    def emit(ctx: EmitContext, parts: list) -> list[Row]:
+        scales = [-1, -1, 0, -1, -1]
+        if requant is not None:
+            a_s, b_s, y_s, y_zp = requant
+            scales = [ctx.locate(a_s), ctx.locate(b_s), int(b_s.size > 1), ctx.locate(y_s), _zp_at(ctx, y_zp)]
+        desc = ctx.side.add_ints([ctx.locate(a), ctx.locate(packed), ctx.locate(out), rows, K, N,
+                                  int(a.dtype == "int8"), int(b_unsigned), _zp_at(ctx, za), _zp_at(ctx, zb),
+                                  int(zb is not None and zb.size > 1), ctx.locate(colsum), int(requant is not None),
+                                  *scales, int(out.dtype == "int8")])
+        return [("k_gemm_int8", [desc, t0, t1]) for t0, t1 in parts]
+
+    views = [a, packed, colsum, *(v for v in (*zps, *(requant or ())) if v is not None)]
+    lw.add_op(CpuOp(node.name or node.op_type, "gemm.int8", (node,), tuple(sorted({v.buffer for v in views})),
+                    (out.buffer,), 2.0 * rows * N * K, float(a.size + packed.size + 4 * out.size),
+                    _parts(tiles, max(1, 2**18 // max(MR * NR * K, 1))), emit, scratch=MR * NR + MR, blas=True))
+
+
 def lower_matmul_integer(lw: LowerContext, node: Node) -> None:
     a_info, b_info = _info(lw, node.inputs[0]), _info(lw, node.inputs[1])
     *batch, M, K = a_info.shape
     N = b_info.shape[-1]
     rows = math.prod(batch) * M
     a = lw.dense(node.inputs[0])
-    b = lw.dense(node.inputs[1])
     za = lw.dense(_input(node, 2)) if _input(node, 2) else None
     zb = lw.dense(_input(node, 3)) if _input(node, 3) else None
     out = lw.views[node.outputs[0]]
+    weight = _packed_weight(lw, node.inputs[1])
+    if weight is not None:
+        _gemm_int8_op(lw, node, a, weight, out, rows, K, N, (za, zb), None)
+        return
+    b = lw.dense(node.inputs[1])
     b_batch_stride = K * N if len(b_info.shape) > 2 else 0
     zb_cols = int(zb is not None and zb.size > 1)
 
@@ -239,9 +293,15 @@ def lower_qlinear_matmul(lw: LowerContext, node: Node) -> None:
     *batch, M, K = a_info.shape
     N = b_info.shape[-1]
     rows = math.prod(batch) * M
-    a, b = lw.dense(node.inputs[0]), lw.dense(node.inputs[3])
+    a = lw.dense(node.inputs[0])
     views = {slot: lw.dense(node.inputs[slot]) for slot in (1, 2, 4, 5, 6, 7) if _input(node, slot)}
     out = lw.views[node.outputs[0]]
+    weight = _packed_weight(lw, node.inputs[3])
+    if weight is not None:
+        _gemm_int8_op(lw, node, a, weight, out, rows, K, N, (views.get(2), views.get(5)),
+                      (views[1], views[4], views[6], views.get(7)))
+        return
+    b = lw.dense(node.inputs[3])
     b_batch_stride = K * N if len(b_info.shape) > 2 else 0
 
     def emit(ctx: EmitContext, parts: list) -> list[Row]:
@@ -278,6 +338,58 @@ def qlinear_conv_reason(lw: LowerContext, node: Node) -> str | None:
     return None
 
 
+def _packed_conv_weight(lw: LowerContext, name: str, group: int) -> tuple[View, View, bool] | None:
+    """A constant QLinearConv weight (OC, cin per group, kh, kw) packed per group for
+    :func:`.kernels_quant.k_qconv_int8`: each group's (cin * kh * kw) x (OC / group) matrix as
+    :func:`_packed_weight` packs a MatMul's B, the groups one after the other; None when the weight is
+    not a constant (the plane kernel reads it in place)."""
+    init = lw.graph.initializers.get(name)
+    if init is None:
+        return None
+    w = np.asarray(init)
+    if w.ndim != 4 or w.dtype not in (np.uint8, np.int8):
+        return None
+    cache = lw.__dict__.setdefault("_packed_int8_weights", {})
+    key = (name, "conv", group)
+    found = cache.get(key)
+    if found is None:
+        unsigned = w.dtype == np.uint8
+        oc = w.shape[0]
+        shifted = (w.astype(np.int16) - (128 if unsigned else 0)).astype(np.int8).reshape(group, oc // group, -1)
+        packed = np.concatenate([pack_b(shifted[g].T) for g in range(group)])
+        colsum = shifted.astype(np.int64).sum(axis=2).reshape(-1).astype(np.int32)
+        found = cache[key] = (lw.const_view(packed.view(np.uint8)), lw.const_view(colsum), bool(unsigned))
+    return found
+
+
+def _qconv_gemm_op(lw: LowerContext, node: Node, x: View, weight: tuple[View, View, bool], out: View,
+                   views: dict[int, View], dims: tuple[int, ...], geo) -> None:
+    """The op of :func:`.kernels_quant.k_qconv_int8` (tasks over image x group x MR-pixel tiles)."""
+    packed, colsum, w_unsigned = weight
+    N, C, H, W, OC, OH, OW, cpg, group, KH, KW = dims
+    K = cpg * KH * KW
+    kp = -(-K // 4) * 4
+    tiles = N * group * -(-(OH * OW) // MR)
+
+    def emit(ctx: EmitContext, parts: list) -> list[Row]:
+        def at(slot: int) -> int:
+            return ctx.locate(views[slot]) if slot in views else -1
+
+        desc = ctx.side.add_ints([
+            ctx.locate(x), ctx.locate(packed), ctx.locate(out), C, H, W, OC, OH, OW, cpg, OC // group, KH, KW,
+            geo.strides[0], geo.strides[1], geo.dilations[0], geo.dilations[1], geo.pad_begin[0],
+            geo.pad_begin[1], int(x.dtype == "int8"), int(w_unsigned), int(out.dtype == "int8"),
+            at(2), at(5), int(5 in views and views[5].size > 1), at(1), at(4), int(views[4].size > 1), at(6), at(7),
+            at(8), ctx.locate(colsum), group])
+        return [("k_qconv_int8", [desc, t0, t1]) for t0, t1 in parts]
+
+    reads = {x.buffer, packed.buffer, colsum.buffer} | {v.buffer for v in views.values()}
+    lw.add_op(CpuOp(node.name or "QLinearConv", "conv.int8", (node,), tuple(sorted(reads)), (out.buffer,),
+                    2.0 * N * OC * OH * OW * K, float(x.size + packed.size + out.size),
+                    _parts(tiles, max(1, 2**18 // max(MR * K * (OC // group), 1))), emit,
+                    scratch=MR * kp // 4 + MR * NR + MR, blas=True))
+
+
 def lower_qlinear_conv(lw: LowerContext, node: Node) -> None:
     x_info, w_info = _info(lw, node.inputs[0]), _info(lw, node.inputs[3])
     N, C, H, W = x_info.shape
@@ -286,11 +398,15 @@ def lower_qlinear_conv(lw: LowerContext, node: Node) -> None:
     geo = _conv_geometry(lw, node)
     OH, OW = geo.out
     x = lw.dense(node.inputs[0])
-    w = lw.dense(node.inputs[3])
     views = {slot: lw.dense(node.inputs[slot]) for slot in (1, 2, 4, 5, 6, 7, 8) if _input(node, slot)}
     out = lw.views[node.outputs[0]]
     w_zp_ch = int(5 in views and views[5].size > 1)
     w_scale_ch = int(views[4].size > 1)
+    weight = None if cpg == 1 and OC == group else _packed_conv_weight(lw, node.inputs[3], group)
+    if weight is not None:
+        _qconv_gemm_op(lw, node, x, weight, out, views, (N, C, H, W, OC, OH, OW, cpg, group, KH, KW), geo)
+        return
+    w = lw.dense(node.inputs[3])
 
     def emit(ctx: EmitContext, parts: list) -> list[Row]:
         def at(slot: int) -> int:
