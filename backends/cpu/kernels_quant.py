@@ -441,20 +441,22 @@ def k_gemm_int8(F, B, I, J, X, R, p, sbase):
 
 @njit(**_JIT)
 def k_qconv_int8(F, B, I, J, X, R, p, sbase):
-    """QLinearConv (2-D, not depthwise) as an 8-bit GEMM per group against weights packed at compile
-    time: tiles [t0, t1) of MR output pixels, tile t = (image * groups + group) * pixel tiles + pixel tile.
-    Row: [desc, t0, t1].  Descriptor: :func:`k_qlinearconv`'s 31 values (the weight's offset that of the
-    packed panels, its signedness replaced by "w unsigned"), then [column sums (int32, per output
-    channel), groups].
+    """QLinearConv (2-D, not depthwise) as an 8-bit GEMM per group against weights prepared at compile
+    time: output channels are the micro-kernel's rows (A: each channel's ``K = cin per group * kh * kw``
+    weights as uint8, ``w + 128`` for int8, rows padded with zeros to ``Kp``, a multiple of 4), panels of
+    NR output pixels its columns (B: the pixels' input windows gathered at run time into the kernel's
+    layout, 4 consecutive k of a pixel together, as int8: ``x - 128`` for uint8).  Tasks [t0, t1) of
+    t = ((image * groups + group) * pixel panels + panel) * channel chunks + chunk.  Row: [desc, t0, t1].
+    Descriptor: :func:`k_qlinearconv`'s 31 values (the weight's offset that of A), then [A's row sums
+    (int32 per output channel), groups, channel chunks, output channels per chunk].
 
-    The MR pixels' input windows are gathered into rows of A in the scratch (``K = cin per group * kh
-    * kw`` bytes, padded with zeros to a multiple of 4; taps outside the image read the input zero
-    point, so they add nothing), then the micro-kernel runs over the group's panels of NR output
-    channels; zero points are corrected as in :func:`k_gemm_int8`, the bias added and the result
-    requantized, stored channel-major (NCHW)."""
+    With zw' = zw + 128 [w int8] and zx' = zx - 128 [x uint8], ``sum (w - zw)(x - zx) = D - zx' *
+    rowsum(A) - zw' * colsum(B) + K * zw' * zx'``; taps outside the image read x's zero point (they add
+    nothing).  The bias is added and the result requantized as the tile is stored, NR pixels of one
+    channel contiguous (NCHW)."""
     d = p[0]
     x = X[d]
-    w = X[d + 1]
+    wa = X[d + 1]
     out = X[d + 2]
     C = X[d + 3]
     H = X[d + 4]
@@ -473,79 +475,97 @@ def k_qconv_int8(F, B, I, J, X, R, p, sbase):
     pt = X[d + 17]
     pl = X[d + 18]
     x_signed = X[d + 19] != 0
-    w_unsigned = X[d + 20] != 0
+    w_signed = X[d + 20] != 0
     o_signed = X[d + 21] != 0
     x_zp = X[d + 22]
     w_zp = X[d + 23]
     w_zp_ch = X[d + 24] != 0
     bias = X[d + 30]
-    colsum = X[d + 31]
+    rowsum = X[d + 31]
     groups = X[d + 32]
-    lo = -128 if o_signed else 0
-    hi = 127 if o_signed else 255
+    chunks = X[d + 33]
+    per_chunk = X[d + 34]
+    lo = f32(-128.0) if o_signed else f32(0.0)
+    hi = f32(127.0) if o_signed else f32(255.0)
+    zx_byte = B[_u(x_zp)] if x_zp >= 0 else np.uint8(0)
     zx = np.int64(_byte(B, x_zp, x_signed)) if x_zp >= 0 else np.int64(0)
-    zx_byte = np.uint8(B[_u(x_zp)]) if x_zp >= 0 else np.uint8(0)
-    a_shift = zx + (128 if x_signed else 0)
+    zx_shifted = zx if x_signed else zx - 128
+    flip = np.uint8(0) if x_signed else np.uint8(128)
     K = cpg * KH * KW
-    k4 = (K + 3) // 4
-    kp = k4 * 4
+    kp = ((K + 3) // 4) * 4
+    k4 = kp // 4
+    taps = KH * KW
     plane = OH * OW
-    ptiles = (plane + MR - 1) // MR
-    panels = (opg + NR - 1) // NR
-    pbytes = kp * NR
-    abuf = sbase * 4  # the gathered rows, in bytes
-    tile = sbase + (MR * kp) // 4
-    sums = tile + MR * NR
+    ppanels = (plane + NR - 1) // NR
+    pointwise = KH == 1 and KW == 1 and sh == 1 and sw == 1 and pt == 0 and pl == 0 and OH == H and OW == W
+    bpan = sbase * 4  # the gathered panel, bytes
+    colsum = sbase + kp * NR // 4
+    ih0 = colsum + NR
+    iw0 = ih0 + NR
+    tile = iw0 + NR
     x_scale = F[_u(X[d + 25])]
     y_scale = F[_u(X[d + 28])]
     zy = f32(_byte(B, X[d + 29], o_signed)) if X[d + 29] >= 0 else f32(0.0)
+    packed_for = -1
     for t in range(p[1], p[2]):
-        pix0 = (t % ptiles) * MR
-        ng = t // ptiles
+        chunk = t % chunks
+        pan = t // chunks
+        panel = pan % ppanels
+        ng = pan // ppanels
         g = ng % groups
         n = ng // groups
-        nr = min(MR, plane - pix0)
-        for r in range(nr):
-            oh = (pix0 + r) // OW
-            ow = (pix0 + r) % OW
-            arow = abuf + r * kp
-            s = np.int64(0)
-            kk = 0
-            for ci in range(cpg):
+        p0 = panel * NR
+        npx = min(NR, plane - p0)
+        if pan != packed_for:  # consecutive chunks of one panel share its gathering
+            packed_for = pan
+            for q in range(NR):
+                J[_u(colsum + q)] = 0
+            for q in range(kp * NR // 4):
+                J[_u(sbase + q)] = 0
+            for q in range(npx):
+                J[_u(ih0 + q)] = ((p0 + q) // OW) * sh - pt
+                J[_u(iw0 + q)] = ((p0 + q) % OW) * sw - pl
+            for k in range(K):
+                ci = k // taps
+                i = (k // KW) % KH
+                jj = k % KW
                 xplane = x + (n * C + g * cpg + ci) * H * W
-                for i in range(KH):
-                    ih = oh * sh - pt + i * dh
-                    for jj in range(KW):
-                        iw = ow * sw - pl + jj * dw
+                dst = bpan + (k // 4) * NR * 4 + (k % 4)
+                if pointwise:
+                    src = xplane + p0
+                    for q in range(npx):
+                        v = B[_u(src + q)] ^ flip
+                        B[_u(dst + q * 4)] = v
+                        J[_u(colsum + q)] += np.int32(np.int8(v))
+                else:
+                    for q in range(npx):
+                        ih = J[_u(ih0 + q)] + i * dh
+                        iw = J[_u(iw0 + q)] + jj * dw
+                        v = zx_byte
                         if ih >= 0 and ih < H and iw >= 0 and iw < W:
                             v = B[_u(xplane + ih * W + iw)]
-                        else:
-                            v = zx_byte
-                        B[_u(arow + kk)] = v
-                        s += np.int64(np.int8(v)) if x_signed else np.int64(v)
-                        kk += 1
-            for kk in range(K, kp):
-                B[_u(arow + kk)] = 0
-            J[_u(sums + r)] = np.int32(s)
-        for panel in range(panels):
-            pb = w + (g * panels + panel) * pbytes
-            ukernel_int8(k4, B, abuf, kp, nr, 1 if x_signed else 0, B, pb, J, tile, NR)
-            c0 = panel * NR
-            nc = min(NR, opg - c0)
-            for j in range(nc):
-                oc = g * opg + c0 + j
-                zw = np.int64(0)
-                if w_zp >= 0:
-                    zw = np.int64(_byte(B, w_zp + (oc if w_zp_ch else 0), not w_unsigned))
-                if w_unsigned:
-                    zw -= 128
-                cterm = K * zx * zw - np.int64(J[_u(colsum + oc)]) * a_shift
+                        v = v ^ flip
+                        B[_u(dst + q * 4)] = v
+                        J[_u(colsum + q)] += np.int32(np.int8(v))
+        oc_lo = g * opg + chunk * per_chunk
+        oc_hi = min(g * opg + opg, oc_lo + per_chunk)
+        for oc0 in range(oc_lo, oc_hi, MR):
+            nr = min(MR, oc_hi - oc0)
+            ukernel_int8(k4, B, wa + oc0 * kp, kp, nr, 0, B, bpan, J, tile, NR)
+            for r in range(nr):
+                oc = oc0 + r
+                zw = np.int64(_byte(B, w_zp + (oc if w_zp_ch else 0), w_signed)) if w_zp >= 0 else np.int64(0)
+                if w_signed:
+                    zw += 128
+                c_oc = K * zw * zx_shifted - zx_shifted * np.int64(J[_u(rowsum + oc)])
                 if bias >= 0:
-                    cterm += np.int64(J[_u(bias + oc)])
+                    c_oc += np.int64(J[_u(bias + oc)])
                 mult = x_scale * F[_u(X[d + 26] + (oc if X[d + 27] != 0 else 0))] / y_scale
-                obase = out + (n * OC + oc) * plane + pix0
-                for r in range(nr):
-                    v = np.int64(J[_u(tile + r * NR + j)]) - np.int64(J[_u(sums + r)]) * zw + cterm
-                    q = np.rint(f32(np.int32(v)) * mult) + zy
-                    _saturate_store(B, obase + r, q, lo, hi)
+                obase = out + (n * OC + oc) * plane + p0
+                trow = tile + r * NR
+                for q in range(npx):
+                    v = np.int64(J[_u(trow + q)]) - zw * np.int64(J[_u(colsum + q)]) + c_oc
+                    y = np.rint(f32(np.int32(v)) * mult) + zy
+                    y = min(max(y, lo), hi)
+                    B[_u(obase + q)] = np.int32(y) & 255
     return 0

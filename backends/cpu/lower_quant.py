@@ -338,11 +338,11 @@ def qlinear_conv_reason(lw: LowerContext, node: Node) -> str | None:
     return None
 
 
-def _packed_conv_weight(lw: LowerContext, name: str, group: int) -> tuple[View, View, bool] | None:
-    """A constant QLinearConv weight (OC, cin per group, kh, kw) packed per group for
-    :func:`.kernels_quant.k_qconv_int8`: each group's (cin * kh * kw) x (OC / group) matrix as
-    :func:`_packed_weight` packs a MatMul's B, the groups one after the other; None when the weight is
-    not a constant (the plane kernel reads it in place)."""
+def _conv_weight_rows(lw: LowerContext, name: str) -> tuple[View, View] | None:
+    """A constant QLinearConv weight (OC, cin per group, kh, kw) as the rows of
+    :func:`.kernels_quant.k_qconv_int8`'s A: per output channel its ``K`` weights as uint8 (``w + 128``
+    for int8), padded with zeros to a multiple of 4, and their int32 sums; None when the weight is not
+    a constant (the plane kernel reads it in place)."""
     init = lw.graph.initializers.get(name)
     if init is None:
         return None
@@ -350,44 +350,48 @@ def _packed_conv_weight(lw: LowerContext, name: str, group: int) -> tuple[View, 
     if w.ndim != 4 or w.dtype not in (np.uint8, np.int8):
         return None
     cache = lw.__dict__.setdefault("_packed_int8_weights", {})
-    key = (name, "conv", group)
+    key = (name, "conv rows")
     found = cache.get(key)
     if found is None:
-        unsigned = w.dtype == np.uint8
-        oc = w.shape[0]
-        shifted = (w.astype(np.int16) - (128 if unsigned else 0)).astype(np.int8).reshape(group, oc // group, -1)
-        packed = np.concatenate([pack_b(shifted[g].T) for g in range(group)])
-        colsum = shifted.astype(np.int64).sum(axis=2).reshape(-1).astype(np.int32)
-        found = cache[key] = (lw.const_view(packed.view(np.uint8)), lw.const_view(colsum), bool(unsigned))
+        flat = w.reshape(w.shape[0], -1).astype(np.int16) + (128 if w.dtype == np.int8 else 0)
+        k = flat.shape[1]
+        rows = np.zeros((w.shape[0], -(-k // 4) * 4), np.uint8)
+        rows[:, :k] = flat
+        found = cache[key] = (lw.const_view(rows), lw.const_view(flat.sum(axis=1, dtype=np.int64).astype(np.int32)))
     return found
 
 
-def _qconv_gemm_op(lw: LowerContext, node: Node, x: View, weight: tuple[View, View, bool], out: View,
+def _qconv_gemm_op(lw: LowerContext, node: Node, x: View, weight: tuple[View, View], out: View,
                    views: dict[int, View], dims: tuple[int, ...], geo) -> None:
-    """The op of :func:`.kernels_quant.k_qconv_int8` (tasks over image x group x MR-pixel tiles)."""
-    packed, colsum, w_unsigned = weight
+    """The op of :func:`.kernels_quant.k_qconv_int8`: tasks over image x group x NR-pixel panels x
+    chunks of output channels (chunks only where the panels are too few to feed every vEU)."""
+    rows, rowsum = weight
     N, C, H, W, OC, OH, OW, cpg, group, KH, KW = dims
     K = cpg * KH * KW
     kp = -(-K // 4) * 4
-    tiles = N * group * -(-(OH * OW) // MR)
+    opg = OC // group
+    panels = N * group * -(-(OH * OW) // NR)
+    chunks = max(1, min(-(-opg // (2 * MR)), -(-8 // panels)))
+    per_chunk = -(-opg // chunks)
 
     def emit(ctx: EmitContext, parts: list) -> list[Row]:
         def at(slot: int) -> int:
             return ctx.locate(views[slot]) if slot in views else -1
 
         desc = ctx.side.add_ints([
-            ctx.locate(x), ctx.locate(packed), ctx.locate(out), C, H, W, OC, OH, OW, cpg, OC // group, KH, KW,
+            ctx.locate(x), ctx.locate(rows), ctx.locate(out), C, H, W, OC, OH, OW, cpg, opg, KH, KW,
             geo.strides[0], geo.strides[1], geo.dilations[0], geo.dilations[1], geo.pad_begin[0],
-            geo.pad_begin[1], int(x.dtype == "int8"), int(w_unsigned), int(out.dtype == "int8"),
+            geo.pad_begin[1], int(x.dtype == "int8"), int(rows_signed), int(out.dtype == "int8"),
             at(2), at(5), int(5 in views and views[5].size > 1), at(1), at(4), int(views[4].size > 1), at(6), at(7),
-            at(8), ctx.locate(colsum), group])
+            at(8), ctx.locate(rowsum), group, chunks, per_chunk])
         return [("k_qconv_int8", [desc, t0, t1]) for t0, t1 in parts]
 
-    reads = {x.buffer, packed.buffer, colsum.buffer} | {v.buffer for v in views.values()}
+    rows_signed = _info(lw, node.inputs[3]).dtype == "int8"
+    reads = {x.buffer, rows.buffer, rowsum.buffer} | {v.buffer for v in views.values()}
     lw.add_op(CpuOp(node.name or "QLinearConv", "conv.int8", (node,), tuple(sorted(reads)), (out.buffer,),
-                    2.0 * N * OC * OH * OW * K, float(x.size + packed.size + out.size),
-                    _parts(tiles, max(1, 2**18 // max(MR * K * (OC // group), 1))), emit,
-                    scratch=MR * kp // 4 + MR * NR + MR, blas=True))
+                    2.0 * N * OC * OH * OW * K, float(x.size + rows.size + out.size),
+                    _parts(panels * chunks, max(1, 2**18 // max(NR * K * per_chunk, 1))), emit,
+                    scratch=kp * NR // 4 + 3 * NR + MR * NR, blas=True))
 
 
 def lower_qlinear_conv(lw: LowerContext, node: Node) -> None:
@@ -402,7 +406,7 @@ def lower_qlinear_conv(lw: LowerContext, node: Node) -> None:
     out = lw.views[node.outputs[0]]
     w_zp_ch = int(5 in views and views[5].size > 1)
     w_scale_ch = int(views[4].size > 1)
-    weight = None if cpg == 1 and OC == group else _packed_conv_weight(lw, node.inputs[3], group)
+    weight = None if cpg == 1 and OC == group else _conv_weight_rows(lw, node.inputs[3])
     if weight is not None:
         _qconv_gemm_op(lw, node, x, weight, out, views, (N, C, H, W, OC, OH, OW, cpg, group, KH, KW), geo)
         return
