@@ -394,6 +394,11 @@ def k_gemm_int8(F, B, I, J, X, R, p, sbase):
     pbytes = ((K + 3) // 4) * 4 * NR
     tile = sbase
     sums = sbase + MR * NR
+    zbs = sums + MR
+    cterms = zbs + NR
+    mults = cterms + NR
+    lo_f = f32(lo)
+    hi_f = f32(hi)
     a_scale = f32(0.0)
     y_scale = f32(1.0)
     zy = f32(0.0)
@@ -417,25 +422,31 @@ def k_gemm_int8(F, B, I, J, X, R, p, sbase):
                     J[_u(tile + r * NR + j)] += av * np.int32(np.int8(B[_u(tb + j * 4)]))
         c0 = panel * NR
         nc = min(NR, N - c0)
-        for j in range(nc):
+        for j in range(nc):  # the per-column terms once per tile, so that the stores below vectorize
             col = c0 + j
             zb = np.int64(0)
             if b_zp >= 0:
                 zb = np.int64(_byte(B, b_zp + (col if b_zp_cols else 0), not b_unsigned))
             if b_unsigned:
                 zb -= 128
-            cterm = K * za * zb - np.int64(J[_u(colsum + col)]) * a_shift
-            mult = f32(0.0)
+            J[_u(zbs + j)] = np.int32(zb)
+            J[_u(cterms + j)] = np.int32(K * za * zb - np.int64(J[_u(colsum + col)]) * a_shift)
             if requant:
-                mult = a_scale * F[_u(X[d + 14] + (col if X[d + 15] != 0 else 0))] / y_scale
-            for r in range(nr):
-                v = np.int64(J[_u(tile + r * NR + j)]) - np.int64(J[_u(sums + r)]) * zb + cterm
-                o = (r0 + r) * N + col
-                if requant:
-                    q = np.rint(f32(np.int32(v)) * mult) + zy
-                    _saturate_store(B, out + o, q, lo, hi)
-                else:
-                    J[_u(out + o)] = np.int32(v)
+                F[_u(mults + j)] = a_scale * F[_u(X[d + 14] + (col if X[d + 15] != 0 else 0))] / y_scale
+        for r in range(nr):
+            rs = np.int64(J[_u(sums + r)])
+            trow = tile + r * NR
+            o = out + (r0 + r) * N + c0
+            if requant:
+                for j in range(nc):
+                    v = np.int64(J[_u(trow + j)]) - rs * np.int64(J[_u(zbs + j)]) + np.int64(J[_u(cterms + j)])
+                    q = np.rint(f32(np.int32(v)) * F[_u(mults + j)]) + zy
+                    q = min(max(q, lo_f), hi_f)
+                    B[_u(o + j)] = np.int32(q) & 255
+            else:
+                for j in range(nc):
+                    v = np.int64(J[_u(trow + j)]) - rs * np.int64(J[_u(zbs + j)]) + np.int64(J[_u(cterms + j)])
+                    J[_u(o + j)] = np.int32(v)
     return 0
 
 

@@ -30,6 +30,10 @@ from .ops import CpuOp, EmitContext, Row, split_range
 from .ukernel_int8 import MR, NR, pack_b
 
 _EIGHT_BIT = ("uint8", "int8")
+#: Run MatMulInteger / QLinearMatMul with a constant B and non-depthwise QLinearConv with constant
+#: weights on the 8-bit GEMM micro-kernel (:mod:`.ukernel_int8`); off: the row / plane kernels that
+#: read the weights in place (``ci/micro_int8.py --before`` compares the two).
+PACK_INT8_WEIGHTS = True
 
 
 def _info(lw: LowerContext, name: str) -> TensorInfo:
@@ -197,7 +201,7 @@ def _packed_weight(lw: LowerContext, name: str) -> tuple[View, View, bool] | Non
     """A constant 2-D 8-bit B packed once at compile time for :func:`.kernels_quant.k_gemm_int8`:
     (the panels as int8, shifted by -128 when B is uint8; their int32 column sums over K; whether B
     is uint8), or None when B is not a 2-D constant (it is then read in place by the row kernels)."""
-    init = lw.graph.initializers.get(name)
+    init = lw.graph.initializers.get(name) if PACK_INT8_WEIGHTS else None
     if init is None:
         return None
     w = np.asarray(init)
@@ -237,7 +241,8 @@ def _gemm_int8_op(lw: LowerContext, node: Node, a: View, weight: tuple[View, Vie
     views = [a, packed, colsum, *(v for v in (*zps, *(requant or ())) if v is not None)]
     lw.add_op(CpuOp(node.name or node.op_type, "gemm.int8", (node,), tuple(sorted({v.buffer for v in views})),
                     (out.buffer,), 2.0 * rows * N * K, float(a.size + packed.size + 4 * out.size),
-                    _parts(tiles, max(1, 2**18 // max(MR * NR * K, 1))), emit, scratch=MR * NR + MR, blas=True))
+                    _parts(tiles, max(1, 2**18 // max(MR * NR * K, 1))), emit,
+                    scratch=MR * NR + MR + 3 * NR, blas=True))
 
 
 def lower_matmul_integer(lw: LowerContext, node: Node) -> None:
@@ -343,7 +348,7 @@ def _conv_weight_rows(lw: LowerContext, name: str) -> tuple[View, View] | None:
     :func:`.kernels_quant.k_qconv_int8`'s A: per output channel its ``K`` weights as uint8 (``w + 128``
     for int8), padded with zeros to a multiple of 4, and their int32 sums; None when the weight is not
     a constant (the plane kernel reads it in place)."""
-    init = lw.graph.initializers.get(name)
+    init = lw.graph.initializers.get(name) if PACK_INT8_WEIGHTS else None
     if init is None:
         return None
     w = np.asarray(init)

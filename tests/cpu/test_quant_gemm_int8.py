@@ -18,8 +18,8 @@ from onnx import helper, numpy_helper
 from rammer.backends.cpu import ukernel_int8 as U
 
 _TYPES = {"uint8": onnx.TensorProto.UINT8, "int8": onnx.TensorProto.INT8, "float32": onnx.TensorProto.FLOAT}
-FORMS = [pytest.param(True, id="vnni", marks=pytest.mark.skipif(not U.HAS_VNNI, reason="needs a CPU with AVX-512 VNNI")),
-         pytest.param(False, id="portable")]
+_NO_VNNI = pytest.mark.skipif(not U.HAS_VNNI, reason="needs a CPU with AVX-512 VNNI (avx512vnni)")
+FORMS = [pytest.param(True, id="vnni", marks=_NO_VNNI), pytest.param(False, id="portable")]
 
 
 def _model(nodes: list, inputs: dict[str, np.ndarray], outputs: list[str], consts: dict[str, np.ndarray],
