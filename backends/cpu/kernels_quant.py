@@ -43,6 +43,17 @@ def _saturate_store(B, at, v, lo, hi):
 
 
 @njit(**_JIT)
+def _quantize_run(F, B, src, dst, n, s, z, lo, hi):
+    """B[dst:dst + n] = saturate(rint(F[src:src + n] / s) + z) to [lo, hi] (float32 bounds): the
+    clamp as min / max and the run contiguous, so the loop vectorizes (a run is a line of
+    QuantizeLinear, or DynamicQuantizeLinear's whole tensor)."""
+    for j in range(n):
+        v = np.rint(F[_u(src + j)] / s) + z
+        v = min(max(v, lo), hi)
+        B[_u(dst + j)] = np.int32(v) & 255
+
+
+@njit(**_JIT)
 def k_quantize(F, B, I, J, X, R, p, sbase):
     """QuantizeLinear of lines [q0, q1).  Row: [desc, q0, q1].  Descriptor:
     [x, out, axis_len, inner, scale, zp (-1: none), signed, per_axis]: line q is ``inner`` elements at
@@ -57,16 +68,13 @@ def k_quantize(F, B, I, J, X, R, p, sbase):
     zp = X[d + 5]
     signed = X[d + 6] != 0
     per_axis = X[d + 7] != 0
-    lo = -128 if signed else 0
-    hi = 127 if signed else 255
+    lo = f32(-128.0) if signed else f32(0.0)
+    hi = f32(127.0) if signed else f32(255.0)
     for q in range(p[1], p[2]):
         c = q % axis_len if per_axis else 0
         s = F[_u(scale + c)]
         z = f32(_byte(B, zp + c, signed)) if zp >= 0 else f32(0.0)
-        base = q * inner
-        for j in range(inner):
-            v = np.rint(F[_u(x + base + j)] / s) + z
-            _saturate_store(B, out + base + j, v, lo, hi)
+        _quantize_run(F, B, x + q * inner, out + q * inner, inner, s, z, lo, hi)
     return 0
 
 
@@ -88,14 +96,20 @@ def k_dequantize(F, B, I, J, X, R, p, sbase):
         c = q % axis_len if per_axis else 0
         s = F[_u(scale + c)]
         base = q * inner
+        src = x + base
+        dst = out + base
         if kind == 2:
             z = np.int64(J[_u(zp + c)]) if zp >= 0 else np.int64(0)
             for j in range(inner):
-                F[_u(out + base + j)] = f32(np.int64(J[_u(x + base + j)]) - z) * s
-        else:
-            z32 = _byte(B, zp + c, kind == 1) if zp >= 0 else np.int32(0)
+                F[_u(dst + j)] = f32(np.int64(J[_u(src + j)]) - z) * s
+        elif kind == 1:  # int8 and uint8 apart: one branch-free loop each, which vectorizes
+            z32 = _byte(B, zp + c, True) if zp >= 0 else np.int32(0)
             for j in range(inner):
-                F[_u(out + base + j)] = f32(_byte(B, x + base + j, kind == 1) - z32) * s
+                F[_u(dst + j)] = f32(np.int32(np.int8(B[_u(src + j)])) - z32) * s
+        else:
+            z32 = _byte(B, zp + c, False) if zp >= 0 else np.int32(0)
+            for j in range(inner):
+                F[_u(dst + j)] = f32(np.int32(B[_u(src + j)]) - z32) * s
     return 0
 
 
@@ -126,9 +140,7 @@ def k_dynquant(F, B, I, J, X, R, p, sbase):
     zf = f32(0.0) if zf < 0 else (f32(255.0) if zf > 255 else zf)
     F[_u(scale_at)] = s
     B[_u(zp_at)] = np.int64(zf) & 255
-    for j in range(n):
-        v = np.rint(F[_u(x + j)] / s) + zf
-        _saturate_store(B, y + j, v, 0, 255)
+    _quantize_run(F, B, x, y, n, s, zf, f32(0.0), f32(255.0))
     return 0
 
 

@@ -114,7 +114,10 @@ def _zp_at(ctx: EmitContext, zp: View | None) -> int:
     return ctx.locate(zp) if zp is not None else -1
 
 
-def lower_quantize(lw: LowerContext, node: Node) -> None:
+def _lower_qdq(lw: LowerContext, node: Node, kernel: str, code: int, flops_per_element: float) -> None:
+    """QuantizeLinear and DequantizeLinear: the same operands (x, scale, optional zero point, out),
+    lines and partition; ``code`` the kernel's type field (the signedness of the output for
+    :func:`.kernels_quant.k_quantize`, the input's kind for :func:`.kernels_quant.k_dequantize`)."""
     layout = _scalar_or_axis(lw, node)
     assert not isinstance(layout, str)
     lines, axis_len, inner, per_axis = layout
@@ -122,36 +125,24 @@ def lower_quantize(lw: LowerContext, node: Node) -> None:
     scale = lw.dense(node.inputs[1])
     zp = lw.dense(_input(node, 2)) if _input(node, 2) else None
     out = lw.views[node.outputs[0]]
-    signed = int(out.dtype == "int8")
 
     def emit(ctx: EmitContext, parts: list) -> list[Row]:
         desc = ctx.side.add_ints([ctx.locate(x), ctx.locate(out), axis_len, inner, ctx.locate(scale),
-                                  _zp_at(ctx, zp), signed, int(per_axis)])
-        return [("k_quantize", [desc, q0, q1]) for q0, q1 in parts]
+                                  _zp_at(ctx, zp), code, int(per_axis)])
+        return [(kernel, [desc, q0, q1]) for q0, q1 in parts]
 
     reads = tuple(sorted({x.buffer, scale.buffer} | ({zp.buffer} if zp is not None else set())))
-    lw.add_op(CpuOp(node.name or "QuantizeLinear", "quant", (node,), reads, (out.buffer,), 3.0 * x.size,
+    lw.add_op(CpuOp(node.name or node.op_type, "quant", (node,), reads, (out.buffer,), flops_per_element * x.size,
                     5.0 * x.size, _parts(lines, max(1, 4096 // max(inner, 1))), emit))
+
+
+def lower_quantize(lw: LowerContext, node: Node) -> None:
+    _lower_qdq(lw, node, "k_quantize", int(lw.views[node.outputs[0]].dtype == "int8"), 3.0)
 
 
 def lower_dequantize(lw: LowerContext, node: Node) -> None:
-    layout = _scalar_or_axis(lw, node)
-    assert not isinstance(layout, str)
-    lines, axis_len, inner, per_axis = layout
-    x = lw.dense(node.inputs[0])
-    scale = lw.dense(node.inputs[1])
-    zp = lw.dense(_input(node, 2)) if _input(node, 2) else None
-    out = lw.views[node.outputs[0]]
-    kind = {"uint8": 0, "int8": 1, "int32": 2}[x.dtype]
-
-    def emit(ctx: EmitContext, parts: list) -> list[Row]:
-        desc = ctx.side.add_ints([ctx.locate(x), ctx.locate(out), axis_len, inner, ctx.locate(scale),
-                                  _zp_at(ctx, zp), kind, int(per_axis)])
-        return [("k_dequantize", [desc, q0, q1]) for q0, q1 in parts]
-
-    reads = tuple(sorted({x.buffer, scale.buffer} | ({zp.buffer} if zp is not None else set())))
-    lw.add_op(CpuOp(node.name or "DequantizeLinear", "quant", (node,), reads, (out.buffer,), 2.0 * x.size,
-                    5.0 * x.size, _parts(lines, max(1, 4096 // max(inner, 1))), emit))
+    kind = {"uint8": 0, "int8": 1, "int32": 2}[_info(lw, node.inputs[0]).dtype]
+    _lower_qdq(lw, node, "k_dequantize", kind, 2.0)
 
 
 # -- DynamicQuantizeLinear --------------------------------------------------------------------------
