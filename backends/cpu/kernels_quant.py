@@ -283,8 +283,8 @@ def k_qlinearconv(F, B, I, J, X, R, p, sbase):
     y_scale = X[d + 28]
     y_zp = X[d + 29]
     bias = X[d + 30]
-    lo = -128 if o_signed else 0
-    hi = 127 if o_signed else 255
+    lo_f = f32(-128.0) if o_signed else f32(0.0)
+    hi_f = f32(127.0) if o_signed else f32(255.0)
     zx = _byte(B, x_zp, x_signed) if x_zp >= 0 else np.int32(0)
     plane = OH * OW
     acc = sbase
@@ -343,16 +343,20 @@ def k_qlinearconv(F, B, I, J, X, R, p, sbase):
                             else:
                                 for ow in range(ow0, ow1):
                                     J[_u(dst + ow)] += wv * (np.int32(B[_u(src + ow)]) - zx)
+                        elif x_signed:  # strided (a depthwise stride-2 layer): still one branch-free loop per sign
+                            for ow in range(ow0, ow1):
+                                J[_u(dst + ow)] += wv * (np.int32(np.int8(B[_u(src + ow * sw)])) - zx)
                         else:
                             for ow in range(ow0, ow1):
-                                J[_u(dst + ow)] += wv * (_byte(B, src + ow * sw, x_signed) - zx)
+                                J[_u(dst + ow)] += wv * (np.int32(B[_u(src + ow * sw)]) - zx)
         ws = F[_u(w_scale + (oc if w_scale_ch else 0))]
         mult = F[_u(x_scale)] * ws / F[_u(y_scale)]
         zy = f32(_byte(B, y_zp, o_signed)) if y_zp >= 0 else f32(0.0)
         obase = out + q * plane
         for t in range(plane):
             v = np.rint(f32(J[_u(acc + t)]) * mult) + zy
-            _saturate_store(B, obase + t, v, lo, hi)
+            v = min(max(v, lo_f), hi_f)
+            B[_u(obase + t)] = np.int32(v) & 255
     return 0
 
 
@@ -470,8 +474,9 @@ def k_qconv_int8(F, B, I, J, X, R, p, sbase):
     NR output pixels its columns (B: the pixels' input windows gathered at run time into the kernel's
     layout, 4 consecutive k of a pixel together, as int8: ``x - 128`` for uint8).  Tasks [t0, t1) of
     t = ((image * groups + group) * pixel panels + panel) * channel chunks + chunk.  Row: [desc, t0, t1].
-    Descriptor: :func:`k_qlinearconv`'s 31 values (the weight's offset that of A), then [A's row sums
-    (int32 per output channel), groups, channel chunks, output channels per chunk].
+    Descriptor: :func:`k_qlinearconv`'s 31 values (the weight's offset that of A, whose row OC holds
+    K ones: the micro-kernel sums B's columns with it), then [A's row sums (int32 per output channel),
+    groups, channel chunks, output channels per chunk].
 
     With zw' = zw + 128 [w int8] and zx' = zx - 128 [x uint8], ``sum (w - zw)(x - zx) = D - zx' *
     rowsum(A) - zw' * colsum(B) + K * zw' * zx'``; taps outside the image read x's zero point (they add
@@ -541,35 +546,44 @@ def k_qconv_int8(F, B, I, J, X, R, p, sbase):
         npx = min(NR, plane - p0)
         if pan != packed_for:  # consecutive chunks of one panel share its gathering
             packed_for = pan
-            for q in range(NR):
-                J[_u(colsum + q)] = 0
-            for q in range(kp * NR // 4):
-                J[_u(sbase + q)] = 0
-            for q in range(npx):
-                J[_u(ih0 + q)] = ((p0 + q) // OW) * sh - pt
-                J[_u(iw0 + q)] = ((p0 + q) % OW) * sw - pl
-            for k in range(K):
-                ci = k // taps
-                i = (k // KW) % KH
-                jj = k % KW
-                xplane = x + (n * C + g * cpg + ci) * H * W
-                dst = bpan + (k // 4) * NR * 4 + (k % 4)
-                if pointwise:
-                    src = xplane + p0
+            # (k past K and pixels past the plane are left as they are: A's padding is zero, and
+            # columns past the plane are not stored)
+            xg = x + (n * C + g * cpg) * H * W
+            if pointwise:  # k is the channel: 4 input planes interleaved, one loop per group of 4
+                for k0 in range(0, K - 3, 4):
+                    s0 = xg + k0 * H * W + p0
+                    dst = bpan + (k0 // 4) * NR * 4
                     for q in range(npx):
-                        v = B[_u(src + q)] ^ flip
-                        B[_u(dst + q * 4)] = v
-                        J[_u(colsum + q)] += np.int32(np.int8(v))
-                else:
+                        B[_u(dst + q * 4)] = B[_u(s0 + q)] ^ flip
+                        B[_u(dst + q * 4 + 1)] = B[_u(s0 + H * W + q)] ^ flip
+                        B[_u(dst + q * 4 + 2)] = B[_u(s0 + 2 * H * W + q)] ^ flip
+                        B[_u(dst + q * 4 + 3)] = B[_u(s0 + 3 * H * W + q)] ^ flip
+                for k in range(K - K % 4, K):
+                    src = xg + k * H * W + p0
+                    dst = bpan + (k // 4) * NR * 4 + (k % 4)
+                    for q in range(npx):
+                        B[_u(dst + q * 4)] = B[_u(src + q)] ^ flip
+            else:
+                for q in range(npx):
+                    J[_u(ih0 + q)] = ((p0 + q) // OW) * sh - pt
+                    J[_u(iw0 + q)] = ((p0 + q) % OW) * sw - pl
+                for k in range(K):
+                    ci = k // taps
+                    i = (k // KW) % KH
+                    jj = k % KW
+                    xplane = xg + ci * H * W
+                    dst = bpan + (k // 4) * NR * 4 + (k % 4)
                     for q in range(npx):
                         ih = J[_u(ih0 + q)] + i * dh
                         iw = J[_u(iw0 + q)] + jj * dw
                         v = zx_byte
                         if ih >= 0 and ih < H and iw >= 0 and iw < W:
                             v = B[_u(xplane + ih * W + iw)]
-                        v = v ^ flip
-                        B[_u(dst + q * 4)] = v
-                        J[_u(colsum + q)] += np.int32(np.int8(v))
+                        B[_u(dst + q * 4)] = v ^ flip
+            # the panel's column sums by the micro-kernel: A's row past the last channel is K ones
+            ukernel_int8(k4, B, wa + OC * kp, kp, 1, 0, B, bpan, J, tile, NR)
+            for q in range(NR):
+                J[_u(colsum + q)] = J[_u(tile + q)]
         oc_lo = g * opg + chunk * per_chunk
         oc_hi = min(g * opg + opg, oc_lo + per_chunk)
         for oc0 in range(oc_lo, oc_hi, MR):

@@ -337,8 +337,8 @@ def qlinear_conv_reason(lw: LowerContext, node: Node) -> str | None:
 def _conv_weight_rows(lw: LowerContext, name: str) -> tuple[View, View] | None:
     """A constant QLinearConv weight (OC, cin per group, kh, kw) as the rows of
     :func:`.kernels_quant.k_qconv_int8`'s A: per output channel its ``K`` weights as uint8 (``w + 128``
-    for int8), padded with zeros to a multiple of 4, and their int32 sums; None when the weight is not
-    a constant (the plane kernel reads it in place)."""
+    for int8), padded with zeros to a multiple of 4, then one row of K ones; and the int32 sums of the
+    weight rows.  None when the weight is not a constant (the plane kernel reads it in place)."""
     init = lw.graph.initializers.get(name) if PACK_INT8_WEIGHTS else None
     if init is None:
         return None
@@ -351,8 +351,9 @@ def _conv_weight_rows(lw: LowerContext, name: str) -> tuple[View, View] | None:
     if found is None:
         flat = w.reshape(w.shape[0], -1).astype(np.int16) + (128 if w.dtype == np.int8 else 0)
         k = flat.shape[1]
-        rows = np.zeros((w.shape[0], -(-k // 4) * 4), np.uint8)
-        rows[:, :k] = flat
+        rows = np.zeros((w.shape[0] + 1, -(-k // 4) * 4), np.uint8)
+        rows[:-1, :k] = flat
+        rows[-1, :k] = 1  # the column sums of the gathered panels come from the micro-kernel too
         found = cache[key] = (lw.const_view(rows), lw.const_view(flat.sum(axis=1, dtype=np.int64).astype(np.int32)))
     return found
 
