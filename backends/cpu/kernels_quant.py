@@ -528,9 +528,7 @@ def k_qconv_int8(F, B, I, J, X, R, p, sbase):
     pointwise = KH == 1 and KW == 1 and sh == 1 and sw == 1 and pt == 0 and pl == 0 and OH == H and OW == W
     bpan = sbase * 4  # the gathered panel, bytes
     colsum = sbase + kp * NR // 4
-    ih0 = colsum + NR
-    iw0 = ih0 + NR
-    tile = iw0 + NR
+    tile = colsum + NR
     x_scale = F[_u(X[d + 25])]
     y_scale = F[_u(X[d + 28])]
     zy = f32(_byte(B, X[d + 29], o_signed)) if X[d + 29] >= 0 else f32(0.0)
@@ -563,23 +561,37 @@ def k_qconv_int8(F, B, I, J, X, R, p, sbase):
                     dst = bpan + (k // 4) * NR * 4 + (k % 4)
                     for q in range(npx):
                         B[_u(dst + q * 4)] = B[_u(src + q)] ^ flip
-            else:
-                for q in range(npx):
-                    J[_u(ih0 + q)] = ((p0 + q) // OW) * sh - pt
-                    J[_u(iw0 + q)] = ((p0 + q) % OW) * sw - pl
+            else:  # per k, the panel's pixels row by row: one bounds check per row, branch-free runs
+                zfill = zx_byte ^ flip
                 for k in range(K):
                     ci = k // taps
                     i = (k // KW) % KH
                     jj = k % KW
                     xplane = xg + ci * H * W
                     dst = bpan + (k // 4) * NR * 4 + (k % 4)
-                    for q in range(npx):
-                        ih = J[_u(ih0 + q)] + i * dh
-                        iw = J[_u(iw0 + q)] + jj * dw
-                        v = zx_byte
-                        if ih >= 0 and ih < H and iw >= 0 and iw < W:
-                            v = B[_u(xplane + ih * W + iw)]
-                        B[_u(dst + q * 4)] = v ^ flip
+                    q = 0
+                    while q < npx:
+                        oh = (p0 + q) // OW
+                        ow_first = (p0 + q) % OW
+                        seg = min(npx - q, OW - ow_first)
+                        ih = oh * sh - pt + i * dh
+                        off = jj * dw - pl  # input column of output column ow: ow * sw + off
+                        a0 = 0  # output columns [a0, a1) of this row read inside the image
+                        if off < 0:
+                            a0 = (-off + sw - 1) // sw
+                        a1 = (W - 1 - off) // sw + 1 if W - 1 - off >= 0 else 0
+                        a0 = max(a0, ow_first)
+                        a1 = min(a1, ow_first + seg)
+                        if ih < 0 or ih >= H or a1 <= a0:
+                            a0 = a1 = ow_first
+                        for ow in range(ow_first, a0):
+                            B[_u(dst + (q + ow - ow_first) * 4)] = zfill
+                        src = xplane + ih * W + off
+                        for ow in range(a0, a1):
+                            B[_u(dst + (q + ow - ow_first) * 4)] = B[_u(src + ow * sw)] ^ flip
+                        for ow in range(a1, ow_first + seg):
+                            B[_u(dst + (q + ow - ow_first) * 4)] = zfill
+                        q += seg
             # the panel's column sums by the micro-kernel: A's row past the last channel is K ones
             ukernel_int8(k4, B, wa + OC * kp, kp, 1, 0, B, bpan, J, tile, NR)
             for q in range(NR):

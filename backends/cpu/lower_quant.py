@@ -388,7 +388,7 @@ def _qconv_gemm_op(lw: LowerContext, node: Node, x: View, weight: tuple[View, Vi
     lw.add_op(CpuOp(node.name or "QLinearConv", "conv.int8", (node,), tuple(sorted(reads)), (out.buffer,),
                     2.0 * N * OC * OH * OW * K, float(x.size + rows.size + out.size),
                     _parts(panels * chunks, max(1, 2**18 // max(NR * K * per_chunk, 1))), emit,
-                    scratch=kp * NR // 4 + 3 * NR + MR * NR, blas=True))
+                    scratch=kp * NR // 4 + NR + MR * NR, blas=True))
 
 
 def lower_qlinear_conv(lw: LowerContext, node: Node) -> None:
