@@ -10,6 +10,12 @@
 * QLinearConv (2-D, any group / stride / dilation / padding, per-tensor or per-channel weights).
 
 Scales and zero points are read from the arena, so they may be constants or computed at run time.
+
+A constant B of MatMulInteger / QLinearMatMul and the constant weights of a non-depthwise QLinearConv are
+prepared at compile time for the 8-bit GEMM micro-kernel (:mod:`.ukernel_int8`, VNNI where the CPU has
+it): B packed in its panel layout (``k_gemm_int8``), conv weights as uint8 rows (``k_qconv_int8``).
+Run-time weights and depthwise convolutions use the row / plane kernels (``k_matmul_int``,
+``k_qlinear_matmul``, ``k_qlinearconv``), as does everything with :data:`PACK_INT8_WEIGHTS` off.
 """
 
 from __future__ import annotations
