@@ -156,3 +156,16 @@ def test_portable_form_runs_the_models_where_vnni_is_absent(tmp_path):
     done = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=1200)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
     assert "portable ok" in done.stdout
+
+
+def test_row_and_plane_kernels_still_serve_with_packing_off(monkeypatch):
+    """``PACK_INT8_WEIGHTS`` off (the micro-benchmark's "before", and the path of run-time weights): a
+    strided and a pointwise QLinearConv and a MatMulInteger on the old kernels still match."""
+    from rammer.backends.cpu import lower_quant
+
+    monkeypatch.setattr(lower_quant, "PACK_INT8_WEIGHTS", False)
+    for case in [((1, 6, 9, 9), (5, 6, 3, 3), "uint8", "int8", "uint8", True, True, dict(strides=[2, 2])),
+                 ((1, 8, 5, 7), (9, 8, 1, 1), "int8", "int8", "int8", False, False, {})]:
+        m, feeds = _qconv(*case[:7], **case[7])
+        compare(m, feeds, expect_fallback=False)
+    test_matmul_integer_packed_grid("uint8", "int8")
