@@ -24,7 +24,16 @@ from .kernels_ew import arena_views, ensure_epilogue_symbol, k_ew
 from .kernels_gemm import k_gemm
 from .kernels_index import k_cumsum, k_gather_elements
 from .kernels_nn import k_layernorm, k_reduce, k_softmax
-from .kernels_quant import k_dequantize, k_dynquant, k_matmul_int, k_qlinear_matmul, k_qlinearconv, k_quantize
+from .kernels_quant import (
+    k_dequantize,
+    k_dynquant,
+    k_gemm_int8,
+    k_matmul_int,
+    k_qconv_int8,
+    k_qlinear_matmul,
+    k_qlinearconv,
+    k_quantize,
+)
 from .kernels_tree import k_tree
 from .kernels_window import k_dwconv, k_pool
 
@@ -178,6 +187,18 @@ def entry_k_qlinearconv(arena, nbytes, x, nx, r, nr, row, sbase):
     F, B, I, J, X, R = arena_views(arena, nbytes, x, nx, r, nr)
     p = carray(row, (ROW_PARAMS,), np.int64)
     return k_qlinearconv(F, B, I, J, X, R, p, sbase)
+
+
+def entry_k_gemm_int8(arena, nbytes, x, nx, r, nr, row, sbase):
+    F, B, I, J, X, R = arena_views(arena, nbytes, x, nx, r, nr)
+    p = carray(row, (ROW_PARAMS,), np.int64)
+    return k_gemm_int8(F, B, I, J, X, R, p, sbase)
+
+
+def entry_k_qconv_int8(arena, nbytes, x, nx, r, nr, row, sbase):
+    F, B, I, J, X, R = arena_views(arena, nbytes, x, nx, r, nr)
+    p = carray(row, (ROW_PARAMS,), np.int64)
+    return k_qconv_int8(F, B, I, J, X, R, p, sbase)
 
 
 def entry_k_qlinear_matmul(arena, nbytes, x, nx, r, nr, row, sbase):

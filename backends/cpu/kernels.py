@@ -50,6 +50,8 @@ KERNELS: dict[str, ModuleType] = {
     "k_qlinearconv": kernels_quant,
     "k_qlinear_matmul": kernels_quant,
     "k_tree": kernels_tree,
+    "k_gemm_int8": kernels_quant,
+    "k_qconv_int8": kernels_quant,
 }
 
 MAY_FAIL = frozenset({"k_gather", "k_gather_elements"})
@@ -84,6 +86,10 @@ DESCRIPTIONS = {
     "k_matmul_int": "MatMulInteger rows, int32 accumulation",
     "k_qlinearconv": "QLinearConv planes: int32 accumulation, float32 requantization",
     "k_qlinear_matmul": "QLinearMatMul rows: int32 accumulation, float32 requantization",
+    "k_gemm_int8": "8-bit GEMM tiles against a weight packed at compile time (VNNI where the CPU has it)"
+                   " + zero-point corrections + int32 store or requantization",
+    "k_qconv_int8": "QLinearConv (not depthwise) as 8-bit GEMM tiles: pixel windows gathered, weights packed"
+                    " at compile time (VNNI where the CPU has it), requantized",
 }
 
 def kernels_fingerprint() -> str:

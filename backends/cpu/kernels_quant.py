@@ -16,6 +16,7 @@ import numpy as np
 from numba import njit
 
 from . import _numba_cache  # noqa: F401  (drops stale numba caches first)
+from .ukernel_int8 import MR, NR, ukernel_int8
 
 _JIT = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
 _u = np.uint64
@@ -42,6 +43,17 @@ def _saturate_store(B, at, v, lo, hi):
 
 
 @njit(**_JIT)
+def _quantize_run(F, B, src, dst, n, s, z, lo, hi):
+    """B[dst:dst + n] = saturate(rint(F[src:src + n] / s) + z) to [lo, hi] (float32 bounds): the
+    clamp as min / max and the run contiguous, so the loop vectorizes (a run is a line of
+    QuantizeLinear, or DynamicQuantizeLinear's whole tensor)."""
+    for j in range(n):
+        v = np.rint(F[_u(src + j)] / s) + z
+        v = min(max(v, lo), hi)
+        B[_u(dst + j)] = np.int32(v) & 255
+
+
+@njit(**_JIT)
 def k_quantize(F, B, I, J, X, R, p, sbase):
     """QuantizeLinear of lines [q0, q1).  Row: [desc, q0, q1].  Descriptor:
     [x, out, axis_len, inner, scale, zp (-1: none), signed, per_axis]: line q is ``inner`` elements at
@@ -56,16 +68,13 @@ def k_quantize(F, B, I, J, X, R, p, sbase):
     zp = X[d + 5]
     signed = X[d + 6] != 0
     per_axis = X[d + 7] != 0
-    lo = -128 if signed else 0
-    hi = 127 if signed else 255
+    lo = f32(-128.0) if signed else f32(0.0)
+    hi = f32(127.0) if signed else f32(255.0)
     for q in range(p[1], p[2]):
         c = q % axis_len if per_axis else 0
         s = F[_u(scale + c)]
         z = f32(_byte(B, zp + c, signed)) if zp >= 0 else f32(0.0)
-        base = q * inner
-        for j in range(inner):
-            v = np.rint(F[_u(x + base + j)] / s) + z
-            _saturate_store(B, out + base + j, v, lo, hi)
+        _quantize_run(F, B, x + q * inner, out + q * inner, inner, s, z, lo, hi)
     return 0
 
 
@@ -87,14 +96,20 @@ def k_dequantize(F, B, I, J, X, R, p, sbase):
         c = q % axis_len if per_axis else 0
         s = F[_u(scale + c)]
         base = q * inner
+        src = x + base
+        dst = out + base
         if kind == 2:
             z = np.int64(J[_u(zp + c)]) if zp >= 0 else np.int64(0)
             for j in range(inner):
-                F[_u(out + base + j)] = f32(np.int64(J[_u(x + base + j)]) - z) * s
-        else:
-            z32 = _byte(B, zp + c, kind == 1) if zp >= 0 else np.int32(0)
+                F[_u(dst + j)] = f32(np.int64(J[_u(src + j)]) - z) * s
+        elif kind == 1:  # int8 and uint8 apart: one branch-free loop each, which vectorizes
+            z32 = _byte(B, zp + c, True) if zp >= 0 else np.int32(0)
             for j in range(inner):
-                F[_u(out + base + j)] = f32(_byte(B, x + base + j, kind == 1) - z32) * s
+                F[_u(dst + j)] = f32(np.int32(np.int8(B[_u(src + j)])) - z32) * s
+        else:
+            z32 = _byte(B, zp + c, False) if zp >= 0 else np.int32(0)
+            for j in range(inner):
+                F[_u(dst + j)] = f32(np.int32(B[_u(src + j)]) - z32) * s
     return 0
 
 
@@ -125,9 +140,7 @@ def k_dynquant(F, B, I, J, X, R, p, sbase):
     zf = f32(0.0) if zf < 0 else (f32(255.0) if zf > 255 else zf)
     F[_u(scale_at)] = s
     B[_u(zp_at)] = np.int64(zf) & 255
-    for j in range(n):
-        v = np.rint(F[_u(x + j)] / s) + zf
-        _saturate_store(B, y + j, v, 0, 255)
+    _quantize_run(F, B, x, y, n, s, zf, f32(0.0), f32(255.0))
     return 0
 
 
@@ -270,8 +283,8 @@ def k_qlinearconv(F, B, I, J, X, R, p, sbase):
     y_scale = X[d + 28]
     y_zp = X[d + 29]
     bias = X[d + 30]
-    lo = -128 if o_signed else 0
-    hi = 127 if o_signed else 255
+    lo_f = f32(-128.0) if o_signed else f32(0.0)
+    hi_f = f32(127.0) if o_signed else f32(255.0)
     zx = _byte(B, x_zp, x_signed) if x_zp >= 0 else np.int32(0)
     plane = OH * OW
     acc = sbase
@@ -330,14 +343,278 @@ def k_qlinearconv(F, B, I, J, X, R, p, sbase):
                             else:
                                 for ow in range(ow0, ow1):
                                     J[_u(dst + ow)] += wv * (np.int32(B[_u(src + ow)]) - zx)
+                        elif x_signed:  # strided (a depthwise stride-2 layer): still one branch-free loop per sign
+                            for ow in range(ow0, ow1):
+                                J[_u(dst + ow)] += wv * (np.int32(np.int8(B[_u(src + ow * sw)])) - zx)
                         else:
                             for ow in range(ow0, ow1):
-                                J[_u(dst + ow)] += wv * (_byte(B, src + ow * sw, x_signed) - zx)
+                                J[_u(dst + ow)] += wv * (np.int32(B[_u(src + ow * sw)]) - zx)
         ws = F[_u(w_scale + (oc if w_scale_ch else 0))]
         mult = F[_u(x_scale)] * ws / F[_u(y_scale)]
         zy = f32(_byte(B, y_zp, o_signed)) if y_zp >= 0 else f32(0.0)
         obase = out + q * plane
         for t in range(plane):
             v = np.rint(f32(J[_u(acc + t)]) * mult) + zy
-            _saturate_store(B, obase + t, v, lo, hi)
+            v = min(max(v, lo_f), hi_f)
+            B[_u(obase + t)] = np.int32(v) & 255
+    return 0
+
+
+@njit(**_JIT)
+def _row_sum(B, at, K, signed):
+    """The sum of the K bytes of an A row (sign-extended when ``signed``)."""
+    s = np.int64(0)
+    if signed:
+        for k in range(K):
+            s += np.int64(np.int8(B[_u(at + k)]))
+    else:
+        for k in range(K):
+            s += np.int64(B[_u(at + k)])
+    return s
+
+
+@njit(**_JIT)
+def k_gemm_int8(F, B, I, J, X, R, p, sbase):
+    """MatMulInteger / QLinearMatMul against a constant B packed at compile time (:func:`.ukernel_int8.pack_b`),
+    tiles [t0, t1) of MR rows x NR columns, tile t = panel * row_tiles + row tile (a task's tiles share
+    a B panel).  Row: [desc, t0, t1].  Descriptor: [a, packed b (bytes), out, rows, K, N, a signed,
+    b unsigned, a zp (-1), b zp (-1), b zp per column, column sums of the packed int8 B (int32),
+    out kind (0: int32, 1: requantized 8 bits), a scale, b scale, b scale per column, y scale, y zp (-1),
+    out signed].
+
+    The micro-kernel sums ``D = sum_k a' * b'`` with a' = a (+128 when a is int8) and b' = b (-128
+    when b is uint8); with zb' = zb - 128 [b unsigned] the zero-point product is
+    ``sum (a - za)(b - zb) = D - rowsum(a) * zb' - colsum(b') * (za + 128 [a signed]) + K * za * zb'``
+    (int64 here, wrapped to int32 as the int32 accumulation of the spec would)."""
+    d = p[0]
+    a = X[d]
+    bp = X[d + 1]
+    out = X[d + 2]
+    rows = X[d + 3]
+    K = X[d + 4]
+    N = X[d + 5]
+    a_signed = X[d + 6] != 0
+    b_unsigned = X[d + 7] != 0
+    a_zp = X[d + 8]
+    b_zp = X[d + 9]
+    b_zp_cols = X[d + 10] != 0
+    colsum = X[d + 11]
+    requant = X[d + 12] != 0
+    o_signed = X[d + 18] != 0
+    lo = -128 if o_signed else 0
+    hi = 127 if o_signed else 255
+    za = np.int64(_byte(B, a_zp, a_signed)) if a_zp >= 0 else np.int64(0)
+    a_shift = za + (128 if a_signed else 0)
+    row_tiles = (rows + MR - 1) // MR
+    k4 = K // 4
+    pbytes = ((K + 3) // 4) * 4 * NR
+    tile = sbase
+    sums = sbase + MR * NR
+    zbs = sums + MR
+    cterms = zbs + NR
+    mults = cterms + NR
+    lo_f = f32(lo)
+    hi_f = f32(hi)
+    a_scale = f32(0.0)
+    y_scale = f32(1.0)
+    zy = f32(0.0)
+    if requant:
+        a_scale = F[_u(X[d + 13])]
+        y_scale = F[_u(X[d + 16])]
+        zy = f32(_byte(B, X[d + 17], o_signed)) if X[d + 17] >= 0 else f32(0.0)
+    for t in range(p[1], p[2]):
+        panel = t // row_tiles
+        r0 = (t % row_tiles) * MR
+        nr = min(MR, rows - r0)
+        pb = bp + panel * pbytes
+        ukernel_int8(k4, B, a + r0 * K, K, nr, 1 if a_signed else 0, B, pb, J, tile, NR)
+        for r in range(nr):
+            arow = a + (r0 + r) * K
+            J[_u(sums + r)] = np.int32(_row_sum(B, arow, K, a_signed))
+            for kk in range(k4 * 4, K):  # the last K % 4 values of k, past the kernel's groups of 4
+                av = _byte(B, arow + kk, a_signed) + (128 if a_signed else 0)
+                tb = pb + (k4 * NR) * 4 + (kk - k4 * 4)
+                for j in range(NR):
+                    J[_u(tile + r * NR + j)] += av * np.int32(np.int8(B[_u(tb + j * 4)]))
+        c0 = panel * NR
+        nc = min(NR, N - c0)
+        for j in range(nc):  # the per-column terms once per tile, so that the stores below vectorize
+            col = c0 + j
+            zb = np.int64(0)
+            if b_zp >= 0:
+                zb = np.int64(_byte(B, b_zp + (col if b_zp_cols else 0), not b_unsigned))
+            if b_unsigned:
+                zb -= 128
+            J[_u(zbs + j)] = np.int32(zb)
+            J[_u(cterms + j)] = np.int32(K * za * zb - np.int64(J[_u(colsum + col)]) * a_shift)
+            if requant:
+                F[_u(mults + j)] = a_scale * F[_u(X[d + 14] + (col if X[d + 15] != 0 else 0))] / y_scale
+        for r in range(nr):
+            rs = np.int64(J[_u(sums + r)])
+            trow = tile + r * NR
+            o = out + (r0 + r) * N + c0
+            if requant:
+                for j in range(nc):
+                    v = np.int64(J[_u(trow + j)]) - rs * np.int64(J[_u(zbs + j)]) + np.int64(J[_u(cterms + j)])
+                    q = np.rint(f32(np.int32(v)) * F[_u(mults + j)]) + zy
+                    q = min(max(q, lo_f), hi_f)
+                    B[_u(o + j)] = np.int32(q) & 255
+            else:
+                for j in range(nc):
+                    v = np.int64(J[_u(trow + j)]) - rs * np.int64(J[_u(zbs + j)]) + np.int64(J[_u(cterms + j)])
+                    J[_u(o + j)] = np.int32(v)
+    return 0
+
+
+@njit(**_JIT)
+def k_qconv_int8(F, B, I, J, X, R, p, sbase):
+    """QLinearConv (2-D, not depthwise) as an 8-bit GEMM per group against weights prepared at compile
+    time: output channels are the micro-kernel's rows (A: each channel's ``K = cin per group * kh * kw``
+    weights as uint8, ``w + 128`` for int8, rows padded with zeros to ``Kp``, a multiple of 4), panels of
+    NR output pixels its columns (B: the pixels' input windows gathered at run time into the kernel's
+    layout, 4 consecutive k of a pixel together, as int8: ``x - 128`` for uint8).  Tasks [t0, t1) of
+    t = ((image * groups + group) * pixel panels + panel) * channel chunks + chunk.  Row: [desc, t0, t1].
+    Descriptor: :func:`k_qlinearconv`'s 31 values (the weight's offset that of A, whose row OC holds
+    K ones: the micro-kernel sums B's columns with it), then [A's row sums (int32 per output channel),
+    groups, channel chunks, output channels per chunk].
+
+    With zw' = zw + 128 [w int8] and zx' = zx - 128 [x uint8], ``sum (w - zw)(x - zx) = D - zx' *
+    rowsum(A) - zw' * colsum(B) + K * zw' * zx'``; taps outside the image read x's zero point (they add
+    nothing).  The bias is added and the result requantized as the tile is stored, NR pixels of one
+    channel contiguous (NCHW)."""
+    d = p[0]
+    x = X[d]
+    wa = X[d + 1]
+    out = X[d + 2]
+    C = X[d + 3]
+    H = X[d + 4]
+    W = X[d + 5]
+    OC = X[d + 6]
+    OH = X[d + 7]
+    OW = X[d + 8]
+    cpg = X[d + 9]
+    opg = X[d + 10]
+    KH = X[d + 11]
+    KW = X[d + 12]
+    sh = X[d + 13]
+    sw = X[d + 14]
+    dh = X[d + 15]
+    dw = X[d + 16]
+    pt = X[d + 17]
+    pl = X[d + 18]
+    x_signed = X[d + 19] != 0
+    w_signed = X[d + 20] != 0
+    o_signed = X[d + 21] != 0
+    x_zp = X[d + 22]
+    w_zp = X[d + 23]
+    w_zp_ch = X[d + 24] != 0
+    bias = X[d + 30]
+    rowsum = X[d + 31]
+    groups = X[d + 32]
+    chunks = X[d + 33]
+    per_chunk = X[d + 34]
+    lo = f32(-128.0) if o_signed else f32(0.0)
+    hi = f32(127.0) if o_signed else f32(255.0)
+    zx_byte = B[_u(x_zp)] if x_zp >= 0 else np.uint8(0)
+    zx = np.int64(_byte(B, x_zp, x_signed)) if x_zp >= 0 else np.int64(0)
+    zx_shifted = zx if x_signed else zx - 128
+    flip = np.uint8(0) if x_signed else np.uint8(128)
+    K = cpg * KH * KW
+    kp = ((K + 3) // 4) * 4
+    k4 = kp // 4
+    taps = KH * KW
+    plane = OH * OW
+    ppanels = (plane + NR - 1) // NR
+    pointwise = KH == 1 and KW == 1 and sh == 1 and sw == 1 and pt == 0 and pl == 0 and OH == H and OW == W
+    bpan = sbase * 4  # the gathered panel, bytes
+    colsum = sbase + kp * NR // 4
+    tile = colsum + NR
+    x_scale = F[_u(X[d + 25])]
+    y_scale = F[_u(X[d + 28])]
+    zy = f32(_byte(B, X[d + 29], o_signed)) if X[d + 29] >= 0 else f32(0.0)
+    packed_for = -1
+    for t in range(p[1], p[2]):
+        chunk = t % chunks
+        pan = t // chunks
+        panel = pan % ppanels
+        ng = pan // ppanels
+        g = ng % groups
+        n = ng // groups
+        p0 = panel * NR
+        npx = min(NR, plane - p0)
+        if pan != packed_for:  # consecutive chunks of one panel share its gathering
+            packed_for = pan
+            # (k past K and pixels past the plane are left as they are: A's padding is zero, and
+            # columns past the plane are not stored)
+            xg = x + (n * C + g * cpg) * H * W
+            if pointwise:  # k is the channel: 4 input planes interleaved, one loop per group of 4
+                for k0 in range(0, K - 3, 4):
+                    s0 = xg + k0 * H * W + p0
+                    dst = bpan + (k0 // 4) * NR * 4
+                    for q in range(npx):
+                        B[_u(dst + q * 4)] = B[_u(s0 + q)] ^ flip
+                        B[_u(dst + q * 4 + 1)] = B[_u(s0 + H * W + q)] ^ flip
+                        B[_u(dst + q * 4 + 2)] = B[_u(s0 + 2 * H * W + q)] ^ flip
+                        B[_u(dst + q * 4 + 3)] = B[_u(s0 + 3 * H * W + q)] ^ flip
+                for k in range(K - K % 4, K):
+                    src = xg + k * H * W + p0
+                    dst = bpan + (k // 4) * NR * 4 + (k % 4)
+                    for q in range(npx):
+                        B[_u(dst + q * 4)] = B[_u(src + q)] ^ flip
+            else:  # per k, the panel's pixels row by row: one bounds check per row, branch-free runs
+                zfill = zx_byte ^ flip
+                for k in range(K):
+                    ci = k // taps
+                    i = (k // KW) % KH
+                    jj = k % KW
+                    xplane = xg + ci * H * W
+                    dst = bpan + (k // 4) * NR * 4 + (k % 4)
+                    q = 0
+                    while q < npx:
+                        oh = (p0 + q) // OW
+                        ow_first = (p0 + q) % OW
+                        seg = min(npx - q, OW - ow_first)
+                        ih = oh * sh - pt + i * dh
+                        off = jj * dw - pl  # input column of output column ow: ow * sw + off
+                        a0 = 0  # output columns [a0, a1) of this row read inside the image
+                        if off < 0:
+                            a0 = (-off + sw - 1) // sw
+                        a1 = (W - 1 - off) // sw + 1 if W - 1 - off >= 0 else 0
+                        a0 = max(a0, ow_first)
+                        a1 = min(a1, ow_first + seg)
+                        if ih < 0 or ih >= H or a1 <= a0:
+                            a0 = a1 = ow_first
+                        for ow in range(ow_first, a0):
+                            B[_u(dst + (q + ow - ow_first) * 4)] = zfill
+                        src = xplane + ih * W + off
+                        for ow in range(a0, a1):
+                            B[_u(dst + (q + ow - ow_first) * 4)] = B[_u(src + ow * sw)] ^ flip
+                        for ow in range(a1, ow_first + seg):
+                            B[_u(dst + (q + ow - ow_first) * 4)] = zfill
+                        q += seg
+            # the panel's column sums by the micro-kernel: A's row past the last channel is K ones
+            ukernel_int8(k4, B, wa + OC * kp, kp, 1, 0, B, bpan, J, tile, NR)
+            for q in range(NR):
+                J[_u(colsum + q)] = J[_u(tile + q)]
+        oc_lo = g * opg + chunk * per_chunk
+        oc_hi = min(g * opg + opg, oc_lo + per_chunk)
+        for oc0 in range(oc_lo, oc_hi, MR):
+            nr = min(MR, oc_hi - oc0)
+            ukernel_int8(k4, B, wa + oc0 * kp, kp, nr, 0, B, bpan, J, tile, NR)
+            for r in range(nr):
+                oc = oc0 + r
+                zw = np.int64(_byte(B, w_zp + (oc if w_zp_ch else 0), w_signed)) if w_zp >= 0 else np.int64(0)
+                if w_signed:
+                    zw += 128
+                c_oc = K * zw * zx_shifted - zx_shifted * np.int64(J[_u(rowsum + oc)])
+                if bias >= 0:
+                    c_oc += np.int64(J[_u(bias + oc)])
+                mult = x_scale * F[_u(X[d + 26] + (oc if X[d + 27] != 0 else 0))] / y_scale
+                obase = out + (n * OC + oc) * plane + p0
+                trow = tile + r * NR
+                for q in range(npx):
+                    v = np.int64(J[_u(trow + q)]) - zw * np.int64(J[_u(colsum + q)]) + c_oc
+                    y = np.rint(f32(np.int32(v)) * mult) + zy
+                    y = min(max(y, lo), hi)
+                    B[_u(obase + q)] = np.int32(y) & 255
     return 0

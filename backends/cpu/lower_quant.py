@@ -10,6 +10,12 @@
 * QLinearConv (2-D, any group / stride / dilation / padding, per-tensor or per-channel weights).
 
 Scales and zero points are read from the arena, so they may be constants or computed at run time.
+
+A constant B of MatMulInteger / QLinearMatMul and the constant weights of a non-depthwise QLinearConv are
+prepared at compile time for the 8-bit GEMM micro-kernel (:mod:`.ukernel_int8`, VNNI where the CPU has
+it): B packed in its panel layout (``k_gemm_int8``), conv weights as uint8 rows (``k_qconv_int8``).
+Run-time weights and depthwise convolutions use the row / plane kernels (``k_matmul_int``,
+``k_qlinear_matmul``, ``k_qlinearconv``), as does everything with :data:`PACK_INT8_WEIGHTS` off.
 """
 
 from __future__ import annotations
@@ -18,6 +24,8 @@ import dataclasses
 import math
 from collections.abc import Callable
 
+import numpy as np
+
 from rammer.ir import Node, TensorInfo
 from rammer.lower.views import View
 from rammer.ops.conv import window_geometry
@@ -25,8 +33,13 @@ from rammer.ops.registry import OpContext
 
 from .lower_context import LowerContext
 from .ops import CpuOp, EmitContext, Row, split_range
+from .ukernel_int8 import MR, NR, pack_b
 
 _EIGHT_BIT = ("uint8", "int8")
+#: Run MatMulInteger / QLinearMatMul with a constant B and non-depthwise QLinearConv with constant
+#: weights on the 8-bit GEMM micro-kernel (:mod:`.ukernel_int8`); off: the row / plane kernels that
+#: read the weights in place (``ci/micro_int8.py --before`` compares the two).
+PACK_INT8_WEIGHTS = True
 
 
 def _info(lw: LowerContext, name: str) -> TensorInfo:
@@ -107,7 +120,10 @@ def _zp_at(ctx: EmitContext, zp: View | None) -> int:
     return ctx.locate(zp) if zp is not None else -1
 
 
-def lower_quantize(lw: LowerContext, node: Node) -> None:
+def _lower_qdq(lw: LowerContext, node: Node, kernel: str, code: int, flops_per_element: float) -> None:
+    """QuantizeLinear and DequantizeLinear: the same operands (x, scale, optional zero point, out),
+    lines and partition; ``code`` the kernel's type field (the signedness of the output for
+    :func:`.kernels_quant.k_quantize`, the input's kind for :func:`.kernels_quant.k_dequantize`)."""
     layout = _scalar_or_axis(lw, node)
     assert not isinstance(layout, str)
     lines, axis_len, inner, per_axis = layout
@@ -115,36 +131,24 @@ def lower_quantize(lw: LowerContext, node: Node) -> None:
     scale = lw.dense(node.inputs[1])
     zp = lw.dense(_input(node, 2)) if _input(node, 2) else None
     out = lw.views[node.outputs[0]]
-    signed = int(out.dtype == "int8")
 
     def emit(ctx: EmitContext, parts: list) -> list[Row]:
         desc = ctx.side.add_ints([ctx.locate(x), ctx.locate(out), axis_len, inner, ctx.locate(scale),
-                                  _zp_at(ctx, zp), signed, int(per_axis)])
-        return [("k_quantize", [desc, q0, q1]) for q0, q1 in parts]
+                                  _zp_at(ctx, zp), code, int(per_axis)])
+        return [(kernel, [desc, q0, q1]) for q0, q1 in parts]
 
     reads = tuple(sorted({x.buffer, scale.buffer} | ({zp.buffer} if zp is not None else set())))
-    lw.add_op(CpuOp(node.name or "QuantizeLinear", "quant", (node,), reads, (out.buffer,), 3.0 * x.size,
+    lw.add_op(CpuOp(node.name or node.op_type, "quant", (node,), reads, (out.buffer,), flops_per_element * x.size,
                     5.0 * x.size, _parts(lines, max(1, 4096 // max(inner, 1))), emit))
+
+
+def lower_quantize(lw: LowerContext, node: Node) -> None:
+    _lower_qdq(lw, node, "k_quantize", int(lw.views[node.outputs[0]].dtype == "int8"), 3.0)
 
 
 def lower_dequantize(lw: LowerContext, node: Node) -> None:
-    layout = _scalar_or_axis(lw, node)
-    assert not isinstance(layout, str)
-    lines, axis_len, inner, per_axis = layout
-    x = lw.dense(node.inputs[0])
-    scale = lw.dense(node.inputs[1])
-    zp = lw.dense(_input(node, 2)) if _input(node, 2) else None
-    out = lw.views[node.outputs[0]]
-    kind = {"uint8": 0, "int8": 1, "int32": 2}[x.dtype]
-
-    def emit(ctx: EmitContext, parts: list) -> list[Row]:
-        desc = ctx.side.add_ints([ctx.locate(x), ctx.locate(out), axis_len, inner, ctx.locate(scale),
-                                  _zp_at(ctx, zp), kind, int(per_axis)])
-        return [("k_dequantize", [desc, q0, q1]) for q0, q1 in parts]
-
-    reads = tuple(sorted({x.buffer, scale.buffer} | ({zp.buffer} if zp is not None else set())))
-    lw.add_op(CpuOp(node.name or "DequantizeLinear", "quant", (node,), reads, (out.buffer,), 2.0 * x.size,
-                    5.0 * x.size, _parts(lines, max(1, 4096 // max(inner, 1))), emit))
+    kind = {"uint8": 0, "int8": 1, "int32": 2}[_info(lw, node.inputs[0]).dtype]
+    _lower_qdq(lw, node, "k_dequantize", kind, 2.0)
 
 
 # -- DynamicQuantizeLinear --------------------------------------------------------------------------
@@ -190,16 +194,68 @@ def matmul_integer_reason(lw: LowerContext, node: Node) -> str | None:
     return None
 
 
+def _packed_weight(lw: LowerContext, name: str) -> tuple[View, View, bool] | None:
+    """A constant 2-D 8-bit B packed once at compile time for :func:`.kernels_quant.k_gemm_int8`:
+    (the panels as int8, shifted by -128 when B is uint8; their int32 column sums over K; whether B
+    is uint8), or None when B is not a 2-D constant (it is then read in place by the row kernels)."""
+    init = lw.graph.initializers.get(name) if PACK_INT8_WEIGHTS else None
+    if init is None:
+        return None
+    w = np.asarray(init)
+    if w.ndim != 2 or w.dtype not in (np.uint8, np.int8):
+        return None
+    cache = lw.__dict__.setdefault("_packed_int8_weights", {})
+    found = cache.get(name)
+    if found is None:
+        unsigned = w.dtype == np.uint8
+        shifted = (w.astype(np.int16) - (128 if unsigned else 0)).astype(np.int8)
+        packed = lw.const_view(pack_b(shifted).view(np.uint8))
+        colsum = lw.const_view(shifted.astype(np.int32).sum(axis=0, dtype=np.int64).astype(np.int32))
+        found = cache[name] = (packed, colsum, bool(unsigned))
+    return found
+
+
+def _gemm_int8_op(lw: LowerContext, node: Node, a: View, weight: tuple[View, View, bool], out: View, rows: int,
+                  K: int, N: int, zps: tuple[View | None, View | None],
+                  requant: tuple[View, View, View, View | None] | None) -> None:
+    """The op of :func:`.kernels_quant.k_gemm_int8`: A (rows x K, dense) times a packed constant B;
+    ``requant`` (a scale, b scale, y scale, y zero point) for QLinearMatMul, None for MatMulInteger."""
+    packed, colsum, b_unsigned = weight
+    za, zb = zps
+    tiles = -(-rows // MR) * -(-N // NR)
+
+    def emit(ctx: EmitContext, parts: list) -> list[Row]:
+        scales = [-1, -1, 0, -1, -1]
+        if requant is not None:
+            a_s, b_s, y_s, y_zp = requant
+            scales = [ctx.locate(a_s), ctx.locate(b_s), int(b_s.size > 1), ctx.locate(y_s), _zp_at(ctx, y_zp)]
+        desc = ctx.side.add_ints([ctx.locate(a), ctx.locate(packed), ctx.locate(out), rows, K, N,
+                                  int(a.dtype == "int8"), int(b_unsigned), _zp_at(ctx, za), _zp_at(ctx, zb),
+                                  int(zb is not None and zb.size > 1), ctx.locate(colsum), int(requant is not None),
+                                  *scales, int(out.dtype == "int8")])
+        return [("k_gemm_int8", [desc, t0, t1]) for t0, t1 in parts]
+
+    views = [a, packed, colsum, *(v for v in (*zps, *(requant or ())) if v is not None)]
+    lw.add_op(CpuOp(node.name or node.op_type, "gemm.int8", (node,), tuple(sorted({v.buffer for v in views})),
+                    (out.buffer,), 2.0 * rows * N * K, float(a.size + packed.size + 4 * out.size),
+                    _parts(tiles, max(1, 2**18 // max(MR * NR * K, 1))), emit,
+                    scratch=MR * NR + MR + 3 * NR, blas=True))
+
+
 def lower_matmul_integer(lw: LowerContext, node: Node) -> None:
     a_info, b_info = _info(lw, node.inputs[0]), _info(lw, node.inputs[1])
     *batch, M, K = a_info.shape
     N = b_info.shape[-1]
     rows = math.prod(batch) * M
     a = lw.dense(node.inputs[0])
-    b = lw.dense(node.inputs[1])
     za = lw.dense(_input(node, 2)) if _input(node, 2) else None
     zb = lw.dense(_input(node, 3)) if _input(node, 3) else None
     out = lw.views[node.outputs[0]]
+    weight = _packed_weight(lw, node.inputs[1])
+    if weight is not None:
+        _gemm_int8_op(lw, node, a, weight, out, rows, K, N, (za, zb), None)
+        return
+    b = lw.dense(node.inputs[1])
     b_batch_stride = K * N if len(b_info.shape) > 2 else 0
     zb_cols = int(zb is not None and zb.size > 1)
 
@@ -239,9 +295,15 @@ def lower_qlinear_matmul(lw: LowerContext, node: Node) -> None:
     *batch, M, K = a_info.shape
     N = b_info.shape[-1]
     rows = math.prod(batch) * M
-    a, b = lw.dense(node.inputs[0]), lw.dense(node.inputs[3])
+    a = lw.dense(node.inputs[0])
     views = {slot: lw.dense(node.inputs[slot]) for slot in (1, 2, 4, 5, 6, 7) if _input(node, slot)}
     out = lw.views[node.outputs[0]]
+    weight = _packed_weight(lw, node.inputs[3])
+    if weight is not None:
+        _gemm_int8_op(lw, node, a, weight, out, rows, K, N, (views.get(2), views.get(5)),
+                      (views[1], views[4], views[6], views.get(7)))
+        return
+    b = lw.dense(node.inputs[3])
     b_batch_stride = K * N if len(b_info.shape) > 2 else 0
 
     def emit(ctx: EmitContext, parts: list) -> list[Row]:
@@ -278,6 +340,63 @@ def qlinear_conv_reason(lw: LowerContext, node: Node) -> str | None:
     return None
 
 
+def _conv_weight_rows(lw: LowerContext, name: str) -> tuple[View, View] | None:
+    """A constant QLinearConv weight (OC, cin per group, kh, kw) as the rows of
+    :func:`.kernels_quant.k_qconv_int8`'s A: per output channel its ``K`` weights as uint8 (``w + 128``
+    for int8), padded with zeros to a multiple of 4, then one row of K ones; and the int32 sums of the
+    weight rows.  None when the weight is not a constant (the plane kernel reads it in place)."""
+    init = lw.graph.initializers.get(name) if PACK_INT8_WEIGHTS else None
+    if init is None:
+        return None
+    w = np.asarray(init)
+    if w.ndim != 4 or w.dtype not in (np.uint8, np.int8):
+        return None
+    cache = lw.__dict__.setdefault("_packed_int8_weights", {})
+    key = (name, "conv rows")
+    found = cache.get(key)
+    if found is None:
+        flat = w.reshape(w.shape[0], -1).astype(np.int16) + (128 if w.dtype == np.int8 else 0)
+        k = flat.shape[1]
+        rows = np.zeros((w.shape[0] + 1, -(-k // 4) * 4), np.uint8)
+        rows[:-1, :k] = flat
+        rows[-1, :k] = 1  # the column sums of the gathered panels come from the micro-kernel too
+        found = cache[key] = (lw.const_view(rows), lw.const_view(flat.sum(axis=1, dtype=np.int64).astype(np.int32)))
+    return found
+
+
+def _qconv_gemm_op(lw: LowerContext, node: Node, x: View, weight: tuple[View, View], out: View,
+                   views: dict[int, View], dims: tuple[int, ...], geo) -> None:
+    """The op of :func:`.kernels_quant.k_qconv_int8`: tasks over image x group x NR-pixel panels x
+    chunks of output channels (chunks only where the panels are too few to feed every vEU)."""
+    rows, rowsum = weight
+    N, C, H, W, OC, OH, OW, cpg, group, KH, KW = dims
+    K = cpg * KH * KW
+    kp = -(-K // 4) * 4
+    opg = OC // group
+    panels = N * group * -(-(OH * OW) // NR)
+    chunks = max(1, min(-(-opg // (2 * MR)), -(-8 // panels)))
+    per_chunk = -(-opg // chunks)
+
+    def emit(ctx: EmitContext, parts: list) -> list[Row]:
+        def at(slot: int) -> int:
+            return ctx.locate(views[slot]) if slot in views else -1
+
+        desc = ctx.side.add_ints([
+            ctx.locate(x), ctx.locate(rows), ctx.locate(out), C, H, W, OC, OH, OW, cpg, opg, KH, KW,
+            geo.strides[0], geo.strides[1], geo.dilations[0], geo.dilations[1], geo.pad_begin[0],
+            geo.pad_begin[1], int(x.dtype == "int8"), int(rows_signed), int(out.dtype == "int8"),
+            at(2), at(5), int(5 in views and views[5].size > 1), at(1), at(4), int(views[4].size > 1), at(6), at(7),
+            at(8), ctx.locate(rowsum), group, chunks, per_chunk])
+        return [("k_qconv_int8", [desc, t0, t1]) for t0, t1 in parts]
+
+    rows_signed = _info(lw, node.inputs[3]).dtype == "int8"
+    reads = {x.buffer, rows.buffer, rowsum.buffer} | {v.buffer for v in views.values()}
+    lw.add_op(CpuOp(node.name or "QLinearConv", "conv.int8", (node,), tuple(sorted(reads)), (out.buffer,),
+                    2.0 * N * OC * OH * OW * K, float(x.size + rows.size + out.size),
+                    _parts(panels * chunks, max(1, 2**18 // max(NR * K * per_chunk, 1))), emit,
+                    scratch=kp * NR // 4 + NR + MR * NR, blas=True))
+
+
 def lower_qlinear_conv(lw: LowerContext, node: Node) -> None:
     x_info, w_info = _info(lw, node.inputs[0]), _info(lw, node.inputs[3])
     N, C, H, W = x_info.shape
@@ -286,11 +405,15 @@ def lower_qlinear_conv(lw: LowerContext, node: Node) -> None:
     geo = _conv_geometry(lw, node)
     OH, OW = geo.out
     x = lw.dense(node.inputs[0])
-    w = lw.dense(node.inputs[3])
     views = {slot: lw.dense(node.inputs[slot]) for slot in (1, 2, 4, 5, 6, 7, 8) if _input(node, slot)}
     out = lw.views[node.outputs[0]]
     w_zp_ch = int(5 in views and views[5].size > 1)
     w_scale_ch = int(views[4].size > 1)
+    weight = None if cpg == 1 and OC == group else _conv_weight_rows(lw, node.inputs[3])
+    if weight is not None:
+        _qconv_gemm_op(lw, node, x, weight, out, views, (N, C, H, W, OC, OH, OW, cpg, group, KH, KW), geo)
+        return
+    w = lw.dense(node.inputs[3])
 
     def emit(ctx: EmitContext, parts: list) -> list[Row]:
         def at(slot: int) -> int:

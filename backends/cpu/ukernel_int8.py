@@ -1,0 +1,197 @@
+"""The 8-bit GEMM micro-kernel (u8 x s8 -> int32), generated as LLVM IR for this CPU.
+
+::
+
+    T[r, j] = sum_{g < k4} sum_{t < 4} A[r*lda + 4g + t] * Bp[(g*NR + j)*4 + t]     r < MR, j < NR
+
+A is read in place (row-major bytes, ``lda`` apart; rows beyond ``rows`` repeat the last one) as
+unsigned bytes -- with ``flip_a`` its bytes are XORed with 0x80 first, which turns int8 into
+``int8 + 128`` as uint8; B is a panel packed at compile time (:func:`pack_b`) in the layout VNNI
+reads: the 4 consecutive k values of one column contiguous, NR columns after each other, as int8.
+The MR x NR int32 tile is stored row-major at ``c`` (``ldc`` apart).  The callers
+(:mod:`.kernels_quant`) correct the sums for the signedness shifts and zero points with row and
+column sums, and requantize.
+
+Two forms of the dot step, chosen when the module is built from the host's features:
+
+* ``avx512vnni``: one ``vpdpbusd`` per 16 columns x 4 k (``llvm.x86.avx512.vpdpbusd.512``);
+* portable: the same sums in plain LLVM vector IR (widen to i32, multiply, add the 4 products of
+  each lane), which any CPU compiles; slower, the same results (int32 arithmetic wraps the same way).
+
+Both forms can be built on a VNNI machine (tests compare them, and ``RAMMER_CPU_INT8=portable`` makes
+a process's kernels call the portable one); they share one symbol, so numba's cached kernels link to
+whichever form the process built.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+
+import numpy as np
+from llvmlite import ir
+from numba import types
+from numba.extending import intrinsic
+
+from .machine_code import HOST_FEATURES, MachineCode, call_codegen, compile_module, uses
+
+#: Rows and columns of the tile: 6 x 64 keeps 24 zmm accumulators, 4 B vectors and a broadcast
+#: in AVX-512's 32 registers.  The packed layout depends on NR only, the same on every CPU.
+MR, NR = 6, 64
+LANES = 16  # int32 lanes per vector (4 columns' worth of bytes each is one int32 lane of 4 k)
+HAS_VNNI = "avx512vnni" in HOST_FEATURES and "avx512f" in HOST_FEATURES
+#: ``RAMMER_CPU_INT8=portable`` builds the portable form even on a VNNI CPU (tests of that path).
+USE_VNNI = HAS_VNNI and os.environ.get("RAMMER_CPU_INT8", "") != "portable"
+
+#: One symbol for either form: numba's cached kernels link against it by name, whichever form this
+#: process built.
+SYMBOL = "rammer_cpu_int8"
+
+
+def pack_b(b: np.ndarray) -> np.ndarray:
+    """A K x N int8 matrix as panels of NR columns, K padded with zeros to a multiple of 4:
+    panel p, group g, column j, t at byte ``((p * K4 + g) * NR + j) * 4 + t``, K4 = ceil(K / 4);
+    N is padded with zero columns to a multiple of NR."""
+    k, n = b.shape
+    k4 = -(-k // 4)
+    panels = -(-n // NR)
+    padded = np.zeros((k4 * 4, panels * NR), np.int8)
+    padded[:k, :n] = b
+    # [g, t, p, j] -> [p, g, j, t]
+    return np.ascontiguousarray(padded.reshape(k4, 4, panels, NR).transpose(2, 0, 3, 1)).reshape(-1)
+
+
+def panel_bytes(k: int) -> int:
+    """Bytes of one packed panel of a K-row matrix."""
+    return -(-k // 4) * 4 * NR
+
+
+def _dot_vnni(bld: ir.IRBuilder, acc: ir.Value, a: ir.Value, b: ir.Value) -> ir.Value:
+    vec = acc.type
+    name = "llvm.x86.avx512.vpdpbusd.512"
+    fn = bld.module.globals.get(name)
+    if fn is None:
+        fn = ir.Function(bld.module, ir.FunctionType(vec, [vec, vec, vec]), name=name)
+    return bld.call(fn, [acc, a, b])
+
+
+def _dot_portable(bld: ir.IRBuilder, acc: ir.Value, a: ir.Value, b: ir.Value) -> ir.Value:
+    lanes = acc.type.count
+    i32 = ir.IntType(32)
+    bytes_ = ir.VectorType(ir.IntType(8), lanes * 4)
+    wide = ir.VectorType(i32, lanes * 4)
+    prod = bld.mul(bld.zext(bld.bitcast(a, bytes_), wide), bld.sext(bld.bitcast(b, bytes_), wide))
+    undef = ir.Constant(wide, ir.Undefined)
+    out = acc
+    for t in range(4):
+        mask = ir.Constant(ir.VectorType(i32, lanes), [4 * j + t for j in range(lanes)])
+        out = bld.add(out, bld.shuffle_vector(prod, undef, mask))
+    return out
+
+
+def _add_kernel(mod: ir.Module, name: str, vnni: bool) -> None:
+    """``(k4, a, lda, rows, flip_a, b, c, ldc)`` as in the module's docstring."""
+    i8p = ir.IntType(8).as_pointer()
+    i32 = ir.IntType(32)
+    i64 = ir.IntType(64)
+    vec = ir.VectorType(i32, LANES)
+    nv = NR // LANES
+    fn = ir.Function(mod, ir.FunctionType(ir.VoidType(), [i64, i8p, i64, i64, i64, i8p, i32.as_pointer(), i64]),
+                     name=name)
+    k4, a, lda, rows, flip_a, b, c, ldc = fn.args
+    for arg, n in zip(fn.args, ("k4", "a", "lda", "rows", "flip_a", "b", "c", "ldc")):
+        arg.name = n
+    dot = _dot_vnni if vnni else _dot_portable
+    entry = ir.IRBuilder(fn.append_basic_block("entry"))
+    last = entry.sub(rows, ir.Constant(i64, 1))
+    row_ptrs = []
+    for r in range(MR):
+        rr = entry.select(entry.icmp_signed("<", ir.Constant(i64, r), rows), ir.Constant(i64, r), last)
+        row_ptrs.append(entry.gep(a, [entry.mul(rr, lda)]))
+    flip = entry.select(entry.icmp_signed("!=", flip_a, ir.Constant(i64, 0)), ir.Constant(i32, 0x80808080 - 2**32),
+                        ir.Constant(i32, 0))
+    head, body, done = (fn.append_basic_block(n) for n in ("head", "body", "done"))
+    start = entry.block
+    entry.branch(head)
+    bld = ir.IRBuilder(head)
+    g = bld.phi(i64, name="g")
+    g.add_incoming(ir.Constant(i64, 0), start)
+    zero = ir.Constant(vec, [0] * LANES)
+    accs = [[bld.phi(vec, name=f"c{r}_{v}") for v in range(nv)] for r in range(MR)]
+    for row in accs:
+        for ph in row:
+            ph.add_incoming(zero, start)
+    bld.cbranch(bld.icmp_signed("<", g, k4), body, done)
+
+    bld = ir.IRBuilder(body)
+    bbase = bld.gep(b, [bld.mul(g, ir.Constant(i64, NR * 4))])
+    bvals = [bld.load(bld.bitcast(bld.gep(bbase, [ir.Constant(i64, v * LANES * 4)]), vec.as_pointer()), align=1)
+             for v in range(nv)]
+    koff = bld.mul(g, ir.Constant(i64, 4))
+    new = []
+    for r in range(MR):
+        word = bld.load(bld.bitcast(bld.gep(row_ptrs[r], [koff]), i32.as_pointer()), align=1)
+        word = bld.xor(word, flip)
+        splat = bld.shuffle_vector(bld.insert_element(ir.Constant(vec, ir.Undefined), word, ir.Constant(i32, 0)),
+                                   ir.Constant(vec, ir.Undefined), ir.Constant(vec, [0] * LANES))
+        new.append([dot(bld, accs[r][v], splat, bvals[v]) for v in range(nv)])
+    g.add_incoming(bld.add(g, ir.Constant(i64, 1)), body)
+    bld.branch(head)
+    for r in range(MR):
+        for v in range(nv):
+            accs[r][v].add_incoming(new[r][v], body)
+
+    bld = ir.IRBuilder(done)
+    for r in range(MR):
+        rowp = bld.gep(c, [bld.mul(ir.Constant(i64, r), ldc)])
+        for v in range(nv):
+            bld.store(accs[r][v], bld.bitcast(bld.gep(rowp, [ir.Constant(i64, v * LANES)]), vec.as_pointer()),
+                      align=4)
+    bld.ret_void()
+
+
+def int8_module(vnni: bool) -> ir.Module:
+    """The module of one form of the kernel (``vnni``: needs avx512vnni to compile)."""
+    mod = ir.Module(name="rammer_ukernel_int8")
+    _add_kernel(mod, SYMBOL, vnni)
+    return mod
+
+
+def _source_key() -> str:
+    # machine_code keys cached modules by its own generator files; this file's text joins the key here
+    with open(os.path.abspath(__file__), "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()[:16]
+
+
+FORM = "vnni" if USE_VNNI else "portable"
+CODE = MachineCode(f"ukernel int8 {FORM} {MR}x{NR} {_source_key()}", lambda: int8_module(USE_VNNI), (SYMBOL,))
+
+#: ctypes type of the kernel: (k4, a, lda, rows, flip_a, b, c, ldc).
+CFUNCTYPE = ctypes.CFUNCTYPE(None, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64,
+                             ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64)
+_ENGINES: dict[bool, object] = {}
+
+
+def cfunc(vnni: bool) -> object:
+    """One form of the kernel as a ctypes function, compiled apart from the one the kernels call
+    (tests compare the forms; ``vnni`` needs a VNNI CPU)."""
+    if vnni and not HAS_VNNI:
+        raise RuntimeError("this CPU has no avx512vnni: the VNNI form of the int8 kernel cannot be built")
+    engine = _ENGINES.get(vnni)
+    if engine is None:
+        engine = _ENGINES[vnni] = compile_module(int8_module(vnni))
+    return CFUNCTYPE(engine.get_function_address(SYMBOL))
+
+
+@uses(SYMBOL)
+@intrinsic
+def ukernel_int8(typingctx, k4, A, a_off, lda, rows, flip_a, Bp, b_off, C, c_off, ldc):
+    """The tile: ``C[c_off + r*ldc + j] = sum_k A'[a_off + r*lda + k] * Bp[b_off + ...]`` (bytes of A
+    and Bp, int32 C; see the module docstring)."""
+    if not (isinstance(A, types.Array) and isinstance(Bp, types.Array) and isinstance(C, types.Array)):
+        return None
+    if A.dtype != types.uint8 or Bp.dtype != types.uint8 or C.dtype != types.int32:
+        return None
+    sig = types.none(k4, A, a_off, lda, rows, flip_a, Bp, b_off, C, c_off, ldc)
+    return sig, call_codegen(SYMBOL, "ifiiiffi")

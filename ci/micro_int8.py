@@ -1,0 +1,182 @@
+"""8-bit GEMMs and convolutions on ``cpu`` against onnxruntime, before and after the VNNI micro-kernel.
+
+    python ci/micro_int8.py                               # the whole grid, 1 vEU / 1 thread
+    python ci/micro_int8.py --family matmul --threads 2   # one family, 2 vEUs / 2 threads
+    python ci/micro_int8.py --no-before --json int8.json  # without the old kernels, rows to a file
+
+Families:
+
+* ``matmul``: ``MatMulInteger(A[M, K] uint8, W[K, N] int8 constant)`` with scalar zero points, the
+  GEMM of onnxruntime's ``quantize_dynamic`` (BERT's projections), M 1-256, K 64-4096, N 64-4096;
+* ``conv``: ``QLinearConv`` (uint8 activations, per-channel int8 weights, int32 bias) at the layer
+  shapes of resnet18 (3x3) and mobilenet-v2 (stem, 1x1 expand / project, depthwise 3x3).
+
+Protocol: one process, both runtimes with the same thread count (rammer ``veus`` = onnxruntime
+``intra_op_num_threads``, ``inter_op_num_threads`` = 1).  Per shape three runners alternate for
+``--rounds`` rounds of ``--runs`` runs each after a warm-up: rammer as it is now (``cpu``), rammer
+with ``lower_quant.PACK_INT8_WEIGHTS = 0`` (``before``: the row / plane kernels that read the weights
+in place, what the quantized ops ran on before the micro-kernel) and onnxruntime; the best run per side
+is reported (on a loaded 2-core machine the medians measure the scheduler; ``--clock cpu`` times the
+process's CPU time instead, which with one thread excludes the preemptions that make a run of several
+milliseconds lose to a 1 ms one on wall time).  Outputs are checked
+against onnxruntime: MatMulInteger exactly, QLinearConv within one quantization step.  A
+micro-benchmark in one process on a shared machine: read the ratios, not the times.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+import warnings
+from collections.abc import Callable
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+MATMUL_SHAPES = [  # (M, K, N)
+    (1, 768, 768), (1, 4096, 4096), (8, 768, 3072), (16, 1024, 1024), (64, 64, 4096), (128, 768, 768),
+    (128, 768, 3072), (128, 3072, 768), (256, 64, 64), (256, 4096, 64), (256, 1024, 1024),
+]
+CONV_SHAPES = [  # (name, C, H, OC, k, stride, group)
+    ("resnet18 3x3 64@56", 64, 56, 64, 3, 1, 1),
+    ("resnet18 3x3 128@28", 128, 28, 128, 3, 1, 1),
+    ("resnet18 3x3 256@14", 256, 14, 256, 3, 1, 1),
+    ("resnet18 3x3 512@7", 512, 7, 512, 3, 1, 1),
+    ("resnet18 3x3 s2 64->128@56", 64, 56, 128, 3, 2, 1),
+    ("mobilenet stem 3->32 s2@224", 3, 224, 32, 3, 2, 1),
+    ("mobilenet 1x1 16->96@112", 16, 112, 96, 1, 1, 1),
+    ("mobilenet 1x1 144->24@56", 144, 56, 24, 1, 1, 1),
+    ("mobilenet 1x1 320->1280@7", 320, 7, 1280, 1, 1, 1),
+    ("mobilenet dw3x3 96 s2@112", 96, 112, 96, 3, 2, 96),
+    ("mobilenet dw3x3 144@56", 144, 56, 144, 3, 1, 144),
+]
+
+
+def _finish(nodes: list, inputs: list, consts: dict[str, np.ndarray], out: str, out_type: int) -> bytes:
+    g = helper.make_graph(nodes, "micro", inputs, [helper.make_tensor_value_info(out, out_type, None)],
+                          [numpy_helper.from_array(v, k) for k, v in consts.items()])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    return onnx.shape_inference.infer_shapes(m).SerializeToString()
+
+
+def matmul_case(m: int, k: int, n: int) -> tuple[bytes, dict[str, np.ndarray]]:
+    rng = np.random.default_rng(m * 7 + k + n)
+    consts = {"w": rng.integers(-128, 128, (k, n)).astype(np.int8), "za": np.array(131, np.uint8),
+              "zw": np.array(0, np.int8)}
+    a = rng.integers(0, 256, (m, k)).astype(np.uint8)
+    model = _finish([helper.make_node("MatMulInteger", ["a", "w", "za", "zw"], ["y"])],
+                    [helper.make_tensor_value_info("a", TensorProto.UINT8, a.shape)], consts, "y", TensorProto.INT32)
+    return model, {"a": a}
+
+
+def conv_case(c: int, h: int, oc: int, k: int, stride: int, group: int) -> tuple[bytes, dict[str, np.ndarray]]:
+    rng = np.random.default_rng(c + h + oc)
+    consts = {
+        "xs": np.array(0.02, np.float32), "xz": np.array(120, np.uint8),
+        "w": rng.integers(-127, 128, (oc, c // group, k, k)).astype(np.int8),
+        "ws": (rng.random(oc) * 0.004 + 0.001).astype(np.float32), "wz": np.zeros(oc, np.int8),
+        "ys": np.array(0.5, np.float32), "yz": np.array(128, np.uint8),
+        "b": rng.integers(-2000, 2000, oc).astype(np.int32),
+    }
+    x = rng.integers(0, 256, (1, c, h, h)).astype(np.uint8)
+    node = helper.make_node("QLinearConv", ["x", "xs", "xz", "w", "ws", "wz", "ys", "yz", "b"], ["y"],
+                            pads=[k // 2] * 4, strides=[stride, stride], group=group)
+    model = _finish([node], [helper.make_tensor_value_info("x", TensorProto.UINT8, x.shape)], consts, "y",
+                    TensorProto.UINT8)
+    return model, {"x": x}
+
+
+def _best(fn: Callable[[], object], runs: int, clock: Callable[[], float] = time.perf_counter) -> float:
+    best = float("inf")
+    for _ in range(runs):
+        t = clock()
+        fn()
+        best = min(best, clock() - t)
+    return best
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--family", default="matmul,conv")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--no-before", action="store_true", help="skip the old kernels (slow at the large shapes)")
+    ap.add_argument("--clock", choices=("wall", "cpu"), default="wall",
+                    help="cpu: the process's CPU time (time.process_time), preemption excluded; with --threads 1 "
+                         "on a loaded machine, the kernels' own cost")
+    ap.add_argument("--json", default="")
+    args = ap.parse_args()
+    warnings.simplefilter("ignore")
+    import onnxruntime as ort
+
+    import rammer
+    from rammer.backends.cpu import lower_quant, ukernel_int8
+
+    clock = time.process_time if args.clock == "cpu" else time.perf_counter
+    cases: list[tuple[str, str, bytes, dict[str, np.ndarray]]] = []
+    families = args.family.split(",")
+    if "matmul" in families:
+        cases += [("matmul", f"M={m} K={k} N={n}", *matmul_case(m, k, n)) for m, k, n in MATMUL_SHAPES]
+    if "conv" in families:
+        cases += [("conv", name, *conv_case(*shape)) for name, *shape in CONV_SHAPES]
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = args.threads
+    so.inter_op_num_threads = 1
+    so.log_severity_level = 3
+    print(f"# micro_int8: {args.threads} thread(s), {args.clock} clock, micro-kernel form {ukernel_int8.FORM}, "
+          f"load average {os.getloadavg()[0]:.1f}", flush=True)
+    print("| family | shape | cpu ms | before ms | ort ms | cpu / ort | before / ort | before / cpu |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|")
+    rows = []
+    for family, name, model, feeds in cases:
+        sess = ort.InferenceSession(model, so, providers=["CPUExecutionProvider"])
+        want = sess.run(None, feeds)[0]
+        runners = {"cpu": rammer.compile(model, backend="cpu", veus=args.threads, cache=False)}
+        if not args.no_before:
+            lower_quant.PACK_INT8_WEIGHTS = False
+            try:
+                runners["before"] = rammer.compile(model, backend="cpu", veus=args.threads, cache=False)
+            finally:
+                lower_quant.PACK_INT8_WEIGHTS = True
+        for label, compiled in runners.items():
+            got = compiled(feeds)["y"]
+            diff = int(np.abs(got.astype(np.int64) - want.astype(np.int64)).max())
+            if diff > (0 if family == "matmul" else 1):
+                sys.exit(f"{name}: {label} differs from onnxruntime by {diff}")
+        calls = {k: (lambda c=c: c(feeds)) for k, c in runners.items()}
+        calls["ort"] = lambda: sess.run(None, feeds)
+        best = {k: float("inf") for k in calls}
+        for _ in range(args.rounds):
+            for k, fn in calls.items():
+                fn()
+                best[k] = min(best[k], _best(fn, args.runs, clock))
+        ms = {k: v * 1e3 for k, v in best.items()}
+        row = {"family": family, "shape": name, **{f"{k}_ms": v for k, v in ms.items()}}
+        rows.append(row)
+        before = ms.get("before")
+        b_ms, b_ort, b_cpu = (("-", "-", "-") if before is None else
+                              (f"{before:.3f}", f"{before / ms['ort']:.2f}", f"{before / ms['cpu']:.1f}"))
+        print(f"| {family} | {name} | {ms['cpu']:.3f} | {b_ms} | {ms['ort']:.3f} | {ms['cpu'] / ms['ort']:.2f} | "
+              f"{b_ort} | {b_cpu} |", flush=True)
+    for family in families:
+        sel = [r for r in rows if r["family"] == family]
+        if sel:
+            geo = float(np.exp(np.mean([np.log(r["cpu_ms"] / r["ort_ms"]) for r in sel])))
+            line = f"{family}: geomean cpu / ort {geo:.2f}"
+            if not args.no_before:
+                geo_b = float(np.exp(np.mean([np.log(r["before_ms"] / r["ort_ms"]) for r in sel])))
+                line += f", before / ort {geo_b:.2f}"
+            print(line)
+    print(f"# load average at the end {os.getloadavg()[0]:.1f}")
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump(rows, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
