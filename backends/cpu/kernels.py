@@ -13,6 +13,7 @@ from __future__ import annotations
 from types import ModuleType
 
 from . import (
+    kernels_attention,
     kernels_conv,
     kernels_data,
     kernels_dwcl,
@@ -48,6 +49,7 @@ KERNELS: dict[str, ModuleType] = {
     "k_matmul_int": kernels_quant,
     "k_qlinearconv": kernels_quant,
     "k_qlinear_matmul": kernels_quant,
+    "k_attention": kernels_attention,
 }
 
 MAY_FAIL = frozenset({"k_gather", "k_gather_elements"})
@@ -81,6 +83,7 @@ DESCRIPTIONS = {
     "k_matmul_int": "MatMulInteger rows, int32 accumulation",
     "k_qlinearconv": "QLinearConv planes: int32 accumulation, float32 requantization",
     "k_qlinear_matmul": "QLinearMatMul rows: int32 accumulation, float32 requantization",
+    "k_attention": "fused attention (Q K^T, bias, softmax, @ V) per query-row block, scores in scratch",
 }
 
 def kernels_fingerprint() -> str:

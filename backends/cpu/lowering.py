@@ -27,7 +27,7 @@ from rammer.lower.fusion import Group, ancestors, build_groups
 from rammer.lower.operator import OpCycle, Rules, classify, topological_order
 from rammer.lower.views import Buffer, View, dense_strides
 
-from . import control_flow, graph_passes, lower_linalg, lower_nn, lower_views
+from . import control_flow, graph_passes, lower_attention, lower_linalg, lower_nn, lower_views
 from .lower_common import GemmSpec, ew_op, gemm_op
 from .ops import ARENA_DTYPES, CostModel, CpuOp
 from .program import EwProgram
@@ -231,7 +231,7 @@ class Lowerer:
         return bool(outs) and all(t.dtype in ARENA_DTYPES and t.size == 0 for t in outs)
 
     def _host_reason(self, node: Node) -> str:
-        if node.domain not in ("", "ai.onnx"):
+        if node.domain not in ("", "ai.onnx") and (node.domain, node.op_type) not in lower_attention.DOMAIN_OPS:
             return f"domain {node.domain}"
         if control_flow.is_if(node):
             found = control_flow.branch_fallbacks(node, self.graph, _host_nodes)

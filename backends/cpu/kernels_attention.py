@@ -1,0 +1,96 @@
+"""The fused scaled dot-product attention rKernel (``ScaledDotProductAttention``, rammer domain).
+
+One rTask computes ``Y[b, r0:r1, :]`` for a range of batch matrices ``b`` (batch x heads, flattened)
+and a block of query rows: the block's scores ``scale * Q K^T`` go into the vEU's scratch (never the
+arena), the additive bias is added and each row is soft-maxed there, then the block is multiplied by V
+straight into Y.  Both products run on the packed SIMD micro-kernel (:func:`.kernels_gemm.gemm_packed`),
+which takes any strides, so a K transposed by the exported graph (a Transpose view) and a Q or V that
+is a head-split view of the projection's output are read in place.
+
+Descriptor (element offsets / strides into the float32 arena)::
+
+    [S, Sk, D, Dv, q_rs, q_cs, kt_rs, kt_cs, v_rs, v_cs, y_rs, bias_rs, bias_cs, has_bias, scale_imm,
+     table, block_rows]
+
+and ``table`` holds, per batch matrix, ``(q_off, kt_off, v_off, y_off, bias_off)``.  ``block_rows``
+caps the score block (rows x Sk floats of scratch) so it stays in L2; the scratch after the packing
+space of the GEMM holds it.  Task row: ``[desc, b0, b1, r0, r1]``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from . import _numba_cache  # noqa: F401  (drops stale numba caches first)
+from .kernels_gemm import PACK_FLOATS, gemm_packed
+from .kernels_nn import _softmax_row
+
+f32 = np.float32
+_JIT = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
+
+(A_S, A_SK, A_D, A_DV, A_QRS, A_QCS, A_KRS, A_KCS, A_VRS, A_VCS, A_YRS, A_BRS, A_BCS, A_HAS_BIAS, A_SCALE,
+ A_TABLE, A_BLOCK) = range(17)
+DESC_LEN = 17
+#: Per batch matrix in the table: q, kt, v, y and bias offsets.
+TABLE_STRIDE = 5
+#: Floats of one score block at most (256 KB): the block is written, soft-maxed and read back
+#: while it is still in L2.
+SCORE_BLOCK_FLOATS = 64 * 1024
+
+
+@njit(**_JIT)
+def _add_bias_row(F, row, bias, n, bias_cs):
+    if bias_cs == 1:
+        s = F[row:row + n]
+        m = F[bias:bias + n]
+        for j in range(n):
+            s[j] += m[j]
+    else:
+        for j in range(n):
+            F[row + j] += F[bias + j * bias_cs]
+
+
+@njit(**_JIT)
+def k_attention(F, B, I, J, X, R, p, sbase):
+    """Row: [desc, b0, b1, r0, r1]."""
+    d = p[0]
+    Sk = X[d + A_SK]
+    D = X[d + A_D]
+    Dv = X[d + A_DV]
+    q_rs = X[d + A_QRS]
+    q_cs = X[d + A_QCS]
+    kt_rs = X[d + A_KRS]
+    kt_cs = X[d + A_KCS]
+    v_rs = X[d + A_VRS]
+    v_cs = X[d + A_VCS]
+    y_rs = X[d + A_YRS]
+    bias_rs = X[d + A_BRS]
+    bias_cs = X[d + A_BCS]
+    has_bias = X[d + A_HAS_BIAS]
+    scale = R[X[d + A_SCALE]]
+    table = X[d + A_TABLE]
+    block = X[d + A_BLOCK]
+    pack = sbase
+    scores = sbase + PACK_FLOATS
+    r0 = p[3]
+    r1 = p[4]
+    for b in range(p[1], p[2]):
+        t = table + TABLE_STRIDE * b
+        q_off = X[t]
+        kt_off = X[t + 1]
+        v_off = X[t + 2]
+        y_off = X[t + 3]
+        bias_off = X[t + 4]
+        for i0 in range(r0, r1, block):
+            rows = min(block, r1 - i0)
+            # scores[0:rows, 0:Sk] = scale * Q[i0:i0+rows] @ KT  (the scale rides on the packing of Q)
+            gemm_packed(F, q_off + i0 * q_rs, q_rs, q_cs, kt_off, kt_rs, kt_cs, scores, Sk, D, 0, rows, 0, Sk,
+                        scale, 0, pack)
+            for r in range(rows):
+                row = scores + r * Sk
+                if has_bias != 0:
+                    _add_bias_row(F, row, bias_off + (i0 + r) * bias_rs, Sk, bias_cs)
+                _softmax_row(F, row, row, Sk, 0)
+            gemm_packed(F, scores, Sk, 1, v_off, v_rs, v_cs, y_off + i0 * y_rs, y_rs, Sk, 0, rows, 0, Dv,
+                        f32(1.0), 0, pack)

@@ -1,0 +1,178 @@
+"""The scaled dot-product attention of exported transformers as one ``ScaledDotProductAttention`` op.
+
+Recognises, over float32 tensors, the chain that torch and tf exports make of every attention head::
+
+    scores = MatMul(Q, KT)                      # KT: the keys transposed (a Transpose, or K laid out so)
+    scores = Mul(scores, c) | Mul(c, scores) | Div(scores, c)     # optional; c a scalar constant
+    scores = Add(scores, bias) | Add(bias, scores)                 # optional; mask / position bias
+    P = Softmax(scores, axis=last)
+    Y = MatMul(P, V)
+
+and replaces it by ``ScaledDotProductAttention(Q, KT, V, bias)`` of the rammer domain
+(:mod:`rammer.ops.fused_attention`, whose numpy implementation is the reference), so a backend with a
+fused kernel never writes the score matrix.  Each intermediate must have exactly one reader (and not be
+a graph output); the bias must broadcast to the scores' shape without widening it.  The scale goes
+into the op's ``scale`` attribute (a divisor as its reciprocal).  Left alone: a mask applied by
+``Where`` (GPT-2's causal mask in some exports), a scale applied after the mask, a Softmax over another
+axis, a Cast between the steps, and the K/V heads that grouped-query attention repeats with
+Expand/Reshape (those stay their own ops and feed KT/V of the fused op like any other tensor).
+Hardware-neutral; only backends with a kernel for the op list it (``cpu``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..ir import Graph, Node
+from ..ops.control import RAMMER_DOMAIN
+from ..ops.fused_attention import OP_TYPE
+from .names import fresh_name
+from .pipeline import Pass
+
+__all__ = ["FUSE_ATTENTION", "fuse_attention"]
+
+#: Off: the pass leaves every graph alone (the "before" side of before/after measurements,
+#: e.g. ``ci/micro_attention.py --before rammer.passes.fuse_attention.ENABLED=False``).
+ENABLED = True
+
+
+class _Chain:
+    """What one match found: the nodes it replaces and the fused op's operands."""
+
+    def __init__(self) -> None:
+        self.nodes: list[Node] = []
+        self.scale: float | None = None
+        self.bias = ""
+        self.q = ""
+        self.kt = ""
+
+
+def _only_reader(graph: Graph, tensor: str, outputs: set[str]) -> Node | None:
+    readers = graph.consumers.get(tensor, ())
+    if tensor in outputs or len(readers) != 1:
+        return None
+    return readers[0]
+
+
+def _float32(graph: Graph, *names: str) -> bool:
+    return all(graph.value_info[n].dtype == "float32" for n in names)
+
+
+def _scalar_const(graph: Graph, name: str) -> float | None:
+    value = graph.initializers.get(name)
+    if value is None or np.size(value) != 1 or np.asarray(value).dtype != np.float32:
+        return None
+    return float(np.asarray(value).reshape(-1)[0])
+
+
+def _producer(graph: Graph, tensor: str, outputs: set[str], reader: Node) -> Node | None:
+    """The plain-ONNX node making ``tensor`` when ``reader`` is its only reader."""
+    node = graph.producer.get(tensor)
+    if node is None or node.domain != "" or _only_reader(graph, tensor, outputs) is not reader:
+        return None
+    return node
+
+
+def _scores(graph: Graph, tensor: str, outputs: set[str], reader: Node, chain: _Chain) -> bool:
+    """Whether ``tensor`` is MatMul(Q, KT), optionally scaled by a scalar constant; fills ``chain``."""
+    node = _producer(graph, tensor, outputs, reader)
+    if node is not None and node.op_type in ("Mul", "Div") and len(node.inputs) == 2:
+        a, b = node.inputs
+        const_b = _scalar_const(graph, b)
+        const_a = _scalar_const(graph, a) if node.op_type == "Mul" else None
+        if const_b is not None and (node.op_type == "Mul" or const_b != 0.0):
+            chain.scale, inner = (const_b if node.op_type == "Mul" else 1.0 / const_b), a
+        elif const_a is not None:
+            chain.scale, inner = const_a, b
+        else:
+            return False
+        if graph.value_info[inner].shape != graph.value_info[tensor].shape:
+            return False
+        chain.nodes.append(node)
+        reader, node = node, _producer(graph, inner, outputs, node)
+    if node is None or node.op_type != "MatMul":
+        return False
+    q, kt = node.inputs[0], node.inputs[1]
+    if min(len(graph.value_info[q].shape), len(graph.value_info[kt].shape)) < 2 or not _float32(graph, q, kt):
+        return False
+    chain.nodes.append(node)
+    chain.q, chain.kt = q, kt
+    return True
+
+
+def _match(graph: Graph, softmax: Node, outputs: set[str]) -> tuple[_Chain, Node] | None:
+    """The chain ending in ``softmax`` and the MatMul(P, V) after it, or None."""
+    if softmax.domain != "" or softmax.op_type != "Softmax" or len(softmax.outputs) != 1:
+        return None
+    x = softmax.inputs[0]
+    shape = graph.value_info[x].shape
+    if len(shape) < 2 or int(softmax.attrs.get("axis", -1)) % len(shape) != len(shape) - 1:
+        return None
+    after = _only_reader(graph, softmax.outputs[0], outputs)
+    if after is None or after.domain != "" or after.op_type != "MatMul" or after.inputs[0] != softmax.outputs[0]:
+        return None
+    v = after.inputs[1]
+    if len(graph.value_info[v].shape) < 2 or not _float32(graph, x, v, after.outputs[0]):
+        return None
+    producer = _producer(graph, x, outputs, softmax)
+    if producer is None:
+        return None
+    if producer.op_type == "Add" and len(producer.inputs) == 2:
+        for scores, bias in (producer.inputs, producer.inputs[::-1]):
+            chain = _Chain()
+            info = graph.value_info[bias]
+            if info.dtype != "float32" or graph.value_info[scores].shape != shape:
+                continue
+            try:
+                fits = np.broadcast_shapes(tuple(info.shape), tuple(shape)) == tuple(shape)
+            except ValueError:
+                fits = False
+            if fits and _scores(graph, scores, outputs, producer, chain):
+                chain.bias = bias
+                chain.nodes.append(producer)
+                break
+        else:
+            return None
+    else:
+        chain = _Chain()
+        if not _scores(graph, x, outputs, softmax, chain):
+            return None
+    chain.nodes += [softmax, after]
+    return chain, after
+
+
+def fuse_attention(graph: Graph) -> Graph:
+    """``graph`` with every recognised attention chain as one op (the same object when none is)."""
+    if not ENABLED or not any(n.op_type == "Softmax" for n in graph.nodes):
+        return graph
+    outputs = {t.name for t in graph.outputs}
+    taken = {n.name for n in graph.nodes}
+    replaced: dict[int, Node] = {}  # id of the final MatMul -> the fused node
+    removed: set[int] = set()
+    for node in graph.nodes:
+        found = _match(graph, node, outputs)
+        if found is None:
+            continue
+        chain, last = found
+        if any(id(n) in removed for n in chain.nodes):
+            continue
+        attrs = {} if chain.scale is None else {"scale": chain.scale}
+        inputs = (chain.q, chain.kt, last.inputs[1]) + ((chain.bias,) if chain.bias else ())
+        fused = Node(OP_TYPE, inputs, last.outputs, fresh_name(f"{last.name or 'attention'}.attention", taken),
+                     RAMMER_DOMAIN, attrs)
+        removed |= {id(n) for n in chain.nodes}
+        replaced[id(last)] = fused
+    if not replaced:
+        return graph
+    nodes = [replaced.get(id(n), n) for n in graph.nodes if id(n) in replaced or id(n) not in removed]
+    used = {i for n in nodes for i in n.inputs} | outputs
+    gone = {i for n in graph.nodes if id(n) in removed for i in n.inputs} - used - {t.name for t in graph.inputs}
+    inits = {k: v for k, v in graph.initializers.items() if k not in gone}
+    dropped = {o for n in graph.nodes if id(n) in removed and id(n) not in replaced for o in n.outputs} | gone
+    value_info = {k: v for k, v in graph.value_info.items() if k not in dropped}
+    opset = {**graph.opset, RAMMER_DOMAIN: 1}
+    return graph.replace(nodes=tuple(nodes), initializers=inits, value_info=value_info, opset=opset)
+
+
+FUSE_ATTENTION = Pass("fuse-attention", fuse_attention,
+                      "MatMul(Q, KT) [* scale] [+ bias] -> Softmax -> MatMul(., V) as one ScaledDotProductAttention")
