@@ -101,7 +101,7 @@ def lower_attention(lw: LowerContext, node: Node) -> None:
     flops = float(nb) * S * Sk * (2.0 * D + 2.0 * Dv + 5.0)
     nbytes = 4.0 * sum(math.prod(w.shape) if w is y else _distinct(w) for w in views)
     lw.add_op(CpuOp(node.name or OP_TYPE, "attention", (node,), reads, (y.buffer,), flops, nbytes, partition, emit,
-                    scratch=PACK_FLOATS + block * Sk + 64, blas=True,
+                    scratch=PACK_FLOATS + block * (Sk + 1) + 64, blas=True,
                     extra={"S": S, "Sk": Sk, "D": D, "Dv": Dv, "batches": nb}))
 
 
