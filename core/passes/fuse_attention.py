@@ -21,6 +21,8 @@ Hardware-neutral; only backends with a kernel for the op list it (``cpu``).
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 from ..ir import Graph, Node
@@ -31,9 +33,10 @@ from .pipeline import Pass
 
 __all__ = ["FUSE_ATTENTION", "fuse_attention"]
 
-#: Off: the pass leaves every graph alone (the "before" side of before/after measurements,
-#: e.g. ``ci/micro_attention.py --before rammer.passes.fuse_attention.ENABLED=False``).
-ENABLED = True
+#: Off: the pass leaves every graph alone (the "before" side of before/after measurements, e.g.
+#: ``ci/micro_attention.py --before rammer.passes.fuse_attention.ENABLED=False``, or
+#: ``RAMMER_FUSE_ATTENTION=0`` in the environment of processes such as ci/corpus_bench.py's).
+ENABLED = os.environ.get("RAMMER_FUSE_ATTENTION", "1").strip().lower() not in ("0", "false", "no", "off")
 
 
 class _Chain:
