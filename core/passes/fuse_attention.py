@@ -4,13 +4,15 @@ Recognises, over float32 tensors, the chain that torch and tf exports make of ev
 
     scores = MatMul(Q, KT)                      # KT: the keys transposed (a Transpose, or K laid out so)
     scores = Mul(scores, c) | Mul(c, scores) | Div(scores, c)     # optional; c a scalar constant
-    scores = Add(scores, bias) | Add(bias, scores)                 # optional; mask / position bias
+    scores = Add(scores, bias) | Add(bias, scores)                 # optional, up to 3 (position bias, mask)
     P = Softmax(scores, axis=last)
+    P = Cast(P, to=float32)                                        # optional, repeated (no-ops on float32)
     Y = MatMul(P, V)
 
 and replaces it by ``ScaledDotProductAttention(Q, KT, V, bias)`` of the rammer domain
 (:mod:`rammer.ops.fused_attention`, whose numpy implementation is the reference), so a backend with a
-fused kernel never writes the score matrix.  Each intermediate must have exactly one reader (and not be
+fused kernel never writes the score matrix.  Several biases are summed first by new ``Add`` nodes
+(one [heads x] S x Sk tensor per layer; rounding as ``s + (b1 + b2)`` instead of ``(s + b1) + b2``).  Each intermediate must have exactly one reader (and not be
 a graph output); the bias must broadcast to the scores' shape without widening it.  The scale goes
 into the op's ``scale`` attribute (a divisor as its reciprocal).  Left alone: a mask applied by
 ``Where`` (GPT-2's causal mask in some exports), a scale applied after the mask, a Softmax over another
@@ -25,7 +27,7 @@ import os
 
 import numpy as np
 
-from ..ir import Graph, Node
+from ..ir import Graph, Node, TensorInfo
 from ..ops.control import RAMMER_DOMAIN
 from ..ops.fused_attention import OP_TYPE
 from .names import fresh_name
@@ -45,7 +47,8 @@ class _Chain:
     def __init__(self) -> None:
         self.nodes: list[Node] = []
         self.scale: float | None = None
-        self.bias = ""
+        #: Bias tensors in the order the graph adds them.
+        self.biases: list[str] = []
         self.q = ""
         self.kt = ""
 
@@ -103,6 +106,36 @@ def _scores(graph: Graph, tensor: str, outputs: set[str], reader: Node, chain: _
     return True
 
 
+#: Bias Adds one chain may carry (T5 and MPNet add a position bias, then the mask).
+MAX_BIASES = 3
+
+
+def _fits(graph: Graph, bias: str, shape: tuple[int, ...]) -> bool:
+    info = graph.value_info[bias]
+    if info.dtype != "float32":
+        return False
+    try:
+        return tuple(np.broadcast_shapes(tuple(info.shape), tuple(shape))) == tuple(shape)
+    except ValueError:
+        return False
+
+
+def _biased_scores(graph: Graph, tensor: str, outputs: set[str], reader: Node, chain: _Chain, depth: int) -> bool:
+    """Whether ``tensor`` is the (scaled) scores plus up to ``depth`` bias Adds; fills ``chain``."""
+    shape = graph.value_info[tensor].shape
+    producer = _producer(graph, tensor, outputs, reader)
+    if producer is not None and producer.op_type == "Add" and len(producer.inputs) == 2 and depth > 0:
+        for scores, bias in (producer.inputs, producer.inputs[::-1]):
+            trial = _Chain()
+            if graph.value_info[scores].shape == shape and _fits(graph, bias, shape) and \
+                    _biased_scores(graph, scores, outputs, producer, trial, depth - 1):
+                trial.nodes.append(producer)
+                trial.biases.append(bias)
+                chain.__dict__.update(trial.__dict__)
+                return True
+    return _scores(graph, tensor, outputs, reader, chain)
+
+
 def _match(graph: Graph, softmax: Node, outputs: set[str]) -> tuple[_Chain, Node] | None:
     """The chain ending in ``softmax`` and the MatMul(P, V) after it, or None."""
     if softmax.domain != "" or softmax.op_type != "Softmax" or len(softmax.outputs) != 1:
@@ -111,36 +144,22 @@ def _match(graph: Graph, softmax: Node, outputs: set[str]) -> tuple[_Chain, Node
     shape = graph.value_info[x].shape
     if len(shape) < 2 or int(softmax.attrs.get("axis", -1)) % len(shape) != len(shape) - 1:
         return None
-    after = _only_reader(graph, softmax.outputs[0], outputs)
-    if after is None or after.domain != "" or after.op_type != "MatMul" or after.inputs[0] != softmax.outputs[0]:
+    probs, tail = softmax.outputs[0], []
+    after = _only_reader(graph, probs, outputs)
+    while after is not None and after.domain == "" and after.op_type == "Cast" and int(after.attrs.get("to", 0)) == 1:
+        # float32 -> float32 (torch's softmax(..., dtype=float32).to(query.dtype), often twice): nothing to compute
+        tail.append(after)
+        probs = after.outputs[0]
+        after = _only_reader(graph, probs, outputs)
+    if after is None or after.domain != "" or after.op_type != "MatMul" or after.inputs[0] != probs:
         return None
     v = after.inputs[1]
-    if len(graph.value_info[v].shape) < 2 or not _float32(graph, x, v, after.outputs[0]):
+    if len(graph.value_info[v].shape) < 2 or not _float32(graph, x, probs, v, after.outputs[0]):
         return None
-    producer = _producer(graph, x, outputs, softmax)
-    if producer is None:
+    chain = _Chain()
+    if not _biased_scores(graph, x, outputs, softmax, chain, MAX_BIASES):
         return None
-    if producer.op_type == "Add" and len(producer.inputs) == 2:
-        for scores, bias in (producer.inputs, producer.inputs[::-1]):
-            chain = _Chain()
-            info = graph.value_info[bias]
-            if info.dtype != "float32" or graph.value_info[scores].shape != shape:
-                continue
-            try:
-                fits = np.broadcast_shapes(tuple(info.shape), tuple(shape)) == tuple(shape)
-            except ValueError:
-                fits = False
-            if fits and _scores(graph, scores, outputs, producer, chain):
-                chain.bias = bias
-                chain.nodes.append(producer)
-                break
-        else:
-            return None
-    else:
-        chain = _Chain()
-        if not _scores(graph, x, outputs, softmax, chain):
-            return None
-    chain.nodes += [softmax, after]
+    chain.nodes += [softmax, *tail, after]
     return chain, after
 
 
@@ -152,6 +171,8 @@ def fuse_attention(graph: Graph) -> Graph:
     taken = {n.name for n in graph.nodes}
     replaced: dict[int, Node] = {}  # id of the final MatMul -> the fused node
     removed: set[int] = set()
+    before_fused: dict[int, list[Node]] = {}  # id of the final MatMul -> the bias sums it needs first
+    new_info: dict[str, TensorInfo] = {}
     for node in graph.nodes:
         found = _match(graph, node, outputs)
         if found is None:
@@ -160,19 +181,35 @@ def fuse_attention(graph: Graph) -> Graph:
         if any(id(n) in removed for n in chain.nodes):
             continue
         attrs = {} if chain.scale is None else {"scale": chain.scale}
-        inputs = (chain.q, chain.kt, last.inputs[1]) + ((chain.bias,) if chain.bias else ())
+        bias = chain.biases[0] if chain.biases else ""
+        summed = []
+        for extra in chain.biases[1:]:
+            # several biases become one, summed once per layer ([heads,] S x Sk), in the graph's order
+            total = fresh_name(f"{bias}.plus_bias", taken)
+            shape = tuple(np.broadcast_shapes(tuple(graph.value_info[bias].shape),
+                                              tuple(graph.value_info[extra].shape)))
+            new_info[total] = TensorInfo(total, "float32", shape)
+            summed.append(Node("Add", (bias, extra), (total,), fresh_name(f"{total}.add", taken)))
+            bias = total
+        inputs = (chain.q, chain.kt, last.inputs[1]) + ((bias,) if bias else ())
         fused = Node(OP_TYPE, inputs, last.outputs, fresh_name(f"{last.name or 'attention'}.attention", taken),
                      RAMMER_DOMAIN, attrs)
         removed |= {id(n) for n in chain.nodes}
         replaced[id(last)] = fused
+        before_fused[id(last)] = summed
     if not replaced:
         return graph
-    nodes = [replaced.get(id(n), n) for n in graph.nodes if id(n) in replaced or id(n) not in removed]
+    nodes: list[Node] = []
+    for n in graph.nodes:
+        if id(n) in replaced:
+            nodes += before_fused[id(n)] + [replaced[id(n)]]
+        elif id(n) not in removed:
+            nodes.append(n)
     used = {i for n in nodes for i in n.inputs} | outputs
     gone = {i for n in graph.nodes if id(n) in removed for i in n.inputs} - used - {t.name for t in graph.inputs}
     inits = {k: v for k, v in graph.initializers.items() if k not in gone}
     dropped = {o for n in graph.nodes if id(n) in removed and id(n) not in replaced for o in n.outputs} | gone
-    value_info = {k: v for k, v in graph.value_info.items() if k not in dropped}
+    value_info = {**{k: v for k, v in graph.value_info.items() if k not in dropped}, **new_info}
     opset = {**graph.opset, RAMMER_DOMAIN: 1}
     return graph.replace(nodes=tuple(nodes), initializers=inits, value_info=value_info, opset=opset)
 

@@ -102,4 +102,28 @@ def test_the_reference_backend_runs_the_fused_op_like_the_chain(scale_op, mask):
     fused = fuse_attention(before)
     assert [n.op_type for n in fused.nodes] == ["Transpose", "ScaledDotProductAttention"]
     want, got = run_graph(before, feeds), run_graph(fused, feeds)
-    np.testing.assert_allclose(got["y"], want["y"], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=1e-6)
+
+
+def test_float32_casts_after_softmax_and_two_biases_are_taken_in():
+    # T5/MPNet: scores + position bias + mask; HF exports: softmax(..., dtype=float32).to(dtype) as Casts
+    ins = {**QKV, "pos": [1, H, S, S], "m": [B, 1, 1, S]}
+    nodes = [node("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]), node("MatMul", ["q", "kt"], ["qk"]),
+             node("Add", ["qk", "pos"], ["qkp"]), node("Add", ["qkp", "m"], ["qkm"]),
+             node("Softmax", ["qkm"], ["p"], axis=-1), node("Cast", ["p"], ["p1"], to=1),
+             node("Cast", ["p1"], ["p2"], to=1), node("MatMul", ["p2", "v"], ["y"])]
+    before = graph(nodes, ins, {"y": [B, H, S, D]})
+    after = run_pipeline(before, [FUSE_ATTENTION], verify=True).graph
+    assert [n.op_type for n in after.nodes] == ["Transpose", "Add", "ScaledDotProductAttention"]
+    bias_sum = after.nodes[1]
+    assert bias_sum.inputs == ("pos", "m") and after.nodes[2].inputs[3] == bias_sum.outputs[0]
+    assert after.value_info[bias_sum.outputs[0]].shape == (1, H, S, S)
+    rng = np.random.default_rng(1)
+    feeds = {k: rng.standard_normal(v).astype(np.float32) for k, v in ins.items()}
+    np.testing.assert_allclose(run_graph(after, feeds)[0], run_graph(before, feeds)[0], rtol=1e-5, atol=1e-6)
+
+
+def test_a_cast_to_another_type_stops_the_match():
+    nodes = _chain(None, False)[:-1] + [node("Cast", ["p"], ["p16"], to=10), node("Cast", ["p16"], ["p32"], to=1),
+                                         node("MatMul", ["p32", "v"], ["y"])]
+    assert_left_alone(fuse_attention, graph(nodes, QKV, {"y": [B, H, S, D]}))
