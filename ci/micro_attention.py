@@ -80,7 +80,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--runs", type=int, default=10)
-    ap.add_argument("--shapes", default="", help="only shapes whose label contains one of these comma-separated strings")
+    ap.add_argument("--shapes", default="",
+                    help="only shapes whose label contains one of these comma-separated strings")
     ap.add_argument("--json", help="also write the rows here")
     args = ap.parse_args(argv)
     warnings.simplefilter("ignore")

@@ -55,7 +55,6 @@ def _row_parts(rows: int, parts: int) -> list[tuple[int, int]]:
 
 
 def lower_attention(lw: LowerContext, node: Node) -> None:
-    g = lw.graph
     out = lw.views[node.outputs[0]]
     if not out.is_dense():
         raise AssertionError(f"the output of '{node.name}' is not dense")  # the lowerer gives op outputs dense buffers

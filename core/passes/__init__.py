@@ -31,8 +31,8 @@ from __future__ import annotations
 
 from .cse import CSE, eliminate_common_subexpressions
 from .decompose import DECOMPOSE, decompose_model_ops
-from .fuse_attention import FUSE_ATTENTION, fuse_attention
 from .fold_batchnorm import FOLD_BATCHNORM, fold_batchnorm
+from .fuse_attention import FUSE_ATTENTION, fuse_attention
 from .if_select import IF_TO_SELECT, if_to_select
 from .merge_convs import merge_convs_pass, merge_sibling_convs
 from .norm_as_layernorm import NORM_AS_LAYERNORM, norm_as_layernorm

@@ -12,13 +12,14 @@ Recognises, over float32 tensors, the chain that torch and tf exports make of ev
 and replaces it by ``ScaledDotProductAttention(Q, KT, V, bias)`` of the rammer domain
 (:mod:`rammer.ops.fused_attention`, whose numpy implementation is the reference), so a backend with a
 fused kernel never writes the score matrix.  Several biases are summed first by new ``Add`` nodes
-(one [heads x] S x Sk tensor per layer; rounding as ``s + (b1 + b2)`` instead of ``(s + b1) + b2``).  Each intermediate must have exactly one reader (and not be
-a graph output); the bias must broadcast to the scores' shape without widening it.  The scale goes
-into the op's ``scale`` attribute (a divisor as its reciprocal).  Left alone: a mask applied by
-``Where`` (GPT-2's causal mask in some exports), a scale applied after the mask, a Softmax over another
-axis, a Cast between the steps, and the K/V heads that grouped-query attention repeats with
-Expand/Reshape (those stay their own ops and feed KT/V of the fused op like any other tensor).
-Hardware-neutral; only backends with a kernel for the op list it (``cpu``).
+(one [heads x] S x Sk tensor per layer; rounding as ``s + (b1 + b2)`` instead of ``(s + b1) + b2``).
+Each intermediate must have exactly one reader (and not be a graph output); each bias must broadcast
+to the scores' shape without widening it.  The scale goes into the op's ``scale`` attribute (a divisor
+as its reciprocal).  Left alone: a mask applied by ``Where`` to the scores or probabilities (DeBERTa's
+export, with a Reshape between), a scale applied after the mask, a Softmax over another axis, a Cast
+to another type between the steps.  The K/V heads that grouped-query attention repeats (LLaMA:
+Expand + Reshape) and rotary embeddings (Mul/Add on Q and K) stay their own ops and feed Q/KT/V of the
+fused op like any other tensor.  Hardware-neutral; only backends with a kernel for the op list it (``cpu``).
 """
 
 from __future__ import annotations
