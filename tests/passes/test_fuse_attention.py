@@ -127,3 +127,15 @@ def test_a_cast_to_another_type_stops_the_match():
     nodes = _chain(None, False)[:-1] + [node("Cast", ["p"], ["p16"], to=10), node("Cast", ["p16"], ["p32"], to=1),
                                          node("MatMul", ["p32", "v"], ["y"])]
     assert_left_alone(fuse_attention, graph(nodes, QKV, {"y": [B, H, S, D]}))
+
+
+def test_the_op_refuses_mismatched_head_sizes_with_one_clear_line():
+    nodes = [helper.make_node("ScaledDotProductAttention", ["q", "kt", "v"], ["y"], name="att", domain=RAMMER_DOMAIN)]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("q", TensorProto.FLOAT, [1, 2, 5, 4]),
+                                       helper.make_tensor_value_info("kt", TensorProto.FLOAT, [1, 2, 8, 5]),
+                                       helper.make_tensor_value_info("v", TensorProto.FLOAT, [1, 2, 5, 4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, 5, 4])])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(RAMMER_DOMAIN, 1)])
+    with pytest.raises(rammer.errors.RammerError, match="att.*head sizes") as err:
+        rammer.load(model)
+    assert "\n" not in str(err.value)
