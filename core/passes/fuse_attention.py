@@ -161,6 +161,9 @@ def _match(graph: Graph, softmax: Node, outputs: set[str]) -> tuple[_Chain, Node
     if not _biased_scores(graph, x, outputs, softmax, chain, MAX_BIASES):
         return None
     chain.nodes += [softmax, *tail, after]
+    made = {o for n in chain.nodes for o in n.outputs}
+    if made & {chain.q, chain.kt, v, *chain.biases}:
+        return None  # an operand computed inside the chain (Add(s, s), MatMul(P, P)): nothing to fuse
     return chain, after
 
 

@@ -139,3 +139,14 @@ def test_the_op_refuses_mismatched_head_sizes_with_one_clear_line():
     with pytest.raises(rammer.errors.RammerError, match="att.*head sizes") as err:
         rammer.load(model)
     assert "\n" not in str(err.value)
+
+
+def test_operands_computed_inside_the_chain_stop_the_match():
+    square = {"q": [1, 2, 5, 5], "k": [1, 2, 5, 5]}
+    self_bias = [node("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]), node("MatMul", ["q", "kt"], ["qk"]),
+                 node("Add", ["qk", "qk"], ["qkm"]), node("Softmax", ["qkm"], ["p"], axis=-1),
+                 node("MatMul", ["p", "k"], ["y"])]
+    probs_as_values = [node("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]), node("MatMul", ["q", "kt"], ["qk"]),
+                       node("Softmax", ["qk"], ["p"], axis=-1), node("MatMul", ["p", "p"], ["y"])]
+    for nodes in (self_bias, probs_as_values):
+        assert_left_alone(fuse_attention, graph(nodes, square, {"y": [1, 2, 5, 5]}))
