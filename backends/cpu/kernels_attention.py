@@ -23,8 +23,8 @@ import numpy as np
 from numba import njit
 
 from . import _numba_cache  # noqa: F401  (drops stale numba caches first)
-from .kernels_gemm import PACK_FLOATS, gemm_packed
 from .fastmath import bits_float, exp32, float_bits
+from .kernels_gemm import PACK_FLOATS, gemm_packed
 from .kernels_nn import _scale_row
 
 f32 = np.float32
