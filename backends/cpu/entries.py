@@ -17,6 +17,7 @@ from . import (
     _numba_cache,  # noqa: F401  (drops stale numba caches first)
     machine_code,
 )
+from .kernels_attention import k_attention
 from .kernels_conv import k_convp
 from .kernels_data import k_copy, k_copy_many, k_gather, k_pad, k_resize
 from .kernels_dwcl import k_dwconv_cl
@@ -205,6 +206,13 @@ def entry_k_qlinear_matmul(arena, nbytes, x, nx, r, nr, row, sbase):
     F, B, I, J, X, R = arena_views(arena, nbytes, x, nx, r, nr)
     p = carray(row, (ROW_PARAMS,), np.int64)
     return k_qlinear_matmul(F, B, I, J, X, R, p, sbase)
+
+
+def entry_k_attention(arena, nbytes, x, nx, r, nr, row, sbase):
+    F, B, I, J, X, R = arena_views(arena, nbytes, x, nx, r, nr)
+    p = carray(row, (ROW_PARAMS,), np.int64)
+    k_attention(F, B, I, J, X, R, p, sbase)
+    return 0
 
 
 _COMPILED: dict[str, object] = {}

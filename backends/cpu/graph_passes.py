@@ -15,6 +15,7 @@ from rammer.passes import (
     CSE,
     DECOMPOSE,
     FOLD_BATCHNORM,
+    FUSE_ATTENTION,
     NORM_AS_LAYERNORM,
     QDQ_AS_FLOAT,
     RELU_CONCAT,
@@ -39,6 +40,7 @@ PIPELINE: tuple[Pass, ...] = (
     RELU_CONCAT,
     merge_convs_pass(EPILOGUE_OPS),
     CSE.renamed("cse-again"),
+    FUSE_ATTENTION,  # last: Q K^T -> softmax -> @ V as one op for the fused kernel (k_attention)
 )
 
 

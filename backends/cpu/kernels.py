@@ -13,6 +13,7 @@ from __future__ import annotations
 from types import ModuleType
 
 from . import (
+    kernels_attention,
     kernels_conv,
     kernels_data,
     kernels_dwcl,
@@ -52,6 +53,7 @@ KERNELS: dict[str, ModuleType] = {
     "k_tree": kernels_tree,
     "k_gemm_int8": kernels_quant,
     "k_qconv_int8": kernels_quant,
+    "k_attention": kernels_attention,
 }
 
 MAY_FAIL = frozenset({"k_gather", "k_gather_elements"})
@@ -90,6 +92,7 @@ DESCRIPTIONS = {
                    " + zero-point corrections + int32 store or requantization",
     "k_qconv_int8": "QLinearConv (not depthwise) as 8-bit GEMM tiles: pixel windows gathered, weights packed"
                     " at compile time (VNNI where the CPU has it), requantized",
+    "k_attention": "fused attention (Q K^T, bias, softmax, @ V) per query-row block, scores in scratch",
 }
 
 def kernels_fingerprint() -> str:

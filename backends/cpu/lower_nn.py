@@ -21,7 +21,7 @@ from rammer.ops.registry import OpContext
 
 from . import kernels_nn as knn
 from . import kernels_window as kwin
-from . import lower_index, lower_quant, lower_rnn, lower_tree
+from . import lower_attention, lower_index, lower_quant, lower_rnn, lower_tree
 from .ewops import BLOCK
 from .lower_context import LowerContext
 from .lower_conv import effective_steps
@@ -488,11 +488,11 @@ LOWERINGS: dict[str, Callable[[LowerContext, Node], None]] = {
     "Resize": _resize,
     **{op: _reduce for op in _REDUCE_MODES},
     **{op: lower_rnn.lower_rnn for op in lower_rnn.RNN_OPS},
-    **lower_index.LOWERINGS, **lower_quant.LOWERINGS, **lower_tree.LOWERINGS,
+    **lower_index.LOWERINGS, **lower_quant.LOWERINGS, **lower_tree.LOWERINGS, **lower_attention.LOWERINGS,
 }
 
-#: Ops whose own modules say whether they lower (scans / index ops, quantized ops).
-_REASONS = {**lower_index.REASONS, **lower_quant.REASONS, **lower_tree.REASONS}
+#: Ops whose own modules say whether they lower (scans / index ops, quantized ops, tree ensembles, fused attention).
+_REASONS = {**lower_index.REASONS, **lower_quant.REASONS, **lower_tree.REASONS, **lower_attention.REASONS}
 
 
 def reason(lw: LowerContext, node: Node) -> str | None:

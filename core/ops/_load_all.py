@@ -15,6 +15,7 @@ _MODULES = [
     "rnn",
     "loss",
     "attention",
+    "fused_attention",
     "tensor",
     "indexing",
     "resize",

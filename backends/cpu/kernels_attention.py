@@ -1,0 +1,154 @@
+"""The fused scaled dot-product attention rKernel (``ScaledDotProductAttention``, rammer domain).
+
+One rTask computes ``Y[b, r0:r1, :]`` for a range of batch matrices ``b`` (batch x heads, flattened)
+and a block of query rows: the block's scores ``scale * Q K^T`` go into the vEU's scratch (never the
+arena), the additive bias is added and each row is soft-maxed there, then the block is multiplied by V
+straight into Y.  Both products run on the packed SIMD micro-kernel (:func:`.kernels_gemm.gemm_packed`),
+which takes any strides, so a K transposed by the exported graph (a Transpose view) and a Q or V that
+is a head-split view of the projection's output are read in place.
+
+Descriptor (element offsets / strides into the float32 arena)::
+
+    [S, Sk, D, Dv, q_rs, q_cs, kt_rs, kt_cs, v_rs, v_cs, y_rs, bias_rs, bias_cs, has_bias, scale_imm,
+     table, block_rows]
+
+and ``table`` holds, per batch matrix, ``(q_off, kt_off, v_off, y_off, bias_off)``.  ``block_rows``
+caps the score block (rows x Sk floats of scratch) so it stays in L2; the scratch after the packing
+space of the GEMM holds it, then one float per block row (its softmax's 1 / sum).  Task row: ``[desc, b0, b1, r0, r1]``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from . import _numba_cache  # noqa: F401  (drops stale numba caches first)
+from .fastmath import bits_float, exp32, float_bits
+from .kernels_gemm import PACK_FLOATS, gemm_packed
+from .kernels_nn import _scale_row
+
+f32 = np.float32
+i32 = np.int32
+_JIT = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
+
+(A_S, A_SK, A_D, A_DV, A_QRS, A_QCS, A_KRS, A_KCS, A_VRS, A_VCS, A_YRS, A_BRS, A_BCS, A_HAS_BIAS, A_SCALE,
+ A_TABLE, A_BLOCK) = range(17)
+DESC_LEN = 17
+#: Per batch matrix in the table: q, kt, v, y and bias offsets.
+TABLE_STRIDE = 5
+#: Floats of one score block at most (256 KB): the block is written, soft-maxed and read back
+#: while it is still in L2.
+SCORE_BLOCK_FLOATS = 64 * 1024
+
+
+# The row maximum compares float bits as integers (b ^ ((b >> 31) & 0x7fffffff) orders float32
+# values as signed int32): LLVM vectorizes an integer max reduction but kept the float one
+# (kernels_nn._row_max) scalar; 0.006 ms against 0.013 on 128 x 128 scores.  A NaN with the sign
+# bit clear orders above +inf and so becomes the maximum; either NaN then makes the row NaN through exp.
+@njit(**_JIT)
+def _key(b):
+    return b ^ ((b >> i32(31)) & i32(0x7FFFFFFF))
+
+
+@njit(**_JIT)
+def _row_max_bits(A, n):
+    m = i32(-2147483648)
+    for r in range(n):
+        k = _key(float_bits(A[r]))
+        m = k if k > m else m
+    return bits_float(_key(m))
+
+
+@njit(**_JIT)
+def _add_bias_row_max(F, row, bias, n, bias_cs):
+    """Adds the bias row to the score row and returns the row's maximum (one pass when the bias row is contiguous)."""
+    s = F[row:row + n]
+    if bias_cs != 1:
+        for j in range(n):
+            s[j] += F[bias + j * bias_cs]
+        return _row_max_bits(s, n)
+    m = F[bias:bias + n]
+    mx = i32(-2147483648)
+    for j in range(n):
+        v = s[j] + m[j]
+        s[j] = v
+        k = _key(float_bits(v))
+        mx = k if k > mx else mx
+    return bits_float(_key(mx))
+
+
+# exp in place over the row: one slice read and written (LLVM vectorizes it; two overlapping slices
+# of the arena, as kernels_nn's _exp_shifted(D, A) called with D = A, fail its overlap check and ran
+# scalar), the polynomial contracted to FMAs.  No "reassoc" here: it folds exp32's rounding trick
+# ((x * log2e + magic) - magic) away and gives wrong values; the sum gets its own pass with it.
+# Measured on 128 x 128 scores: exp 0.017 ms against 0.028 without FMAs.
+@njit(nogil=True, cache=True, error_model="numpy", boundscheck=False, fastmath={"contract"})
+def _exp_in_place(A, n, mx):
+    for r in range(n):
+        A[r] = exp32(A[r] - mx)
+
+
+@njit(nogil=True, cache=True, error_model="numpy", boundscheck=False, fastmath={"reassoc", "nsz"})
+def _row_sum(A, n):
+    s = f32(0.0)
+    for r in range(n):
+        s += A[r]
+    return s
+
+
+@njit(**_JIT)
+def _scale_rows(F, y, y_rs, n, inv, rows):
+    for r in range(rows):
+        _scale_row(F[y + r * y_rs:y + r * y_rs + n], n, F[inv + r])
+
+
+@njit(**_JIT)
+def k_attention(F, B, I, J, X, R, p, sbase):
+    """Row: [desc, b0, b1, r0, r1]."""
+    d = p[0]
+    Sk = X[d + A_SK]
+    D = X[d + A_D]
+    Dv = X[d + A_DV]
+    q_rs = X[d + A_QRS]
+    q_cs = X[d + A_QCS]
+    kt_rs = X[d + A_KRS]
+    kt_cs = X[d + A_KCS]
+    v_rs = X[d + A_VRS]
+    v_cs = X[d + A_VCS]
+    y_rs = X[d + A_YRS]
+    bias_rs = X[d + A_BRS]
+    bias_cs = X[d + A_BCS]
+    has_bias = X[d + A_HAS_BIAS]
+    scale = R[X[d + A_SCALE]]
+    table = X[d + A_TABLE]
+    block = X[d + A_BLOCK]
+    pack = sbase
+    scores = sbase + PACK_FLOATS
+    inv = scores + block * Sk  # 1 / (sum of exp) per row of the block
+    r0 = p[3]
+    r1 = p[4]
+    for b in range(p[1], p[2]):
+        t = table + TABLE_STRIDE * b
+        q_off = X[t]
+        kt_off = X[t + 1]
+        v_off = X[t + 2]
+        y_off = X[t + 3]
+        bias_off = X[t + 4]
+        for i0 in range(r0, r1, block):
+            rows = min(block, r1 - i0)
+            # scores[0:rows, 0:Sk] = scale * Q[i0:i0+rows] @ KT  (the scale rides on the packing of Q)
+            gemm_packed(F, q_off + i0 * q_rs, q_rs, q_cs, kt_off, kt_rs, kt_cs, scores, Sk, D, 0, rows, 0, Sk,
+                        scale, 0, pack)
+            # softmax's exp in place; its 1 / sum is applied to the (Dv-wide) output rows instead
+            for r in range(rows):
+                row = scores + r * Sk
+                A = F[row:row + Sk]
+                if has_bias != 0:
+                    mx = _add_bias_row_max(F, row, bias_off + (i0 + r) * bias_rs, Sk, bias_cs)
+                else:
+                    mx = _row_max_bits(A, Sk)
+                _exp_in_place(A, Sk, mx)
+                F[inv + r] = f32(1.0) / _row_sum(A, Sk)
+            gemm_packed(F, scores, Sk, 1, v_off, v_rs, v_cs, y_off + i0 * y_rs, y_rs, Sk, 0, rows, 0, Dv,
+                        f32(1.0), 0, pack)
+            _scale_rows(F, y_off + i0 * y_rs, y_rs, Dv, inv, rows)

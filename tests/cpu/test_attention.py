@@ -1,0 +1,124 @@
+"""The fused attention rKernel (k_attention) against the reference running the unfused ONNX graph:
+the exported shapes of encoder (BERT: head-split views, padding mask, Div scale), decoder (GPT-2:
+causal mask, Mul scale), T5 (position bias added first, no scale), ViT (no mask), cross attention
+with more keys than one score block holds, K laid out transposed, and a batch-broadcast K/V."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from cpu_helpers import compare, model, node
+
+import rammer
+
+
+def _heads(name: str, b: int, s: int, h: int, d: int, perm: list[int]) -> list:
+    """x[b, s, h*d] -> Reshape [b, s, h, d] -> Transpose(perm), as torch exports a head split."""
+    return [node("Reshape", [name, f"{name}_shape"], [f"{name}4"]),
+            node("Transpose", [f"{name}4"], [f"{name}h"], perm=perm)]
+
+
+def _encoder(b: int, s: int, h: int, d: int, scale_op: str, mask: np.ndarray | None, sk: int | None = None,
+             bias_first: bool = False, k_pretransposed: bool = False):
+    """Self/cross attention over projected activations, merged back to [b, s, h*d]."""
+    sk = sk or s
+    rng = np.random.default_rng(b * 1000 + s * 10 + h)
+    feeds = {"q": rng.standard_normal((b, s, h * d)).astype(np.float32),
+             "k": rng.standard_normal((b, sk, h * d)).astype(np.float32),
+             "v": rng.standard_normal((b, sk, h * d)).astype(np.float32)}
+    consts = {f"{n}_shape": np.array([b, ln, h, d], np.int64) for n, ln in (("q", s), ("k", sk), ("v", sk))}
+    consts["out_shape"] = np.array([b, s, h * d], np.int64)
+    nodes = _heads("q", b, s, h, d, [0, 2, 1, 3]) + _heads("v", b, sk, h, d, [0, 2, 1, 3])
+    if k_pretransposed:  # [b, sk, h, d] -> [b, h, d, sk] in one Transpose
+        nodes += _heads("k", b, sk, h, d, [0, 2, 3, 1])
+        nodes.append(node("Identity", ["kh"], ["kt"]))
+    else:
+        nodes += _heads("k", b, sk, h, d, [0, 2, 1, 3])
+        nodes.append(node("Transpose", ["kh"], ["kt"], perm=[0, 1, 3, 2]))
+    nodes.append(node("MatMul", ["qh", "kt"], ["qk"]))
+    scores = "qk"
+    if scale_op:
+        consts["c"] = np.array(math.sqrt(d) if scale_op == "Div" else 1 / math.sqrt(d), np.float32)
+        nodes.append(node(scale_op, ["qk", "c"], ["qks"]))
+        scores = "qks"
+    if mask is not None:
+        feeds["mask"] = mask
+        nodes.append(node("Add", ["mask", scores] if bias_first else [scores, "mask"], ["qkm"]))
+        scores = "qkm"
+    nodes += [node("Softmax", [scores], ["p"], axis=-1), node("MatMul", ["p", "vh"], ["ctx"]),
+              node("Transpose", ["ctx"], ["ctxt"], perm=[0, 2, 1, 3]),
+              node("Reshape", ["ctxt", "out_shape"], ["y"])]
+    return model(nodes, feeds, ["y"], consts), feeds
+
+
+def _fused(report: dict) -> bool:
+    return "k_attention" in str(report.get("kernels", ""))
+
+
+def _padding_mask(b: int, s: int) -> np.ndarray:
+    mask = np.zeros((b, 1, 1, s), np.float32)
+    for i in range(b):
+        mask[i, ..., s - 3 * i - 2:] = -1e4  # padded tail tokens, as BERT's extended mask makes them
+    return mask
+
+
+@pytest.mark.parametrize("veus", [1, 2])
+def test_bert_shaped_attention_with_padding_mask(veus):
+    m, feeds = _encoder(2, 20, 3, 16, "Div", _padding_mask(2, 20))
+    assert _fused(compare(m, feeds, veus=veus))
+
+
+def test_gpt2_shaped_causal_attention():
+    s = 13
+    causal = np.triu(np.full((s, s), np.finfo(np.float32).min, np.float32), 1).reshape(1, 1, s, s)
+    m, feeds = _encoder(1, s, 4, 8, "Mul", causal)
+    assert _fused(compare(m, feeds, veus=2))
+
+
+def test_t5_shaped_position_bias_added_first_without_scale():
+    rng = np.random.default_rng(5)
+    bias = rng.standard_normal((1, 2, 9, 9)).astype(np.float32)
+    m, feeds = _encoder(1, 9, 2, 8, "", bias, bias_first=True)
+    assert _fused(compare(m, feeds))
+
+
+def test_vit_shaped_attention_without_mask():
+    m, feeds = _encoder(1, 50, 3, 32, "Mul", None)
+    assert _fused(compare(m, feeds, veus=2))
+
+
+def test_cross_attention_over_more_keys_than_one_score_block():
+    from rammer.backends.cpu.lower_attention import block_rows
+
+    sk, s = 2048, 50
+    assert block_rows(sk) < s  # the kernel walks several query-row blocks
+    m, feeds = _encoder(1, s, 2, 8, "Mul", None, sk=sk)
+    assert _fused(compare(m, feeds, veus=2))
+
+
+def test_keys_laid_out_transposed_by_one_transpose():
+    m, feeds = _encoder(2, 12, 2, 8, "Div", _padding_mask(2, 12), k_pretransposed=True)
+    assert _fused(compare(m, feeds, veus=2))
+
+
+def test_keys_and_values_broadcast_over_the_batch():
+    rng = np.random.default_rng(7)
+    feeds = {"q": rng.standard_normal((3, 2, 10, 8)).astype(np.float32),
+             "k": rng.standard_normal((1, 2, 10, 8)).astype(np.float32),
+             "v": rng.standard_normal((2, 10, 8)).astype(np.float32)}
+    nodes = [node("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]), node("MatMul", ["q", "kt"], ["qk"]),
+             node("Softmax", ["qk"], ["p"], axis=-1), node("MatMul", ["p", "v"], ["y"])]
+    assert _fused(compare(model(nodes, feeds, ["y"]), feeds, veus=2))
+
+
+def test_a_row_masked_with_minus_infinity_is_nan_as_in_the_unfused_graph():
+    mask = np.zeros((1, 1, 4, 4), np.float32)
+    mask[..., 2, :] = -np.inf
+    m, feeds = _encoder(1, 4, 1, 8, "Mul", mask)
+    cpu = rammer.compile(m, backend="cpu", cache=False)
+    ref = rammer.compile(m, backend="reference")
+    got, want = cpu(feeds)["y"], ref(feeds)["y"]
+    assert np.isnan(want[0, 2]).all() and np.isnan(got[0, 2]).all()
+    np.testing.assert_allclose(np.delete(got, 2, axis=1), np.delete(want, 2, axis=1), rtol=1e-4, atol=1e-5)
