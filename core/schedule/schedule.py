@@ -164,8 +164,11 @@ class Schedule:
         return d
 
     def to_json(self, path: str, summary: Mapping[str, Any] | None = None) -> None:
+        # json.dumps, not json.dump: only dumps uses the C encoder (dump streams through the Python
+        # one), 5-10x faster on a full-size GPU schedule's million barrier waits; the text is the same.
+        text = json.dumps(self.to_dict(summary), separators=(",", ":"))
         with open(path, "w", encoding="utf-8") as f:
-            json.dump(self.to_dict(summary), f, separators=(",", ":"))
+            f.write(text)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Schedule:
