@@ -29,11 +29,13 @@ the waves (``counters`` is unused).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from itertools import chain
 
 import numpy as np
 
 from rammer.codegen import kernel_ir as ir
 from rammer.codegen.kernel_ir import BinOp, Special, c, v
+from rammer.schedule.clocks import MARK, SIGNAL
 
 from .program import (
     Call,
@@ -45,6 +47,7 @@ from .program import (
     check_wave_races,
     device_function,
     signals_per_block,
+    step_kinds,
 )
 
 __all__ = ["persistent_kernel", "wave_kernel", "segments"]
@@ -165,20 +168,29 @@ class Segment:
 
 def segments(steps: list[Step]) -> list[Segment]:
     """``steps`` cut into segments, in order: the steps of the segments, read in order, are
-    ``steps`` again."""
+    ``steps`` again.  The cuts are found on the steps' kinds as arrays (a full-size model's
+    programs have a million waits): a segment starts at the first step, at a call that does not
+    continue the previous step's operator, and at a signal after a signal or a wait."""
+    kinds = step_kinds(steps)
+    if not kinds.size:
+        return []
+    is_call = kinds == MARK
+    call_at = np.nonzero(is_call)[0]
+    ops = np.full(kinds.size, -2, np.int64)
+    ops[call_at] = [steps[i].op for i in call_at.tolist()]
+    start = np.zeros(kinds.size, bool)
+    start[0] = True
+    prev_call = is_call[:-1]
+    start[1:] |= is_call[1:] & (~prev_call | (ops[1:] < 0) | (ops[1:] != ops[:-1]))
+    start[1:] |= (kinds[1:] == SIGNAL) & ~prev_call
+    cuts = np.append(np.nonzero(start)[0], kinds.size)
+    calls_before = np.concatenate([[0], np.cumsum(is_call)])
+    signals_before = np.concatenate([[0], np.cumsum(kinds == SIGNAL)])
     out: list[Segment] = []
-    for s in steps:
-        if not out or not out[-1].takes(s):
-            out.append(Segment())
-        seg = out[-1]
-        if isinstance(s, Call):
-            seg.calls.append(s)
-        elif isinstance(s, Signal):
-            seg.signal = True
-        elif isinstance(s, Wait):
-            seg.waits.append(s)
-        else:
-            raise ProgramError(f"not a program step: {s!r}")
+    for a, z in zip(cuts[:-1].tolist(), cuts[1:].tolist()):
+        c = a + int(calls_before[z] - calls_before[a])
+        signal = bool(signals_before[z] - signals_before[a])
+        out.append(Segment(steps[a:c], signal, steps[c + signal:z]))
     return out
 
 
@@ -198,17 +210,24 @@ def persistent_kernel(name: str, kernels: dict[str, ir.Kernel], programs: list[l
     rec = 2 * len(table.names) + 3  # per segment: [lo, hi) per rKernel, signal, first wait, end of waits
     seg0 = blocks + 1
     wait0 = seg0 + nseg * rec
-    starts, records, waits = [0], [], []
-    for b, segs in enumerate(per_block):
+    starts, records = [0], []
+    seg_waits: list[list[Wait]] = []
+    count = 0  # waits so far
+    for segs in per_block:
         for seg in segs:
-            for w in seg.waits:
-                if not 0 <= w.block < blocks:
-                    raise ProgramError(f"block {b} waits for block {w.block}, which does not exist")
-            first = len(waits) // 3
-            for w in seg.waits:
-                waits += [w.block, w.count, totals[w.block]]
-            records += table.ranges(seg.calls) + [int(seg.signal), first, len(waits) // 3]
+            seg_waits.append(seg.waits)
+            records += table.ranges(seg.calls) + [int(seg.signal), count, count + len(seg.waits)]
+            count += len(seg.waits)
         starts.append(starts[-1] + len(segs))
+    # The waits as (block, count, that block's signals per run) rows, from arrays: a million waits.
+    pairs = np.fromiter(chain.from_iterable(chain.from_iterable(seg_waits)), np.int64, 2 * count).reshape(-1, 2)
+    bad = (pairs[:, 0] < 0) | (pairs[:, 0] >= blocks)
+    if bad.any():
+        k = int(np.nonzero(bad)[0][0])
+        owner = np.repeat(np.repeat(np.arange(blocks), [len(s) for s in per_block]),
+                          [len(w) for w in seg_waits])
+        raise ProgramError(f"block {owner[k]} waits for block {pairs[k, 0]}, which does not exist")
+    waits = np.column_stack([pairs, np.asarray(totals, np.int64)[pairs[:, 0]]]).ravel().tolist()
     ptab = np.asarray(starts + records + waits, np.int32)
 
     bid, tid0 = Special("block_id"), BinOp("==", Special("thread_id"), c(0))
