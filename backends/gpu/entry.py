@@ -28,8 +28,10 @@ the waves (``counters`` is unused).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import chain
+from operator import itemgetter
 
 import numpy as np
 
@@ -64,6 +66,15 @@ def _mul(a: ir.Expr, b: ir.Expr) -> ir.Expr:
     return BinOp("*", a, b)
 
 
+def _picker(at: list[int]) -> Callable[[tuple[int | float, ...]], tuple[int | float, ...]]:
+    """``args`` -> the arguments at positions ``at``, as a tuple (itemgetter returns a bare item
+    for one position)."""
+    if len(at) == 1:
+        i = at[0]
+        return lambda args: (args[i],)
+    return itemgetter(*at) if at else (lambda args: ())
+
+
 class _CallTable:
     """The rows of ``itab``/``ftab`` and the per-rKernel loop that runs a range of them."""
 
@@ -74,14 +85,18 @@ class _CallTable:
         n_flt = {n: sum(1 for p in k.params if not p.pointer and p.dtype == "float") for n, k in kernels.items()}
         self.wi = max(self.n_int.values(), default=1)
         self.wf = max(max(n_flt.values(), default=1), 1)
-        self.irows: list[list[int]] = []
-        self.frows: list[list[float]] = []
+        self.irows: list[tuple[int, ...]] = []
+        self.frows: list[tuple[float, ...]] = []
         # Per rKernel, which arguments go to itab and which to ftab (computed once, not per call:
         # a full-size model has tens of thousands of calls).
         self._int_at = {n: [i for i, p in enumerate(k.params) if p.pointer or p.dtype != "float"]
                         for n, k in kernels.items()}
         self._flt_at = {n: [i for i, p in enumerate(k.params) if not p.pointer and p.dtype == "float"]
                         for n, k in kernels.items()}
+        self._int_of = {n: _picker(at) for n, at in self._int_at.items()}
+        self._flt_of = {n: _picker(at) for n, at in self._flt_at.items()}
+        self._int_pad = {n: (0,) * (self.wi - 1 - len(at)) for n, at in self._int_at.items()}
+        self._flt_pad = {n: (0.0,) * (self.wf - len(at)) for n, at in self._flt_at.items()}
 
     def add(self, call: Call) -> None:
         k = self.kernels.get(call.kernel)
@@ -90,10 +105,8 @@ class _CallTable:
         args = call.args
         if len(args) != len(k.params):
             raise ProgramError(f"{call.kernel} takes {len(k.params)} arguments, got {len(args)}")
-        ints = [int(call.rtask_id)] + [int(args[i]) for i in self._int_at[call.kernel]]
-        flts = [float(args[i]) for i in self._flt_at[call.kernel]]
-        self.irows.append(ints + [0] * (self.wi - len(ints)))
-        self.frows.append(flts + [0.0] * (self.wf - len(flts)))
+        self.irows.append((call.rtask_id, *map(int, self._int_of[call.kernel](args)), *self._int_pad[call.kernel]))
+        self.frows.append((*map(float, self._flt_of[call.kernel](args)), *self._flt_pad[call.kernel]))
 
     def ranges(self, calls: list[Call]) -> list[int]:
         """Append ``calls`` grouped by rKernel; the ``[lo, hi)`` row range of each rKernel in turn.
@@ -227,8 +240,8 @@ def persistent_kernel(name: str, kernels: dict[str, ir.Kernel], programs: list[l
         owner = np.repeat(np.repeat(np.arange(blocks), [len(s) for s in per_block]),
                           [len(w) for w in seg_waits])
         raise ProgramError(f"block {owner[k]} waits for block {pairs[k, 0]}, which does not exist")
-    waits = np.column_stack([pairs, np.asarray(totals, np.int64)[pairs[:, 0]]]).ravel().tolist()
-    ptab = np.asarray(starts + records + waits, np.int32)
+    waits = np.column_stack([pairs, np.asarray(totals, np.int64)[pairs[:, 0]]]).ravel()
+    ptab = np.concatenate([np.asarray(starts + records, np.int64), waits]).astype(np.int32)
 
     bid, tid0 = Special("block_id"), BinOp("==", Special("thread_id"), c(0))
     base = _add(c(seg0), _mul(v("s"), c(rec)))
