@@ -28,10 +28,8 @@ the waves (``counters`` is unused).
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import chain
-from operator import itemgetter
 
 import numpy as np
 
@@ -66,63 +64,54 @@ def _mul(a: ir.Expr, b: ir.Expr) -> ir.Expr:
     return BinOp("*", a, b)
 
 
-def _picker(at: list[int]) -> Callable[[tuple[int | float, ...]], tuple[int | float, ...]]:
-    """``args`` -> the arguments at positions ``at``, as a tuple (itemgetter returns a bare item
-    for one position)."""
-    if len(at) == 1:
-        i = at[0]
-        return lambda args: (args[i],)
-    return itemgetter(*at) if at else (lambda args: ())
-
-
 class _CallTable:
     """The rows of ``itab``/``ftab`` and the per-rKernel loop that runs a range of them."""
 
     def __init__(self, kernels: dict[str, ir.Kernel]) -> None:
         self.kernels = kernels
         self.names = list(kernels)
+        self.index = {n: t for t, n in enumerate(self.names)}
         self.n_int = {n: 1 + sum(1 for p in k.params if p.pointer or p.dtype != "float") for n, k in kernels.items()}
         n_flt = {n: sum(1 for p in k.params if not p.pointer and p.dtype == "float") for n, k in kernels.items()}
         self.wi = max(self.n_int.values(), default=1)
         self.wf = max(max(n_flt.values(), default=1), 1)
-        self.irows: list[tuple[int, ...]] = []
-        self.frows: list[tuple[float, ...]] = []
-        # Per rKernel, which arguments go to itab and which to ftab (computed once, not per call:
-        # a full-size model has tens of thousands of calls).
+        #: The calls in row order; their rows are made at :meth:`arrays`, an rKernel at a time
+        #: (a full-size model has 10^4-10^5 calls: per-call rows cost seconds).
+        self.rows: list[Call] = []
+        # Per rKernel, which arguments go to itab and which to ftab.
         self._int_at = {n: [i for i, p in enumerate(k.params) if p.pointer or p.dtype != "float"]
                         for n, k in kernels.items()}
         self._flt_at = {n: [i for i, p in enumerate(k.params) if not p.pointer and p.dtype == "float"]
                         for n, k in kernels.items()}
-        self._int_of = {n: _picker(at) for n, at in self._int_at.items()}
-        self._flt_of = {n: _picker(at) for n, at in self._flt_at.items()}
-        self._int_pad = {n: (0,) * (self.wi - 1 - len(at)) for n, at in self._int_at.items()}
-        self._flt_pad = {n: (0.0,) * (self.wf - len(at)) for n, at in self._flt_at.items()}
 
     def add(self, call: Call) -> None:
         k = self.kernels.get(call.kernel)
         if k is None:
             raise ProgramError(f"a call of unknown rKernel {call.kernel!r}")
-        args = call.args
-        if len(args) != len(k.params):
-            raise ProgramError(f"{call.kernel} takes {len(k.params)} arguments, got {len(args)}")
-        self.irows.append((call.rtask_id, *map(int, self._int_of[call.kernel](args)), *self._int_pad[call.kernel]))
-        self.frows.append((*map(float, self._flt_of[call.kernel](args)), *self._flt_pad[call.kernel]))
+        if len(call.args) != len(k.params):
+            raise ProgramError(f"{call.kernel} takes {len(k.params)} arguments, got {len(call.args)}")
+        self.rows.append(call)
 
     def ranges(self, calls: list[Call]) -> list[int]:
         """Append ``calls`` grouped by rKernel; the ``[lo, hi)`` row range of each rKernel in turn.
-        The calls are bucketed once (not scanned once per rKernel: segments x rKernels x calls)."""
+        The calls are bucketed once, and only the rKernels present are visited (not every rKernel
+        per segment: a full-size model has 10^4 segments)."""
         by_kernel: dict[str, list[Call]] = {}
         for call in calls:
-            if call.kernel not in self.kernels:
+            if call.kernel not in self.index:
                 raise ProgramError(f"a call of unknown rKernel {call.kernel!r}")
             by_kernel.setdefault(call.kernel, []).append(call)
+        pos = len(self.rows)
         out: list[int] = []
-        for n in self.names:
-            out.append(len(self.irows))
-            for call in by_kernel.get(n, ()):
+        done = 0  # rKernels whose ranges are in out
+        for t, n in sorted((self.index[n], n) for n in by_kernel):
+            out += [pos] * (2 * (t - done))
+            for call in by_kernel[n]:
                 self.add(call)
-            out.append(len(self.irows))
-        return out
+            out += [pos, len(self.rows)]
+            pos = len(self.rows)
+            done = t + 1
+        return out + [pos] * (2 * (len(self.names) - done))
 
     def loops(self, base: ir.Expr) -> list[ir.Stmt]:
         """One loop per rKernel over rows ``ptab[base + 2t] .. ptab[base + 2t + 1]``."""
@@ -147,8 +136,22 @@ class _CallTable:
         return body
 
     def arrays(self) -> dict[str, np.ndarray]:
-        return {"itab": np.asarray(self.irows or [[0] * self.wi], np.int32).ravel(),
-                "ftab": np.asarray(self.frows or [[0.0] * self.wf], np.float32).ravel()}
+        itab = np.zeros((max(len(self.rows), 1), self.wi), np.int32)
+        ftab = np.zeros((max(len(self.rows), 1), self.wf), np.float32)
+        kernel_of = np.fromiter((self.index[call.kernel] for call in self.rows), np.int64, len(self.rows))
+        for t, n in enumerate(self.names):
+            at = np.nonzero(kernel_of == t)[0]
+            if not at.size:
+                continue
+            width = len(self.kernels[n].params)
+            args = np.array([self.rows[i].args for i in at.tolist()], np.float64).reshape(at.size, width)
+            ints = args[:, self._int_at[n]]
+            if ints.size and not (np.abs(ints) < 2 ** 31).all():  # NaN included
+                raise ProgramError(f"{n}: an integer argument does not fit the call table's int32")
+            itab[at, 0] = [self.rows[i].rtask_id for i in at.tolist()]
+            itab[at, 1:1 + ints.shape[1]] = ints.astype(np.int32)
+            ftab[at, :len(self._flt_at[n])] = args[:, self._flt_at[n]].astype(np.float32)
+        return {"itab": itab.ravel(), "ftab": ftab.ravel()}
 
 
 def _device_functions(kernels: dict[str, ir.Kernel], block_threads: int) -> tuple[list[ir.Kernel], int]:
