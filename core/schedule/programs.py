@@ -61,10 +61,11 @@ class Signal:
 class Wait(NamedTuple):
     """Wait until block ``block`` has signalled ``count`` times in this launch.  A named tuple, not
     a dataclass: a full-size model's programs have a million waits, and :func:`from_schedule` makes
-    them with ``tuple.__new__`` at a fraction of a dataclass's cost."""
+    them with ``tuple.__new__`` at a fraction of a dataclass's cost (``count`` hides the tuple's
+    ``count`` method, which nothing here calls: the field keeps the name every reader uses)."""
 
     block: int
-    count: int
+    count: int  # type: ignore[assignment]
 
 
 Step = Union[Call, Signal, Wait]  # noqa: UP007 -- a runtime alias, kept in the typing spelling
