@@ -28,7 +28,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from session_creation import _use_source  # noqa: E402 -- the same source switch as session_creation's children
 
 
-def child(onnx_path: str, feeds_path: str, cache: str, threads: int) -> dict:
+def child(onnx_path: str, feeds_path: str, cache: str, threads: int, backend: str = "cpu") -> dict:
     from numba.core import event
 
     passes: list[str] = []
@@ -53,10 +53,15 @@ def child(onnx_path: str, feeds_path: str, cache: str, threads: int) -> dict:
     import rammer
 
     logging.getLogger("rammer").setLevel(logging.ERROR)
-    t1 = time.perf_counter()
-    model = rammer.compile(data, backend="cpu", input_shapes=shapes, veus=threads, cache_dir=cache)
-    t2 = time.perf_counter()
-    return {"import_s": t1 - t0, "compile_s": t2 - t1, "status": model.executable.cache_status,
+    t1, c1 = time.perf_counter(), time.process_time()
+    if backend == "cpu":
+        model = rammer.compile(data, backend="cpu", input_shapes=shapes, veus=threads, cache_dir=cache)
+        status = model.executable.cache_status
+    else:
+        rammer.compile(data, backend=backend, input_shapes=shapes, emit=os.path.join(cache, "emit"))
+        status = "emitted"
+    t2, c2 = time.perf_counter(), time.process_time()
+    return {"import_s": t1 - t0, "compile_s": t2 - t1, "cpu_s": c2 - c1, "status": status,
             "numba_passes": len(passes)}
 
 
@@ -91,6 +96,7 @@ def main() -> int:
     ap.add_argument("--size", default="full")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--backends", default="cpu", help="comma-separated: cpu, cuda, rocm, opencl")
     ap.add_argument("--before", default=None, help="source tree of an earlier rammer (core/, backends/)")
     ap.add_argument("--work", default=None, help="folder for the compile caches (default: a temporary one)")
     ap.add_argument("--timeout", type=float, default=1800)
@@ -106,42 +112,53 @@ def main() -> int:
         corpus.build(entry, args.size, corpus.DEFAULT_CACHE)  # built once, if not already
         base = os.path.join(corpus.DEFAULT_CACHE, f"{name}-{args.size}-{entry.cache_key(args.size)}")
         paths[name] = (base + ".onnx", base + ".npz")
+    backends = [b for b in args.backends.split(",") if b]
     rows: list[dict] = []
     for r in range(args.rounds):
         for name, (onnx_path, feeds_path) in paths.items():
-            for variant, src in variants:
-                cache = tempfile.mkdtemp(prefix=f"{name}-{variant}-", dir=work)
-                for kind in ("cold", "warm"):
-                    load = _load()
-                    out = _run([onnx_path, feeds_path, cache, str(args.threads)], src, args.threads, args.timeout)
-                    out.update(model=name, variant=variant, kind=kind, round=r, load=load)
-                    rows.append(out)
-                    print(json.dumps(out), flush=True)
+            for backend in backends:
+                for variant, src in variants:
+                    cache = tempfile.mkdtemp(prefix=f"{name}-{backend}-{variant}-", dir=work)
+                    for kind in ("cold", "warm") if backend == "cpu" else ("cold",):
+                        load = _load()
+                        out = _run([onnx_path, feeds_path, cache, str(args.threads), backend], src, args.threads,
+                                   args.timeout)
+                        out.update(model=name, backend=backend, variant=variant, kind=kind, round=r, load=load)
+                        rows.append(out)
+                        print(json.dumps(out), flush=True)
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump(rows, f, indent=1)
-    print(f"\nmedians of {args.rounds} fresh processes (seconds of rammer.compile); load = 1-minute load average "
-          f"at each start; * = numba compiled kernels in some run of that cell (not a warm numba cache)")
-    print(f"{'model':<18} {'kind':<5} " + " ".join(f"{v:>10}" for v, _ in variants) +
-          ("  after/before" if args.before else "") + "   load")
+    print(f"\nmedians of {args.rounds} fresh processes (seconds of rammer.compile, wall; cpu = the child's own CPU); "
+          f"load = 1-minute load average at each start; * = numba compiled kernels in some run of that cell (not a "
+          f"warm numba cache)")
+    print(f"{'model':<18} {'backend':<7} {'kind':<5} " + " ".join(f"{v:>10} {v + ' cpu':>10}" for v, _ in variants) +
+          ("  after/before (wall, cpu)" if args.before else "") + "   load")
     for name in paths:
-        for kind in ("cold", "warm"):
-            cells, meds = [], {}
-            for variant, _ in variants:
-                got = [x for x in rows if x["model"] == name and x["kind"] == kind and x["variant"] == variant]
-                times = [x["compile_s"] for x in got if "compile_s" in x]
-                meds[variant] = statistics.median(times) if times else float("nan")
-                flag = "*" if any(x.get("numba_passes") for x in got) else " "
-                cells.append(f"{meds[variant]:>9.2f}{flag}")
-            loads = [x["load"] for x in rows if x["model"] == name and x["kind"] == kind]
-            ratio = f"  {meds['after'] / meds['before']:>12.2f}" if args.before else ""
-            print(f"{name:<18} {kind:<5} " + " ".join(cells) + ratio + f"   {min(loads):.1f}-{max(loads):.1f}")
+        for backend in backends:
+            for kind in ("cold", "warm") if backend == "cpu" else ("cold",):
+                cells, meds = [], {}
+                for variant, _ in variants:
+                    got = [x for x in rows if x["model"] == name and x["backend"] == backend and x["kind"] == kind
+                           and x["variant"] == variant]
+                    times = [x["compile_s"] for x in got if "compile_s" in x]
+                    cpus = [x["cpu_s"] for x in got if "cpu_s" in x]
+                    meds[variant] = (statistics.median(times) if times else float("nan"),
+                                     statistics.median(cpus) if cpus else float("nan"))
+                    flag = "*" if any(x.get("numba_passes") for x in got) else " "
+                    cells.append(f"{meds[variant][0]:>9.2f}{flag} {meds[variant][1]:>10.2f}")
+                loads = [x["load"] for x in rows
+                         if x["model"] == name and x["backend"] == backend and x["kind"] == kind]
+                ratio = (f"  {meds['after'][0] / meds['before'][0]:>11.2f} {meds['after'][1] / meds['before'][1]:>6.2f}"
+                         if args.before else "")
+                print(f"{name:<18} {backend:<7} {kind:<5} " + " ".join(cells) + ratio +
+                      f"   {min(loads):.1f}-{max(loads):.1f}")
     return 0
 
 
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "--child":
         _use_source(os.environ.get("COMPILE_TIMES_SRC"))
-        print(json.dumps(child(sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]))))
+        print(json.dumps(child(sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]), sys.argv[6])))
         sys.exit(0)
     sys.exit(main())

@@ -29,11 +29,13 @@ the waves (``counters`` is unused).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from itertools import chain
 
 import numpy as np
 
 from rammer.codegen import kernel_ir as ir
 from rammer.codegen.kernel_ir import BinOp, Special, c, v
+from rammer.schedule.clocks import MARK, SIGNAL
 
 from .program import (
     Call,
@@ -45,6 +47,7 @@ from .program import (
     check_wave_races,
     device_function,
     signals_per_block,
+    step_kinds,
 )
 
 __all__ = ["persistent_kernel", "wave_kernel", "segments"]
@@ -67,14 +70,15 @@ class _CallTable:
     def __init__(self, kernels: dict[str, ir.Kernel]) -> None:
         self.kernels = kernels
         self.names = list(kernels)
+        self.index = {n: t for t, n in enumerate(self.names)}
         self.n_int = {n: 1 + sum(1 for p in k.params if p.pointer or p.dtype != "float") for n, k in kernels.items()}
         n_flt = {n: sum(1 for p in k.params if not p.pointer and p.dtype == "float") for n, k in kernels.items()}
         self.wi = max(self.n_int.values(), default=1)
         self.wf = max(max(n_flt.values(), default=1), 1)
-        self.irows: list[list[int]] = []
-        self.frows: list[list[float]] = []
-        # Per rKernel, which arguments go to itab and which to ftab (computed once, not per call:
-        # a full-size model has tens of thousands of calls).
+        #: The calls in row order; their rows are made at :meth:`arrays`, an rKernel at a time
+        #: (a full-size model has 10^4-10^5 calls: per-call rows cost seconds).
+        self.rows: list[Call] = []
+        # Per rKernel, which arguments go to itab and which to ftab.
         self._int_at = {n: [i for i, p in enumerate(k.params) if p.pointer or p.dtype != "float"]
                         for n, k in kernels.items()}
         self._flt_at = {n: [i for i, p in enumerate(k.params) if not p.pointer and p.dtype == "float"]
@@ -84,29 +88,30 @@ class _CallTable:
         k = self.kernels.get(call.kernel)
         if k is None:
             raise ProgramError(f"a call of unknown rKernel {call.kernel!r}")
-        args = call.args
-        if len(args) != len(k.params):
-            raise ProgramError(f"{call.kernel} takes {len(k.params)} arguments, got {len(args)}")
-        ints = [int(call.rtask_id)] + [int(args[i]) for i in self._int_at[call.kernel]]
-        flts = [float(args[i]) for i in self._flt_at[call.kernel]]
-        self.irows.append(ints + [0] * (self.wi - len(ints)))
-        self.frows.append(flts + [0.0] * (self.wf - len(flts)))
+        if len(call.args) != len(k.params):
+            raise ProgramError(f"{call.kernel} takes {len(k.params)} arguments, got {len(call.args)}")
+        self.rows.append(call)
 
     def ranges(self, calls: list[Call]) -> list[int]:
         """Append ``calls`` grouped by rKernel; the ``[lo, hi)`` row range of each rKernel in turn.
-        The calls are bucketed once (not scanned once per rKernel: segments x rKernels x calls)."""
+        The calls are bucketed once, and only the rKernels present are visited (not every rKernel
+        per segment: a full-size model has 10^4 segments)."""
         by_kernel: dict[str, list[Call]] = {}
         for call in calls:
-            if call.kernel not in self.kernels:
+            if call.kernel not in self.index:
                 raise ProgramError(f"a call of unknown rKernel {call.kernel!r}")
             by_kernel.setdefault(call.kernel, []).append(call)
+        pos = len(self.rows)
         out: list[int] = []
-        for n in self.names:
-            out.append(len(self.irows))
-            for call in by_kernel.get(n, ()):
+        done = 0  # rKernels whose ranges are in out
+        for t, n in sorted((self.index[n], n) for n in by_kernel):
+            out += [pos] * (2 * (t - done))
+            for call in by_kernel[n]:
                 self.add(call)
-            out.append(len(self.irows))
-        return out
+            out += [pos, len(self.rows)]
+            pos = len(self.rows)
+            done = t + 1
+        return out + [pos] * (2 * (len(self.names) - done))
 
     def loops(self, base: ir.Expr) -> list[ir.Stmt]:
         """One loop per rKernel over rows ``ptab[base + 2t] .. ptab[base + 2t + 1]``."""
@@ -131,8 +136,22 @@ class _CallTable:
         return body
 
     def arrays(self) -> dict[str, np.ndarray]:
-        return {"itab": np.asarray(self.irows or [[0] * self.wi], np.int32).ravel(),
-                "ftab": np.asarray(self.frows or [[0.0] * self.wf], np.float32).ravel()}
+        itab = np.zeros((max(len(self.rows), 1), self.wi), np.int32)
+        ftab = np.zeros((max(len(self.rows), 1), self.wf), np.float32)
+        kernel_of = np.fromiter((self.index[call.kernel] for call in self.rows), np.int64, len(self.rows))
+        for t, n in enumerate(self.names):
+            at = np.nonzero(kernel_of == t)[0]
+            if not at.size:
+                continue
+            width = len(self.kernels[n].params)
+            args = np.array([self.rows[i].args for i in at.tolist()], np.float64).reshape(at.size, width)
+            ints = args[:, self._int_at[n]]
+            if ints.size and not (np.abs(ints) < 2 ** 31).all():  # NaN included
+                raise ProgramError(f"{n}: an integer argument does not fit the call table's int32")
+            itab[at, 0] = [self.rows[i].rtask_id for i in at.tolist()]
+            itab[at, 1:1 + ints.shape[1]] = ints.astype(np.int32)
+            ftab[at, :len(self._flt_at[n])] = args[:, self._flt_at[n]].astype(np.float32)
+        return {"itab": itab.ravel(), "ftab": ftab.ravel()}
 
 
 def _device_functions(kernels: dict[str, ir.Kernel], block_threads: int) -> tuple[list[ir.Kernel], int]:
@@ -165,20 +184,29 @@ class Segment:
 
 def segments(steps: list[Step]) -> list[Segment]:
     """``steps`` cut into segments, in order: the steps of the segments, read in order, are
-    ``steps`` again."""
+    ``steps`` again.  The cuts are found on the steps' kinds as arrays (a full-size model's
+    programs have a million waits): a segment starts at the first step, at a call that does not
+    continue the previous step's operator, and at a signal after a signal or a wait."""
+    kinds = step_kinds(steps)
+    if not kinds.size:
+        return []
+    is_call = kinds == MARK
+    call_at = np.nonzero(is_call)[0]
+    ops = np.full(kinds.size, -2, np.int64)
+    ops[call_at] = [steps[i].op for i in call_at.tolist()]
+    start = np.zeros(kinds.size, bool)
+    start[0] = True
+    prev_call = is_call[:-1]
+    start[1:] |= is_call[1:] & (~prev_call | (ops[1:] < 0) | (ops[1:] != ops[:-1]))
+    start[1:] |= (kinds[1:] == SIGNAL) & ~prev_call
+    cuts = np.append(np.nonzero(start)[0], kinds.size)
+    calls_before = np.concatenate([[0], np.cumsum(is_call)])
+    signals_before = np.concatenate([[0], np.cumsum(kinds == SIGNAL)])
     out: list[Segment] = []
-    for s in steps:
-        if not out or not out[-1].takes(s):
-            out.append(Segment())
-        seg = out[-1]
-        if isinstance(s, Call):
-            seg.calls.append(s)
-        elif isinstance(s, Signal):
-            seg.signal = True
-        elif isinstance(s, Wait):
-            seg.waits.append(s)
-        else:
-            raise ProgramError(f"not a program step: {s!r}")
+    for a, z in zip(cuts[:-1].tolist(), cuts[1:].tolist()):
+        c = a + int(calls_before[z] - calls_before[a])
+        signal = bool(signals_before[z] - signals_before[a])
+        out.append(Segment(steps[a:c], signal, steps[c + signal:z]))
     return out
 
 
@@ -198,18 +226,25 @@ def persistent_kernel(name: str, kernels: dict[str, ir.Kernel], programs: list[l
     rec = 2 * len(table.names) + 3  # per segment: [lo, hi) per rKernel, signal, first wait, end of waits
     seg0 = blocks + 1
     wait0 = seg0 + nseg * rec
-    starts, records, waits = [0], [], []
-    for b, segs in enumerate(per_block):
+    starts, records = [0], []
+    seg_waits: list[list[Wait]] = []
+    count = 0  # waits so far
+    for segs in per_block:
         for seg in segs:
-            for w in seg.waits:
-                if not 0 <= w.block < blocks:
-                    raise ProgramError(f"block {b} waits for block {w.block}, which does not exist")
-            first = len(waits) // 3
-            for w in seg.waits:
-                waits += [w.block, w.count, totals[w.block]]
-            records += table.ranges(seg.calls) + [int(seg.signal), first, len(waits) // 3]
+            seg_waits.append(seg.waits)
+            records += table.ranges(seg.calls) + [int(seg.signal), count, count + len(seg.waits)]
+            count += len(seg.waits)
         starts.append(starts[-1] + len(segs))
-    ptab = np.asarray(starts + records + waits, np.int32)
+    # The waits as (block, count, that block's signals per run) rows, from arrays: a million waits.
+    pairs = np.fromiter(chain.from_iterable(chain.from_iterable(seg_waits)), np.int64, 2 * count).reshape(-1, 2)
+    bad = (pairs[:, 0] < 0) | (pairs[:, 0] >= blocks)
+    if bad.any():
+        k = int(np.nonzero(bad)[0][0])
+        owner = np.repeat(np.repeat(np.arange(blocks), [len(s) for s in per_block]),
+                          [len(w) for w in seg_waits])
+        raise ProgramError(f"block {owner[k]} waits for block {pairs[k, 0]}, which does not exist")
+    waits = np.column_stack([pairs, np.asarray(totals, np.int64)[pairs[:, 0]]]).ravel()
+    ptab = np.concatenate([np.asarray(starts + records, np.int64), waits]).astype(np.int32)
 
     bid, tid0 = Special("block_id"), BinOp("==", Special("thread_id"), c(0))
     base = _add(c(seg0), _mul(v("s"), c(rec)))

@@ -32,10 +32,11 @@ from rammer.schedule.programs import (
     from_waves,
     signals_per_block,
     split_waves,
+    step_kinds,
 )
 
 __all__ = ["Call", "Signal", "Wait", "Task", "Step", "ProgramError", "device_function", "from_waves",
-           "from_schedule", "check_races", "split_waves", "check_wave_races", "signals_per_block"]
+           "from_schedule", "check_races", "split_waves", "check_wave_races", "signals_per_block", "step_kinds"]
 
 
 def _rewrite(node, fn):

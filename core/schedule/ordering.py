@@ -28,13 +28,15 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Sequence
+from itertools import chain
 from typing import TypeVar
 
 import numpy as np
+from numba import njit
 
 from ..errors import ScheduleError
+from .clocks import schedule_clocks
 from .schedule import Schedule
-from .walk import rtask_placement
 
 Op = TypeVar("Op")
 
@@ -69,96 +71,133 @@ def schedule_order(groups: Sequence[list[Op] | Op], schedules: Sequence[Schedule
     return order, anc
 
 
+@njit(cache=True, nogil=True)
+def _estimated_walk(starts: np.ndarray, flat: np.ndarray, n_rt: int, rtask_op: np.ndarray, dur: np.ndarray,
+                    wait_starts: np.ndarray, waits: np.ndarray, rtask_veu: np.ndarray, n_ops: int
+                    ) -> tuple[np.ndarray, int, bool]:  # pragma: no cover -- compiled by numba
+    """The ops in the order the schedule's cost model first starts them, and whether every entry ran.
+
+    The entry taken next is the head (of any vEU) with the earliest estimated start, the lowest vEU
+    on a tie; a barrier head is eligible once every rTask it waits for on other vEUs has finished.
+    Heads are kept in a heap keyed (start, vEU), and a blocked barrier is woken by the last of its
+    waits (registered per waited rTask in linked lists), so each entry costs O(log vEUs + waits)."""
+    nv = starts.size - 1
+    time = np.zeros(nv)
+    pos = starts[:nv].copy()
+    finish = np.zeros(max(n_rt, 1))
+    finished = np.zeros(max(n_rt, 1), np.bool_)
+    missing = np.zeros(nv, np.int64)
+    head = np.full(max(n_rt, 1), -1, np.int64)  # per rTask: its first registration
+    nxt = np.empty(max(waits.size, 1), np.int64)
+    who = np.empty(max(waits.size, 1), np.int64)
+    n_reg = 0
+    seen = np.zeros(max(n_ops, 1), np.bool_)
+    walk = np.empty(max(n_ops, 1), np.int64)
+    n_walk = 0
+    heap = [(0.0, 0)]
+    heap.pop()
+    offers = [0]
+    offers.pop()
+    for v in range(nv):
+        offers.append(v)
+    while True:
+        while offers:  # put each offered vEU's head in the heap, or register it with its waits
+            v = offers.pop()
+            if pos[v] >= starts[v + 1]:
+                continue
+            e = flat[pos[v]]
+            if e < n_rt:
+                heapq.heappush(heap, (time[v], v))
+                continue
+            b = e - n_rt
+            count = 0
+            for j in range(wait_starts[b], wait_starts[b + 1]):
+                w = waits[j]
+                if rtask_veu[w] != v and not finished[w]:
+                    nxt[n_reg] = head[w]
+                    who[n_reg] = v
+                    head[w] = n_reg
+                    n_reg += 1
+                    count += 1
+            if count:
+                missing[v] = count
+                continue
+            t = time[v]
+            for j in range(wait_starts[b], wait_starts[b + 1]):
+                w = waits[j]
+                if rtask_veu[w] != v and finish[w] > t:
+                    t = finish[w]
+            heapq.heappush(heap, (t, v))
+        if not heap:
+            break
+        best_t, v = heapq.heappop(heap)
+        e = flat[pos[v]]
+        if e >= n_rt:
+            time[v] = best_t
+        else:
+            i = rtask_op[e]
+            if not seen[i]:
+                seen[i] = True
+                walk[n_walk] = i
+                n_walk += 1
+            time[v] = best_t + dur[i]
+            finish[e] = time[v]
+            finished[e] = True
+        pos[v] += 1
+        offers.append(v)
+        if e < n_rt:
+            r = head[e]
+            while r >= 0:
+                u = who[r]
+                missing[u] -= 1
+                if missing[u] == 0:
+                    offers.append(u)
+                r = nxt[r]
+    done = True
+    for v in range(nv):
+        if pos[v] < starts[v + 1]:
+            done = False
+    return walk, n_walk, done
+
+
 def _segment_clocks(n_ops: int, sched: Schedule) -> tuple[list[int], np.ndarray, np.ndarray]:
     """(ops in first-runnable order, done[op, vEU], start[op, vEU]) for one segment."""
     veus = len(sched.programs)
     n_rt = sched.num_rtasks
-    rtask_op = np.asarray(sched.rtask_op)
-    where = rtask_placement(sched)
-    # Vector clock before each entry.  Entries are taken in the order of their estimated start
-    # (the schedule's cost model), which is also the planner's walk: a buffer is then freed
-    # and reused about when it would be at run time.
-    dur = np.asarray(sched.op_durations, np.float64)
-    clock_before: dict[tuple[int, int], np.ndarray] = {}
-    finish: dict[tuple[int, int], float] = {}
-    current = [np.zeros(veus, np.int64) for _ in range(veus)]
-    time = [0.0] * veus
-    pos = [0] * veus
-    walk: list[int] = []
-    seen: set[int] = set()
-    # The entry taken next is the head (of any vEU) with the earliest estimated start, the lowest
-    # vEU on a tie; a barrier head is eligible once every rTask it waits for on other vEUs has
-    # finished.  Heads are kept in a heap keyed (start, vEU) and a blocked barrier is woken by the
-    # last of its waits, so each entry costs O(log vEUs + waits) instead of a scan of every vEU
-    # (the scan made this quadratic: 17 s of a 215-node model's GPU compile).
-    ready: list[tuple[float, int]] = []
-    missing = [0] * veus
-    waiting_on: dict[tuple[int, int], list[int]] = {}
-
-    def offer(v: int) -> None:
-        """Put vEU ``v``'s head in the heap, or register it with the waits it is blocked on."""
-        if pos[v] >= len(sched.programs[v]):
-            return
-        e = sched.programs[v][pos[v]]
-        if e < n_rt:
-            heapq.heappush(ready, (time[v], v))
-            return
-        waits = [where[w] for w in sched.barrier_waits[e - n_rt]]
-        blocked = {(u, qw) for u, qw in waits if u != v and (u, qw) not in finish}
-        if blocked:
-            missing[v] = len(blocked)
-            for key in blocked:
-                waiting_on.setdefault(key, []).append(v)
-            return
-        heapq.heappush(ready, (max([time[v]] + [finish[(u, qw)] for u, qw in waits if u != v]), v))
-
-    for v in range(veus):
-        offer(v)
-    while ready:
-        best_t, v = heapq.heappop(ready)
-        q = pos[v]
-        e = sched.programs[v][q]
-        clock = current[v].copy()
-        clock[v] = q
-        if e >= n_rt:
-            for w in sched.barrier_waits[e - n_rt]:
-                u, qw = where[w]
-                if u != v:
-                    after = clock_before[(u, qw)].copy()
-                    after[u] = qw + 1
-                    np.maximum(clock, after, out=clock)
-            time[v] = best_t
-        else:
-            i = int(rtask_op[e])
-            if i not in seen:
-                seen.add(i)
-                walk.append(i)
-            time[v] = best_t + dur[i]
-        finish[(v, q)] = time[v]
-        clock_before[(v, q)] = clock
-        current[v] = clock.copy()
-        current[v][v] = q + 1
-        pos[v] += 1
-        offer(v)
-        for u in waiting_on.pop((v, q), ()):
-            missing[u] -= 1
-            if missing[u] == 0:
-                offer(u)
-    if any(pos[v] < len(p) for v, p in enumerate(sched.programs)):
+    rtask_op = np.asarray(sched.rtask_op, np.int64)
+    try:
+        sc = schedule_clocks(sched)
+    except ScheduleError as exc:
+        raise ScheduleError(f"{sched.graph_name}: the barriers of the schedule deadlock ({exc}); check it with "
+                            "rammer.schedule.verify") from None
+    # Ops are walked in the order of their estimated start (the schedule's cost model), which is
+    # also the planner's walk: a buffer is then freed and reused about when it would be at run time.
+    lengths = [len(w) for w in sched.barrier_waits]
+    wait_starts = np.zeros(len(lengths) + 1, np.int64)
+    np.cumsum(lengths, out=wait_starts[1:])
+    waits = np.fromiter(chain.from_iterable(sched.barrier_waits), np.int64, int(wait_starts[-1]))
+    flat = np.fromiter(chain.from_iterable(sched.programs), np.int64, int(sc.starts[-1]))
+    durations = np.asarray(sched.op_durations, np.float64)
+    order, n_walk, finished = _estimated_walk(sc.starts, flat, n_rt, rtask_op, durations, wait_starts, waits,
+                                              sc.rtask_veu, n_ops)
+    if not finished:  # cannot happen once the clocks found no cycle
         raise ScheduleError(f"{sched.graph_name}: the barriers of the schedule deadlock; check it with "
                             "rammer.schedule.verify, which names the cycle")
+    walk = order[:n_walk].tolist()
     # ops without rTasks (none are expected) neither precede nor follow anything
     done = np.full((n_ops, veus), np.iinfo(np.int64).max // 2, np.int64)
     start = np.zeros((n_ops, veus), np.int64)
+    placed = np.nonzero(sc.rtask_veu >= 0)[0]
+    ops_of = rtask_op[placed]
     has = np.zeros(n_ops, bool)
-    for e, (v, q) in where.items():
-        i = int(rtask_op[e])
-        if not has[i]:
-            done[i] = 0
-            start[i] = clock_before[(v, q)]
-            has[i] = True
-        else:
-            np.minimum(start[i], clock_before[(v, q)], out=start[i])
-        done[i, v] = max(done[i, v], q + 1)
+    has[ops_of] = True
+    done[has] = 0
+    np.maximum.at(done, (ops_of, sc.rtask_veu[placed]), sc.rtask_pos[placed] + 1)
+    # start[op]: what every rTask of op knows when it starts (elementwise minimum of their clocks),
+    # an op at a time so that memory stays one op's rTasks x vEUs
+    bounds = np.searchsorted(ops_of, np.arange(n_ops + 1))
+    for i in np.nonzero(has)[0].tolist():
+        start[i] = sc.before_rtasks(placed[bounds[i]:bounds[i + 1]]).min(axis=0)
+    seen = set(walk)
     walk += [i for i in range(n_ops) if i not in seen]
     return walk, done, start

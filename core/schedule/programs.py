@@ -20,15 +20,17 @@ Ranges are in whatever unit the backend uses (floats on the GPU, bytes on the cp
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Union
+from itertools import chain, repeat
+from typing import NamedTuple, Union
 
 import numpy as np
 
+from .clocks import MARK, SIGNAL, WAIT, Clocks, program_clocks
 from .schedule import Schedule
-from .walk import rtask_placement
+from .walk import rtask_locations
 
 __all__ = ["Call", "Signal", "Wait", "Task", "Step", "ProgramError", "from_waves", "from_schedule", "check_races",
-           "split_waves", "check_wave_races", "signals_per_block"]
+           "split_waves", "check_wave_races", "signals_per_block", "step_kinds"]
 
 
 class ProgramError(ValueError):
@@ -56,12 +58,14 @@ class Signal:
     """This block has finished everything before this step."""
 
 
-@dataclass(frozen=True)
-class Wait:
-    """Wait until block ``block`` has signalled ``count`` times in this launch."""
+class Wait(NamedTuple):
+    """Wait until block ``block`` has signalled ``count`` times in this launch.  A named tuple, not
+    a dataclass: a full-size model's programs have a million waits, and :func:`from_schedule` makes
+    them with ``tuple.__new__`` at a fraction of a dataclass's cost (``count`` hides the tuple's
+    ``count`` method, which nothing here calls: the field keeps the name every reader uses)."""
 
     block: int
-    count: int
+    count: int  # type: ignore[assignment]
 
 
 Step = Union[Call, Signal, Wait]  # noqa: UP007 -- a runtime alias, kept in the typing spelling
@@ -78,8 +82,22 @@ class Task:
     writes: tuple[tuple[int, int], ...] = ()
 
 
+_KIND = {Call: MARK, Signal: SIGNAL, Wait: WAIT}
+
+
 def signals_per_block(programs: list[list[Step]]) -> list[int]:
-    return [sum(isinstance(s, Signal) for s in p) for p in programs]
+    return [list(map(type, p)).count(Signal) for p in programs]
+
+
+def step_kinds(steps: list[Step], block: int = 0) -> np.ndarray:
+    """Per step, its kind (:data:`rammer.schedule.clocks.MARK` for a call, ``SIGNAL``, ``WAIT``), with
+    C-level passes (a full-size model's programs have a million waits); raises :class:`ProgramError`
+    naming ``block`` on anything that is not a step."""
+    try:
+        return np.fromiter(map(_KIND.__getitem__, map(type, steps)), np.int8, len(steps))
+    except KeyError:
+        bad = next(s for s in steps if type(s) not in _KIND)
+        raise ProgramError(f"block {block}: not a program step: {bad!r}") from None
 
 
 def check_wave_races(waves: list[list[list[Call]]]) -> None:
@@ -141,30 +159,56 @@ def from_schedule(schedule: Schedule, calls: dict[int, Call]) -> list[list[Step]
     other block it waits on (for the last waited rTask there), and each rTask some barrier waits
     for is followed by a :class:`Signal` on its block."""
     n = schedule.num_rtasks
-    where = rtask_placement(schedule)
-    waited = {r for waits in schedule.barrier_waits for r in waits}
-    signal_no: dict[int, int] = {}
+    loc_veu, loc_pos = rtask_locations(schedule)
+    nv = len(schedule.programs)
+    lengths = [len(w) for w in schedule.barrier_waits]
+    flat_waits = np.fromiter((w for ws in schedule.barrier_waits for w in ws), np.int64, sum(lengths))
+    # Each waited rTask's signal number on its vEU: its rank among the waited rTasks there, in
+    # program order (arrays: a full-size model's barriers wait for a million rTasks).
+    waited = np.zeros(n, bool)
+    waited[flat_waits] = True
+    signal_no = np.zeros(n, np.int64)
     for prog in schedule.programs:
-        k = 0
-        for e in prog:
-            if e in waited:
-                k += 1
-                signal_no[e] = k
+        ids = np.asarray(prog, np.int64)
+        ids = ids[ids < n]
+        ids = ids[waited[ids]]
+        signal_no[ids] = np.arange(1, ids.size + 1)
+    # Per barrier and other vEU, the largest signal number it waits for, in vEU order.
+    barrier_veu = np.full(len(lengths), -1, np.int64)
+    for v, prog in enumerate(schedule.programs):
+        ids = np.asarray(prog, np.int64)
+        barrier_veu[ids[ids >= n] - n] = v
+    barrier_of = np.repeat(np.arange(len(lengths), dtype=np.int64), lengths)
+    blk = loc_veu[flat_waits]
+    if (blk < 0).any():
+        raise ProgramError(f"a barrier waits for rTask {int(flat_waits[blk < 0][0])}, which no block runs")
+    keep = blk != barrier_veu[barrier_of]
+    key = barrier_of[keep] * nv + blk[keep]
+    cnt = signal_no[flat_waits[keep]]
+    order = np.lexsort((cnt, key))
+    key, cnt = key[order], cnt[order]
+    last = np.ones(key.size, bool)
+    last[:-1] = key[1:] != key[:-1]
+    key, cnt = key[last], cnt[last]
+    # One Wait object per distinct (block, count), shared by every barrier that waits for it: a
+    # million new objects cost seconds (most of it the garbage collector's passes over them).
+    width = int(cnt.max(initial=0)) + 1
+    distinct, which = np.unique((key % nv) * width + cnt, return_inverse=True)
+    shared = list(map(tuple.__new__, repeat(Wait), zip((distinct // width).tolist(), (distinct % width).tolist())))
+    waits: list[Wait] = list(map(shared.__getitem__, which.ravel().tolist()))
+    bounds = np.searchsorted(key // nv, np.arange(len(lengths) + 1)).tolist()
+    signal = Signal()
+    waited_l = waited.tolist()
     programs: list[list[Step]] = []
-    for veu, prog in enumerate(schedule.programs):
+    for prog in schedule.programs:
         steps: list[Step] = []
         for e in prog:
             if e < n:
                 steps.append(calls[e])
-                if e in waited:
-                    steps.append(Signal())
-                continue
-            need: dict[int, int] = {}
-            for r in schedule.barrier_waits[e - n]:
-                blk = where[r][0]
-                if blk != veu:
-                    need[blk] = max(need.get(blk, 0), signal_no[r])
-            steps.extend(Wait(blk, cnt) for blk, cnt in sorted(need.items()))
+                if waited_l[e]:
+                    steps.append(signal)
+            else:
+                steps.extend(waits[bounds[e - n]:bounds[e - n + 1]])
         programs.append(steps)
     return programs
 
@@ -184,54 +228,40 @@ def from_waves(waves: list[list[Task]], blocks: int, barriers: bool = True) -> l
     return programs
 
 
-def _clocks(programs: list[list[Step]]) -> list[list[np.ndarray | None]]:
-    """Per block and step, the vector clock before the step (None for a wait): per block, how many
-    of its signals are certainly sent (through waits, transitively).  Raises on a wait that can
-    never be met.
-    Clocks are read-only arrays shared by the steps between two changes (a wait or a signal
-    makes a new one), so the work grows with the waits, not with steps x blocks."""
+def _step_arrays(programs: list[list[Step]]) -> tuple[tuple[np.ndarray, ...], np.ndarray]:
+    """The programs as the flat arrays of :func:`rammer.schedule.clocks.program_clocks`
+    ``(starts, kinds, group_of, group_starts, wait_block, wait_count)`` (each run of consecutive
+    waits one group, held by its first wait; the others are marks), and the flat indices of the
+    calls.  Built with C-level passes over the steps (``map``, ``fromiter``): a full-size model's
+    programs have a million waits."""
     nb = len(programs)
-    at_signal: list[list[np.ndarray]] = [[] for _ in range(nb)]  # clock after each signal
-    before: list[list[np.ndarray | None]] = [[] for _ in range(nb)]
-    pos = [0] * nb
-    clock = [np.zeros(nb, np.int64) for _ in range(nb)]
-    # Each block runs until a wait it cannot pass yet; the signal that meets the wait wakes it
-    # (rescanning every block until nothing moves cost passes x blocks).
-    waiting: dict[tuple[int, int], list[int]] = {}
-    runnable = list(range(nb - 1, -1, -1))
-    while runnable:
-        b = runnable.pop()
-        steps, out, here = programs[b], before[b], clock[b]
-        seen: list[np.ndarray] = []  # clocks of the waits passed since the last other step
-        while pos[b] < len(steps):
-            s = steps[pos[b]]
-            if isinstance(s, Wait):
-                if not 0 <= s.block < nb:
-                    raise ProgramError(f"block {b} waits for block {s.block}, which does not exist")
-                if len(at_signal[s.block]) < s.count:
-                    waiting.setdefault((s.block, s.count), []).append(b)
-                    break
-                out.append(None)  # a wait's own clock is never read: the run of waits is merged once
-                if s.count:
-                    seen.append(at_signal[s.block][s.count - 1])
-            else:
-                if seen:
-                    here = np.max(np.vstack([here, *seen]), axis=0)
-                    seen = []
-                out.append(here)
-                if isinstance(s, Signal):
-                    here = here.copy()
-                    here[b] += 1
-                    at_signal[b].append(here)
-                    runnable.extend(waiting.pop((b, len(at_signal[b])), ()))
-            pos[b] += 1
-        if seen:
-            here = np.max(np.vstack([here, *seen]), axis=0)
-        clock[b] = here
-    stuck = [b for b in range(nb) if pos[b] < len(programs[b])]
-    if stuck:
-        raise ProgramError(f"deadlock: block {stuck[0]} waits at step {pos[stuck[0]]} for a signal never sent")
-    return before
+    kinds_per: list[np.ndarray] = []
+    pairs: list[Wait] = []
+    for b, steps in enumerate(programs):
+        kinds = step_kinds(steps, b)
+        pairs += [s for s in steps if type(s) is Wait]
+        kinds_per.append(kinds)
+    starts = np.zeros(nb + 1, np.int64)
+    np.cumsum([k.size for k in kinds_per], out=starts[1:])
+    kinds = np.concatenate(kinds_per) if kinds_per else np.zeros(0, np.int8)
+    flat_pairs = np.fromiter(chain.from_iterable(pairs), np.int64, 2 * len(pairs)).reshape(-1, 2)
+    wait_block, wait_count = flat_pairs[:, 0], flat_pairs[:, 1]
+    out_of_range = (wait_block < 0) | (wait_block >= nb)
+    if out_of_range.any():
+        k = int(np.nonzero(out_of_range)[0][0])
+        b = int(np.searchsorted(starts, np.nonzero(kinds == WAIT)[0][k], side="right") - 1)
+        raise ProgramError(f"block {b} waits for block {wait_block[k]}, which does not exist")
+    is_wait = kinds == WAIT
+    first = is_wait.copy()  # the first wait of each run; a run ends where its block does
+    first[1:] &= ~is_wait[:-1]
+    inner = starts[1:-1][starts[1:-1] < kinds.size]
+    first[inner] = is_wait[inner]
+    group_of = np.cumsum(first) - 1
+    wait_at = np.nonzero(is_wait)[0]
+    group_starts = np.append(np.searchsorted(wait_at, np.nonzero(first)[0]), wait_at.size)
+    calls = np.nonzero(kinds == MARK)[0]
+    kinds[is_wait & ~first] = MARK
+    return (starts, kinds, group_of, group_starts, wait_block, wait_count), calls
 
 
 def _touching_pairs(items: list[dict]) -> list[tuple[int, int]]:
@@ -258,42 +288,43 @@ def check_races(programs: list[list[Step]]) -> None:
     (equal ``op >= 0``) are not ordered against each other.  Checked per group of calls (an
     operator, or a call with ``op < 0``) and only for groups whose memory overlaps, so the check
     grows with the model rather than with its square."""
-    before = _clocks(programs)
     nb = len(programs)
+    arrays, call_at = _step_arrays(programs)
+    clocks = program_clocks(*arrays)
+    starts, kinds = arrays[0], arrays[1]
+    if not isinstance(clocks, Clocks):
+        b, (i, _, _) = next(iter(clocks.stuck.items()))
+        raise ProgramError(f"deadlock: block {b} waits at step {i - starts[b]} for a signal never sent")
+    total_signals = np.bincount(np.repeat(np.arange(nb), np.diff(starts))[kinds == SIGNAL], minlength=nb)
     groups: dict[object, dict] = {}
-    for b, steps in enumerate(programs):
-        sent = 0
-        pending: dict[int, dict] = {}  # groups with a call on b since b's last signal
-        for i, s in enumerate(steps):
-            if isinstance(s, Signal):
-                sent += 1
-                for g in pending.values():  # the first signal after a group's last call on b
-                    g["need"][b] = sent
-                pending.clear()
-            elif isinstance(s, Call):
-                key = ("op", s.op) if s.op >= 0 else ("call", b, i)
-                g = groups.get(key)
-                if g is None:
-                    g = groups[key] = {"call": s, "reads": set(), "writes": set(), "first": {}, "last": {},
-                                       "need": {}}
-                g["reads"].update(s.reads)
-                g["writes"].update(s.writes)
-                if b not in g["first"]:
-                    g["first"][b] = (i, before[b][i])
-                g["last"][b] = i
-                g["need"][b] = -1
-                pending[id(g)] = g
+    call_block = np.searchsorted(starts, call_at, side="right") - 1
+    for flat, b in zip(call_at.tolist(), call_block.tolist()):
+        i = flat - int(starts[b])
+        s = programs[b][i]
+        key = ("op", s.op) if s.op >= 0 else ("call", b, i)
+        g = groups.get(key)
+        if g is None:
+            g = groups[key] = {"call": s, "reads": set(), "writes": set(), "first": {}, "last": {}}
+        g["reads"].update(s.reads)
+        g["writes"].update(s.writes)
+        if b not in g["first"]:
+            g["first"][b] = flat
+        g["last"][b] = flat
     items = list(groups.values())
     for g in items:
         g["reads"], g["writes"] = tuple(sorted(g["reads"])), tuple(sorted(g["writes"]))
         g["blocks"] = np.array(list(g["last"]), np.int64)
-        g["need_at"] = np.array([g["need"][b] for b in g["last"]], np.int64)
+        last_flat = np.array(list(g["last"].values()), np.int64)
+        # the first signal after the group's last call on each block (-1: none follows)
+        need = clocks.step_sent[last_flat] + 1
+        g["need_at"] = np.where(need <= total_signals[g["blocks"]], need, -1)
         g["signalled"] = bool((g["need_at"] >= 0).all())
         g["last_at"] = np.full(nb, -1, np.int64)
-        g["last_at"][g["blocks"]] = list(g["last"].values())
+        g["last_at"][g["blocks"]] = last_flat - starts[g["blocks"]]
         g["first_blocks"] = np.array(list(g["first"]), np.int64)
-        g["first_pos"] = np.array([p for p, _ in g["first"].values()], np.int64)
-        g["first_clocks"] = np.stack([c for _, c in g["first"].values()])
+        first_flat = np.array(list(g["first"].values()), np.int64)
+        g["first_pos"] = first_flat - starts[g["first_blocks"]]
+        g["first_clocks"] = clocks.before(first_flat, g["first_blocks"])
         g["first_min"] = g["first_clocks"].min(axis=0)
 
     def ordered(a: dict, z: dict) -> bool:  # every call of a before every call of z

@@ -93,12 +93,13 @@ def has_tiles(kernel: RKernel) -> bool:
 
 def encode_tiles(kernel: RKernel) -> list[dict[str, Any]]:
     """Per rTask: ``{"reads": [[slot, [[lo, hi], ...]], ...], "writes": [...]}``."""
-    out = []
-    for r in range(kernel.num_rtasks):
-        acc = kernel.accesses(r)
-        out.append({"reads": [[s, [list(d) for d in box]] for s, box in acc.reads],
-                    "writes": [[s, [list(d) for d in box]] for s, box in acc.writes]})
-    return out
+    def encode(acc: RTaskAccess) -> dict[str, Any]:
+        return {"reads": [[s, [list(d) for d in box]] for s, box in acc.reads],
+                "writes": [[s, [list(d) for d in box]] for s, box in acc.writes]}
+
+    if kernel.access_fn is None:  # every rTask reads and writes the whole tensors: encoded once
+        return [encode(kernel.accesses(0))] * kernel.num_rtasks
+    return [encode(kernel.accesses(r)) for r in range(kernel.num_rtasks)]
 
 
 def decode_tiles(data: Sequence[Mapping[str, Any]], num_rtasks: int, op: str) -> tuple[RTaskAccess, ...]:

@@ -132,15 +132,21 @@ class Schedule:
     def to_dict(self, summary: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """The schedule as JSON-ready data; ``summary`` (e.g. simulated
         makespan, utilization, barriers) is merged in at the top level."""
+        n = self.num_rtasks
+        # Each op's name and kernel id once (not per rTask: a full-size GPU schedule has 10^4-10^5).
+        names = [op.name for op in self.ops]
+        kernel_ids = [op.kernel.kernel_id for op in self.ops]
+        firsts = [op.first_rtask for op in self.ops]
+        rtask_op = self.rtask_op.tolist()
         programs = []
         for prog in self.programs:
             out = []
             for e in prog:
-                if e >= self.num_rtasks:
-                    out.append({"id": e, "barrier": list(self.barrier_waits[e - self.num_rtasks])})
+                if e >= n:
+                    out.append({"id": e, "barrier": list(self.barrier_waits[e - n])})
                 else:
-                    r = self.entry(e)
-                    out.append({"id": e, "op": r.op, "kernel": r.kernel, "rtask_id": r.rtask_id})
+                    o = rtask_op[e]
+                    out.append({"id": e, "op": names[o], "kernel": kernel_ids[o], "rtask_id": e - firsts[o]})
             programs.append(out)
         data: dict[str, Any] = {
             "format": FORMAT, "policy": self.policy, "graph": self.graph_name,
@@ -164,8 +170,11 @@ class Schedule:
         return d
 
     def to_json(self, path: str, summary: Mapping[str, Any] | None = None) -> None:
+        # json.dumps, not json.dump: only dumps uses the C encoder (dump streams through the Python
+        # one), 5-10x faster on a full-size GPU schedule's million barrier waits; the text is the same.
+        text = json.dumps(self.to_dict(summary), separators=(",", ":"))
         with open(path, "w", encoding="utf-8") as f:
-            json.dump(self.to_dict(summary), f, separators=(",", ":"))
+            f.write(text)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Schedule:

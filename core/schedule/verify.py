@@ -22,9 +22,9 @@ import numpy as np
 
 from ..errors import ScheduleError
 from ..ir import Graph
+from .clocks import schedule_clocks
 from .problem import op_names, op_predecessors
 from .schedule import Schedule
-from .walk import rtask_locations, walk
 
 
 @dataclass(frozen=True)
@@ -94,13 +94,14 @@ def _check_resources(schedule: Schedule) -> None:
                 f"{veu.threads} and {veu.local_mem_bytes}")
 
 
-def _op_hosts(schedule: Schedule, loc_veu: np.ndarray, loc_pos: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
-    """Per op: the vEUs running its rTasks and the last position on each."""
+def _op_hosts(schedule: Schedule, loc_veu: np.ndarray, loc_pos: np.ndarray, first: bool = False
+              ) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Per op: the vEUs running its rTasks and the last (``first``: the first) position on each."""
     hosts = []
     for op in schedule.ops:
         sl = slice(op.first_rtask, op.first_rtask + op.kernel.num_rtasks)
         v, p = loc_veu[sl], loc_pos[sl]
-        order = np.lexsort((p, v))
+        order = np.lexsort((-p if first else p, v))
         v, p = v[order], p[order]
         last = np.ones(v.size, dtype=bool)
         last[:-1] = v[1:] != v[:-1]
@@ -109,57 +110,38 @@ def _op_hosts(schedule: Schedule, loc_veu: np.ndarray, loc_pos: np.ndarray) -> l
 
 
 def _check_order(schedule: Schedule, preds: list[tuple[int, ...]]) -> VerifyReport:
-    locations = rtask_locations(schedule)
-    loc_veu, loc_pos = locations
+    """Every op's first rTask on each vEU (the strictest: clocks only grow along a program) runs
+    after every rTask of each op it depends on: earlier on its vEU, or known complete through the
+    barriers (:func:`.clocks.schedule_clocks`, which also finds deadlocks)."""
+    sc = schedule_clocks(schedule)
     n = schedule.num_rtasks
-    num_veus = len(schedule.programs)
-    hosts = _op_hosts(schedule, loc_veu, loc_pos)
-    rtask_op = schedule.rtask_op.tolist()
-    # How many barriers wait for each rTask: its clock snapshot is kept
-    # until the last of them has used it.
-    all_waits = np.fromiter((w for ws in schedule.barrier_waits for w in ws), dtype=np.int64)
-    refs = np.bincount(all_waits[(all_waits >= 0) & (all_waits < n)], minlength=n).tolist()
-    loc_veu_l = loc_veu.tolist()
-    # clock[v, u]: the last position on vEU u known complete at v's current point.
-    clock = np.full((num_veus, num_veus), -1, dtype=np.int64)
-    snapshots: dict[int, np.ndarray] = {}  # rTask id -> its vEU's clock when it completed
-    checked: set[tuple[int, int]] = set()
+    hosts = _op_hosts(schedule, sc.rtask_veu, sc.rtask_pos)
+    firsts = _op_hosts(schedule, sc.rtask_veu, sc.rtask_pos, first=True)
     deps = 0
-    for v, p, e in walk(schedule, locations):
-        if e >= n:
-            seen = []
-            for w in schedule.barrier_waits[e - n]:
-                if loc_veu_l[w] != v:
-                    seen.append(snapshots[w])
-                refs[w] -= 1
-                if refs[w] == 0:
-                    snapshots.pop(w, None)
-            if seen:
-                np.maximum(clock[v], np.max(seen, axis=0), out=clock[v])
+    for o in range(len(schedule.ops)):
+        if not preds[o]:
             continue
-        o = rtask_op[e]
-        # The first rTask of an op on a vEU is the strictest check: clocks
-        # only grow along a program.
-        if (o, v) not in checked:
-            checked.add((o, v))
-            for pred in preds[o]:
-                pv, pp = hosts[pred]
-                deps += 1
-                same = pv == v
-                if np.any(pp[same] > p):
-                    raise ScheduleError(
-                        f"{schedule.describe_rtask(e)} on vEU {v} runs before an rTask of '{schedule.ops[pred].name}' "
-                        f"it depends on, later on the same vEU")
-                other = ~same
-                late = other & (clock[v, pv] < pp)
-                if np.any(late):
-                    u = int(pv[late][0])
-                    missing = schedule.programs[u][int(pp[late][0])]
-                    raise ScheduleError(
-                        f"dependency not satisfied: {schedule.describe_rtask(e)} on vEU {v} (position {p}) may start "
-                        f"before {schedule.describe_rtask(missing)} on vEU {u} completes; no barrier orders them")
-        if refs[e]:
-            snap = clock[v].copy()
-            snap[v] = p
-            snapshots[e] = snap
+        fv, fp = firsts[o]
+        deps += fv.size * len(preds[o])
+        if not fv.size:
+            continue
+        clock = sc.clocks.before(sc.starts[fv] + fp, fv)  # entries of each vEU known complete
+        for pred in preds[o]:
+            pv, pp = hosts[pred]
+            same = fv[:, None] == pv[None, :]
+            early = same & (pp[None, :] > fp[:, None])
+            if early.any():
+                k = int(np.nonzero(early.any(axis=1))[0][0])
+                v, e = int(fv[k]), schedule.programs[int(fv[k])][int(fp[k])]
+                raise ScheduleError(
+                    f"{schedule.describe_rtask(e)} on vEU {v} runs before an rTask of '{schedule.ops[pred].name}' "
+                    f"it depends on, later on the same vEU")
+            late = ~same & (clock[:, pv] <= pp[None, :])
+            if late.any():
+                k, j = (int(x[0]) for x in np.nonzero(late))
+                v, p, u = int(fv[k]), int(fp[k]), int(pv[j])
+                e, missing = schedule.programs[v][p], schedule.programs[u][int(pp[j])]
+                raise ScheduleError(
+                    f"dependency not satisfied: {schedule.describe_rtask(e)} on vEU {v} (position {p}) may start "
+                    f"before {schedule.describe_rtask(missing)} on vEU {u} completes; no barrier orders them")
     return VerifyReport(n, schedule.num_barriers, deps)

@@ -1,9 +1,11 @@
 """Walking a schedule in an order its barriers allow.
 
 :func:`walk` yields every entry ``(veu, position, entry_id)`` such that when
-a barrier is yielded, every rTask it waits for has been yielded before.  It
-is the common core of the verifier and the simulator, and it is where a
-deadlock (a cycle of barriers waiting on each other) is found.
+a barrier is yielded, every rTask it waits for has been yielded before: the
+simulator's order.  The verifier and the memory planner's ordering read the
+vector clocks of :mod:`.clocks` instead (compiled, one row per barrier), which
+report a deadlock (a cycle of barriers waiting on each other) with this
+module's message.
 """
 
 from __future__ import annotations
