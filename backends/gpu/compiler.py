@@ -186,8 +186,9 @@ def compile_program(graph: Graph, backend: Any, vdevice: VDevice, policy: str = 
     for node, low in zip(graph.nodes, first):
         refs = _refs(low)
         touched.append(refs)
-        reads = tuple(sorted({buf(node.inputs[s]) for io, s in refs if io == "in"}))
-        writes = tuple(sorted({buf(node.outputs[s]) for io, s in refs if io == "out"}))
+        # Buffer ids in slot order, not set order: the arena layout must not depend on the hash seed.
+        reads = tuple(sorted({buf(node.inputs[s]) for io, s in sorted(refs) if io == "in"}))
+        writes = tuple(sorted({buf(node.outputs[s]) for io, s in sorted(refs) if io == "out"}))
         ops.append(NodeOp(node, reads, writes))
     for n in outputs:
         buf(n)
