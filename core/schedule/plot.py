@@ -66,14 +66,14 @@ def plot_gantt(items: Sequence[tuple[Schedule, SimResult]], path: str, title: st
         x0, x1 = sim.start_us, sim.finish_us
         boxes = np.stack([np.stack([x0, veu - 0.4], 1), np.stack([x1, veu - 0.4], 1),
                           np.stack([x1, veu + 0.4], 1), np.stack([x0, veu + 0.4], 1)], 1)
-        ax.add_collection(PolyCollection(boxes, facecolors=cmap(key), edgecolors="none"))
+        ax.add_collection(PolyCollection(list(boxes), facecolors=cmap(key), edgecolors="none"))
         if sim.barrier_spans.size:
             b = sim.barrier_spans
             # A thin bar over the barrier's own cost; its waiting shows as a gap.
             x0b = np.maximum(b[:, 1], b[:, 2] - schedule.barrier_cost_us)
             bars = np.stack([np.stack([x0b, b[:, 0] - 0.12], 1), np.stack([b[:, 2], b[:, 0] - 0.12], 1),
                              np.stack([b[:, 2], b[:, 0] + 0.12], 1), np.stack([x0b, b[:, 0] + 0.12], 1)], 1)
-            ax.add_collection(PolyCollection(bars, facecolors="0.15", edgecolors="none"))
+            ax.add_collection(PolyCollection(list(bars), facecolors="0.15", edgecolors="none"))
         ax.set_xlim(0, longest)
         ax.yaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_ylim(-0.5, len(schedule.programs) - 0.5)

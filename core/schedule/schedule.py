@@ -126,6 +126,7 @@ class Schedule:
         if rtask < 0 or rtask >= self.num_rtasks:
             return f"rTask {rtask} (no such rTask)"
         e = self.entry(rtask)
+        assert isinstance(e, RTaskEntry)  # ids below num_rtasks are rTasks, not barriers
         return f"rTask {rtask} ('{e.op}' #{e.rtask_id})"
 
     # -- plain data ------------------------------------------------------------
@@ -280,7 +281,8 @@ class ScheduleBuilder:
         missing = [p.names[i] for i, k in enumerate(self.kernels) if k is None]
         if missing:
             raise ScheduleError(f"the policy left {len(missing)} op(s) without a kernel, e.g. '{missing[0]}'")
-        firsts = np.concatenate([[0], np.cumsum([k.num_rtasks for k in self.kernels])])
+        kernels = [k for k in self.kernels if k is not None]  # all of them: none is missing
+        firsts = np.concatenate([[0], np.cumsum([k.num_rtasks for k in kernels])])
         num_rtasks = int(firsts[-1])
         stable = firsts[np.asarray(self._handle_op, dtype=np.int64)] + np.asarray(self._handle_local, dtype=np.int64) \
             if self._handle_op else np.zeros(0, dtype=np.int64)
@@ -296,7 +298,7 @@ class ScheduleBuilder:
                     out.append(num_rtasks + len(barrier_waits))
                     barrier_waits.append(tuple(stable_list[w] for w in self._waits[-h - 1]))
             programs.append(out)
-        ops = [ScheduledOp(p.names[i], rop.node.op_type, self.kernels[i], int(firsts[i]), p.preds[i],
+        ops = [ScheduledOp(p.names[i], rop.node.op_type, kernels[i], int(firsts[i]), p.preds[i],
                            rop.node.attrs, tensor_refs(rop.node.inputs, p.tensors, p.constants),
                            tensor_refs(rop.node.outputs, p.tensors, p.constants))
                for i, rop in enumerate(p.rops)]

@@ -109,10 +109,10 @@ class _Placer:
         req = self._requirements(op)
         est = self.avail.copy()
         need = np.zeros(num_veus, dtype=bool)
-        missing = None
+        missing: np.ndarray | None = None
         if req is not None:
             cols, req_pos, req_handles, req_fin = req
-            missing = self.known[:, cols] < req_pos  # (vEU, required vEU) not yet waited for
+            missing = np.asarray(self.known[:, cols] < req_pos)  # (vEU, required vEU) not yet waited for
             missing[cols, np.arange(cols.size)] = False  # program order covers a vEU's own rTasks
             need = missing.any(axis=1)
             if need.any():
@@ -124,12 +124,13 @@ class _Placer:
         cand = np.argpartition(est, k - 1)[:k] if k < num_veus else np.arange(num_veus)
         heap = [(float(est[v]), int(v)) for v in cand]
         heapq.heapify(heap)
-        need_l = need.tolist()
+        need_l: list[bool] = np.asarray(need).tolist()
         last: dict[int, tuple[int, int, float]] = {}
         programs = builder.programs
         for r in range(n):
             t, v = heapq.heappop(heap)
             if need_l[v]:
+                assert missing is not None and req is not None  # need is set only from req
                 need_l[v] = False
                 row = missing[v]
                 builder.wait_ids(req_handles[row].tolist(), v)
@@ -140,9 +141,10 @@ class _Placer:
             heapq.heappush(heap, (finish, v))
         veus = np.fromiter(last, dtype=np.int64, count=len(last))
         vals = list(last.values())
-        self.placed[op] = (veus, np.array([x[0] for x in vals], dtype=np.int64),
-                           np.array([x[1] for x in vals], dtype=np.int64), np.array([x[2] for x in vals]))
-        self.avail[veus] = self.placed[op][3]
+        placed = (veus, np.array([x[0] for x in vals], dtype=np.int64),
+                  np.array([x[1] for x in vals], dtype=np.int64), np.array([x[2] for x in vals]))
+        self.placed[op] = placed
+        self.avail[veus] = placed[3]
 
 
 class WavefrontPolicy:
