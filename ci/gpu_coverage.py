@@ -43,11 +43,13 @@ def corpus_models(size: str = "ci", names: str = "") -> list[tuple[str, object]]
 
 
 def _compare(got: dict, want: dict, rtol: float = 1e-3) -> tuple[bool, float]:
-    """Whether every output matches (NaN where reference has NaN), and the worst relative error."""
+    """Whether every output matches (its dtype, NaN where reference has NaN), and the worst relative error."""
     import numpy as np
 
     worst, ok = 0.0, True
     for k, w in want.items():
+        if np.asarray(got[k]).dtype != np.asarray(w).dtype:
+            return False, float("nan")
         w, g = np.asarray(w, np.float64), np.asarray(got[k], np.float64)
         if g.shape != w.shape or not np.array_equal(np.isnan(g), np.isnan(w)):
             return False, float("nan")
@@ -62,6 +64,7 @@ def run_model(label: str, source: bytes, feeds: dict, target: str) -> str:
     """One line: ``label target ok|MISMATCH|FAIL ...`` for ``target`` "opencl" or "emulator"."""
     import rammer
 
+    shapes = {k: tuple(getattr(v, "shape", ())) for k, v in feeds.items()}  # dynamic dims (a batch) fixed
     t0 = time.perf_counter()
     try:
         if target == "emulator":
@@ -70,7 +73,7 @@ def run_model(label: str, source: bytes, feeds: dict, target: str) -> str:
             saved = sys.modules.get("cupy")
             sys.modules["cupy"] = make_cupy()
             try:
-                compiled = rammer.compile(source, backend="cuda")
+                compiled = rammer.compile(source, backend="cuda", input_shapes=shapes)
                 got = compiled.run(feeds)
             finally:
                 if saved is None:
@@ -78,12 +81,12 @@ def run_model(label: str, source: bytes, feeds: dict, target: str) -> str:
                 else:
                     sys.modules["cupy"] = saved
         else:
-            compiled = rammer.compile(source, backend=target)
+            compiled = rammer.compile(source, backend=target, input_shapes=shapes)
             got = compiled.run(feeds)
     except Exception as exc:  # a report line per model, never a stop
         return f"{label} {target} FAIL {type(exc).__name__}: {str(exc)[:200]}"
     seconds = time.perf_counter() - t0
-    want = rammer.compile(source, backend="reference").run(feeds)
+    want = rammer.compile(source, backend="reference", input_shapes=shapes).run(feeds)
     ok, worst = _compare(got, want)
     return f"{label} {target} {'ok' if ok else 'MISMATCH'} max_rel={worst:.1e} compile+run={seconds:.1f}s"
 
@@ -106,6 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     from rammer import plugins
     from rammer.errors import RammerError
     from rammer.frontend import load
+    from rammer.ml import lower_ml
 
     be = plugins.get_backend(args.backend, compile_only=True)
     models: list[tuple[str, object]] = []
@@ -148,7 +152,8 @@ def main(argv: list[str] | None = None) -> int:
     for label, model in models:
         try:
             src, shapes = model if isinstance(model, tuple) else (model, None)
-            graph = load(src, shapes)
+            # ai.onnx.ml nodes become tensor ops first, as rammer.compile does for every backend
+            graph = lower_ml(load(src, shapes), device=be.capabilities.device)
             bad = be.unsupported_nodes(graph)
         except RammerError as exc:
             print(f"{label}: not loadable: {exc}")

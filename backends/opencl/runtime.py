@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from rammer.backends.gpu.compiler import KERNEL_NAME, GpuProgram
-from rammer.backends.gpu.lower_ints import ArenaFeeds
+from rammer.backends.gpu.lower_ints import ArenaFeeds, ArenaOutputs
 from rammer.errors import BackendUnavailableError, RammerError
 
 from .codegen import render
@@ -73,6 +73,7 @@ class OpenCLExecutable:
         self.epoch = 0
         self.lock = threading.Lock()
         self.to_arena = ArenaFeeds(program)  # integer/bool feeds as exact float32 values, checked
+        self.from_arena = ArenaOutputs(program)  # integer/bool outputs back in their dtype, checked
 
     def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         cl, p = self.cl, self.program
@@ -101,5 +102,5 @@ class OpenCLExecutable:
                     cl.enqueue_copy(self.queue, arr, self.arena, src_offset=4 * off)
                 out[name] = arr
             self.queue.finish()
-        return out
+        return {name: self.from_arena(name, arr) for name, arr in out.items()}
 
