@@ -109,14 +109,15 @@ def test_newly_covered_corpus_models_run_on_the_cuda_emulator(name):
 
 
 #: The traditional-ML models (ai.onnx.ml trees, scaler, normalizer, linear classifier, each with an
-#: int64 label output) run on the GPU through the core's ML lowering (rammer.ml) and integer outputs.
-ML_MODELS = ["gradient-boosting", "random-forest", "random-forest-rows8", "scaler-linear"]
+#: int64 label output) run on the GPU through the core's ML lowering (rammer.ml) and integer outputs;
+#: the QOperator model through the QLinearConv rKernel.
+ML_MODELS = ["gradient-boosting", "random-forest", "random-forest-rows8", "scaler-linear", "mobilenet-v2-int8-qop"]
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("target", ["opencl", "emulator"])
 @pytest.mark.parametrize("name", ML_MODELS)
-def test_traditional_ml_corpus_models_run_against_reference(name, target):
+def test_ml_and_qoperator_corpus_models_run_against_reference(name, target):
     if target == "opencl" and not plugins.get_backend("opencl").availability().ok:
         pytest.skip("needs an OpenCL device (PoCL here: apt-get install pocl-opencl-icd)")
     if target == "emulator":
