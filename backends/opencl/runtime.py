@@ -24,20 +24,39 @@ from .device import opencl_device
 __all__ = ["OpenCLExecutable"]
 
 
-#: Build options on PoCL's CPU device: its optimiser spent 20-35 s on the first launch of a
-#: small fuzz program (one kernel with every rKernel of the model inlined) and under 2 s with
-#: ``-cl-opt-disable``; other devices get their driver's defaults.  ``RAMMER_OPENCL_BUILD_OPTIONS``
-#: overrides both (``""``: the defaults everywhere).
+#: Build options on PoCL's CPU device for a program with little work: its optimiser spent 20-35 s
+#: on the first launch of a small fuzz program (one kernel with every rKernel of the model inlined)
+#: and under 2 s with ``-cl-opt-disable``.  Other devices get their driver's defaults, and
+#: ``RAMMER_OPENCL_BUILD_OPTIONS`` overrides both (``""``: the defaults everywhere).
 POCL_BUILD_OPTIONS = "-cl-opt-disable"
+#: Floating-point work per run, per distinct rKernel of the program, above which PoCL's CPU device
+#: builds with its optimiser.  Measured on ResNet-18 at 224 px (7 rKernels, 4.0 GFLOP per run, 2
+#: cores): the optimiser cost about 2.2 s of CPU per rKernel (15.5 s), and the unoptimised program
+#: ran at about 115 MFLOP/s of CPU (34.5 s per run) against 3.4 s optimised; so the build pays for
+#: itself within the first run from about 250 MFLOP per rKernel, and within a few runs well below
+#: that.  Small programs (the test suite's, the fuzzer's) stay unoptimised and build in seconds.
+POCL_OPTIMISE_FLOPS_PER_KERNEL = 1.5e8
 
 
-def build_options(device: Any) -> str:
-    """The options the program is built with on ``device`` (see :data:`POCL_BUILD_OPTIONS`)."""
+def program_flops(program: Any) -> float:
+    """The floating-point work of one run of ``program``, from its schedule's rKernel costs."""
+    return float(sum(op.kernel.flops * op.kernel.num_rtasks for op in getattr(program.schedule, "ops", ())))
+
+
+def build_options(device: Any, program: Any = None) -> str:
+    """The options ``program`` is built with on ``device`` (see :data:`POCL_BUILD_OPTIONS` and
+    :data:`POCL_OPTIMISE_FLOPS_PER_KERNEL`)."""
     chosen = os.environ.get("RAMMER_OPENCL_BUILD_OPTIONS")
     if chosen is not None:
         return chosen
     cpu = bool(device.type & 2)  # CL_DEVICE_TYPE_CPU
-    return POCL_BUILD_OPTIONS if cpu and "Portable Computing Language" in device.platform.name else ""
+    if not (cpu and "Portable Computing Language" in device.platform.name):
+        return ""
+    if program is not None:
+        kernels = max(1, len(program.report.get("kernels", ())))
+        if program_flops(program) > POCL_OPTIMISE_FLOPS_PER_KERNEL * kernels:
+            return ""
+    return POCL_BUILD_OPTIONS
 
 
 class OpenCLExecutable:
@@ -56,7 +75,7 @@ class OpenCLExecutable:
         self.report: dict[str, Any] = {"device": device.name.strip(), **program.report}
         self.ctx = cl.Context([device])
         self.queue = cl.CommandQueue(self.ctx)
-        self.build_options = build_options(device)
+        self.build_options = build_options(device, program)
         self.report["build_options"] = self.build_options
         self.kernel = cl.Kernel(cl.Program(self.ctx, self.source).build(options=self.build_options), KERNEL_NAME)
         wg = self.kernel.get_work_group_info(cl.kernel_work_group_info.WORK_GROUP_SIZE, device)
