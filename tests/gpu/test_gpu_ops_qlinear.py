@@ -88,13 +88,16 @@ def test_qlinear_conv_equals_reference_on_opencl(case, per_channel):
     assert saturated  # the check covers the clamps
 
 
-def test_qlinear_conv_and_matmul_on_the_cuda_emulator(monkeypatch):
+@pytest.mark.parametrize("op", ["QLinearConv", "QLinearMatMul"])
+def test_qlinear_ops_on_the_cuda_emulator(monkeypatch, op):
     install_fake_cupy(monkeypatch)
     xs, ws, ys, attrs = CONV_CASES["grouped_dilated"]
-    for m, shape, name in ((_qconv_model(xs, ws, ys, True, U8, I8, True, seed=3, **attrs), xs, "x"),
-                           (_qmatmul_model((2, 5, 33), (33, 6), (2, 5, 6), per_column=True, seed=4), (2, 5, 33), "a")):
-        feeds = _feeds(shape, 7, name)
-        _assert_exact(rammer.compile(m, backend="cuda").run(feeds), rammer.compile(m, backend="reference").run(feeds))
+    if op == "QLinearConv":
+        m, shape, name = _qconv_model(xs, ws, ys, True, U8, I8, True, seed=3, **attrs), xs, "x"
+    else:
+        m, shape, name = _qmatmul_model((2, 5, 33), (33, 6), (2, 5, 6), per_column=True, seed=4), (2, 5, 33), "a"
+    feeds = _feeds(shape, 7, name)
+    _assert_exact(rammer.compile(m, backend="cuda").run(feeds), rammer.compile(m, backend="reference").run(feeds))
 
 
 def _qmatmul_model(a_shape, b_shape, y_shape, per_column: bool, seed: int):
