@@ -221,9 +221,9 @@ def qlinear_matmul(name: str, threads: int = 128) -> ir.Kernel:
             ir.Decl("int", "nn", add(v("n0"), BinOp("%", v("t"), v("cols")))),
             ir.Decl("long", "acc", c(0)),
             ir.For("kk", c(0), v("K"), c(1), (
-                ir.Assign("acc", add(v("acc"), mul(BinOp("-", ir.Cast("long", Load("a", a_at)), ir.Cast("long", v("azp"))),
-                                                   BinOp("-", ir.Cast("long", Load("b", b_at)),
-                                                         ir.Cast("long", v("bzp")))))),)),
+                ir.Assign("acc", add(v("acc"), mul(
+                    BinOp("-", ir.Cast("long", Load("a", a_at)), ir.Cast("long", v("azp"))),
+                    BinOp("-", ir.Cast("long", Load("b", b_at)), ir.Cast("long", v("bzp")))))),)),
             *_requantize_store("y", add(mul(add(mul(v("bi"), v("M")), v("m")), v("N")), v("nn"))),
         )),
     )

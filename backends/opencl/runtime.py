@@ -29,13 +29,19 @@ __all__ = ["OpenCLExecutable"]
 #: and under 2 s with ``-cl-opt-disable``.  Other devices get their driver's defaults, and
 #: ``RAMMER_OPENCL_BUILD_OPTIONS`` overrides both (``""``: the defaults everywhere).
 POCL_BUILD_OPTIONS = "-cl-opt-disable"
-#: Floating-point work per run, per distinct rKernel of the program, above which PoCL's CPU device
-#: builds with its optimiser.  Measured on ResNet-18 at 224 px (7 rKernels, 4.0 GFLOP per run, 2
-#: cores): the optimiser cost about 2.2 s of CPU per rKernel (15.5 s), and the unoptimised program
-#: ran at about 115 MFLOP/s of CPU (34.5 s per run) against 3.4 s optimised; so the build pays for
-#: itself within the first run from about 250 MFLOP per rKernel, and within a few runs well below
-#: that.  Small programs (the test suite's, the fuzzer's) stay unoptimised and build in seconds.
-POCL_OPTIMISE_FLOPS_PER_KERNEL = 1.5e8
+#: PoCL's CPU device builds a program with its optimiser when one unoptimised run is estimated to
+#: cost more than this fraction of the optimiser's time: the first run then costs at most about 1.5x
+#: what the unoptimised build would have given, and every later run is 5-10x cheaper.  The figures,
+#: CPU seconds measured at full size here (2 cores, PoCL 3.1): unoptimised, ResNet-18 224 px
+#: (4.0 GFLOP, 14,313 rTasks) 34-43 s per run, BERT seq 128 (2.9 GFLOP, 33,350 rTasks) 27 s,
+#: MobileViT 256 px (1.0 GFLOP, 87,916 rTasks) 22 s; optimised 3.4-4.2 s (ResNet-18) and 3.9 s (BERT).
+POCL_OPTIMISE_FRACTION = 0.5
+#: The unoptimised cost model those runs fit: seconds per floating-point operation and per rTask.
+POCL_UNOPTIMISED_S_PER_FLOP = 1 / 1.15e8
+POCL_UNOPTIMISED_S_PER_RTASK = 1.5e-4
+#: PoCL's optimiser on the one kernel that inlines every rKernel: about 2.2 s of CPU per distinct rKernel
+#: (ResNet-18, 7 rKernels: 15.5 s; BERT, 13 rKernels: about 25 s).
+POCL_OPTIMISER_S_PER_KERNEL = 2.2
 
 
 def program_flops(program: Any) -> float:
@@ -43,9 +49,15 @@ def program_flops(program: Any) -> float:
     return float(sum(op.kernel.flops * op.kernel.num_rtasks for op in getattr(program.schedule, "ops", ())))
 
 
+def unoptimised_seconds(program: Any) -> float:
+    """The estimated CPU seconds of one run of ``program`` built with ``-cl-opt-disable`` on PoCL."""
+    rtasks = sum(op.kernel.num_rtasks for op in getattr(program.schedule, "ops", ()))
+    return program_flops(program) * POCL_UNOPTIMISED_S_PER_FLOP + rtasks * POCL_UNOPTIMISED_S_PER_RTASK
+
+
 def build_options(device: Any, program: Any = None) -> str:
     """The options ``program`` is built with on ``device`` (see :data:`POCL_BUILD_OPTIONS` and
-    :data:`POCL_OPTIMISE_FLOPS_PER_KERNEL`)."""
+    :data:`POCL_OPTIMISE_FRACTION`)."""
     chosen = os.environ.get("RAMMER_OPENCL_BUILD_OPTIONS")
     if chosen is not None:
         return chosen
@@ -53,8 +65,8 @@ def build_options(device: Any, program: Any = None) -> str:
     if not (cpu and "Portable Computing Language" in device.platform.name):
         return ""
     if program is not None:
-        kernels = max(1, len(program.report.get("kernels", ())))
-        if program_flops(program) > POCL_OPTIMISE_FLOPS_PER_KERNEL * kernels:
+        optimiser = POCL_OPTIMISER_S_PER_KERNEL * max(1, len(program.report.get("kernels", ())))
+        if unoptimised_seconds(program) > POCL_OPTIMISE_FRACTION * optimiser:
             return ""
     return POCL_BUILD_OPTIONS
 
