@@ -24,51 +24,26 @@ from .device import opencl_device
 __all__ = ["OpenCLExecutable"]
 
 
-#: Build options on PoCL's CPU device for a program with little work: its optimiser spent 20-35 s
-#: on the first launch of a small fuzz program (one kernel with every rKernel of the model inlined)
-#: and under 2 s with ``-cl-opt-disable``.  Other devices get their driver's defaults, and
-#: ``RAMMER_OPENCL_BUILD_OPTIONS`` overrides both (``""``: the defaults everywhere).
+#: Build options on PoCL's CPU device: its optimiser spent 20-35 s on the first launch of a
+#: small fuzz program (one kernel with every rKernel of the model inlined) and under 2 s with
+#: ``-cl-opt-disable``; other devices get their driver's defaults.  ``RAMMER_OPENCL_BUILD_OPTIONS``
+#: overrides both (``""``: the defaults everywhere).
+#:
+#: Not chosen by the program's size: PoCL's optimiser made a run of a full-size program 5-10x cheaper
+#: (ResNet-18 224 px: 43 -> 4.2 s of CPU per run; BERT seq 128: 27 -> 3.9 s) and its first run cheaper
+#: (53 -> 21 s), but on MobileViT 256 px it spent 336 s of CPU building the program (12 rKernels;
+#: ResNet-18's 7 took about 15 s), so its cost cannot be told from the program's size; a first run
+#: must stay under a minute (docs/gpu.md, "Third round").
 POCL_BUILD_OPTIONS = "-cl-opt-disable"
-#: PoCL's CPU device builds a program with its optimiser when one unoptimised run is estimated to
-#: cost more than this fraction of the optimiser's time: the first run then costs at most about 1.5x
-#: what the unoptimised build would have given, and every later run is 5-10x cheaper.  The figures,
-#: CPU seconds measured at full size here (2 cores, PoCL 3.1): unoptimised, ResNet-18 224 px
-#: (4.0 GFLOP, 14,313 rTasks) 34-43 s per run, BERT seq 128 (2.9 GFLOP, 33,350 rTasks) 27 s,
-#: MobileViT 256 px (1.0 GFLOP, 87,916 rTasks) 22 s; optimised 3.4-4.2 s (ResNet-18) and 3.9 s (BERT).
-POCL_OPTIMISE_FRACTION = 0.5
-#: The unoptimised cost model those runs fit: seconds per floating-point operation and per rTask.
-POCL_UNOPTIMISED_S_PER_FLOP = 1 / 1.15e8
-POCL_UNOPTIMISED_S_PER_RTASK = 1.5e-4
-#: PoCL's optimiser on the one kernel that inlines every rKernel: about 2.2 s of CPU per distinct rKernel
-#: (ResNet-18, 7 rKernels: 15.5 s; BERT, 13 rKernels: about 25 s).
-POCL_OPTIMISER_S_PER_KERNEL = 2.2
 
 
-def program_flops(program: Any) -> float:
-    """The floating-point work of one run of ``program``, from its schedule's rKernel costs."""
-    return float(sum(op.kernel.flops * op.kernel.num_rtasks for op in getattr(program.schedule, "ops", ())))
-
-
-def unoptimised_seconds(program: Any) -> float:
-    """The estimated CPU seconds of one run of ``program`` built with ``-cl-opt-disable`` on PoCL."""
-    rtasks = sum(op.kernel.num_rtasks for op in getattr(program.schedule, "ops", ()))
-    return program_flops(program) * POCL_UNOPTIMISED_S_PER_FLOP + rtasks * POCL_UNOPTIMISED_S_PER_RTASK
-
-
-def build_options(device: Any, program: Any = None) -> str:
-    """The options ``program`` is built with on ``device`` (see :data:`POCL_BUILD_OPTIONS` and
-    :data:`POCL_OPTIMISE_FRACTION`)."""
+def build_options(device: Any) -> str:
+    """The options the program is built with on ``device`` (see :data:`POCL_BUILD_OPTIONS`)."""
     chosen = os.environ.get("RAMMER_OPENCL_BUILD_OPTIONS")
     if chosen is not None:
         return chosen
     cpu = bool(device.type & 2)  # CL_DEVICE_TYPE_CPU
-    if not (cpu and "Portable Computing Language" in device.platform.name):
-        return ""
-    if program is not None:
-        optimiser = POCL_OPTIMISER_S_PER_KERNEL * max(1, len(program.report.get("kernels", ())))
-        if unoptimised_seconds(program) > POCL_OPTIMISE_FRACTION * optimiser:
-            return ""
-    return POCL_BUILD_OPTIONS
+    return POCL_BUILD_OPTIONS if cpu and "Portable Computing Language" in device.platform.name else ""
 
 
 class OpenCLExecutable:
@@ -87,7 +62,7 @@ class OpenCLExecutable:
         self.report: dict[str, Any] = {"device": device.name.strip(), **program.report}
         self.ctx = cl.Context([device])
         self.queue = cl.CommandQueue(self.ctx)
-        self.build_options = build_options(device, program)
+        self.build_options = build_options(device)
         self.report["build_options"] = self.build_options
         self.kernel = cl.Kernel(cl.Program(self.ctx, self.source).build(options=self.build_options), KERNEL_NAME)
         wg = self.kernel.get_work_group_info(cl.kernel_work_group_info.WORK_GROUP_SIZE, device)
