@@ -5,6 +5,7 @@
     python ci/gpu_coverage.py --model a.onnx b.onnx
     python ci/gpu_coverage.py --corpus                       # the corpus (ci/corpus/) at ci size
     python ci/gpu_coverage.py --corpus --models bert,opt --run opencl,emulator   # and run them
+    python ci/gpu_coverage.py --first-run --size full --models resnet18,bert    # PoCL's first run
 
 For each model: the opencl backend's passes, then every node lowered (``unsupported``); refusals are
 counted by op and by the first words of the reason.  Graphs the cpu backend would not compile without
@@ -12,6 +13,12 @@ falling back are counted apart (they are not the GPU backends' to run).  With ``
 model that compiles is also run on ``opencl`` (PoCL here) and, for ``emulator``, compiled for ``cuda``
 and run by the CuPy runner on the CUDA-semantics CPU emulator (``backends/gpu/emulation``), both
 against ``reference`` on the corpus's feeds (rtol 1e-3), one line per model and target.
+
+``--first-run`` times, per corpus model in a fresh process (PoCL's kernel cache off, so its kernel
+compiler runs as on a machine that never built the program), ``rammer.compile`` for opencl, the
+first ``run`` (PoCL builds the kernel for its work-group size on the first launch) and a second
+one, wall clock and the process's CPU time (the CPU time is what a loaded machine does not
+inflate), with the build options chosen, and checks the outputs against ``reference``.
 """
 
 from __future__ import annotations
@@ -43,11 +50,13 @@ def corpus_models(size: str = "ci", names: str = "") -> list[tuple[str, object]]
 
 
 def _compare(got: dict, want: dict, rtol: float = 1e-3) -> tuple[bool, float]:
-    """Whether every output matches (NaN where reference has NaN), and the worst relative error."""
+    """Whether every output matches (its dtype, NaN where reference has NaN), and the worst relative error."""
     import numpy as np
 
     worst, ok = 0.0, True
     for k, w in want.items():
+        if np.asarray(got[k]).dtype != np.asarray(w).dtype:
+            return False, float("nan")
         w, g = np.asarray(w, np.float64), np.asarray(got[k], np.float64)
         if g.shape != w.shape or not np.array_equal(np.isnan(g), np.isnan(w)):
             return False, float("nan")
@@ -62,6 +71,7 @@ def run_model(label: str, source: bytes, feeds: dict, target: str) -> str:
     """One line: ``label target ok|MISMATCH|FAIL ...`` for ``target`` "opencl" or "emulator"."""
     import rammer
 
+    shapes = {k: tuple(getattr(v, "shape", ())) for k, v in feeds.items()}  # dynamic dims (a batch) fixed
     t0 = time.perf_counter()
     try:
         if target == "emulator":
@@ -70,7 +80,7 @@ def run_model(label: str, source: bytes, feeds: dict, target: str) -> str:
             saved = sys.modules.get("cupy")
             sys.modules["cupy"] = make_cupy()
             try:
-                compiled = rammer.compile(source, backend="cuda")
+                compiled = rammer.compile(source, backend="cuda", input_shapes=shapes)
                 got = compiled.run(feeds)
             finally:
                 if saved is None:
@@ -78,14 +88,43 @@ def run_model(label: str, source: bytes, feeds: dict, target: str) -> str:
                 else:
                     sys.modules["cupy"] = saved
         else:
-            compiled = rammer.compile(source, backend=target)
+            compiled = rammer.compile(source, backend=target, input_shapes=shapes)
             got = compiled.run(feeds)
     except Exception as exc:  # a report line per model, never a stop
         return f"{label} {target} FAIL {type(exc).__name__}: {str(exc)[:200]}"
     seconds = time.perf_counter() - t0
-    want = rammer.compile(source, backend="reference").run(feeds)
+    want = rammer.compile(source, backend="reference", input_shapes=shapes).run(feeds)
     ok, worst = _compare(got, want)
     return f"{label} {target} {'ok' if ok else 'MISMATCH'} max_rel={worst:.1e} compile+run={seconds:.1f}s"
+
+
+def first_run(name: str, size: str) -> str:
+    """One line: compile, first and second run of corpus model ``name`` on opencl (this process)."""
+    import resource
+
+    import rammer
+
+    def cpu() -> float:
+        r = resource.getrusage(resource.RUSAGE_SELF)
+        return r.ru_utime + r.ru_stime
+
+    (_, (source, shapes, feeds)), = corpus_models(size, name)  # type: ignore[misc]
+    marks = [(time.perf_counter(), cpu())]
+    compiled = rammer.compile(source, backend="opencl", input_shapes=shapes)
+    marks.append((time.perf_counter(), cpu()))
+    got = compiled.run(feeds)
+    marks.append((time.perf_counter(), cpu()))
+    compiled.run(feeds)
+    marks.append((time.perf_counter(), cpu()))
+    want = rammer.compile(source, backend="reference", input_shapes=shapes).run(feeds)
+    ok, worst = _compare(got, want)
+    (w0, c0), (w1, c1), (w2, c2), (w3, c3) = marks
+    ex = compiled.executable
+    return (f"{name} {size}: compile {w1 - w0:.1f} s (cpu {c1 - c0:.1f}), "
+            f"first run {w2 - w1:.1f} s (cpu {c2 - c1:.1f}), second run {w3 - w2:.2f} s (cpu {c3 - c2:.2f}); "
+            f"{'ok' if ok else 'MISMATCH'} max_rel={worst:.1e}; "
+            f"build options '{ex.build_options}', {len(ex.report['kernels'])} rKernels, "
+            f"{ex.report['rtasks']} rTasks, {ex.report['blocks']} blocks")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -101,11 +140,30 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--run", default="", help="with --corpus: run what compiles on opencl and/or emulator")
     ap.add_argument("--backend", default="opencl")
     ap.add_argument("--verbose", action="store_true")
+    ap.add_argument("--first-run", action="store_true",
+                    help="with --models: time compile and the first runs on opencl, each model in a fresh process")
+    ap.add_argument("--first-run-one", default="", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.first_run_one:
+        print(first_run(args.first_run_one, args.size), flush=True)
+        return 0
+    if args.first_run:
+        import os
+        import subprocess
+
+        env = {**os.environ, "POCL_KERNEL_CACHE": "0"}
+        for name in [n for n in args.models.split(",") if n]:
+            done = subprocess.run([sys.executable, __file__, "--first-run-one", name, "--size", args.size], env=env,
+                                  capture_output=True, text=True)
+            lines = [ln for ln in done.stdout.splitlines() if ln.startswith(name)]
+            print(lines[-1] if lines and done.returncode == 0 else
+                  f"{name} {args.size}: FAIL rc={done.returncode} {done.stderr.strip()[-300:]}", flush=True)
+        return 0
 
     from rammer import plugins
     from rammer.errors import RammerError
     from rammer.frontend import load
+    from rammer.ml import lower_ml
 
     be = plugins.get_backend(args.backend, compile_only=True)
     models: list[tuple[str, object]] = []
@@ -148,7 +206,8 @@ def main(argv: list[str] | None = None) -> int:
     for label, model in models:
         try:
             src, shapes = model if isinstance(model, tuple) else (model, None)
-            graph = load(src, shapes)
+            # ai.onnx.ml nodes become tensor ops first, as rammer.compile does for every backend
+            graph = lower_ml(load(src, shapes), device=be.capabilities.device)
             bad = be.unsupported_nodes(graph)
         except RammerError as exc:
             print(f"{label}: not loadable: {exc}")

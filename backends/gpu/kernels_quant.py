@@ -1,5 +1,6 @@
 """GPU rKernels for linear quantization, written once in the kernel IR: QuantizeLinear,
-DequantizeLinear, DynamicQuantizeLinear and MatMulInteger.
+DequantizeLinear, DynamicQuantizeLinear, MatMulInteger, and the QOperator ops QLinearConv and
+QLinearMatMul.
 
 Quantized tensors (uint8, int8, int32...) live in the float arena as exact float32 values, like every
 integer tensor (:mod:`.lower_ints`), so these kernels compute on floats where that is exact (a
@@ -16,7 +17,8 @@ from .ir_helpers import add, gid, inf, ints, lt, mul, neg_inf
 from .kernels import tree_reduce
 from .kernels_model import MAX_RANK, _chunk_loop, _coords
 
-__all__ = ["quantize_nd", "dequantize_nd", "dynamic_quantize", "matmul_integer"]
+__all__ = ["quantize_nd", "dequantize_nd", "dynamic_quantize", "matmul_integer", "qlinear_conv",
+           "qlinear_matmul"]
 
 
 def _rint(dst: str, x: ir.Expr) -> tuple[ir.Stmt, ...]:
@@ -138,3 +140,94 @@ def matmul_integer(name: str, threads: int = 128) -> ir.Kernel:
               *ints("total", "M", "N", "K", "SAB", "SBB", "AZS", "BZS", "has_azp", "has_bzp"))
     return ir.Kernel(name, params, body, threads=threads,
                      meta=(("op", "MatMulInteger"), ("tiling", "one output per thread")))
+
+
+def _requantize_store(dst: str, at: ir.Expr) -> tuple[ir.Stmt, ...]:
+    """``dst[at] = clamp(rint(float(acc) * mult) + yzp, lo, hi)``: ``acc`` a 64-bit integer, ``mult``
+    the float32 multiplier ``x_scale * w_scale / y_scale`` computed on the host as the reference
+    computes it (one float32 product here, then ties to even, as ``np.rint``)."""
+    return (
+        *_rint("q", mul(ir.Cast("float", v("acc")), v("mult"))),
+        ir.Store(dst, at, _clamp(BinOp("+", v("q"), v("yzp")))),
+    )
+
+
+#: Integer parameters of :func:`qlinear_conv` after (x, w, y), then the float ones.
+QLINEAR_CONV_INTS = ("C", "H", "W", "OC", "OH", "OW", "KH", "KW", "SH", "SW", "PH", "PW", "DH", "DW", "G",
+                     "n", "oc", "p0", "count", "bias", "xzp", "wzp")
+QLINEAR_CONV_FLOATS = ("mult", "yzp", "lo", "hi")
+
+
+def qlinear_conv(name: str, threads: int = 128) -> ir.Kernel:
+    """QLinearConv (NCHW, OIHW 8-bit weights, groups, strides, pads, dilations): one rTask is
+    ``count`` output pixels from ``p0`` of output channel ``oc`` of image ``n``, one per thread.
+    ``acc = bias + sum (x - xzp) * (w - wzp)`` over the taps inside the input (a padded tap is a zero
+    of ``x - xzp``) in a 64-bit integer; then requantized (:func:`_requantize_store`).  The channel's
+    bias, weight zero point and multiplier are arguments of the rTask, so per-channel and per-tensor
+    weights are one kernel and an int32 bias is exact (the arena holds integers only up to 2**24)."""
+    icg = BinOp("/", v("C"), v("G"))
+    ocg = BinOp("/", v("OC"), v("G"))
+    ih = add(BinOp("-", mul(v("oh"), v("SH")), v("PH")), mul(v("kh"), v("DH")))
+    iw = add(BinOp("-", mul(v("ow"), v("SW")), v("PW")), mul(v("kw"), v("DW")))
+    cin = add(mul(BinOp("/", v("oc"), ocg), icg), v("ic"))
+    x_idx = add(mul(add(mul(add(mul(v("n"), v("C")), cin), v("H")), v("ih")), v("W")), v("iw"))
+    w_idx = add(mul(add(mul(add(mul(v("oc"), icg), v("ic")), v("KH")), v("kh")), v("KW")), v("kw"))
+    inside = BinOp("&&", BinOp("&&", BinOp(">=", v("ih"), c(0)), lt(v("ih"), v("H"))),
+                   BinOp("&&", BinOp(">=", v("iw"), c(0)), lt(v("iw"), v("W"))))
+    tap = mul(BinOp("-", ir.Cast("long", Load("x", x_idx)), ir.Cast("long", v("xzp"))),
+              BinOp("-", ir.Cast("long", Load("w", w_idx)), ir.Cast("long", v("wzp"))))
+    body = (
+        ir.Decl("int", "t", Special("thread_id")),
+        ir.If(lt(v("t"), v("count")), (
+            ir.Decl("int", "p", add(v("p0"), v("t"))),
+            ir.Decl("int", "oh", BinOp("/", v("p"), v("OW"))),
+            ir.Decl("int", "ow", BinOp("%", v("p"), v("OW"))),
+            ir.Decl("long", "acc", ir.Cast("long", v("bias"))),
+            ir.For("ic", c(0), icg, c(1), (
+                ir.For("kh", c(0), v("KH"), c(1), (
+                    ir.Decl("int", "ih", ih),
+                    ir.For("kw", c(0), v("KW"), c(1), (
+                        ir.Decl("int", "iw", iw),
+                        ir.If(inside, (ir.Assign("acc", add(v("acc"), tap)),)),
+                    )),
+                )),
+            )),
+            *_requantize_store("y", add(mul(add(mul(v("n"), v("OC")), v("oc")), mul(v("OH"), v("OW"))), v("p"))),
+        )),
+    )
+    params = (ir.Param("x", "float", True, True), ir.Param("w", "float", True, True), ir.Param("y", "float", True),
+              *ints(*QLINEAR_CONV_INTS), *(ir.Param(f, "float") for f in QLINEAR_CONV_FLOATS))
+    return ir.Kernel(name, params, body, threads=threads,
+                     meta=(("op", "QLinearConv"), ("tiling", "pixels of one output channel, direct")))
+
+
+#: Integer parameters of :func:`qlinear_matmul` after (a, b, y), then the float ones.
+QLINEAR_MATMUL_INTS = ("M", "N", "K", "SAB", "SBB", "bi", "m0", "n0", "cols", "count", "azp", "bzp")
+QLINEAR_MATMUL_FLOATS = ("mult", "yzp", "lo", "hi")
+
+
+def qlinear_matmul(name: str, threads: int = 128) -> ir.Kernel:
+    """QLinearMatMul: one rTask is ``count`` outputs of batch ``bi`` in the block of columns
+    ``[n0, n0 + cols)`` from row ``m0`` (row-major within the block), one per thread;
+    ``acc = sum_k (a - azp) * (b - bzp)`` in a 64-bit integer, then requantized.  A per-column
+    scale or zero point of B makes the block one column (``cols == 1``) so the rTask's multiplier
+    and zero point are arguments; a per-tensor B takes whole rows."""
+    a_at = add(mul(v("bi"), v("SAB")), mul(v("m"), v("K")), v("kk"))
+    b_at = add(mul(v("bi"), v("SBB")), mul(v("kk"), v("N")), v("nn"))
+    body = (
+        ir.Decl("int", "t", Special("thread_id")),
+        ir.If(lt(v("t"), v("count")), (
+            ir.Decl("int", "m", add(v("m0"), BinOp("/", v("t"), v("cols")))),
+            ir.Decl("int", "nn", add(v("n0"), BinOp("%", v("t"), v("cols")))),
+            ir.Decl("long", "acc", c(0)),
+            ir.For("kk", c(0), v("K"), c(1), (
+                ir.Assign("acc", add(v("acc"), mul(
+                    BinOp("-", ir.Cast("long", Load("a", a_at)), ir.Cast("long", v("azp"))),
+                    BinOp("-", ir.Cast("long", Load("b", b_at)), ir.Cast("long", v("bzp")))))),)),
+            *_requantize_store("y", add(mul(add(mul(v("bi"), v("M")), v("m")), v("N")), v("nn"))),
+        )),
+    )
+    params = (ir.Param("a", "float", True, True), ir.Param("b", "float", True, True), ir.Param("y", "float", True),
+              *ints(*QLINEAR_MATMUL_INTS), *(ir.Param(f, "float") for f in QLINEAR_MATMUL_FLOATS))
+    return ir.Kernel(name, params, body, threads=threads,
+                     meta=(("op", "QLinearMatMul"), ("tiling", "a block of outputs sharing one multiplier")))

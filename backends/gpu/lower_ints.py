@@ -14,7 +14,10 @@ that fits a GPU.  What keeps this exact:
   Where, Cast to float32, to bool and between integer types that hold every such value);
   arithmetic on integers (which would round above 2**24) and float-to-integer casts are refused
   naming node and op;
-* graph outputs must be float32, since the runtimes hand back the arena's float32 values.
+* an integer or bool graph output is converted back from the arena's float32 values when it is
+  read (:class:`ArenaOutputs`): a value the arena could not hold exactly was stored as NaN by the
+  integer programs (never a rounded integer), and such an output raises an
+  :class:`~rammer.errors.OpExecutionError` naming it rather than handing back a wrong integer.
 
 :func:`lower_cast` is Cast's rKernel: a flat copy when the cast does not change any value the arena
 can hold, a ``!= 0`` map for a cast to bool.
@@ -27,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from rammer.errors import FeedError, IndexRangeError
+from rammer.errors import FeedError, IndexRangeError, OpExecutionError
 from rammer.ir import Graph, Node
 from rammer.ops.indexing import first_out_of_range, index_out_of_range
 
@@ -35,7 +38,7 @@ from . import kernels_index as kx
 from . import kernels_model as km
 
 __all__ = ["ARENA_DTYPES", "INTEGER_DTYPES", "EXACT_LIMIT", "arena_refusal", "output_refusal", "lower_cast",
-           "ArenaFeeds"]
+           "ArenaFeeds", "ArenaOutputs"]
 
 #: Integer and bool dtypes the arena carries as exact float32 values.
 INTEGER_DTYPES = frozenset({"bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"})
@@ -65,13 +68,13 @@ def _inexact(values: np.ndarray) -> tuple[tuple[int, ...], int] | None:
 
 def arena_refusal(graph: Graph, name: str, is_output: bool) -> str | None:
     """Why tensor ``name`` cannot live in the GPU arena, or None: a dtype other than float32 and the
-    integer/bool ones, an integer graph output, or an integer constant float32 cannot hold exactly."""
+    integer/bool ones, or an integer constant float32 cannot hold exactly.  ``is_output`` changes
+    nothing since integer and bool outputs are converted when read (:class:`ArenaOutputs`)."""
     dtype = graph.value_info[name].dtype
     if dtype not in ARENA_DTYPES:
-        return (f"tensor '{name}' is {dtype}; the GPU backends run float32 tensors (and integer or bool "
+        what = "output" if is_output else "tensor"
+        return (f"{what} '{name}' is {dtype}; the GPU backends run float32 tensors (and integer or bool "
                 f"tensors as exact float32 values)")
-    if is_output and dtype != "float32":
-        return f"output '{name}' is {dtype}; the GPU backends return float32 outputs only"
     if dtype in INTEGER_DTYPES and name in graph.initializers:
         bad = _inexact(graph.initializers[name])
         if bad is not None:
@@ -81,12 +84,13 @@ def arena_refusal(graph: Graph, name: str, is_output: bool) -> str | None:
 
 
 def output_refusal(node: Node, graph: Graph) -> str | None:
-    """Why ``node`` cannot write one of its outputs: an integer graph output (see module doc)."""
+    """Why ``node`` cannot write one of its outputs as a graph output: a dtype the arena cannot carry
+    (integer and bool outputs are converted when read, :class:`ArenaOutputs`)."""
     outputs = {t.name for t in graph.outputs}
     for name in node.outputs:
-        if name in outputs and graph.value_info[name].dtype != "float32":
+        if name in outputs and graph.value_info[name].dtype not in ARENA_DTYPES:
             return (f"its output '{name}' is a graph output of dtype {graph.value_info[name].dtype}; the GPU "
-                    f"backends return float32 outputs only")
+                    f"backends return float32, integer and bool outputs")
     return None
 
 
@@ -176,3 +180,39 @@ class ArenaFeeds:
                 raise IndexRangeError(index_out_of_range(node, "Gather", value, size, name, where))
         return np.ascontiguousarray(arr, np.float32)
 
+
+
+# -- copy-out ---------------------------------------------------------------------------------------
+
+class ArenaOutputs:
+    """``outputs(name, values)``: a graph output read back from the arena (float32) in its own dtype.
+
+    Integer outputs (a classifier's int64 labels, an ArgMax...) are exact float32 values in the
+    arena; a value an integer program could not hold exactly there was stored as NaN, and is
+    reported as an :class:`OpExecutionError` naming the output and the element, never returned as a
+    rounded or garbage integer.  Bool outputs are ``value != 0``."""
+
+    def __init__(self, program: Any) -> None:
+        #: output name -> dtype, for the outputs that are not float32 (from the schedule's tensors).
+        self.dtypes: dict[str, str] = {}
+        wanted = set(program.outputs)
+        for op in getattr(program.schedule, "ops", ()):
+            for ref in (*op.inputs, *op.outputs):  # inputs too: an output may be a graph input read on
+                if ref.name in wanted and ref.dtype not in (None, "float32"):
+                    self.dtypes[ref.name] = str(ref.dtype)
+
+    def __call__(self, name: str, values: np.ndarray) -> np.ndarray:
+        dtype = self.dtypes.get(name)
+        if dtype is None:
+            return values
+        if dtype == "bool":
+            return values != 0
+        bad = ~np.isfinite(values)
+        info = np.iinfo(dtype)
+        bad |= (values < info.min) | (values > info.max)
+        if bad.any():
+            where = [int(i) for i in np.unravel_index(int(np.argmax(bad)), values.shape)]
+            raise OpExecutionError(f"output '{name}' ({dtype}) at {where}: its value was beyond 2**24 in magnitude, "
+                                   f"which the GPU arena cannot hold exactly as float32 (stored as NaN); run this "
+                                   f"model on the cpu backend")
+        return values.astype(dtype)

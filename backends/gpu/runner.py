@@ -41,7 +41,7 @@ import numpy as np
 from rammer.errors import RammerError
 
 from .compiler import KERNEL_NAME, GpuProgram
-from .lower_ints import ArenaFeeds
+from .lower_ints import ArenaFeeds, ArenaOutputs
 from .occupancy import GpuLimits, check_grid, occupancy
 
 __all__ = ["CupyRunner", "COUNTER_MAX", "live_residency"]
@@ -125,6 +125,7 @@ class CupyRunner:
         self.arena = cupy.asarray(program.constant_arena())
         self.counters = cupy.zeros(max(program.blocks, 1), dtype=cupy.int32)
         self.tables = [cupy.asarray(t) for t in program.tables.values()]
+        self.from_arena = ArenaOutputs(program)  # integer/bool outputs back in their dtype, checked
         self.to_arena = ArenaFeeds(program)  # integer/bool feeds as exact float32 values, checked
         ptab = program.tables.get("ptab")
         # A block signals at most once per segment: segments per block bound signals_j.
@@ -193,5 +194,5 @@ class CupyRunner:
         out = {}
         for name in p.outputs:
             off, shape = p.tensors[name]
-            out[name] = self.arena[off:off + int(np.prod(shape))].get().reshape(shape)
+            out[name] = self.from_arena(name, self.arena[off:off + int(np.prod(shape))].get().reshape(shape))
         return out

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from rammer.backends.gpu.compiler import KERNEL_NAME, GpuProgram
-from rammer.backends.gpu.lower_ints import ArenaFeeds
+from rammer.backends.gpu.lower_ints import ArenaFeeds, ArenaOutputs
 from rammer.errors import BackendUnavailableError, RammerError
 
 from .codegen import render
@@ -28,6 +28,12 @@ __all__ = ["OpenCLExecutable"]
 #: small fuzz program (one kernel with every rKernel of the model inlined) and under 2 s with
 #: ``-cl-opt-disable``; other devices get their driver's defaults.  ``RAMMER_OPENCL_BUILD_OPTIONS``
 #: overrides both (``""``: the defaults everywhere).
+#:
+#: Not chosen by the program's size: PoCL's optimiser made a run of a full-size program 5-10x cheaper
+#: (ResNet-18 224 px: 43 -> 4.2 s of CPU per run; BERT seq 128: 27 -> 3.9 s) and its first run cheaper
+#: (53 -> 21 s), but on MobileViT 256 px it spent 336 s of CPU building the program (12 rKernels;
+#: ResNet-18's 7 took about 15 s), so its cost cannot be told from the program's size; a first run
+#: must stay under a minute (docs/gpu.md, "Third round").
 POCL_BUILD_OPTIONS = "-cl-opt-disable"
 
 
@@ -73,6 +79,7 @@ class OpenCLExecutable:
         self.epoch = 0
         self.lock = threading.Lock()
         self.to_arena = ArenaFeeds(program)  # integer/bool feeds as exact float32 values, checked
+        self.from_arena = ArenaOutputs(program)  # integer/bool outputs back in their dtype, checked
 
     def run(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         cl, p = self.cl, self.program
@@ -101,5 +108,5 @@ class OpenCLExecutable:
                     cl.enqueue_copy(self.queue, arr, self.arena, src_offset=4 * off)
                 out[name] = arr
             self.queue.finish()
-        return out
+        return {name: self.from_arena(name, arr) for name, arr in out.items()}
 

@@ -17,6 +17,7 @@ import pytest
 import rammer
 from rammer import plugins
 from rammer.errors import RammerError
+from rammer.ml import lower_ml
 
 ROOT = Path(__file__).resolve().parents[2]
 KNOWN = ROOT / "tests" / "known_failures" / "corpus_opencl.txt"
@@ -48,7 +49,9 @@ def _refusal(entry: corpus.Entry) -> str | None:
     built = corpus.build(entry, "ci")
     be = plugins.get_backend("opencl", compile_only=True)
     try:
-        graph = rammer.load(built.onnx, {k: v.shape for k, v in built.feeds.items()})
+        # ai.onnx.ml nodes become tensor ops first, as rammer.compile does for every backend
+        graph = lower_ml(rammer.load(built.onnx, {k: v.shape for k, v in built.feeds.items()}),
+                         device=be.capabilities.device)
         bad = be.unsupported_nodes(graph)
     except RammerError as exc:
         return str(exc)
@@ -102,4 +105,26 @@ def test_newly_covered_corpus_models_run_on_the_cuda_emulator(name):
         pytest.skip(f"needs g++ for the CUDA emulator: {available()}")
     built = corpus.build(corpus.ENTRIES[name], "ci")
     line = gpu_coverage.run_model(name, built.onnx, built.feeds, "emulator")
+    assert " ok " in line, line
+
+
+#: The traditional-ML models (ai.onnx.ml trees, scaler, normalizer, linear classifier, each with an
+#: int64 label output) run on the GPU through the core's ML lowering (rammer.ml) and integer outputs;
+#: the QOperator model through the QLinearConv rKernel.
+ML_MODELS = ["gradient-boosting", "random-forest", "random-forest-rows8", "scaler-linear", "mobilenet-v2-int8-qop"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("target", ["opencl", "emulator"])
+@pytest.mark.parametrize("name", ML_MODELS)
+def test_ml_and_qoperator_corpus_models_run_against_reference(name, target):
+    if target == "opencl" and not plugins.get_backend("opencl").availability().ok:
+        pytest.skip("needs an OpenCL device (PoCL here: apt-get install pocl-opencl-icd)")
+    if target == "emulator":
+        from rammer.backends.gpu.emulation import available
+
+        if available():
+            pytest.skip(f"needs g++ for the CUDA emulator: {available()}")
+    built = corpus.build(corpus.ENTRIES[name], "ci")
+    line = gpu_coverage.run_model(name, built.onnx, built.feeds, target)
     assert " ok " in line, line

@@ -279,3 +279,45 @@ def test_dropout_whose_mask_is_read_is_refused_by_name():
     m = model(nodes, [vi("x", [4])], [vi("d", [4]), vi("m", [4])], opset=9)
     why = _refusals(m)
     assert why and "Dropout" in why[0] and "mask output is read" in why[0]
+
+
+# -- integer and bool graph outputs ----------------------------------------------------------------
+
+def _int_outputs_model():
+    """An int64 output computed by integer arithmetic, one passed through a Reshape, and a bool one."""
+    nodes = [helper.make_node("Add", ["a", "k"], ["sum"]),
+             helper.make_node("Reshape", ["a", "shape"], ["flat"]),
+             helper.make_node("Greater", ["a", "k"], ["gt"])]
+    return model(nodes, [vi("a", [2, 3], I64)], [vi("sum", [2, 3], I64), vi("flat", [6], I64), vi("gt", [2, 3], B)],
+                 [const("k", np.array([1, -2, 3], np.int64)), const("shape", np.array([6], np.int64))])
+
+
+def test_integer_and_bool_graph_outputs_come_back_in_their_dtype():
+    assert _refusals(_int_outputs_model()) == []
+    a = np.array([[5, -7, 0], [4096, 3, -1]], np.int64)
+    check_wave(_int_outputs_model(), {"a": a})
+
+
+def test_integer_and_bool_graph_outputs_on_the_cuda_emulator(monkeypatch):
+    from emu_helpers import install_fake_cupy
+
+    install_fake_cupy(monkeypatch)
+    a = np.array([[5, -7, 0], [4096, 3, -1]], np.int64)
+    got = rammer.compile(_int_outputs_model(), backend="cuda").run({"a": a})
+    want = rammer.compile(_int_outputs_model(), backend="reference").run({"a": a})
+    for k in want:
+        assert got[k].dtype == want[k].dtype, k
+        np.testing.assert_array_equal(got[k], want[k])
+
+
+def test_an_integer_output_beyond_float32s_exact_range_raises_naming_it():
+    """``a * a`` past 2**24 is NaN in the arena: the run names the output instead of returning a wrong int."""
+    from rammer.errors import OpExecutionError
+
+    m = model([helper.make_node("Mul", ["a", "a"], ["sq"])], [vi("a", [3], I64)], [vi("sq", [3], I64)])
+    if not plugins.get_backend("opencl").availability().ok:
+        pytest.skip("needs an OpenCL device (PoCL here)")
+    compiled = rammer.compile(m, backend="opencl", mode="wave")
+    assert compiled.run({"a": np.array([3, -4096, 7], np.int64)})["sq"].tolist() == [9, 4096 ** 2, 49]
+    with pytest.raises(OpExecutionError, match=r"output 'sq' \(int64\) at \[1\]"):
+        compiled.run({"a": np.array([3, 4097, 7], np.int64)})
