@@ -62,6 +62,7 @@ def lower(schedule: Schedule, graph: Graph, mode: str = "merged") -> BSPProgram:
     sram = vd.veu.local_mem_bytes * per_tile
     cost = IpuCostModel.for_vdevice(vd, num_tiles)
     n = schedule.num_rtasks
+    _check_placed(schedule)
     veu_of = rtask_locations(schedule)[0]
     tile_of = veu_of // per_tile
     waves = op_waves(schedule)
@@ -200,6 +201,27 @@ def lower(schedule: Schedule, graph: Graph, mode: str = "merged") -> BSPProgram:
     if best is None:
         raise errors[-1]
     return best
+
+
+def _check_placed(schedule: Schedule) -> None:
+    """What the lowering takes from the schedule, checked: every rTask on exactly one vEU, and
+    every rKernel fitting a vEU.  The schedule's barriers and program order are not used (the
+    supersteps follow from the data each rTask reads, checked in :func:`lower`), so the full
+    schedule verifier (vector clocks over every vEU, quadratic in the vEUs) is not needed here."""
+    n = schedule.num_rtasks
+    flat = np.fromiter((e for prog in schedule.programs for e in prog), dtype=np.int64)
+    counts = np.bincount(flat[(flat >= 0) & (flat < n)], minlength=n)
+    if n and (counts != 1).any():
+        bad = int(np.flatnonzero(counts != 1)[0])
+        raise BSPOrderError(f"{schedule.describe_rtask(bad)} runs {int(counts[bad])} times in the schedule "
+                            f"(once expected); the schedule does not match its ops")
+    veu = schedule.vdevice.veu
+    for op in schedule.ops:
+        r = op.kernel.resources
+        if not r.fits(veu):
+            raise BSPOrderError(f"op '{op.name}' uses {op.kernel.kernel_id}, whose rTasks need {r.threads} threads "
+                                f"and {r.local_mem_bytes} bytes; a tile of '{schedule.vdevice.name}' has "
+                                f"{veu.threads} and {veu.local_mem_bytes}")
 
 
 def _merge_waves(wave: np.ndarray, remote: dict, arrays: dict) -> np.ndarray:

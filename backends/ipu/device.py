@@ -63,7 +63,9 @@ class IpuBackend(Backend):
             raise RammerError(f"ipu backend: unknown superstep mode '{mode}'; choose one of {', '.join(MODES)}")
         _refuse_captured_tensors(graph)
         vd = self.vdevice(options.get("vdevice"))
-        schedule = schedule_graph(graph, str(options.get("policy", "wavefront")), vd, self, check=True)
+        # check=False: the lowering checks what it uses of the schedule (rTask placement, rKernel
+        # resources, data order); the full verifier's barrier check is quadratic in the 1,472 tiles.
+        schedule = schedule_graph(graph, str(options.get("policy", "wavefront")), vd, self, check=False)
         program = lower(schedule, graph, mode)
         runner = None
         if engine == "poptorch" or (engine == "auto" and poptorch_status()[0]):
