@@ -33,7 +33,8 @@ from rammer.schedule.walk import rtask_locations
 
 from .bsp import BSPOrderError, BSPProgram, ExchangeGroup, IpuPlacementError, TensorSlice, TileTask
 from .kernels import CODE_BYTES_PER_KERNEL, VERTEX_BYTES, IpuCostModel
-from .placement import box_volume, boxes_array, chunk_box, chunk_boxes, is_static, peak_per_tile, reader_partition
+from .placement import (box_volume, boxes_array, chunk_box, chunk_boxes, is_static, peak_per_tile, reader_partition,
+                        unique_rows)
 
 MODES = ("merged", "compute-set")
 #: Read-box x slice x axis elements compared per numpy step: bounds the lowering's temporary
@@ -266,8 +267,7 @@ class _Parts:
             boxes = np.concatenate([c[3] for c in chunks])
             ndim = boxes.shape[1]
             # The source slice follows from the box (slices of a tensor are disjoint): it only rides along.
-            key = np.unique(np.column_stack([rtask_step[rid], src, dst, boxes.reshape(len(rid), 2 * ndim), sid]),
-                            axis=0)
+            key = unique_rows(np.column_stack([rtask_step[rid], src, dst, boxes.reshape(len(rid), 2 * ndim), sid]))
             bx = key[:, 3:3 + 2 * ndim].reshape(len(key), ndim, 2)
             nbytes = np.prod(np.maximum(bx[..., 1] - bx[..., 0], 0), axis=1) * _itemsize(self.graph, name)
             groups.append(ExchangeGroup(name, key[:, 0], key[:, 1], key[:, 2], bx, nbytes.astype(np.int64),

@@ -91,6 +91,36 @@ def boxes_array(boxes: Sequence[Box], ndim: int) -> np.ndarray:
     return np.asarray(boxes, dtype=np.int64).reshape(len(boxes), ndim, 2)
 
 
+def unique_rows(rows: np.ndarray) -> np.ndarray:
+    """The distinct rows of a 2-d integer array in lexicographic order, as ``np.unique(rows,
+    axis=0)`` gives them, but sorting integers: the columns are packed, in order, into as few
+    int64 words as their value ranges allow (numpy sorts rows of several columns as opaque
+    bytes, several times slower; the lowering's exchange lists have millions of rows)."""
+    if len(rows) == 0:
+        return rows
+    low = rows.min(axis=0)
+    span = rows.max(axis=0) - low + 1
+    words: list[np.ndarray] = []
+    word: np.ndarray | None = None
+    room = 1
+    for c in range(rows.shape[1]):
+        s = int(span[c])
+        if word is None or room * s >= 1 << 62:
+            if word is not None:
+                words.append(word)
+            word, room = np.zeros(len(rows), dtype=np.int64), 1
+        word = word * s + (rows[:, c] - low[c])
+        room *= s
+    assert word is not None
+    words.append(word)
+    if len(words) == 1:
+        return rows[np.unique(words[0], return_index=True)[1]]
+    order = np.lexsort(words[::-1])
+    packed = np.stack([w[order] for w in words], axis=1)
+    first = np.r_[True, (packed[1:] != packed[:-1]).any(axis=1)]
+    return rows[order[first]]
+
+
 def peak_per_tile(num_tiles: int, tile: np.ndarray, start: np.ndarray, end: np.ndarray,
                   nbytes: np.ndarray) -> np.ndarray:
     """Peak bytes per tile of intervals ``[start, end]`` (supersteps) holding ``nbytes`` on ``tile``."""
@@ -101,7 +131,10 @@ def peak_per_tile(num_tiles: int, tile: np.ndarray, start: np.ndarray, end: np.n
     ev_time = np.concatenate([start, end + 1])
     ev_delta = np.concatenate([nbytes, -nbytes])
     # At equal time, frees (negative) first: an interval ending at s-1 and one starting at s do not overlap.
-    order = np.lexsort((ev_delta, ev_time, ev_tile))
+    # One int64 key (tile, time, frees first) sorted stably: as the lexsort of the three, faster.
+    span = int(ev_time.max()) - int(ev_time.min()) + 1
+    key = ((ev_tile * span + (ev_time - ev_time.min())) * 2 + (ev_delta >= 0)) if num_tiles * span < 1 << 61 else None
+    order = np.argsort(key, kind="stable") if key is not None else np.lexsort((ev_delta >= 0, ev_time, ev_tile))
     ev_tile, ev_delta = ev_tile[order], ev_delta[order]
     running = np.cumsum(ev_delta)
     first = np.flatnonzero(np.r_[True, ev_tile[1:] != ev_tile[:-1]])
