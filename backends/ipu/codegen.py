@@ -26,18 +26,18 @@ from collections import defaultdict
 import numpy as np
 
 from rammer.ir import Graph
-from rammer.rtask import Box, boxes_overlap
+from rammer.rtask import Box
 from rammer.schedule import Schedule
 from rammer.schedule import op_waves as core_op_waves
 from rammer.schedule.walk import rtask_locations
 
 from .bsp import BSPOrderError, BSPProgram, ExchangeGroup, IpuPlacementError, TensorSlice, TileTask
 from .kernels import CODE_BYTES_PER_KERNEL, VERTEX_BYTES, IpuCostModel
-from .placement import (box_volume, boxes_array, chunk_box, chunk_boxes, is_static, peak_per_tile, reader_partition,
-                        unique_rows)
+from .placement import (box_volume, boxes_array, chunk_box, chunk_boxes, is_static, overlapping_pairs,
+                        peak_per_tile, reader_partition, unique_rows)
 
 MODES = ("merged", "compute-set")
-#: Read-box x slice x axis elements compared per numpy step: bounds the lowering's temporary
+#: Candidate (read box, slice) pairs x axes compared per numpy step: bounds the lowering's temporary
 #: arrays (about 16 MB each) whatever the number of slices of a tensor.
 _BLOCK_ELEMENTS = 1 << 21
 
@@ -99,15 +99,13 @@ def lower(schedule: Schedule, graph: Graph, mode: str = "merged") -> BSPProgram:
                 tile_of_box.setdefault(tuple((int(lo), int(hi)) for lo, hi in b), tile)
             chunks = [(c, tile_of_box[p]) for p in pieces for c in chunk_box(p, size)]
         else:
+            # Each chunk on the tile of its first reader (the lowest reader index overlapping it).
             rb = boxes_array([b for _, b in readers_], len(info.shape))
-            chunks = []
-            for box in chunk_boxes(info.shape, size):
-                owner = -1
-                if len(rb):
-                    hit = np.flatnonzero(boxes_overlap(boxes_array([box], len(info.shape)), rb)[0]) if box else [0]
-                    if len(hit):
-                        owner = readers_[int(hit[0])][0]
-                chunks.append((box, owner))
+            boxes = chunk_boxes(info.shape, size)
+            first = np.full(len(boxes), len(readers_), dtype=np.int64)
+            for ri, ci in overlapping_pairs(rb, boxes_array(boxes, len(info.shape))):
+                np.minimum.at(first, ci, ri)
+            chunks = [(box, readers_[int(f)][0] if f < len(readers_) else -1) for box, f in zip(boxes, first)]
         for box, owner in chunks:
             nbytes = box_volume(box) * size
             if owner < 0 or const_load[owner] + nbytes > sram // 2:
@@ -145,18 +143,15 @@ def lower(schedule: Schedule, graph: Graph, mode: str = "merged") -> BSPProgram:
             rlocal = np.array([r for r, _ in reads], dtype=np.int64)
             rboxes = boxes_array([b for _, b in reads], ndim)
             readers[name].append(ids[rlocal])
-            block = max(1, _BLOCK_ELEMENTS // max(1, len(owners) * max(1, ndim)))
-            for lo in range(0, len(reads), block):
-                sl = slice(lo, lo + block)
-                hit = boxes_overlap(rboxes[sl], sboxes) if ndim else np.ones((len(rlocal[sl]), len(owners)), bool)
-                far = owners[None, :] != rtiles[sl, None]
-                np.maximum.at(need, rlocal[sl], np.where(hit, s_asap[None, :] + far, -1).max(axis=1, initial=-1))
-                np.maximum.at(need_wave, rlocal[sl], np.where(hit, s_wave[None, :] + far, -1).max(axis=1, initial=-1))
-                pj, pm = np.nonzero(hit & far)
+            for pj, pm in overlapping_pairs(rboxes, sboxes, _BLOCK_ELEMENTS // max(1, 2 * ndim)):
+                far = owners[pm] != rtiles[pj]
+                np.maximum.at(need, rlocal[pj], s_asap[pm] + far)
+                np.maximum.at(need_wave, rlocal[pj], s_wave[pm] + far)
+                pj, pm = pj[far], pm[far]
                 if len(pj):
-                    rb, sb = rboxes[sl][pj], sboxes[pm]
+                    rb, sb = rboxes[pj], sboxes[pm]
                     inter = np.stack([np.maximum(rb[..., 0], sb[..., 0]), np.minimum(rb[..., 1], sb[..., 1])], axis=-1)
-                    remote[name].append((ids[rlocal[sl][pj]], rtiles[sl][pj], pm, inter))
+                    remote[name].append((ids[rlocal[pj]], rtiles[pj], pm, inter))
         if (need_wave > waves[i]).any():  # cannot happen for a valid schedule: waves follow the dependencies
             raise BSPOrderError(f"{node.label}: wave {waves[i]} comes before data it reads")
         asap[ids] = need

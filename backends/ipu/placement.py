@@ -10,7 +10,7 @@ along its first axis (:func:`chunk_boxes`)."""
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 
@@ -79,6 +79,53 @@ def reader_partition(shape: Sequence[int], read_boxes: Sequence[Box]) -> list[Bo
     overlap = boxes_overlap(arr, arr)
     np.fill_diagonal(overlap, False)
     return None if overlap.any() else distinct
+
+
+def overlapping_pairs(reads: np.ndarray, slices: np.ndarray, budget: int = 1 << 21
+                      ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """The pairs ``(i, j)`` of boxes ``reads[i]`` and ``slices[j]`` (arrays shaped (n, ndim, 2))
+    that overlap, yielded in blocks of about ``budget`` candidate pairs.
+
+    Not the whole n x m overlap matrix: the slices are sorted by their start along one axis
+    (the one giving the fewest candidates), and a read is compared only with the slices whose
+    start lies between its own start minus the longest slice on that axis and its end.  For the
+    tiled tensors of a model that is close to the pairs that overlap, so the cost follows the
+    reads and exchanges, not their product."""
+    n, m = len(reads), len(slices)
+    if n == 0 or m == 0:
+        return
+    ndim = slices.shape[1]
+    if ndim == 0:
+        yield np.repeat(np.arange(n), m), np.tile(np.arange(m), n)
+        return
+    best = None
+    for axis in range(ndim):
+        order = np.argsort(slices[:, axis, 0], kind="stable")
+        starts = slices[order, axis, 0]
+        longest = int((slices[:, axis, 1] - slices[:, axis, 0]).max())
+        first = np.searchsorted(starts, reads[:, axis, 0] - longest, side="right")
+        stop = np.searchsorted(starts, reads[:, axis, 1], side="left")
+        count = np.maximum(stop - first, 0)
+        total = int(count.sum())
+        if best is None or total < best[0]:
+            best = (total, order, first, count)
+    assert best is not None
+    _, order, first, count = best
+    ends = np.cumsum(count)
+    lo = 0
+    while lo < n:
+        # Reads [lo, hi): at least one, and about ``budget`` candidates.
+        hi = max(lo + 1, int(np.searchsorted(ends, (ends[lo - 1] if lo else 0) + budget, side="right")))
+        hi = min(hi, n)
+        c = count[lo:hi]
+        ri = np.repeat(np.arange(lo, hi), c)
+        if len(ri):
+            offset = np.arange(len(ri)) - np.repeat(np.cumsum(c) - c, c)
+            sj = order[first[ri] + offset]
+            a, b = reads[ri], slices[sj]
+            hit = np.all(np.maximum(a[..., 0], b[..., 0]) < np.minimum(a[..., 1], b[..., 1]), axis=-1)
+            yield ri[hit], sj[hit]
+        lo = hi
 
 
 def box_volume(box: Box) -> int:

@@ -29,3 +29,26 @@ def test_peak_per_tile_matches_a_step_by_step_sum() -> None:
             live = (tile == t) & (start <= step) & (end >= step)
             want[t] = max(want[t], int(nbytes[live].sum()))
     assert np.array_equal(peak_per_tile(7, tile, start, end, nbytes), want)
+
+
+def _grid(shape: tuple[int, ...], block: tuple[int, ...]) -> np.ndarray:
+    cuts = [list(range(0, d, b)) for d, b in zip(shape, block)]
+    boxes = [[(lo, min(d, lo + b)) for lo, d, b in zip(corner, shape, block)]
+             for corner in np.array(np.meshgrid(*cuts, indexing="ij")).reshape(len(shape), -1).T]
+    return np.asarray(boxes, dtype=np.int64).reshape(len(boxes), len(shape), 2)
+
+
+@pytest.mark.parametrize("budget", [1, 50, 1 << 21])
+def test_overlapping_pairs_are_the_overlap_matrix(budget: int) -> None:
+    from rammer.backends.ipu.placement import overlapping_pairs
+    from rammer.rtask import boxes_overlap
+
+    rng = np.random.default_rng(3)
+    slices = _grid((6, 20, 9), (1, 7, 4))  # a written tensor, tiled
+    lo = rng.integers(0, [6, 20, 9], (300, 3))
+    hi = lo + rng.integers(1, 8, (300, 3))
+    reads = np.stack([lo, np.minimum(hi, [6, 20, 9])], axis=-1)
+    reads = np.concatenate([reads, [[(0, 6), (0, 20), (0, 9)]]])  # and one whole read
+    got = [(int(i), int(j)) for ri, sj in overlapping_pairs(reads, slices, budget) for i, j in zip(ri, sj)]
+    want = [tuple(map(int, p)) for p in np.argwhere(boxes_overlap(reads, slices))]
+    assert sorted(got) == sorted(want) and len(got) == len(set(got))
