@@ -138,15 +138,16 @@ def boxes_array(boxes: Sequence[Box], ndim: int) -> np.ndarray:
     return np.asarray(boxes, dtype=np.int64).reshape(len(boxes), ndim, 2)
 
 
-def unique_rows(rows: np.ndarray) -> np.ndarray:
+def unique_rows(rows: np.ndarray, return_inverse: bool = False):
     """The distinct rows of a 2-d integer array in lexicographic order, as ``np.unique(rows,
-    axis=0)`` gives them, but sorting integers: the columns are packed, in order, into as few
-    int64 words as their value ranges allow (numpy sorts rows of several columns as opaque
-    bytes, several times slower; the lowering's exchange lists have millions of rows)."""
+    axis=0)`` gives them (and with ``return_inverse``, the index of each row's distinct row), but
+    sorting integers: the columns are packed, in order, into as few int64 words as their value
+    ranges allow (numpy sorts rows of several columns as opaque bytes, several times slower; the
+    lowering's exchange lists have millions of rows)."""
     if len(rows) == 0:
-        return rows
-    low = rows.min(axis=0)
-    span = rows.max(axis=0) - low + 1
+        return (rows, np.zeros(0, dtype=np.int64)) if return_inverse else rows
+    low = rows.min(axis=0).astype(np.int64)
+    span = rows.max(axis=0).astype(np.int64) - low + 1
     words: list[np.ndarray] = []
     word: np.ndarray | None = None
     room = 1
@@ -156,32 +157,46 @@ def unique_rows(rows: np.ndarray) -> np.ndarray:
             if word is not None:
                 words.append(word)
             word, room = np.zeros(len(rows), dtype=np.int64), 1
-        word = word * s + (rows[:, c] - low[c])
+        word = word * s + (rows[:, c].astype(np.int64) - low[c])
         room *= s
     assert word is not None
     words.append(word)
     if len(words) == 1:
-        return rows[np.unique(words[0], return_index=True)[1]]
+        _, first, inverse = np.unique(words[0], return_index=True, return_inverse=True)
+        return (rows[first], inverse.reshape(-1)) if return_inverse else rows[first]
     order = np.lexsort(words[::-1])
     packed = np.stack([w[order] for w in words], axis=1)
     first = np.r_[True, (packed[1:] != packed[:-1]).any(axis=1)]
-    return rows[order[first]]
+    if not return_inverse:
+        return rows[order[first]]
+    inverse = np.empty(len(rows), dtype=np.int64)
+    inverse[order] = np.cumsum(first) - 1
+    return rows[order[first]], inverse
+
+
+#: Tiles x supersteps up to which :func:`peak_per_tile` sums on a dense grid (no sort).
+_DENSE_PEAK_CELLS = 1 << 26
 
 
 def peak_per_tile(num_tiles: int, tile: np.ndarray, start: np.ndarray, end: np.ndarray,
                   nbytes: np.ndarray) -> np.ndarray:
-    """Peak bytes per tile of intervals ``[start, end]`` (supersteps) holding ``nbytes`` on ``tile``."""
+    """Peak bytes per tile of intervals ``[start, end]`` (supersteps) holding ``nbytes`` on ``tile``.
+    An interval ending at ``s - 1`` and one starting at ``s`` do not overlap."""
     peak = np.zeros(num_tiles, dtype=np.int64)
     if len(tile) == 0:
         return peak
+    steps = int(max(end.max(), start.max())) + 2
+    if num_tiles * steps <= _DENSE_PEAK_CELLS and start.min() >= 0:
+        # A difference array over (tile, superstep): + at the start, - after the end, summed along steps.
+        diff = np.bincount(tile * steps + start, weights=nbytes, minlength=num_tiles * steps)
+        diff -= np.bincount(tile * steps + end + 1, weights=nbytes, minlength=num_tiles * steps)
+        live = np.cumsum(diff.reshape(num_tiles, steps), axis=1)
+        return np.rint(live.max(axis=1)).astype(np.int64).clip(min=0)
     ev_tile = np.concatenate([tile, tile])
     ev_time = np.concatenate([start, end + 1])
     ev_delta = np.concatenate([nbytes, -nbytes])
-    # At equal time, frees (negative) first: an interval ending at s-1 and one starting at s do not overlap.
-    # One int64 key (tile, time, frees first) sorted stably: as the lexsort of the three, faster.
-    span = int(ev_time.max()) - int(ev_time.min()) + 1
-    key = ((ev_tile * span + (ev_time - ev_time.min())) * 2 + (ev_delta >= 0)) if num_tiles * span < 1 << 61 else None
-    order = np.argsort(key, kind="stable") if key is not None else np.lexsort((ev_delta >= 0, ev_time, ev_tile))
+    # At equal time, frees (negative) first.
+    order = np.lexsort((ev_delta >= 0, ev_time, ev_tile))
     ev_tile, ev_delta = ev_tile[order], ev_delta[order]
     running = np.cumsum(ev_delta)
     first = np.flatnonzero(np.r_[True, ev_tile[1:] != ev_tile[:-1]])
