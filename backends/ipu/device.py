@@ -13,6 +13,7 @@ from rammer.schedule import schedule_graph
 from rammer.vdevice import VDevice
 
 from .codegen import MODES, lower
+from .passes import IPU_PASSES
 from .placement import is_static
 from .poptorch_path import build_poptorch_runner, poptorch_status
 from .rkernels import ipu_rkernels
@@ -36,6 +37,7 @@ class IpuBackend(Backend):
         extra={"simulated": True, "superstep_modes": list(MODES), "engines": list(ENGINES)},
     )
     default_priority = -10  # a simulator: never the default backend
+    graph_passes = IPU_PASSES
 
     @property
     def description(self) -> str:  # type: ignore[override]
@@ -61,6 +63,7 @@ class IpuBackend(Backend):
         mode = str(options.get("mode", "merged"))
         if mode not in MODES:
             raise RammerError(f"ipu backend: unknown superstep mode '{mode}'; choose one of {', '.join(MODES)}")
+        graph = self.prepare_graph(graph).graph  # IPU_PASSES (passes.py)
         _refuse_captured_tensors(graph)
         vd = self.vdevice(options.get("vdevice"))
         # check=False: the lowering checks what it uses of the schedule (rTask placement, rKernel
