@@ -186,7 +186,8 @@ def test_a_dropout_with_its_mask_larger_than_a_tile_is_tiled() -> None:
     assert all(np.array_equal(got[k], want[k]) for k in want)
 
 
-def test_an_lrn_larger_than_a_tile_is_tiled_over_rows() -> None:
+@pytest.mark.slow  # the decomposed LRN simulated over 784 KiB: over a minute on the shared host
+def test_an_lrn_larger_than_a_tile_is_decomposed_and_matches() -> None:
     """LRN (Caffe2's Inception / AlexNet) over 784 KiB: one whole-tensor rTask cannot fit a tile."""
     shape = [1, 64, 56, 56]
     nodes = [helper.make_node("Relu", ["x"], ["r"]),
