@@ -327,7 +327,8 @@ class _Parts:
         slice_arrays = []
         for name in self.raw:
             boxes, owners, writers = self.arrays[name]
-            steps = np.where(writers >= 0, rtask_step[np.maximum(writers, 0)], -1)
+            # (a model without rTasks has only constants and inputs: writers all -1)
+            steps = np.where(writers >= 0, rtask_step[np.maximum(writers, 0)], -1) if n else np.full(len(writers), -1)
             end = num_steps - 1 if name in keep or name in self.sources else last_use.get(name, -1)
             labels.append(name)
             slice_arrays.append((owners, np.maximum(steps, 0), np.maximum(np.maximum(steps, end), 0),

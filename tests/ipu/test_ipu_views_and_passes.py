@@ -113,3 +113,13 @@ def test_small_lstm_stays_one_node() -> None:
                         [("x", [4, 1, 8])], [("Y", [4, 1, 1, 8])], inits))
     assert unroll_large_rnns(graph) is graph
     assert "LSTM" not in {n.op_type for n in unroll_large_rnns(graph, tile_bytes=1024).nodes}
+
+
+def test_a_model_of_constants_only_compiles_and_runs() -> None:
+    # No rTask at all (the frontend folds the Constant): the lowering still places the output.
+    value = numpy_helper.from_array(np.arange(6, dtype=np.float32).reshape(2, 3), "c")
+    g = helper.make_graph([helper.make_node("Constant", [], ["y"], value=value)], "g", [],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    np.testing.assert_array_equal(rammer.compile(model, backend="ipu").run({})["y"],
+                                  np.arange(6, dtype=np.float32).reshape(2, 3))
