@@ -33,8 +33,17 @@ from rammer.schedule.walk import rtask_locations
 
 from .bsp import BSPOrderError, BSPProgram, ExchangeGroup, IpuPlacementError, TensorSlice, TileTask
 from .kernels import CODE_BYTES_PER_KERNEL, VERTEX_BYTES, IpuCostModel
-from .placement import (box_volume, boxes_array, chunk_box, chunk_boxes, is_static, overlapping_pairs,
-                        peak_per_tile, reader_partition, unique_rows)
+from .placement import (
+    box_volume,
+    boxes_array,
+    chunk_box,
+    chunk_boxes,
+    is_static,
+    overlapping_pairs,
+    peak_per_tile,
+    reader_partition,
+    unique_rows,
+)
 
 MODES = ("merged", "compute-set")
 #: Candidate (read box, slice) pairs x axes compared per numpy step: bounds the lowering's temporary

@@ -38,8 +38,15 @@ from dataclasses import replace
 import numpy as np
 
 from rammer.ir import Graph, Node
-from rammer.kernels_generic import (CopyFamily, ElementwiseFamily, itemsize, make_kernel, map_broadcast, normalize_axis,
-                                   shape_of)
+from rammer.kernels_generic import (
+    CopyFamily,
+    ElementwiseFamily,
+    itemsize,
+    make_kernel,
+    map_broadcast,
+    normalize_axis,
+    shape_of,
+)
 from rammer.rtask import Box, RKernel, RTaskAccess
 from rammer.vdevice import VDevice
 
