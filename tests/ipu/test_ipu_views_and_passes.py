@@ -89,7 +89,6 @@ def test_nearest_resize_larger_than_a_tile_is_decomposed_and_matches() -> None:
     assert "Resize" not in {o.op_type for o in exe.schedule.ops}
 
 
-@pytest.mark.slow
 def test_lstm_larger_than_a_tile_is_unrolled_and_matches() -> None:
     rng = np.random.default_rng(2)
     hidden, width, steps = 160, 128, 8
