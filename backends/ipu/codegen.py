@@ -26,17 +26,27 @@ from collections import defaultdict
 import numpy as np
 
 from rammer.ir import Graph
-from rammer.rtask import Box, boxes_overlap
+from rammer.rtask import Box
 from rammer.schedule import Schedule
 from rammer.schedule import op_waves as core_op_waves
 from rammer.schedule.walk import rtask_locations
 
 from .bsp import BSPOrderError, BSPProgram, ExchangeGroup, IpuPlacementError, TensorSlice, TileTask
 from .kernels import CODE_BYTES_PER_KERNEL, VERTEX_BYTES, IpuCostModel
-from .placement import box_volume, boxes_array, chunk_box, chunk_boxes, is_static, peak_per_tile, reader_partition
+from .placement import (
+    box_volume,
+    boxes_array,
+    chunk_box,
+    chunk_boxes,
+    is_static,
+    overlapping_pairs,
+    peak_per_tile,
+    reader_partition,
+    unique_rows,
+)
 
 MODES = ("merged", "compute-set")
-#: Read-box x slice x axis elements compared per numpy step: bounds the lowering's temporary
+#: Candidate (read box, slice) pairs x axes compared per numpy step: bounds the lowering's temporary
 #: arrays (about 16 MB each) whatever the number of slices of a tensor.
 _BLOCK_ELEMENTS = 1 << 21
 
@@ -62,6 +72,7 @@ def lower(schedule: Schedule, graph: Graph, mode: str = "merged") -> BSPProgram:
     sram = vd.veu.local_mem_bytes * per_tile
     cost = IpuCostModel.for_vdevice(vd, num_tiles)
     n = schedule.num_rtasks
+    _check_placed(schedule)
     veu_of = rtask_locations(schedule)[0]
     tile_of = veu_of // per_tile
     waves = op_waves(schedule)
@@ -97,15 +108,13 @@ def lower(schedule: Schedule, graph: Graph, mode: str = "merged") -> BSPProgram:
                 tile_of_box.setdefault(tuple((int(lo), int(hi)) for lo, hi in b), tile)
             chunks = [(c, tile_of_box[p]) for p in pieces for c in chunk_box(p, size)]
         else:
+            # Each chunk on the tile of its first reader (the lowest reader index overlapping it).
             rb = boxes_array([b for _, b in readers_], len(info.shape))
-            chunks = []
-            for box in chunk_boxes(info.shape, size):
-                owner = -1
-                if len(rb):
-                    hit = np.flatnonzero(boxes_overlap(boxes_array([box], len(info.shape)), rb)[0]) if box else [0]
-                    if len(hit):
-                        owner = readers_[int(hit[0])][0]
-                chunks.append((box, owner))
+            boxes = chunk_boxes(info.shape, size)
+            first = np.full(len(boxes), len(readers_), dtype=np.int64)
+            for ri, ci in overlapping_pairs(rb, boxes_array(boxes, len(info.shape))):
+                np.minimum.at(first, ci, ri)
+            chunks = [(box, readers_[int(f)][0] if f < len(readers_) else -1) for box, f in zip(boxes, first)]
         for box, owner in chunks:
             nbytes = box_volume(box) * size
             if owner < 0 or const_load[owner] + nbytes > sram // 2:
@@ -143,18 +152,15 @@ def lower(schedule: Schedule, graph: Graph, mode: str = "merged") -> BSPProgram:
             rlocal = np.array([r for r, _ in reads], dtype=np.int64)
             rboxes = boxes_array([b for _, b in reads], ndim)
             readers[name].append(ids[rlocal])
-            block = max(1, _BLOCK_ELEMENTS // max(1, len(owners) * max(1, ndim)))
-            for lo in range(0, len(reads), block):
-                sl = slice(lo, lo + block)
-                hit = boxes_overlap(rboxes[sl], sboxes) if ndim else np.ones((len(rlocal[sl]), len(owners)), bool)
-                far = owners[None, :] != rtiles[sl, None]
-                np.maximum.at(need, rlocal[sl], np.where(hit, s_asap[None, :] + far, -1).max(axis=1, initial=-1))
-                np.maximum.at(need_wave, rlocal[sl], np.where(hit, s_wave[None, :] + far, -1).max(axis=1, initial=-1))
-                pj, pm = np.nonzero(hit & far)
+            for pj, pm in overlapping_pairs(rboxes, sboxes, _BLOCK_ELEMENTS // max(1, 2 * ndim)):
+                far = owners[pm] != rtiles[pj]
+                np.maximum.at(need, rlocal[pj], s_asap[pm] + far)
+                np.maximum.at(need_wave, rlocal[pj], s_wave[pm] + far)
+                pj, pm = pj[far], pm[far]
                 if len(pj):
-                    rb, sb = rboxes[sl][pj], sboxes[pm]
+                    rb, sb = rboxes[pj], sboxes[pm]
                     inter = np.stack([np.maximum(rb[..., 0], sb[..., 0]), np.minimum(rb[..., 1], sb[..., 1])], axis=-1)
-                    remote[name].append((ids[rlocal[sl][pj]], rtiles[sl][pj], pm, inter))
+                    remote[name].append((ids[rlocal[pj]], rtiles[pj], pm, inter.astype(np.int32)))
         if (need_wave > waves[i]).any():  # cannot happen for a valid schedule: waves follow the dependencies
             raise BSPOrderError(f"{node.label}: wave {waves[i]} comes before data it reads")
         asap[ids] = need
@@ -183,7 +189,7 @@ def lower(schedule: Schedule, graph: Graph, mode: str = "merged") -> BSPProgram:
     best: BSPProgram | None = None
     errors = []
     try:
-        best = parts.build(_merge_waves(wave, remote, arrays), mode)
+        best = parts.build(_merge_waves(wave, parts.tables, arrays), mode)
         fallbacks = [asap]
     except IpuPlacementError as exc:
         errors.append(exc)
@@ -202,18 +208,37 @@ def lower(schedule: Schedule, graph: Graph, mode: str = "merged") -> BSPProgram:
     return best
 
 
-def _merge_waves(wave: np.ndarray, remote: dict, arrays: dict) -> np.ndarray:
+def _check_placed(schedule: Schedule) -> None:
+    """What the lowering takes from the schedule, checked: every rTask on exactly one vEU, and
+    every rKernel fitting a vEU.  The schedule's barriers and program order are not used (the
+    supersteps follow from the data each rTask reads, checked in :func:`lower`), so the full
+    schedule verifier (vector clocks over every vEU, quadratic in the vEUs) is not needed here."""
+    n = schedule.num_rtasks
+    flat = np.fromiter((e for prog in schedule.programs for e in prog), dtype=np.int64)
+    counts = np.bincount(flat[(flat >= 0) & (flat < n)], minlength=n)
+    if n and (counts != 1).any():
+        bad = int(np.flatnonzero(counts != 1)[0])
+        raise BSPOrderError(f"{schedule.describe_rtask(bad)} runs {int(counts[bad])} times in the schedule "
+                            f"(once expected); the schedule does not match its ops")
+    veu = schedule.vdevice.veu
+    for op in schedule.ops:
+        r = op.kernel.resources
+        if not r.fits(veu):
+            raise BSPOrderError(f"op '{op.name}' uses {op.kernel.kernel_id}, whose rTasks need {r.threads} threads "
+                                f"and {r.local_mem_bytes} bytes; a tile of '{schedule.vdevice.name}' has "
+                                f"{veu.threads} and {veu.local_mem_bytes}")
+
+
+def _merge_waves(wave: np.ndarray, tables: dict, arrays: dict) -> np.ndarray:
     """Waves mapped to supersteps: wave ``s`` joins the superstep of wave ``s - 1`` unless an
     exchange into wave ``s`` carries data written since that superstep began (greedy, which
     gives the fewest supersteps for these constraints)."""
     num_waves = int(wave.max(initial=-1)) + 1
     src_wave = np.full(num_waves, -1, dtype=np.int64)
-    for name, chunks in remote.items():
-        writers_of = arrays[name][2]
-        for rid, _, m, _ in chunks:
-            writers = writers_of[m]
-            ok = writers >= 0
-            np.maximum.at(src_wave, wave[rid[ok]], wave[writers[ok]])
+    for name, (rid, group, _, _, _, sid, _) in tables.items():
+        writers = arrays[name][2][sid[group]]
+        ok = writers >= 0
+        np.maximum.at(src_wave, wave[rid[ok]], wave[writers[ok]])
     to_step = np.zeros(num_waves, dtype=np.int64)
     group, start = 0, 0
     for s in range(1, num_waves):
@@ -231,25 +256,38 @@ class _Parts:
                  sources):
         self.schedule, self.graph, self.cost = schedule, graph, cost
         self.num_tiles, self.sram, self.tile_of, self.veu_of = num_tiles, sram, tile_of, veu_of
-        self.raw, self.arrays, self.readers, self.remote, self.sources = raw, arrays, readers, remote, sources
+        self.raw, self.arrays, self.readers, self.sources = raw, arrays, readers, sources
+        # Per tensor, the distinct remote reads (source tile, destination tile, box, source slice)
+        # and which of them each reading rTask makes: computed once for every candidate program.
+        # The per-rTask boxes are dropped as each tensor is done (they are most of the memory).
+        self.slice_bytes = {name: np.prod(np.maximum(b[..., 1] - b[..., 0], 0), axis=1).astype(np.int64)
+                            * _itemsize(graph, name) for name, (b, _, _) in arrays.items()}
+        self.tables: dict[str, tuple[np.ndarray, ...]] = {}
+        for name in list(remote):
+            chunks = remote.pop(name)
+            rid = np.concatenate([c[0] for c in chunks])
+            dst = np.concatenate([c[1] for c in chunks])
+            sid = np.concatenate([c[2] for c in chunks])
+            boxes = np.concatenate([c[3] for c in chunks])
+            del chunks
+            ndim = boxes.shape[1]
+            # The source slice follows from the box (slices of a tensor are disjoint): it only rides along.
+            rows, group = unique_rows(np.column_stack([arrays[name][1][sid], dst, boxes.reshape(len(rid), 2 * ndim),
+                                                       sid]), return_inverse=True)
+            del boxes
+            bx = rows[:, 2:2 + 2 * ndim].reshape(len(rows), ndim, 2)
+            nbytes = np.prod(np.maximum(bx[..., 1] - bx[..., 0], 0), axis=1) * _itemsize(graph, name)
+            self.tables[name] = (rid, group, rows[:, 0], rows[:, 1], bx, rows[:, -1], nbytes.astype(np.int64))
 
     def exchange_groups(self, rtask_step: np.ndarray) -> list[ExchangeGroup]:
         """One exchange per (superstep, source tile, destination tile, box) of each tensor."""
         groups = []
-        for name, chunks in self.remote.items():
-            rid = np.concatenate([c[0] for c in chunks])
-            dst = np.concatenate([c[1] for c in chunks])
-            sid = np.concatenate([c[2] for c in chunks])
-            src = self.arrays[name][1][sid]
-            boxes = np.concatenate([c[3] for c in chunks])
-            ndim = boxes.shape[1]
-            # The source slice follows from the box (slices of a tensor are disjoint): it only rides along.
-            key = np.unique(np.column_stack([rtask_step[rid], src, dst, boxes.reshape(len(rid), 2 * ndim), sid]),
-                            axis=0)
-            bx = key[:, 3:3 + 2 * ndim].reshape(len(key), ndim, 2)
-            nbytes = np.prod(np.maximum(bx[..., 1] - bx[..., 0], 0), axis=1) * _itemsize(self.graph, name)
-            groups.append(ExchangeGroup(name, key[:, 0], key[:, 1], key[:, 2], bx, nbytes.astype(np.int64),
-                                        key[:, -1]))
+        for name, (rid, group, src, dst, boxes, sid, nbytes) in self.tables.items():
+            count = len(src)
+            # (superstep, distinct read) as one integer: sorted, it is the order (superstep, src, dst, box).
+            key = np.unique(rtask_step[rid] * count + group)
+            step, g = key // count, key % count
+            groups.append(ExchangeGroup(name, step, src[g], dst[g], boxes[g], nbytes[g], sid[g]))
         return groups
 
     def build(self, rtask_step: np.ndarray, mode: str) -> BSPProgram:
@@ -257,8 +295,6 @@ class _Parts:
         tile_of, veu_of, vd = self.tile_of, self.veu_of, schedule.vdevice
         n = len(rtask_step)
         num_steps = int(rtask_step.max(initial=-1)) + 1
-        slices = {name: [TensorSlice(name, box, owner, int(rtask_step[w]) if w >= 0 else -1) for box, owner, w in ss]
-                  for name, ss in self.raw.items()}
         last_use = {name: max(int(rtask_step[r].max(initial=-1)) for r in rs) for name, rs in self.readers.items()}
         groups_x = self.exchange_groups(rtask_step)
         es = np.concatenate([g.superstep for g in groups_x] or [np.zeros(0, np.int64)])
@@ -297,16 +333,15 @@ class _Parts:
         keep = {t.name for t in graph.outputs}
         labels: list[str] = []
         it_tile, it_start, it_end, it_bytes, it_label = [], [], [], [], []
-        for name, ss in slices.items():
-            size = _itemsize(graph, name)
+        slice_arrays = []
+        for name in self.raw:
+            boxes, owners, writers = self.arrays[name]
+            # (a model without rTasks has only constants and inputs: writers all -1)
+            steps = np.where(writers >= 0, rtask_step[np.maximum(writers, 0)], -1) if n else np.full(len(writers), -1)
             end = num_steps - 1 if name in keep or name in self.sources else last_use.get(name, -1)
             labels.append(name)
-            for s in ss:
-                it_tile.append(s.owner)
-                it_start.append(max(0, s.superstep))
-                it_end.append(max(end, s.superstep, 0))
-                it_bytes.append(box_volume(s.box) * size)
-                it_label.append(len(labels) - 1)
+            slice_arrays.append((owners, np.maximum(steps, 0), np.maximum(np.maximum(steps, end), 0),
+                                 self.slice_bytes[name], np.full(len(owners), len(labels) - 1, dtype=np.int64)))
         kernels_on: dict[int, set[str]] = defaultdict(set)
         vertices = np.zeros(num_tiles, dtype=np.int64)
         for t in tasks:
@@ -321,13 +356,15 @@ class _Parts:
         for g in groups_x:  # received boxes live for their superstep
             labels.append(f"{g.tensor} (received)")
             x_label.append(np.full(len(g.nbytes), len(labels) - 1, dtype=np.int64))
-        arr = [np.concatenate([np.asarray(a, dtype=np.int64), b]) for a, b in
-               ((it_tile, edst), (it_start, es), (it_end, es), (it_bytes, eb))]
-        label_ids = np.concatenate([np.asarray(it_label, dtype=np.int64), *x_label])
+        arr = [np.concatenate([*(sa[j] for sa in slice_arrays), np.asarray(a, dtype=np.int64), b]) for j, (a, b) in
+               enumerate(((it_tile, edst), (it_start, es), (it_end, es), (it_bytes, eb)))]
+        label_ids = np.concatenate([*(sa[4] for sa in slice_arrays), np.asarray(it_label, dtype=np.int64), *x_label])
         peak = peak_per_tile(num_tiles, *arr)
         if (peak > sram).any():
             raise IpuPlacementError(_overflow_message(peak, sram, arr, label_ids, labels, vd.name))
 
+        slices = {name: [TensorSlice(name, box, owner, int(rtask_step[w]) if w >= 0 else -1) for box, owner, w in ss]
+                  for name, ss in self.raw.items()}
         busy = float(dur.sum())
         return BSPProgram(mode, schedule.policy, num_tiles, sram, num_steps, slices, groups_x, tasks, compute_us,
                           exchange_us, cost.sync_us, peak, busy, vd.num_veus, cost.describe())

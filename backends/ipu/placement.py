@@ -10,7 +10,7 @@ along its first axis (:func:`chunk_boxes`)."""
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 
@@ -81,6 +81,53 @@ def reader_partition(shape: Sequence[int], read_boxes: Sequence[Box]) -> list[Bo
     return None if overlap.any() else distinct
 
 
+def overlapping_pairs(reads: np.ndarray, slices: np.ndarray, budget: int = 1 << 21
+                      ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """The pairs ``(i, j)`` of boxes ``reads[i]`` and ``slices[j]`` (arrays shaped (n, ndim, 2))
+    that overlap, yielded in blocks of about ``budget`` candidate pairs.
+
+    Not the whole n x m overlap matrix: the slices are sorted by their start along one axis
+    (the one giving the fewest candidates), and a read is compared only with the slices whose
+    start lies between its own start minus the longest slice on that axis and its end.  For the
+    tiled tensors of a model that is close to the pairs that overlap, so the cost follows the
+    reads and exchanges, not their product."""
+    n, m = len(reads), len(slices)
+    if n == 0 or m == 0:
+        return
+    ndim = slices.shape[1]
+    if ndim == 0:
+        yield np.repeat(np.arange(n), m), np.tile(np.arange(m), n)
+        return
+    best = None
+    for axis in range(ndim):
+        order = np.argsort(slices[:, axis, 0], kind="stable")
+        starts = slices[order, axis, 0]
+        longest = int((slices[:, axis, 1] - slices[:, axis, 0]).max())
+        first = np.searchsorted(starts, reads[:, axis, 0] - longest, side="right")
+        stop = np.searchsorted(starts, reads[:, axis, 1], side="left")
+        count = np.maximum(stop - first, 0)
+        total = int(count.sum())
+        if best is None or total < best[0]:
+            best = (total, order, first, count)
+    assert best is not None
+    _, order, first, count = best
+    ends = np.cumsum(count)
+    lo = 0
+    while lo < n:
+        # Reads [lo, hi): at least one, and about ``budget`` candidates.
+        hi = max(lo + 1, int(np.searchsorted(ends, (ends[lo - 1] if lo else 0) + budget, side="right")))
+        hi = min(hi, n)
+        c = count[lo:hi]
+        ri = np.repeat(np.arange(lo, hi), c)
+        if len(ri):
+            offset = np.arange(len(ri)) - np.repeat(np.cumsum(c) - c, c)
+            sj = order[first[ri] + offset]
+            a, b = reads[ri], slices[sj]
+            hit = np.all(np.maximum(a[..., 0], b[..., 0]) < np.minimum(a[..., 1], b[..., 1]), axis=-1)
+            yield ri[hit], sj[hit]
+        lo = hi
+
+
 def box_volume(box: Box) -> int:
     return math.prod(max(0, hi - lo) for lo, hi in box)
 
@@ -91,17 +138,65 @@ def boxes_array(boxes: Sequence[Box], ndim: int) -> np.ndarray:
     return np.asarray(boxes, dtype=np.int64).reshape(len(boxes), ndim, 2)
 
 
+def unique_rows(rows: np.ndarray, return_inverse: bool = False):
+    """The distinct rows of a 2-d integer array in lexicographic order, as ``np.unique(rows,
+    axis=0)`` gives them (and with ``return_inverse``, the index of each row's distinct row), but
+    sorting integers: the columns are packed, in order, into as few int64 words as their value
+    ranges allow (numpy sorts rows of several columns as opaque bytes, several times slower; the
+    lowering's exchange lists have millions of rows)."""
+    if len(rows) == 0:
+        return (rows, np.zeros(0, dtype=np.int64)) if return_inverse else rows
+    low = rows.min(axis=0).astype(np.int64)
+    span = rows.max(axis=0).astype(np.int64) - low + 1
+    words: list[np.ndarray] = []
+    word: np.ndarray | None = None
+    room = 1
+    for c in range(rows.shape[1]):
+        s = int(span[c])
+        if word is None or room * s >= 1 << 62:
+            if word is not None:
+                words.append(word)
+            word, room = np.zeros(len(rows), dtype=np.int64), 1
+        word = word * s + (rows[:, c].astype(np.int64) - low[c])
+        room *= s
+    assert word is not None
+    words.append(word)
+    if len(words) == 1:
+        _, first, inverse = np.unique(words[0], return_index=True, return_inverse=True)
+        return (rows[first], inverse.reshape(-1)) if return_inverse else rows[first]
+    order = np.lexsort(words[::-1])
+    packed = np.stack([w[order] for w in words], axis=1)
+    first = np.r_[True, (packed[1:] != packed[:-1]).any(axis=1)]
+    if not return_inverse:
+        return rows[order[first]]
+    inverse = np.empty(len(rows), dtype=np.int64)
+    inverse[order] = np.cumsum(first) - 1
+    return rows[order[first]], inverse
+
+
+#: Tiles x supersteps up to which :func:`peak_per_tile` sums on a dense grid (no sort).
+_DENSE_PEAK_CELLS = 1 << 26
+
+
 def peak_per_tile(num_tiles: int, tile: np.ndarray, start: np.ndarray, end: np.ndarray,
                   nbytes: np.ndarray) -> np.ndarray:
-    """Peak bytes per tile of intervals ``[start, end]`` (supersteps) holding ``nbytes`` on ``tile``."""
+    """Peak bytes per tile of intervals ``[start, end]`` (supersteps) holding ``nbytes`` on ``tile``.
+    An interval ending at ``s - 1`` and one starting at ``s`` do not overlap."""
     peak = np.zeros(num_tiles, dtype=np.int64)
     if len(tile) == 0:
         return peak
+    steps = int(max(end.max(), start.max())) + 2
+    if num_tiles * steps <= _DENSE_PEAK_CELLS and start.min() >= 0:
+        # A difference array over (tile, superstep): + at the start, - after the end, summed along steps.
+        diff = np.bincount(tile * steps + start, weights=nbytes, minlength=num_tiles * steps)
+        diff -= np.bincount(tile * steps + end + 1, weights=nbytes, minlength=num_tiles * steps)
+        live = np.cumsum(diff.reshape(num_tiles, steps), axis=1)
+        return np.rint(live.max(axis=1)).astype(np.int64).clip(min=0)
     ev_tile = np.concatenate([tile, tile])
     ev_time = np.concatenate([start, end + 1])
     ev_delta = np.concatenate([nbytes, -nbytes])
-    # At equal time, frees (negative) first: an interval ending at s-1 and one starting at s do not overlap.
-    order = np.lexsort((ev_delta, ev_time, ev_tile))
+    # At equal time, frees (negative) first.
+    order = np.lexsort((ev_delta >= 0, ev_time, ev_tile))
     ev_tile, ev_delta = ev_tile[order], ev_delta[order]
     running = np.cumsum(ev_delta)
     first = np.flatnonzero(np.r_[True, ev_tile[1:] != ev_tile[:-1]])

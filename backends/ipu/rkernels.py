@@ -35,8 +35,18 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
+import numpy as np
+
 from rammer.ir import Graph, Node
-from rammer.kernels_generic import CopyFamily, ElementwiseFamily, itemsize, make_kernel, normalize_axis, shape_of
+from rammer.kernels_generic import (
+    CopyFamily,
+    ElementwiseFamily,
+    itemsize,
+    make_kernel,
+    map_broadcast,
+    normalize_axis,
+    shape_of,
+)
 from rammer.rtask import Box, RKernel, RTaskAccess
 from rammer.vdevice import VDevice
 
@@ -149,7 +159,96 @@ def tiled_constant_of_shape(node: Node, graph: Graph, vd: VDevice) -> list[RKern
     return [replace(k, family="constant_of_shape.tile") for k in CopyFamily().candidates(node, graph, vd)]
 
 
+#: Ops whose output holds the input's elements in the same (row-major) order.
+VIEW_OPS = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"})
+
+
+def flat_range_box(shape: tuple[int, ...], first: int, last: int) -> Box:
+    """The smallest box of ``shape`` holding the row-major elements ``first..last`` (inclusive)."""
+    if not shape:
+        return ()
+    lo = [int(i) for i in np.unravel_index(first, shape)]
+    hi = [int(i) for i in np.unravel_index(last, shape)]
+    split = next((a for a in range(len(shape)) if lo[a] != hi[a]), len(shape))
+    return tuple((lo[a], lo[a] + 1) if a < split else (lo[a], hi[a] + 1) if a == split else (0, d)
+                 for a, d in enumerate(shape))
+
+
+def _window_offset(node: Node, graph: Graph, data: tuple[int, ...], out: tuple[int, ...]) -> list[int] | None:
+    """Per axis, the input index of output index 0 for a Slice with constant starts/ends/axes and
+    unit steps, or a constant-mode Pad with constant pads (``-pad_before``); None otherwise."""
+    def const(i: int):
+        name = node.inputs[i] if len(node.inputs) > i else ""
+        return None if not name else graph.initializers.get(name)
+
+    rank = len(data)
+    if node.op_type == "Pad":
+        mode = node.attr("mode", "constant")
+        mode = mode.decode() if isinstance(mode, bytes) else mode
+        pads = const(1) if len(node.inputs) > 1 and node.inputs[1] else node.attr("pads", None)
+        if mode != "constant" or pads is None or (len(node.inputs) > 3 and node.inputs[3]):
+            return None
+        pads = [int(p) for p in np.asarray(pads).ravel()]
+        return [-p for p in pads[:rank]] if len(pads) == 2 * rank else None
+    if len(node.inputs) < 3:
+        return None
+    starts, steps, axes = const(1), const(4), const(3)
+    if starts is None or (len(node.inputs) > 3 and node.inputs[3] and axes is None) or \
+            (len(node.inputs) > 4 and node.inputs[4] and (steps is None or (np.asarray(steps) != 1).any())):
+        return None
+    offset = [0] * rank
+    for j, a in enumerate(np.asarray(axes).ravel() if axes is not None else range(len(np.asarray(starts).ravel()))):
+        a = normalize_axis(int(a), rank)
+        start = int(np.asarray(starts).ravel()[j])
+        start = start + data[a] if start < 0 else start
+        offset[a] = min(max(0, start), data[a])
+    return offset if all(o + e <= d for o, e, d in zip(offset, out, data)) else None
+
+
+def exact_view_reads(node: Node, graph: Graph, vd: VDevice) -> list[RKernel]:
+    """Reshape-like ops and Expand tiled as the copy family tiles them, each rTask declaring the
+    input box its output box comes from, not the whole input (which every reader tile would
+    receive: a tensor larger than a tile could not be reshaped at all); ``[]`` for other ops.
+
+    A view's output box is a run of row-major elements, so it reads the box spanning the same
+    run of the input (:func:`flat_range_box`); Expand reads the broadcast box, as the
+    elementwise ops do.  The other inputs (shapes, axes) are small and read whole."""
+    if node.op_type not in VIEW_OPS and node.op_type not in ("Expand", "Slice", "Pad"):
+        return []
+    shapes = [shape_of(graph, n) if n else None for n in node.inputs]
+    out = shape_of(graph, node.outputs[0]) if node.outputs and node.outputs[0] else None
+    if not shapes or shapes[0] is None or out is None or 0 in out:
+        return []
+    data = shapes[0]
+    if node.op_type in VIEW_OPS and math.prod(data) != math.prod(out):
+        return []
+    offset = _window_offset(node, graph, data, out) if node.op_type in ("Slice", "Pad") else None
+    if node.op_type in ("Slice", "Pad") and offset is None:
+        return []
+    kernels = []
+    for k in CopyFamily().candidates(node, graph, vd):
+        inner = k.access_fn
+
+        def access(r: int, inner=inner) -> RTaskAccess:
+            a = inner(r)
+            box = a.writes[0][1]
+            if node.op_type == "Expand":
+                first: Box = map_broadcast(box, data)
+            elif offset is not None:  # Slice / Pad: the output box shifted, clipped to the input
+                first = tuple((min(d, max(0, lo + o)), max(min(d, max(0, lo + o)), min(d, hi + o)))
+                              for (lo, hi), o, d in zip(box, offset, data))
+            else:
+                start = int(np.ravel_multi_index([lo for lo, _ in box], out)) if out else 0
+                end = int(np.ravel_multi_index([hi - 1 for _, hi in box], out)) if out else 0
+                first = flat_range_box(data, start, end)
+            return RTaskAccess(((0, first),) + tuple((s, b) for s, b in a.reads if s != 0), a.writes)
+
+        kernels.append(replace(k, family="copy.exact_view", access_fn=access))
+    return kernels
+
+
 def ipu_rkernels(node: Node, graph: Graph, vd: VDevice) -> list[RKernel]:
     """The ipu backend's own candidates for ``node``; ``[]`` when the generic families serve it."""
     return (split_table_gather(node, graph, vd) or tiled_dropout_with_mask(node, graph, vd)
-            or tiled_lrn(node, graph, vd) or tiled_constant_of_shape(node, graph, vd))
+            or tiled_lrn(node, graph, vd) or tiled_constant_of_shape(node, graph, vd)
+            or exact_view_reads(node, graph, vd))

@@ -244,7 +244,7 @@ def _reflect_pad(b: _Builder, node: Node) -> bool:
             s = [b.const(f"{base}_{tag}_{v}", np.array([val], dtype=i64))
                  for v, val in (("start", start), ("end", end), ("axis", a), ("step", -1))]
             out_shape = tuple(count if i == a else d for i, d in enumerate(shape))
-            return b.add("Slice", [cur] + s, out_shape, f"{base}_{tag}")
+            return b.add("Slice", [cur] + s, out_shape, f"{base}_{tag}", dtype=x.dtype)
 
         if before:
             parts.append(rev(before, 0, before, f"before{a}"))  # x[before], ..., x[1]
@@ -253,7 +253,7 @@ def _reflect_pad(b: _Builder, node: Node) -> bool:
             parts.append(rev(-2, -2 - after, after, f"after{a}"))  # x[-2], ..., x[-1-after]
         shape[a] += before + after
         last = k == len(axes) - 1
-        cur = b.add("Concat", parts, tuple(shape), f"{base}_axis{a}", axis=a,
+        cur = b.add("Concat", parts, tuple(shape), f"{base}_axis{a}", dtype=x.dtype, axis=a,
                     output=node.outputs[0] if last else None)
     return True
 

@@ -17,6 +17,8 @@ many vEUs and a K loop per tile puts the pass in its pipeline.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -34,10 +36,12 @@ def _pieces(m: int, n: int, k: int, tile: int, min_tiles: int, min_slice: int, m
     return max(1, min(max_pieces, math.ceil(min_tiles / tiles), k // min_slice))
 
 
-def split_k(graph: Graph, tile: int = 16, min_tiles: int = 128, min_slice: int = 512, max_pieces: int = 16) -> Graph:
+def split_k(graph: Graph, tile: int = 16, min_tiles: int = 128, min_slice: int = 512, max_pieces: int = 16,
+            pieces_for: Callable[[int, int, int], int] | None = None) -> Graph:
     """``graph`` with each qualifying MatMul/Gemm split along K (the same object when none is).
     A product qualifies when its output has fewer than ``min_tiles`` tiles of ``tile`` x ``tile``
-    and K holds at least two slices of ``min_slice``."""
+    and K holds at least two slices of ``min_slice``; or, with ``pieces_for(m, n, k)``, when that
+    gives it two pieces or more (a backend's own rule, e.g. operand blocks that fit a memory)."""
     if any(n.subgraphs() for n in graph.nodes):
         return graph
     taken = set(graph.value_info) | set(graph.initializers) | {t.name for t in graph.inputs}
@@ -64,7 +68,8 @@ def split_k(graph: Graph, tile: int = 16, min_tiles: int = 128, min_slice: int =
         n = w.shape[0] if trans_b else w.shape[1]
         if (w.shape[1] if trans_b else w.shape[0]) != k:
             continue
-        p = _pieces(m, n, k, tile, min_tiles, min_slice, max_pieces)
+        p = _pieces(m, n, k, tile, min_tiles, min_slice, max_pieces) if pieces_for is None else \
+            max(1, min(k, int(pieces_for(m, n, k))))
         if p < 2:
             continue
         base = node.name or node.outputs[0]
@@ -118,7 +123,7 @@ def split_k(graph: Graph, tile: int = 16, min_tiles: int = 128, min_slice: int =
     return graph.replace(nodes=tuple(nodes), initializers=inits, value_info=value_info)
 
 
-def make_split_k(**thresholds: int) -> Pass:
+def make_split_k(**thresholds: Any) -> Pass:
     """The pass with other thresholds (see :func:`split_k`)."""
     return Pass("split-k", lambda g: split_k(g, **thresholds),
                 "split a MatMul/Gemm with a long K and few output tiles into partial products and a sum")

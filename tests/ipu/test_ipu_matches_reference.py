@@ -72,8 +72,11 @@ def test_merging_waves_joins_only_waves_without_exchange_between_them() -> None:
     # rTask r runs in wave r; rTask 2 reads (remotely) a slice that rTask 1 wrote.
     wave = np.array([0, 1, 2, 3])
     arrays = {"t": (boxes, np.array([0]), np.array([1]))}
-    remote = {"t": [(np.array([2]), np.array([1]), np.array([0]), boxes)]}
-    assert _merge_waves(wave, remote, arrays).tolist() == [0, 0, 1, 1]
+    # The remote reads' table: reading rTasks, their distinct read, and per distinct read the
+    # source tile, destination tile, box, source slice and bytes.
+    one = np.array([0])
+    tables = {"t": (np.array([2]), one, one, np.array([1]), boxes, one, one)}
+    assert _merge_waves(wave, tables, arrays).tolist() == [0, 0, 1, 1]
     assert _merge_waves(wave, {}, arrays).tolist() == [0, 0, 0, 0]
 
 

@@ -98,3 +98,23 @@ def test_under_declared_read_gives_nan_not_a_right_answer() -> None:
     written = [hidden.accesses(r).writes[0][1] for r in task.rtasks]
     value = memory.state(out).value
     assert written and all(np.isnan(value[tuple(slice(lo, hi) for lo, hi in box)]).all() for box in written)
+
+
+def test_lowering_refuses_a_schedule_with_an_rtask_lost_or_run_twice() -> None:
+    # The ipu compile skips the schedule verifier's barrier check (the supersteps do not use the
+    # barriers), so the lowering itself checks that every rTask runs on exactly one vEU.
+    from rammer.backends.ipu.codegen import lower
+
+    exe = _compiled("alexnet-small").executable
+    schedule = exe.schedule
+    lower(schedule, exe.graph)  # the schedule as compiled lowers
+    busy = next(v for v, prog in enumerate(schedule.programs) if any(e < schedule.num_rtasks for e in prog))
+    task = next(e for e in schedule.programs[busy] if e < schedule.num_rtasks)
+    other = (busy + 1) % len(schedule.programs)
+    schedule.programs[other] = [*schedule.programs[other], task]  # run twice
+    with pytest.raises(BSPOrderError, match="runs 2 times"):
+        lower(schedule, exe.graph)
+    schedule.programs[other] = schedule.programs[other][:-1]
+    schedule.programs[busy] = [e for e in schedule.programs[busy] if e != task]  # lost
+    with pytest.raises(BSPOrderError, match="runs 0 times"):
+        lower(schedule, exe.graph)

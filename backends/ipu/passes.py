@@ -1,0 +1,76 @@
+"""The graph rewrites the ipu backend runs before scheduling.
+
+* :data:`rammer.passes.DECOMPOSE` (core): nearest ``Resize`` with integer factors becomes a
+  broadcast view (Reshape -> Expand -> Reshape), a ``ConvTranspose`` whose kernel equals its
+  stride a 1x1 Conv and a depth-to-space view, and the rest of that pass's forms.  Those ops have
+  no tiled rKernel: their one whole-tensor rTask did not fit a tile (unet-seg-b8's
+  ConvTranspose, the torch YOLO export's Resize were refused with ``no rKernel can run it``).
+* split-k: a MatMul/Gemm with a constant weight whose smallest rTask would read operand blocks
+  (``min(M, 16)`` rows of A and ``min(N, 8)`` columns of B over the whole K) larger than half a
+  tile is split along K (core :func:`rammer.passes.split_k.split_k`):
+  partial products over K slices on their own tiles, summed by an Add tree (the reduction
+  supersteps; the lowering accounts the partials' exchange like any other).  Real AlexNet's fc6
+  (K = 9216) read 288 KiB of weight per rTask and overflowed 48 tiles.
+* unroll-large-rnn: LSTM/GRU/RNN nodes unrolled into per-step MatMuls and elementwise
+  cells (core :func:`rammer.passes.unroll_rnn.unroll_rnn`) when one of them moves more bytes
+  than a tile holds; such a node's one whole-op rTask cannot be placed
+  (the torch CRNN's LSTM).  Smaller recurrent nodes stay one rTask each, fewer supersteps.
+
+The graph is prepared for the compile's vDevice (:func:`ipu_passes` of its tile SRAM).
+"""
+
+from __future__ import annotations
+
+import math
+
+from rammer.ir import Graph
+from rammer.passes import DECOMPOSE, Pass
+from rammer.passes.split_k import make_split_k
+from rammer.passes.unroll_rnn import unroll_rnn
+from rammer.vdevice import PRESETS
+
+RNN_OPS = frozenset({"LSTM", "GRU", "RNN"})
+
+#: The SRAM of a tile of the default preset (gc200), for :data:`IPU_PASSES`.
+DEFAULT_TILE_BYTES = int(PRESETS["gc200"]["veu"]["local_mem_bytes"])
+#: The matrix family's smallest output tile (rows, columns): core rammer.kernels_dense.
+_SMALLEST_TILE = (16, 8)
+
+
+def _node_bytes(graph: Graph, names) -> int:
+    total = 0
+    for name in names:
+        info = graph.value_info.get(name) if name else None
+        if info is not None and info.shape is not None:
+            total += math.prod(info.shape) * (info.np_dtype.itemsize if info.dtype != "bool" else 1)
+    return total
+
+
+def unroll_large_rnns(graph: Graph, tile_bytes: int = DEFAULT_TILE_BYTES) -> Graph:
+    """``graph`` with its recurrent nodes unrolled when one of them reads and writes more than
+    ``tile_bytes`` (the same object otherwise)."""
+    large = [n for n in graph.nodes if n.op_type in RNN_OPS and not n.domain
+             and _node_bytes(graph, [*n.inputs, *n.outputs]) > tile_bytes]
+    return unroll_rnn(graph) if large else graph
+
+
+def k_pieces(m: int, n: int, k: int, limit: int, itemsize: int = 4) -> int:
+    """K slices needed so that the smallest output tile's operand blocks (``min(m, 16)`` rows of A,
+    ``min(n, 8)`` columns of B, over K) fit ``limit`` bytes."""
+    block = (min(m, _SMALLEST_TILE[0]) + min(n, _SMALLEST_TILE[1])) * k * itemsize
+    return max(1, math.ceil(block / limit))
+
+
+def ipu_passes(tile_bytes: int = DEFAULT_TILE_BYTES) -> tuple[Pass, ...]:
+    """The ipu backend's graph passes, in order, for tiles of ``tile_bytes`` of SRAM: operand blocks
+    of a MatMul rTask may take half a tile (the other half holds the tile's constants and
+    activations), a recurrent node all of it."""
+    share = tile_bytes // 2
+    return (DECOMPOSE,
+            Pass("unroll-large-rnn", lambda g: unroll_large_rnns(g, tile_bytes),
+                 "LSTM/GRU/RNN unrolled into MatMuls and cells when one of them is larger than a tile"),
+            make_split_k(pieces_for=lambda m, n, k: k_pieces(m, n, k, share)))
+
+
+#: The passes for the default preset's tiles.
+IPU_PASSES: tuple[Pass, ...] = ipu_passes()
