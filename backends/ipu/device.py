@@ -9,7 +9,7 @@ from rammer.backend import Availability, Backend, Capabilities, check_options
 from rammer.errors import RammerError, UnsupportedOpError
 from rammer.ir import Graph, Node, outer_names
 from rammer.passes import PipelineResult, run_pipeline
-from rammer.pipeline import NodeOp, node_operators, schedule_operators
+from rammer.pipeline import NodeOp, node_operators, plugin_rkernel_families, schedule_operators
 from rammer.rtask import RKernel
 from rammer.vdevice import VDevice
 
@@ -54,7 +54,15 @@ class IpuBackend(Backend):
     def rkernels(self, node: Node, graph: Graph, vdevice: VDevice) -> list[RKernel]:
         # A Gather from a large table is cut along the table's width, a Dropout with a mask is tiled
         # (rkernels.py): the generic kernels would need whole tensors on one tile.
-        return ipu_rkernels(node, graph, vdevice) or super().rkernels(node, graph, vdevice)
+        # Where the ipu has kernels of its own they replace the generic ones, not a plugin's: the
+        # families plugins register for 'ipu' (rammer_register_rkernels) are offered beside them.
+        own = ipu_rkernels(node, graph, vdevice)
+        if not own:
+            return super().rkernels(node, graph, vdevice)  # plugins' families, then the generic ones
+        for family in plugin_rkernel_families(self.name):
+            if family.op_types is None or node.op_type in family.op_types:
+                own += family.candidates(node, graph, vdevice)
+        return own
 
     def prepare_graph(self, graph: Graph, verify: bool = False, vdevice: VDevice | None = None) -> PipelineResult:
         """``graph`` after the ipu passes for ``vdevice``'s tiles (passes.py; the gc200's by default)."""
