@@ -24,8 +24,9 @@ for every (u, c) of g)``, and a step's clock is its block's last group row with 
 entry replaced by its signal count there.  So the work and memory grow with groups x blocks, not
 with steps x blocks, and a step's clock is read only where a caller needs it.
 
-The walk is compiled with numba (a Python loop over a full-size model's million barrier waits
-took most of a GPU compile: 4-8 s per reader); it visits the blocks round-robin, each until it
+The walk is compiled with numba when it is large (:class:`rammer.on_demand_jit.OnDemandJit`: a
+Python loop over a full-size model's million barrier waits took most of a GPU compile, 4-8 s per
+reader; a small one runs as Python, without importing numba); it visits the blocks round-robin, each until it
 is blocked, and a blocked block is rechecked only once the signal it waits for is sent.  The
 result does not depend on the visiting order; a program whose blocks all stop short is a
 deadlock, reported with what each stopped block waits for.
@@ -37,9 +38,9 @@ from dataclasses import dataclass
 from itertools import chain
 
 import numpy as np
-from numba import njit
 
 from ..errors import ScheduleError
+from ..on_demand_jit import OnDemandJit
 from .schedule import Schedule
 from .walk import _deadlock_message, rtask_locations
 
@@ -83,10 +84,9 @@ class Clocks:
         return out
 
 
-@njit(cache=True, nogil=True)
-def _walk(starts: np.ndarray, kinds: np.ndarray, group_of: np.ndarray, group_starts: np.ndarray,
+def _walk_steps(starts: np.ndarray, kinds: np.ndarray, group_of: np.ndarray, group_starts: np.ndarray,
           wait_block: np.ndarray, wait_count: np.ndarray, signal_starts: np.ndarray
-          ) -> tuple[np.ndarray, ...]:  # pragma: no cover -- compiled by numba
+          ) -> tuple[np.ndarray, ...]:
     nb = starts.size - 1
     n_groups = group_starts.size - 1
     rows = np.zeros((max(n_groups, 1), nb), np.int64)
@@ -147,6 +147,11 @@ def _walk(starts: np.ndarray, kinds: np.ndarray, group_of: np.ndarray, group_sta
     return rows, step_row, step_sent, pos, on_block, on_count, sent
 
 
+#: The walk runs as Python below this much work (steps + waits x blocks) and compiled above it.
+LARGE_WALK = 200_000
+_walk = OnDemandJit(_walk_steps)
+
+
 def program_clocks(starts: np.ndarray, kinds: np.ndarray, group_of: np.ndarray, group_starts: np.ndarray,
                    wait_block: np.ndarray, wait_count: np.ndarray) -> Clocks | Deadlock:
     """The clocks of block programs given as flat arrays: block ``b``'s steps are
@@ -163,9 +168,12 @@ def program_clocks(starts: np.ndarray, kinds: np.ndarray, group_of: np.ndarray, 
         block_of = np.repeat(np.arange(nb, dtype=np.int64), np.diff(starts))
         signalling = (kinds == SIGNAL) | (kinds == WAIT_SIGNAL)
         np.cumsum(np.bincount(block_of[signalling], minlength=nb), out=signals[1:])
+    group_starts = np.ascontiguousarray(group_starts, np.int64)
+    work = kinds.size + int(group_starts[-1] if group_starts.size else 0) * nb
     rows, step_row, step_sent, pos, on_block, on_count, sent = _walk(
-        starts, kinds, np.ascontiguousarray(group_of, np.int64), np.ascontiguousarray(group_starts, np.int64),
-        np.ascontiguousarray(wait_block, np.int64), np.ascontiguousarray(wait_count, np.int64), signals)
+        starts, kinds, np.ascontiguousarray(group_of, np.int64), group_starts,
+        np.ascontiguousarray(wait_block, np.int64), np.ascontiguousarray(wait_count, np.int64), signals,
+        large=work >= LARGE_WALK)
     stuck = {b: (int(pos[b]), int(on_block[b]), int(on_count[b])) for b in range(nb) if pos[b] < starts[b + 1]}
     if stuck:
         return Deadlock(stuck)

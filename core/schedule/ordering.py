@@ -32,9 +32,9 @@ from itertools import chain
 from typing import TypeVar
 
 import numpy as np
-from numba import njit
 
 from ..errors import ScheduleError
+from ..on_demand_jit import OnDemandJit
 from .clocks import schedule_clocks
 from .schedule import Schedule
 
@@ -71,10 +71,9 @@ def schedule_order(groups: Sequence[list[Op] | Op], schedules: Sequence[Schedule
     return order, anc
 
 
-@njit(cache=True, nogil=True)
-def _estimated_walk(starts: np.ndarray, flat: np.ndarray, n_rt: int, rtask_op: np.ndarray, dur: np.ndarray,
+def _estimated_walk_steps(starts: np.ndarray, flat: np.ndarray, n_rt: int, rtask_op: np.ndarray, dur: np.ndarray,
                     wait_starts: np.ndarray, waits: np.ndarray, rtask_veu: np.ndarray, n_ops: int
-                    ) -> tuple[np.ndarray, int, bool]:  # pragma: no cover -- compiled by numba
+                    ) -> tuple[np.ndarray, int, bool]:
     """The ops in the order the schedule's cost model first starts them, and whether every entry ran.
 
     The entry taken next is the head (of any vEU) with the earliest estimated start, the lowest vEU
@@ -160,6 +159,11 @@ def _estimated_walk(starts: np.ndarray, flat: np.ndarray, n_rt: int, rtask_op: n
     return walk, n_walk, done
 
 
+#: The estimated walk runs as Python below this many entries + waits, compiled above.
+LARGE_ESTIMATED_WALK = 100_000
+_estimated_walk = OnDemandJit(_estimated_walk_steps)
+
+
 def _segment_clocks(n_ops: int, sched: Schedule) -> tuple[list[int], np.ndarray, np.ndarray]:
     """(ops in first-runnable order, done[op, vEU], start[op, vEU]) for one segment."""
     veus = len(sched.programs)
@@ -179,7 +183,7 @@ def _segment_clocks(n_ops: int, sched: Schedule) -> tuple[list[int], np.ndarray,
     flat = np.fromiter(chain.from_iterable(sched.programs), np.int64, int(sc.starts[-1]))
     durations = np.asarray(sched.op_durations, np.float64)
     order, n_walk, finished = _estimated_walk(sc.starts, flat, n_rt, rtask_op, durations, wait_starts, waits,
-                                              sc.rtask_veu, n_ops)
+                                              sc.rtask_veu, n_ops, large=flat.size + waits.size >= LARGE_ESTIMATED_WALK)
     if not finished:  # cannot happen once the clocks found no cycle
         raise ScheduleError(f"{sched.graph_name}: the barriers of the schedule deadlock; check it with "
                             "rammer.schedule.verify, which names the cycle")

@@ -9,6 +9,7 @@ import random
 import numpy as np
 import pytest
 
+from rammer.schedule import clocks
 from rammer.schedule.clocks import SIGNAL, WAIT, Clocks, Deadlock, program_clocks
 from rammer.schedule.programs import Call, ProgramError, Signal, Step, Wait, check_races
 
@@ -87,7 +88,10 @@ def _brute_force(programs: list[list[Step]]) -> str:
     return "ok"
 
 
-def test_check_races_agrees_with_a_brute_force_happens_before():
+@pytest.mark.parametrize("path", ["python", "numba"])
+def test_check_races_agrees_with_a_brute_force_happens_before(path, monkeypatch):
+    # The walk runs as Python on small programs and compiled on large ones: both must agree.
+    monkeypatch.setattr(clocks, "LARGE_WALK", 0 if path == "numba" else 1 << 62)
     rng = random.Random(7)
     outcomes = {"ok": 0, "race": 0, "deadlock": 0}
     for _ in range(400):
