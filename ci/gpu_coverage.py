@@ -164,6 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     from rammer.errors import RammerError
     from rammer.frontend import load
     from rammer.ml import lower_ml
+    from rammer.ml.strategy import compiles_tree_kernel
 
     be = plugins.get_backend(args.backend, compile_only=True)
     models: list[tuple[str, object]] = []
@@ -207,7 +208,8 @@ def main(argv: list[str] | None = None) -> int:
         try:
             src, shapes = model if isinstance(model, tuple) else (model, None)
             # ai.onnx.ml nodes become tensor ops first, as rammer.compile does for every backend
-            graph = lower_ml(load(src, shapes), device=be.capabilities.device)
+            graph = lower_ml(load(src, shapes), device=be.capabilities.device,
+                             tree_kernel=compiles_tree_kernel(be.capabilities))
             bad = be.unsupported_nodes(graph)
         except RammerError as exc:
             print(f"{label}: not loadable: {exc}")

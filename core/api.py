@@ -24,6 +24,7 @@ from .gc_freeze import objects_before_frozen
 from .ir import Graph, TensorInfo, dtype_name
 from .ir_codec import PLACEHOLDER
 from .ml.lower import lower_ml
+from .ml.strategy import compiles_tree_kernel
 from .model_key import model_key
 from .profile import Profile, write_chrome_trace
 from .progress import compile_progress
@@ -327,7 +328,8 @@ def compile(model: ModelSource | Graph, backend: str | None = None,
         """The model imported, ml nodes lowered, checked against the backend (once)."""
         if not imported:
             graph = model if isinstance(model, Graph) else load(model, input_shapes, limits)
-            graph = lower_ml(graph, tree_strategy, device=be.capabilities.device)
+            graph = lower_ml(graph, tree_strategy, device=be.capabilities.device,
+                             tree_kernel=compiles_tree_kernel(be.capabilities))
             _refuse_unsupported(be, graph)
             # (bytes cannot change: hashing them again would only cost time, 0.15 s per 100 MB)
             if key is not None and not isinstance(model, bytes) and _key() != key:

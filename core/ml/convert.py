@@ -19,7 +19,7 @@ from ..errors import CompileError
 from ..frontend import load
 from ..plugins import get_backend
 from .lower import lower_ml
-from .strategy import SINGLE_VEU_MAX_BATCH
+from .strategy import SINGLE_VEU_MAX_BATCH, compiles_tree_kernel
 
 
 def to_onnx(estimator: Any, n_features: int, dtype: Any = np.float32) -> Any:
@@ -173,7 +173,8 @@ def convert(estimator: Any, backend: str | None = None, batch: int | None = None
     def build(rows: int) -> tuple[api.CompiledModel, dict]:
         graph = load(model, {model.graph.input[0].name: (rows, int(n_features))})
         used: dict = {}
-        graph = lower_ml(graph, tree_strategy, device=be.capabilities.device, tree_groups=tree_groups, report=used)
+        graph = lower_ml(graph, tree_strategy, device=be.capabilities.device, tree_groups=tree_groups, report=used,
+                         tree_kernel=compiles_tree_kernel(be.capabilities))
         run_options = dict(options)
         if rows <= SINGLE_VEU_MAX_BATCH and "veus" not in options and accepted is not None and "veus" in accepted:
             run_options["veus"] = 1

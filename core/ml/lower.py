@@ -36,7 +36,7 @@ def has_ml_nodes(graph: Graph) -> bool:
 
 
 def lower_ml(graph: Graph, tree_strategy: str | None = None, device: str = "cpu", tree_groups: int | None = None,
-             report: dict | None = None) -> Graph:
+             report: dict | None = None, tree_kernel: bool = False) -> Graph:
     """``graph`` with its ai.onnx.ml nodes lowered.  ``tree_strategy`` forces one of
     :data:`~rammer.ml.trees.STRATEGIES` (None: the measured table); ``tree_groups``
     the number of independent tree groups (None: up to 4).  ``report``, if given,
@@ -65,7 +65,7 @@ def lower_ml(graph: Graph, tree_strategy: str | None = None, device: str = "cpu"
             if id(node) in folded:
                 done = _linear(w, node, scaler=folded[id(node)])
             else:
-                done = lowering(w, node, forced, device, tree_groups, report)
+                done = lowering(w, node, forced, device, tree_groups, report, tree_kernel)
         except mlops.MlModelError as exc:
             raise CompileError(f"{node.label}: {exc}") from None
         if not done:
@@ -103,7 +103,7 @@ def _bind(w: GraphWriter, outputs: tuple[str, ...], values: list[str]) -> None:
 
 
 def _tree_ensemble(w: GraphWriter, node: Node, forced: str | None, device: str, groups: int | None,
-                   report: dict | None) -> bool:
+                   report: dict | None, tree_kernel: bool = False) -> bool:
     tables = mlops.tree_tables(node, mlops.n_tree_outputs(node))
     agg = "SUM" if node.op_type == "TreeEnsembleClassifier" else mlops.aggregate_function(node)
     thr_dtype = str(tables.threshold.dtype)
@@ -115,7 +115,7 @@ def _tree_ensemble(w: GraphWriter, node: Node, forced: str | None, device: str, 
     # Outputs no leaf writes (a binary classifier scores one class) are zeros, not table columns.
     scored = np.flatnonzero(tables.has_weight)
     full_width = tables.n_outputs
-    kernel = forced == KERNEL or (forced is None and use_kernel(device, thr_dtype))
+    kernel = forced == KERNEL or (forced is None and use_kernel(tree_kernel, thr_dtype))
     if kernel and thr_dtype == "float32":
         if 0 < len(scored) < full_width:
             tables = dataclasses.replace(tables, weights=tables.weights[:, scored])

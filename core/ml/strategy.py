@@ -7,8 +7,9 @@ device kind, and the first matching row wins.  ``tree_strategy=`` overrides it.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
+from ..ops.ml import TREE_SCORES
 from .trees import STRATEGIES
 
 
@@ -55,14 +56,22 @@ OFF = "off"
 #: ``tree_strategy="tree_kernel"``: each block of trees becomes one ``TreeEnsembleScores`` op
 #: (:data:`rammer.ops.ml.TREE_SCORES`), which the cpu backend runs as one rKernel walking rows
 #: through the trees (``backends/cpu/kernels_tree.py``) instead of a program of Gathers and
-#: elementwise ops per level.  Other backends run it through the op registry, so it is chosen
-#: only for the device kinds in :data:`KERNEL_DEVICES`.
+#: elementwise ops per level.  It is chosen only for a backend that compiles that op (its
+#: ``capabilities.ops`` names it, :func:`compiles_tree_kernel`); others get tensor-op strategies.
 KERNEL = "tree_kernel"
-KERNEL_DEVICES = frozenset({"cpu"})
 
 
-def use_kernel(device: str, threshold_dtype: str) -> bool:
-    """Whether trees lower to the tree rKernel op on ``device`` when no strategy is forced.
+def compiles_tree_kernel(capabilities: Any) -> bool:
+    """Whether a backend with these :class:`~rammer.backend.Capabilities` compiles the tree
+    rKernel's op itself (a backend that runs every op through the registry does not count: the
+    numpy walk is no faster there than the tensor ops)."""
+    ops = capabilities.ops
+    return ops is not None and TREE_SCORES in ops
+
+
+def use_kernel(tree_kernel: bool, threshold_dtype: str) -> bool:
+    """Whether trees lower to the tree rKernel op when no strategy is forced, on a backend that
+    compiles it (``tree_kernel``, :func:`compiles_tree_kernel`).
 
     On cpu the kernel's cost per row and tree is the walk itself (one node load, one feature read,
     one compare per level), while each tensor-op strategy pays that work plus about 1.5 us of
@@ -73,7 +82,7 @@ def use_kernel(device: str, threshold_dtype: str) -> bool:
     of 9 cells and 2-21% behind the fastest in the others, all sub-millisecond runs of 1-8 rows
     (docs/benchmarks.md, "Small programs on one vEU and a tree-ensemble rKernel").  The kernel
     compares float32 only."""
-    return device in KERNEL_DEVICES and threshold_dtype == "float32"
+    return tree_kernel and threshold_dtype == "float32"
 
 
 def check_strategy(name: str | None) -> str | None:

@@ -18,6 +18,7 @@ import rammer
 from rammer import plugins
 from rammer.errors import RammerError
 from rammer.ml import lower_ml
+from rammer.ml.strategy import compiles_tree_kernel
 
 ROOT = Path(__file__).resolve().parents[2]
 KNOWN = ROOT / "tests" / "known_failures" / "corpus_opencl.txt"
@@ -51,7 +52,7 @@ def _refusal(entry: corpus.Entry) -> str | None:
     try:
         # ai.onnx.ml nodes become tensor ops first, as rammer.compile does for every backend
         graph = lower_ml(rammer.load(built.onnx, {k: v.shape for k, v in built.feeds.items()}),
-                         device=be.capabilities.device)
+                         device=be.capabilities.device, tree_kernel=compiles_tree_kernel(be.capabilities))
         bad = be.unsupported_nodes(graph)
     except RammerError as exc:
         return str(exc)

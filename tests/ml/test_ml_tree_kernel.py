@@ -10,7 +10,9 @@ import pytest
 from ml_models import tree_inputs, tree_model
 
 import rammer
+from rammer import plugins
 from rammer.ml import lower_ml
+from rammer.ml.strategy import compiles_tree_kernel
 from rammer.ops.ml import TREE_SCORES
 
 ort = pytest.importorskip("onnxruntime", reason="onnxruntime is the oracle of these tests")
@@ -93,13 +95,16 @@ def test_blocks_of_trees_are_separate_ops_combined_at_the_end():
     assert lowered.opset.get(walks[0].domain) == 1
 
 
-def test_cpu_lowering_picks_the_kernel_and_other_devices_keep_tensor_ops():
+def test_a_backend_that_compiles_the_kernel_gets_it_and_others_keep_tensor_ops():
     graph = rammer.load(tree_model("clf", np.random.default_rng(4), n_trees=8, depth=5, n_out=3))
     report: dict = {}
-    lower_ml(graph, None, device="cpu", report=report)
+    lower_ml(graph, None, device="cpu", report=report, tree_kernel=True)
     assert report["trees"] == ["tree_kernel"]
+    for name, kernel in (("cpu", True), ("opencl", False), ("reference", False)):
+        # opencl on PoCL is a device of kind cpu too: what counts is the ops the backend compiles
+        assert compiles_tree_kernel(plugins.backends()[name].capabilities) is kernel, name
     report.clear()
-    lowered = lower_ml(graph, None, device="gpu", report=report)
+    lowered = lower_ml(graph, None, device="cpu", report=report)
     assert report["trees"] != ["tree_kernel"]
     assert not any(n.op_type == TREE_SCORES for n in lowered.nodes)
 
