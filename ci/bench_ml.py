@@ -30,7 +30,7 @@ os.environ.setdefault("NUMBA_NUM_THREADS", str(os.cpu_count() or 1))
 
 import rammer.ml as rml  # noqa: E402
 from rammer.bench.quiet import wait_until_idle  # noqa: E402
-from rammer.ml.convert import RUN_ROWS  # noqa: E402
+from rammer.ml.estimators import RUN_ROWS  # noqa: E402
 
 STRATEGIES = ["auto", "tree_kernel", "gemm", "tree_traversal", "perfect_tree_traversal"]
 #: Batches above this also run as convert() runs them by default: in runs of this many rows.

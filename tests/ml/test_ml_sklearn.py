@@ -35,7 +35,7 @@ from sklearn.svm import LinearSVC, LinearSVR  # noqa: E402
 from sklearn.tree import DecisionTreeClassifier, DecisionTreeRegressor  # noqa: E402
 
 import rammer.ml as rml  # noqa: E402
-from rammer.ml.convert import RUN_ROWS  # noqa: E402
+from rammer.ml.estimators import RUN_ROWS  # noqa: E402
 
 TREE_STRATEGIES = ["gemm", "tree_traversal", "perfect_tree_traversal"]
 #: Datasets on which the cpu backend runs every strategy (the others: the table's choice).
