@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from rammer.codegen import kernel_ir as ir
-from rammer.codegen.kernel_ir import BinOp, Special
+from rammer.codegen.kernel_ir import BinOp, Call, Select, Special
 
 __all__ = ["add", "mul", "div", "mod", "lt", "and_", "gid", "ints", "inf", "neg_inf"]
 
@@ -57,3 +57,19 @@ def inf() -> ir.Expr:
 def neg_inf() -> ir.Expr:
     """-infinity, the start of a max reduction (see :func:`inf`)."""
     return BinOp("/", ir.c(-1.0), ir.c(0.0))
+
+
+def _nan_first(a: ir.Expr, b: ir.Expr, value: ir.Expr) -> ir.Expr:
+    """``value``, or the NaN operand when there is one."""
+    return Select(BinOp("!=", a, a), a, Select(BinOp("!=", b, b), b, value))
+
+
+def nan_max(a: ir.Expr, b: ir.Expr) -> ir.Expr:
+    """max(a, b) that propagates NaN, as ONNX's Max, ReduceMax and MaxPool do (numpy's maximum, the
+    reference); C's fmax returns the other operand instead."""
+    return _nan_first(a, b, Call("fmax", (a, b)))
+
+
+def nan_min(a: ir.Expr, b: ir.Expr) -> ir.Expr:
+    """min(a, b) that propagates NaN (see :func:`nan_max`)."""
+    return _nan_first(a, b, Call("fmin", (a, b)))

@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from rammer.codegen import kernel_ir as ir
 from rammer.codegen.kernel_ir import BinOp, Call, Load, Select, UnOp, c, v
 
+from .ir_helpers import nan_max, nan_min
 from .kernels_model import MAX_RANK, _chunk_loop, _coords
 
 __all__ = ["OPCODES", "fused_kernel", "supported"]
@@ -96,8 +97,8 @@ OPCODES: dict[str, Callable[[Sequence[Ex], Sequence[float]], Ex]] = {
     "MUL": lambda a, m: BinOp("*", a[0], a[1]),
     "DIV": lambda a, m: BinOp("/", a[0], a[1]),
     "POW": lambda a, m: Call("pow", (a[0], a[1])),
-    "MAX": lambda a, m: Call("fmax", (a[0], a[1])),
-    "MIN": lambda a, m: Call("fmin", (a[0], a[1])),
+    "MAX": lambda a, m: nan_max(a[0], a[1]),
+    "MIN": lambda a, m: nan_min(a[0], a[1]),
     "PRELU": lambda a, m: _sel(BinOp(">=", a[0], _f(0.0)), a[0], BinOp("*", a[0], a[1])),
     "EQ": lambda a, m: _b(BinOp("==", a[0], a[1])),
     "LT": lambda a, m: _b(BinOp("<", a[0], a[1])),

@@ -13,7 +13,7 @@ from __future__ import annotations
 from rammer.codegen import kernel_ir as ir
 from rammer.codegen.kernel_ir import BinOp, Call, Load, Special, c, v
 
-from .ir_helpers import add, and_, gid, inf, ints, lt, mul, neg_inf
+from .ir_helpers import add, and_, gid, inf, ints, lt, mul, nan_max, nan_min, neg_inf
 from .kernels import tree_reduce
 
 __all__ = ["conv2d_direct", "pool2d", "reduce_rows", "layernorm_rows", "transpose_tiled", "REDUCE_KINDS", "lrn"]
@@ -84,7 +84,7 @@ def pool2d(name: str, kind: str, threads: int = 128) -> ir.Kernel:
     ih = add(BinOp("-", mul(v("oh"), v("SH")), v("PH")), v("kh"))
     iw = add(BinOp("-", mul(v("ow"), v("SW")), v("PW")), v("kw"))
     x_idx = add(mul(add(mul(v("nc"), v("H")), v("ih")), v("W")), v("iw"))
-    update = (ir.Assign("acc", Call("fmax", (v("acc"), Load("x", x_idx)))) if kind == "max"
+    update = (ir.Assign("acc", nan_max(v("acc"), Load("x", x_idx))) if kind == "max"
               else ir.Assign("acc", add(v("acc"), Load("x", x_idx))))
     body = (
         ir.Decl("int", "i", gid()),
@@ -118,9 +118,9 @@ def pool2d(name: str, kind: str, threads: int = 128) -> ir.Kernel:
 def _block_reduce(kind: str, threads: int, part: str = "part") -> tuple[ir.Stmt, ...]:
     """Tree reduction of each thread's ``part`` through shared ``red`` (:func:`.kernels.tree_reduce`)."""
     if kind == "max":
-        def combine(a, b): return Call("fmax", (a, b))
+        combine = nan_max
     elif kind == "min":
-        def combine(a, b): return Call("fmin", (a, b))
+        combine = nan_min
     else:
         def combine(a, b): return add(a, b)
     return tree_reduce(combine, threads, part)
@@ -135,7 +135,7 @@ def reduce_rows(name: str, kind: str, threads: int = 128) -> ir.Kernel:
     base = mul(Special("block_id"), v("n"))
     init = {"sum": c(0.0), "mean": c(0.0), "max": neg_inf(), "min": inf()}[kind]
     x = Load("x", add(base, v("j")))
-    step = {"max": Call("fmax", (v("part"), x)), "min": Call("fmin", (v("part"), x))}.get(kind, add(v("part"), x))
+    step = {"max": nan_max(v("part"), x), "min": nan_min(v("part"), x)}.get(kind, add(v("part"), x))
     out = BinOp("/", v("part"), ir.Cast("float", v("n"))) if kind == "mean" else v("part")
     body = (
         ir.Decl("int", "tid", Special("thread_id")),

@@ -15,7 +15,7 @@ from rammer.codegen.kernel_ir import BinOp, Call, Load, Select, c, v
 
 from .ir_helpers import add as _add
 from .ir_helpers import gid as _gid
-from .ir_helpers import inf, neg_inf
+from .ir_helpers import inf, nan_max, nan_min, neg_inf
 from .ir_helpers import ints as _ints
 from .ir_helpers import mul as _mul
 
@@ -39,7 +39,7 @@ def reduce_strided(name: str, kind: str, threads: int = 256) -> ir.Kernel:
     """``y[o, i] = reduce_r x[o, r, i]`` over ``R`` (sum, mean, max, min); one output per thread."""
     init = {"sum": c(0.0), "mean": c(0.0), "max": neg_inf(), "min": inf()}[kind]
     x = Load("x", _add(_add(_mul(v("o"), _mul(v("R"), v("I"))), _mul(v("r"), v("I"))), v("i")))
-    step = {"max": Call("fmax", (v("acc"), x)), "min": Call("fmin", (v("acc"), x))}.get(kind, _add(v("acc"), x))
+    step = {"max": nan_max(v("acc"), x), "min": nan_min(v("acc"), x)}.get(kind, _add(v("acc"), x))
     out = BinOp("/", v("acc"), ir.Cast("float", v("R"))) if kind == "mean" else v("acc")
     body = (
         ir.Decl("int", "k", _gid()),
@@ -79,7 +79,7 @@ def reduce_general(name: str, kind: str, threads: int = 256) -> ir.Kernel:
     red = [f"Q{d}" for d in range(1, AXES)]
     x = Load("x", _add(v("base"), v("off")))
     init = {"max": neg_inf(), "min": inf(), "prod": c(1.0)}.get(kind, c(0.0))
-    step = {"max": Call("fmax", (v("acc"), x)), "min": Call("fmin", (v("acc"), x)), "prod": _mul(v("acc"), x),
+    step = {"max": nan_max(v("acc"), x), "min": nan_min(v("acc"), x), "prod": _mul(v("acc"), x),
             "l1": _add(v("acc"), Call("fabs", (x,))), "l2": _add(v("acc"), _mul(x, x)),
             "sumsquare": _add(v("acc"), _mul(x, x)),
             "logsumexp": _add(v("acc"), Call("exp", (BinOp("-", x, v("m")),)))}.get(kind, _add(v("acc"), x))
