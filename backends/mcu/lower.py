@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from rammer.errors import CompileError
+from rammer.errors import CompileError, UnsupportedOpError
 from rammer.ir import Graph, Node
 
 from .layers import FloatLayer, FloatNet, infer_shapes, run_float_layer
@@ -187,7 +187,11 @@ class _Lowering:
             b = np.zeros(w.shape[0], np.float32)
         h, wd, c = self.shape(t)
         if w.shape[1] != h * wd * c:
-            raise CompileError(f"{n.label}: weight has {w.shape[1]} inputs, the activation {h * wd * c}")
+            # e.g. a MatMul over every row of a batched activation: an fc layer here takes one vector
+            raise UnsupportedOpError(
+                f"{n.label}: the mcu backend's fc layer reads the whole activation ({h * wd * c} values) as one "
+                f"vector, and this {n.op_type}'s weight has {w.shape[1]} inputs (a product over each row of a "
+                f"batched activation is not lowered); compile it for another --backend", [(n.op_type, n.domain, n.name)])
         if t in self.flat:  # NCHW flatten order -> NHWC memory order
             w = w.reshape(-1, c, h, wd).transpose(0, 2, 3, 1).reshape(w.shape[0], -1)
         self.add_layer(FloatLayer("fc", name, (t,), self.new(n.outputs[0]), weight=np.ascontiguousarray(w),

@@ -11,7 +11,7 @@ import rammer
 from rammer.backends.mcu import models
 from rammer.backends.mcu.layers import run_float
 from rammer.backends.mcu.lower import lower_graph
-from rammer.errors import CompileError, RammerError
+from rammer.errors import CompileError, RammerError, UnsupportedOpError
 from rammer.frontend import load
 
 from .conftest import nhwc
@@ -175,3 +175,14 @@ def test_saved_program_loads_and_runs_the_same(mcu_backend, tmp_path):
         np.testing.assert_array_equal(loaded.executable.run({"image": x}, act_bits=bits)["fc"],
                                       compiled.executable.run({"image": x}, act_bits=bits)["fc"])
     assert loaded.executable.report["pool_size"] == 32
+
+
+def test_a_matmul_over_each_row_of_a_batched_activation_is_unsupported(mcu_backend):
+    # found by the fuzzer: [5,2,2,3] x [3,3] was a CompileError ("weight has 3 inputs, the activation 12")
+    w = helper.make_tensor("w", TensorProto.FLOAT, [3, 3], np.eye(3, dtype=np.float32).ravel())
+    g = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"], name="rows_mm")], "rows",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [5, 2, 2, 3])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [5, 2, 2, 3])], [w])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(UnsupportedOpError, match="rows_mm.*another --backend"):
+        lower_graph(load(model))
