@@ -20,6 +20,12 @@ SUPPORTED_OPS = frozenset({"Conv", "Gemm", "MatMul", "Add", "Relu", "Clip", "Max
                            "GlobalAveragePool", "Flatten", "Reshape", "Identity", "Dropout"})
 
 
+
+def _unsupported(node: Node, why: str) -> UnsupportedOpError:
+    """A variant of ``node`` the mcu backend does not lower: the error names it and what to do."""
+    return UnsupportedOpError(f"{node.label}: {why}; compile it for another --backend", [(node.op_type, node.domain,
+                                                                                         node.name)])
+
 class _Lowering:
     def __init__(self, graph: Graph):
         self.g = graph
@@ -96,7 +102,7 @@ class _Lowering:
                 lo = self._clip_bound(n, 1, "min")
                 hi = self._clip_bound(n, 2, "max")
                 if lo != 0.0 or hi not in (6.0, None):
-                    raise CompileError(f"{n.label}: only Clip(0, 6) (ReLU6) or Clip(0) lowers to int8; got ({lo}, {hi})")
+                    raise _unsupported(n, f"only Clip(0, 6) (ReLU6) or Clip(0) lowers to int8; got ({lo}, {hi})")
                 act = "relu6" if hi == 6.0 else "relu"
             if not self.fuse_act(n, act):
                 self.add_layer(FloatLayer("relu", name, (self.src(n, n.inputs[0]),), self.new(n.outputs[0]), act=act))
@@ -107,9 +113,9 @@ class _Lowering:
             p = list(n.attr("pads", [0, 0, 0, 0]))
             if n.attr("auto_pad", "NOTSET") not in ("NOTSET", "VALID") or n.attr("ceil_mode", 0) or \
                     any(d != 1 for d in n.attr("dilations", [1, 1])):
-                raise CompileError(f"{n.label}: auto_pad SAME, ceil_mode and dilations are not lowered by the mcu backend")
+                raise _unsupported(n, "auto_pad SAME, ceil_mode and dilations are not lowered by the mcu backend")
             if op == "AveragePool" and any(p):
-                raise CompileError(f"{n.label}: padded AveragePool is not lowered by the mcu backend")
+                raise _unsupported(n, "padded AveragePool is not lowered by the mcu backend")
             kind = "maxpool" if op == "MaxPool" else "avgpool"
             self.add_layer(FloatLayer(kind, name, (t,), self.new(n.outputs[0]), kernel=k, stride=s,
                                       pad=(p[0], p[1], p[2], p[3])))
@@ -121,7 +127,7 @@ class _Lowering:
             t = self.src(n, n.inputs[0])
             out = g_shape(self.g, n.outputs[0])
             if len(out) != 2:
-                raise CompileError(f"{n.label}: only a flatten to [N, features] is lowered by the mcu backend")
+                raise _unsupported(n, "only a flatten to [N, features] is lowered by the mcu backend")
             self.ids[n.outputs[0]] = t
             if self.shape(t)[:2] != (1, 1):
                 self.flat.add(t)
@@ -135,17 +141,17 @@ class _Lowering:
                 last = self.layers[-1] if self.layers else None
                 t = self.src(n, other)
                 if last is None or last.output != t or last.kind != "fc" or last.act != "none":
-                    raise CompileError(f"{n.label}: adding a constant is lowered only as the bias of a MatMul")
+                    raise _unsupported(n, "adding a constant is lowered only as the bias of a MatMul")
                 last.bias = last.bias + self.const(n, const).reshape(-1)
                 self.ids[n.outputs[0]] = t
                 return
             ta, tb = self.src(n, a), self.src(n, b)
             if self.shape(ta) != self.shape(tb):
-                raise CompileError(f"{n.label}: Add with broadcasting is not lowered by the mcu backend")
+                raise _unsupported(n, "Add with broadcasting is not lowered by the mcu backend")
             self.add_layer(FloatLayer("add", name, (ta, tb), self.new(n.outputs[0])))
         else:
-            raise CompileError(f"{n.label}: op {op} is not supported by the mcu backend "
-                               f"(supported: {', '.join(sorted(SUPPORTED_OPS))})")
+            raise _unsupported(n, f"op {op} is not supported by the mcu backend "
+                                  f"(supported: {', '.join(sorted(SUPPORTED_OPS))})")
 
     def _clip_bound(self, n: Node, pos: int, attr: str):
         if len(n.inputs) > pos and n.inputs[pos]:
@@ -158,7 +164,7 @@ class _Lowering:
         w = self.const(n, n.inputs[1])
         b = self.const(n, n.inputs[2]) if len(n.inputs) > 2 and n.inputs[2] else np.zeros(w.shape[0], np.float32)
         if n.attr("auto_pad", "NOTSET") not in ("NOTSET", "VALID") or any(d != 1 for d in n.attr("dilations", [1, 1])):
-            raise CompileError(f"{n.label}: auto_pad SAME and dilated convs are not lowered by the mcu backend")
+            raise _unsupported(n, "auto_pad SAME and dilated convs are not lowered by the mcu backend")
         p = list(n.attr("pads", [0, 0, 0, 0]))
         group = int(n.attr("group", 1))
         c = self.shape(t)[2]
@@ -171,27 +177,29 @@ class _Lowering:
             self.add_layer(FloatLayer("dwconv", name, (t,), self.new(n.outputs[0]),
                                       weight=np.ascontiguousarray(w[:, 0]), **common))
         else:
-            raise CompileError(f"{n.label}: grouped conv (group {group}) other than depthwise is not lowered by the mcu backend")
+            raise _unsupported(n, f"grouped conv (group {group}) other than depthwise is not lowered by the mcu backend")
 
     def _fc(self, n: Node, name: str) -> None:
         t = self.src(n, n.inputs[0])
         w = self.const(n, n.inputs[1])
         if n.op_type == "Gemm":
             if float(n.attr("alpha", 1.0)) != 1.0 or float(n.attr("beta", 1.0)) != 1.0 or n.attr("transA", 0):
-                raise CompileError(f"{n.label}: Gemm with alpha/beta != 1 or transA is not lowered by the mcu backend")
+                raise _unsupported(n, "Gemm with alpha/beta != 1 or transA is not lowered by the mcu backend")
             w = w if n.attr("transB", 0) else w.T
             b = self.const(n, n.inputs[2]).reshape(-1) if len(n.inputs) > 2 and n.inputs[2] else \
                 np.zeros(w.shape[0], np.float32)
         else:
+            if w.ndim != 2:
+                raise _unsupported(n, f"a MatMul with a {w.ndim}-d weight is not lowered by the mcu backend "
+                                      f"(its fc layer takes a [inputs, outputs] matrix)")
             w = w.T
             b = np.zeros(w.shape[0], np.float32)
         h, wd, c = self.shape(t)
         if w.shape[1] != h * wd * c:
             # e.g. a MatMul over every row of a batched activation: an fc layer here takes one vector
-            raise UnsupportedOpError(
-                f"{n.label}: the mcu backend's fc layer reads the whole activation ({h * wd * c} values) as one "
-                f"vector, and this {n.op_type}'s weight has {w.shape[1]} inputs (a product over each row of a "
-                f"batched activation is not lowered); compile it for another --backend", [(n.op_type, n.domain, n.name)])
+            raise _unsupported(n, f"the mcu backend's fc layer reads the whole activation ({h * wd * c} values) as "
+                                  f"one vector, and this {n.op_type}'s weight has {w.shape[1]} inputs (a product "
+                                  f"over each row of a batched activation is not lowered)")
         if t in self.flat:  # NCHW flatten order -> NHWC memory order
             w = w.reshape(-1, c, h, wd).transpose(0, 2, 3, 1).reshape(w.shape[0], -1)
         self.add_layer(FloatLayer("fc", name, (t,), self.new(n.outputs[0]), weight=np.ascontiguousarray(w),

@@ -186,3 +186,20 @@ def test_a_matmul_over_each_row_of_a_batched_activation_is_unsupported(mcu_backe
     model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
     with pytest.raises(UnsupportedOpError, match="rows_mm.*another --backend"):
         lower_graph(load(model))
+
+
+@pytest.mark.parametrize("case", ["clip_bounds", "vector_weight"])
+def test_variants_the_mcu_backend_does_not_lower_are_unsupported_naming_the_node(mcu_backend, case):
+    # found by the fuzzer: a Clip other than ReLU/ReLU6 was a CompileError, a 1-d MatMul weight an IndexError
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 1, 3, 3])
+    if case == "clip_bounds":
+        inits = [helper.make_tensor("lo", TensorProto.FLOAT, [], [-0.4]),
+                 helper.make_tensor("hi", TensorProto.FLOAT, [], [0.8])]
+        node, y = helper.make_node("Clip", ["x", "lo", "hi"], ["y"], name="the_node"), [4, 1, 3, 3]
+    else:
+        inits = [helper.make_tensor("w", TensorProto.FLOAT, [3], [0.1, -0.2, 0.3])]
+        node, y = helper.make_node("MatMul", ["x", "w"], ["y"], name="the_node"), [4, 1, 3]
+    g = helper.make_graph([node], "variant", [x], [helper.make_tensor_value_info("y", TensorProto.FLOAT, y)], inits)
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(UnsupportedOpError, match="the_node.*another --backend"):
+        lower_graph(load(model))
