@@ -46,7 +46,6 @@ from .program import (
     check_races,
     check_wave_races,
     device_function,
-    signals_per_block,
     step_kinds,
 )
 
@@ -182,12 +181,16 @@ class Segment:
         return True
 
 
-def segments(steps: list[Step]) -> list[Segment]:
+def segments(steps: list[Step], kinds: np.ndarray | None = None) -> list[Segment]:
     """``steps`` cut into segments, in order: the steps of the segments, read in order, are
     ``steps`` again.  The cuts are found on the steps' kinds as arrays (a full-size model's
     programs have a million waits): a segment starts at the first step, at a call that does not
-    continue the previous step's operator, and at a signal after a signal or a wait."""
-    kinds = step_kinds(steps)
+    continue the previous step's operator, and at a signal after a signal or a wait.  ``kinds``:
+    :func:`step_kinds` of ``steps``, where the caller has them already."""
+    if kinds is None:
+        kinds = step_kinds(steps)
+    elif kinds.size != len(steps):
+        raise ProgramError(f"{kinds.size} step kinds for {len(steps)} steps")
     if not kinds.size:
         return []
     is_call = kinds == MARK
@@ -215,13 +218,15 @@ def persistent_kernel(name: str, kernels: dict[str, ir.Kernel], programs: list[l
     """The device functions and the persistent kernel ``name(arena, counters, epoch, itab, ftab,
     ptab)``; block ``b`` runs ``programs[b]``.  Raises :class:`ProgramError` on races.  Returns
     the kernels and the tables (``itab``, ``ftab``, ``ptab``)."""
+    # Each block's step kinds once, for the race check, the signal totals and the segments.
+    kinds = [step_kinds(p, b) for b, p in enumerate(programs)]
     if check:
-        check_races(programs)
+        check_races(programs, kinds)
     fns, smem = _device_functions(kernels, block_threads)
     table = _CallTable(kernels)
-    totals = signals_per_block(programs)
+    totals = [int(np.count_nonzero(k == SIGNAL)) for k in kinds]
     blocks = len(programs)
-    per_block = [segments(p) for p in programs]
+    per_block = [segments(p, k) for p, k in zip(programs, kinds)]
     nseg = sum(len(s) for s in per_block)
     rec = 2 * len(table.names) + 3  # per segment: [lo, hi) per rKernel, signal, first wait, end of waits
     seg0 = blocks + 1

@@ -228,19 +228,22 @@ def from_waves(waves: list[list[Task]], blocks: int, barriers: bool = True) -> l
     return programs
 
 
-def _step_arrays(programs: list[list[Step]]) -> tuple[tuple[np.ndarray, ...], np.ndarray]:
+def _step_arrays(programs: list[list[Step]], kinds_per: list[np.ndarray] | None = None
+                 ) -> tuple[tuple[np.ndarray, ...], np.ndarray]:
     """The programs as the flat arrays of :func:`rammer.schedule.clocks.program_clocks`
     ``(starts, kinds, group_of, group_starts, wait_block, wait_count)`` (each run of consecutive
     waits one group, held by its first wait; the others are marks), and the flat indices of the
     calls.  Built with C-level passes over the steps (``map``, ``fromiter``): a full-size model's
-    programs have a million waits."""
+    programs have a million waits.  ``kinds_per``: each block's :func:`step_kinds`, where the
+    caller has them already."""
     nb = len(programs)
-    kinds_per: list[np.ndarray] = []
+    if kinds_per is None:
+        kinds_per = [step_kinds(steps, b) for b, steps in enumerate(programs)]
+    elif len(kinds_per) != nb or any(k.size != len(p) for k, p in zip(kinds_per, programs)):
+        raise ProgramError("step kinds given for other programs than those checked")
     pairs: list[Wait] = []
-    for b, steps in enumerate(programs):
-        kinds = step_kinds(steps, b)
-        pairs += [s for s in steps if type(s) is Wait]
-        kinds_per.append(kinds)
+    for steps, kinds in zip(programs, kinds_per):
+        pairs += map(steps.__getitem__, np.nonzero(kinds == WAIT)[0].tolist())
     starts = np.zeros(nb + 1, np.int64)
     np.cumsum([k.size for k in kinds_per], out=starts[1:])
     kinds = np.concatenate(kinds_per) if kinds_per else np.zeros(0, np.int8)
@@ -281,15 +284,16 @@ def _touching_pairs(items: list[dict]) -> list[tuple[int, int]]:
     return sorted(pairs)
 
 
-def check_races(programs: list[list[Step]]) -> None:
+def check_races(programs: list[list[Step]], kinds: list[np.ndarray] | None = None) -> None:
     """Raise :class:`ProgramError` unless every two calls on different blocks that touch the same
     arena floats (one writing) are ordered: the later one's block has seen (through waits, also
     transitively) a signal the earlier one's block sent after it.  Calls of one operator
     (equal ``op >= 0``) are not ordered against each other.  Checked per group of calls (an
     operator, or a call with ``op < 0``) and only for groups whose memory overlaps, so the check
-    grows with the model rather than with its square."""
+    grows with the model rather than with its square.  ``kinds``: each block's :func:`step_kinds`,
+    where the caller has them already (the GPU entry reads them for its segments too)."""
     nb = len(programs)
-    arrays, call_at = _step_arrays(programs)
+    arrays, call_at = _step_arrays(programs, kinds)
     clocks = program_clocks(*arrays)
     starts, kinds = arrays[0], arrays[1]
     if not isinstance(clocks, Clocks):
