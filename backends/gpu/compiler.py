@@ -14,6 +14,7 @@ dialect: the backends differ in the table they render with and the runtime that 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import Any
 
 import numpy as np
@@ -139,9 +140,17 @@ class GpuProgram:
 MODES = ("persistent", "wave")
 
 
+def _distinct_args(low: Lowered) -> dict[int, tuple]:
+    """The argument tuples of ``low``'s calls, one per distinct tuple object (keyed by ``id``): the
+    lowerings share one tuple between the rTasks of a node that differ only in their rtask id, so a
+    full-size model's 10^5 calls have a few thousand (C-level passes, no per-call Python)."""
+    argss = list(map(itemgetter(1), low.calls))
+    return dict(zip(map(id, argss), argss))
+
+
 def _refs(low: Lowered) -> set[tuple[str, int]]:
     """The (``"in"``/``"out"``, slot) pairs the calls of ``low`` touch."""
-    return {(a.io, a.slot) for _, args in low.calls for a in args if isinstance(a, Ref)}
+    return {(a.io, a.slot) for args in _distinct_args(low).values() for a in args if isinstance(a, Ref)}
 
 
 def compile_program(graph: Graph, backend: Any, vdevice: VDevice, policy: str = "wavefront",
@@ -234,10 +243,12 @@ def compile_program(graph: Graph, backend: Any, vdevice: VDevice, policy: str = 
                                   for s in sorted(s for io, s in touched[i] if io == "in")) if r[1])
         writes = tuple(r for r in ((offset[node.outputs[s]], buffers[index[node.outputs[s]]].nbytes // 4)
                                    for s in sorted(s for io, s in touched[i] if io == "out")) if r[1])
+        # Resolved once per distinct argument tuple (shared by the rTasks of a node), then looked up.
+        resolved = {key: tuple(offset[(node.inputs if a.io == "in" else node.outputs)[a.slot]] + a.offset
+                               if isinstance(a, Ref) else a for a in args)
+                    for key, args in _distinct_args(low).items()}
         for r, (rtask, args) in enumerate(low.calls):
-            resolved = tuple(offset[(node.inputs if a.io == "in" else node.outputs)[a.slot]] + a.offset
-                             if isinstance(a, Ref) else a for a in args)
-            calls[first + r] = gp.Call(low.kernel.name, rtask, resolved, reads, writes, op=i)
+            calls[first + r] = gp.Call(low.kernel.name, rtask, resolved[id(args)], reads, writes, op=i)
     programs = gp.from_schedule(schedule, calls)
     # An operator whose outputs all have no elements computes nothing; its rKernel would still run
     # rTask 0 (grids are at least one rTask) and could write where the planner put a live tensor.

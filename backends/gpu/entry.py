@@ -29,13 +29,13 @@ the waves (``counters`` is unused).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from itertools import chain
+from operator import attrgetter
 
 import numpy as np
 
 from rammer.codegen import kernel_ir as ir
 from rammer.codegen.kernel_ir import BinOp, Special, c, v
-from rammer.schedule.clocks import MARK, SIGNAL
+from rammer.schedule.clocks import MARK, SIGNAL, WAIT
 
 from .program import (
     Call,
@@ -46,7 +46,7 @@ from .program import (
     check_races,
     check_wave_races,
     device_function,
-    signals_per_block,
+    step_index,
     step_kinds,
 )
 
@@ -91,6 +91,24 @@ class _CallTable:
         if len(call.args) != len(k.params):
             raise ProgramError(f"{call.kernel} takes {len(k.params)} arguments, got {len(call.args)}")
         self.rows.append(call)
+
+    def kernel_index(self, call: Call) -> int:
+        """The row-range index of ``call``'s rKernel."""
+        t = self.index.get(call.kernel)
+        if t is None:
+            raise ProgramError(f"a call of unknown rKernel {call.kernel!r}")
+        return t
+
+    def check_arity(self, calls: list[Call], kernel_of: np.ndarray) -> None:
+        """Raise :class:`ProgramError` on a call whose arguments do not match its rKernel's
+        parameters (``kernel_of``: each call's :meth:`kernel_index`)."""
+        params = np.array([len(self.kernels[n].params) for n in self.names], np.int64)
+        got = np.fromiter(map(len, map(attrgetter("args"), calls)), np.int64, len(calls))
+        bad = np.nonzero(got != params[kernel_of])[0]
+        if bad.size:
+            call = calls[int(bad[0])]
+            raise ProgramError(f"{call.kernel} takes {len(self.kernels[call.kernel].params)} arguments, "
+                               f"got {len(call.args)}")
 
     def ranges(self, calls: list[Call]) -> list[int]:
         """Append ``calls`` grouped by rKernel; the ``[lo, hi)`` row range of each rKernel in turn.
@@ -182,23 +200,38 @@ class Segment:
         return True
 
 
-def segments(steps: list[Step]) -> list[Segment]:
+def _segment_starts(kinds: np.ndarray, call_ops: np.ndarray, block_starts: np.ndarray) -> np.ndarray:
+    """Per step of the programs laid end to end (``kinds``; ``call_ops``: the op of each call, in
+    order; ``block_starts``: where each block's steps begin), whether a segment starts there: at a
+    block's first step, at a call that does not continue the previous step's operator, and at a
+    signal after a signal or a wait (see :func:`segments`)."""
+    is_call = kinds == MARK
+    ops = np.full(kinds.size, -2, np.int64)
+    ops[is_call] = call_ops
+    start = np.zeros(kinds.size, bool)
+    start[block_starts[block_starts < kinds.size]] = True
+    prev_call = is_call[:-1]
+    start[1:] |= is_call[1:] & (~prev_call | (ops[1:] < 0) | (ops[1:] != ops[:-1]))
+    start[1:] |= (kinds[1:] == SIGNAL) & ~prev_call
+    return start
+
+
+def segments(steps: list[Step], kinds: np.ndarray | None = None) -> list[Segment]:
     """``steps`` cut into segments, in order: the steps of the segments, read in order, are
     ``steps`` again.  The cuts are found on the steps' kinds as arrays (a full-size model's
     programs have a million waits): a segment starts at the first step, at a call that does not
-    continue the previous step's operator, and at a signal after a signal or a wait."""
-    kinds = step_kinds(steps)
+    continue the previous step's operator, and at a signal after a signal or a wait.  ``kinds``:
+    :func:`step_kinds` of ``steps``, where the caller has them already."""
+    if kinds is None:
+        kinds = step_kinds(steps)
+    elif kinds.size != len(steps):
+        raise ProgramError(f"{kinds.size} step kinds for {len(steps)} steps")
     if not kinds.size:
         return []
     is_call = kinds == MARK
     call_at = np.nonzero(is_call)[0]
-    ops = np.full(kinds.size, -2, np.int64)
-    ops[call_at] = [steps[i].op for i in call_at.tolist()]
-    start = np.zeros(kinds.size, bool)
-    start[0] = True
-    prev_call = is_call[:-1]
-    start[1:] |= is_call[1:] & (~prev_call | (ops[1:] < 0) | (ops[1:] != ops[:-1]))
-    start[1:] |= (kinds[1:] == SIGNAL) & ~prev_call
+    start = _segment_starts(kinds, np.fromiter(map(attrgetter("op"), map(steps.__getitem__, call_at.tolist())),
+                                               np.int64, call_at.size), np.zeros(1, np.int64))
     cuts = np.append(np.nonzero(start)[0], kinds.size)
     calls_before = np.concatenate([[0], np.cumsum(is_call)])
     signals_before = np.concatenate([[0], np.cumsum(kinds == SIGNAL)])
@@ -215,36 +248,54 @@ def persistent_kernel(name: str, kernels: dict[str, ir.Kernel], programs: list[l
     """The device functions and the persistent kernel ``name(arena, counters, epoch, itab, ftab,
     ptab)``; block ``b`` runs ``programs[b]``.  Raises :class:`ProgramError` on races.  Returns
     the kernels and the tables (``itab``, ``ftab``, ``ptab``)."""
+    # Each block's step kinds and waits once, for the race check, the signal totals and the tables.
+    index = step_index(programs)
     if check:
-        check_races(programs)
+        check_races(programs, index)
     fns, smem = _device_functions(kernels, block_threads)
     table = _CallTable(kernels)
-    totals = signals_per_block(programs)
     blocks = len(programs)
-    per_block = [segments(p) for p in programs]
-    nseg = sum(len(s) for s in per_block)
+    sizes = [k.size for k in index.kinds]
+    block_starts = np.zeros(blocks + 1, np.int64)
+    np.cumsum(sizes, out=block_starts[1:])
+    kinds = np.concatenate(index.kinds) if blocks else np.zeros(0, np.int8)
+    block_of = np.repeat(np.arange(blocks), sizes)
+    totals = np.bincount(block_of[kinds == SIGNAL], minlength=blocks)
+    # The segments (see :func:`segments`) and their records from arrays, with no per-segment or
+    # per-call Python: a full-size model has 10^4 segments and 10^5 calls.
+    calls: list[Call] = []
+    for steps, k in zip(programs, index.kinds):
+        calls += map(steps.__getitem__, np.nonzero(k == MARK)[0].tolist())
+    start = _segment_starts(kinds, np.fromiter(map(attrgetter("op"), calls), np.int64, len(calls)), block_starts)
+    seg_of = np.cumsum(start) - 1
+    nseg = int(start.sum())
     rec = 2 * len(table.names) + 3  # per segment: [lo, hi) per rKernel, signal, first wait, end of waits
     seg0 = blocks + 1
     wait0 = seg0 + nseg * rec
-    starts, records = [0], []
-    seg_waits: list[list[Wait]] = []
-    count = 0  # waits so far
-    for segs in per_block:
-        for seg in segs:
-            seg_waits.append(seg.waits)
-            records += table.ranges(seg.calls) + [int(seg.signal), count, count + len(seg.waits)]
-            count += len(seg.waits)
-        starts.append(starts[-1] + len(segs))
-    # The waits as (block, count, that block's signals per run) rows, from arrays: a million waits.
-    pairs = np.fromiter(chain.from_iterable(chain.from_iterable(seg_waits)), np.int64, 2 * count).reshape(-1, 2)
+    starts = np.zeros(blocks + 1, np.int64)
+    np.cumsum(np.bincount(block_of[start], minlength=blocks), out=starts[1:])
+    kernel_of = np.fromiter(map(table.kernel_index, calls), np.int64, len(calls))
+    table.check_arity(calls, kernel_of)
+    nk = len(table.names)
+    row_key = seg_of[kinds == MARK] * nk + kernel_of
+    per_range = np.bincount(row_key, minlength=nseg * nk)
+    lo = np.cumsum(per_range) - per_range  # rows are in segment order, by rKernel within a segment
+    table.rows = list(map(calls.__getitem__, np.argsort(row_key, kind="stable").tolist()))
+    records = np.zeros((nseg, rec), np.int64)
+    records[:, 0:2 * nk:2] = lo.reshape(nseg, nk)
+    records[:, 1:2 * nk:2] = (lo + per_range).reshape(nseg, nk)
+    records[:, 2 * nk] = np.bincount(seg_of[kinds == SIGNAL], minlength=nseg) > 0
+    waits_per = np.bincount(seg_of[kinds == WAIT], minlength=nseg)
+    records[:, 2 * nk + 2] = np.cumsum(waits_per)
+    records[:, 2 * nk + 1] = records[:, 2 * nk + 2] - waits_per
+    # The waits as (block, count, that block's signals per run) rows.
+    pairs = index.wait_pairs
     bad = (pairs[:, 0] < 0) | (pairs[:, 0] >= blocks)
     if bad.any():
         k = int(np.nonzero(bad)[0][0])
-        owner = np.repeat(np.repeat(np.arange(blocks), [len(s) for s in per_block]),
-                          [len(w) for w in seg_waits])
-        raise ProgramError(f"block {owner[k]} waits for block {pairs[k, 0]}, which does not exist")
-    waits = np.column_stack([pairs, np.asarray(totals, np.int64)[pairs[:, 0]]]).ravel()
-    ptab = np.concatenate([np.asarray(starts + records, np.int64), waits]).astype(np.int32)
+        raise ProgramError(f"block {block_of[kinds == WAIT][k]} waits for block {pairs[k, 0]}, which does not exist")
+    waits = np.column_stack([pairs, totals[pairs[:, 0]]]).ravel()
+    ptab = np.concatenate([starts, records.ravel(), waits]).astype(np.int32)
 
     bid, tid0 = Special("block_id"), BinOp("==", Special("thread_id"), c(0))
     base = _add(c(seg0), _mul(v("s"), c(rec)))

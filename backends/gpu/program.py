@@ -32,11 +32,13 @@ from rammer.schedule.programs import (
     from_waves,
     signals_per_block,
     split_waves,
+    step_index,
     step_kinds,
 )
 
 __all__ = ["Call", "Signal", "Wait", "Task", "Step", "ProgramError", "device_function", "from_waves",
-           "from_schedule", "check_races", "split_waves", "check_wave_races", "signals_per_block", "step_kinds"]
+           "from_schedule", "check_races", "split_waves", "check_wave_races", "signals_per_block", "step_kinds",
+           "step_index"]
 
 
 def _rewrite(node, fn):

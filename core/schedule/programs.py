@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from itertools import chain, repeat
-from typing import NamedTuple, Union
+from typing import NamedTuple, Union, cast
 
 import numpy as np
 
@@ -30,7 +30,7 @@ from .schedule import Schedule
 from .walk import rtask_locations
 
 __all__ = ["Call", "Signal", "Wait", "Task", "Step", "ProgramError", "from_waves", "from_schedule", "check_races",
-           "split_waves", "check_wave_races", "signals_per_block", "step_kinds"]
+           "split_waves", "check_wave_races", "signals_per_block", "step_kinds", "StepIndex", "step_index"]
 
 
 class ProgramError(ValueError):
@@ -162,7 +162,7 @@ def from_schedule(schedule: Schedule, calls: dict[int, Call]) -> list[list[Step]
     loc_veu, loc_pos = rtask_locations(schedule)
     nv = len(schedule.programs)
     lengths = [len(w) for w in schedule.barrier_waits]
-    flat_waits = np.fromiter((w for ws in schedule.barrier_waits for w in ws), np.int64, sum(lengths))
+    flat_waits = np.fromiter(chain.from_iterable(schedule.barrier_waits), np.int64, sum(lengths))
     # Each waited rTask's signal number on its vEU: its rank among the waited rTasks there, in
     # program order (arrays: a full-size model's barriers wait for a million rTasks).
     waited = np.zeros(n, bool)
@@ -196,21 +196,31 @@ def from_schedule(schedule: Schedule, calls: dict[int, Call]) -> list[list[Step]
     distinct, which = np.unique((key % nv) * width + cnt, return_inverse=True)
     shared = list(map(tuple.__new__, repeat(Wait), zip((distinct // width).tolist(), (distinct % width).tolist())))
     waits: list[Wait] = list(map(shared.__getitem__, which.ravel().tolist()))
-    bounds = np.searchsorted(key // nv, np.arange(len(lengths) + 1)).tolist()
-    signal = Signal()
-    waited_l = waited.tolist()
-    programs: list[list[Step]] = []
-    for prog in schedule.programs:
-        steps: list[Step] = []
-        for e in prog:
-            if e < n:
-                steps.append(calls[e])
-                if waited_l[e]:
-                    steps.append(signal)
-            else:
-                steps.extend(waits[bounds[e - n]:bounds[e - n + 1]])
-        programs.append(steps)
-    return programs
+    bounds = np.searchsorted(key // nv, np.arange(len(lengths) + 1))
+    # The steps of every program as indices into one list of step objects laid out so that each
+    # schedule entry's steps are contiguous there: the j-th rTask entry (in program order) has its
+    # call at 2j and a signal at 2j + 1 (taken when a barrier waits for it), barrier k its waits at
+    # 2 * (rTask entries) + bounds[k] ... bounds[k + 1].  Array passes, not a loop per entry.
+    prog_lengths = [len(p) for p in schedule.programs]
+    entries = np.fromiter(chain.from_iterable(schedule.programs), np.int64, sum(prog_lengths))
+    is_rtask = entries < n
+    rtasks = entries[is_rtask]
+    barriers = entries[~is_rtask] - n
+    objects: list[Step] = [Signal()] * (2 * rtasks.size)
+    objects[0::2] = list(map(calls.__getitem__, rtasks.tolist()))
+    objects += waits
+    first = np.empty(entries.size, np.int64)
+    count = np.empty(entries.size, np.int64)
+    first[is_rtask] = 2 * np.arange(rtasks.size)
+    count[is_rtask] = 1 + waited[rtasks]
+    first[~is_rtask] = 2 * rtasks.size + bounds[barriers]
+    count[~is_rtask] = bounds[barriers + 1] - bounds[barriers]
+    step_at = np.zeros(entries.size + 1, np.int64)
+    np.cumsum(count, out=step_at[1:])
+    index = np.repeat(first - step_at[:-1], count) + np.arange(int(step_at[-1]))
+    steps = list(map(objects.__getitem__, index.tolist()))
+    cuts = step_at[np.concatenate([[0], np.cumsum(prog_lengths)])].tolist()
+    return [steps[a:z] for a, z in zip(cuts[:-1], cuts[1:])]
 
 
 def from_waves(waves: list[list[Task]], blocks: int, barriers: bool = True) -> list[list[Step]]:
@@ -228,24 +238,43 @@ def from_waves(waves: list[list[Task]], blocks: int, barriers: bool = True) -> l
     return programs
 
 
-def _step_arrays(programs: list[list[Step]]) -> tuple[tuple[np.ndarray, ...], np.ndarray]:
+class StepIndex(NamedTuple):
+    """What the readers of block programs need of every step, read once (:func:`step_index`):
+    each block's :func:`step_kinds`, and every wait's ``(block, count)`` in program order (blocks
+    in turn) as an array of shape ``(waits, 2)``."""
+
+    kinds: list[np.ndarray]
+    wait_pairs: np.ndarray
+
+
+def step_index(programs: list[list[Step]]) -> StepIndex:
+    """The :class:`StepIndex` of ``programs``, with C-level passes over the steps (``map``,
+    ``fromiter``): a full-size model's programs have a million waits.  The race check, the GPU
+    entry's segments, its signal totals and its wait table all read it, so it is built once."""
+    kinds_per = [step_kinds(steps, b) for b, steps in enumerate(programs)]
+    pairs: list[Step] = []
+    for steps, kinds in zip(programs, kinds_per):
+        pairs += map(steps.__getitem__, np.nonzero(kinds == WAIT)[0].tolist())  # the waits, by kind
+    flat_pairs = np.fromiter(chain.from_iterable(cast("list[Wait]", pairs)), np.int64, 2 * len(pairs)).reshape(-1, 2)
+    return StepIndex(kinds_per, flat_pairs)
+
+
+def _step_arrays(programs: list[list[Step]], index: StepIndex | None = None
+                 ) -> tuple[tuple[np.ndarray, ...], np.ndarray]:
     """The programs as the flat arrays of :func:`rammer.schedule.clocks.program_clocks`
     ``(starts, kinds, group_of, group_starts, wait_block, wait_count)`` (each run of consecutive
     waits one group, held by its first wait; the others are marks), and the flat indices of the
-    calls.  Built with C-level passes over the steps (``map``, ``fromiter``): a full-size model's
-    programs have a million waits."""
+    calls.  ``index``: the programs' :func:`step_index`, where the caller has it already."""
     nb = len(programs)
-    kinds_per: list[np.ndarray] = []
-    pairs: list[Wait] = []
-    for b, steps in enumerate(programs):
-        kinds = step_kinds(steps, b)
-        pairs += [s for s in steps if type(s) is Wait]
-        kinds_per.append(kinds)
+    if index is None:
+        index = step_index(programs)
+    elif len(index.kinds) != nb or any(k.size != len(p) for k, p in zip(index.kinds, programs)):
+        raise ProgramError("a step index of other programs than those checked")
+    kinds_per = index.kinds
     starts = np.zeros(nb + 1, np.int64)
     np.cumsum([k.size for k in kinds_per], out=starts[1:])
     kinds = np.concatenate(kinds_per) if kinds_per else np.zeros(0, np.int8)
-    flat_pairs = np.fromiter(chain.from_iterable(pairs), np.int64, 2 * len(pairs)).reshape(-1, 2)
-    wait_block, wait_count = flat_pairs[:, 0], flat_pairs[:, 1]
+    wait_block, wait_count = index.wait_pairs[:, 0], index.wait_pairs[:, 1]
     out_of_range = (wait_block < 0) | (wait_block >= nb)
     if out_of_range.any():
         k = int(np.nonzero(out_of_range)[0][0])
@@ -281,15 +310,16 @@ def _touching_pairs(items: list[dict]) -> list[tuple[int, int]]:
     return sorted(pairs)
 
 
-def check_races(programs: list[list[Step]]) -> None:
+def check_races(programs: list[list[Step]], index: StepIndex | None = None) -> None:
     """Raise :class:`ProgramError` unless every two calls on different blocks that touch the same
     arena floats (one writing) are ordered: the later one's block has seen (through waits, also
     transitively) a signal the earlier one's block sent after it.  Calls of one operator
     (equal ``op >= 0``) are not ordered against each other.  Checked per group of calls (an
     operator, or a call with ``op < 0``) and only for groups whose memory overlaps, so the check
-    grows with the model rather than with its square."""
+    grows with the model rather than with its square.  ``index``: the programs' :func:`step_index`,
+    where the caller has it already (the GPU entry reads it for its tables too)."""
     nb = len(programs)
-    arrays, call_at = _step_arrays(programs)
+    arrays, call_at = _step_arrays(programs, index)
     clocks = program_clocks(*arrays)
     starts, kinds = arrays[0], arrays[1]
     if not isinstance(clocks, Clocks):

@@ -104,3 +104,38 @@ def test_an_rkernel_with_barriers_must_fill_the_block():
         gp.device_function(gk.softmax_rows("s", 128), 256)
     fn, _ = gp.device_function(gk.elementwise("e", "Relu", 128), 256)  # no barriers: guarded instead
     assert fn.device and fn.params[0].name == "rtask_id"
+
+
+def _reference_ptab(kernels: dict, programs: list) -> np.ndarray:
+    """The ptab built segment by segment (the form the array-built one replaced)."""
+    table = entry._CallTable(kernels)
+    per_block = [entry.segments(p) for p in programs]
+    starts, records, pairs, count = [0], [], [], 0
+    for segs in per_block:
+        for seg in segs:
+            records += table.ranges(seg.calls) + [int(seg.signal), count, count + len(seg.waits)]
+            count += len(seg.waits)
+            pairs += seg.waits
+        starts.append(starts[-1] + len(segs))
+    totals = gp.signals_per_block(programs)
+    waits = [x for blk, cnt in pairs for x in (blk, cnt, totals[blk])]
+    return np.asarray(starts + records + waits, np.int32)
+
+
+def test_array_built_tables_match_segment_by_segment():
+    # Calls of one op in runs (one segment), op -1 calls (a segment each), two kernels in one
+    # segment, signals after signals, an empty block: every cut rule of segments().
+    programs = gp.from_waves(_waves(), blocks=3)
+    programs = [[gp.Call(s.kernel, s.rtask_id, s.args, s.reads, s.writes, op=s.rtask_id % 2)
+                 if isinstance(s, gp.Call) and s.kernel == "relu" else s for s in p] for p in programs]
+    programs.append([])
+    programs[0] = programs[0][:2] + [gp.Signal()] + programs[0][2:]
+    _, tables = entry.persistent_kernel("net", KERNELS, programs, BLOCK, check=False)
+    np.testing.assert_array_equal(tables["ptab"], _reference_ptab(KERNELS, programs))
+
+
+def test_race_check_refuses_a_step_index_of_other_programs():
+    programs = gp.from_waves(_waves(), blocks=2)
+    gp.check_races(programs, gp.step_index(programs))  # the shared index: same answer as without
+    with pytest.raises(gp.ProgramError, match="step index of other programs"):
+        gp.check_races(programs, gp.step_index(programs[:1] + [programs[1][:-1]]))
