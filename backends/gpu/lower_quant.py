@@ -96,10 +96,12 @@ def lower_quant(node: Node, graph: Graph, mult: int, lowered: Any, ref: Any) -> 
                    12.0 * chunk)
 
 
-def _matmul_integer(node: Node, graph: Graph, lowered: Any, ref: Any) -> Any:
-    a, b = _shape(graph, node.inputs[0]), _shape(graph, node.inputs[1])
+def _batched_matmul(graph: Graph, a_name: str, b_name: str, op: str) -> tuple[int, int, int, int, int, int]:
+    """``(m, k, n, batches, a's batch stride, b's batch stride)`` of a batched integer MatMul (an
+    operand broadcast over the batch has stride 0); refuses vectors and partly broadcast batch axes."""
+    a, b = _shape(graph, a_name), _shape(graph, b_name)
     if len(a) < 2 or len(b) < 2:
-        raise ValueError("MatMulInteger of a vector (matrices and batches of them run)")
+        raise ValueError(f"{op} of a vector (matrices and batches of them run)")
     m, k, n = a[-2], a[-1], b[-1]
     batch = tuple(np.broadcast_shapes(a[:-2], b[:-2]))
     nb = int(np.prod(batch)) if batch else 1
@@ -111,7 +113,11 @@ def _matmul_integer(node: Node, graph: Graph, lowered: Any, ref: Any) -> Any:
             return size
         raise ValueError("batch axes that broadcast partly")
 
-    sab, sbb = batch_stride(a[:-2], m * k), batch_stride(b[:-2], k * n)
+    return m, k, n, nb, batch_stride(a[:-2], m * k), batch_stride(b[:-2], k * n)
+
+
+def _matmul_integer(node: Node, graph: Graph, lowered: Any, ref: Any) -> Any:
+    m, k, n, nb, sab, sbb = _batched_matmul(graph, node.inputs[0], node.inputs[1], "MatMulInteger")
 
     def zp_stride(i: int, per: int, what: str) -> tuple[Any, int, int]:
         name = _present(node, i)
@@ -212,21 +218,7 @@ def _qlinear_conv(node: Node, graph: Graph, lowered: Any, ref: Any) -> Any:
 
 
 def _qlinear_matmul(node: Node, graph: Graph, lowered: Any, ref: Any) -> Any:
-    a, b = _shape(graph, node.inputs[0]), _shape(graph, node.inputs[3])
-    if len(a) < 2 or len(b) < 2:
-        raise ValueError("QLinearMatMul of a vector (matrices and batches of them run)")
-    m, k, n = a[-2], a[-1], b[-1]
-    batch = tuple(np.broadcast_shapes(a[:-2], b[:-2]))
-    nb = int(np.prod(batch)) if batch else 1
-
-    def batch_stride(bs: tuple[int, ...], size: int) -> int:
-        if not bs or int(np.prod(bs)) == 1:
-            return 0
-        if (1,) * (len(batch) - len(bs)) + bs == batch:
-            return size
-        raise ValueError("batch axes that broadcast partly")
-
-    sab, sbb = batch_stride(a[:-2], m * k), batch_stride(b[:-2], k * n)
+    m, k, n, nb, sab, sbb = _batched_matmul(graph, node.inputs[0], node.inputs[3], "QLinearMatMul")
     a_zp = _constant(node, graph, 2, "a_zero_point", 1)
     b_scale = _constant(node, graph, 4, "b_scale", n)
     b_zp = _constant(node, graph, 5, "b_zero_point", n)
