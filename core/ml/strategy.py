@@ -44,7 +44,8 @@ SINGLE_VEU_MAX_BATCH = 64
 
 def choose(depth: int, batch: int, device: str = "cpu") -> str:
     """The strategy for trees of ``depth`` at ``batch`` rows on a ``device`` kind."""
-    rows = [r for r in TABLE if r.device == device] or [r for r in TABLE if r.device == "cpu"]
+    # A device kind the table has not measured uses the rows of the first kind it has.
+    rows = [r for r in TABLE if r.device == device] or [r for r in TABLE if r.device == TABLE[0].device]
     for r in rows:
         if depth <= r.max_depth and batch <= r.max_batch:
             return r.strategy
