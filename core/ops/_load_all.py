@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import importlib
 
-# One module per family of ops.  A module listed here that does not exist yet
-# is skipped, so families can land one at a time.
+# One module per family of ops.
 _MODULES = [
     "elementwise",
     "activations",
@@ -22,15 +21,11 @@ _MODULES = [
     "control",
     "quant",
     "qlinear",
-    "sequence",
     "signal",
     "misc",
+    "ml_trees",
     "ml",
 ]
 
 for _name in _MODULES:
-    try:
-        importlib.import_module(f"{__package__}.{_name}")
-    except ModuleNotFoundError as exc:  # pragma: no cover - only while a family is missing
-        if exc.name != f"{__package__}.{_name}":
-            raise
+    importlib.import_module(f"{__package__}.{_name}")
