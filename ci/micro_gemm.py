@@ -17,6 +17,9 @@ Families (each a single op or a small block, the shape classes transformers are 
   (a 4-D batched MatMul whose right operand is a transposed view).
 * ``context``: ``P[1, H, S, S] @ V[1, H, S, D]``, the weighted sum over heads.
 * ``attention``: ``softmax(Q K^T * scale + mask) @ V`` with an additive [1, 1, 1, S] mask: the block.
+* ``rnn``: one LSTM or GRU layer (sequence 32, input = hidden) at batch 1-16 and hidden 128-512: a
+  recurrent GEMM of ``batch`` rows per time step against a constant weight, with the input projection
+  of the whole sequence before it (``--before rammer.backends.cpu.lower_rnn.PACK_WEIGHTS=False``).
 
 Protocol: one process, both runtimes with the same thread count (rammer ``veus`` = onnxruntime
 ``intra_op_num_threads``, ``inter_op_num_threads`` = 1); per shape, ``--rounds`` alternating rounds,
@@ -51,7 +54,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-FAMILIES = ("linear", "lm-head", "linear-gelu", "scores", "context", "attention")
+FAMILIES = ("linear", "lm-head", "linear-gelu", "scores", "context", "attention", "rnn")
 
 
 def _model(nodes: list, inputs: list, output: tuple[str, list[int]], inits: dict[str, np.ndarray]) -> onnx.ModelProto:
@@ -114,6 +117,17 @@ def attention(h: int, s: int, d: int) -> tuple[onnx.ModelProto, dict[str, np.nda
     return _model(nodes, ins, ("y", [1, h, s, d]), inits), feeds
 
 
+def recurrent(op: str, batch: int, hid: int, seq: int = 32) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+    rng = np.random.default_rng(4)
+    gates = {"LSTM": 4, "GRU": 3}[op]
+    inits = {"W": (rng.standard_normal((1, gates * hid, hid)) / math.sqrt(hid)).astype(np.float32),
+             "R": (rng.standard_normal((1, gates * hid, hid)) / math.sqrt(hid)).astype(np.float32),
+             "B": (rng.standard_normal((1, 2 * gates * hid)) * 0.1).astype(np.float32)}
+    nodes = [helper.make_node(op, ["x", "W", "R", "B"], ["y"], hidden_size=hid)]
+    feeds = {"x": rng.standard_normal((seq, batch, hid)).astype(np.float32)}
+    return _model(nodes, [("x", [seq, batch, hid])], ("y", [seq, 1, batch, hid]), inits), feeds
+
+
 def grid(families: tuple[str, ...]) -> list[tuple[str, str, Callable[[], tuple[onnx.ModelProto, dict]]]]:
     """(family, shape label, builder) over the grid."""
     out = []
@@ -134,6 +148,11 @@ def grid(families: tuple[str, ...]) -> list[tuple[str, str, Callable[[], tuple[o
             for h, d in ((12, 64), (4, 32)):
                 for s in (32, 64, 128, 256):
                     out.append((fam, f"H={h} S={s} D={d}", lambda h=h, s=s, d=d, b=build: b(h, s, d)))
+    if "rnn" in families:
+        for op in ("LSTM", "GRU"):
+            for hid in (128, 256, 512):
+                for batch in (1, 4, 8, 16):
+                    out.append(("rnn", f"{op} B={batch} H={hid}", lambda op=op, b=batch, h=hid: recurrent(op, b, h)))
     return out
 
 

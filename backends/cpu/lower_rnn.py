@@ -17,11 +17,15 @@ import numpy as np
 from rammer.ir import Node
 from rammer.lower.views import View
 
+from .kernels_gemm import prepack_b, prepacked_ok
 from .lower_common import GemmSpec, ew_op, gemm_op
 from .lower_context import LowerContext
 from .lower_views import copy_op, multi_copy_op
 from .program import EwProgram
 
+#: Pack the weights of GEMMs with enough rows at compile time (:class:`_WeightOperands`); off, every
+#: GEMM reads strided views of the constants (``ci/micro_gemm.py --family rnn --before`` compares).
+PACK_WEIGHTS = True
 RNN_OPS = frozenset({"LSTM", "GRU", "RNN"})
 _GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
 _DEFAULT_ACTS = {"LSTM": ["Sigmoid", "Tanh", "Tanh"], "GRU": ["Sigmoid", "Tanh"], "RNN": ["Tanh"]}
@@ -29,6 +33,35 @@ _DEFAULT_ACTS = {"LSTM": ["Sigmoid", "Tanh", "Tanh"], "GRU": ["Sigmoid", "Tanh"]
 _PARAMS = {"relu": (None, None), "tanh": (None, None), "sigmoid": (None, None), "softsign": (None, None),
            "softplus": (None, None), "affine": (1.0, 0.0), "leakyrelu": (0.01, None),
            "thresholdedrelu": (1.0, None), "scaledtanh": (1.0, 1.0), "hardsigmoid": (0.2, 0.5), "elu": (1.0, None)}
+
+
+class _WeightOperands:
+    """A constant ``[dirs, N_total, K]`` weight (W or R) as the B operands ``W[d, n0:n1]^T`` (K x N) of
+    the GEMMs that read it.  A GEMM of at least the micro-kernel's rows (an RNN at batch 4 and more,
+    every input projection of a sequence) gets a copy packed once at compile time in the
+    micro-kernel's panel layout: unpacked, the transposed weight was packed again on every time step,
+    most of a batch-8 LSTM's run.  Fewer rows (batch 1) stream strided views of the one constant through
+    the GEMV loops, which are bound by reading the weight either way."""
+
+    def __init__(self, lw: LowerContext, mats: np.ndarray) -> None:
+        self.lw, self.mats = lw, mats
+        self._plain: View | None = None
+        self._packed: dict[tuple[int, int, int], View] = {}
+
+    def operand(self, d: int, n0: int, n1: int, rows: int) -> tuple[View, int, int, bool]:
+        """(view, b_rs, b_cs, prepacked) of ``W[d, n0:n1]^T`` for a GEMM of ``rows`` rows."""
+        k = self.mats.shape[2]
+        n = n1 - n0
+        if PACK_WEIGHTS and prepacked_ok(rows, n, k):
+            found = self._packed.get((d, n0, n1))
+            if found is None:
+                packed = self.lw.const_view(prepack_b(np.ascontiguousarray(self.mats[d, n0:n1].T)))
+                found = self._packed[(d, n0, n1)] = View(packed.buffer, "float32", (k, n), (n, 1), packed.offset)
+            return found, n, 1, True
+        if self._plain is None:
+            self._plain = self.lw.const_view(self.mats)
+        off = self._plain.offset + (d * self.mats.shape[1] + n0) * k
+        return View(self._plain.buffer, "float32", (k, n), (1, k), off), 1, k, False
 
 
 def _activations(node: Node, dirs: int) -> list[list[tuple[str, float | None, float | None]]] | None:
@@ -137,8 +170,8 @@ def lower_rnn(lw: LowerContext, node: Node) -> None:
             return View(v.buffer, v.dtype, (batch, hid), (v.strides[1], v.strides[2]), v.offset + d * v.strides[0])
         return View(v.buffer, v.dtype, (batch, hid), (v.strides[0], v.strides[2]), v.offset + d * v.strides[1])
 
-    w_view = lw.const_view(w)
-    r_view = lw.const_view(r)
+    w_ops = _WeightOperands(lw, w)
+    r_ops = _WeightOperands(lw, r)
     hs: list[list[View]] = []
     finals_h: list[View] = []
     finals_c: list[View] = []
@@ -151,13 +184,13 @@ def lower_rnn(lw: LowerContext, node: Node) -> None:
             if not lbr:
                 in_bias[2 * hid:] += rb[d][2 * hid:]
         gx = lw.new_dense("float32", (seq * batch, width))
-        wd = View(w_view.buffer, "float32", (isz, width), (1, isz), w_view.offset + d * width * isz)
-        spec = GemmSpec(seq * batch, width, isz, x2, isz, 1, wd, 1, isz, gx, width, [(0, 0, 0)])
+        wd, w_rs, w_cs, w_packed = w_ops.operand(d, 0, width, seq * batch)
+        spec = GemmSpec(seq * batch, width, isz, x2, isz, 1, wd, w_rs, w_cs, gx, width, [(0, 0, 0)],
+                        b_prepacked=w_packed)
         epi = EwProgram((seq * batch, width))
         epi.store(epi.op("ADD", epi.load(gx), epi.load(lw.const_view(in_bias))), gx)
         lw.add_op(gemm_op(lw, f"{name}:input{d}", (node,), spec, epi, ("matrix",)))
 
-        rd = View(r_view.buffer, "float32", (hid, width), (1, hid), r_view.offset + d * width * hid)
         h_prev, c_prev = state(5, d), state(6, d) if op == "LSTM" else None
         outs: list[View] = []
         for s in range(seq):
@@ -165,14 +198,16 @@ def lower_rnn(lw: LowerContext, node: Node) -> None:
             g_t = View(gx.buffer, "float32", (batch, width), (width, 1), gx.offset + t * batch * width)
             h_new = lw.new_dense("float32", (batch, hid))
             if op == "GRU":
-                h_prev = _gru_step(lw, name, node, d, s, g_t, h_prev, h_new, rd, rb[d], acts[d], clip, lbr, batch, hid)
+                h_prev = _gru_step(lw, name, node, d, s, g_t, h_prev, h_new, r_ops, rb[d], acts[d], clip, lbr, batch,
+                                   hid)
             else:
                 pre = g_t
                 if h_prev is not None:
                     # gates = h_prev R^T + (the step's input projection), as the GEMM's epilogue
                     pre = lw.new_dense("float32", (batch, width))
-                    spec = GemmSpec(batch, width, hid, h_prev, h_prev.strides[0], h_prev.strides[1], rd, 1, hid, pre,
-                                    width, [(0, 0, 0)])
+                    rd, r_rs, r_cs, r_packed = r_ops.operand(d, 0, width, batch)
+                    spec = GemmSpec(batch, width, hid, h_prev, h_prev.strides[0], h_prev.strides[1], rd, r_rs, r_cs,
+                                    pre, width, [(0, 0, 0)], b_prepacked=r_packed)
                     epi = EwProgram((batch, width))
                     epi.store(epi.op("ADD", epi.load(pre), epi.load(g_t)), pre)
                     lw.add_op(gemm_op(lw, f"{name}:d{d}t{s}", (node,), spec, epi, ("matrix",)))
@@ -223,7 +258,7 @@ def _lstm_cell(lw: LowerContext, prog: EwProgram, cols: list[View], c_prev: View
 
 
 def _gru_step(lw: LowerContext, name: str, node: Node, d: int, s: int, g_t: View, h_prev: View | None, h_new: View,
-              rd: View, rb: np.ndarray, acts, clip, lbr: bool, batch: int, hid: int) -> View:
+              r_ops: _WeightOperands, rb: np.ndarray, acts, clip, lbr: bool, batch: int, hid: int) -> View:
     f_act, g_act = acts
     width = 3 * hid
 
@@ -245,8 +280,9 @@ def _gru_step(lw: LowerContext, name: str, node: Node, d: int, s: int, g_t: View
         return h_new
     if lbr:
         rr = lw.new_dense("float32", (batch, width))
-        spec = GemmSpec(batch, width, hid, h_prev, h_prev.strides[0], h_prev.strides[1], rd, 1, hid, rr, width,
-                        [(0, 0, 0)])
+        rd, r_rs, r_cs, r_packed = r_ops.operand(d, 0, width, batch)
+        spec = GemmSpec(batch, width, hid, h_prev, h_prev.strides[0], h_prev.strides[1], rd, r_rs, r_cs, rr, width,
+                        [(0, 0, 0)], b_prepacked=r_packed)
         epi = EwProgram((batch, width))
         bias = np.zeros(width, np.float32)
         bias[2 * hid:] = rb[2 * hid:]
@@ -259,9 +295,9 @@ def _gru_step(lw: LowerContext, name: str, node: Node, d: int, s: int, g_t: View
                       clip)
     else:
         zr = lw.new_dense("float32", (batch, 2 * hid))
-        rd_zr = View(rd.buffer, "float32", (hid, 2 * hid), rd.strides, rd.offset)
-        spec = GemmSpec(batch, 2 * hid, hid, h_prev, h_prev.strides[0], h_prev.strides[1], rd_zr, 1, hid, zr,
-                        2 * hid, [(0, 0, 0)])
+        rd_zr, zr_rs, zr_cs, zr_packed = r_ops.operand(d, 0, 2 * hid, batch)
+        spec = GemmSpec(batch, 2 * hid, hid, h_prev, h_prev.strides[0], h_prev.strides[1], rd_zr, zr_rs, zr_cs, zr,
+                        2 * hid, [(0, 0, 0)], b_prepacked=zr_packed)
         g_zr = View(g_t.buffer, "float32", (batch, 2 * hid), g_t.strides, g_t.offset)
         epi = EwProgram((batch, 2 * hid))
         epi.store(_apply(epi, f_act, epi.op("ADD", epi.load(zr), epi.load(g_zr)), clip), zr)
@@ -271,8 +307,8 @@ def _gru_step(lw: LowerContext, name: str, node: Node, d: int, s: int, g_t: View
         p1.store(p1.op("MUL", p1.load(col(zr, 1)), p1.load(h_prev)), rh)
         lw.add_op(ew_op(lw, [node], p1, []))
         hh = lw.new_dense("float32", (batch, hid))
-        rd_h = View(rd.buffer, "float32", (hid, hid), rd.strides, rd.offset + 2 * hid * hid)
-        spec = GemmSpec(batch, hid, hid, rh, hid, 1, rd_h, 1, hid, hh, hid, [(0, 0, 0)])
+        rd_h, h_rs, h_cs, h_packed = r_ops.operand(d, 2 * hid, 3 * hid, batch)
+        spec = GemmSpec(batch, hid, hid, rh, hid, 1, rd_h, h_rs, h_cs, hh, hid, [(0, 0, 0)], b_prepacked=h_packed)
         epi = EwProgram((batch, hid))
         epi.store(epi.op("ADD", epi.load(hh), epi.load(col(g_t, 2))), hh)
         lw.add_op(gemm_op(lw, f"{name}:d{d}t{s}h", (node,), spec, epi, ("matrix",)))
