@@ -4,6 +4,8 @@
     python ci/micro_gemm.py --family linear --threads 1  # one family
     python ci/micro_gemm.py --json micro.json            # also write the rows
     python ci/micro_gemm.py --before rammer.backends.cpu.lower_linalg.PREPACK_WEIGHTS=0   # before/after
+    python ci/micro_gemm.py --models lstm-lm,lstm-lm-b8 --threads 1 --clock cpu \
+        --before rammer.backends.cpu.lower_rnn.PACK_WEIGHTS=False      # whole corpus models before/after
 
 Families (each a single op or a small block, the shape classes transformers are made of):
 
@@ -128,6 +130,13 @@ def recurrent(op: str, batch: int, hid: int, seq: int = 32) -> tuple[onnx.ModelP
     return _model(nodes, [("x", [seq, batch, hid])], ("y", [seq, 1, batch, hid]), inits), feeds
 
 
+def _corpus_model(name: str) -> tuple[bytes, dict[str, np.ndarray]]:
+    from corpus import ENTRIES, build  # ci/corpus: torch, transformers and skl2onnx
+
+    built = build(ENTRIES[name], "full")
+    return built.onnx, dict(built.feeds)
+
+
 def grid(families: tuple[str, ...]) -> list[tuple[str, str, Callable[[], tuple[onnx.ModelProto, dict]]]]:
     """(family, shape label, builder) over the grid."""
     out = []
@@ -180,29 +189,31 @@ def _setting(text: str) -> tuple[Any, str, Any]:
     return module, attr, ast.literal_eval(value.strip())
 
 
-def _compile_with(data: bytes, threads: int, settings: list[tuple[Any, str, Any]]) -> Any:
+def _compile_with(data: bytes, threads: int, settings: list[tuple[Any, str, Any]],
+                  shapes: dict[str, tuple[int, ...]] | None = None) -> Any:
     import rammer
 
     saved = [(m, a, getattr(m, a)) for m, a, _ in settings]
     try:
         for m, a, v in settings:
             setattr(m, a, v)
-        return rammer.compile(data, backend="cpu", veus=threads, cache=False)
+        return rammer.compile(data, backend="cpu", veus=threads, cache=False, input_shapes=shapes)
     finally:
         for m, a, v in saved:
             setattr(m, a, v)
 
 
-def measure(model: onnx.ModelProto, feeds: dict[str, np.ndarray], threads: int, rounds: int,
+def measure(model: onnx.ModelProto | bytes, feeds: dict[str, np.ndarray], threads: int, rounds: int,
             runs: int, stat: str = "min", clock: str = "wall",
             before: list[tuple[Any, str, Any]] | None = None) -> dict[str, Any]:
     import onnxruntime as ort
 
     import rammer
 
-    data = model.SerializeToString()
-    compiled = rammer.compile(data, backend="cpu", veus=threads, cache=False)
-    baseline = _compile_with(data, threads, before) if before else None
+    data = model if isinstance(model, bytes) else model.SerializeToString()
+    shapes = {k: v.shape for k, v in feeds.items()}
+    compiled = rammer.compile(data, backend="cpu", veus=threads, cache=False, input_shapes=shapes)
+    baseline = _compile_with(data, threads, before, shapes) if before else None
     so = ort.SessionOptions()
     so.intra_op_num_threads = threads
     so.inter_op_num_threads = 1
@@ -244,6 +255,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="settings of a second, 'before' compile of each shape (repeatable)")
     ap.add_argument("--shapes", default="",
                     help="only shapes whose label contains one of these comma-separated strings")
+    ap.add_argument("--models", default="",
+                    help="instead of the grid: these corpus models (ci/corpus, full size; comma-separated), as rows "
+                         "of family 'corpus' (with --before: the whole models before/after in this process)")
     ap.add_argument("--json", help="also write the rows here")
     args = ap.parse_args(argv)
     warnings.simplefilter("ignore")
@@ -262,7 +276,12 @@ def main(argv: list[str] | None = None) -> int:
         print("| family | shape | cpu ms | ort ms | cpu/ort | max err |")
         print("|---|---|---:|---:|---:|---:|")
     wanted = [w.strip() for w in args.shapes.split(",") if w.strip()]
-    for fam, label, build in grid(families):
+    cases = grid(families)
+    if args.models:
+        families = ("corpus",)
+        names = [name.strip() for name in args.models.split(",") if name.strip()]
+        cases = [("corpus", name, lambda name=name: _corpus_model(name)) for name in names]
+    for fam, label, build in cases:
         if wanted and not any(w in label for w in wanted):
             continue
         model, feeds = build()
