@@ -48,10 +48,15 @@ from rammer.ir import Graph
 from rammer.ir_codec import CodecError, decode_graph, encode_graph
 from rammer.lower.batching import DEFAULT_BATCH_ROWS
 
-from . import cache_entry
+from . import cache_entry, toolchain
 from .cache_entry import FORMAT, CorruptEntry
 from .compiled import HostStep, Program
+from .image_runtime import ImageUnusable, NativeImage
 from .runtime import CpuExecutable
+
+#: A cache entry's native image (native_image.py): the shared library and its metadata.
+IMAGE_LIBRARY = "native.so"
+IMAGE_META = "native.json"
 
 __all__ = ["cache_root", "cache_key", "source_key", "graph_digest", "compile_cached", "load_cached", "CorruptEntry",
            "CacheUnavailable"]
@@ -130,20 +135,15 @@ def graph_digest(graph: Graph) -> str:
 
 
 def _settings_json(num_veus: int | str, policy: str, pin: bool, batch_rows: int) -> bytes:
-    import llvmlite
-    import numba
-
     from rammer import __version__
 
-    from .machine_code import CPU_NAME
-    from .ukernel import MR, NR
-
+    tools = toolchain.settings(cache_base(None), _source_fingerprint())
     return json.dumps({"veus": num_veus, "policy": policy, "pin": pin, "batch_rows": batch_rows,
                        "rammer": __version__,
-                       "numpy": np.__version__, "numba": numba.__version__, "llvmlite": llvmlite.__version__,
+                       "numpy": np.__version__, "numba": tools["numba"], "llvmlite": tools["llvmlite"],
                        "sources": _source_fingerprint(), "format": FORMAT,
                        # scratch sizes depend on the micro-kernel chosen for this CPU
-                       "cpu": CPU_NAME, "ukernel": [MR, NR]}, sort_keys=True).encode()
+                       "cpu": tools["cpu"], "ukernel": tools["ukernel"]}, sort_keys=True).encode()
 
 
 def cache_key(graph: Graph, num_veus: int | str, policy: str, pin: bool, batch_rows: int = DEFAULT_BATCH_ROWS) -> str:
@@ -246,10 +246,19 @@ def load(folder: str, graph: Graph | None = None) -> tuple[Program, tuple, Graph
 
 
 def save(folder: str, program: Program, schedules: list | None, graph: Graph) -> None:
-    """Write an entry atomically; :class:`CacheUnavailable` when the cache folder cannot take it."""
+    """Write an entry atomically; :class:`CacheUnavailable` when the cache folder cannot take it.
+    The entry gets a native image of the program's kernels where one can be built
+    (:func:`.native_image.build`); a hit then runs without numba."""
+    from . import native_image
+
     parent = os.path.dirname(folder)
     files = cache_entry.encode(program, schedules, encode_graph(graph, keep=host_nodes(program)))
     files[cache_entry.MANIFEST] = cache_entry.manifest(os.path.basename(folder), files)
+    try:
+        image = native_image.build(program.kernel_names)
+    except Exception as exc:  # the image is an optimisation: the numba path stays without it
+        log.debug("no native image for '%s': %s: %s", graph.name, type(exc).__name__, exc)
+        image = None
     try:
         os.makedirs(parent, exist_ok=True)
         _sweep(parent)
@@ -259,6 +268,9 @@ def save(folder: str, program: Program, schedules: list | None, graph: Graph) ->
         raise CacheUnavailable(f"{type(exc).__name__}: {exc}") from None
     try:
         # the manifest last: a folder without one is never accepted
+        if image is not None:  # before the manifest: an entry is complete once its manifest is there
+            cache_entry.write_file(os.path.join(tmp, IMAGE_LIBRARY), image[0])
+            cache_entry.write_file(os.path.join(tmp, IMAGE_META), native_image.encode_meta(image[1]))
         for name in cache_entry.FILES + (cache_entry.MANIFEST,):
             cache_entry.write_file(os.path.join(tmp, name), files[name])
         cache_entry.fsync_dir(tmp)
@@ -301,8 +313,8 @@ class CachedExecutable(CpuExecutable):
 
     def __init__(self, graph: Graph, program: Program, max_wait_s: float, schedules_loader: Callable[[], list],
                  rebuild: Callable[[], Any], arena: tuple | None = None,
-                 load_graph: Callable[[], Graph] | None = None):
-        super().__init__(graph, program, max_wait_s, schedules_loader=schedules_loader, arena=arena)
+                 load_graph: Callable[[], Graph] | None = None, image: NativeImage | None = None):
+        super().__init__(graph, program, max_wait_s, schedules_loader=schedules_loader, arena=arena, image=image)
         self._rebuild = rebuild
         self._max_wait_s = max_wait_s
         self._proven = False
@@ -391,7 +403,8 @@ class _Store:
         try:
             program, arena, run_graph, schedules_json = load(self.folder, graph)
             exe = CachedExecutable(run_graph, program, max_wait_s, _schedules_from(schedules_json), self.rebuild,
-                                   arena=arena, load_graph=None if graph is not None else self._build_graph)
+                                   arena=arena, load_graph=None if graph is not None else self._build_graph,
+                                   image=_image(self.folder))
         except Exception as exc:  # any failure to load an entry costs a compile, never the model
             reason = f"{type(exc).__name__}: {exc}" if not isinstance(exc, CorruptEntry) else str(exc)
             log.warning("the cpu compile cache entry %s is unusable (%s); rebuilding it", self.folder, reason)
@@ -399,6 +412,18 @@ class _Store:
             return None, f"rebuilt (corrupt entry: {reason})"
         exe.cache_status = "hit"
         return exe, "hit"
+
+
+def _image(folder: str) -> NativeImage | None:
+    """The entry's native image, or None (none saved, altered, or it does not load here): the
+    numba driver and kernels run instead."""
+    if not os.path.exists(os.path.join(folder, IMAGE_META)) or os.environ.get("RAMMER_NATIVE_IMAGE", "1") == "0":
+        return None
+    try:
+        return NativeImage.open(folder, IMAGE_LIBRARY, IMAGE_META)
+    except ImageUnusable as exc:
+        log.debug("the native image of %s is not used: %s", folder, exc)
+        return None
 
 
 def _prepared(load_graph: Callable[[], Graph]) -> Callable[[], Graph]:
