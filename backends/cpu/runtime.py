@@ -36,8 +36,7 @@ from rammer.profile import TraceSlice
 from .adaptive import FULL, LANE, LaunchChooser
 from .compiled import BRANCH_MIN_NODES, CompiledSegment, HostStep, Program, aligned_arena
 from .image_runtime import NativeImage
-from .scheduling import available_cores
-from .task_rows import KERNEL_FAILED, STATUS, STRIDE, cpuset_words
+from .task_rows import KERNEL_FAILED, STATUS, STRIDE, available_cores, cpuset_words
 
 #: After two callers were inside ``run`` at once, a caller alone runs a 1-vEU lane too for this
 #: long (seconds) instead of the whole program (see :meth:`CpuExecutable.run`).

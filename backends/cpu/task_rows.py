@@ -8,6 +8,7 @@ numba modules that define the driver (:mod:`.driver`) and the entries (:mod:`.en
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable
 
 import numpy as np
@@ -47,3 +48,32 @@ def cpuset_words(cores: Iterable[int]) -> np.ndarray:
         if 0 <= c < CPUSET_WORDS * 64:
             words[c // 64] |= np.int64(1) << np.int64(c % 64) if c % 64 < 63 else np.int64(-(1 << 63))
     return words
+
+
+def available_cores() -> list[int]:
+    """The cores this process may run on (``scheduling.available_cores``, without the scheduler's
+    imports)."""
+    try:
+        return sorted(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        return list(range(os.cpu_count() or 1))
+
+
+def default_veus() -> int:
+    """``scheduling.default_veus`` without importing numba when it is not loaded yet: one vEU per
+    core this process may use, but no more than numba's thread count, which before numba starts
+    is ``NUMBA_NUM_THREADS`` or the cores this process may use (numba's own default)."""
+    import sys
+
+    numba = sys.modules.get("numba")
+    if numba is not None:
+        return max(1, min(len(available_cores()), numba.get_num_threads()))
+    cores = available_cores()
+    raw = os.environ.get("NUMBA_NUM_THREADS")
+    try:
+        threads = int(raw) if raw else len(cores)
+    except ValueError:  # numba reports it when it starts
+        import numba as started
+
+        threads = started.get_num_threads()
+    return max(1, min(len(cores), threads))
