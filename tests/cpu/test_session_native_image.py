@@ -110,3 +110,16 @@ def test_no_image_without_a_compiler(tmp_path, monkeypatch):
     rammer.compile(path, backend="cpu", cache_dir=cache, veus=1)
     assert glob.glob(os.path.join(cache, "cpu", "programs", "*", "manifest.json"))
     assert not glob.glob(os.path.join(cache, "cpu", "programs", "*", "native.so"))
+
+
+def test_a_traced_run_on_the_image_records_every_row(tmp_path):
+    path, cache = str(tmp_path / "m.onnx"), str(tmp_path / "cache")
+    _model(path)
+    expected_model = rammer.compile(path, backend="cpu", cache_dir=cache, veus=2)
+    hit = rammer.compile(path, backend="cpu", cache_dir=cache, veus=2)  # this process: a hit on the image
+    assert hit.executable.cache_status == "hit" and hit.executable.image is not None
+    x = np.random.default_rng(5).standard_normal((8, 48)).astype(np.float32)
+    out, slices = hit.executable.trace_run({"x": x})
+    assert np.array_equal(out["y"], expected_model({"x": x})["y"])
+    rows = hit.executable.program.T.shape[0]
+    assert len(slices) == rows and all(s.end_ns >= s.start_ns > 0 for s in slices)
