@@ -445,16 +445,30 @@ class _Store:
         return exe, "hit"
 
 
+#: Images opened in this process, by their library's path and stat stamp: a second hit on the same
+#: entry neither reads and hashes the library again nor loads its BLAS (tens of milliseconds).
+_opened: dict[tuple, NativeImage] = {}
+
+
 def _image(folder: str) -> NativeImage | None:
     """The entry's native image, or None (none saved, altered, or it does not load here): the
     numba driver and kernels run instead."""
-    if not os.path.exists(os.path.join(folder, IMAGE_META)) or os.environ.get("RAMMER_NATIVE_IMAGE", "1") == "0":
+    if os.environ.get("RAMMER_NATIVE_IMAGE", "1") == "0":
         return None
     try:
-        return NativeImage.open(folder, IMAGE_LIBRARY, IMAGE_META)
+        lib, meta = os.stat(os.path.join(folder, IMAGE_LIBRARY)), os.stat(os.path.join(folder, IMAGE_META))
+    except OSError:
+        return None
+    stamp = (folder, lib.st_ino, lib.st_size, lib.st_mtime_ns, meta.st_ino, meta.st_size, meta.st_mtime_ns)
+    found = _opened.get(stamp)
+    if found is not None:
+        return found
+    try:
+        found = _opened[stamp] = NativeImage.open(folder, IMAGE_LIBRARY, IMAGE_META)
     except ImageUnusable as exc:
         log.debug("the native image of %s is not used: %s", folder, exc)
         return None
+    return found
 
 
 def _prepared(load_graph: Callable[[], Graph]) -> Callable[[], Graph]:
