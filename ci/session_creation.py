@@ -53,7 +53,10 @@ def _use_source(src: str | None) -> None:
     sys.meta_path.insert(0, Finder())
 
 
-def child(kind: str, model: str, cache: str, saved: str) -> dict:
+def child(kind: str, model: str, cache: str, saved: str, shapes_json: str = "") -> dict:
+    # a corpus model's input shapes (its dynamic dimensions bound), as ci/corpus_bench.py gives them
+    shapes = {k: tuple(v) for k, v in json.loads(shapes_json).items()} if shapes_json else None
+    load = os.getloadavg()[0]
     t0 = time.perf_counter()
     if kind == "ort":
         import onnxruntime as ort
@@ -72,11 +75,13 @@ def child(kind: str, model: str, cache: str, saved: str) -> dict:
         else:
             def make():
                 where = tempfile.mkdtemp(prefix="cold-", dir=cache) if kind == "cold" else cache
-                return rammer.compile(model, backend="cpu", cache_dir=where)
-    t1 = time.perf_counter()
+                return rammer.compile(model, backend="cpu", cache_dir=where, input_shapes=shapes)
+    t1, c1 = time.perf_counter(), time.process_time()
     first = make()
-    t2 = time.perf_counter()
-    out = {"import_s": t1 - t0, "first_s": t2 - t1}
+    t2, c2 = time.perf_counter(), time.process_time()
+    out = {"import_s": t1 - t0, "first_s": t2 - t1, "first_cpu_s": c2 - c1, "load": load,
+           "numba_loaded": "numba" in sys.modules,
+           "image": getattr(getattr(first, "executable", None), "image", None) is not None}
     status = getattr(getattr(first, "executable", None), "cache_status", None)
     if kind == "session":
         status = getattr(first.compiled.executable, "cache_status", None)
@@ -89,10 +94,11 @@ def child(kind: str, model: str, cache: str, saved: str) -> dict:
     return out
 
 
-def prepare(model: str, cache: str, saved: str) -> dict:
+def prepare(model: str, cache: str, saved: str, shapes_json: str = "") -> dict:
     import rammer
 
-    m = rammer.compile(model, backend="cpu", cache_dir=cache)
+    shapes = {k: tuple(v) for k, v in json.loads(shapes_json).items()} if shapes_json else None
+    m = rammer.compile(model, backend="cpu", cache_dir=cache, input_shapes=shapes)
     m.save(saved)
     return {"status": m.executable.cache_status, "rammer_bytes": os.path.getsize(saved)}
 
@@ -142,7 +148,8 @@ def _median(values: list[float]) -> float:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--models", default="mlp100,alexnet,nasnet", help="mlp100 and/or zoo model names")
+    ap.add_argument("--models", default="mlp100,alexnet,nasnet",
+                    help="mlp100, zoo model names and/or corpus:NAME (ci/corpus, full size, its input shapes)")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--kinds", default=",".join(KINDS))
     ap.add_argument("--before", default=None, help="source tree of an earlier rammer (core/, backends/)")
@@ -153,7 +160,21 @@ def main() -> int:
     work = args.work or tempfile.mkdtemp(prefix="session-creation-")
     variants = [("after", None)] + ([("before", os.path.abspath(args.before))] if args.before else [])
     models = {}
+    shapes: dict[str, str] = {}
     for name in [m for m in args.models.split(",") if m]:
+        if name.startswith("corpus:"):
+            sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+            import corpus
+            import numpy as np
+
+            entry = corpus.ENTRIES[name[len("corpus:"):]]
+            corpus.build(entry, "full", corpus.DEFAULT_CACHE)  # built once, if not already
+            base = os.path.join(corpus.DEFAULT_CACHE, f"{entry.name}-full-{entry.cache_key('full')}")
+            name = entry.name
+            models[name] = base + ".onnx"
+            with np.load(base + ".npz") as z:
+                shapes[name] = json.dumps({k: list(z[k].shape) for k in z.files})
+            continue
         path = os.path.join(work, f"{name}.onnx")
         if not os.path.exists(path):
             if name == "mlp100":
@@ -173,7 +194,7 @@ def main() -> int:
             cache = os.path.join(work, f"cache-{variant}")
             os.makedirs(cache, exist_ok=True)
             saved = os.path.join(work, f"{name}-{variant}.rammer")
-            info = _run(["--prepare", path, cache, saved], src)
+            info = _run(["--prepare", path, cache, saved, shapes.get(name, "")], src)
             sizes[(name, variant)] = info["rammer_bytes"]
             print(f"prepared {name} ({variant}): {info['status']}, .rammer {info['rammer_bytes'] / 1e6:.1f} MB",
                   flush=True)
@@ -184,7 +205,7 @@ def main() -> int:
                 for variant, src in (variants if kind != "ort" else variants[:1]):
                     cache = os.path.join(work, f"cache-{variant}")
                     saved = os.path.join(work, f"{name}-{variant}.rammer")
-                    out = _run(["--child", kind, path, cache, saved], src)
+                    out = _run(["--child", kind, path, cache, saved, shapes.get(name, "")], src)
                     results.setdefault((name, kind, variant), []).append(out)
         print(f"round {r + 1}/{args.rounds} done", flush=True)
     if args.json:
@@ -193,8 +214,8 @@ def main() -> int:
     print()
     print(f"session creation, medians of {args.rounds} fresh processes per cell (seconds); "
           f"'fresh': the first call in a process, 'warm': the same call again")
-    header = f"{'model':<9} {'MB':>6}  {'kind':<36} {'variant':<7} {'import':>7} {'fresh':>7} {'warm':>7} " \
-             f"{'fresh/ort':>9} {'warm/ort':>8}"
+    header = f"{'model':<16} {'MB':>6}  {'kind':<36} {'variant':<7} {'import':>7} {'fresh':>7} {'fresh cpu':>9} " \
+             f"{'imp+fresh':>9} {'warm':>7} {'fresh/ort':>9} {'warm/ort':>8} {'load':>9} numba"
     print(header)
     print("-" * len(header))
     for name, path in models.items():
@@ -207,10 +228,15 @@ def main() -> int:
                 first = _median([x["first_s"] for x in rows])
                 second = _median([x["second_s"] for x in rows if "second_s" in x])
                 imp = _median([x["import_s"] for x in rows])
-                print(f"{name:<9} {mb:>6.1f}  {LABELS[kind]:<36} {variant:<7} {imp:>7.3f} {first:>7.3f} "
-                      f"{second:>7.3f} {first / ort_first:>9.1f} {second / ort_second:>8.1f}")
+                cpu = _median([x["first_cpu_s"] for x in rows if "first_cpu_s" in x])
+                both = _median([x["import_s"] + x["first_s"] for x in rows])
+                loads = [x["load"] for x in rows if "load" in x] or [float("nan")]
+                numba = "yes" if any(x.get("numba_loaded") for x in rows) else "no"
+                print(f"{name:<16} {mb:>6.1f}  {LABELS[kind]:<36} {variant:<7} {imp:>7.3f} {first:>7.3f} {cpu:>9.3f} "
+                      f"{both:>9.3f} {second:>7.3f} {first / ort_first:>9.1f} {second / ort_second:>8.1f} "
+                      f"{min(loads):>4.1f}-{max(loads):<4.1f} {numba}")
         for variant, _ in variants:
-            print(f"{name:<9} .rammer file ({variant}): {sizes[(name, variant)] / 1e6:.1f} MB "
+            print(f"{name:<16} .rammer file ({variant}): {sizes[(name, variant)] / 1e6:.1f} MB "
                   f"({sizes[(name, variant)] / os.path.getsize(path):.2f}x the .onnx)")
     return 0
 
@@ -218,7 +244,7 @@ def main() -> int:
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] in ("--child", "--prepare"):
         _use_source(os.environ.get("SESSION_CREATION_SRC"))
-        result = child(*sys.argv[2:6]) if sys.argv[1] == "--child" else prepare(*sys.argv[2:5])
+        result = child(*sys.argv[2:7]) if sys.argv[1] == "--child" else prepare(*sys.argv[2:6])
         print(json.dumps(result))
         sys.exit(0)
     sys.exit(main())

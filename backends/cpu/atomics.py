@@ -31,6 +31,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from . import _numba_cache  # noqa: F401  (drops stale numba caches first)
+from .task_rows import CPUSET_WORDS, cpuset_words  # noqa: F401  (re-exported)
 
 _MACHINE = platform.machine().lower()
 
@@ -219,7 +220,7 @@ def wait_at_least(counters, idx, target, abort_idx, max_sleeps):
 llvm_binding.add_symbol("sched_setaffinity", ctypes.cast(_libc.sched_setaffinity, ctypes.c_void_p).value)
 
 #: cpu_set_t as glibc defines it: 1024 bits.
-_CPUSET_WORDS = 16
+_CPUSET_WORDS = CPUSET_WORDS
 
 
 @intrinsic
@@ -313,17 +314,6 @@ def set_affinity(typingctx, words, skip_core):
         return builder.sext(res, i64)
 
     return types.int64(words, skip_core), codegen
-
-
-def cpuset_words(cores) -> np.ndarray:
-    """The cores as an int64 array in glibc's cpu_set_t layout (for :func:`set_affinity`)."""
-    import numpy as np
-
-    words = np.zeros(_CPUSET_WORDS, dtype=np.int64)
-    for c in cores:
-        if 0 <= c < _CPUSET_WORDS * 64:
-            words[c // 64] |= np.int64(1) << np.int64(c % 64) if c % 64 < 63 else np.int64(-(1 << 63))
-    return words
 
 
 # -- calling compiled kernels through their addresses ----------------------------------

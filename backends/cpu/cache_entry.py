@@ -40,11 +40,9 @@ import numpy as np
 from rammer.block_crc import BLOCK as CONST_BLOCK
 from rammer.block_crc import BlockChecked, CheckFailed, block_crcs
 
-from . import entries as _entries
 from .compiled import CompiledSegment, HostStep, Program, aligned_arena
-from .driver import BARRIER
-from .entries import ROW_PARAMS
 from .ops import ARENA_DTYPES
+from .task_rows import BARRIER, KERNELS, ROW_PARAMS
 
 FORMAT = "rammer.cpu.program/3"
 MANIFEST = "manifest.json"
@@ -300,7 +298,7 @@ def check_bounds(p: Program, num_nodes: int) -> None:
         raise CorruptEntry(f"cores {p.cores} for {p.num_veus} vEUs")
     names = p.kernel_names
     if (not names or names[0] != "barrier" or len(set(names)) != len(names)
-            or not all(isinstance(n, str) and hasattr(_entries, f"entry_{n}") for n in names[1:])):
+            or not all(isinstance(n, str) and n in KERNELS for n in names[1:])):
         raise CorruptEntry(f"kernel names {names} are not the barrier and distinct known kernels")
     T, X, R = p.T, p.X, p.R
     if T.dtype != np.int64 or T.ndim != 2 or T.shape[1] != ROW or T.shape[0] < 1:

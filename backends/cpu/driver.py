@@ -27,18 +27,8 @@ from .atomics import (
     wait_at_least,
 )
 
-#: Progress counters sit 64 bytes apart (one cache line per vEU).
-STRIDE = 8
-BARRIER = 0
-#: Words of a vEU's counter line past its progress counter: when one of its kernels reports an
-#: error, the row it was running (plus one; 0: none) and the kernel's own status, for the runtime
-#: to name the op and node (written only on that path: the rows that succeed pay nothing).
-FAILED_ROW = 1
-FAILED_CODE = 2
-#: walk status codes
-KERNEL_FAILED = 3
-STATUS = {0: "ok", 1: "aborted because another vEU failed", 2: "barrier timed out (a scheduling bug?)",
-          KERNEL_FAILED: "a kernel reported an error"}
+# (defined without numba in task_rows, for the native image's executable; re-exported here)
+from .task_rows import BARRIER, FAILED_CODE, FAILED_ROW, KERNEL_FAILED, STATUS, STRIDE  # noqa: F401
 
 
 @njit(nogil=True, cache=True, boundscheck=False)

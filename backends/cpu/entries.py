@@ -16,6 +16,7 @@ from numba import carray, cfunc, types
 from . import (
     _numba_cache,  # noqa: F401  (drops stale numba caches first)
     machine_code,
+    native_image,  # noqa: F401  (makes numba keep the entries' object code, before any is loaded)
 )
 from .kernels_attention import k_attention
 from .kernels_conv import k_convp
@@ -37,11 +38,10 @@ from .kernels_quant import (
 )
 from .kernels_tree import k_tree
 from .kernels_window import k_dwconv, k_pool
+from .task_rows import KERNELS, ROW_PARAMS
 
 SIGNATURE = types.int64(types.voidptr, types.int64, types.voidptr, types.int64, types.voidptr, types.int64,
                         types.voidptr, types.int64)
-#: Parameters per task row after the kernel id and scratch offset.
-ROW_PARAMS = 8
 
 
 def entry_k_ew(arena, nbytes, x, nx, r, nr, row, sbase):
@@ -254,3 +254,7 @@ def ensure_all_micro_kernels() -> None:
     they reach their kernels through :func:`entry_address`, which builds what each entry calls."""
     for code in machine_code.machine_code():
         code.engine()
+
+
+if {n[len("entry_"):] for n in dir() if n.startswith("entry_k_")} != KERNELS:  # pragma: no cover
+    raise AssertionError("task_rows.KERNELS must name exactly the kernels with an entry here")

@@ -24,7 +24,6 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-import numba
 import numpy as np
 
 from rammer import api
@@ -35,12 +34,9 @@ from rammer.ops.control import taken_branch
 from rammer.profile import TraceSlice
 
 from .adaptive import FULL, LANE, LaunchChooser
-from .atomics import cpuset_words
-from .codegen import entry_table, program_source
 from .compiled import BRANCH_MIN_NODES, CompiledSegment, HostStep, Program, aligned_arena
-from .driver import KERNEL_FAILED, STATUS, STRIDE, run, run_holding_gil
-from .faults import describe_failure, failed_rows
-from .scheduling import available_cores
+from .image_runtime import NativeImage
+from .task_rows import KERNEL_FAILED, STATUS, STRIDE, available_cores, cpuset_words
 
 #: After two callers were inside ``run`` at once, a caller alone runs a 1-vEU lane too for this
 #: long (seconds) instead of the whole program (see :meth:`CpuExecutable.run`).
@@ -77,17 +73,33 @@ class CpuExecutable:
     their own thread, so throughput grows with callers instead of queueing them."""
 
     def __init__(self, graph: Graph, program: Program, max_wait_s: float = 60.0, schedules: list | None = None,
-                 schedules_loader: Any = None, arena: tuple[np.ndarray, np.ndarray] | None = None):
-        if program.num_veus > numba.config.NUMBA_NUM_THREADS:
-            raise OpExecutionError(
-                f"the CPU backend was asked for {program.num_veus} vEUs but numba runs at most "
-                f"{numba.config.NUMBA_NUM_THREADS} threads; compile with fewer --veus or set NUMBA_NUM_THREADS")
+                 schedules_loader: Any = None, arena: tuple[np.ndarray, np.ndarray] | None = None,
+                 image: NativeImage | None = None):
         self.graph = graph
         self.program = program
         self._schedules = schedules
         self._schedules_loader = schedules_loader
-        self._driver = run
-        self._entries = entry_table(program.kernel_names)
+        #: A native image of the program's kernels (a cache hit: numba is never imported), else None
+        #: and the numba driver and entries.
+        self.image = image if image is not None and image.covers(program.kernel_names) else None
+        if self.image is not None:
+            self._driver: Any = self.image.run
+            self._driver_holding_gil: Any = self.image.run_holding_gil
+            self._entries = self.image.entry_table(program.kernel_names)
+        else:
+            import numba
+
+            from .codegen import entry_table
+            from .driver import run, run_holding_gil
+
+            if program.num_veus > numba.config.NUMBA_NUM_THREADS:
+                raise OpExecutionError(
+                    f"the CPU backend was asked for {program.num_veus} vEUs but numba runs at most "
+                    f"{numba.config.NUMBA_NUM_THREADS} threads; compile with fewer --veus or set NUMBA_NUM_THREADS")
+            self._driver = run
+            self._driver_holding_gil = run_holding_gil
+            self._entries = entry_table(program.kernel_names)
+        self._driver_releasing_gil = self._driver
         self._lock = threading.Lock()
         self._multi_veu = program.num_veus > 1
         #: The forks behind the process that built the worker pool (a forked child runs a 1-vEU copy instead).
@@ -143,6 +155,8 @@ class CpuExecutable:
     @property
     def source(self) -> str:
         """The generated Python program (what ``--emit`` writes as program.py)."""
+        from .codegen import program_source
+
         return program_source(self.program)
 
     @property
@@ -261,7 +275,7 @@ class CpuExecutable:
         if long_run or len(times) == LANE_PROBE_RUNS:
             self._lane_probing = False
             if long_run or sorted(times)[len(times) // 2] >= LANE_GIL_MAX_S:
-                self._driver = run  # long launches release the GIL: callers run side by side
+                self._driver = self._driver_releasing_gil  # long launches release the GIL: callers run side by side
 
     def _new_lane(self, probe: bool = True) -> CpuExecutable:
         """A 1-vEU copy of the program.  A lane for concurrent callers (``probe``) times its first
@@ -274,10 +288,10 @@ class CpuExecutable:
                 lane = api.compile(self.full_graph(), backend="cpu", veus=1, policy=policy).executable
                 self._lane_program = lane.program
             else:
-                lane = CpuExecutable(self.graph, first)
+                lane = CpuExecutable(self.graph, first, image=self.image)
         if probe and lane.program.num_veus == 1 and lane.cores[0] < 0:
             # its first runs time it (_note_lane_run); otherwise it releases the GIL from the start
-            lane._driver = run_holding_gil
+            lane._driver = lane._driver_holding_gil
             lane._lane_probing = True
         return lane
 
@@ -350,7 +364,7 @@ class CpuExecutable:
                 "multiprocessing's 'spawn' or 'forkserver' start method and compile in each worker",
                 self.program.num_veus)
             if self._lane_program is not None:  # the 1-vEU program, already compiled (or loaded)
-                self._fork_copy = CpuExecutable(self.graph, self._lane_program)
+                self._fork_copy = CpuExecutable(self.graph, self._lane_program, image=self.image)
             else:
                 policy = str(self.program.report.get("policy", "wavefront"))
                 self._fork_copy = api.compile(self.full_graph(), backend="cpu", veus=1, policy=policy).executable
@@ -383,9 +397,12 @@ class CpuExecutable:
         return out, trace.slices
 
     def _launch_args(self, seg: CompiledSegment, rows: np.ndarray | None = None) -> tuple:
-        """The driver's arguments for one launch of ``seg`` (``rows``: a trace array or None)."""
-        return (self.arena, self.program.X, self.program.R, self.program.T, seg.starts, seg.ends, self._entries,
+        """The driver's arguments for one launch of ``seg`` (``rows``: a trace array or None); a native
+        image's driver takes them as addresses (bound once per segment: the arrays live as long as
+        this executable)."""
+        args = (self.arena, self.program.X, self.program.R, self.program.T, seg.starts, seg.ends, self._entries,
                 self.counters, self.status, self.cores, self.allowed, self.max_sleeps, rows)
+        return args if self.image is None else self.image.bind(*args)
 
     def _launch(self, seg: CompiledSegment, rows: np.ndarray | None = None) -> None:
         worst = self._driver(*self._launch_args(seg, rows))
@@ -394,6 +411,8 @@ class CpuExecutable:
 
     def _launch_failed(self, worst: int) -> None:
         if worst == KERNEL_FAILED:
+            from .faults import describe_failure, failed_rows
+
             # The failing rows' ops and the bad index (faults.py): work done on this path only.
             described = describe_failure(self.program, self.arena, failed_rows(self.status, self.counters))
             if described is not None:
