@@ -120,10 +120,13 @@ def first_run(name: str, size: str) -> str:
     ok, worst = _compare(got, want)
     (w0, c0), (w1, c1), (w2, c2), (w3, c3) = marks
     ex = compiled.executable
+    from rammer.backends.opencl.runtime import barrier_rkernels
+
     return (f"{name} {size}: compile {w1 - w0:.1f} s (cpu {c1 - c0:.1f}), "
             f"first run {w2 - w1:.1f} s (cpu {c2 - c1:.1f}), second run {w3 - w2:.2f} s (cpu {c3 - c2:.2f}); "
             f"{'ok' if ok else 'MISMATCH'} max_rel={worst:.1e}; "
-            f"build options '{ex.build_options}', {len(ex.report['kernels'])} rKernels, "
+            f"build options '{ex.build_options}', {len(ex.report['kernels'])} rKernels "
+            f"({barrier_rkernels(ex.program.kernels)} with barriers), "
             f"{ex.report['rtasks']} rTasks, {ex.report['blocks']} blocks")
 
 

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from rammer.backends.gpu.compiler import KERNEL_NAME, GpuProgram
 from rammer.backends.gpu.lower_ints import ArenaFeeds, ArenaOutputs
+from rammer.codegen import kernel_ir as ir
 from rammer.errors import BackendUnavailableError, RammerError
 
 from .codegen import render
@@ -24,26 +25,76 @@ from .device import opencl_device
 __all__ = ["OpenCLExecutable"]
 
 
-#: Build options on PoCL's CPU device: its optimiser spent 20-35 s on the first launch of a
-#: small fuzz program (one kernel with every rKernel of the model inlined) and under 2 s with
-#: ``-cl-opt-disable``; other devices get their driver's defaults.  ``RAMMER_OPENCL_BUILD_OPTIONS``
-#: overrides both (``""``: the defaults everywhere).
+#: Build options on PoCL's CPU device when the optimiser is not worth it; other devices get their
+#: driver's defaults.  ``RAMMER_OPENCL_BUILD_OPTIONS`` overrides both (``""``: the defaults everywhere).
 #:
-#: Not chosen by the program's size: PoCL's optimiser made a run of a full-size program 5-10x cheaper
-#: (ResNet-18 224 px: 43 -> 4.2 s of CPU per run; BERT seq 128: 27 -> 3.9 s) and its first run cheaper
-#: (53 -> 21 s), but on MobileViT 256 px it spent 336 s of CPU building the program (12 rKernels;
-#: ResNet-18's 7 took about 15 s), so its cost cannot be told from the program's size; a first run
-#: must stay under a minute (docs/gpu.md, "Third round").
+#: PoCL's optimiser makes a run of a full-size program 5-10x cheaper (ResNet-18 224 px: 43 -> 4.2 s
+#: of CPU per run), but its kernel compiler (the work-group function built at the first launch; most
+#: of it LLVM's InstCombine) grows about 4x with every rKernel that has block barriers, since all of
+#: them are inlined into the one persistent kernel: MobileViT's gemm16, conv_igemm, layernorm_rows and
+#: softmax_rows alone took 0.6-0.9 s of CPU each, two of them 1.6-3.2 s, three 11 s, four 51 s,
+#: five over 100 s (PoCL 3.1, its cache off); rKernels without barriers cost about 0.2 s each and do
+#: not compound.  Unoptimised, the build takes about a second whatever the program.  So a program is
+#: built optimised when the optimiser's estimated cost (:func:`optimiser_seconds`) is below
+#: :data:`POCL_OPTIMISE_FRACTION` of one unoptimised run's (:func:`unoptimised_seconds`): its first
+#: run is then cheaper than unoptimised, and every later run 5-10x cheaper.
 POCL_BUILD_OPTIONS = "-cl-opt-disable"
+POCL_OPTIMISE_FRACTION = 0.75
+#: The optimiser's cost model (CPU seconds, fitted to the figures above).
+POCL_OPTIMISER_S_FIRST_BARRIER_KERNEL = 0.8
+POCL_OPTIMISER_GROWTH_PER_BARRIER_KERNEL = 4.0
+POCL_OPTIMISER_S_PER_PLAIN_KERNEL = 0.2
+#: The unoptimised run's cost model: CPU seconds per floating-point operation and per rTask, fitted
+#: at full size (ResNet-18 224 px, 4.0 GFLOP, 14,313 rTasks: 34-43 s per run; BERT seq 128, 2.9 GFLOP,
+#: 33,350 rTasks: 27 s; MobileViT 256 px, 1.0 GFLOP, 87,916 rTasks: 22 s).
+POCL_UNOPTIMISED_S_PER_FLOP = 1 / 1.15e8
+POCL_UNOPTIMISED_S_PER_RTASK = 1.5e-4
 
 
-def build_options(device: Any) -> str:
-    """The options the program is built with on ``device`` (see :data:`POCL_BUILD_OPTIONS`)."""
+def barrier_rkernels(kernels: Sequence[ir.Kernel]) -> int:
+    """How many of ``kernels``' device functions (the rKernels) contain a block barrier."""
+    def has_barrier(body: Sequence[Any]) -> bool:
+        for stmt in body:
+            if isinstance(stmt, ir.Barrier):
+                return True
+            inner = [getattr(stmt, name, ()) for name in ("body", "then", "orelse")]
+            if any(isinstance(part, tuple) and has_barrier(part) for part in inner):
+                return True
+        return False
+
+    return sum(1 for k in kernels if k.device and has_barrier(k.body))
+
+
+def optimiser_seconds(kernels: Sequence[ir.Kernel]) -> float:
+    """The estimated CPU seconds PoCL's optimiser spends on the program of ``kernels``."""
+    with_barriers = barrier_rkernels(kernels)
+    plain = sum(1 for k in kernels if k.device) - with_barriers
+    compounding = (POCL_OPTIMISER_S_FIRST_BARRIER_KERNEL
+                   * POCL_OPTIMISER_GROWTH_PER_BARRIER_KERNEL ** (with_barriers - 1) if with_barriers else 0.0)
+    return compounding + POCL_OPTIMISER_S_PER_PLAIN_KERNEL * plain
+
+
+def unoptimised_seconds(program: GpuProgram) -> float:
+    """The estimated CPU seconds of one run of ``program`` built with ``-cl-opt-disable`` on PoCL."""
+    ops = getattr(program.schedule, "ops", ())
+    flops = float(sum(op.kernel.flops * op.kernel.num_rtasks for op in ops))
+    rtasks = sum(op.kernel.num_rtasks for op in ops)
+    return flops * POCL_UNOPTIMISED_S_PER_FLOP + rtasks * POCL_UNOPTIMISED_S_PER_RTASK
+
+
+def build_options(device: Any, program: GpuProgram | None = None) -> str:
+    """The options ``program`` is built with on ``device`` (see :data:`POCL_BUILD_OPTIONS`);
+    without a program, PoCL's CPU device builds unoptimised."""
     chosen = os.environ.get("RAMMER_OPENCL_BUILD_OPTIONS")
     if chosen is not None:
         return chosen
     cpu = bool(device.type & 2)  # CL_DEVICE_TYPE_CPU
-    return POCL_BUILD_OPTIONS if cpu and "Portable Computing Language" in device.platform.name else ""
+    if not (cpu and "Portable Computing Language" in device.platform.name):
+        return ""
+    if program is not None and \
+            optimiser_seconds(program.kernels) < POCL_OPTIMISE_FRACTION * unoptimised_seconds(program):
+        return ""
+    return POCL_BUILD_OPTIONS
 
 
 class OpenCLExecutable:
@@ -62,7 +113,7 @@ class OpenCLExecutable:
         self.report: dict[str, Any] = {"device": device.name.strip(), **program.report}
         self.ctx = cl.Context([device])
         self.queue = cl.CommandQueue(self.ctx)
-        self.build_options = build_options(device)
+        self.build_options = build_options(device, program)
         self.report["build_options"] = self.build_options
         self.kernel = cl.Kernel(cl.Program(self.ctx, self.source).build(options=self.build_options), KERNEL_NAME)
         wg = self.kernel.get_work_group_info(cl.kernel_work_group_info.WORK_GROUP_SIZE, device)

@@ -1,0 +1,90 @@
+"""Which programs PoCL's CPU device builds with its optimiser: those whose estimated optimiser time
+(growing about 4x with every rKernel that has block barriers, since PoCL inlines them all into the
+one persistent kernel) is below a fraction of one unoptimised run's estimated time.  The figures
+behind the cost model are in backends/opencl/runtime.py and docs/benchmarks.md."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+import rammer
+from rammer.backends.opencl import runtime
+from rammer.backends.opencl.runtime import (
+    POCL_BUILD_OPTIONS,
+    barrier_rkernels,
+    build_options,
+    optimiser_seconds,
+)
+from rammer.codegen import kernel_ir as ir
+from rammer.codegen.kernel_ir import c, v
+
+POCL = SimpleNamespace(type=2, platform=SimpleNamespace(name="Portable Computing Language"))
+GPU = SimpleNamespace(type=4, platform=SimpleNamespace(name="NVIDIA CUDA"))
+
+
+def _fn(name: str, barrier_depth: int | None) -> ir.Kernel:
+    """A device function with a barrier nested ``barrier_depth`` statements deep (None: none)."""
+    body: tuple = (ir.Store("y", c(0), c(1.0)),)
+    if barrier_depth is not None:
+        inner: tuple = (ir.Barrier(),)
+        for level in range(barrier_depth):
+            inner = (ir.For("k", c(0), v("n"), c(1), inner),) if level % 2 else (ir.If(v("n"), (), inner),)
+        body = body + inner
+    return ir.Kernel(name, (ir.Param("y", "float", True),), body, device=True)
+
+
+def _program(barrier_kernels: int, plain_kernels: int, flops: float, rtasks: int) -> SimpleNamespace:
+    kernels = [_fn(f"b{i}", i % 3) for i in range(barrier_kernels)]
+    kernels += [_fn(f"p{i}", None) for i in range(plain_kernels)]
+    kernels.append(ir.Kernel("main", (), (ir.Barrier(),)))  # the entry's own barriers are not an rKernel's
+    op = SimpleNamespace(kernel=SimpleNamespace(flops=flops / rtasks, num_rtasks=rtasks))
+    return SimpleNamespace(kernels=kernels, schedule=SimpleNamespace(ops=[op]))
+
+
+def test_barrier_rkernels_are_found_nested_in_loops_and_branches():
+    kernels = [_fn("a", 0), _fn("b", 1), _fn("c", 3), _fn("d", None), ir.Kernel("main", (), (ir.Barrier(),))]
+    assert barrier_rkernels(kernels) == 3
+
+
+def test_the_optimiser_estimate_compounds_per_barrier_rkernel_only():
+    costs = [optimiser_seconds(_program(n, 0, 1.0, 1).kernels) for n in range(1, 6)]
+    assert all(b == pytest.approx(4 * a) for a, b in zip(costs, costs[1:]))
+    assert optimiser_seconds(_program(3, 10, 1.0, 1).kernels) == pytest.approx(costs[2] + 10 * 0.2)
+
+
+def test_pocl_optimises_large_programs_with_few_barrier_rkernels(monkeypatch):
+    monkeypatch.delenv("RAMMER_OPENCL_BUILD_OPTIONS", raising=False)
+    resnet18_like = _program(3, 4, 4.0e9, 14_313)  # about 36 s per unoptimised run, optimiser about 14 s
+    assert build_options(POCL, resnet18_like) == ""
+    mobilevit_like = _program(5, 7, 1.0e9, 87_916)  # about 22 s per run, optimiser over 200 s
+    assert build_options(POCL, mobilevit_like) == POCL_BUILD_OPTIONS
+    small = _program(1, 3, 1.0e6, 100)  # the test suite's models: a run costs less than the optimiser
+    assert build_options(POCL, small) == POCL_BUILD_OPTIONS
+    assert build_options(GPU, mobilevit_like) == ""
+    monkeypatch.setenv("RAMMER_OPENCL_BUILD_OPTIONS", "-cl-opt-disable")
+    assert build_options(POCL, resnet18_like) == "-cl-opt-disable"
+
+
+def test_a_program_pocl_chose_to_optimise_matches_reference(monkeypatch):
+    """The optimised build path end to end: a small model made to look worth optimising."""
+    from rammer.backends.opencl.device import opencl_device
+
+    if opencl_device()[0] is None:
+        pytest.skip("needs an OpenCL device (PoCL here: apt-get install pocl-opencl-icd)")
+    from rammer import zoo
+    from rammer.api import random_feeds
+
+    monkeypatch.delenv("RAMMER_OPENCL_BUILD_OPTIONS", raising=False)
+    monkeypatch.setattr(runtime, "POCL_OPTIMISE_FRACTION", 1e9)
+    model = zoo.build("lstm-tc-small", seed=0)
+    compiled = rammer.compile(model, backend="opencl")
+    ex = compiled.executable
+    if "Portable Computing Language" in ex.device.platform.name:
+        assert ex.build_options == ""
+    feeds = random_feeds(compiled.inputs, seed=3)
+    got, want = compiled.run(feeds), rammer.compile(model, backend="reference").run(feeds)
+    for name, w in want.items():
+        np.testing.assert_allclose(got[name], w, rtol=1e-4, atol=1e-5)
