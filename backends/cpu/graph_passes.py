@@ -22,6 +22,7 @@ from rammer.passes import (
     Pass,
     PipelineResult,
     merge_convs_pass,
+    qdq_to_qlinear_pass,
     run_pipeline,
 )
 
@@ -35,6 +36,9 @@ PIPELINE: tuple[Pass, ...] = (
     DECOMPOSE,  # first: Caffe2 exports' weights become initializers here
     FOLD_BATCHNORM,
     NORM_AS_LAYERNORM,  # InstanceNormalization / GroupNormalization: the layernorm kernel and an affine
+    # DQ -> Conv / MatMul -> Q as QLinearConv / QLinearMatMul (the 8-bit kernels; 2-D convs: k_qconv_int8),
+    # before the float rewrite of the pairs that remain
+    qdq_to_qlinear_pass(conv_ranks=(2,)),
     QDQ_AS_FLOAT,  # QDQ pairs as exact float ops, fused into the epilogue of the conv / GEMM before them
     CSE,
     RELU_CONCAT,
