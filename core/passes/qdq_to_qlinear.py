@@ -242,9 +242,8 @@ def _int32_bias(graph: Graph, producer: dict[str, Node], conv: Node, x: _Quant, 
 def _on_int8_grid(weights: np.ndarray | None, axis: int) -> tuple[np.ndarray, np.ndarray] | None:
     """Float32 weights as int8 ``q`` and one float32 scale ``s`` per index of ``axis`` with
     ``float32(q * s) == weights`` bit for bit (what DequantizeLinear of symmetric int8 weights gives), or
-    None when some slice is not on such a grid.  The scale of a slice is ``max |w| / 127`` (or ``/ 128``) of
-    the slice or of the whole tensor (per-tensor quantization), up to a few ulps, each candidate checked
-    exactly."""
+    None when some slice is not on such a grid.  The scale of a slice is ``max |w| / t`` of the slice (t from
+    127 down) or of the whole tensor, up to a few ulps, each candidate checked exactly."""
     if weights is None or weights.dtype != np.float32 or weights.ndim < 2:
         return None
     rows = np.moveaxis(np.asarray(weights), axis, 0).reshape(weights.shape[axis], -1)
@@ -253,9 +252,14 @@ def _on_int8_grid(weights: np.ndarray | None, axis: int) -> tuple[np.ndarray, np
         return None
     scale = np.zeros(len(rows), np.float32)
     pending = peak > 0  # an all-zero slice (a pruned channel) is on every grid
-    # per-channel scales first, then one scale for the whole tensor (whose slices need not reach 127)
-    for top_peak, top in ((peak, 127), (peak, 128), (np.full_like(peak, peak.max()), 127),
-                          (np.full_like(peak, peak.max()), 128)):
+    # Candidates, in order: per-channel scales whose peak is +-127 / -128 (onnxruntime's symmetric
+    # quantization), one scale for the whole tensor (per-tensor quantization: slices need not reach the
+    # peak), then per-channel peaks of 126 down to 1 (quantizers that do not stretch to the full range);
+    # each a few ulps either way.  The first that fits a slice is the finest grid it lies on.
+    whole = np.full_like(peak, peak.max())
+    bases = [(peak, 127), (peak, 128), (whole, 127), (whole, 128)] + [(peak, top) for top in range(126, 0, -1)]
+    sample = min(rows.shape[1], 16)  # a cheap first check; the full one only for slices that pass it
+    for top_peak, top in bases:
         base = (top_peak / np.float32(top)).astype(np.float32)
         for ulps in (0, 1, -1, 2, -2):
             if not pending.any():
@@ -264,10 +268,13 @@ def _on_int8_grid(weights: np.ndarray | None, axis: int) -> tuple[np.ndarray, np
             cand = base[todo]
             for _ in range(abs(ulps)):
                 cand = np.nextafter(cand, np.float32(np.inf if ulps > 0 else 0)).astype(np.float32)
-            q = np.rint(rows[todo] / cand[:, None])
-            exact = np.all((q >= -128) & (q <= 127) & ((q.astype(np.float32) * cand[:, None]) == rows[todo]), axis=1)
-            scale[todo[exact]] = cand[exact]
-            pending[todo[exact]] = False
+            for cols in (slice(0, sample), slice(None)):
+                part = rows[todo, cols]
+                q = np.rint(part / cand[:, None])
+                fits = np.all((q >= -128) & (q <= 127) & ((q.astype(np.float32) * cand[:, None]) == part), axis=1)
+                todo, cand = todo[fits], cand[fits]
+            scale[todo] = cand
+            pending[todo] = False
     if pending.any():
         return None
     # its scale matters only for a bias re-expressed at x_s * w_s: the largest found keeps that exact enough
