@@ -31,7 +31,7 @@ Rewritten when the pattern is exact:
 * Gemm: ``alpha`` 1, ``transA`` 0, a 2-D A.
 
 DequantizeLinear nodes left with no reader go.  Hardware-neutral; a backend opts in by listing
-:data:`QDQ_TO_QLINEAR` (or :func:`qdq_to_qlinear_pass` with the conv ranks its QLinearConv kernel runs)
+:data:`QDQ_TO_QLINEAR` (or :func:`qdq_to_qlinear_pass` with the convs its QLinearConv kernel runs well)
 before :data:`~rammer.passes.QDQ_AS_FLOAT`, which then turns the remaining pairs into float ops.
 """
 
@@ -90,10 +90,10 @@ def _quant(graph: Graph, node: Node | None, op: str, per_axis: tuple[int, int] |
     return _Quant(node.inputs[0], node.inputs[1], zp_name, scale.reshape(-1), zp.reshape(-1))
 
 
-def qdq_to_qlinear(graph: Graph, conv_ranks: Collection[int] | None = None) -> Graph:
+def qdq_to_qlinear(graph: Graph, conv_ranks: Collection[int] | None = None, depthwise: bool = True) -> Graph:
     """``graph`` with its exact DQ -> Conv / MatMul / Gemm [-> Relu] -> Q patterns as QLinearConv /
     QLinearMatMul (the same object when there is none); ``conv_ranks``: the spatial ranks of the convs
-    to rewrite (None: all)."""
+    to rewrite (None: all); ``depthwise``: rewrite depthwise convs (one input channel per group) too."""
     if int(graph.opset.get("", 1)) < 10:  # QLinearConv / QLinearMatMul are ops from opset 10
         return graph
     producer = {o: n for n in graph.nodes for o in n.outputs if o}
@@ -137,6 +137,8 @@ def qdq_to_qlinear(graph: Graph, conv_ranks: Collection[int] | None = None) -> G
         w_shape = value_info[node.inputs[1]].shape
         if node.op_type == "Conv":
             if conv_ranks is not None and len(w_shape) - 2 not in conv_ranks:
+                continue
+            if not depthwise and w_shape[1] == 1 and int(node.attrs.get("group", 1)) > 1:
                 continue
             channel_axis = 0
         elif node.op_type == "MatMul":
@@ -283,10 +285,11 @@ def _on_int8_grid(weights: np.ndarray | None, axis: int) -> tuple[np.ndarray, np
     return np.ascontiguousarray(np.moveaxis(q, 0, axis)), scale
 
 
-def qdq_to_qlinear_pass(conv_ranks: Collection[int] | None = None) -> Pass:
-    """The pass over convs of these spatial ranks only (the ranks a backend's QLinearConv kernel runs)."""
+def qdq_to_qlinear_pass(conv_ranks: Collection[int] | None = None, depthwise: bool = True) -> Pass:
+    """The pass over the convs a backend's QLinearConv kernel runs well: these spatial ranks only, and
+    depthwise ones only when ``depthwise``."""
     ranks = None if conv_ranks is None else frozenset(conv_ranks)
-    return Pass("qdq-to-qlinear", lambda graph: qdq_to_qlinear(graph, ranks),
+    return Pass("qdq-to-qlinear", lambda graph: qdq_to_qlinear(graph, ranks, depthwise),
                 "DQ -> Conv/MatMul/Gemm [-> Relu] -> Q as QLinearConv / QLinearMatMul (the 8-bit kernels)")
 
 

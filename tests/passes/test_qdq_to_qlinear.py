@@ -168,3 +168,20 @@ def test_the_cpu_backend_runs_the_int8_conv_with_onnxruntime_s_values():
     got = cpu(feeds)["y"]
     assert not cpu.executable.report["fallbacks"]
     assert np.abs(got.astype(int) - want).max() <= 1 and np.mean(got != want) < 0.02
+
+
+def test_a_backend_can_keep_depthwise_convs_float():
+    from rammer.passes import qdq_to_qlinear_pass
+
+    model, _ = _conv_model()
+    conv = next(n for n in model.graph.node if n.op_type == "Conv")
+    conv.attribute.append(helper.make_attribute("group", 8))
+    w = next(t for t in model.graph.initializer if t.name == "w_q")
+    w.CopyFrom(numpy_helper.from_array(np.ones((8, 1, 3, 3), np.int8), "w_q"))
+    for name in ("w_s", "w_z", "b_q", "b_s"):
+        t = next(t for t in model.graph.initializer if t.name == name)
+        t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(t)[:1].repeat(8), name))
+    model.graph.output[0].type.tensor_type.shape.dim[1].dim_value = 8
+    graph = rammer.load(model)
+    assert_left_alone(qdq_to_qlinear_pass(depthwise=False), graph)
+    assert [n.op_type for n in QDQ_TO_QLINEAR(graph).nodes] == ["QLinearConv"]
