@@ -9,7 +9,10 @@ Families:
 * ``matmul``: ``MatMulInteger(A[M, K] uint8, W[K, N] int8 constant)`` with scalar zero points, the
   GEMM of onnxruntime's ``quantize_dynamic`` (BERT's projections), M 1-256, K 64-4096, N 64-4096;
 * ``conv``: ``QLinearConv`` (uint8 activations, per-channel int8 weights, int32 bias) at the layer
-  shapes of resnet18 (3x3) and mobilenet-v2 (stem, 1x1 expand / project, depthwise 3x3).
+  shapes of resnet18 (3x3) and mobilenet-v2 (stem, 1x1 expand / project, depthwise 3x3);
+* ``qdq``: the same convs in QDQ form (DequantizeLinear -> Conv -> QuantizeLinear, as ``quantize_static``
+  writes them); ``before`` is the cpu pipeline without ``qdq-to-qlinear`` (the float conv between exact
+  float (de)quantizations), ``cpu`` with it (``QLinearConv``).
 
 Protocol: one process, both runtimes with the same thread count (rammer ``veus`` = onnxruntime
 ``intra_op_num_threads``, ``inter_op_num_threads`` = 1).  Per shape three runners alternate for
@@ -90,6 +93,29 @@ def conv_case(c: int, h: int, oc: int, k: int, stride: int, group: int) -> tuple
     return model, {"x": x}
 
 
+def qdq_conv_case(c: int, h: int, oc: int, k: int, stride: int, group: int) -> tuple[bytes, dict[str, np.ndarray]]:
+    """The conv of :func:`conv_case` in QDQ form (``quantize_static``'s): DequantizeLinear of the uint8
+    input, of the per-channel int8 weights and of the int32 bias, a float Conv, QuantizeLinear."""
+    rng = np.random.default_rng(c + h + oc)
+    ws = (rng.random(oc) * 0.004 + 0.001).astype(np.float32)
+    consts = {
+        "xs": np.array(0.02, np.float32), "xz": np.array(120, np.uint8),
+        "w": rng.integers(-127, 128, (oc, c // group, k, k)).astype(np.int8), "ws": ws,
+        "b": rng.integers(-2000, 2000, oc).astype(np.int32), "bs": (np.float32(0.02) * ws).astype(np.float32),
+        "ys": np.array(0.5, np.float32), "yz": np.array(128, np.uint8),
+    }
+    x = rng.integers(0, 256, (1, c, h, h)).astype(np.uint8)
+    nodes = [helper.make_node("DequantizeLinear", ["x", "xs", "xz"], ["xf"]),
+             helper.make_node("DequantizeLinear", ["w", "ws"], ["wf"], axis=0),
+             helper.make_node("DequantizeLinear", ["b", "bs"], ["bf"], axis=0),
+             helper.make_node("Conv", ["xf", "wf", "bf"], ["c"], pads=[k // 2] * 4, strides=[stride, stride],
+                              group=group),
+             helper.make_node("QuantizeLinear", ["c", "ys", "yz"], ["y"])]
+    model = _finish(nodes, [helper.make_tensor_value_info("x", TensorProto.UINT8, x.shape)], consts, "y",
+                    TensorProto.UINT8)
+    return model, {"x": x}
+
+
 def _best(fn: Callable[[], object], runs: int, clock: Callable[[], float] = time.perf_counter) -> float:
     best = float("inf")
     for _ in range(runs):
@@ -115,7 +141,7 @@ def main() -> None:
     import onnxruntime as ort
 
     import rammer
-    from rammer.backends.cpu import lower_quant, ukernel_int8
+    from rammer.backends.cpu import graph_passes, lower_quant, ukernel_int8
 
     clock = time.process_time if args.clock == "cpu" else time.perf_counter
     cases: list[tuple[str, str, bytes, dict[str, np.ndarray]]] = []
@@ -124,6 +150,8 @@ def main() -> None:
         cases += [("matmul", f"M={m} K={k} N={n}", *matmul_case(m, k, n)) for m, k, n in MATMUL_SHAPES]
     if "conv" in families:
         cases += [("conv", name, *conv_case(*shape)) for name, *shape in CONV_SHAPES]
+    if "qdq" in families:
+        cases += [("qdq", name, *qdq_conv_case(*shape)) for name, *shape in CONV_SHAPES]
     so = ort.SessionOptions()
     so.intra_op_num_threads = args.threads
     so.inter_op_num_threads = 1
@@ -137,7 +165,14 @@ def main() -> None:
         sess = ort.InferenceSession(model, so, providers=["CPUExecutionProvider"])
         want = sess.run(None, feeds)[0]
         runners = {"cpu": rammer.compile(model, backend="cpu", veus=args.threads, cache=False)}
-        if not args.no_before:
+        if not args.no_before and family == "qdq":  # before: the QDQ pattern as float ops (qdq_as_float)
+            pipeline = graph_passes.PIPELINE
+            graph_passes.PIPELINE = tuple(p for p in pipeline if p.name != "qdq-to-qlinear")
+            try:
+                runners["before"] = rammer.compile(model, backend="cpu", veus=args.threads, cache=False)
+            finally:
+                graph_passes.PIPELINE = pipeline
+        elif not args.no_before:
             lower_quant.PACK_INT8_WEIGHTS = False
             try:
                 runners["before"] = rammer.compile(model, backend="cpu", veus=args.threads, cache=False)

@@ -22,6 +22,7 @@ from rammer.passes import (
     Pass,
     PipelineResult,
     merge_convs_pass,
+    qdq_to_qlinear_pass,
     run_pipeline,
 )
 
@@ -35,6 +36,10 @@ PIPELINE: tuple[Pass, ...] = (
     DECOMPOSE,  # first: Caffe2 exports' weights become initializers here
     FOLD_BATCHNORM,
     NORM_AS_LAYERNORM,  # InstanceNormalization / GroupNormalization: the layernorm kernel and an affine
+    # DQ -> Conv / MatMul -> Q as QLinearConv / QLinearMatMul (the 8-bit kernels), before the float rewrite of
+    # the pairs that remain; 2-D convs only (k_qconv_int8), not depthwise ones: the int8 plane kernel runs
+    # them at 0.5-0.6x the float depthwise conv (ci/micro_int8.py --family qdq)
+    qdq_to_qlinear_pass(conv_ranks=(2,), depthwise=False),
     QDQ_AS_FLOAT,  # QDQ pairs as exact float ops, fused into the epilogue of the conv / GEMM before them
     CSE,
     RELU_CONCAT,

@@ -522,7 +522,6 @@ def k_qconv_int8(F, B, I, J, X, R, p, sbase):
     K = cpg * KH * KW
     kp = ((K + 3) // 4) * 4
     k4 = kp // 4
-    taps = KH * KW
     plane = OH * OW
     ppanels = (plane + NR - 1) // NR
     pointwise = KH == 1 and KW == 1 and sh == 1 and sw == 1 and pt == 0 and pl == 0 and OH == H and OW == W
@@ -533,6 +532,17 @@ def k_qconv_int8(F, B, I, J, X, R, p, sbase):
     y_scale = F[_u(X[d + 28])]
     zy = f32(_byte(B, X[d + 29], o_signed)) if X[d + 29] >= 0 else f32(0.0)
     packed_for = -1
+    # output columns [col_lo, col_hi) read inside the image, per kernel column; a panel's row segments
+    col_lo = np.zeros(KW, np.int64)
+    col_hi = np.zeros(KW, np.int64)
+    for jj in range(KW):
+        off = jj * dw - pl
+        col_lo[jj] = (-off + sw - 1) // sw if off < 0 else 0
+        col_hi[jj] = (W - 1 - off) // sw + 1 if W - 1 - off >= 0 else 0
+    seg_q = np.zeros(NR + 1, np.int64)
+    seg_oh = np.zeros(NR + 1, np.int64)
+    seg_ow = np.zeros(NR + 1, np.int64)
+    seg_end = np.zeros(NR + 1, np.int64)
     for t in range(p[1], p[2]):
         chunk = t % chunks
         pan = t // chunks
@@ -562,36 +572,43 @@ def k_qconv_int8(F, B, I, J, X, R, p, sbase):
                     for q in range(npx):
                         B[_u(dst + q * 4)] = B[_u(src + q)] ^ flip
             else:  # per k, the panel's pixels row by row: one bounds check per row, branch-free runs
+                # The panel's row segments once per panel and each kernel column's in-image output
+                # columns once per call: the k loop below does no division (they cost as much as the
+                # copies they located).
                 zfill = zx_byte ^ flip
-                for k in range(K):
-                    ci = k // taps
-                    i = (k // KW) % KH
-                    jj = k % KW
+                nseg = 0
+                q = 0
+                while q < npx:
+                    ow_first = (p0 + q) % OW
+                    seg_q[nseg] = q
+                    seg_oh[nseg] = (p0 + q) // OW
+                    seg_ow[nseg] = ow_first
+                    seg_end[nseg] = ow_first + min(npx - q, OW - ow_first)
+                    q += seg_end[nseg] - ow_first
+                    nseg += 1
+                for ci in range(cpg):
                     xplane = xg + ci * H * W
-                    dst = bpan + (k // 4) * NR * 4 + (k % 4)
-                    q = 0
-                    while q < npx:
-                        oh = (p0 + q) // OW
-                        ow_first = (p0 + q) % OW
-                        seg = min(npx - q, OW - ow_first)
-                        ih = oh * sh - pt + i * dh
-                        off = jj * dw - pl  # input column of output column ow: ow * sw + off
-                        a0 = 0  # output columns [a0, a1) of this row read inside the image
-                        if off < 0:
-                            a0 = (-off + sw - 1) // sw
-                        a1 = (W - 1 - off) // sw + 1 if W - 1 - off >= 0 else 0
-                        a0 = max(a0, ow_first)
-                        a1 = min(a1, ow_first + seg)
-                        if ih < 0 or ih >= H or a1 <= a0:
-                            a0 = a1 = ow_first
-                        for ow in range(ow_first, a0):
-                            B[_u(dst + (q + ow - ow_first) * 4)] = zfill
-                        src = xplane + ih * W + off
-                        for ow in range(a0, a1):
-                            B[_u(dst + (q + ow - ow_first) * 4)] = B[_u(src + ow * sw)] ^ flip
-                        for ow in range(a1, ow_first + seg):
-                            B[_u(dst + (q + ow - ow_first) * 4)] = zfill
-                        q += seg
+                    for i in range(KH):
+                        for jj in range(KW):
+                            k = (ci * KH + i) * KW + jj
+                            dst = bpan + (k // 4) * NR * 4 + (k % 4)
+                            off = jj * dw - pl  # input column of output column ow: ow * sw + off
+                            for sgi in range(nseg):
+                                ow_first = seg_ow[sgi]
+                                ow_end = seg_end[sgi]
+                                ih = seg_oh[sgi] * sh - pt + i * dh
+                                a0 = max(col_lo[jj], ow_first)
+                                a1 = min(col_hi[jj], ow_end)
+                                if ih < 0 or ih >= H or a1 <= a0:
+                                    a0 = a1 = ow_first
+                                base = dst + (seg_q[sgi] - ow_first) * 4
+                                for ow in range(ow_first, a0):
+                                    B[_u(base + ow * 4)] = zfill
+                                src = xplane + ih * W + off
+                                for ow in range(a0, a1):
+                                    B[_u(base + ow * 4)] = B[_u(src + ow * sw)] ^ flip
+                                for ow in range(a1, ow_end):
+                                    B[_u(base + ow * 4)] = zfill
             # the panel's column sums by the micro-kernel: A's row past the last channel is K ones
             ukernel_int8(k4, B, wa + OC * kp, kp, 1, 0, B, bpan, J, tile, NR)
             for q in range(NR):
