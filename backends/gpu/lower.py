@@ -242,7 +242,8 @@ def _gather(node: Node, graph: Graph, mult: int) -> Lowered:
 def _unary(node: Node, graph: Graph, mult: int) -> Lowered:
     n = int(np.prod(_shape(graph, node.outputs[0])))
     chunk = 256 * mult
-    calls = tuple((r, (Ref("in", 0), Ref("out", 0), n, chunk)) for r in range(_chunks(n, chunk)))
+    args = (Ref("in", 0), Ref("out", 0), n, chunk)  # one tuple shared by the rTasks (resolved once)
+    calls = tuple((r, args) for r in range(_chunks(n, chunk)))
     return Lowered(km.unary_chunked(f"un_{node.op_type.lower()}", node.op_type), calls, 4.0 * chunk, 8.0 * chunk)
 
 
@@ -302,8 +303,20 @@ class _View:
     dst_base: int
 
 
-def _grid(dims: tuple[int, ...]) -> list[np.ndarray]:
-    return list(np.indices(dims, dtype=np.int64)) if dims else []
+def _separable(dims: tuple[int, ...], base: np.ndarray, terms: list[np.ndarray], combine: Any) -> np.ndarray:
+    """The array over ``dims`` whose element at ``k`` is ``combine`` of ``base`` and ``terms[d][k_d]``
+    over every axis ``d``, built one axis at a time by broadcasting: a copy's index map is checked
+    element by element, and an ``np.indices`` grid per axis cost seconds on batched models."""
+    out = base
+    for term in terms:
+        out = combine(out[..., None], term)
+    return out.reshape(dims)
+
+
+def _strided(base: int, strides: list[int] | tuple[int, ...], dims: tuple[int, ...]) -> np.ndarray:
+    """``base + strides . k`` for every coordinate ``k`` of ``dims``."""
+    return _separable(dims, np.array(base, np.int64),
+                      [np.arange(d, dtype=np.int64) * s for d, s in zip(dims, strides)], np.add)
 
 
 def _affine(index: np.ndarray) -> tuple[int, list[int]]:
@@ -319,8 +332,7 @@ def _affine(index: np.ndarray) -> tuple[int, list[int]]:
             strides.append(int(index[tuple(unit)]) - base)
         else:
             strides.append(0)
-    got = base + sum(g * s for g, s in zip(_grid(index.shape), strides)) if index.ndim else np.int64(base)
-    if not np.array_equal(got, index):
+    if not np.array_equal(_strided(base, strides, tuple(index.shape)), index):
         raise ValueError("its data movement is not a strided view")
     return base, strides
 
@@ -330,24 +342,19 @@ def _gather_view(src: np.ndarray, valid: np.ndarray, in_shape: tuple[int, ...], 
     """The view producing ``out[k] = valid ? x[src[k]] : pad``, checked element by element."""
     dims = tuple(src.shape)
     if valid.all():
-        base, ss = _affine(src)
-        view = _View(in_slot, out_slot, dims, tuple(ss), tuple(_strides(dims)), (0,) * len(dims),
+        base, ss = _affine(src)  # checks every element against the view
+        return _View(in_slot, out_slot, dims, tuple(ss), tuple(_strides(dims)), (0,) * len(dims),
                      (_BIG,) * len(dims), base, 0)
-    else:
-        if len(in_shape) != len(dims) or not valid.any():
-            raise ValueError("its padding is not a box around the input")
-        p = np.unravel_index(int(np.argmax(valid)), dims)
-        s = np.unravel_index(int(src[p]), in_shape)
-        view = _View(in_slot, out_slot, dims, tuple(_strides(in_shape)), tuple(_strides(dims)),
-                     tuple(int(a) - int(b) for a, b in zip(s, p)), tuple(in_shape), 0, 0)
-    # Check the view against the reference's index map.
-    g = _grid(dims)
-    sc = [k + st for k, st in zip(g, view.st)]
-    ok = np.ones(dims, bool)
-    idx = np.full(dims, view.src_base, np.int64)
-    for a, se, ssd in zip(sc, view.se, view.ss):
-        ok &= (a >= 0) & (a < se)
-        idx += a * ssd
+    if len(in_shape) != len(dims) or not valid.any():
+        raise ValueError("its padding is not a box around the input")
+    p = np.unravel_index(int(np.argmax(valid)), dims)
+    s = np.unravel_index(int(src[p]), in_shape)
+    view = _View(in_slot, out_slot, dims, tuple(_strides(in_shape)), tuple(_strides(dims)),
+                 tuple(int(a) - int(b) for a, b in zip(s, p)), tuple(in_shape), 0, 0)
+    # Check the view against the reference's index map: source coordinate k + st, valid in [0, se).
+    coords = [np.arange(d, dtype=np.int64) + st for d, st in zip(dims, view.st)]
+    ok = _separable(dims, np.array(True), [(a >= 0) & (a < se) for a, se in zip(coords, view.se)], np.logical_and)
+    idx = _separable(dims, np.array(view.src_base, np.int64), [a * ssd for a, ssd in zip(coords, view.ss)], np.add)
     if not (np.array_equal(ok, valid) and np.array_equal(idx[ok], src[ok])):
         raise ValueError("its data movement is not a strided, box-padded view (e.g. edge or reflect padding)")
     return view
@@ -630,7 +637,8 @@ def _global_pool(node: Node, graph: Graph) -> Lowered:
     x = _shape(graph, node.inputs[0])
     rows, n = x[0] * x[1], int(np.prod(x[2:]))
     kind = "mean" if node.op_type == "GlobalAveragePool" else "max"
-    calls = tuple((r, (Ref("in", 0), Ref("out", 0), n)) for r in range(max(rows, 1)))
+    args = (Ref("in", 0), Ref("out", 0), n)  # one tuple shared by the rTasks (resolved once)
+    calls = tuple((r, args) for r in range(max(rows, 1)))
     return Lowered(kn.reduce_rows(f"rows_{kind}", kind, BLOCK_THREADS), calls, float(n), 4.0 * n)
 
 
@@ -654,7 +662,8 @@ def _softmax(node: Node, graph: Graph) -> Lowered:
         n, inner = int(np.prod(x[axis:])), 1
     kind = "logsoftmax" if log else "softmax"
     if inner == 1:
-        calls = tuple((r, (Ref("in", 0), Ref("out", 0), n)) for r in range(max(outer, 1)))
+        args = (Ref("in", 0), Ref("out", 0), n)  # one tuple shared by the rTasks (resolved once)
+        calls = tuple((r, args) for r in range(max(outer, 1)))
         return Lowered(gk.softmax_rows(f"{kind}_rows", BLOCK_THREADS, log), calls, 4.0 * n, 12.0 * n)
     total = outer * inner
     threads = 128
@@ -683,7 +692,8 @@ def _constant_of_shape(node: Node, graph: Graph, mult: int) -> Lowered:
         raise ValueError(f"its value {value[0]!r} is not exact in float32 (the arena's type)")
     n = int(np.prod(_shape(graph, node.outputs[0])))
     chunk = 256 * mult
-    calls = tuple((r, (Ref("out", 0), n, chunk, fill_value)) for r in range(_chunks(n, chunk)))
+    args = (Ref("out", 0), n, chunk, fill_value)  # one tuple shared by the rTasks (resolved once)
+    calls = tuple((r, args) for r in range(_chunks(n, chunk)))
     return Lowered(kx.fill("fill", 256), calls, 0.0, 4.0 * chunk)
 
 

@@ -77,7 +77,8 @@ def lower_reduce(node: Node, graph: Graph, lowered: Any, ref: Any) -> Any:
         inner = int(np.prod(x[real[-1] + 1:]))
     total = outer * inner
     if inner == 1:
-        calls = tuple((r, (ref("in", 0), ref("out", 0), size)) for r in range(max(outer, 1)))
+        args = (ref("in", 0), ref("out", 0), size)  # one tuple shared by the rTasks (resolved once)
+        calls = tuple((r, args) for r in range(max(outer, 1)))
         return lowered(kn.reduce_rows(f"rows_{kind}", kind, _THREADS), calls, float(size), 4.0 * size)
     args = (ref("in", 0), ref("out", 0), total, size, inner)
     calls = tuple((r, args) for r in range(max(1, math.ceil(total / _THREADS))))
