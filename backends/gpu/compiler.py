@@ -14,6 +14,7 @@ dialect: the backends differ in the table they render with and the runtime that 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from itertools import repeat
 from operator import itemgetter
 from typing import Any
 
@@ -247,8 +248,10 @@ def compile_program(graph: Graph, backend: Any, vdevice: VDevice, policy: str = 
         resolved = {key: tuple(offset[(node.inputs if a.io == "in" else node.outputs)[a.slot]] + a.offset
                                if isinstance(a, Ref) else a for a in args)
                     for key, args in _distinct_args(low).items()}
-        for r, (rtask, args) in enumerate(low.calls):
-            calls[first + r] = gp.Call(low.kernel.name, rtask, resolved[id(args)], reads, writes, op=i)
+        # C-level passes over the node's calls (a full-size model has 10^5): each resolved tuple looked up by id.
+        argss = map(resolved.__getitem__, map(id, map(itemgetter(1), low.calls)))
+        calls.update(zip(range(first, first + len(low.calls)), map(gp.Call._make, zip(
+            repeat(low.kernel.name), map(itemgetter(0), low.calls), argss, repeat(reads), repeat(writes), repeat(i)))))
     programs = gp.from_schedule(schedule, calls)
     # The step index from_schedule made from its arrays, passed on (a patched from_schedule in the
     # tests returns plain lists: then the entry reads the steps).

@@ -39,11 +39,12 @@ class ProgramError(ValueError):
     """A program that cannot be built or would race."""
 
 
-@dataclass(frozen=True)
-class Call:
+class Call(NamedTuple):
     """Run rTask ``rtask_id`` of device function ``kernel``; ``args`` are, per parameter, an arena
     offset (pointer parameters) or a number (scalars).  ``reads``/``writes`` are arena ranges
-    ``(start, length)`` in floats, used by :func:`check_races`."""
+    ``(start, length)`` in floats, used by :func:`check_races`.  A named tuple, not a frozen
+    dataclass: a full-size model has 10^5 calls, which the GPU compiler makes with
+    :meth:`_make` at a fraction of a frozen dataclass's ``__init__`` (six ``object.__setattr__``)."""
 
     kernel: str
     rtask_id: int
