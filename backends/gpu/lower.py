@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from itertools import repeat
 from typing import Any, Union
 
 import numpy as np
@@ -243,7 +244,7 @@ def _unary(node: Node, graph: Graph, mult: int) -> Lowered:
     n = int(np.prod(_shape(graph, node.outputs[0])))
     chunk = 256 * mult
     args = (Ref("in", 0), Ref("out", 0), n, chunk)  # one tuple shared by the rTasks (resolved once)
-    calls = tuple((r, args) for r in range(_chunks(n, chunk)))
+    calls = tuple(zip(range(_chunks(n, chunk)), repeat(args)))
     return Lowered(km.unary_chunked(f"un_{node.op_type.lower()}", node.op_type), calls, 4.0 * chunk, 8.0 * chunk)
 
 
@@ -261,7 +262,7 @@ def _binary(node: Node, graph: Graph, mult: int) -> Lowered:
     sb = _bcast_strides(_shape(graph, node.inputs[1]), out)
     chunk = 256 * mult
     args = (Ref("in", 0), Ref("in", 1), Ref("out", 0), n, chunk, *dims[1:], *sa, *sb)
-    calls = tuple((r, args) for r in range(_chunks(n, chunk)))
+    calls = tuple(zip(range(_chunks(n, chunk)), repeat(args)))
     return Lowered(km.binary_nd(f"bin_{node.op_type.lower()}", node.op_type), calls, 1.0 * chunk, 12.0 * chunk)
 
 
@@ -273,7 +274,7 @@ def _where(node: Node, graph: Graph, mult: int) -> Lowered:
     strides = [s for name in node.inputs[:3] for s in _bcast_strides(_shape(graph, name), out)]
     chunk = 256 * mult
     args = (Ref("in", 0), Ref("in", 1), Ref("in", 2), Ref("out", 0), n, chunk, *_pad6(list(out), 1)[1:], *strides)
-    calls = tuple((r, args) for r in range(_chunks(n, chunk)))
+    calls = tuple(zip(range(_chunks(n, chunk)), repeat(args)))
     return Lowered(kx.where_nd("where_nd"), calls, 1.0 * chunk, 16.0 * chunk)
 
 
@@ -425,7 +426,7 @@ def _copy(node: Node, graph: Graph, mult: int) -> Lowered:
         args = (Ref("in", view.in_slot, view.src_base), Ref("out", view.out_slot, view.dst_base), total, chunk,
                 *_pad6(list(view.dims), 1)[1:], *_pad6(list(view.ss), 0), *_pad6(list(view.ds), 0),
                 *_pad6(list(view.st), 0), *_pad6(list(view.se), _BIG), pv)
-        calls += [(r, args) for r in range(_chunks(total, chunk))]
+        calls += zip(range(_chunks(total, chunk)), repeat(args))
     if not calls:  # nothing to move (an empty tensor): one rTask that does nothing
         calls = [(0, (Ref("in", 0), Ref("out", 0), 0, chunk, *[1] * 5, *[0] * 18, *[_BIG] * 6, pv))]
     return Lowered(km.copy_nd("copy_nd"), tuple(calls), 0.0, 8.0 * chunk)
@@ -474,7 +475,7 @@ def _gemm(node: Node, graph: Graph) -> Lowered:
     cref = Ref("in", 2) if has_c else Ref("in", 0)
     args = (Ref("in", 0), Ref("in", 1), cref, Ref("out", 0), m, n, k, sab, sam, sak, sbb, sbk, sbn,
             *c_strides, has_c, alpha, beta)
-    calls = tuple((r, args) for r in range(max(1, nb * tiles)))
+    calls = tuple(zip(range(max(1, nb * tiles)), repeat(args)))
     return Lowered(km.gemm_strided("gemm16", t), calls, 2.0 * t * t * k, 4.0 * 2 * t * k + 4.0 * t * t)
 
 
@@ -500,7 +501,7 @@ def _gemm_per_batch(a2: tuple[int, ...], b2: tuple[int, ...], batch: tuple[int, 
     for bi in range(int(np.prod(batch))):
         args = (Ref("in", 0, int(a_off[bi])), Ref("in", 1, int(b_off[bi])), Ref("in", 0), Ref("out", 0, bi * m * n),
                 m, n, k, 0, k, 1, 0, n, 1, 0, 0, 0, 1.0, 1.0)
-        calls += [(r, args) for r in range(tiles)]
+        calls += zip(range(tiles), repeat(args))
     if not calls:
         calls = [(0, (Ref("in", 0), Ref("in", 1), Ref("in", 0), Ref("out", 0), m, n, k, 0, k, 1, 0, n, 1, 0, 0, 0,
                       1.0, 1.0))]
@@ -569,11 +570,11 @@ def _conv(node: Node, graph: Graph, form: int = 1) -> Lowered:
     if form == CONV_IMPLICIT_GEMM:
         t = 16
         tiles = -(-(y[1] // group) // t) * -(-(oh * ow) // t)
-        calls = tuple((r, args) for r in range(max(1, x[0] * group * tiles)))
+        calls = tuple(zip(range(max(1, x[0] * group * tiles)), repeat(args)))
         # Per tile: 2 t^2 MACs per K step, reading one t x t weight tile and gathering one input tile.
         return Lowered(kc.conv2d_implicit_gemm("conv_igemm", t), calls, 2.0 * t * t * macs, 8.0 * t * macs)
     threads = 128
-    calls = tuple((r, args) for r in range(_chunks(total, threads)))
+    calls = tuple(zip(range(_chunks(total, threads)), repeat(args)))
     return Lowered(kn.conv2d_direct("conv_direct", threads), calls, 2.0 * threads * macs, 8.0 * threads * macs)
 
 
@@ -602,7 +603,7 @@ def _conv_transpose(node: Node, graph: Graph) -> Lowered:
             total, x[0], x[1], h, wd, y[1], oh, ow, kh, kw, sh, sw, ph, pw, dh, dw, group)
     threads = 128
     macs = x[1] // max(group, 1) * kh * kw
-    calls = tuple((r, args) for r in range(_chunks(total, threads)))
+    calls = tuple(zip(range(_chunks(total, threads)), repeat(args)))
     return Lowered(kc.conv_transpose2d_direct("conv_transpose", threads), calls, 2.0 * threads * macs,
                    8.0 * threads * macs)
 
@@ -629,7 +630,7 @@ def _pool(node: Node, graph: Graph) -> Lowered:
         kind = "avg_pad"
         ends = _end_pads(node, graph, kernel, pads, strides)
         args = (*args, *_as2d(ends, 0))
-    calls = tuple((r, args) for r in range(_chunks(total, 128)))
+    calls = tuple(zip(range(_chunks(total, 128)), repeat(args)))
     return Lowered(kn.pool2d(f"pool_{kind}", kind, 128), calls, 128.0 * kh * kw, 4.0 * 128 * kh * kw)
 
 
@@ -638,7 +639,7 @@ def _global_pool(node: Node, graph: Graph) -> Lowered:
     rows, n = x[0] * x[1], int(np.prod(x[2:]))
     kind = "mean" if node.op_type == "GlobalAveragePool" else "max"
     args = (Ref("in", 0), Ref("out", 0), n)  # one tuple shared by the rTasks (resolved once)
-    calls = tuple((r, args) for r in range(max(rows, 1)))
+    calls = tuple(zip(range(max(rows, 1)), repeat(args)))
     return Lowered(kn.reduce_rows(f"rows_{kind}", kind, BLOCK_THREADS), calls, float(n), 4.0 * n)
 
 
@@ -663,12 +664,12 @@ def _softmax(node: Node, graph: Graph) -> Lowered:
     kind = "logsoftmax" if log else "softmax"
     if inner == 1:
         args = (Ref("in", 0), Ref("out", 0), n)  # one tuple shared by the rTasks (resolved once)
-        calls = tuple((r, args) for r in range(max(outer, 1)))
+        calls = tuple(zip(range(max(outer, 1)), repeat(args)))
         return Lowered(gk.softmax_rows(f"{kind}_rows", BLOCK_THREADS, log), calls, 4.0 * n, 12.0 * n)
     total = outer * inner
     threads = 128
     args = (Ref("in", 0), Ref("out", 0), total, n, inner)
-    calls = tuple((r, args) for r in range(_chunks(total, threads)))
+    calls = tuple(zip(range(_chunks(total, threads)), repeat(args)))
     return Lowered(kr.softmax_strided(f"{kind}_strided", log, threads), calls, 4.0 * threads * n, 12.0 * threads * n)
 
 
@@ -680,7 +681,7 @@ def _lrn(node: Node, graph: Graph) -> Lowered:
     args = (Ref("in", 0), Ref("out", 0), total, x[1], int(np.prod(x[2:])), before, size - 1 - before,
             float(node.attrs.get("alpha", 1e-4)) / size, float(node.attrs.get("beta", 0.75)),
             float(node.attrs.get("bias", 1.0)))
-    calls = tuple((r, args) for r in range(_chunks(total, 128)))
+    calls = tuple(zip(range(_chunks(total, 128)), repeat(args)))
     return Lowered(kn.lrn("lrn", 128), calls, 3.0 * 128 * size, 4.0 * 128 * size)
 
 
@@ -693,7 +694,7 @@ def _constant_of_shape(node: Node, graph: Graph, mult: int) -> Lowered:
     n = int(np.prod(_shape(graph, node.outputs[0])))
     chunk = 256 * mult
     args = (Ref("out", 0), n, chunk, fill_value)  # one tuple shared by the rTasks (resolved once)
-    calls = tuple((r, args) for r in range(_chunks(n, chunk)))
+    calls = tuple(zip(range(_chunks(n, chunk)), repeat(args)))
     return Lowered(kx.fill("fill", 256), calls, 0.0, 4.0 * chunk)
 
 
