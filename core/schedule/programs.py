@@ -341,7 +341,8 @@ def _call_groups(programs: list[list[Step]], call_at: np.ndarray, starts: np.nda
     for field in ("reads", "writes"):
         ranges = list(map(attrgetter(field), calls))
         ids = np.fromiter(map(id, ranges), np.int64, nc)
-        _, at = np.unique(np.column_stack([group, ids]), axis=0, return_index=True)
+        id_rank = np.unique(ids, return_inverse=True)[1].ravel()  # one 1-d key: unique over rows is slow
+        _, at = np.unique(group * max(nc, 1) + id_rank, return_index=True)
         for i in at.tolist():
             items[int(group[i])][field].update(ranges[i])
     # Per (group, block): the first and last call there (flat order is block by block, ascending).
