@@ -10,6 +10,12 @@ kernels).  The model is given as bytes with the corpus' input shapes and ``veus`
 includes compiling kernels numba's cache lacked (a first-ever compile), and is flagged.
 
     python ci/compile_times.py --models llama,resnet50 --rounds 2 --before /tmp/rammer-before
+
+The GPU sweep of issue 40 (every full-size corpus model under 100 MiB, one fresh process per model and
+backend, each row appended to a JSON-lines file as it comes, so an interrupted sweep keeps its rows):
+
+    python ci/compile_times.py --models all --max-mib 100 --backends cuda,rocm,opencl --rounds 1 \
+        --jsonl sweep.jsonl
 """
 
 from __future__ import annotations
@@ -101,16 +107,23 @@ def main() -> int:
     ap.add_argument("--work", default=None, help="folder for the compile caches (default: a temporary one)")
     ap.add_argument("--timeout", type=float, default=1800)
     ap.add_argument("--json", default=None)
+    ap.add_argument("--jsonl", default=None, help="append each row to this JSON-lines file as it is measured")
+    ap.add_argument("--max-mib", type=float, default=None,
+                    help="only models whose built ONNX file is smaller than this (MiB); with --models all")
     args = ap.parse_args()
     import corpus
 
     work = args.work or tempfile.mkdtemp(prefix="compile-times-")
     variants = [("after", None)] + ([("before", os.path.abspath(args.before))] if args.before else [])
     paths = {}
-    for name in [m for m in args.models.split(",") if m]:
+    names = list(corpus.ENTRIES) if args.models == "all" else [m for m in args.models.split(",") if m]
+    for name in names:
         entry = corpus.ENTRIES[name]
         corpus.build(entry, args.size, corpus.DEFAULT_CACHE)  # built once, if not already
         base = os.path.join(corpus.DEFAULT_CACHE, f"{name}-{args.size}-{entry.cache_key(args.size)}")
+        if args.max_mib is not None and os.path.getsize(base + ".onnx") >= args.max_mib * 2 ** 20:
+            print(f"skipped {name}: {os.path.getsize(base + '.onnx') / 2 ** 20:.1f} MiB", flush=True)
+            continue
         paths[name] = (base + ".onnx", base + ".npz")
     backends = [b for b in args.backends.split(",") if b]
     rows: list[dict] = []
@@ -126,6 +139,9 @@ def main() -> int:
                         out.update(model=name, backend=backend, variant=variant, kind=kind, round=r, load=load)
                         rows.append(out)
                         print(json.dumps(out), flush=True)
+                        if args.jsonl:
+                            with open(args.jsonl, "a", encoding="utf-8") as f:
+                                f.write(json.dumps(out) + "\n")
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump(rows, f, indent=1)

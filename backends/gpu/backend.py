@@ -147,6 +147,7 @@ class GpuBackend(Backend):
         import os
 
         from rammer.codegen.dialects import get_dialect
+        from rammer.schedule.records import write_schedule_json
 
         report = dict(prog.report)
         occupancy = getattr(exe, "occupancy", None)
@@ -159,6 +160,7 @@ class GpuBackend(Backend):
         name = "program" + get_dialect(self.table.dialect).suffix
         with open(os.path.join(folder, name), "w", encoding="utf-8") as f:
             f.write(prog.source(self.table.dialect))
-        prog.schedule.to_json(os.path.join(folder, "schedule.json"))
+        # The text of Schedule.to_json, built per part (a full-size schedule's JSON is tens of MB).
+        write_schedule_json(prog.schedule, os.path.join(folder, "schedule.json"))
         with open(os.path.join(folder, "report.json"), "w", encoding="utf-8") as f:
             json.dump(report, f, indent=2, default=str)

@@ -14,6 +14,7 @@ dialect: the backends differ in the table they render with and the runtime that 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from itertools import repeat
 from operator import itemgetter
 from typing import Any
 
@@ -247,27 +248,33 @@ def compile_program(graph: Graph, backend: Any, vdevice: VDevice, policy: str = 
         resolved = {key: tuple(offset[(node.inputs if a.io == "in" else node.outputs)[a.slot]] + a.offset
                                if isinstance(a, Ref) else a for a in args)
                     for key, args in _distinct_args(low).items()}
-        for r, (rtask, args) in enumerate(low.calls):
-            calls[first + r] = gp.Call(low.kernel.name, rtask, resolved[id(args)], reads, writes, op=i)
+        # C-level passes over the node's calls (a full-size model has 10^5): each resolved tuple looked up by id.
+        argss = map(resolved.__getitem__, map(id, map(itemgetter(1), low.calls)))
+        calls.update(zip(range(first, first + len(low.calls)), map(gp.Call._make, zip(
+            repeat(low.kernel.name), map(itemgetter(0), low.calls), argss, repeat(reads), repeat(writes), repeat(i)))))
     programs = gp.from_schedule(schedule, calls)
+    # The step index from_schedule made from its arrays, passed on (a patched from_schedule in the
+    # tests returns plain lists: then the entry reads the steps).
+    step_index: gp.StepIndex | None = getattr(programs, "steps_index", None)
     # An operator whose outputs all have no elements computes nothing; its rKernel would still run
     # rTask 0 (grids are at least one rTask) and could write where the planner put a live tensor.
     idle = {i for i, node in enumerate(graph.nodes)
             if all(buffers[index[o]].nbytes == 0 for o in node.outputs if o in index)}
     if idle:
         programs = [[s for s in p if not (isinstance(s, gp.Call) and s.op in idle)] for p in programs]
+        step_index = None
     if mode == "wave":
         wave_programs = gp.split_waves(programs, waves)
         kernels, tables = entry.wave_kernel(KERNEL_NAME, templates, wave_programs, BLOCK_THREADS)
         launches = len(wave_programs)
     else:
-        kernels, tables = entry.persistent_kernel(KERNEL_NAME, templates, programs, BLOCK_THREADS)
+        kernels, tables = entry.persistent_kernel(KERNEL_NAME, templates, programs, BLOCK_THREADS, index=step_index)
         launches = 1
     schedule.place({n: o * 4 for n, o in offset.items()})
     constants = [(offset[n], np.asarray(graph.initializers[n], np.float32)) for n in names if n in graph.initializers]
     arena_floats = plan.total_bytes // 4
     report = {"blocks": len(programs), "block_threads": BLOCK_THREADS, "rtasks": schedule.num_rtasks,
-              "barriers": schedule.num_barriers, "signals": sum(gp.signals_per_block(programs)),
+              "barriers": schedule.num_barriers, "signals": sum(gp.signals_per_block(programs, step_index)),
               "arena_bytes": plan.total_bytes, "kernels": sorted(templates), "vdevice": vdevice.name,
               "policy": policy, "mode": mode, "launches_per_run": launches, "waves": max(waves, default=-1) + 1,
               "shared_bytes": max((sum(s.size for s in k.shared) * 4 for k in templates.values()), default=0)}

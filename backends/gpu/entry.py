@@ -42,6 +42,7 @@ from .program import (
     ProgramError,
     Signal,
     Step,
+    StepIndex,
     Wait,
     check_races,
     check_wave_races,
@@ -98,6 +99,14 @@ class _CallTable:
         if t is None:
             raise ProgramError(f"a call of unknown rKernel {call.kernel!r}")
         return t
+
+    def kernel_indices(self, calls: list[Call]) -> np.ndarray:
+        """:meth:`kernel_index` of every call (C-level passes: a full-size model has 10^5 calls)."""
+        try:
+            return np.fromiter(map(self.index.__getitem__, map(attrgetter("kernel"), calls)), np.int64, len(calls))
+        except KeyError:
+            bad = next(call for call in calls if call.kernel not in self.index)
+            raise ProgramError(f"a call of unknown rKernel {bad.kernel!r}") from None
 
     def check_arity(self, calls: list[Call], kernel_of: np.ndarray) -> None:
         """Raise :class:`ProgramError` on a call whose arguments do not match its rKernel's
@@ -156,17 +165,23 @@ class _CallTable:
     def arrays(self) -> dict[str, np.ndarray]:
         itab = np.zeros((max(len(self.rows), 1), self.wi), np.int32)
         ftab = np.zeros((max(len(self.rows), 1), self.wf), np.float32)
-        kernel_of = np.fromiter((self.index[call.kernel] for call in self.rows), np.int64, len(self.rows))
+        kernel_of = self.kernel_indices(self.rows)
+        # The argument tuples are shared between the calls of a node: each distinct one is read once.
+        argss = list(map(attrgetter("args"), self.rows))
+        arg_ids = np.fromiter(map(id, argss), np.int64, len(argss))
+        rtask_ids = np.fromiter(map(attrgetter("rtask_id"), self.rows), np.int64, len(self.rows))
         for t, n in enumerate(self.names):
             at = np.nonzero(kernel_of == t)[0]
             if not at.size:
                 continue
             width = len(self.kernels[n].params)
-            args = np.array([self.rows[i].args for i in at.tolist()], np.float64).reshape(at.size, width)
+            _, first, which = np.unique(arg_ids[at], return_index=True, return_inverse=True)
+            distinct = np.array([argss[i] for i in at[first].tolist()], np.float64).reshape(first.size, width)
+            args = distinct[which.ravel()]
             ints = args[:, self._int_at[n]]
             if ints.size and not (np.abs(ints) < 2 ** 31).all():  # NaN included
                 raise ProgramError(f"{n}: an integer argument does not fit the call table's int32")
-            itab[at, 0] = [self.rows[i].rtask_id for i in at.tolist()]
+            itab[at, 0] = rtask_ids[at]
             itab[at, 1:1 + ints.shape[1]] = ints.astype(np.int32)
             ftab[at, :len(self._flt_at[n])] = args[:, self._flt_at[n]].astype(np.float32)
         return {"itab": itab.ravel(), "ftab": ftab.ravel()}
@@ -244,12 +259,17 @@ def segments(steps: list[Step], kinds: np.ndarray | None = None) -> list[Segment
 
 
 def persistent_kernel(name: str, kernels: dict[str, ir.Kernel], programs: list[list[Step]], block_threads: int,
-                      check: bool = True) -> tuple[list[ir.Kernel], dict[str, np.ndarray]]:
+                      check: bool = True, index: StepIndex | None = None
+                      ) -> tuple[list[ir.Kernel], dict[str, np.ndarray]]:
     """The device functions and the persistent kernel ``name(arena, counters, epoch, itab, ftab,
     ptab)``; block ``b`` runs ``programs[b]``.  Raises :class:`ProgramError` on races.  Returns
-    the kernels and the tables (``itab``, ``ftab``, ``ptab``)."""
+    the kernels and the tables (``itab``, ``ftab``, ``ptab``).  ``index``: the programs'
+    :func:`.program.step_index` where the caller has it (:func:`.program.from_schedule` makes it)."""
     # Each block's step kinds and waits once, for the race check, the signal totals and the tables.
-    index = step_index(programs)
+    if index is None:
+        index = step_index(programs)
+    elif len(index.kinds) != len(programs) or any(k.size != len(p) for k, p in zip(index.kinds, programs)):
+        raise ProgramError("a step index of other programs than these")
     if check:
         check_races(programs, index)
     fns, smem = _device_functions(kernels, block_threads)
@@ -274,7 +294,7 @@ def persistent_kernel(name: str, kernels: dict[str, ir.Kernel], programs: list[l
     wait0 = seg0 + nseg * rec
     starts = np.zeros(blocks + 1, np.int64)
     np.cumsum(np.bincount(block_of[start], minlength=blocks), out=starts[1:])
-    kernel_of = np.fromiter(map(table.kernel_index, calls), np.int64, len(calls))
+    kernel_of = table.kernel_indices(calls)
     table.check_arity(calls, kernel_of)
     nk = len(table.names)
     row_key = seg_of[kinds == MARK] * nk + kernel_of

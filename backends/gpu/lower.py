@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from itertools import repeat
 from typing import Any, Union
 
 import numpy as np
@@ -242,7 +243,8 @@ def _gather(node: Node, graph: Graph, mult: int) -> Lowered:
 def _unary(node: Node, graph: Graph, mult: int) -> Lowered:
     n = int(np.prod(_shape(graph, node.outputs[0])))
     chunk = 256 * mult
-    calls = tuple((r, (Ref("in", 0), Ref("out", 0), n, chunk)) for r in range(_chunks(n, chunk)))
+    args = (Ref("in", 0), Ref("out", 0), n, chunk)  # one tuple shared by the rTasks (resolved once)
+    calls = tuple(zip(range(_chunks(n, chunk)), repeat(args)))
     return Lowered(km.unary_chunked(f"un_{node.op_type.lower()}", node.op_type), calls, 4.0 * chunk, 8.0 * chunk)
 
 
@@ -260,7 +262,7 @@ def _binary(node: Node, graph: Graph, mult: int) -> Lowered:
     sb = _bcast_strides(_shape(graph, node.inputs[1]), out)
     chunk = 256 * mult
     args = (Ref("in", 0), Ref("in", 1), Ref("out", 0), n, chunk, *dims[1:], *sa, *sb)
-    calls = tuple((r, args) for r in range(_chunks(n, chunk)))
+    calls = tuple(zip(range(_chunks(n, chunk)), repeat(args)))
     return Lowered(km.binary_nd(f"bin_{node.op_type.lower()}", node.op_type), calls, 1.0 * chunk, 12.0 * chunk)
 
 
@@ -272,7 +274,7 @@ def _where(node: Node, graph: Graph, mult: int) -> Lowered:
     strides = [s for name in node.inputs[:3] for s in _bcast_strides(_shape(graph, name), out)]
     chunk = 256 * mult
     args = (Ref("in", 0), Ref("in", 1), Ref("in", 2), Ref("out", 0), n, chunk, *_pad6(list(out), 1)[1:], *strides)
-    calls = tuple((r, args) for r in range(_chunks(n, chunk)))
+    calls = tuple(zip(range(_chunks(n, chunk)), repeat(args)))
     return Lowered(kx.where_nd("where_nd"), calls, 1.0 * chunk, 16.0 * chunk)
 
 
@@ -302,8 +304,20 @@ class _View:
     dst_base: int
 
 
-def _grid(dims: tuple[int, ...]) -> list[np.ndarray]:
-    return list(np.indices(dims, dtype=np.int64)) if dims else []
+def _separable(dims: tuple[int, ...], base: np.ndarray, terms: list[np.ndarray], combine: Any) -> np.ndarray:
+    """The array over ``dims`` whose element at ``k`` is ``combine`` of ``base`` and ``terms[d][k_d]``
+    over every axis ``d``, built one axis at a time by broadcasting: a copy's index map is checked
+    element by element, and an ``np.indices`` grid per axis cost seconds on batched models."""
+    out = base
+    for term in terms:
+        out = combine(out[..., None], term)
+    return out.reshape(dims)
+
+
+def _strided(base: int, strides: list[int] | tuple[int, ...], dims: tuple[int, ...]) -> np.ndarray:
+    """``base + strides . k`` for every coordinate ``k`` of ``dims``."""
+    return _separable(dims, np.array(base, np.int64),
+                      [np.arange(d, dtype=np.int64) * s for d, s in zip(dims, strides)], np.add)
 
 
 def _affine(index: np.ndarray) -> tuple[int, list[int]]:
@@ -319,8 +333,7 @@ def _affine(index: np.ndarray) -> tuple[int, list[int]]:
             strides.append(int(index[tuple(unit)]) - base)
         else:
             strides.append(0)
-    got = base + sum(g * s for g, s in zip(_grid(index.shape), strides)) if index.ndim else np.int64(base)
-    if not np.array_equal(got, index):
+    if not np.array_equal(_strided(base, strides, tuple(index.shape)), index):
         raise ValueError("its data movement is not a strided view")
     return base, strides
 
@@ -330,24 +343,19 @@ def _gather_view(src: np.ndarray, valid: np.ndarray, in_shape: tuple[int, ...], 
     """The view producing ``out[k] = valid ? x[src[k]] : pad``, checked element by element."""
     dims = tuple(src.shape)
     if valid.all():
-        base, ss = _affine(src)
-        view = _View(in_slot, out_slot, dims, tuple(ss), tuple(_strides(dims)), (0,) * len(dims),
+        base, ss = _affine(src)  # checks every element against the view
+        return _View(in_slot, out_slot, dims, tuple(ss), tuple(_strides(dims)), (0,) * len(dims),
                      (_BIG,) * len(dims), base, 0)
-    else:
-        if len(in_shape) != len(dims) or not valid.any():
-            raise ValueError("its padding is not a box around the input")
-        p = np.unravel_index(int(np.argmax(valid)), dims)
-        s = np.unravel_index(int(src[p]), in_shape)
-        view = _View(in_slot, out_slot, dims, tuple(_strides(in_shape)), tuple(_strides(dims)),
-                     tuple(int(a) - int(b) for a, b in zip(s, p)), tuple(in_shape), 0, 0)
-    # Check the view against the reference's index map.
-    g = _grid(dims)
-    sc = [k + st for k, st in zip(g, view.st)]
-    ok = np.ones(dims, bool)
-    idx = np.full(dims, view.src_base, np.int64)
-    for a, se, ssd in zip(sc, view.se, view.ss):
-        ok &= (a >= 0) & (a < se)
-        idx += a * ssd
+    if len(in_shape) != len(dims) or not valid.any():
+        raise ValueError("its padding is not a box around the input")
+    p = np.unravel_index(int(np.argmax(valid)), dims)
+    s = np.unravel_index(int(src[p]), in_shape)
+    view = _View(in_slot, out_slot, dims, tuple(_strides(in_shape)), tuple(_strides(dims)),
+                 tuple(int(a) - int(b) for a, b in zip(s, p)), tuple(in_shape), 0, 0)
+    # Check the view against the reference's index map: source coordinate k + st, valid in [0, se).
+    coords = [np.arange(d, dtype=np.int64) + st for d, st in zip(dims, view.st)]
+    ok = _separable(dims, np.array(True), [(a >= 0) & (a < se) for a, se in zip(coords, view.se)], np.logical_and)
+    idx = _separable(dims, np.array(view.src_base, np.int64), [a * ssd for a, ssd in zip(coords, view.ss)], np.add)
     if not (np.array_equal(ok, valid) and np.array_equal(idx[ok], src[ok])):
         raise ValueError("its data movement is not a strided, box-padded view (e.g. edge or reflect padding)")
     return view
@@ -418,7 +426,7 @@ def _copy(node: Node, graph: Graph, mult: int) -> Lowered:
         args = (Ref("in", view.in_slot, view.src_base), Ref("out", view.out_slot, view.dst_base), total, chunk,
                 *_pad6(list(view.dims), 1)[1:], *_pad6(list(view.ss), 0), *_pad6(list(view.ds), 0),
                 *_pad6(list(view.st), 0), *_pad6(list(view.se), _BIG), pv)
-        calls += [(r, args) for r in range(_chunks(total, chunk))]
+        calls += zip(range(_chunks(total, chunk)), repeat(args))
     if not calls:  # nothing to move (an empty tensor): one rTask that does nothing
         calls = [(0, (Ref("in", 0), Ref("out", 0), 0, chunk, *[1] * 5, *[0] * 18, *[_BIG] * 6, pv))]
     return Lowered(km.copy_nd("copy_nd"), tuple(calls), 0.0, 8.0 * chunk)
@@ -467,7 +475,7 @@ def _gemm(node: Node, graph: Graph) -> Lowered:
     cref = Ref("in", 2) if has_c else Ref("in", 0)
     args = (Ref("in", 0), Ref("in", 1), cref, Ref("out", 0), m, n, k, sab, sam, sak, sbb, sbk, sbn,
             *c_strides, has_c, alpha, beta)
-    calls = tuple((r, args) for r in range(max(1, nb * tiles)))
+    calls = tuple(zip(range(max(1, nb * tiles)), repeat(args)))
     return Lowered(km.gemm_strided("gemm16", t), calls, 2.0 * t * t * k, 4.0 * 2 * t * k + 4.0 * t * t)
 
 
@@ -493,7 +501,7 @@ def _gemm_per_batch(a2: tuple[int, ...], b2: tuple[int, ...], batch: tuple[int, 
     for bi in range(int(np.prod(batch))):
         args = (Ref("in", 0, int(a_off[bi])), Ref("in", 1, int(b_off[bi])), Ref("in", 0), Ref("out", 0, bi * m * n),
                 m, n, k, 0, k, 1, 0, n, 1, 0, 0, 0, 1.0, 1.0)
-        calls += [(r, args) for r in range(tiles)]
+        calls += zip(range(tiles), repeat(args))
     if not calls:
         calls = [(0, (Ref("in", 0), Ref("in", 1), Ref("in", 0), Ref("out", 0), m, n, k, 0, k, 1, 0, n, 1, 0, 0, 0,
                       1.0, 1.0))]
@@ -562,11 +570,11 @@ def _conv(node: Node, graph: Graph, form: int = 1) -> Lowered:
     if form == CONV_IMPLICIT_GEMM:
         t = 16
         tiles = -(-(y[1] // group) // t) * -(-(oh * ow) // t)
-        calls = tuple((r, args) for r in range(max(1, x[0] * group * tiles)))
+        calls = tuple(zip(range(max(1, x[0] * group * tiles)), repeat(args)))
         # Per tile: 2 t^2 MACs per K step, reading one t x t weight tile and gathering one input tile.
         return Lowered(kc.conv2d_implicit_gemm("conv_igemm", t), calls, 2.0 * t * t * macs, 8.0 * t * macs)
     threads = 128
-    calls = tuple((r, args) for r in range(_chunks(total, threads)))
+    calls = tuple(zip(range(_chunks(total, threads)), repeat(args)))
     return Lowered(kn.conv2d_direct("conv_direct", threads), calls, 2.0 * threads * macs, 8.0 * threads * macs)
 
 
@@ -595,7 +603,7 @@ def _conv_transpose(node: Node, graph: Graph) -> Lowered:
             total, x[0], x[1], h, wd, y[1], oh, ow, kh, kw, sh, sw, ph, pw, dh, dw, group)
     threads = 128
     macs = x[1] // max(group, 1) * kh * kw
-    calls = tuple((r, args) for r in range(_chunks(total, threads)))
+    calls = tuple(zip(range(_chunks(total, threads)), repeat(args)))
     return Lowered(kc.conv_transpose2d_direct("conv_transpose", threads), calls, 2.0 * threads * macs,
                    8.0 * threads * macs)
 
@@ -622,7 +630,7 @@ def _pool(node: Node, graph: Graph) -> Lowered:
         kind = "avg_pad"
         ends = _end_pads(node, graph, kernel, pads, strides)
         args = (*args, *_as2d(ends, 0))
-    calls = tuple((r, args) for r in range(_chunks(total, 128)))
+    calls = tuple(zip(range(_chunks(total, 128)), repeat(args)))
     return Lowered(kn.pool2d(f"pool_{kind}", kind, 128), calls, 128.0 * kh * kw, 4.0 * 128 * kh * kw)
 
 
@@ -630,7 +638,8 @@ def _global_pool(node: Node, graph: Graph) -> Lowered:
     x = _shape(graph, node.inputs[0])
     rows, n = x[0] * x[1], int(np.prod(x[2:]))
     kind = "mean" if node.op_type == "GlobalAveragePool" else "max"
-    calls = tuple((r, (Ref("in", 0), Ref("out", 0), n)) for r in range(max(rows, 1)))
+    args = (Ref("in", 0), Ref("out", 0), n)  # one tuple shared by the rTasks (resolved once)
+    calls = tuple(zip(range(max(rows, 1)), repeat(args)))
     return Lowered(kn.reduce_rows(f"rows_{kind}", kind, BLOCK_THREADS), calls, float(n), 4.0 * n)
 
 
@@ -654,12 +663,13 @@ def _softmax(node: Node, graph: Graph) -> Lowered:
         n, inner = int(np.prod(x[axis:])), 1
     kind = "logsoftmax" if log else "softmax"
     if inner == 1:
-        calls = tuple((r, (Ref("in", 0), Ref("out", 0), n)) for r in range(max(outer, 1)))
+        args = (Ref("in", 0), Ref("out", 0), n)  # one tuple shared by the rTasks (resolved once)
+        calls = tuple(zip(range(max(outer, 1)), repeat(args)))
         return Lowered(gk.softmax_rows(f"{kind}_rows", BLOCK_THREADS, log), calls, 4.0 * n, 12.0 * n)
     total = outer * inner
     threads = 128
     args = (Ref("in", 0), Ref("out", 0), total, n, inner)
-    calls = tuple((r, args) for r in range(_chunks(total, threads)))
+    calls = tuple(zip(range(_chunks(total, threads)), repeat(args)))
     return Lowered(kr.softmax_strided(f"{kind}_strided", log, threads), calls, 4.0 * threads * n, 12.0 * threads * n)
 
 
@@ -671,7 +681,7 @@ def _lrn(node: Node, graph: Graph) -> Lowered:
     args = (Ref("in", 0), Ref("out", 0), total, x[1], int(np.prod(x[2:])), before, size - 1 - before,
             float(node.attrs.get("alpha", 1e-4)) / size, float(node.attrs.get("beta", 0.75)),
             float(node.attrs.get("bias", 1.0)))
-    calls = tuple((r, args) for r in range(_chunks(total, 128)))
+    calls = tuple(zip(range(_chunks(total, 128)), repeat(args)))
     return Lowered(kn.lrn("lrn", 128), calls, 3.0 * 128 * size, 4.0 * 128 * size)
 
 
@@ -683,7 +693,8 @@ def _constant_of_shape(node: Node, graph: Graph, mult: int) -> Lowered:
         raise ValueError(f"its value {value[0]!r} is not exact in float32 (the arena's type)")
     n = int(np.prod(_shape(graph, node.outputs[0])))
     chunk = 256 * mult
-    calls = tuple((r, (Ref("out", 0), n, chunk, fill_value)) for r in range(_chunks(n, chunk)))
+    args = (Ref("out", 0), n, chunk, fill_value)  # one tuple shared by the rTasks (resolved once)
+    calls = tuple(zip(range(_chunks(n, chunk)), repeat(args)))
     return Lowered(kx.fill("fill", 256), calls, 0.0, 4.0 * chunk)
 
 

@@ -11,6 +11,7 @@ are exact float32 values in the arena (:mod:`.lower_ints`).
 from __future__ import annotations
 
 import math
+from itertools import repeat
 from typing import Any
 
 import numpy as np
@@ -81,7 +82,7 @@ def lower_gather_elements(node: Node, graph: Graph, mult: int, lowered: Any, ref
     chunk = _THREADS * mult
     args = (ref("in", 0), ref("in", 1), ref("out", 0), total, chunk, *_pad(list(k), 1, MAX_RANK)[1:],
             *_pad(strides, 0, MAX_RANK), axis_stride, size, float("nan"))
-    calls = tuple((r, args) for r in range(max(1, math.ceil(total / chunk))))
+    calls = tuple(zip(range(max(1, math.ceil(total / chunk))), repeat(args)))
     return lowered(kx.gather_elements("gather_elements", _THREADS), calls, 2.0 * chunk, 12.0 * chunk)
 
 
@@ -107,7 +108,7 @@ def lower_cumsum(node: Node, graph: Graph, lowered: Any, ref: Any) -> Any:
     total = outer * inner
     name = f"cumsum_{'i' if integer else 'f'}{'_excl' if exclusive else ''}{'_rev' if reverse else ''}"
     args = (ref("in", 0), ref("out", 0), total, threads, n, max(inner, 1), float("nan"))
-    calls = tuple((r, args) for r in range(max(1, math.ceil(total / threads))))
+    calls = tuple(zip(range(max(1, math.ceil(total / threads))), repeat(args)))
     return lowered(kx.cumsum_strided(name, integer, exclusive, reverse, threads), calls, 1.0 * threads * n,
                    8.0 * threads * n)
 
@@ -124,7 +125,7 @@ def lower_gather(node: Node, graph: Graph, mult: int, lowered: Any, ref: Any) ->
     total = outer * k * inner
     chunk = _THREADS * mult
     args = (ref("in", 0), ref("in", 1), ref("out", 0), total, chunk, max(k, 1), size, max(inner, 1), float("nan"))
-    calls = tuple((r, args) for r in range(max(1, math.ceil(total / chunk))))
+    calls = tuple(zip(range(max(1, math.ceil(total / chunk))), repeat(args)))
     return lowered(kx.gather_rows("gather_rows", _THREADS), calls, 2.0 * chunk, 12.0 * chunk)
 
 
@@ -163,5 +164,5 @@ def lower_layernorm(node: Node, graph: Graph, threads: int, lowered: Any, ref: A
     args = (ref("in", 0), ref("in", 1), ref("in", 2) if has_bias else ref("in", 1), ref("out", 0),
             n if rows else 0, eps, sp, bp, int(has_bias), int(has_mean), int(has_inv),
             ref("out", 1) if has_mean else ref("out", 0), ref("out", 2) if has_inv else ref("out", 0))
-    calls = tuple((r, args) for r in range(max(rows, 1)))
+    calls = tuple(zip(range(max(rows, 1)), repeat(args)))
     return lowered(kn.layernorm_rows("layernorm_rows", threads, broadcast=True), calls, 8.0 * n, 12.0 * n)

@@ -14,6 +14,7 @@ points and (QLinearConv) int32 bias, which need not be exact in the float arena.
 from __future__ import annotations
 
 import math
+from itertools import repeat
 from typing import Any
 
 import numpy as np
@@ -135,7 +136,7 @@ def _matmul_integer(node: Node, graph: Graph, lowered: Any, ref: Any) -> Any:
     total = nb * m * n
     threads = 128
     args = (ref("in", 0), ref("in", 1), azp, bzp, ref("out", 0), total, m, n, k, sab, sbb, azs, bzs, has_a, has_b)
-    calls = tuple((r, args) for r in range(max(1, math.ceil(total / threads))))
+    calls = tuple(zip(range(max(1, math.ceil(total / threads))), repeat(args)))
     return lowered(kq.matmul_integer("matmul_integer", threads), calls, 2.0 * threads * k, 8.0 * threads * k)
 
 

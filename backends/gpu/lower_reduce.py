@@ -15,6 +15,7 @@ tf_crop_and_resize are refused.
 from __future__ import annotations
 
 import math
+from itertools import repeat
 from typing import Any
 
 import numpy as np
@@ -77,10 +78,11 @@ def lower_reduce(node: Node, graph: Graph, lowered: Any, ref: Any) -> Any:
         inner = int(np.prod(x[real[-1] + 1:]))
     total = outer * inner
     if inner == 1:
-        calls = tuple((r, (ref("in", 0), ref("out", 0), size)) for r in range(max(outer, 1)))
+        args = (ref("in", 0), ref("out", 0), size)  # one tuple shared by the rTasks (resolved once)
+        calls = tuple(zip(range(max(outer, 1)), repeat(args)))
         return lowered(kn.reduce_rows(f"rows_{kind}", kind, _THREADS), calls, float(size), 4.0 * size)
     args = (ref("in", 0), ref("out", 0), total, size, inner)
-    calls = tuple((r, args) for r in range(max(1, math.ceil(total / _THREADS))))
+    calls = tuple(zip(range(max(1, math.ceil(total / _THREADS))), repeat(args)))
     return lowered(kr.reduce_strided(f"reduce_{kind}_strided", kind, _THREADS), calls, float(_THREADS * size),
                    4.0 * _THREADS * size)
 
@@ -115,7 +117,7 @@ def _reduce_general(node: Node, x: tuple[int, ...], reduced: set[int], kind: str
         size = 0 if total == 0 else int(np.prod([x[i] for i in reduced]))
     args = (ref("in", 0), ref("out", 0), total, size, *[d for d, _ in kept[1:]], *[s for _, s in kept],
             *[d for d, _ in red[1:]], *[s for _, s in red])
-    calls = tuple((r, args) for r in range(max(1, math.ceil(total / _THREADS))))
+    calls = tuple(zip(range(max(1, math.ceil(total / _THREADS))), repeat(args)))
     return lowered(kr.reduce_general(f"reduce_{kind}_any", kind, _THREADS), calls, float(_THREADS * max(size, 1)),
                    4.0 * _THREADS * max(size, 1))
 
@@ -150,5 +152,5 @@ def lower_resize(node: Node, graph: Graph, lowered: Any, ref: Any) -> Any:
     total = int(np.prod(y))
     args = (ref("in", 0), ref("out", 0), total, x[-2], x[-1], y[-2], y[-1], float(sh), float(sw),
             kr.COORD_MODES[coord], kr.NEAREST_MODES[nearest], int(mode == "linear"))
-    calls = tuple((r, args) for r in range(max(1, math.ceil(total / _THREADS))))
+    calls = tuple(zip(range(max(1, math.ceil(total / _THREADS))), repeat(args)))
     return lowered(kr.resize2d("resize2d", _THREADS), calls, 8.0 * _THREADS, 4.0 * 5 * _THREADS)

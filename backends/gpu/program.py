@@ -24,6 +24,7 @@ from rammer.schedule.programs import (
     ProgramError,
     Signal,
     Step,
+    StepIndex,
     Task,
     Wait,
     check_races,
@@ -38,7 +39,7 @@ from rammer.schedule.programs import (
 
 __all__ = ["Call", "Signal", "Wait", "Task", "Step", "ProgramError", "device_function", "from_waves",
            "from_schedule", "check_races", "split_waves", "check_wave_races", "signals_per_block", "step_kinds",
-           "step_index"]
+           "step_index", "StepIndex"]
 
 
 def _rewrite(node, fn):

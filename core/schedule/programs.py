@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from itertools import chain, repeat
+from operator import attrgetter
 from typing import NamedTuple, Union, cast
 
 import numpy as np
@@ -30,18 +31,20 @@ from .schedule import Schedule
 from .walk import rtask_locations
 
 __all__ = ["Call", "Signal", "Wait", "Task", "Step", "ProgramError", "from_waves", "from_schedule", "check_races",
-           "split_waves", "check_wave_races", "signals_per_block", "step_kinds", "StepIndex", "step_index"]
+           "split_waves", "check_wave_races", "signals_per_block", "step_kinds", "StepIndex", "step_index",
+           "BlockPrograms"]
 
 
 class ProgramError(ValueError):
     """A program that cannot be built or would race."""
 
 
-@dataclass(frozen=True)
-class Call:
+class Call(NamedTuple):
     """Run rTask ``rtask_id`` of device function ``kernel``; ``args`` are, per parameter, an arena
     offset (pointer parameters) or a number (scalars).  ``reads``/``writes`` are arena ranges
-    ``(start, length)`` in floats, used by :func:`check_races`."""
+    ``(start, length)`` in floats, used by :func:`check_races`.  A named tuple, not a frozen
+    dataclass: a full-size model has 10^5 calls, which the GPU compiler makes with
+    :meth:`_make` at a fraction of a frozen dataclass's ``__init__`` (six ``object.__setattr__``)."""
 
     kernel: str
     rtask_id: int
@@ -85,7 +88,11 @@ class Task:
 _KIND = {Call: MARK, Signal: SIGNAL, Wait: WAIT}
 
 
-def signals_per_block(programs: list[list[Step]]) -> list[int]:
+def signals_per_block(programs: list[list[Step]], index: StepIndex | None = None) -> list[int]:
+    """How many signals each block sends per run; ``index``: the programs' :func:`step_index`,
+    where the caller has it (counted from its kinds instead of the steps)."""
+    if index is not None and len(index.kinds) == len(programs):
+        return [int(np.count_nonzero(k == SIGNAL)) for k in index.kinds]
     return [list(map(type, p)).count(Signal) for p in programs]
 
 
@@ -153,11 +160,11 @@ def split_waves(programs: list[list[Step]], wave_of_op: list[int]) -> list[list[
     return waves
 
 
-def from_schedule(schedule: Schedule, calls: dict[int, Call]) -> list[list[Step]]:
+def from_schedule(schedule: Schedule, calls: dict[int, Call]) -> BlockPrograms:
     """The block programs of a core :class:`rammer.schedule.Schedule`: vEU ``v`` is block ``v``;
     ``calls[rtask id]`` is what each rTask runs.  A barrier entry becomes one :class:`Wait` per
     other block it waits on (for the last waited rTask there), and each rTask some barrier waits
-    for is followed by a :class:`Signal` on its block."""
+    for is followed by a :class:`Signal` on its block.  The result carries its :class:`StepIndex`."""
     n = schedule.num_rtasks
     loc_veu, loc_pos = rtask_locations(schedule)
     nv = len(schedule.programs)
@@ -220,7 +227,16 @@ def from_schedule(schedule: Schedule, calls: dict[int, Call]) -> list[list[Step]
     index = np.repeat(first - step_at[:-1], count) + np.arange(int(step_at[-1]))
     steps = list(map(objects.__getitem__, index.tolist()))
     cuts = step_at[np.concatenate([[0], np.cumsum(prog_lengths)])].tolist()
-    return [steps[a:z] for a, z in zip(cuts[:-1], cuts[1:])]
+    # The step index (kinds, wait pairs) from the same arrays, so the readers need not walk the steps.
+    object_kind = np.full(len(objects), WAIT, np.int8)
+    object_kind[0:2 * rtasks.size:2] = MARK
+    object_kind[1:2 * rtasks.size:2] = SIGNAL
+    kinds = object_kind[index]
+    wait_objects = np.column_stack([distinct // width, distinct % width])[which.ravel()]
+    pairs = wait_objects[index[kinds == WAIT] - 2 * rtasks.size].reshape(-1, 2)
+    programs = BlockPrograms(steps[a:z] for a, z in zip(cuts[:-1], cuts[1:]))
+    programs.steps_index = StepIndex([kinds[a:z] for a, z in zip(cuts[:-1], cuts[1:])], pairs.astype(np.int64))
+    return programs
 
 
 def from_waves(waves: list[list[Task]], blocks: int, barriers: bool = True) -> list[list[Step]]:
@@ -236,6 +252,14 @@ def from_waves(waves: list[list[Task]], blocks: int, barriers: bool = True) -> l
         for i, t in enumerate(wave):
             programs[i % blocks].append(Call(t.kernel, t.rtask_id, t.args, t.reads, t.writes))
     return programs
+
+
+class BlockPrograms(list):  # list[list[Step]]
+    """The block programs :func:`from_schedule` returns, with their :class:`StepIndex` (``steps_index``)
+    made from the arrays it built them from; a reader that has the programs right after
+    :func:`from_schedule` passes it on instead of reading every step again."""
+
+    steps_index: StepIndex | None = None
 
 
 class StepIndex(NamedTuple):
@@ -293,6 +317,45 @@ def _step_arrays(programs: list[list[Step]], index: StepIndex | None = None
     return (starts, kinds, group_of, group_starts, wait_block, wait_count), calls
 
 
+def _call_groups(programs: list[list[Step]], call_at: np.ndarray, starts: np.ndarray) -> list[dict]:
+    """The calls (at flat step indices ``call_at``, in order) grouped: one group per operator
+    (``op >= 0``), one per call otherwise, in order of first appearance.  Each group: its first
+    ``call``, the union of its ``reads`` and ``writes`` (sets), and per block (ascending) the flat
+    index of its ``first`` and ``last`` call there.  From arrays: a full-size model has 10^5 calls
+    and a few hundred operators, whose calls share their range tuples, so each distinct range
+    tuple of a group is read once."""
+    flat = list(chain.from_iterable(programs))
+    calls = cast("list[Call]", list(map(flat.__getitem__, call_at.tolist())))
+    nc = len(calls)
+    ops = np.fromiter(map(attrgetter("op"), calls), np.int64, nc)
+    block = np.searchsorted(starts, call_at, side="right") - 1
+    # A group key per call (an operator, or the call alone), numbered by first appearance.
+    key = np.where(ops >= 0, ops, int(ops.max(initial=0)) + 1 + np.arange(nc))
+    _, first_of_key, key_rank = np.unique(key, return_index=True, return_inverse=True)
+    order = np.argsort(first_of_key, kind="stable")
+    group = np.empty(order.size, np.int64)
+    group[order] = np.arange(order.size)
+    group = group[key_rank.ravel()]
+    items: list[dict] = [{"call": calls[int(i)], "reads": set(), "writes": set(), "first": {}, "last": {}}
+                         for i in first_of_key[order].tolist()]
+    for field in ("reads", "writes"):
+        ranges = list(map(attrgetter(field), calls))
+        ids = np.fromiter(map(id, ranges), np.int64, nc)
+        id_rank = np.unique(ids, return_inverse=True)[1].ravel()  # one 1-d key: unique over rows is slow
+        _, at = np.unique(group * max(nc, 1) + id_rank, return_index=True)
+        for i in at.tolist():
+            items[int(group[i])][field].update(ranges[i])
+    # Per (group, block): the first and last call there (flat order is block by block, ascending).
+    pair = group * max(len(programs), 1) + block
+    pairs, first_at = np.unique(pair, return_index=True)
+    last_at = pair.size - 1 - np.unique(pair[::-1], return_index=True)[1]
+    for p, f, z in zip(pairs.tolist(), call_at[first_at].tolist(), call_at[last_at].tolist()):
+        g, b = divmod(p, max(len(programs), 1))
+        items[g]["first"][b] = f
+        items[g]["last"][b] = z
+    return items
+
+
 def _touching_pairs(items: list[dict]) -> list[tuple[int, int]]:
     """Pairs ``(i, j)``, ``i < j``, of groups whose arena ranges overlap with one of them writing,
     in order: a sweep over the ranges sorted by start, so only overlapping pairs are looked at
@@ -326,21 +389,7 @@ def check_races(programs: list[list[Step]], index: StepIndex | None = None) -> N
         b, (i, _, _) = next(iter(clocks.stuck.items()))
         raise ProgramError(f"deadlock: block {b} waits at step {i - starts[b]} for a signal never sent")
     total_signals = np.bincount(np.repeat(np.arange(nb), np.diff(starts))[kinds == SIGNAL], minlength=nb)
-    groups: dict[object, dict] = {}
-    call_block = np.searchsorted(starts, call_at, side="right") - 1
-    for flat, b in zip(call_at.tolist(), call_block.tolist()):
-        i = flat - int(starts[b])
-        s = programs[b][i]
-        key = ("op", s.op) if s.op >= 0 else ("call", b, i)
-        g = groups.get(key)
-        if g is None:
-            g = groups[key] = {"call": s, "reads": set(), "writes": set(), "first": {}, "last": {}}
-        g["reads"].update(s.reads)
-        g["writes"].update(s.writes)
-        if b not in g["first"]:
-            g["first"][b] = flat
-        g["last"][b] = flat
-    items = list(groups.values())
+    items = _call_groups(programs, call_at, starts)
     for g in items:
         g["reads"], g["writes"] = tuple(sorted(g["reads"])), tuple(sorted(g["writes"]))
         g["blocks"] = np.array(list(g["last"]), np.int64)

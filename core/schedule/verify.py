@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import chain
 
 import numpy as np
 
@@ -65,7 +66,8 @@ def _check_ops(schedule: Schedule, graph: Graph | None) -> list[tuple[int, ...]]
 
 def _check_exactly_once(schedule: Schedule) -> None:
     n, b = schedule.num_rtasks, schedule.num_barriers
-    flat = np.fromiter((e for prog in schedule.programs for e in prog), dtype=np.int64)
+    # chain, not a generator expression: C-level over a full-size schedule's 10^5-10^6 entries.
+    flat = np.fromiter(chain.from_iterable(schedule.programs), np.int64, sum(map(len, schedule.programs)))
     if flat.size and (flat.min() < 0 or flat.max() >= n + b):
         bad = int(flat[(flat < 0) | (flat >= n + b)][0])
         raise ScheduleError(f"entry id {bad} is neither an rTask (0..{n - 1}) nor a barrier ({n}..{n + b - 1})")
