@@ -27,12 +27,14 @@ class OpByOpPolicy:
             kernel = rop.fastest(num_veus)
             builder.choose(i, kernel)
             current: dict[int, int] = {}
+            # Every barrier before this op waits for the same rTasks: one wait group, kept once.
+            group = builder.add_wait_group(list(previous.values())) if previous else -1
             for r in range(kernel.num_rtasks):
                 v = r % num_veus
                 if v not in current and previous:
                     # Waiting on its own earlier rTask too keeps a barrier
                     # (a launch gap) even where program order would do.
-                    builder.wait_ids(list(previous.values()), v)
+                    builder.wait_group(group, v)
                 current[v] = builder.append_rtask(i, r, v)
             previous = current
         return builder.finish()

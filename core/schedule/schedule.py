@@ -25,7 +25,8 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
-from typing import Any
+from itertools import chain
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -34,6 +35,7 @@ from ..rtask import RKernel, RTask
 from ..vdevice import VDevice
 from .problem import Problem
 from .records import TensorRef, decode_attr, decode_tiles, encode_attr, encode_tiles, has_tiles, tensor_refs
+from .waits import NO_SKIP, BarrierWaitsField, CompactWaits, compact_waits, hold_compact, stored_waits
 
 #: The self-contained fields (attrs, inputs, outputs, rtasks) are additions: a reader
 #: that ignores them still reads the schedule, and schedules without them still load.
@@ -78,8 +80,13 @@ class Schedule:
     ops: list[ScheduledOp]
     #: Entry ids per vEU, in program order.
     programs: list[list[int]]
-    #: The rTask ids barrier ``num_rtasks + b`` waits for.
-    barrier_waits: list[tuple[int, ...]]
+    #: The rTask ids barrier ``num_rtasks + b`` waits for.  A policy's schedule keeps them compactly
+    #: (:mod:`.waits`) and builds this list when it is first read: a field whose value a descriptor
+    #: holds (to type checkers, the plain list it reads as).
+    if TYPE_CHECKING:
+        barrier_waits: list[tuple[int, ...]]
+    else:
+        barrier_waits: list[tuple[int, ...]] = BarrierWaitsField()
     #: Cost of one barrier once its rTasks are done (a kernel launch gap for op-by-op).
     barrier_cost_us: float
     options: dict[str, Any] = field(default_factory=dict)
@@ -97,7 +104,17 @@ class Schedule:
 
     @property
     def num_barriers(self) -> int:
-        return len(self.barrier_waits)
+        return len(stored_waits(self))
+
+    def barrier_wait_arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        """(all barriers' waits concatenated, the start of each barrier's and the end), without
+        building the per-barrier tuples when the schedule still holds them compactly."""
+        held = stored_waits(self)
+        if isinstance(held, CompactWaits):
+            return held.arrays()
+        starts = np.zeros(len(held) + 1, dtype=np.int64)
+        np.cumsum([len(w) for w in held], out=starts[1:])
+        return np.fromiter(chain.from_iterable(held), np.int64, int(starts[-1])), starts
 
     @cached_property
     def rtask_op(self) -> np.ndarray:
@@ -239,7 +256,11 @@ class ScheduleBuilder:
         # Handle h >= 0 is an rTask; -(b + 1) is barrier b.
         self._handle_op: list[int] = []
         self._handle_local: list[int] = []
-        self._waits: list[list[int]] = []
+        # Barrier b waits for the handles of group _barrier_group[b] but those at positions
+        # _barrier_skips[b] (see .waits: many barriers share one group on a many-vEU vDevice).
+        self._wait_groups: list[np.ndarray] = []
+        self._barrier_group: list[int] = []
+        self._barrier_skips: list[np.ndarray] = []
         self._placed: set[tuple[int, int]] = set()
 
     def choose(self, op: int, kernel: RKernel) -> None:
@@ -262,9 +283,22 @@ class ScheduleBuilder:
         self.programs[veu].append(handle)
         return handle
 
-    def wait_ids(self, handles: Sequence[int], veu: int) -> None:
-        self._waits.append(list(handles))
-        self.programs[veu].append(-len(self._waits))
+    def wait_ids(self, handles: Sequence[int] | np.ndarray, veu: int) -> None:
+        """Append to ``veu`` a barrier waiting for the rTasks with these handles."""
+        self.wait_group(self.add_wait_group(handles), veu)
+
+    def add_wait_group(self, handles: Sequence[int] | np.ndarray) -> int:
+        """Record rTask handles that several barriers wait for (all of them, or all but a few:
+        :meth:`wait_group`); returns the group's number."""
+        self._wait_groups.append(np.array(handles, dtype=np.int64).reshape(-1))
+        return len(self._wait_groups) - 1
+
+    def wait_group(self, group: int, veu: int, skip: np.ndarray = NO_SKIP) -> None:
+        """Append to ``veu`` a barrier waiting for the handles of ``group`` (:meth:`add_wait_group`)
+        except those at the group positions ``skip`` (distinct, increasing)."""
+        self._barrier_group.append(group)
+        self._barrier_skips.append(skip)
+        self.programs[veu].append(-len(self._barrier_group))
 
     # The paper's interface.
     def append(self, rtask: RTask, veu: int) -> int:
@@ -282,25 +316,29 @@ class ScheduleBuilder:
         if missing:
             raise ScheduleError(f"the policy left {len(missing)} op(s) without a kernel, e.g. '{missing[0]}'")
         kernels = [k for k in self.kernels if k is not None]  # all of them: none is missing
-        firsts = np.concatenate([[0], np.cumsum([k.num_rtasks for k in kernels])])
+        firsts = np.concatenate([[0], np.cumsum([k.num_rtasks for k in kernels])]).astype(np.int64)
         num_rtasks = int(firsts[-1])
         stable = firsts[np.asarray(self._handle_op, dtype=np.int64)] + np.asarray(self._handle_local, dtype=np.int64) \
             if self._handle_op else np.zeros(0, dtype=np.int64)
-        stable_list = stable.tolist()
-        programs: list[list[int]] = []
-        barrier_waits: list[tuple[int, ...]] = []
-        for prog in self.programs:
-            out = []
-            for h in prog:
-                if h >= 0:
-                    out.append(stable_list[h])
-                else:
-                    out.append(num_rtasks + len(barrier_waits))
-                    barrier_waits.append(tuple(stable_list[w] for w in self._waits[-h - 1]))
-            programs.append(out)
+        # Every entry of every program at once: rTask handles to stable ids, barriers numbered by
+        # (vEU, position) -- a Python loop per entry and per wait took minutes on 1,472 vEUs.
+        lengths = [len(prog) for prog in self.programs]
+        flat = np.fromiter(chain.from_iterable(self.programs), np.int64, sum(lengths))
+        is_barrier = flat < 0
+        order = -flat[is_barrier] - 1  # builder's barrier number of each barrier, in final order
+        ids = np.empty_like(flat)
+        ids[~is_barrier] = stable[flat[~is_barrier]]
+        ids[is_barrier] = num_rtasks + np.arange(order.size, dtype=np.int64)
+        id_list = ids.tolist()
+        bounds = np.concatenate([[0], np.cumsum(lengths, dtype=np.int64)]).tolist()
+        programs = [id_list[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
+        held = compact_waits(self._wait_groups, self._barrier_group, self._barrier_skips)
+        waits = replace(held, group_ids=stable[held.group_ids]).permuted(order)
         ops = [ScheduledOp(p.names[i], rop.node.op_type, kernels[i], int(firsts[i]), p.preds[i],
                            rop.node.attrs, tensor_refs(rop.node.inputs, p.tensors, p.constants),
                            tensor_refs(rop.node.outputs, p.tensors, p.constants))
                for i, rop in enumerate(p.rops)]
-        return Schedule(self.policy, p.graph_name, p.vdevice, ops, programs, barrier_waits, self.barrier_cost_us,
-                        self.options)
+        schedule = Schedule(self.policy, p.graph_name, p.vdevice, ops, programs, [], self.barrier_cost_us,
+                            self.options)
+        hold_compact(schedule, waits)
+        return schedule

@@ -23,7 +23,6 @@ numpy step per op, so 14,000-op graphs schedule in seconds.
 from __future__ import annotations
 
 import heapq
-import math
 
 import numpy as np
 
@@ -75,6 +74,18 @@ def select_kernels(problem: Problem, wave: list[int], fastest_only: bool = False
     return choice
 
 
+def _latest_missed(missing: np.ndarray, finish: np.ndarray) -> np.ndarray:
+    """Per vEU (row of ``missing``), the latest ``finish`` among the required rTasks (columns) it
+    has not waited for, -inf where none: a masked max over the (vEUs x required vEUs) matrix,
+    computed only for the rows that do not miss the latest-finishing rTask of all (few)."""
+    latest = int(np.argmax(finish))
+    ready = np.full(missing.shape[0], finish[latest], dtype=np.float64)
+    others = np.flatnonzero(~missing[:, latest])
+    if others.size:
+        ready[others] = np.where(missing[others], finish, -np.inf).max(axis=1)
+    return ready
+
+
 class _Placer:
     """Earliest-start placement with barrier insertion (step 3)."""
 
@@ -108,37 +119,78 @@ class _Placer:
         builder.choose(op, kernel)
         req = self._requirements(op)
         est = self.avail.copy()
-        need = np.zeros(num_veus, dtype=bool)
+        n = kernel.num_rtasks
+        k = min(n, num_veus)
         missing: np.ndarray | None = None
+        need: np.ndarray | None = None
+        column_group: np.ndarray | None = None
         if req is not None:
             cols, req_pos, req_handles, req_fin = req
-            missing = np.asarray(self.known[:, cols] < req_pos)  # (vEU, required vEU) not yet waited for
-            missing[cols, np.arange(cols.size)] = False  # program order covers a vEU's own rTasks
-            need = missing.any(axis=1)
+            if cols.size == num_veus:
+                # Every vEU is required: the columns stay in vEU order (gathering known's columns in
+                # cols's order would copy a vEUs x vEUs matrix per op); column_group[u] is the
+                # position of vEU u's rTask in cols, the op's wait group.
+                column_group = np.empty(num_veus, dtype=np.int64)
+                column_group[cols] = np.arange(num_veus)
+                pos, fin = req_pos[column_group], req_fin[column_group]
+                missing = self.known < pos  # (vEU, required vEU) not yet waited for
+                np.fill_diagonal(missing, False)  # program order covers a vEU's own rTasks
+            else:
+                pos, fin = req_pos, req_fin
+                missing = self.known[:, cols] < req_pos
+                missing[cols, np.arange(cols.size)] = False
+            need = np.asarray(missing.any(axis=1))
             if need.any():
-                ready = np.where(missing, req_fin, -math.inf).max(axis=1)
+                ready = _latest_missed(missing, fin)
                 est[need] = np.maximum(self.avail[need], ready[need]) + self.barrier_us
-        n = kernel.num_rtasks
-        d = kernel.duration_us
-        k = min(n, num_veus)
+            else:
+                need = None
         cand = np.argpartition(est, k - 1)[:k] if k < num_veus else np.arange(num_veus)
+        need_index = [-1] * num_veus  # vEU -> its row of skip_bounds while it still needs a barrier
+        if need is not None:
+            assert missing is not None
+            # What each barrier would leave out of the op's wait group (its own vEU, the vEUs it
+            # already waited for), for the candidate vEUs at once.
+            rows = cand[need[cand]]
+            skip_rows, skip_cols = np.nonzero(~missing[rows])
+            if column_group is not None:
+                skip_cols = column_group[skip_cols]
+                order = np.lexsort((skip_cols, skip_rows))
+                skip_rows, skip_cols = skip_rows[order], skip_cols[order]
+            skip_bounds = np.searchsorted(skip_rows, np.arange(rows.size + 1)).tolist()
+            for i, v in enumerate(rows.tolist()):
+                need_index[v] = i
         heap = [(float(est[v]), int(v)) for v in cand]
         heapq.heapify(heap)
-        need_l: list[bool] = np.asarray(need).tolist()
+        d = kernel.duration_us
         last: dict[int, tuple[int, int, float]] = {}
         programs = builder.programs
+        group = -1
+        waited: list[int] = []
         for r in range(n):
             t, v = heapq.heappop(heap)
-            if need_l[v]:
-                assert missing is not None and req is not None  # need is set only from req
-                need_l[v] = False
-                row = missing[v]
-                builder.wait_ids(req_handles[row].tolist(), v)
-                self.known[v, cols[row]] = req_pos[row]
+            i = need_index[v]
+            if i >= 0:
+                assert req is not None  # need is set only from req
+                need_index[v] = -1
+                # The op's barriers share one list (the producers' last rTask per vEU) and each
+                # leaves out the few a vEU need not wait for: kept once, not once per vEU.
+                if group < 0:
+                    group = builder.add_wait_group(req_handles)
+                builder.wait_group(group, v, skip_cols[skip_bounds[i]:skip_bounds[i + 1]])
+                waited.append(v)
             handle = builder.append_rtask(op, r, v)
             finish = t + d
             last[v] = (len(programs[v]) - 1, handle, finish)
             heapq.heappush(heap, (finish, v))
+        if waited:  # what the new barriers waited for, all at once (nothing above reads known)
+            assert missing is not None and req is not None
+            done = np.asarray(waited, dtype=np.int64)
+            if column_group is not None:  # whole rows: no (rows x cols) fancy indexing, 5x slower
+                self.known[done] = np.where(missing[done], pos, self.known[done])
+            else:
+                block = np.ix_(done, cols)
+                self.known[block] = np.where(missing[done], req_pos, self.known[block])
         veus = np.fromiter(last, dtype=np.int64, count=len(last))
         vals = list(last.values())
         placed = (veus, np.array([x[0] for x in vals], dtype=np.int64),

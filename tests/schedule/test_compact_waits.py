@@ -1,0 +1,79 @@
+"""Barrier waits kept compactly (rammer.schedule.waits): the waits they stand for, in space linear in
+rTasks + barriers on a vDevice with many vEUs, built into the per-barrier lists only when read."""
+
+from __future__ import annotations
+
+import numpy as np
+from sched_util import dependency_violations, execute, zoo_graph
+
+from rammer.schedule import build_problem, get_policy, verify
+from rammer.schedule.waits import CompactWaits, compact_waits, stored_waits
+from rammer.vdevice import get_preset
+
+
+def test_each_barrier_waits_for_its_group_but_the_positions_it_skips_in_any_order():
+    rng = np.random.default_rng(39)
+    groups = [rng.integers(0, 1000, size=int(rng.integers(0, 9))) for _ in range(7)]
+    barrier_group = rng.integers(0, len(groups), size=40).tolist()
+    skips = [np.sort(rng.choice(groups[g].size, size=int(rng.integers(0, groups[g].size + 1)), replace=False))
+             for g in barrier_group]
+    want = [tuple(int(x) for j, x in enumerate(groups[g]) if j not in set(s.tolist()))
+            for g, s in zip(barrier_group, skips)]
+    held = compact_waits(groups, barrier_group, skips)
+    assert held.tuples() == want
+    assert len(held) == 40 and held.num_waits == sum(len(w) for w in want)
+    order = rng.permutation(40)
+    assert held.permuted(order).tuples() == [want[i] for i in order]
+    flat, starts = held.permuted(order).arrays()
+    assert [tuple(flat[a:b].tolist()) for a, b in zip(starts[:-1], starts[1:])] == [want[i] for i in order]
+
+
+def test_a_schedule_on_1472_veus_stores_its_waits_in_linear_space_and_they_order_every_dependency():
+    graph = zoo_graph("resnext-small")
+    schedule = get_policy("wavefront").schedule(build_problem(graph, get_preset("gc200")))
+    held = stored_waits(schedule)
+    assert isinstance(held, CompactWaits)  # counting barriers did not build the lists
+    assert schedule.num_barriers == len(held) > 1000
+    stored = held.group_ids.size + held.skip_positions.size
+    # Listed one by one the waits are ~40x more (119,760 here): each op's barriers share one group.
+    assert stored <= 2 * (schedule.num_rtasks + schedule.num_barriers) and held.num_waits > 20 * stored
+    flat, starts = schedule.barrier_wait_arrays()
+    waits = schedule.barrier_waits  # built now
+    assert [tuple(flat[a:b].tolist()) for a, b in zip(starts[:-1], starts[1:])] == waits
+    assert len(flat) == held.num_waits
+    verify(schedule, graph)
+    start, finish = execute(schedule, np.random.default_rng(0).uniform(0.1, 10.0, schedule.num_rtasks))
+    assert not dependency_violations(schedule, [op.preds for op in schedule.ops], start, finish)
+
+
+def test_the_waits_list_once_built_is_the_schedules_own():
+    schedule = get_policy("op-by-op").schedule(build_problem(zoo_graph("alexnet-small"), get_preset("v100")))
+    count = schedule.num_barriers
+    assert isinstance(stored_waits(schedule), CompactWaits)
+    waits = schedule.barrier_waits
+    assert schedule.barrier_waits is waits and len(waits) == count
+    waits.append((0,))
+    assert schedule.num_barriers == count + 1 and schedule.barrier_waits[-1] == (0,)
+    schedule.barrier_waits = []
+    assert schedule.num_barriers == 0 and schedule.barrier_wait_arrays()[0].size == 0
+
+
+def test_the_ipu_compile_never_builds_the_wait_lists():
+    # The ipu orders data by supersteps, not by the schedule's barriers: building 1,472 x 1,471 waits
+    # per op there would bring back what the wait groups saved (98 M entries for the Caffe2 ResNet-50).
+    import rammer
+    import rammer.plugins
+    import rammer.zoo as zoo
+
+    registered = "ipu" not in rammer.plugins.backends()
+    if registered:
+        import rammer.backends.ipu as ipu
+
+        rammer.plugins.register_plugin(ipu, "rammer-ipu-compact-waits-test")
+    try:
+        schedule = rammer.compile(zoo.build("resnext-small"), backend="ipu").executable.schedule
+    finally:
+        if registered:
+            rammer.plugins.unregister_plugin("rammer-ipu-compact-waits-test")
+    held = stored_waits(schedule)
+    assert isinstance(held, CompactWaits) and held.num_waits > 100_000
