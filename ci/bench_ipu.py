@@ -201,6 +201,17 @@ def _max_rel_err(got: dict, want: dict) -> float:
     return max(errs)
 
 
+def _budget_ran_out(exc: BaseException) -> bool:
+    """Whether ``exc`` is this script's budget alarm, possibly wrapped by rammer (an op running
+    when it fired reports ``OpExecutionError ... TimeoutError``)."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, TimeoutError):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return "TimeoutError" in str(exc)
+
+
 def corpus_row(name: str, folder: str, runs: int, size: str = "ci", budget_s: int = 0,
                skip_run: bool = False, cpu_veus: int | None = None) -> dict:
     _backend()
@@ -237,7 +248,10 @@ def corpus_row(name: str, folder: str, runs: int, size: str = "ci", budget_s: in
     except TimeoutError:
         row["over_budget"] = f"ipu compile + simulation over the {budget_s} s budget"
         return row
-    except Exception as exc:  # noqa: BLE001 - a model's failure (after a compile that placed it: a bug) is a row of the table, not the end of the run
+    except Exception as exc:  # noqa: BLE001 - a failure is a row of the table (after a compile that placed it: a bug)
+        if _budget_ran_out(exc):  # the alarm, wrapped by the op that was running (OpExecutionError)
+            row["over_budget"] = f"ipu compile + simulation over the {budget_s} s budget"
+            return row
         row["crash"] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
         return row
     finally:
