@@ -123,10 +123,17 @@ def _ci_folder_on_path() -> None:
         sys.path.insert(0, here)
 
 
+def _tests_folder_on_path() -> None:
+    """tests/ on sys.path, for tests/torch_models.py (the torch:NAME models)."""
+    tests = str(__import__("pathlib").Path(__file__).resolve().parents[1] / "tests")
+    if tests not in sys.path:
+        sys.path.insert(0, tests)
+
+
 def _corpus_names() -> list[str]:
     names = [e.name for e in zoo.list_models() if e.name.endswith("-small")]
     try:
-        sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[1] / "tests"))
+        _tests_folder_on_path()
         import torch_models
 
         names += [f"torch:{n}" for n in torch_models.CASES]
@@ -171,6 +178,7 @@ def _corpus_model(name: str, folder: str, size: str = "ci"):
     if name.startswith("torch:"):
         import warnings
 
+        _tests_folder_on_path()  # (a --models list does not go through _corpus_names)
         import torch_models
 
         path = f"{folder}/{name[6:]}.onnx"
