@@ -22,14 +22,25 @@ one warm-up, in this process; ``--cpu-veus`` sets its worker count) -- or the pl
 ``--budget`` bounds each model's
 ipu compile + simulation (not the export of the model) and, separately, its cpu compile + timing
 (seconds); a model over it is listed as such.  ``--skip-run`` only places the models (no simulation, no cpu timing).
+
+Each model runs in its own child process (``--in-process`` turns this off): a model that crashes
+the interpreter, exhausts memory or hangs past ``--budget`` is a row of the table, not the end of
+the run, and every row reports its own process's peak RSS and the load average when it started.
+A row whose outputs differ from ``reference`` by more than ``MISMATCH_TOLERANCE`` is marked
+``MISMATCH``; a ``RammerError`` from the compile is a refusal, any other exception (or an
+error while simulating a model that placed, such as ``BSPOrderError``) a crash.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import resource
 import signal
+import subprocess
 import sys
+import tempfile
 import time
 
 import rammer
@@ -38,6 +49,11 @@ from rammer import zoo
 from rammer.errors import RammerError
 from rammer.frontend import load
 from rammer.schedule import build_problem, get_policy
+
+#: Max relative error (tests/test_torch_exports.py's measure) above which a row is a mismatch.
+MISMATCH_TOLERANCE = 1e-4
+#: Seconds a child may take beyond its two budgets (ipu, cpu): the export of the model and start-up.
+CHILD_SLACK_S = 300
 
 CONFIGS = (("wavefront", "merged"), ("wavefront", "compute-set"), ("op-by-op", "compute-set"))
 
@@ -107,10 +123,17 @@ def _ci_folder_on_path() -> None:
         sys.path.insert(0, here)
 
 
+def _tests_folder_on_path() -> None:
+    """tests/ on sys.path, for tests/torch_models.py (the torch:NAME models)."""
+    tests = str(__import__("pathlib").Path(__file__).resolve().parents[1] / "tests")
+    if tests not in sys.path:
+        sys.path.insert(0, tests)
+
+
 def _corpus_names() -> list[str]:
     names = [e.name for e in zoo.list_models() if e.name.endswith("-small")]
     try:
-        sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[1] / "tests"))
+        _tests_folder_on_path()
         import torch_models
 
         names += [f"torch:{n}" for n in torch_models.CASES]
@@ -155,6 +178,7 @@ def _corpus_model(name: str, folder: str, size: str = "ci"):
     if name.startswith("torch:"):
         import warnings
 
+        _tests_folder_on_path()  # (a --models list does not go through _corpus_names)
         import torch_models
 
         path = f"{folder}/{name[6:]}.onnx"
@@ -183,6 +207,17 @@ def _max_rel_err(got: dict, want: dict) -> float:
         diff = np.where(both_nan, 0.0, np.abs(a64 - b64) / np.maximum(1.0, np.abs(b64)))
         errs.append(float(np.max(np.nan_to_num(diff, nan=np.inf), initial=0.0)))
     return max(errs)
+
+
+def _budget_ran_out(exc: BaseException) -> bool:
+    """Whether ``exc`` is this script's budget alarm, possibly wrapped by rammer (an op running
+    when it fired reports ``OpExecutionError ... TimeoutError``)."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, TimeoutError):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return "TimeoutError" in str(exc)
 
 
 def corpus_row(name: str, folder: str, runs: int, size: str = "ci", budget_s: int = 0,
@@ -221,8 +256,11 @@ def corpus_row(name: str, folder: str, runs: int, size: str = "ci", budget_s: in
     except TimeoutError:
         row["over_budget"] = f"ipu compile + simulation over the {budget_s} s budget"
         return row
-    except Exception as exc:  # noqa: BLE001 - a model's failure is a row of the table, not the end of the run
-        row["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+    except Exception as exc:  # noqa: BLE001 - a failure is a row of the table (after a compile that placed it: a bug)
+        if _budget_ran_out(exc):  # the alarm, wrapped by the op that was running (OpExecutionError)
+            row["over_budget"] = f"ipu compile + simulation over the {budget_s} s budget"
+            return row
+        row["crash"] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
         return row
     finally:
         signal.alarm(0)
@@ -249,31 +287,86 @@ def corpus_row(name: str, folder: str, runs: int, size: str = "ci", budget_s: in
     return row
 
 
+def _process_figures(r: dict) -> str:
+    """ipu compile s / simulate s / peak RSS MB / load average, as the table's last columns."""
+    def fig(key: str, fmt: str) -> str:
+        return format(r[key], fmt) if key in r else "-"
+    return " | ".join((fig("ipu_compile_s", ".1f"), fig("simulate_s", ".1f"), fig("peak_rss_mb", ".0f"),
+                       fig("load_avg", ".1f")))
+
+
 def corpus_table(rows: list[dict]) -> str:
     out = ["| model | ipu: simulated latency (us) | cpu: measured latency (us) | supersteps | peak tile SRAM (KiB) "
-           "| max rel. error vs reference |", "|---|---|---|---|---|---|"]
+           "| max rel. error vs reference | ipu compile (s) | simulate (s) | peak RSS (MB) | load avg |",
+           "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
+        tail = _process_figures(r)
         if "error" in r:
-            out.append(f"| {r['model']} | refused: {r['error'][:200]} | - | - | - | - |")
+            out.append(f"| {r['model']} | refused: {r['error'][:200]} | - | - | - | - | {tail} |")
+        elif "crash" in r:
+            out.append(f"| {r['model']} | CRASH: {r['crash'][:200]} | - | - | - | - | {tail} |")
         elif "latency_us" not in r:
-            out.append(f"| {r['model']} | {r.get('over_budget', '?')} | - | - | - | - |")
+            out.append(f"| {r['model']} | {r.get('over_budget', '?')} | - | - | - | - | {tail} |")
         else:
             cpu = f"{r['cpu_us']:.0f}" if "cpu_us" in r else r.get("cpu_note", "-")
-            err = (f"{r['max_rel_err']:.1e}" if "max_rel_err" in r
-                   else r.get("over_budget", "placed only (not simulated)"))
+            if "max_rel_err" in r:
+                err = f"{r['max_rel_err']:.1e}"
+                if not r["max_rel_err"] <= MISMATCH_TOLERANCE:
+                    err = f"MISMATCH {err}"
+            else:
+                err = r.get("over_budget", "placed only (not simulated)")
             out.append(f"| {r['model']} | {r['latency_us']:.1f} (simulated) | {cpu} | {r['supersteps']} "
-                       f"| {r['tile_peak_bytes'] / 1024:.0f} | {err} |")
+                       f"| {r['tile_peak_bytes'] / 1024:.0f} | {err} | {tail} |")
     return "\n".join(out)
 
 
-def main_corpus(args) -> int:
-    import tempfile
+def _peak_rss_mb() -> float:
+    """This process's peak RSS (VmHWM: its own address space; ru_maxrss survives exec)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
+
+def _child_row(name: str, args) -> dict:
+    """One model's row, measured in a child process of this script."""
+    with tempfile.TemporaryDirectory() as folder:
+        out = os.path.join(folder, "row.json")
+        cmd = [sys.executable, os.path.abspath(__file__), "--corpus", "--in-process", "--models", name,
+               "--json", out, "--runs", str(args.runs), "--size", args.size, "--budget", str(args.budget)]
+        if args.skip_run:
+            cmd.append("--skip-run")
+        if args.cpu_veus:
+            cmd += ["--cpu-veus", str(args.cpu_veus)]
+        limit = 2 * args.budget + CHILD_SLACK_S
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=limit)
+        except subprocess.TimeoutExpired:
+            return {"model": name, "over_budget": f"child process over {limit} s (export + both budgets), killed"}
+        try:
+            with open(out, encoding="utf-8") as f:
+                return json.load(f)[0]
+        except (OSError, ValueError, IndexError):
+            last = (proc.stderr.strip().splitlines() or ["no output"])[-1][:200]
+            return {"model": name, "crash": f"child process exited with {proc.returncode}: {last}"}
+
+
+def main_corpus(args) -> int:
     names = args.models.split(",") if args.models else _corpus_names()
     rows = []
     with tempfile.TemporaryDirectory() as folder:
         for name in names:
-            row = corpus_row(name, folder, args.runs, args.size, args.budget, args.skip_run, args.cpu_veus)
+            load_avg = os.getloadavg()[0]
+            if args.in_process:
+                row = corpus_row(name, folder, args.runs, args.size, args.budget, args.skip_run, args.cpu_veus)
+                row["peak_rss_mb"] = _peak_rss_mb()
+            else:
+                row = _child_row(name, args)
+            row["load_avg"] = load_avg
             rows.append(row)
             print(corpus_table([row]).splitlines()[-1], file=sys.stderr, flush=True)
             if args.json:  # after every model: a long run that is stopped keeps what it measured
@@ -281,6 +374,8 @@ def main_corpus(args) -> int:
                     json.dump(rows, f, indent=1)
     print(corpus_table(rows))
     return 0
+
+
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -295,6 +390,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--size", default="ci", choices=("ci", "full"), help="size of the corpus:NAME models (--corpus)")
     ap.add_argument("--cpu-veus", type=int, help="--corpus: the cpu backend's worker count (its default: every core)")
     ap.add_argument("--skip-run", action="store_true", help="--corpus: place only (no simulation, no cpu timing)")
+    ap.add_argument("--in-process", action="store_true",
+                    help="--corpus: measure every model in this process (default: one child process per model)")
     args = ap.parse_args(argv)
     if args.corpus:
         if args.models == ",".join(full):

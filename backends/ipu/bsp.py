@@ -133,7 +133,7 @@ class BSPProgram:
 
     def report(self) -> dict[str, Any]:
         lat = self.latency_us
-        tiles_busy = {}
+        tiles_busy: dict[int, set[int]] = {}
         for t in self.tasks:
             tiles_busy.setdefault(t.superstep, set()).add(t.tile)
         tile_util = (sum(len(v) for v in tiles_busy.values()) / (self.num_tiles * max(1, self.num_supersteps)))

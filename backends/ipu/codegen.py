@@ -42,6 +42,7 @@ from .placement import (
     overlapping_pairs,
     peak_per_tile,
     reader_partition,
+    refuse_over_chip,
     unique_rows,
 )
 
@@ -70,6 +71,7 @@ def lower(schedule: Schedule, graph: Graph, mode: str = "merged") -> BSPProgram:
     per_tile = int(vd.extra.get("veus_per_tile", 1))
     num_tiles = math.ceil(vd.num_veus / per_tile)
     sram = vd.veu.local_mem_bytes * per_tile
+    refuse_over_chip(graph, num_tiles, sram, vd.name)
     cost = IpuCostModel.for_vdevice(vd, num_tiles)
     n = schedule.num_rtasks
     _check_placed(schedule)
@@ -103,7 +105,7 @@ def lower(schedule: Schedule, graph: Graph, mode: str = "merged") -> BSPProgram:
         new = []
         pieces = reader_partition(info.shape, [b for _, b in readers_])
         if pieces is not None:  # the readers tile it: each piece on its reader's tile
-            tile_of_box = {}
+            tile_of_box: dict[Box, int] = {}
             for tile, b in readers_:
                 tile_of_box.setdefault(tuple((int(lo), int(hi)) for lo, hi in b), tile)
             chunks = [(c, tile_of_box[p]) for p in pieces for c in chunk_box(p, size)]
@@ -349,7 +351,9 @@ class _Parts:
             vertices[t.tile] += len(t.rtasks)
         labels.append("(code)")
         for tile, ks in kernels_on.items():
-            it_tile.append(tile), it_start.append(0), it_end.append(max(0, num_steps - 1))
+            it_tile.append(tile)
+            it_start.append(0)
+            it_end.append(max(0, num_steps - 1))
             it_bytes.append(len(ks) * CODE_BYTES_PER_KERNEL + int(vertices[tile]) * VERTEX_BYTES)
             it_label.append(len(labels) - 1)
         x_label = []

@@ -15,6 +15,9 @@
   cells (core :func:`rammer.passes.unroll_rnn.unroll_rnn`) when one of them moves more bytes
   than a tile holds; such a node's one whole-op rTask cannot be placed
   (the torch CRNN's LSTM).  Smaller recurrent nodes stay one rTask each, fewer supersteps.
+* split-gather-rows: a Gather from a constant table one of whose columns is larger than a
+  quarter of a tile (:mod:`rammer.backends.ipu.split_gather`) becomes lookups in row pieces of the
+  table and an Add tree; ``gather.split_table`` then cuts each piece along its width.
 
 The graph is prepared for the compile's vDevice (:func:`ipu_passes` of its tile SRAM).
 """
@@ -28,6 +31,8 @@ from rammer.passes import DECOMPOSE, Pass
 from rammer.passes.split_k import make_split_k
 from rammer.passes.unroll_rnn import unroll_rnn
 from rammer.vdevice import PRESETS
+
+from .split_gather import split_tall_gathers
 
 RNN_OPS = frozenset({"LSTM", "GRU", "RNN"})
 
@@ -69,7 +74,9 @@ def ipu_passes(tile_bytes: int = DEFAULT_TILE_BYTES) -> tuple[Pass, ...]:
     return (DECOMPOSE,
             Pass("unroll-large-rnn", lambda g: unroll_large_rnns(g, tile_bytes),
                  "LSTM/GRU/RNN unrolled into MatMuls and cells when one of them is larger than a tile"),
-            make_split_k(pieces_for=lambda m, n, k: k_pieces(m, n, k, share)))
+            make_split_k(pieces_for=lambda m, n, k: k_pieces(m, n, k, share)),
+            Pass("split-gather-rows", lambda g: split_tall_gathers(g, tile_bytes // 4),
+                 "a Gather from a table whose column is larger than a quarter of a tile split along its rows"))
 
 
 #: The passes for the default preset's tiles.

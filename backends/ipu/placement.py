@@ -14,7 +14,10 @@ from collections.abc import Iterator, Sequence
 
 import numpy as np
 
+from rammer.ir import Graph
 from rammer.rtask import Box, boxes_overlap
+
+from .bsp import IpuPlacementError
 
 #: Constants and graph inputs are cut along their first axis into slices of at most this size.
 CHUNK_BYTES = 16 * 1024
@@ -210,3 +213,25 @@ def peak_per_tile(num_tiles: int, tile: np.ndarray, start: np.ndarray, end: np.n
 def live_at(tile_id: int, superstep: int, tile: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
     """Indices of the intervals live on ``tile_id`` at ``superstep``."""
     return np.flatnonzero((tile == tile_id) & (start <= superstep) & (end >= superstep))
+
+
+def refuse_over_chip(graph: Graph, num_tiles: int, tile_bytes: int, vdevice_name: str) -> None:
+    """Raise :class:`IpuPlacementError` when the model's constants and
+    graph inputs alone are larger than all the tiles' SRAM together (about 900 MB on a GC200):
+    no placement can hold them, however they are split.  The message names the largest tensors
+    and their bytes."""
+    names = list(graph.initializers) + [t.name for t in graph.inputs if t.name not in graph.initializers]
+    sizes = []
+    for name in names:
+        info = graph.value_info.get(name)
+        if info is not None and info.shape is not None and not is_static(graph, name):
+            itemsize = 1 if info.dtype == "bool" else np.dtype(info.dtype).itemsize
+            sizes.append((math.prod(info.shape) * itemsize, name))
+    total, chip = sum(b for b, _ in sizes), num_tiles * tile_bytes
+    if total <= chip:
+        return
+    largest = ", ".join(f"'{n}' {b / 1e6:.1f} MB" for b, n in sorted(sizes, reverse=True)[:3] if b >= total // 100)
+    raise IpuPlacementError(
+        f"the model does not fit the {vdevice_name}'s In-Processor memory: its constants and inputs take "
+        f"{total / 1e6:.1f} MB, more than the {chip / 1e6:.1f} MB of its {num_tiles} tiles' SRAM together "
+        f"(largest: {largest}); run it on several IPUs (not supported by this backend) or on another --backend")

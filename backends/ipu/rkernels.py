@@ -25,9 +25,9 @@ generic copy family's output tiling, each rTask reading the (small) shape input 
 window of channels); here it is tiled over rows of its spatial axes, each rTask reading all the
 channels of its rows.
 
-Not covered: a table one of whose columns alone is larger than a tile's constant share (a
-vocabulary beyond about 80,000 rows of float32 on a GC200); the placement then refuses it with
-``IpuPlacementError`` naming the table.
+A constant table one of whose columns alone is larger than a quarter of a tile is first split
+along its rows by the ``split-gather-rows`` graph pass (:mod:`rammer.backends.ipu.split_gather`);
+each row piece is then cut here along its width.
 """
 
 from __future__ import annotations

@@ -213,3 +213,86 @@ def test_an_lrn_larger_than_a_tile_is_decomposed_and_matches() -> None:
     np.testing.assert_allclose(ipu.run(feeds)["y"], rammer.compile(model, backend="reference").run(feeds)["y"],
                                rtol=1e-5, atol=1e-6)
 
+
+
+# -- a table whose single column is larger than a tile's share: split along its rows too -----------
+TALL_VOCAB, TALL_WIDTH = 200_000, 4  # one column: 800 KB, more than a GC200 tile's 624 KiB
+
+
+def _tall_table_model(vocab: int, width: int, ids_shape: tuple[int, ...] = (1, SEQ)) -> onnx.ModelProto:
+    table = (np.random.default_rng(7).standard_normal((vocab, width))).astype(np.float32)
+    nodes = [helper.make_node("Gather", ["table", "ids"], ["emb"], axis=0), helper.make_node("Relu", ["emb"], ["y"])]
+    graph = helper.make_graph(
+        nodes, "tall", [helper.make_tensor_value_info("ids", TensorProto.INT64, list(ids_shape))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [*ids_shape, width])],
+        [numpy_helper.from_array(table, "table")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _tall_ids() -> dict[str, np.ndarray]:
+    ids = np.random.default_rng(3).integers(0, TALL_VOCAB, (1, SEQ)).astype(np.int64)
+    # First and last rows, negative indices (count from the end), and rows on both sides of
+    # piece boundaries wherever the pieces fall (every 1/8 of the table, then +-1).
+    edges = [0, TALL_VOCAB - 1, -1, -TALL_VOCAB] + [TALL_VOCAB * k // 8 + d for k in (1, 3, 5) for d in (-1, 0)]
+    ids[0, :len(edges)] = edges
+    return {"ids": ids}
+
+
+@pytest.fixture(scope="module")
+def tall_table() -> rammer.CompiledModel:
+    return rammer.compile(_tall_table_model(TALL_VOCAB, TALL_WIDTH), backend="ipu")
+
+
+def test_a_table_with_a_column_larger_than_a_tile_is_split_along_its_rows(tall_table) -> None:
+    from rammer.backends.ipu.split_gather import row_pieces
+
+    prog, graph = tall_table.executable.program, tall_table.executable.graph
+    assert "table" not in prog.slices, "the whole table is no longer read"
+    pieces = sorted(n for n in prog.slices if n.startswith("table_rows"))
+    assert len(pieces) == row_pieces((TALL_VOCAB, TALL_WIDTH), 0, 4, prog.sram_bytes // 4) >= 2
+    # The pieces hold every row once (plus one zero row each), each slice of each piece one owner.
+    assert sum(graph.value_info[p].shape[0] - 1 for p in pieces) == TALL_VOCAB
+    for name in pieces:
+        owners = np.zeros(graph.value_info[name].shape, dtype=np.int64)
+        for s in prog.slices[name]:
+            owners[tuple(slice(lo, hi) for lo, hi in s.box)] += 1
+        assert (owners == 1).all()
+    gathers = [o for o in tall_table.executable.schedule.ops if o.op_type == "Gather"]
+    assert len(gathers) == len(pieces) and all(o.kernel.family == "gather.split_table" for o in gathers)
+    assert not [e for e in prog.exchanges if e.tensor.startswith("table_rows")], "no table piece is exchanged"
+    assert 0 < prog.tile_peak_bytes.max() <= prog.sram_bytes
+
+
+def test_the_row_split_lookup_matches_reference(tall_table) -> None:
+    feeds = _tall_ids()
+    want = rammer.compile(_tall_table_model(TALL_VOCAB, TALL_WIDTH), backend="reference").run(feeds)["y"]
+    assert np.array_equal(tall_table.run(feeds)["y"], want)
+
+
+def test_a_removed_exchange_of_a_partial_lookup_is_caught(tall_table) -> None:
+    """The partial lookups meet in the Add tree on other tiles: dropping one of those exchanges
+    must make the simulator fail, not return a sum that lacks a piece."""
+    exe = tall_table.executable
+    prog = replace(exe.program)
+    partial = [e for e in prog.exchanges if e.tensor.startswith("emb_rows")]
+    assert partial, "the partial lookups are summed across tiles"
+    prog.exchanges = [e for e in prog.exchanges if e is not partial[0]]
+    with pytest.raises(BSPOrderError, match="neither owns nor received"):
+        simulate_program(prog, exe.schedule, exe.graph, _tall_ids())
+
+
+def test_a_table_larger_than_the_chip_is_refused_naming_it_and_its_bytes() -> None:
+    """Only a model whose tensors exceed the ~900 MB of all tiles together is refused for size.
+    (The table is a graph input here, so the test allocates nothing of its 1.2 GB.)"""
+    from rammer.backends.ipu.bsp import IpuPlacementError
+
+    rows = 300_000_000
+    nodes = [helper.make_node("Gather", ["table", "ids"], ["y"], axis=0)]
+    graph = helper.make_graph(
+        nodes, "huge", [helper.make_tensor_value_info("table", TensorProto.FLOAT, [rows, 1]),
+                        helper.make_tensor_value_info("ids", TensorProto.INT64, [1, SEQ])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, SEQ, 1])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(IpuPlacementError, match=r"'table' 1200\.0 MB.*") as info:
+        rammer.compile(model, backend="ipu")
+    assert "940.6 MB" in str(info.value) and "ids" not in str(info.value) and "1472 tiles" in str(info.value)
