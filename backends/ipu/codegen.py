@@ -250,6 +250,14 @@ def _merge_waves(wave: np.ndarray, tables: dict, arrays: dict) -> np.ndarray:
     return to_step[wave] if len(wave) else wave
 
 
+def _sorted_distinct(x: np.ndarray) -> np.ndarray:
+    """``np.unique(x)`` for a 1-d integer array, by a sort and a neighbour compare: numpy 2.3+'s
+    ``np.unique`` without ``return_*`` takes a hash-based path that was 30x slower here (1.4 s for 2 M
+    int64; 118 s of a 246 s ResNet-50 ipu compile)."""
+    k = np.sort(x)
+    return k[np.r_[True, k[1:] != k[:-1]]] if k.size else k
+
+
 class _Parts:
     """What the lowering found (slices, reads, remote reads), made into a BSPProgram once the
     superstep of every rTask is chosen."""
@@ -287,7 +295,7 @@ class _Parts:
         for name, (rid, group, src, dst, boxes, sid, nbytes) in self.tables.items():
             count = len(src)
             # (superstep, distinct read) as one integer: sorted, it is the order (superstep, src, dst, box).
-            key = np.unique(rtask_step[rid] * count + group)
+            key = _sorted_distinct(rtask_step[rid] * count + group)
             step, g = key // count, key % count
             groups.append(ExchangeGroup(name, step, src[g], dst[g], boxes[g], nbytes[g], sid[g]))
         return groups
