@@ -13,7 +13,6 @@ import ctypes
 import functools
 import hashlib
 import os
-import tempfile
 import threading
 from collections.abc import Callable, Iterable
 
@@ -21,6 +20,9 @@ from llvmlite import binding as llvm
 from llvmlite import ir
 from numba import types
 from numba.core import cgutils
+
+from rammer.atomic_file import atomic_write
+from rammer.errors import RammerError
 
 
 def _host_features() -> tuple[str, str, set[str]]:
@@ -57,6 +59,32 @@ def object_cache_path(text: str) -> str | None:
     return os.path.join(folder, f"rammer-ukernel-{key}.o")
 
 
+def read_checked_object(path: str) -> bytes | None:
+    """The object code cached at ``path`` (written by :func:`write_checked_object`), or None when the
+    file is missing, unreadable or damaged: it ends with the SHA-256 of the code, so a damaged file is
+    compiled over, never loaded."""
+    try:
+        with open(path, "rb") as f:
+            blob = f.read()
+    except OSError:
+        return None
+    if len(blob) > 32 and hashlib.sha256(blob[:-32]).digest() == blob[-32:]:
+        return blob[:-32]
+    return None
+
+
+def write_checked_object(path: str, data: bytes) -> None:
+    """Cache object code ``data`` at ``path`` with its SHA-256 appended, atomically (a concurrent
+    reader sees the old file or the whole new one); a cache that cannot be written only costs a
+    compile later."""
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with atomic_write(path, "cached machine code") as f:
+            f.write(data + hashlib.sha256(data).digest())
+    except (OSError, RammerError):
+        pass
+
+
 def compile_module(mod: ir.Module | Callable[[], ir.Module], cache: bool = False, key: str = "") -> object:
     """An MCJIT engine holding ``mod`` compiled for this CPU (keep it alive while its code is used).
 
@@ -71,16 +99,7 @@ def compile_module(mod: ir.Module | Callable[[], ir.Module], cache: bool = False
     tm = target.create_target_machine(cpu=CPU_NAME, features=CPU_FEATURES, opt=3)
     text = "" if callable(mod) else str(mod)
     path = (object_cache_path(generator_source() + key if callable(mod) else text) if cache else None)
-    cached = None
-    if path is not None:
-        try:
-            with open(path, "rb") as f:
-                blob = f.read()
-            # the file ends with the SHA-256 of the code: a damaged file is compiled over, never loaded
-            if len(blob) > 32 and hashlib.sha256(blob[:-32]).digest() == blob[-32:]:
-                cached = blob[:-32]
-        except OSError:
-            cached = None
+    cached = read_checked_object(path) if path is not None else None
     if cached is not None and callable(mod):
         # the engine loads the cached object in place of compiling this empty module
         parsed = llvm.parse_assembly("")
@@ -98,14 +117,7 @@ def compile_module(mod: ir.Module | Callable[[], ir.Module], cache: bool = False
     engine = llvm.create_mcjit_compiler(parsed, tm)
     if path is not None:
         def notify(module: object, data: bytes) -> None:
-            try:  # atomically: a concurrent reader sees the old file or the whole new one
-                os.makedirs(os.path.dirname(path), exist_ok=True)
-                fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".ukernel-")
-                with os.fdopen(fd, "wb") as f:
-                    f.write(bytes(data) + hashlib.sha256(bytes(data)).digest())
-                os.replace(tmp, path)
-            except OSError:
-                pass
+            write_checked_object(path, bytes(data))
 
         engine.set_object_cache(notify, lambda module: cached)
     engine.finalize_object()

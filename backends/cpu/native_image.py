@@ -88,14 +88,10 @@ def _micro_kernel_objects(symbols: set[str]) -> dict[str, bytes] | None:
         if code.key in out:
             continue
         path = machine_code.object_cache_path(machine_code.generator_source() + code.key)
-        try:
-            with open(path or "", "rb") as f:
-                blob = f.read()
-        except OSError:
+        blob = machine_code.read_checked_object(path) if path else None
+        if blob is None:
             return None
-        if len(blob) <= 32 or hashlib.sha256(blob[:-32]).digest() != blob[-32:]:
-            return None
-        out[code.key] = blob[:-32]
+        out[code.key] = blob
     return out
 
 
@@ -119,6 +115,20 @@ def _blas_library() -> dict[str, str] | None:
     raise LookupError("scipy's OpenBLAS library was not found")
 
 
+def _run_compiler(cmd: list[str], failure: str) -> bool:
+    """Run the C compiler or linker; False (logged, with ``failure`` and its messages) when it cannot
+    run or fails: the caller then builds no image."""
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    except (OSError, subprocess.SubprocessError) as exc:
+        log.debug("no native image: %s", exc)
+        return False
+    if done.returncode != 0:
+        log.debug("no native image: %s: %s", failure, done.stderr[-2000:])
+        return False
+    return True
+
+
 def _driver_object(cc: str, tmp: str) -> str | None:
     """The C driver compiled to an object file (in ``tmp``), from an on-disk cache beside the
     micro-kernels' machine code when there: compiling it costs 0.1 s of CPU (over 1 s of wall time
@@ -135,38 +145,19 @@ def _driver_object(cc: str, tmp: str) -> str | None:
     ukernel_path = machine_code.object_cache_path(key)
     cached = os.path.join(os.path.dirname(ukernel_path), f"rammer-image-driver-{key}.o") if ukernel_path else None
     out = os.path.join(tmp, "driver.o")
-    if cached is not None:
-        try:
-            with open(cached, "rb") as f:
-                blob = f.read()
-            if len(blob) > 32 and hashlib.sha256(blob[:-32]).digest() == blob[-32:]:
-                with open(out, "wb") as f:
-                    f.write(blob[:-32])
-                return out
-        except OSError:
-            pass
+    blob = machine_code.read_checked_object(cached) if cached is not None else None
+    if blob is not None:
+        with open(out, "wb") as f:
+            f.write(blob)
+        return out
     src = os.path.join(tmp, "driver.c")
     with open(src, "w", encoding="utf-8") as f:
         f.write(DRIVER_SOURCE)
-    try:
-        done = subprocess.run([cc, "-O2", "-fPIC", "-c", "-o", out, src], capture_output=True, text=True, timeout=120)
-    except (OSError, subprocess.SubprocessError) as exc:
-        log.debug("no native image: %s", exc)
-        return None
-    if done.returncode != 0:
-        log.debug("no native image: the driver does not compile: %s", done.stderr[-2000:])
+    if not _run_compiler([cc, "-O2", "-fPIC", "-c", "-o", out, src], "the driver does not compile"):
         return None
     if cached is not None:
-        try:  # atomically: a concurrent reader sees no file or the whole one
-            with open(out, "rb") as f:
-                data = f.read()
-            os.makedirs(os.path.dirname(cached), exist_ok=True)
-            fd, part = tempfile.mkstemp(dir=os.path.dirname(cached), prefix=".image-driver-")
-            with os.fdopen(fd, "wb") as f:
-                f.write(data + hashlib.sha256(data).digest())
-            os.replace(part, cached)
-        except OSError:
-            pass
+        with open(out, "rb") as f:
+            machine_code.write_checked_object(cached, f.read())
     return out
 
 
@@ -217,13 +208,7 @@ def build(kernel_names: list[str]) -> tuple[bytes, dict] | None:
             out = os.path.join(tmp, "image.so")
             cmd = [cc, "-shared", "-o", out, driver, *sorted(os.path.join(tmp, n) for n in objects),
                    "-lm", "-lpthread", "-Wl,-Bsymbolic", f"-Wl,--defsym=rammer_cpu_ew_epilogue={epilogue_name}"]
-            try:
-                done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
-            except (OSError, subprocess.SubprocessError) as exc:
-                log.debug("no native image: %s", exc)
-                return None
-            if done.returncode != 0:
-                log.debug("no native image: the link failed: %s", done.stderr[-2000:])
+            if not _run_compiler(cmd, "the link failed"):
                 return None
             with open(out, "rb") as f:
                 library = f.read()
