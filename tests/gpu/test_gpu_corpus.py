@@ -110,16 +110,9 @@ def test_newly_covered_corpus_models_run_on_the_cuda_emulator(name):
     assert " ok " in line, line
 
 
-#: The traditional-ML models (ai.onnx.ml trees, scaler, normalizer, linear classifier, each with an
-#: int64 label output) run on the GPU through the core's ML lowering (rammer.ml) and integer outputs;
-#: the QOperator model through the QLinearConv rKernel.
-ML_MODELS = ["gradient-boosting", "random-forest", "random-forest-rows8", "scaler-linear", "mobilenet-v2-int8-qop"]
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("target", ["opencl", "emulator"])
-@pytest.mark.parametrize("name", ML_MODELS)
-def test_ml_and_qoperator_corpus_models_run_against_reference(name, target):
+def _runs_against_reference(name: str, target: str) -> None:
+    """The ci-size corpus model ``name`` matches reference on ``target`` (opencl or the CUDA
+    emulator), or the test skips naming what the target needs."""
     if target == "opencl" and not plugins.get_backend("opencl").availability().ok:
         pytest.skip("needs an OpenCL device (PoCL here: apt-get install pocl-opencl-icd)")
     if target == "emulator":
@@ -130,6 +123,19 @@ def test_ml_and_qoperator_corpus_models_run_against_reference(name, target):
     built = corpus.build(corpus.ENTRIES[name], "ci")
     line = gpu_coverage.run_model(name, built.onnx, built.feeds, target)
     assert " ok " in line, line
+
+
+#: The traditional-ML models (ai.onnx.ml trees, scaler, normalizer, linear classifier, each with an
+#: int64 label output) run on the GPU through the core's ML lowering (rammer.ml) and integer outputs;
+#: the QOperator model through the QLinearConv rKernel.
+ML_MODELS = ["gradient-boosting", "random-forest", "random-forest-rows8", "scaler-linear", "mobilenet-v2-int8-qop"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("target", ["opencl", "emulator"])
+@pytest.mark.parametrize("name", ML_MODELS)
+def test_ml_and_qoperator_corpus_models_run_against_reference(name, target):
+    _runs_against_reference(name, target)
 
 
 #: One model of each corpus family that the tests above do not run, on both targets: with them,
@@ -152,13 +158,4 @@ def test_every_corpus_family_runs_in_ci_on_both_targets():
 @pytest.mark.parametrize("target", ["opencl", "emulator"])
 @pytest.mark.parametrize("name", sorted(FAMILY_MODELS.values()))
 def test_one_corpus_model_per_family_runs_against_reference(name, target):
-    if target == "opencl" and not plugins.get_backend("opencl").availability().ok:
-        pytest.skip("needs an OpenCL device (PoCL here: apt-get install pocl-opencl-icd)")
-    if target == "emulator":
-        from rammer.backends.gpu.emulation import available
-
-        if available():
-            pytest.skip(f"needs g++ for the CUDA emulator: {available()}")
-    built = corpus.build(corpus.ENTRIES[name], "ci")
-    line = gpu_coverage.run_model(name, built.onnx, built.feeds, target)
-    assert " ok " in line, line
+    _runs_against_reference(name, target)
