@@ -30,6 +30,7 @@ import numpy as np
 
 from rammer.ir import Graph, Node, TensorInfo
 from rammer.passes.names import fresh_name
+from rammer.passes.rewrite import splice
 
 from .rkernels import split_axis
 
@@ -86,13 +87,7 @@ def split_tall_gathers(graph: Graph, limit: int) -> Graph:
         at[id(node)] = new
     if not at:
         return graph
-    nodes = [m for node in graph.nodes for m in at.get(id(node), [node])]
-    used = {i for nd in nodes for i in nd.inputs} | {t.name for t in graph.outputs}
-    for name in list(inits):  # a table now only read through its pieces
-        if name in graph.initializers and name not in used:
-            inits.pop(name)
-            value_info.pop(name, None)
-    return graph.replace(nodes=tuple(nodes), initializers=inits, value_info=value_info)
+    return splice(graph, at, inits, value_info)  # a table now only read through its pieces is dropped
 
 
 def _split(node: Node, table: np.ndarray, axis: int, p: int, idx_info: TensorInfo, y_info: TensorInfo,

@@ -25,6 +25,7 @@ import numpy as np
 from ..ir import Graph, Node, TensorInfo
 from .names import fresh_name
 from .pipeline import Pass
+from .rewrite import splice
 
 __all__ = ["split_k", "make_split_k", "SPLIT_K"]
 
@@ -112,15 +113,7 @@ def split_k(graph: Graph, tile: int = 16, min_tiles: int = 128, min_slice: int =
         at[id(node)] = new
     if not at:
         return graph
-    nodes: list[Node] = []
-    for node in graph.nodes:
-        nodes.extend(at.get(id(node), [node]))
-    used = {i for nd in nodes for i in nd.inputs} | {t.name for t in graph.outputs} | {t.name for t in graph.inputs}
-    for name in list(inits):  # a weight now only read through its slices
-        if name in graph.initializers and name not in used:
-            inits.pop(name)
-            value_info.pop(name, None)
-    return graph.replace(nodes=tuple(nodes), initializers=inits, value_info=value_info)
+    return splice(graph, at, inits, value_info)  # a weight now only read through its slices is dropped
 
 
 def make_split_k(**thresholds: Any) -> Pass:
