@@ -263,13 +263,21 @@ def compile_program(graph: Graph, backend: Any, vdevice: VDevice, policy: str = 
     if idle:
         programs = [[s for s in p if not (isinstance(s, gp.Call) and s.op in idle)] for p in programs]
         step_index = None
-    if mode == "wave":
-        wave_programs = gp.split_waves(programs, waves)
-        kernels, tables = entry.wave_kernel(KERNEL_NAME, templates, wave_programs, BLOCK_THREADS)
-        launches = len(wave_programs)
-    else:
-        kernels, tables = entry.persistent_kernel(KERNEL_NAME, templates, programs, BLOCK_THREADS, index=step_index)
-        launches = 1
+    try:
+        if mode == "wave":
+            wave_programs = gp.split_waves(programs, waves)
+            kernels, tables = entry.wave_kernel(KERNEL_NAME, templates, wave_programs, BLOCK_THREADS)
+            launches = len(wave_programs)
+        else:
+            kernels, tables = entry.persistent_kernel(KERNEL_NAME, templates, programs, BLOCK_THREADS,
+                                                      index=step_index)
+            launches = 1
+    except entry.CallArgumentRangeError as exc:
+        where = graph.nodes[exc.op].label if 0 <= exc.op < len(graph.nodes) else f"operator {exc.op}"
+        raise gp.ProgramError(
+            f"{where}: its rKernel {exc.kernel} would get the integer argument {exc.value:.0f}, beyond the 32-bit "
+            "call table of the GPU backends (a tensor, offset or attribute too large for them); run the model on "
+            "the cpu backend, or make the tensor smaller") from None
     schedule.place({n: o * 4 for n, o in offset.items()})
     constants = [(offset[n], np.asarray(graph.initializers[n], np.float32)) for n in names if n in graph.initializers]
     arena_floats = plan.total_bytes // 4

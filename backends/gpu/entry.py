@@ -51,7 +51,16 @@ from .program import (
     step_kinds,
 )
 
-__all__ = ["persistent_kernel", "wave_kernel", "segments"]
+__all__ = ["CallArgumentRangeError", "persistent_kernel", "wave_kernel", "segments"]
+
+
+class CallArgumentRangeError(ProgramError):
+    """A call's integer argument (an arena offset, a size, a stride) beyond the int32 of the call
+    table; ``op`` is the calling operator's index (the compiler names its node)."""
+
+    def __init__(self, kernel: str, op: int, value: float) -> None:
+        super().__init__(f"{kernel}: an integer argument ({value:.0f}) does not fit the call table's int32")
+        self.kernel, self.op, self.value = kernel, op, value
 
 TABLE_PARAMS = (ir.Param("itab", "int", True, True), ir.Param("ftab", "float", True, True),
                 ir.Param("ptab", "int", True, True))
@@ -179,8 +188,12 @@ class _CallTable:
             distinct = np.array([argss[i] for i in at[first].tolist()], np.float64).reshape(first.size, width)
             args = distinct[which.ravel()]
             ints = args[:, self._int_at[n]]
-            if ints.size and not (np.abs(ints) < 2 ** 31).all():  # NaN included
-                raise ProgramError(f"{n}: an integer argument does not fit the call table's int32")
+            fits = (np.abs(ints) < 2 ** 31).all(axis=1)  # NaN included
+            if not fits.all():
+                bad = int(np.argmin(fits))  # the first call that does not fit
+                values = ints[bad]
+                raise CallArgumentRangeError(n, self.rows[int(at[bad])].op,
+                                             float(values[~(np.abs(values) < 2 ** 31)][0]))
             itab[at, 0] = rtask_ids[at]
             itab[at, 1:1 + ints.shape[1]] = ints.astype(np.int32)
             ftab[at, :len(self._flt_at[n])] = args[:, self._flt_at[n]].astype(np.float32)
