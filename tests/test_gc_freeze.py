@@ -79,12 +79,19 @@ def test_compile_runs_with_the_heap_frozen(monkeypatch):
     assert gc.get_freeze_count() == 0
 
 
-def test_a_process_that_froze_objects_itself_is_left_alone():
+def test_a_process_that_froze_objects_itself_is_left_alone(monkeypatch):
+    # The freeze count is not compared exactly: frozen objects that die (a background thread's, a
+    # finaliser's) leave the count, which made an exact comparison fail once in CI (2165615 vs 2165617).
+    # What must not happen is an unfreeze behind the caller's back.
+    calls = []
+    real_unfreeze = gc.unfreeze
     gc.freeze()
     try:
-        mine = gc.get_freeze_count()
+        monkeypatch.setattr(gc, "unfreeze", lambda: calls.append(1))
         with objects_before_frozen():
-            assert gc.get_freeze_count() == mine
-        assert gc.get_freeze_count() == mine  # not unfrozen behind the caller's back
+            assert calls == []
+        assert calls == []  # not unfrozen behind the caller's back
+        assert gc.get_freeze_count() > 0
     finally:
-        gc.unfreeze()
+        monkeypatch.undo()
+        real_unfreeze()
