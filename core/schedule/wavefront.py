@@ -16,6 +16,11 @@
    for those rTasks (one per other vEU: the last there).
 4. The ops the wave released form the next wave.
 
+On a vDevice of one vEU the waves are not formed: every op still gets a kernel as a wave of one op
+would, but the ops are taken depth first (the ops an op releases next), because there a wave's ops run
+one after another anyway and taking them wave by wave interleaves independent chains, evicting each
+chain's weights from the cache between its steps (``DEPTH_FIRST_ON_ONE_VEU``).
+
 Placement is O(rTasks x log vEUs) with an O(vEUs x vEUs-of-predecessors)
 numpy step per op, so 14,000-op graphs schedule in seconds.
 """
@@ -29,6 +34,12 @@ import numpy as np
 from ..rtask import RKernel
 from .problem import Problem
 from .schedule import Schedule, ScheduleBuilder
+
+#: On a vDevice of one vEU, follow each chain of ops to its end (depth first) instead of taking the
+#: graph wave by wave: with one vEU a wave's ops run one after another anyway, and interleaving two
+#: independent chains (the directions of a bidirectional RNN, a model's parallel branches) makes each
+#: op read its weights and inputs after the other chain's op has evicted them from the cache.
+DEPTH_FIRST_ON_ONE_VEU = True
 
 
 def blevels(problem: Problem) -> list[float]:
@@ -216,6 +227,8 @@ class WavefrontPolicy:
         placer = _Placer(problem, builder)
         level = blevels(problem)
         remaining = [len(p) for p in problem.preds]
+        if DEPTH_FIRST_ON_ONE_VEU and problem.vdevice.num_veus == 1:
+            return self._depth_first(problem, builder, placer, level, remaining)
         wave = [i for i, r in enumerate(remaining) if r == 0]
         waves = 0
         while wave:
@@ -230,4 +243,24 @@ class WavefrontPolicy:
                         released.append(s)
             wave = released
         builder.options["waves"] = waves
+        return builder.finish()
+
+    def _depth_first(self, problem: Problem, builder: ScheduleBuilder, placer: _Placer, level: list[float],
+                     remaining: list[int]) -> Schedule:
+        """One vEU: each op as soon as it is ready, the ops an op releases next (its chain goes on
+        while it can), the others by decreasing b-level.  Kernels as for a wave of one op."""
+        def by_level(ops: list[int]) -> list[int]:  # the stack's top (last) is the highest b-level
+            return sorted(ops, key=lambda i: (level[i], -i))
+
+        stack = by_level([i for i, r in enumerate(remaining) if r == 0])
+        while stack:
+            i = stack.pop()
+            placer.place(i, select_kernels(problem, [i], self.fastest_only)[i])
+            released = []
+            for s in problem.succs[i]:
+                remaining[s] -= 1
+                if remaining[s] == 0:
+                    released.append(s)
+            stack.extend(by_level(released))
+        builder.options["waves"] = len(problem.rops)
         return builder.finish()

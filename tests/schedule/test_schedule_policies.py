@@ -199,3 +199,46 @@ def test_kernel_selection_handles_kernels_tied_with_the_fastest():
     choice = select_kernels(P(), [0, 1, 2])
     assert choice[0] is rops[0].kernels[1]
     assert choice[1] is rops[1].kernels[1] and choice[2] is rops[2].kernels[1]
+
+
+def _two_chains() -> tuple:
+    g = GraphMaker(4, 64, "two-chains")
+    x = g.input()
+    ends = []
+    for _ in range(2):
+        (y,) = g.op("Relu", [x])
+        for _ in range(3):
+            (y,) = g.op("Tanh", [y])
+        ends.append(y)
+    return g.graph([g.op("Add", ends)[0]])
+
+
+def _op_order(schedule) -> list[str]:
+    order: list[str] = []
+    for entry in schedule.programs[0]:
+        if not schedule.is_barrier(entry):
+            name = schedule.ops[int(schedule.rtask_op[entry])].name
+            if not order or order[-1] != name:
+                order.append(name)
+    return order
+
+
+def test_one_veu_runs_each_chain_to_its_end_before_the_next():
+    # Interleaving two independent chains on one vEU (a bidirectional RNN's directions) made each
+    # op find its weights evicted by the other chain's; depth first, one chain runs whole.
+    graph = _two_chains()
+    one = get_preset("cpu").with_veus(1)
+    s = get_policy("wavefront").schedule(build_problem(graph, one))
+    verify(s, graph)
+    order = _op_order(s)
+    chain_of = {n.name: (0 if i < 4 else 1) for i, n in enumerate(graph.nodes) if n.op_type != "Add"}
+    chains = [chain_of[name] for name in order if name in chain_of]
+    assert chains == [chains[0]] * 4 + [1 - chains[0]] * 4, order
+    assert order[-1].endswith("_Add")
+
+
+def test_several_veus_keep_the_wavefront_order():
+    graph = _two_chains()
+    s = get_policy("wavefront").schedule(build_problem(graph, get_preset("cpu").with_veus(2)))
+    verify(s, graph)
+    assert s.options["waves"] == 5  # the two chains step by step, then the Add
