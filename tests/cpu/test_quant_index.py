@@ -70,6 +70,24 @@ def test_gather_elements_every_axis(data_dtype, idx_dtype):
     compare(_model(nodes, feeds, outs, {}), feeds, expect_fallback=False)
 
 
+@pytest.mark.parametrize("data_dtype", ["float32", "uint8"])
+def test_gather_elements_tasks_that_cut_lines(data_dtype):
+    # 10,500 output elements in task rows of 4,096: rows begin and end inside a line of 70, on every
+    # axis (the kernel finds a line's source offset once per line); and a rank-1 gather.
+    data = (rand(3, 50, 70) * 100).astype(data_dtype)
+    vec = (rand(9) * 100).astype(data_dtype)
+    rng = np.random.default_rng(5)
+    nodes, feeds, outs = [], {"data": data, "vec": vec}, []
+    for src, axis, idx_shape in (("data", 0, (3, 50, 70)), ("data", 1, (3, 50, 70)), ("data", 2, (3, 50, 70)),
+                                 ("vec", 0, (5000,))):
+        bound = feeds[src].shape[axis]
+        name = f"i{len(outs)}"
+        feeds[name] = rng.integers(-bound, bound, size=idx_shape).astype(np.int64)
+        outs.append(f"y{len(outs)}")
+        nodes.append(node("GatherElements", [src, name], [outs[-1]], axis=axis))
+    compare(_model(nodes, feeds, outs, {}), feeds, expect_fallback=False)
+
+
 def test_gather_elements_out_of_range_is_a_clear_error():
     import rammer
     from rammer.errors import OpExecutionError
