@@ -120,23 +120,36 @@ def k_gather_elements(F, B, I, J, X, R, p, sbase):
             rest //= dim
             if a != axis:
                 base += c * X[dims + 2 * a + 1]
-        if axis != last:
-            base += c0 * step
-        for q in range(r, end):
-            k = I[_u(idx + q)] if wide else np.int64(J[_u(idx + q)])
-            if k < 0:
-                k += axis_len
-            if k < 0 or k >= axis_len:
-                return 1
-            src = base + k * k_step
-            if axis != last:
-                base += step
-            if esize == 4:
-                J[_u(out + q)] = J[_u(src)]
-            elif esize == 8:
-                I[_u(out + q)] = I[_u(src)]
-            else:
-                B[_u(out + q)] = B[_u(src)]
+        # the line's other coordinate (the last one) when the index runs along another axis
+        inc = step if axis != last else 0
+        base += c0 * inc - r * inc
+        # one loop per element and index width: no per-element branch on them
+        if esize == 4 and wide:
+            for q in range(r, end):
+                k = I[_u(idx + q)]
+                k += axis_len if k < 0 else 0
+                if k < 0 or k >= axis_len:
+                    return 1
+                J[_u(out + q)] = J[_u(base + k * k_step + q * inc)]
+        elif esize == 4:
+            for q in range(r, end):
+                k = np.int64(J[_u(idx + q)])
+                k += axis_len if k < 0 else 0
+                if k < 0 or k >= axis_len:
+                    return 1
+                J[_u(out + q)] = J[_u(base + k * k_step + q * inc)]
+        else:
+            for q in range(r, end):
+                k = I[_u(idx + q)] if wide else np.int64(J[_u(idx + q)])
+                if k < 0:
+                    k += axis_len
+                if k < 0 or k >= axis_len:
+                    return 1
+                src = base + k * k_step + q * inc
+                if esize == 8:
+                    I[_u(out + q)] = I[_u(src)]
+                else:
+                    B[_u(out + q)] = B[_u(src)]
         r = end
     return 0
 
