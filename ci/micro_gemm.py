@@ -21,7 +21,9 @@ Families (each a single op or a small block, the shape classes transformers are 
 * ``attention``: ``softmax(Q K^T * scale + mask) @ V`` with an additive [1, 1, 1, S] mask: the block.
 * ``rnn``: one LSTM or GRU layer (sequence 32, input = hidden) at batch 1-16 and hidden 128-512: a
   recurrent GEMM of ``batch`` rows per time step against a constant weight, with the input projection
-  of the whole sequence before it (``--before rammer.backends.cpu.lower_rnn.PACK_WEIGHTS=False``).
+  of the whole sequence before it (``--before rammer.backends.cpu.lower_rnn.PACK_WEIGHTS=False``); and
+  bidirectional layers at batch 1 and 4, hidden 128-384 (two independent chains of steps: on one vEU
+  ``--before rammer.schedule.wavefront.DEPTH_FIRST_ON_ONE_VEU=False`` interleaves them).
 
 Protocol: one process, both runtimes with the same thread count (rammer ``veus`` = onnxruntime
 ``intra_op_num_threads``, ``inter_op_num_threads`` = 1); per shape, ``--rounds`` alternating rounds,
@@ -119,15 +121,17 @@ def attention(h: int, s: int, d: int) -> tuple[onnx.ModelProto, dict[str, np.nda
     return _model(nodes, ins, ("y", [1, h, s, d]), inits), feeds
 
 
-def recurrent(op: str, batch: int, hid: int, seq: int = 32) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+def recurrent(op: str, batch: int, hid: int, seq: int = 32, dirs: int = 1) -> tuple[onnx.ModelProto,
+                                                                                  dict[str, np.ndarray]]:
     rng = np.random.default_rng(4)
     gates = {"LSTM": 4, "GRU": 3}[op]
-    inits = {"W": (rng.standard_normal((1, gates * hid, hid)) / math.sqrt(hid)).astype(np.float32),
-             "R": (rng.standard_normal((1, gates * hid, hid)) / math.sqrt(hid)).astype(np.float32),
-             "B": (rng.standard_normal((1, 2 * gates * hid)) * 0.1).astype(np.float32)}
-    nodes = [helper.make_node(op, ["x", "W", "R", "B"], ["y"], hidden_size=hid)]
+    inits = {"W": (rng.standard_normal((dirs, gates * hid, hid)) / math.sqrt(hid)).astype(np.float32),
+             "R": (rng.standard_normal((dirs, gates * hid, hid)) / math.sqrt(hid)).astype(np.float32),
+             "B": (rng.standard_normal((dirs, 2 * gates * hid)) * 0.1).astype(np.float32)}
+    attrs = {"direction": "bidirectional"} if dirs == 2 else {}
+    nodes = [helper.make_node(op, ["x", "W", "R", "B"], ["y"], hidden_size=hid, **attrs)]
     feeds = {"x": rng.standard_normal((seq, batch, hid)).astype(np.float32)}
-    return _model(nodes, [("x", [seq, batch, hid])], ("y", [seq, 1, batch, hid]), inits), feeds
+    return _model(nodes, [("x", [seq, batch, hid])], ("y", [seq, dirs, batch, hid]), inits), feeds
 
 
 def _corpus_model(name: str) -> tuple[bytes, dict[str, np.ndarray]]:
@@ -162,6 +166,11 @@ def grid(families: tuple[str, ...]) -> list[tuple[str, str, Callable[[], tuple[o
             for hid in (128, 256, 512):
                 for batch in (1, 4, 8, 16):
                     out.append(("rnn", f"{op} B={batch} H={hid}", lambda op=op, b=batch, h=hid: recurrent(op, b, h)))
+        for op in ("LSTM", "GRU"):  # both directions: two independent chains of steps
+            for hid in (128, 256, 384):
+                for batch in (1, 4):
+                    out.append(("rnn", f"bi{op} B={batch} H={hid}",
+                                lambda op=op, b=batch, h=hid: recurrent(op, b, h, dirs=2)))
     return out
 
 
