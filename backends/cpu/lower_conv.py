@@ -58,6 +58,29 @@ IMPLICIT_MIN_PIXELS = 64
 #: ResNeXt ones measured the same either way (paired runs), so the deepest keep the packed
 #: panels.  None: never (for comparisons).
 INPLACE_B_MAX_K: int | None = 2048
+#: ... but not when the packed panels pay for themselves: a B panel packed once serves every MR-row
+#: panel of output channels, while reading in place steps through K input planes at the plane's
+#: stride (past a page from 1,024 pixels: a TLB miss per k step).  Measured (ci/micro_conv.py, 1
+#: vEU, CPU time): 1024 -> 256 channels at 64x64 61.9 -> 26.9 ms, 256 -> 64 at 56x56 2.82 -> 2.07,
+#: 512 -> 128 at 28x28 1.47 -> 1.24; in place stays ahead with few output channels (192 -> 32 at
+#: 28x28, 96 -> 24 at 56x56) or a shallow K (16 -> 96 at 112x112).  False: the depth rule alone.
+PACK_LARGE_POINTWISE = True
+POINTWISE_IN_PLACE_MAX_DEPTH = 32
+POINTWISE_PACKED_FROM_CHANNELS = 128
+POINTWISE_PACKED_FROM_PIXELS = 1024
+POINTWISE_IN_PLACE_FEW_CHANNELS = 32
+
+
+def pointwise_in_place(K: int, mg: int, ohw: int) -> bool:
+    """Whether a stride-1 1x1 conv in the direct form (depth ``K``, ``mg`` output channels per group,
+    ``ohw`` pixels) reads its input planes in place rather than gathering packed B panels."""
+    if INPLACE_B_MAX_K is None or K > INPLACE_B_MAX_K:
+        return False
+    if not PACK_LARGE_POINTWISE or K <= POINTWISE_IN_PLACE_MAX_DEPTH:
+        return True
+    if mg >= POINTWISE_PACKED_FROM_CHANNELS:
+        return False
+    return ohw < POINTWISE_PACKED_FROM_PIXELS or mg < POINTWISE_IN_PLACE_FEW_CHANNELS
 #: An unpadded 1x1 conv in the pixel-row form whose channel panels run outermost (its weights
 #: beyond L2) packs its tiles' pixel rows when they take at most this many floats of scratch
 #: (see ``kernels_conv._pack_pixel_rows``; 768 KiB, what a 16x16 plane's 32 tiles take for
@@ -309,7 +332,7 @@ def implicit_conv_op(lw: LowerContext, name: str, nodes: tuple[Node, ...], x: Vi
     wino = winograd_plan(geo, cg, mg, force=FORCE_FORM == FORM_WINOGRAD)
     if wino is not None and FORCE_FORM in (None, FORM_WINOGRAD):
         return _winograd_op(lw, name, nodes, x, w_arr, out, prog, space, geo, groups, bias, relu, residual, wino)
-    inplace = pointwise and form == FORM_DIRECT and INPLACE_B_MAX_K is not None and K <= INPLACE_B_MAX_K
+    inplace = pointwise and form == FORM_DIRECT and pointwise_in_place(K, mg, ohw)
     kc_max = IMPLICIT_KC_TRANSPOSED if form == FORM_TRANSPOSED else IMPLICIT_KC
     kc = -(-K // -(-K // kc_max))  # near-equal K blocks
     nc = min(IMPLICIT_NC, -(-ohw // NR) * NR)

@@ -147,6 +147,24 @@ def test_conv_form_choice():
     assert form(8, 256, 256, 1, strided_1x1=True) == FORM_DIRECT       # 8 of 32 channels per tile
 
 
+def test_pointwise_in_place_or_packed():
+    in_place = lower_conv.pointwise_in_place
+    assert in_place(16, 96, 112 * 112)          # a shallow K: reading the planes in place is cheap
+    assert in_place(96, 24, 56 * 56)            # few output channels: a packed panel serves too few
+    assert in_place(192, 32, 28 * 28)
+    assert not in_place(256, 64, 56 * 56)       # a large plane: each k step of a tile is a new page
+    assert not in_place(512, 128, 28 * 28)      # many output-channel panels share each packed panel
+    assert not in_place(1024, 256, 64 * 64)
+    assert not in_place(4096, 16, 16)           # deeper than INPLACE_B_MAX_K
+
+
+@pytest.mark.parametrize("veus", [1, 2])
+def test_pointwise_conv_on_packed_panels_matches_reference(veus):
+    # 64 -> 128 channels over 40x40: packed B panels (many channel panels, a plane past a page per row)
+    m, feeds = conv_model((1, 64, 40, 40), (128, 64, 1, 1), epilogue=("Relu",))
+    compare(m, feeds, veus=veus, atol=1e-6 * 64)
+
+
 def test_pack_weights_nr_wide_panels():
     from rammer.backends.cpu.ukernel import NR
 
