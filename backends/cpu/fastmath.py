@@ -99,6 +99,32 @@ def sigmoid32(x):
 
 
 @njit(inline="always", error_model="numpy")
+def sigmoid_act32(x):
+    """sigmoid for activations (SiLU): ``exp32``'s reduction without its subnormal and overflow
+    paths, the exponent clamped to +-87 instead, so a vector loop of it is about half as long.
+    Relative error ~2e-7 for |x| <= 87; beyond, the result is within 2e-38 of the exact one (0 or 1).
+    NaN propagates.  Callers compiled with ``fastmath={"contract"}`` get its polynomial as FMAs."""
+    t = -x
+    t = t if t > f32(-87.0) else f32(-87.0)
+    t = t if t < f32(87.0) else f32(87.0)
+    k = t * _LOG2E + _MAGIC
+    n = k - _MAGIC
+    r = t - n * _LN2_HI
+    r = r - n * _LN2_LO
+    p = f32(1.0 / 720.0)
+    p = p * r + f32(1.0 / 120.0)
+    p = p * r + f32(1.0 / 24.0)
+    p = p * r + f32(1.0 / 6.0)
+    p = p * r + f32(0.5)
+    p = p * r + f32(1.0)
+    p = p * r + f32(1.0)
+    # k's low mantissa bits hold n + 2**22 (see _MAGIC): n + 127 in the exponent field is 2**n
+    e = p * bits_float((float_bits(k) - np.int32(0x4B400000) + np.int32(127)) << np.int32(23))
+    y = f32(1.0) / (f32(1.0) + e)
+    return x if x != x else y
+
+
+@njit(inline="always", error_model="numpy")
 def hardswish32(x):
     """HardSwish, ``x * clip(x + 3, 0, 6) / 6``, with NaN kept (as the conv micro-kernels' EPI_HSWISH)."""
     g = x + f32(3.0)

@@ -13,7 +13,7 @@ from numba import njit
 
 from . import _numba_cache  # noqa: F401  (drops stale numba caches first)
 from .atomics import copy_block
-from .fastmath import hardswish32
+from .fastmath import hardswish32, sigmoid_act32
 from .kernels_ew import ew_epilogue
 from .ukernel import WIDTH
 from .ukernel_window import SHAPES as DIRECT_SHAPES
@@ -27,7 +27,7 @@ _JIT = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
 
 # Window descriptor shared by convolutions, depthwise conv and pooling:
 W_X, W_C, W_H, W_W, W_KH, W_KW, W_SH, W_SW, W_PH, W_PW, W_DH, W_DW, W_OH, W_OW, W_OUT = range(15)
-# then: conv: see kernels_conv; dwconv: [.., w_off, mult, epi, scratch, bias, act, hswish];
+# then: conv: see kernels_conv; dwconv: [.., w_off, mult, epi, scratch, bias, act, plane_act];
 # pool: [.., mode, lo_h, hi_h, lo_w, hi_w, scratch, stack, epi, in plane, out plane, first pixel]
 WIN_LEN = 15
 
@@ -304,11 +304,12 @@ def k_dwconv(F, B, I, J, X, R, p, sbase):
     channel c.  Each input plane is split once into zero-padded phase planes
     in scratch (or read in place: stride 1, no padding), then swept (see
     above); the fused epilogue runs on each output plane while it is in
-    cache.  Descriptor tail: [w_off, mult, epilogue, scratch offset, bias, act, hswish]: ``bias``
+    cache.  Descriptor tail: [w_off, mult, epilogue, scratch offset, bias, act, plane_act]: ``bias``
     the offset of a per-output-channel bias the sweep starts from (-1: none), ``act`` where in R
     the bounds [lo, hi] of a fused ReLU or Clip lie (-1: none), applied before the store; a plain
-    conv + bias + ReLU6 then needs no epilogue pass over its output.  ``hswish`` (1): a HardSwish
-    applied to each finished output plane while it is in cache.
+    conv + bias + ReLU6 then needs no epilogue pass over its output.  ``plane_act``: 1 a HardSwish,
+    2 a SiLU, applied to each finished output plane while it is in cache (through the elementwise
+    interpreter, EfficientNet's depthwise SiLU cost 5x the convolution).
     """
     d = p[0]
     C, H, W, kh, kw, sh, sw, ph, pw, dh, dw, OH, OW = read_window(X, d)
@@ -317,7 +318,7 @@ def k_dwconv(F, B, I, J, X, R, p, sbase):
     epi = X[d + WIN_LEN + 2]
     bias_at = X[d + WIN_LEN + 4]
     act = X[d + WIN_LEN + 5]
-    hswish = X[d + WIN_LEN + 6] != 0
+    plane_act = X[d + WIN_LEN + 6]
     lo = R[act] if act >= 0 else -_INF
     hi = R[act + 1] if act >= 0 else _INF
     M = C * mult
@@ -349,16 +350,16 @@ def k_dwconv(F, B, I, J, X, R, p, sbase):
                     _direct_plane(F, src, H, W, kh, kw, sh, sw, ph, pw, dh, dw, OH, OW, w_off + m * kh * kw,
                                   X[d + W_OUT] + (n * M + m) * OH * OW,
                                   F[bias_at + m] if bias_at >= 0 else f32(0.0), lo, hi)
-                    if hswish:
-                        _hardswish_run(F, X[d + W_OUT] + (n * M + m) * OH * OW, OH * OW)
+                    if plane_act != 0:
+                        _plane_activation(F, X[d + W_OUT] + (n * M + m) * OH * OW, OH * OW, plane_act)
             elif swept:
                 for k in range(mult):
                     m = c * mult + k
                     dst = X[d + W_OUT] + (n * M + m) * OH * OW
                     direct_sweep(False, kh, sh, F, src, H, W, ph, pw, w_off + m * kh * kw, OH, OW, dst,
                                  F[bias_at + m] if bias_at >= 0 else f32(0.0), lo, hi)
-                    if hswish:
-                        _hardswish_run(F, dst, OH * OW)
+                    if plane_act != 0:
+                        _plane_activation(F, dst, OH * OW, plane_act)
             else:
                 if direct:
                     # (the rounded-up lanes read a little of what follows the plane: junk columns only)
@@ -373,20 +374,26 @@ def k_dwconv(F, B, I, J, X, R, p, sbase):
                     dst = X[d + W_OUT] + (n * M + m) * OH * OW
                     for oh in range(OH):
                         copy_run(F, dst + oh * OW, a0 + oh * Wq, OW)
-                    if hswish:
-                        _hardswish_run(F, dst, OH * OW)
+                    if plane_act != 0:
+                        _plane_activation(F, dst, OH * OW, plane_act)
             done = n * M + (c + 1) * mult
             if epi >= 0 and ((done - pending) * OH * OW >= _EPI_GROUP or c == p[4] - 1):
                 ew_epilogue(F, X, R, epi, pending, done, 0, OH * OW, sbase)
                 pending = done
 
 
-@njit(**_JIT)
-def _hardswish_run(F, at, n):
-    """F[at:at + n] = x * Clip(x + 3, 0, 6) / 6 in place, NaN kept (as the conv micro-kernels do)."""
+@njit(fastmath={"contract"}, **_JIT)
+def _plane_activation(F, at, n, kind):
+    """F[at:at + n] in place: ``kind`` 1 HardSwish ``x * Clip(x + 3, 0, 6) / 6``, 2 SiLU
+    ``x * sigmoid(x)``; NaN kept (as the conv micro-kernels do)."""
     v = F[_u(at):_u(at + n)]
-    for j in range(n):
-        v[j] = hardswish32(v[j])
+    if kind == 1:
+        for j in range(n):
+            v[j] = hardswish32(v[j])
+    else:
+        for j in range(n):
+            x = v[j]
+            v[j] = x * sigmoid_act32(x)
 
 
 @njit(**_JIT)

@@ -241,11 +241,11 @@ def dwconv_channels_last(mult: int, OH: int, OW: int, w_arr: np.ndarray | None) 
 def dwconv_op(lw: LowerContext, name: str, nodes: tuple[Node, ...], x: View, w: View, out: View,
               prog: EwProgram | None, space: tuple, geo: tuple, mult: int,
               w_arr: np.ndarray | None = None, bias: View | None = None,
-              act: tuple[float, float] | None = None, hswish: bool = False) -> CpuOp:
+              act: tuple[float, float] | None = None, hswish: bool = False, silu: bool = False) -> CpuOp:
     """A depthwise convolution.  ``bias`` (one float per output channel), ``act`` (the bounds of
-    a ReLU or Clip) and ``hswish`` (a HardSwish after them) are applied by the planar kernel as it
-    stores (not by the channels-last one: the caller leaves them to ``prog`` there, see
-    :func:`dwconv_channels_last`)."""
+    a ReLU or Clip) and ``hswish`` or ``silu`` (a HardSwish or a SiLU after them) are applied by the
+    planar kernel as it stores (not by the channels-last one: the caller leaves them to ``prog``
+    there, see :func:`dwconv_channels_last`)."""
     n, c = geo[0], geo[1]
     kh, kw, OH, OW = geo[4], geo[5], geo[12], geo[13]
     flops = 2.0 * n * c * mult * OH * OW * kh * kw
@@ -264,7 +264,8 @@ def dwconv_op(lw: LowerContext, name: str, nodes: tuple[Node, ...], x: View, w: 
 
     sh, sw, dh, dw = geo[6], geo[7], geo[10], geo[11]
     if dwconv_channels_last(mult, OH, OW, w_arr):
-        assert bias is None and act is None and not hswish, "channels-last: bias and activation are the epilogue's"
+        assert bias is None and act is None and not hswish and not silu, \
+            "channels-last: bias and activation are the epilogue's"
         # small planes: channels innermost (kernels_dwcl), weights tap-major
         weights = lw.const_view(np.ascontiguousarray(np.asarray(w_arr, np.float32).reshape(c, kh * kw).T))
         reads = (reads - {w.buffer}) | {weights.buffer}
@@ -278,7 +279,8 @@ def dwconv_op(lw: LowerContext, name: str, nodes: tuple[Node, ...], x: View, w: 
         epi = prog.emit(ctx.side, ctx.locate, space) if prog is not None else -1
         fused = []
         if kernel == "k_dwconv":
-            fused = [-1 if bias is None else bias, -1 if act is None else ctx.side.add_floats(list(act)), int(hswish)]
+            plane_act = 1 if hswish else 2 if silu else 0
+            fused = [-1 if bias is None else bias, -1 if act is None else ctx.side.add_floats(list(act)), plane_act]
         desc = ctx.side.add_ints(resolve_words(ctx, window_desc(x, out, geo) + [weights, *tail, epi, regs]
                                                + fused))
         return [(kernel, [desc, *p]) for p in parts]

@@ -65,6 +65,9 @@ INPLACE_B_MAX_K: int | None = 2048
 #: 512 -> 128 at 28x28 1.47 -> 1.24; in place stays ahead with few output channels (192 -> 32 at
 #: 28x28, 96 -> 24 at 56x56) or a shallow K (16 -> 96 at 112x112).  False: the depth rule alone.
 PACK_LARGE_POINTWISE = True
+#: A planar depthwise conv followed by a SiLU (``x * Sigmoid(x)``, EfficientNet's) applies it to each
+#: finished plane itself instead of through the elementwise interpreter.  False: for comparisons.
+DEPTHWISE_SILU_IN_KERNEL = True
 POINTWISE_IN_PLACE_MAX_DEPTH = 32
 POINTWISE_PACKED_FROM_CHANNELS = 128
 POINTWISE_PACKED_FROM_PIXELS = 1024
@@ -150,12 +153,15 @@ def lower_conv(lw: LowerContext, node: Node, members: list[Node], internal: set[
     if depthwise and bias is not None and (bias.dtype != "float32" or tuple(bias.strides) != (1,)):
         bias = None  # the sweep reads one float per output channel, contiguous
     act: tuple[float, float] | None = None
-    hswish = False
+    hswish = silu = False
     if depthwise:
         act, taken = _activation_member(lw, node, members, internal) if in_kernel else (None, ())
         if in_kernel and not taken and node.outputs[0] in internal:
             taken = _hardswish_members(lw, members, 0, node.outputs[0], internal)
             hswish = bool(taken)
+            if not taken and DEPTHWISE_SILU_IN_KERNEL:
+                taken = _silu_members(members, 0, node.outputs[0], internal)
+                silu = bool(taken)
         residual, relu = None, 0
     else:
         residual, relu, taken = (_kernel_members(lw, node, members, internal, out_shape4) if in_kernel
@@ -178,7 +184,7 @@ def lower_conv(lw: LowerContext, node: Node, members: list[Node], internal: set[
     geo = (n, c, H, W, kh, kw, sh, sw, ph, pw, dh, dw, OH, OW)
     if depthwise:
         lw.add_op(dwconv_op(lw, name, nodes, x, lw.view(node.inputs[1]), target4, prog, space, geo, m // c,
-                            w_arr=w_arr, bias=bias, act=act, hswish=hswish))
+                            w_arr=w_arr, bias=bias, act=act, hswish=hswish, silu=silu))
         return
     lw.add_op(implicit_conv_op(lw, name, nodes, x, w_arr, target4, prog, space, geo, groups, bias, relu,
                                residual))

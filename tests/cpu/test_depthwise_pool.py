@@ -100,6 +100,8 @@ def _dw_activation_model(act: str, mult: int, k: int, stride: int, hw: tuple[int
         consts.update(three=np.array(3.0, np.float32), zero=np.array(0.0, np.float32), six=np.array(6.0, np.float32))
         nodes += [node("Add", ["c", "three"], ["a3"]), node("Clip", ["a3", "zero", "six"], ["g"]),
                   node("Mul", ["g", "c"], ["p"]), node("Div", ["p", "six"], ["a"])]
+    elif act == "silu":
+        nodes += [node("Sigmoid", ["c"], ["sg"]), node("Mul", ["c", "sg"], ["a"])]
     else:
         lo, hi = {"relu6": (0.0, 6.0), "crossed": (0.5, -0.5), "max-only": (None, 0.7)}[act]
         names = ["c", "", ""]
@@ -113,13 +115,13 @@ def _dw_activation_model(act: str, mult: int, k: int, stride: int, hw: tuple[int
     return model(nodes, {"x": x}, ["y", "c"] if also_read else ["y"], consts), {"x": x}
 
 
-@pytest.mark.parametrize("act", ["relu", "relu6", "crossed", "max-only", "hswish"])
+@pytest.mark.parametrize("act", ["relu", "relu6", "crossed", "max-only", "hswish", "silu"])
 @pytest.mark.parametrize("k,stride,hw,mult", [(3, 1, (13, 20), 1), (3, 2, (12, 11), 1), (5, 1, (9, 9), 2),
                                               (3, 1, (2, 2), 1), (3, 1, (2, 2), 2), (3, 2, (18, 75), 1),
                                               (5, 2, (11, 80), 1)])
 def test_depthwise_bias_and_activation_in_the_sweep(act, k, stride, hw, mult):
     """The planar kernel starts its sweeps at the bias and clamps before storing (a ReLU, ReLU6,
-    bounds that cross, a Clip with only a max; a HardSwish after the store), NaN inputs staying
+    bounds that cross, a Clip with only a max; a HardSwish or a SiLU after the store), NaN inputs staying
     NaN: direct sweeps (planes with strips at the edges only, and wide ones), channel multiplier,
     channels last (2x2, where the epilogue does it all) and the tiny-plane loop (2x2 with a
     multiplier); the Mul after them still runs as the epilogue."""
