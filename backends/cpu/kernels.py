@@ -21,6 +21,7 @@ from . import (
     kernels_gemm,
     kernels_index,
     kernels_nn,
+    kernels_qdw,
     kernels_quant,
     kernels_tree,
     kernels_window,
@@ -53,6 +54,7 @@ KERNELS: dict[str, ModuleType] = {
     "k_tree": kernels_tree,
     "k_gemm_int8": kernels_quant,
     "k_qconv_int8": kernels_quant,
+    "k_qdwconv": kernels_qdw,
     "k_attention": kernels_attention,
 }
 
@@ -92,6 +94,8 @@ DESCRIPTIONS = {
                    " + zero-point corrections + int32 store or requantization",
     "k_qconv_int8": "QLinearConv (not depthwise) as 8-bit GEMM tiles: pixel windows gathered, weights packed"
                     " at compile time (VNNI where the CPU has it), requantized",
+    "k_qdwconv": "depthwise QLinearConv: planes widened to float32, the float window sweep (exact sums),"
+                 " requantized",
     "k_attention": "fused attention (Q K^T, bias, softmax, @ V) per query-row block, scores in scratch",
 }
 

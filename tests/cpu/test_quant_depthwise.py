@@ -1,0 +1,74 @@
+"""Depthwise QLinearConv on ``k_qdwconv`` (the float window sweeps over planes widened to float32,
+requantized): the same bytes as the reference over a grid of windows, strides, paddings, dilations,
+signedness, per-channel / per-tensor weights and biases, and the kernel actually chosen."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from cpu_helpers import compare, node
+from onnx import helper, numpy_helper
+
+_TYPES = {"uint8": onnx.TensorProto.UINT8, "int8": onnx.TensorProto.INT8}
+
+
+def _depthwise_model(c: int, hw: tuple[int, int], k: tuple[int, int], x_type: str, w_type: str, y_type: str,
+                     per_channel: bool, bias: bool, seed: int = 3, **attrs) -> tuple[onnx.ModelProto, dict]:
+    rng = np.random.default_rng(seed)
+    winfo, xinfo = np.iinfo(w_type), np.iinfo(x_type)
+    consts = {
+        "xs": np.array(0.05, np.float32), "xz": np.array(xinfo.max // 2 - 3, x_type),
+        # the extreme weights and zero points too: the float sums must stay exact at |x - zx| = |w - zw| = 255
+        "w": rng.integers(winfo.min, winfo.max + 1, size=(c, 1) + k).astype(w_type),
+        "ws": (rng.random(c).astype(np.float32) * 0.02 + 0.001) if per_channel else np.array(0.004, np.float32),
+        "wz": (rng.integers(winfo.min, winfo.min + 4, size=c).astype(w_type) if per_channel
+               else np.array(winfo.min + 1, w_type)),
+        "ys": np.array(1.3, np.float32), "yz": np.array(120 if y_type == "uint8" else 3, y_type),
+    }
+    ins = ["x", "xs", "xz", "w", "ws", "wz", "ys", "yz"]
+    if bias:
+        consts["b"] = rng.integers(-50000, 50000, size=c).astype(np.int32)
+        ins.append("b")
+    x = rng.integers(xinfo.min, xinfo.max + 1, size=(2, c) + hw).astype(x_type)
+    g = helper.make_graph(
+        [node("QLinearConv", ins, group=c, **attrs)], "t",
+        [helper.make_tensor_value_info("x", _TYPES[x_type], x.shape)], [helper.make_empty_tensor_value_info("y")],
+        [numpy_helper.from_array(v, name) for name, v in consts.items()])
+    m = onnx.shape_inference.infer_shapes(helper.make_model(g, opset_imports=[helper.make_opsetid("", 19)]))
+    del m.graph.output[:]
+    m.graph.output.extend(v for v in m.graph.value_info if v.name == "y")
+    return m, {"x": x}
+
+
+DEPTHWISE_CASES = [
+    # (channels, plane, window, x type, w type, y type, per channel, bias, attributes)
+    (5, (9, 11), (3, 3), "uint8", "int8", "uint8", True, True, dict(pads=[1, 1, 1, 1])),  # direct sweep, s1
+    (6, (12, 13), (3, 3), "uint8", "int8", "uint8", True, False, dict(pads=[1, 1, 1, 1], strides=[2, 2])),  # s2
+    (3, (14, 14), (5, 5), "int8", "int8", "int8", False, True, dict(pads=[2, 2, 2, 2])),
+    (4, (15, 10), (5, 5), "uint8", "uint8", "int8", True, True, dict(pads=[2, 2, 2, 2], strides=[2, 2])),
+    (3, (8, 9), (3, 3), "int8", "uint8", "uint8", False, False, {}),  # no padding
+    (4, (10, 10), (3, 3), "uint8", "int8", "uint8", True, True, dict(pads=[2, 2, 2, 2], dilations=[2, 2])),  # tap loop
+    (2, (11, 9), (3, 2), "uint8", "int8", "uint8", True, True, dict(pads=[1, 0, 1, 1], strides=[1, 2])),  # tap loop
+    (3, (20, 20), (7, 7), "uint8", "int8", "uint8", True, True, dict(pads=[3, 3, 3, 3])),  # 49 taps
+    (4, (2, 2), (3, 3), "uint8", "int8", "uint8", True, True, dict(pads=[1, 1, 1, 1])),  # tiny plane
+]
+
+
+@pytest.mark.parametrize("case", DEPTHWISE_CASES, ids=[f"case{i}" for i in range(len(DEPTHWISE_CASES))])
+def test_depthwise_qlinear_conv_runs_k_qdwconv_bit_exact(case):
+    m, feeds = _depthwise_model(*case[:8], **case[8])
+    report = compare(m, feeds, expect_fallback=False)
+    assert "k_qdwconv" in report["kernels"], report["kernels"]
+    assert "k_qlinearconv" not in report["kernels"]
+
+
+def test_depthwise_with_run_time_weight_zero_point_keeps_the_plane_kernel():
+    """A weight zero point computed at run time cannot be folded into the float taps."""
+    m, feeds = _depthwise_model(3, (6, 6), (3, 3), "uint8", "int8", "uint8", False, True, pads=[1, 1, 1, 1])
+    wz = next(i for i in m.graph.initializer if i.name == "wz")
+    m.graph.initializer.remove(wz)
+    m.graph.input.append(helper.make_tensor_value_info("wz", onnx.TensorProto.INT8, []))
+    feeds = dict(feeds, wz=np.array(-3, np.int8))
+    report = compare(m, feeds, expect_fallback=False)
+    assert "k_qlinearconv" in report["kernels"] and "k_qdwconv" not in report["kernels"]
