@@ -18,6 +18,7 @@ from rammer.passes import (
     FUSE_ATTENTION,
     NORM_AS_LAYERNORM,
     QDQ_AS_FLOAT,
+    QDQ_LOOKUP,
     RELU_CONCAT,
     Pass,
     PipelineResult,
@@ -40,6 +41,7 @@ PIPELINE: tuple[Pass, ...] = (
     # the pairs that remain; 2-D convs only (k_qconv_int8), not depthwise ones: the int8 plane kernel runs
     # them at 0.5-0.6x the float depthwise conv (ci/micro_int8.py --family qdq)
     qdq_to_qlinear_pass(conv_ranks=(2,), depthwise=False),
+    QDQ_LOOKUP,  # DQ -> Clip / Relu / Sigmoid... -> Q as one byte table (k_byte_table), before QDQ_AS_FLOAT
     QDQ_AS_FLOAT,  # QDQ pairs as exact float ops, fused into the epilogue of the conv / GEMM before them
     CSE,
     RELU_CONCAT,

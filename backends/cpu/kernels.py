@@ -48,6 +48,7 @@ KERNELS: dict[str, ModuleType] = {
     "k_quantize": kernels_quant,
     "k_dequantize": kernels_quant,
     "k_dynquant": kernels_quant,
+    "k_byte_table": kernels_quant,
     "k_matmul_int": kernels_quant,
     "k_qlinearconv": kernels_quant,
     "k_qlinear_matmul": kernels_quant,
@@ -86,6 +87,8 @@ DESCRIPTIONS = {
     "k_gather_elements": "GatherElements by run-time indices",
     "k_quantize": "QuantizeLinear to 8 bits (per tensor / per axis)",
     "k_dequantize": "DequantizeLinear of 8-bit / int32 values (per tensor / per axis)",
+    "k_byte_table": "ByteTable: each byte looked up in a 256-entry table (a DequantizeLinear -> per-element ops"
+                    " -> QuantizeLinear chain)",
     "k_dynquant": "DynamicQuantizeLinear: the tensor's range, then uint8 quantization",
     "k_matmul_int": "MatMulInteger rows, int32 accumulation",
     "k_qlinearconv": "QLinearConv planes: int32 accumulation, float32 requantization",

@@ -1,4 +1,4 @@
-"""Quantized rKernels: QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear, MatMulInteger,
+"""Quantized rKernels: QuantizeLinear, DequantizeLinear, ByteTable, DynamicQuantizeLinear, MatMulInteger,
 QLinearMatMul and QLinearConv, computing in integers (int32 accumulation) as the ONNX spec and onnxruntime do.
 
 8-bit tensors live in the arena's byte view ``B``; a ``signed`` flag says whether a byte is int8
@@ -110,6 +110,19 @@ def k_dequantize(F, B, I, J, X, R, p, sbase):
             z32 = _byte(B, zp + c, False) if zp >= 0 else np.int32(0)
             for j in range(inner):
                 F[_u(dst + j)] = f32(np.int32(B[_u(src + j)]) - z32) * s
+    return 0
+
+
+@njit(**_JIT)
+def k_byte_table(F, B, I, J, X, R, p, sbase):
+    """ByteTable of elements [e0, e1).  Row: [desc, e0, e1].  Descriptor: [x, table, out]:
+    out[e] = table[x[e]], the byte read unsigned (the 256-entry table stays in L1)."""
+    d = p[0]
+    x = X[d]
+    table = X[d + 1]
+    out = X[d + 2]
+    for e in range(p[1], p[2]):
+        B[_u(out + e)] = B[_u(table + np.int64(B[_u(x + e)]))]
     return 0
 
 

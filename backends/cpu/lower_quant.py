@@ -31,6 +31,7 @@ import numpy as np
 from rammer.ir import Node, TensorInfo
 from rammer.lower.views import View
 from rammer.ops.conv import window_geometry
+from rammer.ops.quant import BYTE_TABLE
 from rammer.ops.registry import OpContext
 
 from .kernels_qdw import MAX_EXACT_TAPS
@@ -152,6 +153,27 @@ def lower_quantize(lw: LowerContext, node: Node) -> None:
 def lower_dequantize(lw: LowerContext, node: Node) -> None:
     kind = {"uint8": 0, "int8": 1, "int32": 2}[_info(lw, node.inputs[0]).dtype]
     _lower_qdq(lw, node, "k_dequantize", kind, 2.0)
+
+
+# -- ByteTable (rammer domain: DequantizeLinear -> per-element ops -> QuantizeLinear, see rammer.passes.qdq_lookup)
+
+def byte_table_reason(lw: LowerContext, node: Node) -> str | None:
+    if _info(lw, node.inputs[0]).dtype not in _EIGHT_BIT or _info(lw, node.inputs[1]).dtype not in _EIGHT_BIT:
+        return "ByteTable of a non-8-bit tensor"
+    return None
+
+
+def lower_byte_table(lw: LowerContext, node: Node) -> None:
+    x = lw.dense(node.inputs[0])
+    table = lw.dense(node.inputs[1])
+    out = lw.views[node.outputs[0]]
+
+    def emit(ctx: EmitContext, parts: list) -> list[Row]:
+        desc = ctx.side.add_ints([ctx.locate(x), ctx.locate(table), ctx.locate(out)])
+        return [("k_byte_table", [desc, e0, e1]) for e0, e1 in parts]
+
+    lw.add_op(CpuOp(node.name or BYTE_TABLE, "quant", (node,), tuple(sorted({x.buffer, table.buffer})), (out.buffer,),
+                    float(x.size), 2.0 * x.size + 256, _parts(x.size, 16384), emit))
 
 
 # -- DynamicQuantizeLinear --------------------------------------------------------------------------
@@ -481,10 +503,12 @@ def lower_qlinear_conv(lw: LowerContext, node: Node) -> None:
 LOWERINGS: dict[str, Callable[[LowerContext, Node], None]] = {
     "QuantizeLinear": lower_quantize, "DequantizeLinear": lower_dequantize,
     "DynamicQuantizeLinear": lower_dynamic_quantize, "MatMulInteger": lower_matmul_integer,
+    BYTE_TABLE: lower_byte_table,
     "QLinearConv": lower_qlinear_conv, "QLinearMatMul": lower_qlinear_matmul,
 }
 REASONS: dict[str, Callable[[LowerContext, Node], str | None]] = {
     "QuantizeLinear": quantize_reason, "DequantizeLinear": dequantize_reason,
     "DynamicQuantizeLinear": dynamic_quantize_reason, "MatMulInteger": matmul_integer_reason,
+    BYTE_TABLE: byte_table_reason,
     "QLinearConv": qlinear_conv_reason, "QLinearMatMul": qlinear_matmul_reason,
 }
