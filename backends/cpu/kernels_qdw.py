@@ -16,7 +16,7 @@ import numpy as np
 from numba import njit
 
 from . import _numba_cache  # noqa: F401  (drops stale numba caches first)
-from .kernels_window import _direct_plane, direct_fits, direct_sweep
+from .kernels_window import direct_sweep
 
 _JIT = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
 _u = np.uint64
@@ -50,11 +50,12 @@ def _requantize_plane(F, acc, n, J, bias, b_at, mult, zy, lo, hi, B, dst):
 
 @njit(**_JIT)
 def k_qdwconv(F, B, I, J, X, R, p, sbase):
-    """Depthwise QLinearConv (2-D, C == OC == group) of planes [q0, q1) of (image, channel).  Row:
-    [desc, q0, q1].  Descriptor: [x, wf, out, C, H, W, OH, OW, kh, kw, sh, sw, dh, dw, pad top,
-    pad left, x signed, out signed, x zp (-1 none), x scale, w scale, w scale per channel, y scale,
-    y zp (-1 none), bias (int32, -1 none)]; ``wf`` the float32 weights ``w - w_zp``, kh * kw per
-    channel.  Scratch: the widened input plane (H * W floats), then the output plane's sums."""
+    """Depthwise QLinearConv (2-D, C == OC == group, a k x k window at equal strides that
+    :func:`.kernels_window.direct_fits`) of planes [q0, q1) of (image, channel).  Row: [desc, q0, q1].
+    Descriptor: [x, wf, out, C, H, W, OH, OW, k, stride, pad top, pad left, x signed, out signed, x zp
+    (-1 none), x scale, w scale, w scale per channel, y scale, y zp (-1 none), bias (int32, -1 none)];
+    ``wf`` the float32 weights ``w - w_zp``, k * k per channel.  Scratch: the widened input plane
+    (H * W floats), then the output plane's sums."""
     d = p[0]
     x = X[d]
     wf = X[d + 1]
@@ -64,23 +65,19 @@ def k_qdwconv(F, B, I, J, X, R, p, sbase):
     W = X[d + 5]
     OH = X[d + 6]
     OW = X[d + 7]
-    kh = X[d + 8]
-    kw = X[d + 9]
-    sh = X[d + 10]
-    sw = X[d + 11]
-    dh = X[d + 12]
-    dw = X[d + 13]
-    pt = X[d + 14]
-    pl = X[d + 15]
-    x_signed = X[d + 16] != 0
-    o_signed = X[d + 17] != 0
-    x_zp = X[d + 18]
-    x_scale = X[d + 19]
-    w_scale = X[d + 20]
-    w_scale_ch = X[d + 21] != 0
-    y_scale = X[d + 22]
-    y_zp = X[d + 23]
-    bias = X[d + 24]
+    k = X[d + 8]
+    stride = X[d + 9]
+    pt = X[d + 10]
+    pl = X[d + 11]
+    x_signed = X[d + 12] != 0
+    o_signed = X[d + 13] != 0
+    x_zp = X[d + 14]
+    x_scale = X[d + 15]
+    w_scale = X[d + 16]
+    w_scale_ch = X[d + 17] != 0
+    y_scale = X[d + 18]
+    y_zp = X[d + 19]
+    bias = X[d + 20]
     zx = np.int32(B[_u(x_zp)]) if x_zp >= 0 else np.int32(0)
     if x_signed and zx > 127:
         zx -= 256
@@ -93,15 +90,10 @@ def k_qdwconv(F, B, I, J, X, R, p, sbase):
     plane_out = OH * OW
     xin = sbase
     acc = sbase + plane_in
-    swept = direct_fits(kh, kw, sh, sw, dh, dw)
     for q in range(p[1], p[2]):
         c = q % C
         _widen_plane(B, x + q * plane_in, plane_in, x_signed, zx, F, xin)
-        w_at = wf + c * kh * kw
-        if swept:
-            direct_sweep(False, kh, sh, F, xin, H, W, pt, pl, w_at, OH, OW, acc, f32(0.0), -_INF, _INF)
-        else:
-            _direct_plane(F, xin, H, W, kh, kw, sh, sw, pt, pl, dh, dw, OH, OW, w_at, acc, f32(0.0), -_INF, _INF)
+        direct_sweep(False, k, stride, F, xin, H, W, pt, pl, wf + c * k * k, OH, OW, acc, f32(0.0), -_INF, _INF)
         mult = F[_u(x_scale)] * F[_u(w_scale + (c if w_scale_ch else 0))] / F[_u(y_scale)]
         _requantize_plane(F, acc, plane_out, J, bias >= 0, bias + c, mult, zy, lo, hi, B, out + q * plane_out)
     return 0

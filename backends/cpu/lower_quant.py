@@ -35,6 +35,7 @@ from rammer.ops.quant import BYTE_TABLE
 from rammer.ops.registry import OpContext
 
 from .kernels_qdw import MAX_EXACT_TAPS
+from .kernels_window import direct_fits
 from .lower_context import LowerContext
 from .ops import CpuOp, EmitContext, Row, split_range
 from .ukernel_int8 import MR, NR, pack_b
@@ -448,9 +449,8 @@ def _qdwconv_op(lw: LowerContext, node: Node, x: View, float_taps: View, out: Vi
             return ctx.locate(views[slot]) if slot in views else -1
 
         desc = ctx.side.add_ints([
-            ctx.locate(x), ctx.locate(float_taps), ctx.locate(out), C, H, W, OH, OW, KH, KW,
-            geo.strides[0], geo.strides[1], geo.dilations[0], geo.dilations[1], geo.pad_begin[0],
-            geo.pad_begin[1], int(x.dtype == "int8"), int(out.dtype == "int8"), at(2), at(1), at(4),
+            ctx.locate(x), ctx.locate(float_taps), ctx.locate(out), C, H, W, OH, OW, KH, geo.strides[0],
+            geo.pad_begin[0], geo.pad_begin[1], int(x.dtype == "int8"), int(out.dtype == "int8"), at(2), at(1), at(4),
             int(views[4].size > 1), at(6), at(7), at(8)])
         return [("k_qdwconv", [desc, q0, q1]) for q0, q1 in parts]
 
@@ -472,7 +472,9 @@ def lower_qlinear_conv(lw: LowerContext, node: Node) -> None:
     out = lw.views[node.outputs[0]]
     w_zp_ch = int(5 in views and views[5].size > 1)
     w_scale_ch = int(views[4].size > 1)
-    if cpg == 1 and OC == group:
+    # (other windows, dilated ones, 7x7: the int32 plane kernel; the sweeps' per-pixel fallback ran
+    # 7x7 at 4x its time, ci/micro_int8.py --family depthwise)
+    if cpg == 1 and OC == group and direct_fits(KH, KW, *geo.strides, *geo.dilations):
         float_taps = _depthwise_float_weights(lw, node)
         if float_taps is not None:
             _qdwconv_op(lw, node, x, float_taps, out, views, (N, C, H, W, OH, OW, KH, KW), geo)

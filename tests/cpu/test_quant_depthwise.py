@@ -1,6 +1,7 @@
 """Depthwise QLinearConv on ``k_qdwconv`` (the float window sweeps over planes widened to float32,
-requantized): the same bytes as the reference over a grid of windows, strides, paddings, dilations,
-signedness, per-channel / per-tensor weights and biases, and the kernel actually chosen."""
+requantized): the same bytes as the reference over a grid of windows, strides, paddings, signedness,
+per-channel / per-tensor weights and biases, and the kernel actually chosen; the windows the sweeps do not
+cover stay on the int32 plane kernel."""
 
 from __future__ import annotations
 
@@ -48,10 +49,16 @@ DEPTHWISE_CASES = [
     (3, (14, 14), (5, 5), "int8", "int8", "int8", False, True, dict(pads=[2, 2, 2, 2])),
     (4, (15, 10), (5, 5), "uint8", "uint8", "int8", True, True, dict(pads=[2, 2, 2, 2], strides=[2, 2])),
     (3, (8, 9), (3, 3), "int8", "uint8", "uint8", False, False, {}),  # no padding
-    (4, (10, 10), (3, 3), "uint8", "int8", "uint8", True, True, dict(pads=[2, 2, 2, 2], dilations=[2, 2])),  # tap loop
-    (2, (11, 9), (3, 2), "uint8", "int8", "uint8", True, True, dict(pads=[1, 0, 1, 1], strides=[1, 2])),  # tap loop
-    (3, (20, 20), (7, 7), "uint8", "int8", "uint8", True, True, dict(pads=[3, 3, 3, 3])),  # 49 taps
+    (4, (15, 10), (5, 5), "uint8", "int8", "uint8", True, True, dict(pads=[1, 2, 3, 2])),  # asymmetric pads
     (4, (2, 2), (3, 3), "uint8", "int8", "uint8", True, True, dict(pads=[1, 1, 1, 1])),  # tiny plane
+    (3, (1, 1), (3, 3), "int8", "int8", "uint8", True, True, dict(pads=[1, 1, 1, 1])),  # one pixel
+    (2, (9, 9), (2, 2), "uint8", "int8", "uint8", True, False, dict(strides=[2, 2])),
+]
+#: Windows the float sweeps do not cover (dilation, non-square, 7x7) stay on the int32 plane kernel.
+PLANE_KERNEL_CASES = [
+    (4, (10, 10), (3, 3), "uint8", "int8", "uint8", True, True, dict(pads=[2, 2, 2, 2], dilations=[2, 2])),
+    (2, (11, 9), (3, 2), "uint8", "int8", "uint8", True, True, dict(pads=[1, 0, 1, 1], strides=[1, 2])),
+    (3, (20, 20), (7, 7), "uint8", "int8", "uint8", True, True, dict(pads=[3, 3, 3, 3])),
 ]
 
 
@@ -61,6 +68,13 @@ def test_depthwise_qlinear_conv_runs_k_qdwconv_bit_exact(case):
     report = compare(m, feeds, expect_fallback=False)
     assert "k_qdwconv" in report["kernels"], report["kernels"]
     assert "k_qlinearconv" not in report["kernels"]
+
+
+@pytest.mark.parametrize("case", PLANE_KERNEL_CASES, ids=["dilated", "3x2", "7x7"])
+def test_other_depthwise_windows_keep_the_plane_kernel(case):
+    m, feeds = _depthwise_model(*case[:8], **case[8])
+    report = compare(m, feeds, expect_fallback=False)
+    assert "k_qlinearconv" in report["kernels"] and "k_qdwconv" not in report["kernels"]
 
 
 def test_depthwise_with_run_time_weight_zero_point_keeps_the_plane_kernel():
