@@ -479,6 +479,20 @@ def k_gemm_int8(F, B, I, J, X, R, p, sbase):
     return 0
 
 
+@njit(nogil=True, cache=True, error_model="numpy", boundscheck=False, fastmath={"nnan", "ninf", "nsz"})
+def _requantize_run(J, acc, colsum, zw, c, mult, zy, lo, hi, B, out, n):
+    """B[out + q] = saturate(rint(float32(J[acc + q] - zw * J[colsum + q] + c) * mult) + zy) to [lo, hi]
+    for q < n: one row of a conv tile's requantizing store, wrapping in int32 as the spec's accumulation."""
+    a = J[_u(acc):_u(acc + n)]
+    s = J[_u(colsum):_u(colsum + n)]
+    o = B[_u(out):_u(out + n)]
+    for q in range(n):
+        v = a[q] - zw * s[q] + c
+        y = np.rint(f32(np.int32(v)) * mult) + zy
+        y = min(max(y, lo), hi)
+        o[q] = np.uint8(np.int32(y) & 255)
+
+
 @njit(**_JIT)
 def k_qconv_int8(F, B, I, J, X, R, p, sbase):
     """QLinearConv (2-D, not depthwise) as an 8-bit GEMM per group against weights prepared at compile
@@ -642,9 +656,6 @@ def k_qconv_int8(F, B, I, J, X, R, p, sbase):
                 mult = x_scale * F[_u(X[d + 26] + (oc if X[d + 27] != 0 else 0))] / y_scale
                 obase = out + (n * OC + oc) * plane + p0
                 trow = tile + r * NR
-                for q in range(npx):
-                    v = np.int64(J[_u(trow + q)]) - zw * np.int64(J[_u(colsum + q)]) + c_oc
-                    y = np.rint(f32(np.int32(v)) * mult) + zy
-                    y = min(max(y, lo), hi)
-                    B[_u(obase + q)] = np.int32(y) & 255
+                _requantize_run(J, trow, colsum, np.int32(zw), np.int32(np.int64(c_oc) << 32 >> 32), mult, zy, lo, hi,
+                                B, obase, npx)
     return 0
