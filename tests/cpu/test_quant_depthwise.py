@@ -86,3 +86,36 @@ def test_depthwise_with_run_time_weight_zero_point_keeps_the_plane_kernel():
     feeds = dict(feeds, wz=np.array(-3, np.int8))
     report = compare(m, feeds, expect_fallback=False)
     assert "k_qlinearconv" in report["kernels"] and "k_qdwconv" not in report["kernels"]
+
+
+@pytest.mark.parametrize("k,stride,kernel", [(3, 2, "k_qdwconv"), (7, 1, None)])
+def test_a_qdq_depthwise_conv_runs_k_qdwconv_where_its_window_is_swept(k, stride, kernel):
+    """The cpu pipeline rewrites DQ -> depthwise Conv -> Q as QLinearConv for k_qdwconv's windows only; a
+    7x7 stays a float conv between exact float (de)quantizations."""
+    rng = np.random.default_rng(11)
+    c = 6
+    ws = (rng.random(c) * 0.004 + 0.001).astype(np.float32)
+    consts = {"xs": np.array(0.02, np.float32), "xz": np.array(120, np.uint8),
+              "w": rng.integers(-127, 128, (c, 1, k, k)).astype(np.int8), "ws": ws,
+              "b": rng.integers(-2000, 2000, c).astype(np.int32), "bs": (np.float32(0.02) * ws).astype(np.float32),
+              "ys": np.array(0.05, np.float32), "yz": np.array(128, np.uint8)}
+    nodes = [node("DequantizeLinear", ["x", "xs", "xz"], ["xf"]), node("DequantizeLinear", ["w", "ws"], ["wf"], axis=0),
+             node("DequantizeLinear", ["b", "bs"], ["bf"], axis=0),
+             node("Conv", ["xf", "wf", "bf"], ["cv"], pads=[k // 2] * 4, strides=[stride] * 2, group=c),
+             node("QuantizeLinear", ["cv", "ys", "yz"], ["y"])]
+    x = rng.integers(0, 256, (1, c, 13, 13)).astype(np.uint8)
+    g = helper.make_graph(nodes, "t", [helper.make_tensor_value_info("x", onnx.TensorProto.UINT8, x.shape)],
+                          [helper.make_empty_tensor_value_info("y")],
+                          [numpy_helper.from_array(v, name) for name, v in consts.items()])
+    m = onnx.shape_inference.infer_shapes(helper.make_model(g, opset_imports=[helper.make_opsetid("", 19)]))
+    del m.graph.output[:]
+    m.graph.output.extend(v for v in m.graph.value_info if v.name == "y")
+    import rammer
+
+    cpu = rammer.compile(m, backend="cpu", cache=False)
+    got = cpu({"x": x})["y"]
+    want = rammer.compile(m, backend="reference")({"x": x})["y"]
+    # the integer conv and the float one on the reference differ by float rounding only: one step at most
+    assert np.abs(got.astype(int) - want.astype(int)).max() <= 1
+    kernels = cpu.executable.report["kernels"]
+    assert (kernel in kernels) if kernel else ("k_qdwconv" not in kernels and "k_qlinearconv" not in kernels)
