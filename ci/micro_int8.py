@@ -3,6 +3,7 @@
     python ci/micro_int8.py                               # the whole grid, 1 vEU / 1 thread
     python ci/micro_int8.py --family matmul --threads 2   # one family, 2 vEUs / 2 threads
     python ci/micro_int8.py --no-before --json int8.json  # without the old kernels, rows to a file
+    python ci/micro_int8.py --family depthwise --clock cpu # depthwise QLinearConv, CPU time
 
 Families:
 
@@ -10,6 +11,9 @@ Families:
   GEMM of onnxruntime's ``quantize_dynamic`` (BERT's projections), M 1-256, K 64-4096, N 64-4096;
 * ``conv``: ``QLinearConv`` (uint8 activations, per-channel int8 weights, int32 bias) at the layer
   shapes of resnet18 (3x3) and mobilenet-v2 (stem, 1x1 expand / project, depthwise 3x3);
+* ``depthwise``: depthwise ``QLinearConv`` over a grid of MobileNet / EfficientNet layers (3x3, 5x5 and
+  7x7 windows, stride 1 and 2, planes 7-112, 32-960 channels); ``before`` runs the int32 plane kernel
+  (``k_qlinearconv``), ``cpu`` the float window sweep over widened planes (``k_qdwconv``);
 * ``qdq``: the same convs in QDQ form (DequantizeLinear -> Conv -> QuantizeLinear, as ``quantize_static``
   writes them); ``before`` is the cpu pipeline without ``qdq-to-qlinear`` (the float conv between exact
   float (de)quantizations), ``cpu`` with it (``QLinearConv``).
@@ -56,6 +60,20 @@ CONV_SHAPES = [  # (name, C, H, OC, k, stride, group)
     ("mobilenet 1x1 320->1280@7", 320, 7, 1280, 1, 1, 1),
     ("mobilenet dw3x3 96 s2@112", 96, 112, 96, 3, 2, 96),
     ("mobilenet dw3x3 144@56", 144, 56, 144, 3, 1, 144),
+]
+
+DEPTHWISE_SHAPES = [  # (name, C, H, OC, k, stride, group): MobileNet v2/v3, EfficientNet, MnasNet layers
+    ("dw3x3 32@112", 32, 112, 32, 3, 1, 32),
+    ("dw3x3 96 s2@112", 96, 112, 96, 3, 2, 96),
+    ("dw3x3 144@56", 144, 56, 144, 3, 1, 144),
+    ("dw3x3 192@28", 192, 28, 192, 3, 1, 192),
+    ("dw3x3 384@14", 384, 14, 384, 3, 1, 384),
+    ("dw3x3 576 s2@14", 576, 14, 576, 3, 2, 576),
+    ("dw3x3 960@7", 960, 7, 960, 3, 1, 960),
+    ("dw5x5 72 s2@56", 72, 56, 72, 5, 2, 72),
+    ("dw5x5 240@28", 240, 28, 240, 5, 1, 240),
+    ("dw5x5 672@14", 672, 14, 672, 5, 1, 672),
+    ("dw7x7 96@56", 96, 56, 96, 7, 1, 96),
 ]
 
 
@@ -150,6 +168,8 @@ def main() -> None:
         cases += [("matmul", f"M={m} K={k} N={n}", *matmul_case(m, k, n)) for m, k, n in MATMUL_SHAPES]
     if "conv" in families:
         cases += [("conv", name, *conv_case(*shape)) for name, *shape in CONV_SHAPES]
+    if "depthwise" in families:
+        cases += [("depthwise", name, *conv_case(*shape)) for name, *shape in DEPTHWISE_SHAPES]
     if "qdq" in families:
         cases += [("qdq", name, *qdq_conv_case(*shape)) for name, *shape in CONV_SHAPES]
     so = ort.SessionOptions()

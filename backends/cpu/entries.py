@@ -26,7 +26,9 @@ from .kernels_ew import arena_views, ensure_epilogue_symbol, k_ew
 from .kernels_gemm import k_gemm
 from .kernels_index import k_cumsum, k_gather_elements
 from .kernels_nn import k_layernorm, k_reduce, k_softmax
+from .kernels_qdw import k_qdwconv
 from .kernels_quant import (
+    k_byte_table,
     k_dequantize,
     k_dynquant,
     k_gemm_int8,
@@ -200,6 +202,18 @@ def entry_k_qconv_int8(arena, nbytes, x, nx, r, nr, row, sbase):
     F, B, I, J, X, R = arena_views(arena, nbytes, x, nx, r, nr)
     p = carray(row, (ROW_PARAMS,), np.int64)
     return k_qconv_int8(F, B, I, J, X, R, p, sbase)
+
+
+def entry_k_byte_table(arena, nbytes, x, nx, r, nr, row, sbase):
+    F, B, I, J, X, R = arena_views(arena, nbytes, x, nx, r, nr)
+    p = carray(row, (ROW_PARAMS,), np.int64)
+    return k_byte_table(F, B, I, J, X, R, p, sbase)
+
+
+def entry_k_qdwconv(arena, nbytes, x, nx, r, nr, row, sbase):
+    F, B, I, J, X, R = arena_views(arena, nbytes, x, nx, r, nr)
+    p = carray(row, (ROW_PARAMS,), np.int64)
+    return k_qdwconv(F, B, I, J, X, R, p, sbase)
 
 
 def entry_k_qlinear_matmul(arena, nbytes, x, nx, r, nr, row, sbase):

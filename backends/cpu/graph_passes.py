@@ -18,6 +18,7 @@ from rammer.passes import (
     FUSE_ATTENTION,
     NORM_AS_LAYERNORM,
     QDQ_AS_FLOAT,
+    QDQ_LOOKUP,
     RELU_CONCAT,
     Pass,
     PipelineResult,
@@ -25,6 +26,11 @@ from rammer.passes import (
     qdq_to_qlinear_pass,
     run_pipeline,
 )
+
+from .ukernel_window import SHAPES as DIRECT_SHAPES
+
+#: The depthwise windows (kernel, stride) that k_qdwconv runs: the float direct sweeps' (kernels_window.direct_fits).
+QDWCONV_WINDOWS = frozenset((k, stride) for stride, k in DIRECT_SHAPES)
 
 #: Readers a conv applies in its own kernel or epilogue when they are its only reader:
 #: sibling convs with such a reader are not merged (a Split in between would stop the fusion).
@@ -37,9 +43,10 @@ PIPELINE: tuple[Pass, ...] = (
     FOLD_BATCHNORM,
     NORM_AS_LAYERNORM,  # InstanceNormalization / GroupNormalization: the layernorm kernel and an affine
     # DQ -> Conv / MatMul -> Q as QLinearConv / QLinearMatMul (the 8-bit kernels), before the float rewrite of
-    # the pairs that remain; 2-D convs only (k_qconv_int8), not depthwise ones: the int8 plane kernel runs
-    # them at 0.5-0.6x the float depthwise conv (ci/micro_int8.py --family qdq)
-    qdq_to_qlinear_pass(conv_ranks=(2,), depthwise=False),
+    # the pairs that remain; 2-D convs only (k_qconv_int8), and of the depthwise ones those whose windows
+    # k_qdwconv sweeps (the int32 plane kernel, which runs the others, took 1.7-2x the float depthwise conv)
+    qdq_to_qlinear_pass(conv_ranks=(2,), depthwise=QDWCONV_WINDOWS),
+    QDQ_LOOKUP,  # DQ -> Clip / Relu / Sigmoid... -> Q as one byte table (k_byte_table), before QDQ_AS_FLOAT
     QDQ_AS_FLOAT,  # QDQ pairs as exact float ops, fused into the epilogue of the conv / GEMM before them
     CSE,
     RELU_CONCAT,

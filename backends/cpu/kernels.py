@@ -21,6 +21,7 @@ from . import (
     kernels_gemm,
     kernels_index,
     kernels_nn,
+    kernels_qdw,
     kernels_quant,
     kernels_tree,
     kernels_window,
@@ -47,12 +48,14 @@ KERNELS: dict[str, ModuleType] = {
     "k_quantize": kernels_quant,
     "k_dequantize": kernels_quant,
     "k_dynquant": kernels_quant,
+    "k_byte_table": kernels_quant,
     "k_matmul_int": kernels_quant,
     "k_qlinearconv": kernels_quant,
     "k_qlinear_matmul": kernels_quant,
     "k_tree": kernels_tree,
     "k_gemm_int8": kernels_quant,
     "k_qconv_int8": kernels_quant,
+    "k_qdwconv": kernels_qdw,
     "k_attention": kernels_attention,
 }
 
@@ -84,6 +87,8 @@ DESCRIPTIONS = {
     "k_gather_elements": "GatherElements by run-time indices",
     "k_quantize": "QuantizeLinear to 8 bits (per tensor / per axis)",
     "k_dequantize": "DequantizeLinear of 8-bit / int32 values (per tensor / per axis)",
+    "k_byte_table": "ByteTable: each byte looked up in a 256-entry table (a DequantizeLinear -> per-element ops"
+                    " -> QuantizeLinear chain)",
     "k_dynquant": "DynamicQuantizeLinear: the tensor's range, then uint8 quantization",
     "k_matmul_int": "MatMulInteger rows, int32 accumulation",
     "k_qlinearconv": "QLinearConv planes: int32 accumulation, float32 requantization",
@@ -92,6 +97,8 @@ DESCRIPTIONS = {
                    " + zero-point corrections + int32 store or requantization",
     "k_qconv_int8": "QLinearConv (not depthwise) as 8-bit GEMM tiles: pixel windows gathered, weights packed"
                     " at compile time (VNNI where the CPU has it), requantized",
+    "k_qdwconv": "depthwise QLinearConv: planes widened to float32, the float window sweep (exact sums),"
+                 " requantized",
     "k_attention": "fused attention (Q K^T, bias, softmax, @ V) per query-row block, scores in scratch",
 }
 

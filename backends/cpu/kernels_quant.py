@@ -1,4 +1,4 @@
-"""Quantized rKernels: QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear, MatMulInteger,
+"""Quantized rKernels: QuantizeLinear, DequantizeLinear, ByteTable, DynamicQuantizeLinear, MatMulInteger,
 QLinearMatMul and QLinearConv, computing in integers (int32 accumulation) as the ONNX spec and onnxruntime do.
 
 8-bit tensors live in the arena's byte view ``B``; a ``signed`` flag says whether a byte is int8
@@ -110,6 +110,19 @@ def k_dequantize(F, B, I, J, X, R, p, sbase):
             z32 = _byte(B, zp + c, False) if zp >= 0 else np.int32(0)
             for j in range(inner):
                 F[_u(dst + j)] = f32(np.int32(B[_u(src + j)]) - z32) * s
+    return 0
+
+
+@njit(**_JIT)
+def k_byte_table(F, B, I, J, X, R, p, sbase):
+    """ByteTable of elements [e0, e1).  Row: [desc, e0, e1].  Descriptor: [x, table, out]:
+    out[e] = table[x[e]], the byte read unsigned (the 256-entry table stays in L1)."""
+    d = p[0]
+    x = X[d]
+    table = X[d + 1]
+    out = X[d + 2]
+    for e in range(p[1], p[2]):
+        B[_u(out + e)] = B[_u(table + np.int64(B[_u(x + e)]))]
     return 0
 
 
@@ -466,6 +479,20 @@ def k_gemm_int8(F, B, I, J, X, R, p, sbase):
     return 0
 
 
+@njit(nogil=True, cache=True, error_model="numpy", boundscheck=False, fastmath={"nnan", "ninf", "nsz"})
+def _requantize_run(J, acc, colsum, zw, c, mult, zy, lo, hi, B, out, n):
+    """B[out + q] = saturate(rint(float32(J[acc + q] - zw * J[colsum + q] + c) * mult) + zy) to [lo, hi]
+    for q < n: one row of a conv tile's requantizing store, wrapping in int32 as the spec's accumulation."""
+    a = J[_u(acc):_u(acc + n)]
+    s = J[_u(colsum):_u(colsum + n)]
+    o = B[_u(out):_u(out + n)]
+    for q in range(n):
+        v = a[q] - zw * s[q] + c
+        y = np.rint(f32(np.int32(v)) * mult) + zy
+        y = min(max(y, lo), hi)
+        o[q] = np.uint8(np.int32(y) & 255)
+
+
 @njit(**_JIT)
 def k_qconv_int8(F, B, I, J, X, R, p, sbase):
     """QLinearConv (2-D, not depthwise) as an 8-bit GEMM per group against weights prepared at compile
@@ -629,9 +656,6 @@ def k_qconv_int8(F, B, I, J, X, R, p, sbase):
                 mult = x_scale * F[_u(X[d + 26] + (oc if X[d + 27] != 0 else 0))] / y_scale
                 obase = out + (n * OC + oc) * plane + p0
                 trow = tile + r * NR
-                for q in range(npx):
-                    v = np.int64(J[_u(trow + q)]) - zw * np.int64(J[_u(colsum + q)]) + c_oc
-                    y = np.rint(f32(np.int32(v)) * mult) + zy
-                    y = min(max(y, lo), hi)
-                    B[_u(obase + q)] = np.int32(y) & 255
+                _requantize_run(J, trow, colsum, np.int32(zw), np.int32(np.int64(c_oc) << 32 >> 32), mult, zy, lo, hi,
+                                B, obase, npx)
     return 0

@@ -14,8 +14,10 @@ Scales and zero points are read from the arena, so they may be constants or comp
 A constant B of MatMulInteger / QLinearMatMul and the constant weights of a non-depthwise QLinearConv are
 prepared at compile time for the 8-bit GEMM micro-kernel (:mod:`.ukernel_int8`, VNNI where the CPU has
 it): B packed in its panel layout (``k_gemm_int8``), conv weights as uint8 rows (``k_qconv_int8``).
-Run-time weights and depthwise convolutions use the row / plane kernels (``k_matmul_int``,
-``k_qlinear_matmul``, ``k_qlinearconv``), as does everything with :data:`PACK_INT8_WEIGHTS` off.
+A depthwise QLinearConv with constant weights runs on the float window sweeps over planes widened to
+float32, whose sums are exact (``k_qdwconv``, :mod:`.kernels_qdw`).  Run-time weights use the row / plane
+kernels (``k_matmul_int``, ``k_qlinear_matmul``, ``k_qlinearconv``), as does everything with
+:data:`PACK_INT8_WEIGHTS` off.
 """
 
 from __future__ import annotations
@@ -29,8 +31,11 @@ import numpy as np
 from rammer.ir import Node, TensorInfo
 from rammer.lower.views import View
 from rammer.ops.conv import window_geometry
+from rammer.ops.quant import BYTE_TABLE
 from rammer.ops.registry import OpContext
 
+from .kernels_qdw import MAX_EXACT_TAPS
+from .kernels_window import direct_fits
 from .lower_context import LowerContext
 from .ops import CpuOp, EmitContext, Row, split_range
 from .ukernel_int8 import MR, NR, pack_b
@@ -149,6 +154,27 @@ def lower_quantize(lw: LowerContext, node: Node) -> None:
 def lower_dequantize(lw: LowerContext, node: Node) -> None:
     kind = {"uint8": 0, "int8": 1, "int32": 2}[_info(lw, node.inputs[0]).dtype]
     _lower_qdq(lw, node, "k_dequantize", kind, 2.0)
+
+
+# -- ByteTable (rammer domain: DequantizeLinear -> per-element ops -> QuantizeLinear, see rammer.passes.qdq_lookup)
+
+def byte_table_reason(lw: LowerContext, node: Node) -> str | None:
+    if _info(lw, node.inputs[0]).dtype not in _EIGHT_BIT or _info(lw, node.inputs[1]).dtype not in _EIGHT_BIT:
+        return "ByteTable of a non-8-bit tensor"
+    return None
+
+
+def lower_byte_table(lw: LowerContext, node: Node) -> None:
+    x = lw.dense(node.inputs[0])
+    table = lw.dense(node.inputs[1])
+    out = lw.views[node.outputs[0]]
+
+    def emit(ctx: EmitContext, parts: list) -> list[Row]:
+        desc = ctx.side.add_ints([ctx.locate(x), ctx.locate(table), ctx.locate(out)])
+        return [("k_byte_table", [desc, e0, e1]) for e0, e1 in parts]
+
+    lw.add_op(CpuOp(node.name or BYTE_TABLE, "quant", (node,), tuple(sorted({x.buffer, table.buffer})), (out.buffer,),
+                    float(x.size), 2.0 * x.size + 256, _parts(x.size, 16384), emit))
 
 
 # -- DynamicQuantizeLinear --------------------------------------------------------------------------
@@ -397,6 +423,43 @@ def _qconv_gemm_op(lw: LowerContext, node: Node, x: View, weight: tuple[View, Vi
                     scratch=kp * NR // 4 + NR + MR * NR, blas=True))
 
 
+def _depthwise_float_weights(lw: LowerContext, node: Node) -> View | None:
+    """A depthwise QLinearConv's constant weights as float32 ``w - w_zp`` (kh * kw per channel) for
+    :func:`.kernels_qdw.k_qdwconv`; None when the weights or their zero point are computed at run time
+    or the window has too many taps for an exact float32 sum (the plane kernel runs those)."""
+    w = lw.graph.initializers.get(node.inputs[3]) if PACK_INT8_WEIGHTS else None
+    zp_name = _input(node, 5)
+    zw = lw.graph.initializers.get(zp_name) if zp_name else np.zeros((), np.int32)
+    if w is None or zw is None:
+        return None
+    w, zw = np.asarray(w), np.asarray(zw)
+    if w.ndim != 4 or w.dtype not in (np.uint8, np.int8) or w.shape[2] * w.shape[3] > MAX_EXACT_TAPS:
+        return None
+    zw = zw.astype(np.float32).reshape(-1, 1, 1, 1) if zw.size > 1 else np.float32(zw.reshape(()))
+    return lw.const_view(np.ascontiguousarray(w.astype(np.float32) - zw).reshape(w.shape[0], -1))
+
+
+def _qdwconv_op(lw: LowerContext, node: Node, x: View, float_taps: View, out: View, views: dict[int, View],
+                dims: tuple[int, ...], geo) -> None:
+    """The op of :func:`.kernels_qdw.k_qdwconv`: tasks over (image, channel) planes."""
+    N, C, H, W, OH, OW, KH, KW = dims
+
+    def emit(ctx: EmitContext, parts: list) -> list[Row]:
+        def at(slot: int) -> int:
+            return ctx.locate(views[slot]) if slot in views else -1
+
+        desc = ctx.side.add_ints([
+            ctx.locate(x), ctx.locate(float_taps), ctx.locate(out), C, H, W, OH, OW, KH, geo.strides[0],
+            geo.pad_begin[0], geo.pad_begin[1], int(x.dtype == "int8"), int(out.dtype == "int8"), at(2), at(1), at(4),
+            int(views[4].size > 1), at(6), at(7), at(8)])
+        return [("k_qdwconv", [desc, q0, q1]) for q0, q1 in parts]
+
+    reads = {x.buffer, float_taps.buffer} | {v.buffer for v in views.values()}
+    lw.add_op(CpuOp(node.name or "QLinearConv", "conv.int8", (node,), tuple(sorted(reads)), (out.buffer,),
+                    2.0 * N * C * OH * OW * KH * KW, float(x.size + float_taps.size + out.size),
+                    _parts(N * C, 1), emit, scratch=H * W + OH * OW + 64, blas=True))
+
+
 def lower_qlinear_conv(lw: LowerContext, node: Node) -> None:
     x_info, w_info = _info(lw, node.inputs[0]), _info(lw, node.inputs[3])
     N, C, H, W = x_info.shape
@@ -409,6 +472,13 @@ def lower_qlinear_conv(lw: LowerContext, node: Node) -> None:
     out = lw.views[node.outputs[0]]
     w_zp_ch = int(5 in views and views[5].size > 1)
     w_scale_ch = int(views[4].size > 1)
+    # (other windows, dilated ones, 7x7: the int32 plane kernel; the sweeps' per-pixel fallback ran
+    # 7x7 at 4x its time, ci/micro_int8.py --family depthwise)
+    if cpg == 1 and OC == group and direct_fits(KH, KW, *geo.strides, *geo.dilations):
+        float_taps = _depthwise_float_weights(lw, node)
+        if float_taps is not None:
+            _qdwconv_op(lw, node, x, float_taps, out, views, (N, C, H, W, OH, OW, KH, KW), geo)
+            return
     weight = None if cpg == 1 and OC == group else _conv_weight_rows(lw, node.inputs[3])
     if weight is not None:
         _qconv_gemm_op(lw, node, x, weight, out, views, (N, C, H, W, OC, OH, OW, cpg, group, KH, KW), geo)
@@ -435,10 +505,12 @@ def lower_qlinear_conv(lw: LowerContext, node: Node) -> None:
 LOWERINGS: dict[str, Callable[[LowerContext, Node], None]] = {
     "QuantizeLinear": lower_quantize, "DequantizeLinear": lower_dequantize,
     "DynamicQuantizeLinear": lower_dynamic_quantize, "MatMulInteger": lower_matmul_integer,
+    BYTE_TABLE: lower_byte_table,
     "QLinearConv": lower_qlinear_conv, "QLinearMatMul": lower_qlinear_matmul,
 }
 REASONS: dict[str, Callable[[LowerContext, Node], str | None]] = {
     "QuantizeLinear": quantize_reason, "DequantizeLinear": dequantize_reason,
     "DynamicQuantizeLinear": dynamic_quantize_reason, "MatMulInteger": matmul_integer_reason,
+    BYTE_TABLE: byte_table_reason,
     "QLinearConv": qlinear_conv_reason, "QLinearMatMul": qlinear_matmul_reason,
 }

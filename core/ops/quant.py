@@ -12,8 +12,9 @@ from __future__ import annotations
 import numpy as np
 
 from ..dtypes import from_onnx
+from .control import RAMMER_DOMAIN
 from .elementwise import numpy_op
-from .registry import OpContext, OutSpec, normalize_axis
+from .registry import OpContext, OutSpec, normalize_axis, register_op
 
 
 def _expand_scale(ctx: OpContext, param: np.ndarray, x_shape: tuple[int, ...]) -> np.ndarray:
@@ -127,3 +128,23 @@ def dynamic_quantize_linear(ctx: OpContext, x: np.ndarray) -> tuple[np.ndarray, 
     zero_point = _saturate(np.rint(np.float32(0.0) - np.float32(lo) / scale), np.dtype(np.uint8))
     y = _saturate(np.rint(x.astype(np.float32) / scale) + zero_point, np.dtype(np.uint8))
     return y, np.asarray(scale), np.asarray(zero_point)
+
+
+#: A lookup of every byte of an 8-bit tensor in a 256-entry table (rammer domain): what
+#: :mod:`rammer.passes.qdq_lookup` makes of DequantizeLinear -> per-element float ops -> QuantizeLinear.
+BYTE_TABLE = "ByteTable"
+
+
+def _byte_table_infer(ctx: OpContext) -> list[OutSpec]:
+    x, table = ctx.input(0), ctx.input(1)
+    if x.dtype not in ("uint8", "int8") or table.dtype not in ("uint8", "int8"):
+        raise ctx.fail(f"input {x.dtype} and table {table.dtype}: both must be uint8 or int8")
+    if tuple(table.shape) != (256,):
+        raise ctx.fail(f"table of shape {list(table.shape)}; 256 entries expected (one per byte value)")
+    return [(table.dtype, x.shape)]
+
+
+@register_op(BYTE_TABLE, infer=_byte_table_infer, domain=RAMMER_DOMAIN)
+def byte_table(ctx: OpContext, x: np.ndarray, table: np.ndarray) -> np.ndarray:
+    """``y = table[byte of x]``: the byte read unsigned, so an int8 -1 is entry 255."""
+    return table[np.ascontiguousarray(x).view(np.uint8)]

@@ -90,10 +90,24 @@ def _quant(graph: Graph, node: Node | None, op: str, per_axis: tuple[int, int] |
     return _Quant(node.inputs[0], node.inputs[1], zp_name, scale.reshape(-1), zp.reshape(-1))
 
 
-def qdq_to_qlinear(graph: Graph, conv_ranks: Collection[int] | None = None, depthwise: bool = True) -> Graph:
+def _depthwise_wanted(depthwise: bool | Collection[tuple[int, int]], conv: Node, w_shape: tuple[int, ...]) -> bool:
+    """Whether a depthwise conv is rewritten: ``depthwise`` True or False for all of them, or the (kernel,
+    stride) pairs of the square, undilated windows to rewrite."""
+    if isinstance(depthwise, bool):
+        return depthwise
+    kernel = set(w_shape[2:])
+    strides = set(conv.attrs.get("strides", [1] * (len(w_shape) - 2)))
+    if len(kernel) != 1 or len(strides) != 1 or any(int(d) != 1 for d in conv.attrs.get("dilations", [])):
+        return False
+    return (kernel.pop(), int(strides.pop())) in depthwise
+
+
+def qdq_to_qlinear(graph: Graph, conv_ranks: Collection[int] | None = None,
+                   depthwise: bool | Collection[tuple[int, int]] = True) -> Graph:
     """``graph`` with its exact DQ -> Conv / MatMul / Gemm [-> Relu] -> Q patterns as QLinearConv /
     QLinearMatMul (the same object when there is none); ``conv_ranks``: the spatial ranks of the convs
-    to rewrite (None: all); ``depthwise``: rewrite depthwise convs (one input channel per group) too."""
+    to rewrite (None: all); ``depthwise``: rewrite depthwise convs (one input channel per group) too, or
+    only those with a square, undilated window whose (kernel, stride) is in the collection."""
     if int(graph.opset.get("", 1)) < 10:  # QLinearConv / QLinearMatMul are ops from opset 10
         return graph
     producer = {o: n for n in graph.nodes for o in n.outputs if o}
@@ -138,7 +152,8 @@ def qdq_to_qlinear(graph: Graph, conv_ranks: Collection[int] | None = None, dept
         if node.op_type == "Conv":
             if conv_ranks is not None and len(w_shape) - 2 not in conv_ranks:
                 continue
-            if not depthwise and w_shape[1] == 1 and int(node.attrs.get("group", 1)) > 1:
+            if w_shape[1] == 1 and int(node.attrs.get("group", 1)) > 1 and not _depthwise_wanted(depthwise, node,
+                                                                                              w_shape):
                 continue
             channel_axis = 0
         elif node.op_type == "MatMul":
@@ -285,10 +300,13 @@ def _on_int8_grid(weights: np.ndarray | None, axis: int) -> tuple[np.ndarray, np
     return np.ascontiguousarray(np.moveaxis(q, 0, axis)), scale
 
 
-def qdq_to_qlinear_pass(conv_ranks: Collection[int] | None = None, depthwise: bool = True) -> Pass:
+def qdq_to_qlinear_pass(conv_ranks: Collection[int] | None = None,
+                        depthwise: bool | Collection[tuple[int, int]] = True) -> Pass:
     """The pass over the convs a backend's QLinearConv kernel runs well: these spatial ranks only, and
-    depthwise ones only when ``depthwise``."""
+    depthwise ones only when ``depthwise`` (or only the (kernel, stride) windows it lists)."""
     ranks = None if conv_ranks is None else frozenset(conv_ranks)
+    if not isinstance(depthwise, bool):
+        depthwise = frozenset((int(k), int(s)) for k, s in depthwise)
     return Pass("qdq-to-qlinear", lambda graph: qdq_to_qlinear(graph, ranks, depthwise),
                 "DQ -> Conv/MatMul/Gemm [-> Relu] -> Q as QLinearConv / QLinearMatMul (the 8-bit kernels)")
 

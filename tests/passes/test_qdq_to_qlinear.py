@@ -185,3 +185,6 @@ def test_a_backend_can_keep_depthwise_convs_float():
     graph = rammer.load(model)
     assert_left_alone(qdq_to_qlinear_pass(depthwise=False), graph)
     assert [n.op_type for n in QDQ_TO_QLINEAR(graph).nodes] == ["QLinearConv"]
+    # or only the windows it lists, as (kernel, stride): this one is 3x3 at stride 1
+    assert_left_alone(qdq_to_qlinear_pass(depthwise=[(3, 2), (5, 1)]), graph)
+    assert [n.op_type for n in qdq_to_qlinear_pass(depthwise=[(3, 1)])(graph).nodes] == ["QLinearConv"]
