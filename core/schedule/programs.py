@@ -193,22 +193,29 @@ def from_schedule(schedule: Schedule, calls: dict[int, Call]) -> BlockPrograms:
     keep = blk != barrier_veu[barrier_of]
     key = barrier_of[keep] * nv + blk[keep]
     cnt = signal_no[flat_waits[keep]]
-    order = np.lexsort((cnt, key))
-    key, cnt = key[order], cnt[order]
+    # Sorted by (key, count) as one number (one sort of a million values, not a lexsort of two).
+    width = int(cnt.max(initial=0)) + 1
+    packed = np.sort(key * width + cnt)
+    key, cnt = packed // width, packed % width
     last = np.ones(key.size, bool)
     last[:-1] = key[1:] != key[:-1]
     key, cnt = key[last], cnt[last]
     # One Wait object per distinct (block, count), shared by every barrier that waits for it: a
-    # million new objects cost seconds (most of it the garbage collector's passes over them).
-    width = int(cnt.max(initial=0)) + 1
-    distinct, which = np.unique((key % nv) * width + cnt, return_inverse=True)
+    # million new objects cost seconds (most of it the garbage collector's passes over them).  The
+    # distinct pairs numbered through a table over all (block, count), a few times the signals,
+    # instead of a sort of every wait.
+    pair = (key % nv) * width + cnt
+    present = np.zeros(nv * width, bool)
+    present[pair] = True
+    distinct = np.nonzero(present)[0]
+    which = (np.cumsum(present) - 1)[pair]
     shared = list(map(tuple.__new__, repeat(Wait), zip((distinct // width).tolist(), (distinct % width).tolist())))
-    waits: list[Wait] = list(map(shared.__getitem__, which.ravel().tolist()))
     bounds = np.searchsorted(key // nv, np.arange(len(lengths) + 1))
-    # The steps of every program as indices into one list of step objects laid out so that each
-    # schedule entry's steps are contiguous there: the j-th rTask entry (in program order) has its
-    # call at 2j and a signal at 2j + 1 (taken when a barrier waits for it), barrier k its waits at
-    # 2 * (rTask entries) + bounds[k] ... bounds[k + 1].  Array passes, not a loop per entry.
+    # The steps of every program as indices into the step objects: the j-th rTask entry (in program
+    # order) has its call at 2j and a signal at 2j + 1 (taken when a barrier waits for it), and the
+    # shared waits follow.  Laid out first as if each barrier's waits were contiguous (barrier k's at
+    # 2 * (rTask entries) + bounds[k] ... bounds[k + 1]), then each wait mapped to its shared object.
+    # Array passes, not a loop per entry.
     prog_lengths = [len(p) for p in schedule.programs]
     entries = np.fromiter(chain.from_iterable(schedule.programs), np.int64, sum(prog_lengths))
     is_rtask = entries < n
@@ -216,7 +223,7 @@ def from_schedule(schedule: Schedule, calls: dict[int, Call]) -> BlockPrograms:
     barriers = entries[~is_rtask] - n
     objects: list[Step] = [Signal()] * (2 * rtasks.size)
     objects[0::2] = list(map(calls.__getitem__, rtasks.tolist()))
-    objects += waits
+    objects += shared
     first = np.empty(entries.size, np.int64)
     count = np.empty(entries.size, np.int64)
     first[is_rtask] = 2 * np.arange(rtasks.size)
@@ -226,16 +233,14 @@ def from_schedule(schedule: Schedule, calls: dict[int, Call]) -> BlockPrograms:
     step_at = np.zeros(entries.size + 1, np.int64)
     np.cumsum(count, out=step_at[1:])
     index = np.repeat(first - step_at[:-1], count) + np.arange(int(step_at[-1]))
-    steps = list(map(objects.__getitem__, index.tolist()))
+    is_wait = index >= 2 * rtasks.size
+    index[is_wait] = 2 * rtasks.size + which[index[is_wait] - 2 * rtasks.size]
     cuts = step_at[np.concatenate([[0], np.cumsum(prog_lengths)])].tolist()
     # The step index (kinds, wait pairs) from the same arrays, so the readers need not walk the steps.
-    object_kind = np.full(len(objects), WAIT, np.int8)
-    object_kind[0:2 * rtasks.size:2] = MARK
-    object_kind[1:2 * rtasks.size:2] = SIGNAL
-    kinds = object_kind[index]
-    wait_objects = np.column_stack([distinct // width, distinct % width])[which.ravel()]
-    pairs = wait_objects[index[kinds == WAIT] - 2 * rtasks.size].reshape(-1, 2)
-    programs = BlockPrograms(steps[a:z] for a, z in zip(cuts[:-1], cuts[1:]))
+    kinds = np.where(is_wait, WAIT, np.where(index % 2 == 0, MARK, SIGNAL)).astype(np.int8)
+    shared_pairs = np.column_stack([distinct // width, distinct % width])
+    pairs = shared_pairs[index[is_wait] - 2 * rtasks.size].reshape(-1, 2)
+    programs = BlockPrograms(list(map(objects.__getitem__, index[a:z].tolist())) for a, z in zip(cuts[:-1], cuts[1:]))
     programs.steps_index = StepIndex([kinds[a:z] for a, z in zip(cuts[:-1], cuts[1:])], pairs.astype(np.int64))
     return programs
 
