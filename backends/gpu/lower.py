@@ -54,6 +54,7 @@ from .lower_types import (
     pad6,
     reference_outputs,
     shape_of,
+    template,
 )
 
 __all__ = ["Ref", "Lowered", "NoGpuKernel", "lower_node", "GPU_OPS", "TILINGS", "BLOCK_THREADS", "CONV_IMPLICIT_GEMM",
@@ -208,7 +209,7 @@ def _unary(node: Node, graph: Graph, mult: int) -> Lowered:
     chunk = 256 * mult
     args = (Ref("in", 0), Ref("out", 0), n, chunk)  # one tuple shared by the rTasks (resolved once)
     calls = tuple(zip(range(chunks(n, chunk)), repeat(args)))
-    return Lowered(km.unary_chunked(f"un_{node.op_type.lower()}", node.op_type), calls, 4.0 * chunk, 8.0 * chunk)
+    return Lowered(template(km.unary_chunked, f"un_{node.op_type.lower()}", node.op_type), calls, 4.0 * chunk, 8.0 * chunk)
 
 
 def _binary(node: Node, graph: Graph, mult: int) -> Lowered:
@@ -220,7 +221,7 @@ def _binary(node: Node, graph: Graph, mult: int) -> Lowered:
     chunk = 256 * mult
     args = (Ref("in", 0), Ref("in", 1), Ref("out", 0), n, chunk, *dims[1:], *sa, *sb)
     calls = tuple(zip(range(chunks(n, chunk)), repeat(args)))
-    return Lowered(km.binary_nd(f"bin_{node.op_type.lower()}", node.op_type), calls, 1.0 * chunk, 12.0 * chunk)
+    return Lowered(template(km.binary_nd, f"bin_{node.op_type.lower()}", node.op_type), calls, 1.0 * chunk, 12.0 * chunk)
 
 
 def _where(node: Node, graph: Graph, mult: int) -> Lowered:
@@ -232,7 +233,7 @@ def _where(node: Node, graph: Graph, mult: int) -> Lowered:
     chunk = 256 * mult
     args = (Ref("in", 0), Ref("in", 1), Ref("in", 2), Ref("out", 0), n, chunk, *pad6(list(out), 1)[1:], *strides)
     calls = tuple(zip(range(chunks(n, chunk)), repeat(args)))
-    return Lowered(kx.where_nd("where_nd"), calls, 1.0 * chunk, 16.0 * chunk)
+    return Lowered(template(kx.where_nd, "where_nd"), calls, 1.0 * chunk, 16.0 * chunk)
 
 
 def _constant_of_shape(node: Node, graph: Graph, mult: int) -> Lowered:
@@ -245,7 +246,7 @@ def _constant_of_shape(node: Node, graph: Graph, mult: int) -> Lowered:
     chunk = 256 * mult
     args = (Ref("out", 0), n, chunk, fill_value)  # one tuple shared by the rTasks (resolved once)
     calls = tuple(zip(range(chunks(n, chunk)), repeat(args)))
-    return Lowered(kx.fill("fill", 256), calls, 0.0, 4.0 * chunk)
+    return Lowered(template(kx.fill, "fill", 256), calls, 0.0, 4.0 * chunk)
 
 
 def describe(low: Lowered) -> dict[str, Any]:

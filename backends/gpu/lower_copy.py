@@ -23,6 +23,7 @@ from .lower_types import (
     reference_outputs,
     row_major_strides,
     shape_of,
+    template,
 )
 
 __all__ = ["lower_copy", "strided_index"]
@@ -169,4 +170,4 @@ def lower_copy(node: Node, graph: Graph, mult: int) -> Lowered:
         calls += zip(range(chunks(total, chunk)), repeat(args))
     if not calls:  # nothing to move (an empty tensor): one rTask that does nothing
         calls = [(0, (Ref("in", 0), Ref("out", 0), 0, chunk, *[1] * 5, *[0] * 18, *[BIG] * 6, pv))]
-    return Lowered(km.copy_nd("copy_nd"), tuple(calls), 0.0, 8.0 * chunk)
+    return Lowered(template(km.copy_nd, "copy_nd"), tuple(calls), 0.0, 8.0 * chunk)

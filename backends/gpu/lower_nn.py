@@ -23,6 +23,7 @@ from .lower_types import (
     chunks,
     row_major_strides,
     shape_of,
+    template,
 )
 
 __all__ = ["lower_gemm", "lower_conv", "lower_conv_transpose", "lower_pool", "lower_global_pool", "lower_softmax",
@@ -71,7 +72,7 @@ def lower_gemm(node: Node, graph: Graph) -> Lowered:
     args = (Ref("in", 0), Ref("in", 1), cref, Ref("out", 0), m, n, k, sab, sam, sak, sbb, sbk, sbn,
             *c_strides, has_c, alpha, beta)
     calls = tuple(zip(range(max(1, nb * tiles)), repeat(args)))
-    return Lowered(km.gemm_strided("gemm16", t), calls, 2.0 * t * t * k, 4.0 * 2 * t * k + 4.0 * t * t)
+    return Lowered(template(km.gemm_strided, "gemm16", t), calls, 2.0 * t * t * k, 4.0 * 2 * t * k + 4.0 * t * t)
 
 
 def _gemm_per_batch(a2: tuple[int, ...], b2: tuple[int, ...], batch: tuple[int, ...], m: int, n: int,
@@ -100,7 +101,7 @@ def _gemm_per_batch(a2: tuple[int, ...], b2: tuple[int, ...], batch: tuple[int, 
     if not calls:
         calls = [(0, (Ref("in", 0), Ref("in", 1), Ref("in", 0), Ref("out", 0), m, n, k, 0, k, 1, 0, n, 1, 0, 0, 0,
                       1.0, 1.0))]
-    return Lowered(km.gemm_strided("gemm16", t), tuple(calls), 2.0 * t * t * k, 4.0 * 2 * t * k + 4.0 * t * t)
+    return Lowered(template(km.gemm_strided, "gemm16", t), tuple(calls), 2.0 * t * t * k, 4.0 * 2 * t * k + 4.0 * t * t)
 
 
 def _spatial(node: Node, graph: Graph, kernel: tuple[int, ...], dil: tuple[int, ...]) -> tuple[list[int], tuple]:
@@ -168,10 +169,11 @@ def lower_conv(node: Node, graph: Graph, form: int = 1) -> Lowered:
         tiles = -(-(y[1] // group) // t) * -(-(oh * ow) // t)
         calls = tuple(zip(range(max(1, x[0] * group * tiles)), repeat(args)))
         # Per tile: 2 t^2 MACs per K step, reading one t x t weight tile and gathering one input tile.
-        return Lowered(kc.conv2d_implicit_gemm("conv_igemm", t), calls, 2.0 * t * t * macs, 8.0 * t * macs)
+        return Lowered(template(kc.conv2d_implicit_gemm, "conv_igemm", t), calls, 2.0 * t * t * macs, 8.0 * t * macs)
     threads = 128
     calls = tuple(zip(range(chunks(total, threads)), repeat(args)))
-    return Lowered(kn.conv2d_direct("conv_direct", threads), calls, 2.0 * threads * macs, 8.0 * threads * macs)
+    return Lowered(template(kn.conv2d_direct, "conv_direct", threads), calls, 2.0 * threads * macs,
+                   8.0 * threads * macs)
 
 
 def lower_conv_transpose(node: Node, graph: Graph) -> Lowered:
@@ -200,7 +202,7 @@ def lower_conv_transpose(node: Node, graph: Graph) -> Lowered:
     threads = 128
     macs = x[1] // max(group, 1) * kh * kw
     calls = tuple(zip(range(chunks(total, threads)), repeat(args)))
-    return Lowered(kc.conv_transpose2d_direct("conv_transpose", threads), calls, 2.0 * threads * macs,
+    return Lowered(template(kc.conv_transpose2d_direct, "conv_transpose", threads), calls, 2.0 * threads * macs,
                    8.0 * threads * macs)
 
 
@@ -227,7 +229,7 @@ def lower_pool(node: Node, graph: Graph) -> Lowered:
         ends = _end_pads(node, graph, kernel, pads, strides)
         args = (*args, *_as2d(ends, 0))
     calls = tuple(zip(range(chunks(total, 128)), repeat(args)))
-    return Lowered(kn.pool2d(f"pool_{kind}", kind, 128), calls, 128.0 * kh * kw, 4.0 * 128 * kh * kw)
+    return Lowered(template(kn.pool2d, f"pool_{kind}", kind, 128), calls, 128.0 * kh * kw, 4.0 * 128 * kh * kw)
 
 
 def lower_global_pool(node: Node, graph: Graph) -> Lowered:
@@ -236,7 +238,7 @@ def lower_global_pool(node: Node, graph: Graph) -> Lowered:
     kind = "mean" if node.op_type == "GlobalAveragePool" else "max"
     args = (Ref("in", 0), Ref("out", 0), n)  # one tuple shared by the rTasks (resolved once)
     calls = tuple(zip(range(max(rows, 1)), repeat(args)))
-    return Lowered(kn.reduce_rows(f"rows_{kind}", kind, BLOCK_THREADS), calls, float(n), 4.0 * n)
+    return Lowered(template(kn.reduce_rows, f"rows_{kind}", kind, BLOCK_THREADS), calls, float(n), 4.0 * n)
 
 
 def lower_softmax(node: Node, graph: Graph) -> Lowered:
@@ -261,12 +263,13 @@ def lower_softmax(node: Node, graph: Graph) -> Lowered:
     if inner == 1:
         args = (Ref("in", 0), Ref("out", 0), n)  # one tuple shared by the rTasks (resolved once)
         calls = tuple(zip(range(max(outer, 1)), repeat(args)))
-        return Lowered(gk.softmax_rows(f"{kind}_rows", BLOCK_THREADS, log), calls, 4.0 * n, 12.0 * n)
+        return Lowered(template(gk.softmax_rows, f"{kind}_rows", BLOCK_THREADS, log), calls, 4.0 * n, 12.0 * n)
     total = outer * inner
     threads = 128
     args = (Ref("in", 0), Ref("out", 0), total, n, inner)
     calls = tuple(zip(range(chunks(total, threads)), repeat(args)))
-    return Lowered(kr.softmax_strided(f"{kind}_strided", log, threads), calls, 4.0 * threads * n, 12.0 * threads * n)
+    return Lowered(template(kr.softmax_strided, f"{kind}_strided", log, threads), calls, 4.0 * threads * n,
+                   12.0 * threads * n)
 
 
 def lower_lrn(node: Node, graph: Graph) -> Lowered:
@@ -278,4 +281,4 @@ def lower_lrn(node: Node, graph: Graph) -> Lowered:
             float(node.attrs.get("alpha", 1e-4)) / size, float(node.attrs.get("beta", 0.75)),
             float(node.attrs.get("bias", 1.0)))
     calls = tuple(zip(range(chunks(total, 128)), repeat(args)))
-    return Lowered(kn.lrn("lrn", 128), calls, 3.0 * 128 * size, 4.0 * 128 * size)
+    return Lowered(template(kn.lrn, "lrn", 128), calls, 3.0 * 128 * size, 4.0 * 128 * size)

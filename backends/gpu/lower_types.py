@@ -4,7 +4,9 @@
 
 from __future__ import annotations
 
+import functools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Union
 
@@ -18,7 +20,7 @@ from rammer.ops.registry import OpContext, get_op
 from . import kernels_model as km
 
 __all__ = ["BLOCK_THREADS", "TILINGS", "CONV_IMPLICIT_GEMM", "BIG", "NoGpuKernel", "Ref", "Arg", "Lowered", "fail",
-           "shape_of", "row_major_strides", "pad6", "chunks", "broadcast_strides", "reference_outputs"]
+           "shape_of", "row_major_strides", "pad6", "chunks", "broadcast_strides", "reference_outputs", "template"]
 
 #: Threads of a persistent block: kernels with barriers use exactly this many.
 BLOCK_THREADS = 256
@@ -97,3 +99,12 @@ def reference_outputs(node: Node, graph: Graph, arrays: dict[int, np.ndarray]) -
     ctx = OpContext(node, graph.opset.get(node.domain, 1), infos, values)
     out = get_op(node).compute(ctx, *values)
     return [np.asarray(o) for o in (out if isinstance(out, (tuple, list)) else [out])]
+
+
+@functools.cache
+def template(build: Callable[..., ir.Kernel], *args: object) -> ir.Kernel:
+    """``build(*args)``, built once per process: a kernel template depends only on its builder's
+    arguments (names, ops, tiles), and an unrolled RNN lowers thousands of copies and GEMMs with
+    the same few (building the kernel IR of each took about 1 ms).  The templates are frozen, so
+    the nodes share them."""
+    return build(*args)
