@@ -21,7 +21,7 @@ from typing import cast
 import numpy as np
 
 from ..ir import Graph, Node, TensorInfo
-from .names import fresh_name
+from .names import FreshNames
 from .pipeline import Pass
 
 __all__ = ["unroll_rnn", "UNROLL_RNN"]
@@ -59,11 +59,13 @@ class _Builder:
     """Appends nodes and declares their tensors, with names derived from the RNN node's."""
 
     def __init__(self, graph: Graph, base: str, taken: set[str], node_names: set[str], inits: dict, vi: dict):
-        self.base, self.taken, self.node_names, self.inits, self.vi = base, taken, node_names, inits, vi
+        self.base, self.inits, self.vi = base, inits, vi
+        # Both sets only grow while this node is unrolled (an RNN's own outputs are discarded before).
+        self.tensor_name, self.node_name = FreshNames(taken), FreshNames(node_names)
         self.nodes: list[Node] = []
 
     def const(self, what: str, value: np.ndarray) -> str:
-        name = fresh_name(f"{self.base}_{what}", self.taken)
+        name = self.tensor_name(f"{self.base}_{what}")
         value = np.ascontiguousarray(value)
         self.inits[name] = value
         self.vi[name] = TensorInfo(name, "float32" if value.dtype == np.float32 else "int64", value.shape)
@@ -71,9 +73,9 @@ class _Builder:
 
     def op(self, op: str, inputs: list[str], shape: tuple[int, ...], out: str | None = None, **attrs) -> str:
         if out is None:
-            out = fresh_name(f"{self.base}_{op.lower()}", self.taken)
+            out = self.tensor_name(f"{self.base}_{op.lower()}")
         self.vi[out] = TensorInfo(out, "float32", shape)
-        self.nodes.append(Node(op, tuple(inputs), (out,), name=fresh_name(f"{self.base}_{op}", self.node_names),
+        self.nodes.append(Node(op, tuple(inputs), (out,), name=self.node_name(f"{self.base}_{op}"),
                                attrs=attrs))
         return out
 

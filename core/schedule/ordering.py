@@ -59,11 +59,22 @@ def schedule_order(groups: Sequence[list[Op] | Op], schedules: Sequence[Schedule
         walk, done, start = _segment_clocks(len(group), sched)
         base = len(order)
         done, start = done[walk], start[walk]  # rows in walk order
+        # Where most ops run on a few vEUs (an unrolled RNN: thousands of small ops), only the
+        # entries of done above 0 can fail `done <= start` (clocks are not negative): compare just
+        # those, instead of every op against every op on every vEU (13 of 23 s of CPU compiling
+        # conv-bilstm-asr for cuda, 8,081 ops on 108 vEUs).
+        rows, cols = np.nonzero(done > 0)
+        sparse = 4 * rows.size < done.size
+        values = done[rows, cols]
         for k, i in enumerate(walk):
             order.append(group[i])
             # every op of the segment whose last rTask on each vEU is known complete when
             # each rTask of op i starts (bit k' of the segment's mask: walk position k')
-            hits = np.all(done <= start[k], axis=1)
+            if sparse:
+                hits = np.ones(len(walk), bool)
+                hits[rows[values > start[k][cols]]] = False
+            else:
+                hits = np.all(done <= start[k], axis=1)
             hits[k] = False
             bits = int.from_bytes(np.packbits(hits, bitorder="little").tobytes(), "little")
             anc.append(before | (bits << base))

@@ -27,6 +27,7 @@ from typing import NamedTuple, Union, cast
 import numpy as np
 
 from .clocks import MARK, SIGNAL, WAIT, Clocks, program_clocks
+from .overlaps import conflict_pairs
 from .schedule import Schedule
 from .walk import rtask_locations
 
@@ -192,22 +193,29 @@ def from_schedule(schedule: Schedule, calls: dict[int, Call]) -> BlockPrograms:
     keep = blk != barrier_veu[barrier_of]
     key = barrier_of[keep] * nv + blk[keep]
     cnt = signal_no[flat_waits[keep]]
-    order = np.lexsort((cnt, key))
-    key, cnt = key[order], cnt[order]
+    # Sorted by (key, count) as one number (one sort of a million values, not a lexsort of two).
+    width = int(cnt.max(initial=0)) + 1
+    packed = np.sort(key * width + cnt)
+    key, cnt = packed // width, packed % width
     last = np.ones(key.size, bool)
     last[:-1] = key[1:] != key[:-1]
     key, cnt = key[last], cnt[last]
     # One Wait object per distinct (block, count), shared by every barrier that waits for it: a
-    # million new objects cost seconds (most of it the garbage collector's passes over them).
-    width = int(cnt.max(initial=0)) + 1
-    distinct, which = np.unique((key % nv) * width + cnt, return_inverse=True)
+    # million new objects cost seconds (most of it the garbage collector's passes over them).  The
+    # distinct pairs numbered through a table over all (block, count), a few times the signals,
+    # instead of a sort of every wait.
+    pair = (key % nv) * width + cnt
+    present = np.zeros(nv * width, bool)
+    present[pair] = True
+    distinct = np.nonzero(present)[0]
+    which = (np.cumsum(present) - 1)[pair]
     shared = list(map(tuple.__new__, repeat(Wait), zip((distinct // width).tolist(), (distinct % width).tolist())))
-    waits: list[Wait] = list(map(shared.__getitem__, which.ravel().tolist()))
     bounds = np.searchsorted(key // nv, np.arange(len(lengths) + 1))
-    # The steps of every program as indices into one list of step objects laid out so that each
-    # schedule entry's steps are contiguous there: the j-th rTask entry (in program order) has its
-    # call at 2j and a signal at 2j + 1 (taken when a barrier waits for it), barrier k its waits at
-    # 2 * (rTask entries) + bounds[k] ... bounds[k + 1].  Array passes, not a loop per entry.
+    # The steps of every program as indices into the step objects: the j-th rTask entry (in program
+    # order) has its call at 2j and a signal at 2j + 1 (taken when a barrier waits for it), and the
+    # shared waits follow.  Laid out first as if each barrier's waits were contiguous (barrier k's at
+    # 2 * (rTask entries) + bounds[k] ... bounds[k + 1]), then each wait mapped to its shared object.
+    # Array passes, not a loop per entry.
     prog_lengths = [len(p) for p in schedule.programs]
     entries = np.fromiter(chain.from_iterable(schedule.programs), np.int64, sum(prog_lengths))
     is_rtask = entries < n
@@ -215,7 +223,7 @@ def from_schedule(schedule: Schedule, calls: dict[int, Call]) -> BlockPrograms:
     barriers = entries[~is_rtask] - n
     objects: list[Step] = [Signal()] * (2 * rtasks.size)
     objects[0::2] = list(map(calls.__getitem__, rtasks.tolist()))
-    objects += waits
+    objects += shared
     first = np.empty(entries.size, np.int64)
     count = np.empty(entries.size, np.int64)
     first[is_rtask] = 2 * np.arange(rtasks.size)
@@ -225,16 +233,14 @@ def from_schedule(schedule: Schedule, calls: dict[int, Call]) -> BlockPrograms:
     step_at = np.zeros(entries.size + 1, np.int64)
     np.cumsum(count, out=step_at[1:])
     index = np.repeat(first - step_at[:-1], count) + np.arange(int(step_at[-1]))
-    steps = list(map(objects.__getitem__, index.tolist()))
+    is_wait = index >= 2 * rtasks.size
+    index[is_wait] = 2 * rtasks.size + which[index[is_wait] - 2 * rtasks.size]
     cuts = step_at[np.concatenate([[0], np.cumsum(prog_lengths)])].tolist()
     # The step index (kinds, wait pairs) from the same arrays, so the readers need not walk the steps.
-    object_kind = np.full(len(objects), WAIT, np.int8)
-    object_kind[0:2 * rtasks.size:2] = MARK
-    object_kind[1:2 * rtasks.size:2] = SIGNAL
-    kinds = object_kind[index]
-    wait_objects = np.column_stack([distinct // width, distinct % width])[which.ravel()]
-    pairs = wait_objects[index[kinds == WAIT] - 2 * rtasks.size].reshape(-1, 2)
-    programs = BlockPrograms(steps[a:z] for a, z in zip(cuts[:-1], cuts[1:]))
+    kinds = np.where(is_wait, WAIT, np.where(index % 2 == 0, MARK, SIGNAL)).astype(np.int8)
+    shared_pairs = np.column_stack([distinct // width, distinct % width])
+    pairs = shared_pairs[index[is_wait] - 2 * rtasks.size].reshape(-1, 2)
+    programs = BlockPrograms(list(map(objects.__getitem__, index[a:z].tolist())) for a, z in zip(cuts[:-1], cuts[1:]))
     programs.steps_index = StepIndex([kinds[a:z] for a, z in zip(cuts[:-1], cuts[1:])], pairs.astype(np.int64))
     return programs
 
@@ -373,13 +379,42 @@ def _touching_pairs(items: list[dict]) -> list[tuple[int, int]]:
     return sorted(pairs)
 
 
+def _surely_ordered(items: list[dict], first: np.ndarray, then: np.ndarray) -> np.ndarray:
+    """Per pair of groups ``(first[i], then[i])``, whether every call of the first is before every
+    call of the second by the fast test of ``ordered`` in :func:`check_races` (each of the
+    second's blocks has seen, before its first call there, the signal after the first group's last
+    call on every block), in array passes over all pairs; False where it cannot tell (the caller
+    then asks ``ordered``) and where the second group starts on a block before the first ends
+    there."""
+    nb = items[0]["last_at"].size
+    never = np.iinfo(np.int64).max
+    last_at = np.stack([g["last_at"] for g in items])
+    need = np.zeros((len(items), nb), np.int64)
+    first_pos = np.full((len(items), nb), never, np.int64)
+    first_min = np.stack([g["first_min"] for g in items])
+    for k, g in enumerate(items):
+        need[k, g["blocks"]] = np.where(g["need_at"] >= 0, g["need_at"], never)
+        first_pos[k, g["first_blocks"]] = g["first_pos"]
+    out = np.zeros(first.size, bool)
+    step = max(1, (1 << 20) // max(nb, 1))  # pairs x blocks per pass, bounded
+    for lo in range(0, first.size, step):
+        a, z = first[lo:lo + step], then[lo:lo + step]
+        interleaved = ((last_at[a] >= 0) & (last_at[a] >= first_pos[z])).any(axis=1)
+        seen = (first_min[z] >= need[a]).all(axis=1)
+        out[lo:lo + step] = seen & ~interleaved
+    return out
+
+
 def check_races(programs: list[list[Step]], index: StepIndex | None = None) -> None:
     """Raise :class:`ProgramError` unless every two calls on different blocks that touch the same
     arena floats (one writing) are ordered: the later one's block has seen (through waits, also
     transitively) a signal the earlier one's block sent after it.  Calls of one operator
     (equal ``op >= 0``) are not ordered against each other.  Checked per group of calls (an
-    operator, or a call with ``op < 0``) and only for groups whose memory overlaps, so the check
-    grows with the model rather than with its square.  ``index``: the programs' :func:`step_index`,
+    operator, or a call with ``op < 0``), and only for the pairs of groups :func:`.overlaps.conflict_pairs`
+    leaves (per elementary interval of the arena, each writer against the previous writer and the
+    readers since, each reader against the previous writer; the other pairs follow by transitivity),
+    so the check grows with the accesses rather than with their square where the arena reuses one
+    region for many tensors.  ``index``: the programs' :func:`step_index`,
     where the caller has it already (the GPU entry reads it for its tables too)."""
     nb = len(programs)
     arrays, call_at = _step_arrays(programs, index)
@@ -390,8 +425,9 @@ def check_races(programs: list[list[Step]], index: StepIndex | None = None) -> N
         raise ProgramError(f"deadlock: block {b} waits at step {i - starts[b]} for a signal never sent")
     total_signals = np.bincount(np.repeat(np.arange(nb), np.diff(starts))[kinds == SIGNAL], minlength=nb)
     items = _call_groups(programs, call_at, starts)
+    if not items:
+        return
     for g in items:
-        g["reads"], g["writes"] = tuple(sorted(g["reads"])), tuple(sorted(g["writes"]))
         g["blocks"] = np.array(list(g["last"]), np.int64)
         last_flat = np.array(list(g["last"].values()), np.int64)
         # the first signal after the group's last call on each block (-1: none follows)
@@ -419,9 +455,30 @@ def check_races(programs: list[list[Step]], index: StepIndex | None = None) -> N
         seen = (z["first_clocks"][:, a["blocks"]] >= a["need_at"][None, :]) & (a["need_at"] >= 0)[None, :]
         return bool((seen | same).all())
 
-    for i, j in _touching_pairs(items):
-        g1, g2 = items[i], items[j]
-        if ordered(g1, g2) or ordered(g2, g1):
+    # Groups in a total order that extends happens-before: by the smallest, over a group's first
+    # call on each of its blocks, of (the sum of the call's clock, its position, its block).  A call
+    # that happens before another on some other block has a smaller clock sum (the later one has
+    # seen a signal sent after it), and one on the same block has a smaller position; so when every
+    # call of a group is before every call of another, the first group's key is the smaller.
+    sums = np.concatenate([g["first_clocks"].sum(axis=1) for g in items])
+    positions = np.concatenate([g["first_pos"] for g in items])
+    blocks_of = np.concatenate([g["first_blocks"] for g in items])
+    owner = np.repeat(np.arange(len(items)), [g["first_blocks"].size for g in items])
+    entry_rank = np.empty(owner.size, np.int64)
+    entry_rank[np.lexsort((blocks_of, positions, sums))] = np.arange(owner.size)
+    rank = np.full(len(items), owner.size, np.int64)
+    np.minimum.at(rank, owner, entry_rank)
+    spans = [(start, n, k, w) for k, g in enumerate(items)
+             for w, ranges in ((True, g["writes"]), (False, g["reads"])) for start, n in ranges]
+    span_array = np.array(spans, np.int64).reshape(-1, 4)
+    first, then = conflict_pairs(span_array[:, 0], span_array[:, 1], span_array[:, 2], span_array[:, 3] != 0, rank)
+    # The race reported is the one whose later group comes first in the order.
+    by_order = np.lexsort((rank[first], rank[then]))
+    first, then = first[by_order], then[by_order]
+    unsure = np.nonzero(~_surely_ordered(items, first, then))[0]
+    for i in unsure.tolist():
+        g1, g2 = items[int(first[i])], items[int(then[i])]
+        if ordered(g1, g2):
             continue
         c1, c2 = g1["call"], g2["call"]
         raise ProgramError(f"race: {c1.kernel} rTask {c1.rtask_id} on block {next(iter(g1['first']))} and "

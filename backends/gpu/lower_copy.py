@@ -1,0 +1,173 @@
+"""Data movement as strided copies (Slice, Split, Concat, Transpose, constant Pad, Reshape, Gather of
+constant indices in strided order...): the view is derived from rammer's own reference implementation
+run on index arrays and checked against that index map element by element, so a view this module gets
+wrong is refused (``ValueError``), never run."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from itertools import repeat
+from typing import Any
+
+import numpy as np
+
+from rammer.ir import Graph, Node
+
+from . import kernels_model as km
+from .lower_types import (
+    BIG,
+    Lowered,
+    Ref,
+    chunks,
+    pad6,
+    reference_outputs,
+    row_major_strides,
+    shape_of,
+    template,
+)
+
+__all__ = ["lower_copy", "strided_index"]
+
+
+@dataclass(frozen=True)
+class _View:
+    """One copy: over extents ``dims``, source coordinate k + st, valid below se, source index
+    ``src_base + ss . s`` and destination ``dst_base + ds . k``."""
+
+    in_slot: int
+    out_slot: int
+    dims: tuple[int, ...]
+    ss: tuple[int, ...]
+    ds: tuple[int, ...]
+    st: tuple[int, ...]
+    se: tuple[int, ...]
+    src_base: int
+    dst_base: int
+
+
+def separable(dims: tuple[int, ...], base: np.ndarray, terms: list[np.ndarray], combine: Any) -> np.ndarray:
+    """The array over ``dims`` whose element at ``k`` is ``combine`` of ``base`` and ``terms[d][k_d]``
+    over every axis ``d``, built one axis at a time by broadcasting: a copy's index map is checked
+    element by element, and an ``np.indices`` grid per axis cost seconds on batched models."""
+    out = base
+    for term in terms:
+        out = combine(out[..., None], term)
+    return out.reshape(dims)
+
+
+def strided_index(base: int, strides: list[int] | tuple[int, ...], dims: tuple[int, ...]) -> np.ndarray:
+    """``base + strides . k`` for every coordinate ``k`` of ``dims``."""
+    return separable(dims, np.array(base, np.int64),
+                      [np.arange(d, dtype=np.int64) * s for d, s in zip(dims, strides)], np.add)
+
+
+def _affine(index: np.ndarray) -> tuple[int, list[int]]:
+    """``index`` (an n-d array of flat positions) as base + strides . coords; ValueError if not."""
+    if index.size == 0:
+        return 0, [0] * index.ndim
+    base = int(index.flat[0])
+    strides = []
+    for d in range(index.ndim):
+        unit = [0] * index.ndim
+        if index.shape[d] > 1:
+            unit[d] = 1
+            strides.append(int(index[tuple(unit)]) - base)
+        else:
+            strides.append(0)
+    if not np.array_equal(strided_index(base, strides, tuple(index.shape)), index):
+        raise ValueError("its data movement is not a strided view")
+    return base, strides
+
+
+def _gather_view(src: np.ndarray, valid: np.ndarray, in_shape: tuple[int, ...], in_slot: int,
+                 out_slot: int) -> _View:
+    """The view producing ``out[k] = valid ? x[src[k]] : pad``, checked element by element."""
+    dims = tuple(src.shape)
+    if valid.all():
+        base, ss = _affine(src)  # checks every element against the view
+        return _View(in_slot, out_slot, dims, tuple(ss), tuple(row_major_strides(dims)), (0,) * len(dims),
+                     (BIG,) * len(dims), base, 0)
+    if len(in_shape) != len(dims) or not valid.any():
+        raise ValueError("its padding is not a box around the input")
+    p = np.unravel_index(int(np.argmax(valid)), dims)
+    s = np.unravel_index(int(src[p]), in_shape)
+    view = _View(in_slot, out_slot, dims, tuple(row_major_strides(in_shape)), tuple(row_major_strides(dims)),
+                 tuple(int(a) - int(b) for a, b in zip(s, p)), tuple(in_shape), 0, 0)
+    # Check the view against the reference's index map: source coordinate k + st, valid in [0, se).
+    coords = [np.arange(d, dtype=np.int64) + st for d, st in zip(dims, view.st)]
+    ok = separable(dims, np.array(True), [(a >= 0) & (a < se) for a, se in zip(coords, view.se)], np.logical_and)
+    idx = separable(dims, np.array(view.src_base, np.int64), [a * ssd for a, ssd in zip(coords, view.ss)], np.add)
+    if not (np.array_equal(ok, valid) and np.array_equal(idx[ok], src[ok])):
+        raise ValueError("its data movement is not a strided, box-padded view (e.g. edge or reflect padding)")
+    return view
+
+
+def _views(node: Node, graph: Graph) -> list[_View]:
+    op = node.op_type
+    if op == "Concat":
+        ins = [(i, n) for i, n in enumerate(node.inputs) if n]
+        arrays, offs, off = {}, [], 0
+        for i, n in ins:
+            size = int(np.prod(shape_of(graph, n)))
+            arrays[i] = (np.arange(size, dtype=np.float64) + off).reshape(shape_of(graph, n))
+            offs.append(off)
+            off += size
+        out = reference_outputs(node, graph, arrays)[0]
+        pos = np.empty(out.size, np.int64)
+        pos[out.ravel().astype(np.int64)] = np.arange(out.size)
+        views = []
+        for (i, n), o in zip(ins, offs):
+            shape = shape_of(graph, n)
+            dst = pos[o:o + int(np.prod(shape))].reshape(shape)
+            base, ds = _affine(dst)
+            views.append(_View(i, 0, shape, tuple(row_major_strides(shape)), tuple(ds), (0,) * len(shape),
+                               (BIG,) * len(shape), 0, base))
+        return views
+    in_shape = shape_of(graph, node.inputs[0])
+    arrays = {0: (np.arange(int(np.prod(in_shape)), dtype=np.float64) + 1).reshape(in_shape)}
+    if op == "Pad":
+        if node.attrs.get("mode", "constant") not in ("constant", b"constant"):
+            raise ValueError(f"pad mode {node.attrs.get('mode')!r} (only constant padding)")
+        if len(node.inputs) > 2 and node.inputs[2]:
+            arrays[2] = np.zeros((), np.float64)
+    outs = reference_outputs(node, graph, arrays)
+    views = []
+    for k, (name, out) in enumerate(zip(node.outputs, outs)):
+        if name and not (op == "Dropout" and k > 0):  # Dropout's mask: unread (_copy refuses otherwise)
+            valid = out != 0
+            views.append(_gather_view(out.astype(np.int64) - 1, valid, in_shape, 0, k))
+    return views
+
+
+def _pad_value(node: Node, graph: Graph) -> float:
+    if node.op_type != "Pad":
+        return 0.0
+    if graph.opset.get("", 1) < 11:
+        return float(node.attrs.get("value", 0.0))
+    if len(node.inputs) > 2 and node.inputs[2]:
+        value = graph.initializers.get(node.inputs[2])
+        if value is None:
+            raise ValueError("its constant_value is computed at run time")
+        return float(np.asarray(value).ravel()[0]) if value.size else 0.0
+    return 0.0
+
+
+def lower_copy(node: Node, graph: Graph, mult: int) -> Lowered:
+    if node.op_type == "Dropout" and len(node.outputs) > 1 and node.outputs[1] and (
+            graph.consumers.get(node.outputs[1]) or node.outputs[1] in {t.name for t in graph.outputs}):
+        raise ValueError("its mask output is read (inference Dropout is a copy; its mask is not written)")
+    for i, n in enumerate(node.inputs):
+        if n and i > 0 and node.op_type != "Concat" and n not in graph.initializers:
+            raise ValueError(f"its input '{n}' is computed at run time; it must be a constant")
+    pv = _pad_value(node, graph)
+    chunk = 256 * mult
+    calls = []
+    for view in _views(node, graph):
+        total = int(np.prod(view.dims))
+        args = (Ref("in", view.in_slot, view.src_base), Ref("out", view.out_slot, view.dst_base), total, chunk,
+                *pad6(list(view.dims), 1)[1:], *pad6(list(view.ss), 0), *pad6(list(view.ds), 0),
+                *pad6(list(view.st), 0), *pad6(list(view.se), BIG), pv)
+        calls += zip(range(chunks(total, chunk)), repeat(args))
+    if not calls:  # nothing to move (an empty tensor): one rTask that does nothing
+        calls = [(0, (Ref("in", 0), Ref("out", 0), 0, chunk, *[1] * 5, *[0] * 18, *[BIG] * 6, pv))]
+    return Lowered(template(km.copy_nd, "copy_nd"), tuple(calls), 0.0, 8.0 * chunk)
