@@ -214,29 +214,31 @@ def _lower_with_owners(schedule: Schedule, graph: Graph, mode: str, fixed_owners
     # them (never slower than compute-set), and every rTask at its earliest superstep (asap).
     # When merged waves overflow a tile (received boxes of several waves at once), the unmerged
     # waves are tried too: merged mode never rejects a model that compute-set places.
-    # Only the best program so far is kept: each holds the whole exchange list of a large model.
-    best: BSPProgram | None = None
+    # One program at a time: each holds the whole exchange list of a large model (52 MB of the
+    # 308 MB peak of issue 39's NASNet-style model when two were alive), so the best program is
+    # dropped before the next candidate is built, and built again if it stays the best.
+    best: tuple[tuple[float, int], np.ndarray] | None = None  # (latency, supersteps) and the steps
+    kept: BSPProgram | None = None  # the best program, while it is the last one built
     errors: list[IpuPlacementError] = []
-    try:
-        best = parts.build(_merge_waves(wave, parts.tables, arrays), mode)
-        fallbacks = [asap]
-    except IpuPlacementError as exc:
-        errors.append(exc)
-        fallbacks = [asap, wave]
-    for steps in fallbacks:
+    candidates = [_merge_waves(wave, parts.tables, arrays), asap]
+    for k, steps in enumerate(candidates):
+        kept = None
         try:
             program = parts.build(steps, mode)
         except IpuPlacementError as exc:
             errors.append(exc)
+            if k == 0:
+                candidates.append(wave)
             continue
-        if best is None or (program.latency_us, program.num_supersteps) < (best.latency_us, best.num_supersteps):
-            best = program
+        score = (program.latency_us, program.num_supersteps)
+        if best is None or score < best[0]:
+            best, kept = (score, steps), program
         del program
     if best is None:
         # The relief of the first candidate (merged waves, the preferred program) rides on the error raised.
         errors[-1].relief = getattr(errors[0], "relief", {})  # type: ignore[attr-defined]
         raise errors[-1]
-    return best
+    return kept if kept is not None else parts.build(best[1], mode)
 
 
 def _box_key(box) -> Box:

@@ -43,9 +43,10 @@ def relief_moves(sram: int, live: np.ndarray, const_slices: Sequence[tuple[str, 
     ``sram``.  ``const_slices``: (tensor, box, owner, bytes) of every constant or input chunk;
     ``read_steps[(tensor, tile)]``: the supersteps in which that tile's rTasks read the tensor.
 
-    For each overflowing tile, its chunks not read in any superstep where it overflows are moved,
-    largest first, until the excess and a margin are covered; each goes to the tile whose peak is
-    then lowest, if the chunk fits there with the margin.  Empty when nothing can be moved."""
+    For each overflowing tile, while some superstep is over the SRAM less a margin, the largest chunk
+    it does not read in its worst superstep is moved (it is then received in the supersteps that
+    read it); each goes to the tile whose peak is then lowest, if it fits there with the margin.
+    Empty when nothing can be moved."""
     limit = sram - int(sram * MARGIN_FRACTION)
     peak = live.max(axis=1) if live.size else np.zeros(len(live))
     over = np.flatnonzero(peak > limit)
@@ -60,19 +61,25 @@ def relief_moves(sram: int, live: np.ndarray, const_slices: Sequence[tuple[str, 
     host_peak[over] = np.inf  # an overflowing tile hosts nothing
     moves: dict[ChunkKey, int] = {}
     for tile in over.tolist():
-        bad = np.flatnonzero(live[tile] > limit)
-        excess = float(live[tile, bad].max()) - limit
-        freed = 0.0
-        for nbytes, name, box in sorted(by_owner.get(tile, []), key=lambda c: -c[0]):
-            if freed >= excess:
+        # What the tile holds per superstep as chunks leave it: a moved chunk is gone from every
+        # superstep but those in which the tile reads it (it is received there).
+        now = live[tile].astype(np.float64).copy()
+        left = sorted(by_owner.get(tile, []), key=lambda c: -c[0])
+        while left and now.max() > limit:
+            worst = int(np.argmax(now))
+            for j, (nbytes, name, box) in enumerate(left):
+                steps = read_steps.get((name, tile), np.zeros(0, np.int64))
+                if worst in steps:
+                    continue  # read in that superstep: received there instead, no relief
+                host = int(np.argmin(host_peak))
+                if host_peak[host] + nbytes > limit:
+                    continue
+                host_peak[host] += nbytes
+                moves[(name, box)] = host
+                now -= nbytes
+                now[np.unique(steps)] += nbytes
+                del left[j]
                 break
-            steps = read_steps.get((name, tile))
-            if steps is not None and np.isin(steps, bad).any():
-                continue  # read while the tile overflows: it would be received then, no relief
-            host = int(np.argmin(host_peak))
-            if host_peak[host] + nbytes > limit:
-                continue
-            host_peak[host] += nbytes
-            moves[(name, box)] = host
-            freed += nbytes
+            else:
+                break  # nothing left relieves the worst superstep
     return moves
