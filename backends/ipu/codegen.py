@@ -77,14 +77,20 @@ def lower(schedule: Schedule, graph: Graph, mode: str = "merged") -> BSPProgram:
     if mode not in MODES:
         raise ValueError(f"unknown superstep mode {mode!r}; known: {', '.join(MODES)}")
     owners: dict[ChunkKey, int] = {}
+    moved: dict[ChunkKey, int] = {}
     for round_ in range(RELIEF_ROUNDS + 1):
         try:
             return _lower_with_owners(schedule, graph, mode, owners)
         except IpuPlacementError as exc:
-            moves = {k: v for k, v in getattr(exc, "relief", {}).items() if k not in owners}
+            moves = {k: v for k, v in getattr(exc, "relief", {}).items() if moved.get(k) != v}
             if round_ == RELIEF_ROUNDS or not moves:
                 raise
-            owners.update(moves)
+            moved.update(moves)
+            # First round: only the moved chunks are pinned, and the room they leave may take the
+            # tile's own later chunks (which it would otherwise receive).  After that, every chunk
+            # keeps its owner of the failed program: placed afresh, the chunks after a moved one
+            # refill its room with weights the tile reads elsewhere (real:resnet50's tile 14).
+            owners = dict(moved) if round_ == 0 else {**getattr(exc, "const_owners", {}), **moved}
     raise AssertionError("unreachable")
 
 
@@ -237,6 +243,7 @@ def _lower_with_owners(schedule: Schedule, graph: Graph, mode: str, fixed_owners
     if best is None:
         # The relief of the first candidate (merged waves, the preferred program) rides on the error raised.
         errors[-1].relief = getattr(errors[0], "relief", {})  # type: ignore[attr-defined]
+        errors[-1].const_owners = getattr(errors[0], "const_owners", {})  # type: ignore[attr-defined]
         raise errors[-1]
     return kept if kept is not None else parts.build(best[1], mode)
 
@@ -410,6 +417,8 @@ class _Parts:
         if (peak > sram).any():
             exc = IpuPlacementError(_overflow_message(peak, sram, arr, label_ids, labels, vd.name))
             exc.relief = self._relief(rtask_step, num_steps, arr, peak)  # type: ignore[attr-defined]
+            exc.const_owners = {(name, _box_key(box)): owner  # type: ignore[attr-defined]
+                                for name, ss in self.raw.items() if name in self.sources for box, owner, _ in ss}
             raise exc
 
         slices = {name: [TensorSlice(name, box, owner, int(rtask_step[w]) if w >= 0 else -1) for box, owner, w in ss]
