@@ -45,6 +45,7 @@ from .placement import (
     refuse_over_chip,
     unique_rows,
 )
+from .relief import MARGIN_FRACTION, ChunkKey, live_per_step, relief_moves
 
 MODES = ("merged", "compute-set")
 #: Candidate (read box, slice) pairs x axes compared per numpy step: bounds the lowering's temporary
@@ -62,11 +63,40 @@ def op_waves(schedule: Schedule) -> list[int]:
     return core_op_waves([op.preds for op in schedule.ops], one_per_op=bool(schedule.options.get("launch_per_op")))
 
 
+#: Times the lowering places the constants again with owners that relieve overflowing tiles.
+RELIEF_ROUNDS = 3
+
+
 def lower(schedule: Schedule, graph: Graph, mode: str = "merged") -> BSPProgram:
     """The BSP program of ``schedule`` (of ``graph``); raises :class:`IpuPlacementError` when a
-    tile's SRAM overflows."""
+    tile's SRAM overflows.
+
+    When every candidate program overflows, constant chunks that the overflowing tiles do not read
+    while they overflow are given to tiles with free SRAM (:mod:`.relief`) and the lowering runs
+    again, at most :data:`RELIEF_ROUNDS` times; a model that fits at once is lowered once, as before."""
     if mode not in MODES:
         raise ValueError(f"unknown superstep mode {mode!r}; known: {', '.join(MODES)}")
+    owners: dict[ChunkKey, int] = {}
+    moved: dict[ChunkKey, int] = {}
+    for round_ in range(RELIEF_ROUNDS + 1):
+        try:
+            return _lower_with_owners(schedule, graph, mode, owners)
+        except IpuPlacementError as exc:
+            moves = {k: v for k, v in getattr(exc, "relief", {}).items() if moved.get(k) != v}
+            if round_ == RELIEF_ROUNDS or not moves:
+                raise
+            moved.update(moves)
+            # First round: only the moved chunks are pinned, and the room they leave may take the
+            # tile's own later chunks (which it would otherwise receive).  After that, every chunk
+            # keeps its owner of the failed program: placed afresh, the chunks after a moved one
+            # refill its room with weights the tile reads elsewhere (real:resnet50's tile 14).
+            owners = dict(moved) if round_ == 0 else {**getattr(exc, "const_owners", {}), **moved}
+    raise AssertionError("unreachable")
+
+
+def _lower_with_owners(schedule: Schedule, graph: Graph, mode: str, fixed_owners: dict[ChunkKey, int]
+                       ) -> BSPProgram:
+    """:func:`lower` once, with ``fixed_owners`` fixing the owner tile of the constant chunks it names."""
     vd = schedule.vdevice
     per_tile = int(vd.extra.get("veus_per_tile", 1))
     num_tiles = math.ceil(vd.num_veus / per_tile)
@@ -119,7 +149,10 @@ def lower(schedule: Schedule, graph: Graph, mode: str = "merged") -> BSPProgram:
             chunks = [(box, readers_[int(f)][0] if f < len(readers_) else -1) for box, f in zip(boxes, first)]
         for box, owner in chunks:
             nbytes = box_volume(box) * size
-            if owner < 0 or const_load[owner] + nbytes > sram // 2:
+            moved = fixed_owners.get((name, _box_key(box))) if fixed_owners else None
+            if moved is not None:
+                owner = moved
+            elif owner < 0 or const_load[owner] + nbytes > sram // 2:
                 owner = int(np.argmin(const_load))
             const_load[owner] += nbytes
             new.append((box, owner, -1))
@@ -187,27 +220,36 @@ def lower(schedule: Schedule, graph: Graph, mode: str = "merged") -> BSPProgram:
     # them (never slower than compute-set), and every rTask at its earliest superstep (asap).
     # When merged waves overflow a tile (received boxes of several waves at once), the unmerged
     # waves are tried too: merged mode never rejects a model that compute-set places.
-    # Only the best program so far is kept: each holds the whole exchange list of a large model.
-    best: BSPProgram | None = None
-    errors = []
-    try:
-        best = parts.build(_merge_waves(wave, parts.tables, arrays), mode)
-        fallbacks = [asap]
-    except IpuPlacementError as exc:
-        errors.append(exc)
-        fallbacks = [asap, wave]
-    for steps in fallbacks:
+    # One program at a time: each holds the whole exchange list of a large model (52 MB of the
+    # 308 MB peak of issue 39's NASNet-style model when two were alive), so the best program is
+    # dropped before the next candidate is built, and built again if it stays the best.
+    best: tuple[tuple[float, int], np.ndarray] | None = None  # (latency, supersteps) and the steps
+    kept: BSPProgram | None = None  # the best program, while it is the last one built
+    errors: list[IpuPlacementError] = []
+    candidates = [_merge_waves(wave, parts.tables, arrays), asap]
+    for k, steps in enumerate(candidates):
+        kept = None
         try:
             program = parts.build(steps, mode)
         except IpuPlacementError as exc:
             errors.append(exc)
+            if k == 0:
+                candidates.append(wave)
             continue
-        if best is None or (program.latency_us, program.num_supersteps) < (best.latency_us, best.num_supersteps):
-            best = program
+        score = (program.latency_us, program.num_supersteps)
+        if best is None or score < best[0]:
+            best, kept = (score, steps), program
         del program
     if best is None:
+        # The relief of the first candidate (merged waves, the preferred program) rides on the error raised.
+        errors[-1].relief = getattr(errors[0], "relief", {})  # type: ignore[attr-defined]
+        errors[-1].const_owners = getattr(errors[0], "const_owners", {})  # type: ignore[attr-defined]
         raise errors[-1]
-    return best
+    return kept if kept is not None else parts.build(best[1], mode)
+
+
+def _box_key(box) -> Box:
+    return tuple((int(lo), int(hi)) for lo, hi in box)
 
 
 def _check_placed(schedule: Schedule) -> None:
@@ -373,13 +415,39 @@ class _Parts:
         label_ids = np.concatenate([*(sa[4] for sa in slice_arrays), np.asarray(it_label, dtype=np.int64), *x_label])
         peak = peak_per_tile(num_tiles, *arr)
         if (peak > sram).any():
-            raise IpuPlacementError(_overflow_message(peak, sram, arr, label_ids, labels, vd.name))
+            exc = IpuPlacementError(_overflow_message(peak, sram, arr, label_ids, labels, vd.name))
+            exc.relief = self._relief(rtask_step, num_steps, arr, peak)  # type: ignore[attr-defined]
+            exc.const_owners = {(name, _box_key(box)): owner  # type: ignore[attr-defined]
+                                for name, ss in self.raw.items() if name in self.sources for box, owner, _ in ss}
+            raise exc
 
         slices = {name: [TensorSlice(name, box, owner, int(rtask_step[w]) if w >= 0 else -1) for box, owner, w in ss]
                   for name, ss in self.raw.items()}
         busy = float(dur.sum())
         return BSPProgram(mode, schedule.policy, num_tiles, sram, num_steps, slices, groups_x, tasks, compute_us,
                           exchange_us, cost.sync_us, peak, busy, vd.num_veus, cost.describe())
+
+
+    def _relief(self, rtask_step: np.ndarray, num_steps: int, arr: list[np.ndarray], peak: np.ndarray
+                ) -> dict[ChunkKey, int]:
+        """New owners for constant chunks of the tiles over their SRAM (:func:`.relief.relief_moves`)."""
+        live = live_per_step(self.num_tiles, max(1, num_steps), *arr)
+        over = np.flatnonzero(peak > self.sram * (1 - MARGIN_FRACTION))
+        const_slices, read_steps = [], {}
+        for name in self.raw:
+            if name not in self.sources:
+                continue
+            boxes, owners, _ = self.arrays[name]
+            mine = np.flatnonzero(np.isin(owners, over))
+            if not len(mine):
+                continue
+            nbytes = self.slice_bytes[name]
+            const_slices += [(name, _box_key(self.raw[name][j][0]), int(owners[j]), int(nbytes[j])) for j in mine]
+            rids = np.concatenate(self.readers.get(name) or [np.zeros(0, np.int64)])
+            rtiles = self.tile_of[rids]
+            for tile in np.intersect1d(over, owners[mine]).tolist():
+                read_steps[(name, tile)] = rtask_step[rids[rtiles == tile]]
+        return relief_moves(self.sram, live, const_slices, read_steps)
 
 
 def _overflow_message(peak: np.ndarray, sram: int, arr: list[np.ndarray], label_ids: np.ndarray, labels: list[str],
