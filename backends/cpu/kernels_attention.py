@@ -10,11 +10,15 @@ is a head-split view of the projection's output are read in place.
 Descriptor (element offsets / strides into the float32 arena)::
 
     [S, Sk, D, Dv, q_rs, q_cs, kt_rs, kt_cs, v_rs, v_cs, y_rs, bias_rs, bias_cs, has_bias, scale_imm,
-     table, block_rows]
+     table, block_rows, panels]
 
 and ``table`` holds, per batch matrix, ``(q_off, kt_off, v_off, y_off, bias_off)``.  ``block_rows``
 caps the score block (rows x Sk floats of scratch) so it stays in L2; the scratch after the packing
-space of the GEMM holds it, then one float per block row (its softmax's 1 / sum).  Task row: ``[desc, b0, b1, r0, r1]``.
+space of the GEMM holds it, then one float per block row (its softmax's 1 / sum).  ``panels`` >= 0:
+where in the scratch (from its start) K^T and V are packed once per batch matrix, in the micro-kernel's
+B-panel layout, when a task walks more than one query-row block of it: long sequences (Whisper's 1,500
+frames: 35 blocks of 43 rows) packed both again for every block, K^T through a strided gather (a third
+of the scores' GEMM).  Task row: ``[desc, b0, b1, r0, r1]``.
 """
 
 from __future__ import annotations
@@ -24,16 +28,17 @@ from numba import njit
 
 from . import _numba_cache  # noqa: F401  (drops stale numba caches first)
 from .fastmath import bits_float, exp32, float_bits
-from .kernels_gemm import PACK_FLOATS, gemm_packed
+from .kernels_gemm import PACK_FLOATS, gemm_packed, gemm_prepacked
 from .kernels_nn import _scale_row
+from .ukernel import NR
 
 f32 = np.float32
 i32 = np.int32
 _JIT = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
 
 (A_S, A_SK, A_D, A_DV, A_QRS, A_QCS, A_KRS, A_KCS, A_VRS, A_VCS, A_YRS, A_BRS, A_BCS, A_HAS_BIAS, A_SCALE,
- A_TABLE, A_BLOCK) = range(17)
-DESC_LEN = 17
+ A_TABLE, A_BLOCK, A_PANELS) = range(18)
+DESC_LEN = 18
 #: Per batch matrix in the table: q, kt, v, y and bias offsets.
 TABLE_STRIDE = 5
 #: Floats of one score block at most (256 KB): the block is written, soft-maxed and read back
@@ -102,6 +107,38 @@ def _scale_rows(F, y, y_rs, n, inv, rows):
         _scale_row(F[y + r * y_rs:y + r * y_rs + n], n, F[inv + r])
 
 
+def panel_floats(k: int, n: int) -> int:
+    """Floats of a K x N operand packed by :func:`_pack_panels` (N rounded up to whole NR panels)."""
+    return -(-n // NR) * NR * k
+
+
+@njit(**_JIT)
+def _pack_panels(F, b_off, b_rs, b_cs, K, N, P):
+    """``P[(jp * K + k) * NR + j] = B[k, jp * NR + j]`` (zero past N): the layout
+    :func:`.kernels_gemm.gemm_prepacked` reads, from a B of any strides (the gather runs along
+    whichever of B's axes is contiguous)."""
+    panels = (N + NR - 1) // NR
+    for jp in range(panels):
+        cols = min(NR, N - jp * NR)
+        base = jp * K * NR
+        if b_cs != 1 and b_rs == 1:  # K^T as exported: a column of B is a contiguous row of K
+            for j in range(cols):
+                src = F[b_off + (jp * NR + j) * b_cs:b_off + (jp * NR + j) * b_cs + K]
+                for k in range(K):
+                    P[base + k * NR + j] = src[k]
+            for k in range(K):
+                for j in range(cols, NR):
+                    P[base + k * NR + j] = f32(0.0)
+        else:
+            for k in range(K):
+                dst = P[base + k * NR:base + k * NR + NR]
+                src = b_off + k * b_rs + jp * NR * b_cs
+                for j in range(cols):
+                    dst[j] = F[src + j * b_cs]
+                for j in range(cols, NR):
+                    dst[j] = f32(0.0)
+
+
 @njit(**_JIT)
 def k_attention(F, B, I, J, X, R, p, sbase):
     """Row: [desc, b0, b1, r0, r1]."""
@@ -122,6 +159,7 @@ def k_attention(F, B, I, J, X, R, p, sbase):
     scale = R[X[d + A_SCALE]]
     table = X[d + A_TABLE]
     block = X[d + A_BLOCK]
+    panels = X[d + A_PANELS]
     pack = sbase
     scores = sbase + PACK_FLOATS
     inv = scores + block * Sk  # 1 / (sum of exp) per row of the block
@@ -134,11 +172,21 @@ def k_attention(F, B, I, J, X, R, p, sbase):
         v_off = X[t + 2]
         y_off = X[t + 3]
         bias_off = X[t + 4]
+        # Several query-row blocks of this matrix: K^T and V packed once for all of them.
+        prepacked = panels >= 0 and r1 - r0 > block
+        kp = sbase + panels
+        vp = kp + ((Sk + NR - 1) // NR) * NR * D
+        if prepacked:
+            _pack_panels(F, kt_off, kt_rs, kt_cs, D, Sk, F[kp:vp])
+            _pack_panels(F, v_off, v_rs, v_cs, Sk, Dv, F[vp:vp + ((Dv + NR - 1) // NR) * NR * Sk])
         for i0 in range(r0, r1, block):
             rows = min(block, r1 - i0)
             # scores[0:rows, 0:Sk] = scale * Q[i0:i0+rows] @ KT  (the scale rides on the packing of Q)
-            gemm_packed(F, q_off + i0 * q_rs, q_rs, q_cs, kt_off, kt_rs, kt_cs, scores, Sk, D, 0, rows, 0, Sk,
-                        scale, 0, pack)
+            if prepacked:
+                gemm_prepacked(F, q_off + i0 * q_rs, q_rs, q_cs, kp, D, scores, Sk, 0, rows, 0, Sk, scale, pack)
+            else:
+                gemm_packed(F, q_off + i0 * q_rs, q_rs, q_cs, kt_off, kt_rs, kt_cs, scores, Sk, D, 0, rows, 0, Sk,
+                            scale, 0, pack)
             # softmax's exp in place; its 1 / sum is applied to the (Dv-wide) output rows instead
             for r in range(rows):
                 row = scores + r * Sk
@@ -149,6 +197,9 @@ def k_attention(F, B, I, J, X, R, p, sbase):
                     mx = _row_max_bits(A, Sk)
                 _exp_in_place(A, Sk, mx)
                 F[inv + r] = f32(1.0) / _row_sum(A, Sk)
-            gemm_packed(F, scores, Sk, 1, v_off, v_rs, v_cs, y_off + i0 * y_rs, y_rs, Sk, 0, rows, 0, Dv,
-                        f32(1.0), 0, pack)
+            if prepacked:
+                gemm_prepacked(F, scores, Sk, 1, vp, Sk, y_off + i0 * y_rs, y_rs, 0, rows, 0, Dv, f32(1.0), pack)
+            else:
+                gemm_packed(F, scores, Sk, 1, v_off, v_rs, v_cs, y_off + i0 * y_rs, y_rs, Sk, 0, rows, 0, Dv,
+                            f32(1.0), 0, pack)
             _scale_rows(F, y_off + i0 * y_rs, y_rs, Dv, inv, rows)

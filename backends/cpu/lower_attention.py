@@ -19,7 +19,7 @@ from rammer.lower.views import View, broadcast_view
 from rammer.ops.control import RAMMER_DOMAIN
 from rammer.ops.fused_attention import OP_TYPE
 
-from .kernels_attention import SCORE_BLOCK_FLOATS
+from .kernels_attention import SCORE_BLOCK_FLOATS, panel_floats
 from .kernels_gemm import PACK_FLOATS
 from .lower_context import LowerContext
 from .ops import CpuOp, EmitContext, Row, split_range
@@ -40,6 +40,11 @@ def reason(lw: LowerContext, node: Node) -> str | None:
     if q[-1] == 0 or kt[-1] == 0:
         return "no keys or an empty head size"
     return None
+
+
+#: K^T and V packed once per batch matrix (kernels_attention) when a task may walk several query-row
+#: blocks and both take at most this many floats of the vEU's scratch (1 MiB: 2,048 keys at head size 64).
+PREPACK_MAX_FLOATS: int | None = 256 * 1024
 
 
 def block_rows(keys: int) -> int:
@@ -79,6 +84,11 @@ def lower_attention(lw: LowerContext, node: Node) -> None:
     table_rel = table_rel or [[0] * 5]
     nb = len(table_rel)
     block = block_rows(Sk)
+    scratch = PACK_FLOATS + block * (Sk + 1) + 64
+    panel_space = panel_floats(D, Sk) + panel_floats(Sk, Dv)
+    panels = -1
+    if PREPACK_MAX_FLOATS is not None and S > block and panel_space <= PREPACK_MAX_FLOATS:
+        panels, scratch = scratch, scratch + panel_space
 
     def partition(n: int) -> list:
         if n <= nb:
@@ -93,14 +103,14 @@ def lower_attention(lw: LowerContext, node: Node) -> None:
         b_rs, b_cs = (bias.strides[-2], bias.strides[-1]) if bias is not None else (0, 0)
         desc = ctx.side.add_ints([S, Sk, D, Dv, q.strides[-2], q.strides[-1], kt.strides[-2], kt.strides[-1],
                                   v.strides[-2], v.strides[-1], y.strides[-2], b_rs, b_cs, int(has_bias), scale_imm,
-                                  table, block])
+                                  table, block, panels])
         return [("k_attention", [desc, *part]) for part in parts]
 
     reads = tuple(sorted({w.buffer for w in views if w is not y}))
     flops = float(nb) * S * Sk * (2.0 * D + 2.0 * Dv + 5.0)
     nbytes = 4.0 * sum(math.prod(w.shape) if w is y else _distinct(w) for w in views)
     lw.add_op(CpuOp(node.name or OP_TYPE, "attention", (node,), reads, (y.buffer,), flops, nbytes, partition, emit,
-                    scratch=PACK_FLOATS + block * (Sk + 1) + 64, blas=True,
+                    scratch=scratch, blas=True,
                     extra={"S": S, "Sk": Sk, "D": D, "Dv": Dv, "batches": nb}))
 
 
