@@ -209,7 +209,8 @@ def _unary(node: Node, graph: Graph, mult: int) -> Lowered:
     chunk = 256 * mult
     args = (Ref("in", 0), Ref("out", 0), n, chunk)  # one tuple shared by the rTasks (resolved once)
     calls = tuple(zip(range(chunks(n, chunk)), repeat(args)))
-    return Lowered(template(km.unary_chunked, f"un_{node.op_type.lower()}", node.op_type), calls, 4.0 * chunk, 8.0 * chunk)
+    kernel = template(km.unary_chunked, f"un_{node.op_type.lower()}", node.op_type)
+    return Lowered(kernel, calls, 4.0 * chunk, 8.0 * chunk)
 
 
 def _binary(node: Node, graph: Graph, mult: int) -> Lowered:
@@ -221,7 +222,8 @@ def _binary(node: Node, graph: Graph, mult: int) -> Lowered:
     chunk = 256 * mult
     args = (Ref("in", 0), Ref("in", 1), Ref("out", 0), n, chunk, *dims[1:], *sa, *sb)
     calls = tuple(zip(range(chunks(n, chunk)), repeat(args)))
-    return Lowered(template(km.binary_nd, f"bin_{node.op_type.lower()}", node.op_type), calls, 1.0 * chunk, 12.0 * chunk)
+    kernel = template(km.binary_nd, f"bin_{node.op_type.lower()}", node.op_type)
+    return Lowered(kernel, calls, 1.0 * chunk, 12.0 * chunk)
 
 
 def _where(node: Node, graph: Graph, mult: int) -> Lowered:
