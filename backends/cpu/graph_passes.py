@@ -27,7 +27,7 @@ from rammer.passes import (
     run_pipeline,
 )
 
-from .ukernel_window import SHAPES as DIRECT_SHAPES
+from .window_shapes import SHAPES as DIRECT_SHAPES
 
 #: The depthwise windows (kernel, stride) that k_qdwconv runs: the float direct sweeps' (kernels_window.direct_fits).
 QDWCONV_WINDOWS = frozenset((k, stride) for stride, k in DIRECT_SHAPES)

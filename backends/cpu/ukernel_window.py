@@ -31,6 +31,7 @@ from numba.extending import intrinsic
 
 from .machine_code import MachineCode, arrays_are, call_codegen, uses
 from .ukernel import WIDTH, _clamp, _fma, _masked, _splat, _vec_ptr
+from .window_shapes import SHAPES
 
 SWEEP_SYMBOL = "rammer_cpu_tap_sweep"
 DEINTERLEAVE_SYMBOL = "rammer_cpu_deinterleave2"
@@ -161,9 +162,8 @@ def tap_sweep_module(width: int) -> ir.Module:
     return mod
 
 
-#: The (stride, k) of the generated sweeps, each for both ops: "conv" (a depthwise conv, and average
-#: pooling with weights of one) and "max" (max pooling).
-SHAPES = ((1, 3), (1, 5), (2, 2), (2, 3), (2, 5))
+#: The generated sweeps: each (stride, k) of SHAPES (:mod:`.window_shapes`) for both ops, "conv" (a
+#: depthwise conv, and average pooling with weights of one) and "max" (max pooling).
 OPS = ("conv", "max")
 
 
