@@ -15,12 +15,12 @@ from typing import Any
 
 from rammer.backend import Availability, Backend, Capabilities, check_options
 from rammer.errors import RammerError
+from rammer.gc_freeze import collector_paused
 from rammer.ir import Graph, Node
 from rammer.pipeline import NodeOp, plugin_rkernel_families, with_plugin_kernels
 from rammer.rtask import RKernel
 from rammer.vdevice import VDevice
 
-from .collector import collector_paused
 from .compiler import GpuProgram, compile_program, gpu_rkernels, kernel_tiling, unsupported
 from .fuse import FUSIBLE_OPS
 from .lower import GPU_OPS
@@ -100,7 +100,7 @@ class GpuBackend(Backend):
     def unsupported_nodes(self, graph: Graph) -> list[Node]:
         """Nodes left without an rKernel after the passes (an op such as Erf runs only fused).  The
         passes and this first lowering of every node run with the collector paused, as the compile
-        does (see :mod:`.collector`)."""
+        does (see :mod:`rammer.gc_freeze`)."""
         with collector_paused():
             return [n for n, _ in unsupported(self.prepare_graph(graph).graph)]
 

@@ -1,4 +1,4 @@
-"""The GPU compile runs with Python's cyclic collector paused (rammer.backends.gpu.collector): its
+"""The GPU compile runs with Python's cyclic collector paused (rammer.gc_freeze.collector_paused): its
 passes over the program's per-rTask objects took a third of a full-size compile.  It is enabled
 again afterwards, also when the compile fails, and a process that disabled it keeps it off."""
 
@@ -8,8 +8,8 @@ import gc
 
 import pytest
 
+from rammer import gc_freeze as collector
 from rammer import plugins, zoo
-from rammer.backends.gpu import collector
 from rammer.errors import RammerError
 from rammer.frontend import load
 
