@@ -16,6 +16,7 @@ import numpy as np
 from numba import njit
 
 from . import _numba_cache  # noqa: F401  (drops stale numba caches first)
+from .kernels_quant import _byte
 from .kernels_window import direct_sweep
 
 _JIT = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
@@ -78,12 +79,8 @@ def k_qdwconv(F, B, I, J, X, R, p, sbase):
     y_scale = X[d + 18]
     y_zp = X[d + 19]
     bias = X[d + 20]
-    zx = np.int32(B[_u(x_zp)]) if x_zp >= 0 else np.int32(0)
-    if x_signed and zx > 127:
-        zx -= 256
-    zy = f32(np.int32(B[_u(y_zp)])) if y_zp >= 0 else f32(0.0)
-    if o_signed and zy > f32(127.0):
-        zy -= f32(256.0)
+    zx = _byte(B, x_zp, x_signed) if x_zp >= 0 else np.int32(0)
+    zy = f32(_byte(B, y_zp, o_signed)) if y_zp >= 0 else f32(0.0)
     lo = f32(-128.0) if o_signed else f32(0.0)
     hi = f32(127.0) if o_signed else f32(255.0)
     plane_in = H * W
