@@ -3,6 +3,7 @@ and an executor of schedules written independently of rammer.schedule."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import cache
 
 import numpy as np
@@ -107,3 +108,35 @@ def dependency_violations(schedule: Schedule, preds: list[tuple[int, ...]], star
             if start[mine].min() < done - 1e-9:
                 bad.append((op.name, theirs.name))
     return bad
+
+
+def happens_before(programs: list) -> Callable[[tuple[int, int]], set[tuple[int, int]]]:
+    """An oracle written apart from rammer.schedule.clocks: ``reach(step)``, the steps (block, index)
+    that happen after a step (program order, and each Wait after the Signal it counts to), found by
+    walking an explicit graph.  Programs of Call / Signal / Wait steps (:mod:`rammer.schedule.programs`)."""
+    from rammer.schedule.programs import Signal, Wait
+
+    succ: dict[tuple[int, int], list[tuple[int, int]]] = {}
+    signal_at: dict[tuple[int, int], tuple[int, int]] = {}
+    for b, steps in enumerate(programs):
+        k = 0
+        for i, s in enumerate(steps):
+            succ[(b, i)] = [(b, i + 1)] if i + 1 < len(steps) else []
+            if isinstance(s, Signal):
+                k += 1
+                signal_at[(b, k)] = (b, i)
+    for b, steps in enumerate(programs):
+        for i, s in enumerate(steps):
+            if isinstance(s, Wait) and s.count > 0:
+                succ[signal_at[(s.block, s.count)]].append((b, i))
+
+    def reach(a: tuple[int, int]) -> set[tuple[int, int]]:
+        seen, todo = set(), [a]
+        while todo:
+            for m in succ[todo.pop()]:
+                if m not in seen:
+                    seen.add(m)
+                    todo.append(m)
+        return seen
+
+    return reach

@@ -8,6 +8,7 @@ import random
 
 import numpy as np
 import pytest
+from sched_util import happens_before
 
 from rammer.schedule import clocks
 from rammer.schedule.clocks import SIGNAL, WAIT, Clocks, Deadlock, program_clocks
@@ -51,31 +52,9 @@ def _brute_force(programs: list[list[Step]]) -> str:
     if any(pos[b] < len(p) for b, p in enumerate(programs)):
         return "deadlock"
     nodes = [(b, i) for b, p in enumerate(programs) for i in range(len(p))]
-    succ: dict[tuple[int, int], list[tuple[int, int]]] = {n: [] for n in nodes}
-    signal_at: dict[tuple[int, int], tuple[int, int]] = {}
-    for b, steps in enumerate(programs):
-        k = 0
-        for i, s in enumerate(steps):
-            if i + 1 < len(steps):
-                succ[(b, i)].append((b, i + 1))
-            if isinstance(s, Signal):
-                k += 1
-                signal_at[(b, k)] = (b, i)
-    for b, steps in enumerate(programs):
-        for i, s in enumerate(steps):
-            if isinstance(s, Wait) and s.count > 0:
-                succ[signal_at[(s.block, s.count)]].append((b, i))
-
-    def reach(a: tuple[int, int]) -> set[tuple[int, int]]:
-        seen, todo = set(), [a]
-        while todo:
-            for m in succ[todo.pop()]:
-                if m not in seen:
-                    seen.add(m)
-                    todo.append(m)
-        return seen
 
     calls = [(n, programs[n[0]][n[1]]) for n in nodes if isinstance(programs[n[0]][n[1]], Call)]
+    reach = happens_before(programs)
     after = {n: reach(n) for n, _ in calls}
     for x, (nx, cx) in enumerate(calls):
         for ny, cy in calls[x + 1:]:

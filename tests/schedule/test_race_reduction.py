@@ -9,6 +9,7 @@ import random
 
 import numpy as np
 import pytest
+from sched_util import happens_before
 
 from rammer.schedule.overlaps import conflict_pairs
 from rammer.schedule.programs import Call, ProgramError, Signal, Step, Wait, check_races
@@ -112,28 +113,7 @@ def _groups_brute_force(programs: list[list[Step]]) -> str:
     """'race' or 'ok' by all pairs of groups (an operator's calls, or one call) over an explicit
     happens-before graph: two groups that touch one float (one writing) must be ordered call by
     call, every call of one before every call of the other.  Programs that do not deadlock only."""
-    succ: dict[tuple[int, int], list[tuple[int, int]]] = {}
-    signal_at: dict[tuple[int, int], tuple[int, int]] = {}
-    for b, steps in enumerate(programs):
-        k = 0
-        for i, s in enumerate(steps):
-            succ[(b, i)] = [(b, i + 1)] if i + 1 < len(steps) else []
-            if isinstance(s, Signal):
-                k += 1
-                signal_at[(b, k)] = (b, i)
-    for b, steps in enumerate(programs):
-        for i, s in enumerate(steps):
-            if isinstance(s, Wait) and s.count > 0:
-                succ[signal_at[(s.block, s.count)]].append((b, i))
-
-    def reach(a: tuple[int, int]) -> set[tuple[int, int]]:
-        seen, todo = set(), [a]
-        while todo:
-            for m in succ[todo.pop()]:
-                if m not in seen:
-                    seen.add(m)
-                    todo.append(m)
-        return seen
+    reach = happens_before(programs)
 
     groups: dict[object, list[tuple[tuple[int, int], Call]]] = {}
     for b, steps in enumerate(programs):
