@@ -26,6 +26,7 @@ from ..ops.control import RAMMER_DOMAIN
 from ..ops.quant import BYTE_TABLE
 from .names import fresh_name
 from .pipeline import Pass
+from .rewrite import sole_reader
 
 __all__ = ["QDQ_LOOKUP", "qdq_lookup"]
 
@@ -80,20 +81,13 @@ def _table(graph: Graph, chain: list[Node]) -> np.ndarray:
 def qdq_lookup(graph: Graph) -> Graph:
     """``graph`` with each DequantizeLinear -> per-element ops -> QuantizeLinear chain (constant per-tensor
     8-bit parameters) as one ``ByteTable``; the same object when there is none."""
-    producer = {o: n for n in graph.nodes for o in n.outputs if o}
-    readers: dict[str, list[Node]] = {}
-    for n in graph.nodes:
-        for i in n.inputs:
-            readers.setdefault(i, []).append(n)
+    producer = graph.producer
+    only_reader = sole_reader(graph)
     outputs = {t.name for t in graph.outputs}
     taken = set(graph.value_info) | set(graph.initializers) | {n.name for n in graph.nodes}
     inits, value_info = dict(graph.initializers), dict(graph.value_info)
     replaced: dict[int, Node] = {}  # the QuantizeLinear's id -> its ByteTable
     gone: set[int] = set()
-
-    def only_reader(name: str) -> Node | None:
-        found = readers.get(name, [])
-        return found[0] if len(found) == 1 and name not in outputs else None
 
     for quant in graph.nodes:
         if not _plain_per_tensor(graph, quant, "QuantizeLinear"):

@@ -37,7 +37,7 @@ before :data:`~rammer.passes.QDQ_AS_FLOAT`, which then turns the remaining pairs
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -45,6 +45,7 @@ import numpy as np
 from ..ir import Graph, Node, TensorInfo
 from .names import fresh_name
 from .pipeline import Pass
+from .rewrite import sole_reader
 
 __all__ = ["QDQ_TO_QLINEAR", "qdq_to_qlinear", "qdq_to_qlinear_pass"]
 
@@ -110,20 +111,13 @@ def qdq_to_qlinear(graph: Graph, conv_ranks: Collection[int] | None = None,
     only those with a square, undilated window whose (kernel, stride) is in the collection."""
     if int(graph.opset.get("", 1)) < 10:  # QLinearConv / QLinearMatMul are ops from opset 10
         return graph
-    producer = {o: n for n in graph.nodes for o in n.outputs if o}
-    readers: dict[str, list[Node]] = {}
-    for n in graph.nodes:
-        for i in n.inputs:
-            readers.setdefault(i, []).append(n)
+    producer = graph.producer
+    only_reader = sole_reader(graph)
     outputs = {t.name for t in graph.outputs}
     taken = set(graph.value_info) | set(graph.initializers) | {n.name for n in graph.nodes}
     inits, value_info = dict(graph.initializers), dict(graph.value_info)
     replaced: dict[int, Node] = {}  # the float op's id -> its QLinear node
     gone: set[int] = set()  # the Relu and QuantizeLinear each rewrite absorbs
-
-    def only_reader(name: str) -> Node | None:
-        found = readers.get(name, [])
-        return found[0] if len(found) == 1 and name not in outputs else None
 
     def const(stem: str, value: np.ndarray) -> str:
         name = fresh_name(stem, taken)
@@ -224,7 +218,7 @@ def qdq_to_qlinear(graph: Graph, conv_ranks: Collection[int] | None = None,
     return graph.replace(nodes=tuple(kept), initializers=inits, value_info=value_info)
 
 
-def _int32_bias(graph: Graph, producer: dict[str, Node], conv: Node, x: _Quant, w: _Quant,
+def _int32_bias(graph: Graph, producer: Mapping[str, Node], conv: Node, x: _Quant, w: _Quant,
                 new_const: Callable[[np.ndarray], str]) -> str | None:
     """The conv's bias as an int32 tensor at scale ``x_s * w_s``: "" when it has none, the name of the
     int32 constant (the dequantized one as is, or a new one), None when it is not a constant."""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from ..ir import Graph, Node
 
@@ -19,3 +19,20 @@ def splice(graph: Graph, at: Mapping[int, Sequence[Node]], inits: dict, value_in
         del inits[name]
         value_info.pop(name, None)
     return graph.replace(nodes=nodes, initializers=inits, value_info=value_info)
+
+
+def sole_reader(graph: Graph) -> Callable[[str], Node | None]:
+    """``reader(name)``: the one node that reads tensor ``name`` (a node reading it twice counts
+    twice), None when it has several readers or none or is a graph output: what a rewrite that
+    absorbs the tensor into one node may remove."""
+    readers: dict[str, list[Node]] = {}
+    for n in graph.nodes:
+        for i in n.inputs:
+            readers.setdefault(i, []).append(n)
+    outputs = {t.name for t in graph.outputs}
+
+    def reader(name: str) -> Node | None:
+        found = readers.get(name, [])
+        return found[0] if len(found) == 1 and name not in outputs else None
+
+    return reader
