@@ -28,7 +28,7 @@ from numba import njit
 
 from . import _numba_cache  # noqa: F401  (drops stale numba caches first)
 from .fastmath import bits_float, exp32, float_bits
-from .kernels_gemm import PACK_FLOATS, gemm_packed, gemm_prepacked
+from .kernels_gemm import PACK_FLOATS, _pack_b, gemm_packed, gemm_prepacked
 from .kernels_nn import _scale_row
 from .ukernel import NR
 
@@ -108,35 +108,8 @@ def _scale_rows(F, y, y_rs, n, inv, rows):
 
 
 def panel_floats(k: int, n: int) -> int:
-    """Floats of a K x N operand packed by :func:`_pack_panels` (N rounded up to whole NR panels)."""
+    """Floats of a K x N operand packed whole by :func:`.kernels_gemm._pack_b` (N rounded up to whole NR panels)."""
     return -(-n // NR) * NR * k
-
-
-@njit(**_JIT)
-def _pack_panels(F, b_off, b_rs, b_cs, K, N, P):
-    """``P[(jp * K + k) * NR + j] = B[k, jp * NR + j]`` (zero past N): the layout
-    :func:`.kernels_gemm.gemm_prepacked` reads, from a B of any strides (the gather runs along
-    whichever of B's axes is contiguous)."""
-    panels = (N + NR - 1) // NR
-    for jp in range(panels):
-        cols = min(NR, N - jp * NR)
-        base = jp * K * NR
-        if b_cs != 1 and b_rs == 1:  # K^T as exported: a column of B is a contiguous row of K
-            for j in range(cols):
-                src = F[b_off + (jp * NR + j) * b_cs:b_off + (jp * NR + j) * b_cs + K]
-                for k in range(K):
-                    P[base + k * NR + j] = src[k]
-            for k in range(K):
-                for j in range(cols, NR):
-                    P[base + k * NR + j] = f32(0.0)
-        else:
-            for k in range(K):
-                dst = P[base + k * NR:base + k * NR + NR]
-                src = b_off + k * b_rs + jp * NR * b_cs
-                for j in range(cols):
-                    dst[j] = F[src + j * b_cs]
-                for j in range(cols, NR):
-                    dst[j] = f32(0.0)
 
 
 @njit(**_JIT)
@@ -177,8 +150,8 @@ def k_attention(F, B, I, J, X, R, p, sbase):
         kp = sbase + panels
         vp = kp + ((Sk + NR - 1) // NR) * NR * D
         if prepacked:
-            _pack_panels(F, kt_off, kt_rs, kt_cs, D, Sk, F[kp:vp])
-            _pack_panels(F, v_off, v_rs, v_cs, Sk, Dv, F[vp:vp + ((Dv + NR - 1) // NR) * NR * Sk])
+            _pack_b(F, kt_off, kt_rs, kt_cs, 0, D, 0, Sk, F[kp:vp])
+            _pack_b(F, v_off, v_rs, v_cs, 0, Sk, 0, Dv, F[vp:vp + ((Dv + NR - 1) // NR) * NR * Sk])
         for i0 in range(r0, r1, block):
             rows = min(block, r1 - i0)
             # scores[0:rows, 0:Sk] = scale * Q[i0:i0+rows] @ KT  (the scale rides on the packing of Q)

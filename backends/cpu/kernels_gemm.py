@@ -102,6 +102,16 @@ def _pack_b(F, b_off, b_rs, b_cs, p0, kc, j0, nc, P):
                     dst[j] = row[j]
                 for j in range(cols, NR):
                     dst[j] = f32(0.0)
+        elif b_rs == 1:
+            # a transposed view (attention's K^T): a column of B is a contiguous run of kc floats
+            for j in range(cols):
+                src = b_off + p0 + (j0 + jp * NR + j) * b_cs
+                col = F[src:src + kc]
+                for k in range(kc):
+                    P[base + k * NR + j] = col[k]
+            for k in range(kc):
+                for j in range(cols, NR):
+                    P[base + k * NR + j] = f32(0.0)
         else:
             for k in range(kc):
                 dst = P[base + k * NR:base + k * NR + NR]
