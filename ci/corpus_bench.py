@@ -14,6 +14,7 @@ convolution kernels on the 2-core machine; ci/compile_times.py flags such runs).
 A model that fails (build, compile error, mismatch, timeout) is a row with the reason; the run goes on.
 
     python ci/corpus_bench.py --threads 2 --rounds 1 --json corpus.json          # the whole corpus, full size
+    python ci/corpus_bench.py --threads 1 --clock cpu --json corpus.json        # loaded machine: CPU time, 1 thread
     python ci/corpus_bench.py --family cnn,rnn --size ci                          # some families, CI size
     python ci/corpus_bench.py --check --size ci                                   # correctness only: cpu and reference
 
@@ -145,27 +146,38 @@ def check_one(entry: corpus.Entry, size: str, backend: str, threads: int = 2, ca
 
 
 # -- one timed side, in its own process -------------------------------------------------------------------
-def _time(call: Callable[[], Any], seconds: float, max_iters: int = 200) -> float:
+def _time(call: Callable[[], Any], seconds: float, clock: str = "wall", max_iters: int = 200) -> float:
+    """Median milliseconds of one call. ``clock="cpu"`` reads the process's CPU time per call: on a loaded
+    machine it counts only the work of this process (with one thread, what the run costs), where wall
+    time also counts the time the scheduler gave other processes. With more threads it adds up every
+    thread's time, spinning included, so it is not a latency there."""
+    timer = time.process_time if clock == "cpu" else time.perf_counter
     for _ in range(2):
         call()
     samples: list[float] = []
     stop = time.perf_counter() + seconds
     while (len(samples) < 3 or time.perf_counter() < stop) and len(samples) < max_iters:
-        t = time.perf_counter()
+        t = timer()
         call()
-        samples.append(time.perf_counter() - t)
+        samples.append(timer() - t)
     return float(np.median(samples)) * 1e3
+
+
+def _session_clock(args: argparse.Namespace) -> Callable[[], float]:
+    """Session creation and cold compiles are timed with the same clock as the runs."""
+    return time.process_time if args.clock == "cpu" else time.perf_counter
 
 
 def side(role: str, entry: corpus.Entry, args: argparse.Namespace) -> dict[str, Any]:
     """``cold``: compile into the empty compile cache, check, list fallbacks; ``cpu``: session from the
     warm cache, then time; ``ort``: onnxruntime session, then time."""
     built = corpus.build(entry, args.size, args.corpus_dir)
+    clock = _session_clock(args)
     if role == "ort":
-        start = time.perf_counter()
+        start = clock()
         sess = ort_session(built.onnx, args.threads)
-        session_s = time.perf_counter() - start
-        return {"session_s": session_s, "ms": _time(lambda: sess.run(None, built.feeds), args.seconds)}
+        session_s = clock() - start
+        return {"session_s": session_s, "ms": _time(lambda: sess.run(None, built.feeds), args.seconds, args.clock)}
     import logging
 
     import rammer
@@ -174,28 +186,29 @@ def side(role: str, entry: corpus.Entry, args: argparse.Namespace) -> dict[str, 
     if role == "cold":
         return _cold(entry, built, args)
     shapes = {k: v.shape for k, v in built.feeds.items()}
-    start = time.perf_counter()
+    start = clock()
     # no ``veus``: the process's NUMBA_NUM_THREADS (= --threads) caps the vEUs and the cost model
     # picks how many pay, as for a user who names no count (onnxruntime's threads are a cap too)
     model = rammer.compile(built.onnx, backend="cpu", input_shapes=shapes, cache_dir=args.compile_cache)
-    session_s = time.perf_counter() - start
-    return {"session_s": session_s, "ms": _time(lambda: model.run(built.feeds), args.seconds)}
+    session_s = clock() - start
+    return {"session_s": session_s, "ms": _time(lambda: model.run(built.feeds), args.seconds, args.clock)}
 
 
 def _cold(entry: corpus.Entry, built: corpus.Built, args: argparse.Namespace) -> dict[str, Any]:
     import rammer
     from rammer.diagnostics import fallbacks_of
 
+    clock = _session_clock(args)
     sess = ort_session(built.onnx, args.threads)
     want = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, built.feeds)))
     del sess
     shapes = {k: v.shape for k, v in built.feeds.items()}
-    start = time.perf_counter()
+    start = clock()
     try:
         model = rammer.compile(built.onnx, backend="cpu", input_shapes=shapes, cache_dir=args.compile_cache)
     except Exception as exc:
         return {"status": "compile-error", "detail": _short(exc), "fallbacks": []}
-    compile_s = time.perf_counter() - start
+    compile_s = clock() - start
     fallbacks = [f"{f.get('op')} {f.get('node')}" for f in fallbacks_of(model.executable)]
     try:
         got = model.run(built.feeds)
@@ -214,7 +227,7 @@ def _run_side(role: str, entry: corpus.Entry, args: argparse.Namespace) -> dict[
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     cmd = [sys.executable, os.path.abspath(__file__), "--one", role, entry.name, "--threads", str(args.threads),
            "--seconds", str(args.seconds), "--size", args.size, "--corpus-dir", args.corpus_dir,
-           "--compile-cache", args.compile_cache]
+           "--compile-cache", args.compile_cache, "--clock", args.clock]
     if args.check:
         cmd.append("--check")
     try:
@@ -305,6 +318,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--seconds", type=float, default=2.0, help="timing window per side and round")
+    ap.add_argument("--clock", choices=("wall", "cpu"), default="wall",
+                    help="time each run in wall seconds (default) or in the process's CPU seconds (use with "
+                         "--threads 1 on a loaded machine)")
     ap.add_argument("--timeout", type=float, default=1800, help="seconds one process may take")
     ap.add_argument("--corpus-dir", default=corpus.DEFAULT_CACHE, help="where built models are cached")
     ap.add_argument("--compile-cache", default="", help="rammer compile cache (default: a fresh temporary folder)")
@@ -355,7 +371,7 @@ def main(argv: list[str] | None = None) -> int:
         summary["geomean"] = geomean(ratios)
         summary["timed"] = len(ratios)
         print(f"\nwhole corpus: geomean cpu/onnxruntime {summary['geomean']:.2f}x over {len(ratios)} timed models "
-              f"(threads={args.threads}, size={args.size}); worst {max(ratios, default=float('nan')):.2f}x; "
+              f"(threads={args.threads}, size={args.size}, clock={args.clock}); worst {max(ratios, default=float('nan')):.2f}x; "
               f"{summary['ok']}/{len(rows)} ok, {summary['with_fallbacks']} with numpy fallbacks")
     else:
         print(f"\n{summary['ok']}/{len(rows)} models match on cpu and reference; "
@@ -368,7 +384,7 @@ def main(argv: list[str] | None = None) -> int:
 def _write_json(args: argparse.Namespace, rows: list[dict[str, Any]], summary: dict[str, Any]) -> None:
     tmp = args.json + ".part"
     with open(tmp, "w") as f:
-        json.dump({"threads": args.threads, "size": args.size, "rounds": args.rounds, "seconds": args.seconds,
+        json.dump({"threads": args.threads, "size": args.size, "clock": args.clock, "rounds": args.rounds, "seconds": args.seconds,
                    "summary": summary, "rows": rows}, f, indent=1)
     os.replace(tmp, args.json)
 
