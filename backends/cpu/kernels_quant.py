@@ -16,6 +16,7 @@ import numpy as np
 from numba import njit
 
 from . import _numba_cache  # noqa: F401  (drops stale numba caches first)
+from .kernels_quant_conv import qconv_nhwc
 from .ukernel_int8 import MR, NR, ukernel_int8
 
 _JIT = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
@@ -508,8 +509,13 @@ def k_qconv_int8(F, B, I, J, X, R, p, sbase):
     With zw' = zw + 128 [w int8] and zx' = zx - 128 [x uint8], ``sum (w - zw)(x - zx) = D - zx' *
     rowsum(A) - zw' * colsum(B) + K * zw' * zx'``; taps outside the image read x's zero point (they add
     nothing).  The bias is added and the result requantized as the tile is stored, NR pixels of one
-    channel contiguous (NCHW)."""
+    channel contiguous (NCHW).
+
+    A descriptor whose first value is -1 is the other form, :func:`.kernels_quant_conv.qconv_nhwc`
+    (symmetric int8 weights, group 1), its values after the -1; tasks are then output rows."""
     d = p[0]
+    if X[d] == -1:
+        return qconv_nhwc(F, B, J, X, d + 1, p[1], p[2], sbase)
     x = X[d]
     wa = X[d + 1]
     out = X[d + 2]
