@@ -393,8 +393,10 @@ def k_gemm_int8(F, B, I, J, X, R, p, sbase):
     tiles [t0, t1) of MR rows x NR columns, tile t = panel * row_tiles + row tile (a task's tiles share
     a B panel).  Row: [desc, t0, t1].  Descriptor: [a, packed b (bytes), out, rows, K, N, a signed,
     b unsigned, a zp (-1), b zp (-1), b zp per column, column sums of the packed int8 B (int32),
-    out kind (0: int32, 1: requantized 8 bits), a scale, b scale, b scale per column, y scale, y zp (-1),
-    out signed].
+    out kind (0: int32, 1: requantized 8 bits, 2: float32), a scale, b scale, b scale per column, y scale,
+    y zp (-1), out signed].  Kind 2 (MatMulIntegerToFloat) stores ``float32(acc) * scale + bias`` (two
+    float32 roundings, as the Cast -> Mul -> Add it replaces), its scale at the b scale's slots and its
+    bias (float32 per column, -1 none) at the a scale's.
 
     The micro-kernel sums ``D = sum_k a' * b'`` with a' = a (+128 when a is int8) and b' = b (-128
     when b is uint8); with zb' = zb - 128 [b unsigned] the zero-point product is
@@ -413,7 +415,8 @@ def k_gemm_int8(F, B, I, J, X, R, p, sbase):
     b_zp = X[d + 9]
     b_zp_cols = X[d + 10] != 0
     colsum = X[d + 11]
-    requant = X[d + 12] != 0
+    kind = X[d + 12]
+    requant = kind == 1
     o_signed = X[d + 18] != 0
     lo = -128 if o_signed else 0
     hi = 127 if o_signed else 255
@@ -427,6 +430,8 @@ def k_gemm_int8(F, B, I, J, X, R, p, sbase):
     zbs = sums + MR
     cterms = zbs + NR
     mults = cterms + NR
+    biases = mults + NR
+    bias_at = X[d + 13] if kind == 2 else -1
     lo_f = f32(lo)
     hi_f = f32(hi)
     a_scale = f32(0.0)
@@ -463,6 +468,9 @@ def k_gemm_int8(F, B, I, J, X, R, p, sbase):
             J[_u(cterms + j)] = np.int32(K * za * zb - np.int64(J[_u(colsum + col)]) * a_shift)
             if requant:
                 F[_u(mults + j)] = a_scale * F[_u(X[d + 14] + (col if X[d + 15] != 0 else 0))] / y_scale
+            elif kind == 2:
+                F[_u(mults + j)] = F[_u(X[d + 14] + (col if X[d + 15] != 0 else 0))]
+                F[_u(biases + j)] = F[_u(bias_at + col)] if bias_at >= 0 else f32(0.0)
         for r in range(nr):
             rs = np.int64(J[_u(sums + r)])
             trow = tile + r * NR
@@ -473,6 +481,14 @@ def k_gemm_int8(F, B, I, J, X, R, p, sbase):
                     q = np.rint(f32(np.int32(v)) * F[_u(mults + j)]) + zy
                     q = min(max(q, lo_f), hi_f)
                     B[_u(o + j)] = np.int32(q) & 255
+            elif kind == 2 and bias_at >= 0:
+                for j in range(nc):
+                    v = np.int64(J[_u(trow + j)]) - rs * np.int64(J[_u(zbs + j)]) + np.int64(J[_u(cterms + j)])
+                    F[_u(o + j)] = f32(np.int32(v)) * F[_u(mults + j)] + F[_u(biases + j)]
+            elif kind == 2:  # no bias: no "+ 0.0" either (it would turn a -0.0 into 0.0)
+                for j in range(nc):
+                    v = np.int64(J[_u(trow + j)]) - rs * np.int64(J[_u(zbs + j)]) + np.int64(J[_u(cterms + j)])
+                    F[_u(o + j)] = f32(np.int32(v)) * F[_u(mults + j)]
             else:
                 for j in range(nc):
                     v = np.int64(J[_u(trow + j)]) - rs * np.int64(J[_u(zbs + j)]) + np.int64(J[_u(cterms + j)])
