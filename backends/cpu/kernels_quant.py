@@ -114,14 +114,40 @@ def k_dequantize(F, B, I, J, X, R, p, sbase):
     return 0
 
 
+@njit(nogil=True, cache=True, error_model="numpy", boundscheck=False)
+def _requantize_bytes(B, x, out, e0, e1, signed_in, m, zx, lo, hi, zy, qlo, qhi):
+    """out[e] = saturate(rint(clip(float32(x[e] - zx) * m, lo, hi)) + zy) for e in [e0, e1): a ByteTable's
+    function computed (DequantizeLinear -> Relu / Clip -> QuantizeLinear with m = sx / sy and the bounds
+    over sy), one branch-free loop per input signedness, which vectorizes (the lookup does not)."""
+    if signed_in:
+        for e in range(e0, e1):
+            v = min(max(f32(np.int32(np.int8(B[_u(x + e)])) - zx) * m, lo), hi)
+            y = min(max(np.rint(v) + zy, qlo), qhi)
+            B[_u(out + e)] = np.int32(y) & 255
+    else:
+        for e in range(e0, e1):
+            v = min(max(f32(np.int32(B[_u(x + e)]) - zx) * m, lo), hi)
+            y = min(max(np.rint(v) + zy, qlo), qhi)
+            B[_u(out + e)] = np.int32(y) & 255
+
+
 @njit(**_JIT)
 def k_byte_table(F, B, I, J, X, R, p, sbase):
-    """ByteTable of elements [e0, e1).  Row: [desc, e0, e1].  Descriptor: [x, table, out]:
-    out[e] = table[x[e]], the byte read unsigned (the 256-entry table stays in L1)."""
+    """ByteTable of elements [e0, e1).  Row: [desc, e0, e1].  Descriptor: [x, table, out, params (-1:
+    none), x signed, out signed]: out[e] = table[x[e]], the byte read unsigned (the 256-entry table
+    stays in L1); with params (float32 [m, zx, lo, hi, zy], which the lowering checked give the table
+    on all 256 bytes) :func:`_requantize_bytes` computes it instead."""
     d = p[0]
     x = X[d]
     table = X[d + 1]
     out = X[d + 2]
+    params = X[d + 3]
+    if params >= 0:
+        o_signed = X[d + 5] != 0
+        _requantize_bytes(B, x, out, p[1], p[2], X[d + 4] != 0, F[_u(params)], F[_u(params + 1)],
+                          F[_u(params + 2)], F[_u(params + 3)], F[_u(params + 4)],
+                          f32(-128.0) if o_signed else f32(0.0), f32(127.0) if o_signed else f32(255.0))
+        return 0
     for e in range(p[1], p[2]):
         B[_u(out + e)] = B[_u(table + np.int64(B[_u(x + e)]))]
     return 0

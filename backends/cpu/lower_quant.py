@@ -165,16 +165,45 @@ def byte_table_reason(lw: LowerContext, node: Node) -> str | None:
     return None
 
 
+def requantize_params(lw: LowerContext, node: Node) -> np.ndarray | None:
+    """A ByteTable's function as :func:`.kernels_quant._requantize_bytes`'s float32 parameters
+    [m, zx, lo, hi, zy], from its ``requantize`` attribute (:mod:`rammer.passes.qdq_lookup`: the chain's
+    sx, zx, clip bounds, sy, zy) with the division by sy folded into m = sx / sy and the bounds; used
+    only when that formula, run here in numpy's float32 on the 256 byte values, gives the table
+    exactly (the folding may round differently), else None: the kernel looks the bytes up."""
+    params = node.attrs.get("requantize")
+    table = lw.graph.initializers.get(node.inputs[1])
+    if params is None or table is None or len(params) != 6:
+        return None
+    table = np.asarray(table)
+    sx, zx, lo, hi, sy, zy = (np.float32(v) for v in params)
+    with np.errstate(all="ignore"):
+        folded = np.array([sx / sy, zx, lo / sy, hi / sy, zy], np.float32)
+        m, zx, lo, hi, zy = folded
+        x = np.arange(256, dtype=np.uint8).view(np.dtype(_info(lw, node.inputs[0]).dtype)).astype(np.int32)
+        q = np.iinfo(table.dtype)
+        v = np.minimum(np.maximum((x - zx).astype(np.float32) * m, lo), hi)
+        y = np.minimum(np.maximum(np.rint(v) + zy, np.float32(q.min)), np.float32(q.max))
+    if not np.all(np.isfinite(folded[[0, 1, 4]])) or not np.array_equal(y.astype(table.dtype), table):
+        return None
+    return folded
+
+
 def lower_byte_table(lw: LowerContext, node: Node) -> None:
     x = lw.dense(node.inputs[0])
     table = lw.dense(node.inputs[1])
     out = lw.views[node.outputs[0]]
+    found = requantize_params(lw, node)
+    params = lw.const_view(found) if found is not None else None
 
     def emit(ctx: EmitContext, parts: list) -> list[Row]:
-        desc = ctx.side.add_ints([ctx.locate(x), ctx.locate(table), ctx.locate(out)])
+        desc = ctx.side.add_ints([ctx.locate(x), ctx.locate(table), ctx.locate(out),
+                                  ctx.locate(params) if params is not None else -1, int(x.dtype == "int8"),
+                                  int(out.dtype == "int8")])
         return [("k_byte_table", [desc, e0, e1]) for e0, e1 in parts]
 
-    lw.add_op(CpuOp(node.name or BYTE_TABLE, "quant", (node,), tuple(sorted({x.buffer, table.buffer})), (out.buffer,),
+    reads = {x.buffer, table.buffer} | ({params.buffer} if params is not None else set())
+    lw.add_op(CpuOp(node.name or BYTE_TABLE, "quant", (node,), tuple(sorted(reads)), (out.buffer,),
                     float(x.size), 2.0 * x.size + 256, _parts(x.size, 16384), emit))
 
 
