@@ -4,13 +4,16 @@
     python ci/micro_int8.py --family matmul --threads 2   # one family, 2 vEUs / 2 threads
     python ci/micro_int8.py --no-before --json int8.json  # without the old kernels, rows to a file
     python ci/micro_int8.py --family depthwise --clock cpu # depthwise QLinearConv, CPU time
+    python ci/micro_int8.py --family conv --before gathered --clock cpu   # NHWC form vs gathered windows
 
 Families:
 
 * ``matmul``: ``MatMulInteger(A[M, K] uint8, W[K, N] int8 constant)`` with scalar zero points, the
   GEMM of onnxruntime's ``quantize_dynamic`` (BERT's projections), M 1-256, K 64-4096, N 64-4096;
 * ``conv``: ``QLinearConv`` (uint8 activations, per-channel int8 weights, int32 bias) at the layer
-  shapes of resnet18 (3x3) and mobilenet-v2 (stem, 1x1 expand / project, depthwise 3x3);
+  shapes of resnet18 (7x7 stem, 3x3, 1x1 stride-2 shortcut) and mobilenet-v2 (stem, 1x1 expand /
+  project, depthwise 3x3); ``--before gathered`` compares the NHWC form of symmetric-weight convs
+  (``lower_quant_conv``) with the gathered-window form it replaces where it pays;
 * ``depthwise``: depthwise ``QLinearConv`` over a grid of MobileNet / EfficientNet layers (3x3, 5x5 and
   7x7 windows, stride 1 and 2, planes 7-112, 32-960 channels); ``before`` runs the int32 plane kernel
   (``k_qlinearconv``), ``cpu`` the float window sweep over widened planes (``k_qdwconv``);
@@ -54,6 +57,8 @@ CONV_SHAPES = [  # (name, C, H, OC, k, stride, group)
     ("resnet18 3x3 256@14", 256, 14, 256, 3, 1, 1),
     ("resnet18 3x3 512@7", 512, 7, 512, 3, 1, 1),
     ("resnet18 3x3 s2 64->128@56", 64, 56, 128, 3, 2, 1),
+    ("resnet18 stem 7x7 3->64 s2@224", 3, 224, 64, 7, 2, 1),
+    ("resnet18 1x1 s2 64->128@56", 64, 56, 128, 1, 2, 1),
     ("mobilenet stem 3->32 s2@224", 3, 224, 32, 3, 2, 1),
     ("mobilenet 1x1 16->96@112", 16, 112, 96, 1, 1, 1),
     ("mobilenet 1x1 144->24@56", 144, 56, 24, 1, 1, 1),
@@ -150,6 +155,10 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--no-before", action="store_true", help="skip the old kernels (slow at the large shapes)")
+    ap.add_argument("--before", choices=("plane", "gathered"), default="plane",
+                    help="the 'before' of the conv and qdq families: plane = the row / plane kernels "
+                         "(PACK_INT8_WEIGHTS off); gathered = the micro-kernel over gathered pixel windows "
+                         "(lower_quant_conv.NHWC_CONV off: what symmetric-weight convs ran before the NHWC form)")
     ap.add_argument("--clock", choices=("wall", "cpu"), default="wall",
                     help="cpu: the process's CPU time (time.process_time), preemption excluded; with --threads 1 "
                          "on a loaded machine, the kernels' own cost")
@@ -159,7 +168,7 @@ def main() -> None:
     import onnxruntime as ort
 
     import rammer
-    from rammer.backends.cpu import graph_passes, lower_quant, ukernel_int8
+    from rammer.backends.cpu import graph_passes, lower_quant, lower_quant_conv, ukernel_int8
 
     clock = time.process_time if args.clock == "cpu" else time.perf_counter
     cases: list[tuple[str, str, bytes, dict[str, np.ndarray]]] = []
@@ -185,7 +194,13 @@ def main() -> None:
         sess = ort.InferenceSession(model, so, providers=["CPUExecutionProvider"])
         want = sess.run(None, feeds)[0]
         runners = {"cpu": rammer.compile(model, backend="cpu", veus=args.threads, cache=False)}
-        if not args.no_before and family == "qdq":  # before: the QDQ pattern as float ops (qdq_as_float)
+        if not args.no_before and args.before == "gathered":
+            lower_quant_conv.NHWC_CONV = False
+            try:
+                runners["before"] = rammer.compile(model, backend="cpu", veus=args.threads, cache=False)
+            finally:
+                lower_quant_conv.NHWC_CONV = True
+        elif not args.no_before and family == "qdq":  # before: the QDQ pattern as float ops (qdq_as_float)
             pipeline = graph_passes.PIPELINE
             graph_passes.PIPELINE = tuple(p for p in pipeline if p.name != "qdq-to-qlinear")
             try:

@@ -16,6 +16,7 @@ import numpy as np
 from numba import njit
 
 from . import _numba_cache  # noqa: F401  (drops stale numba caches first)
+from .kernels_quant_conv import qconv_nhwc
 from .ukernel_int8 import MR, NR, ukernel_int8
 
 _JIT = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
@@ -113,14 +114,40 @@ def k_dequantize(F, B, I, J, X, R, p, sbase):
     return 0
 
 
+@njit(nogil=True, cache=True, error_model="numpy", boundscheck=False)
+def _requantize_bytes(B, x, out, e0, e1, signed_in, m, zx, lo, hi, zy, qlo, qhi):
+    """out[e] = saturate(rint(clip(float32(x[e] - zx) * m, lo, hi)) + zy) for e in [e0, e1): a ByteTable's
+    function computed (DequantizeLinear -> Relu / Clip -> QuantizeLinear with m = sx / sy and the bounds
+    over sy), one branch-free loop per input signedness, which vectorizes (the lookup does not)."""
+    if signed_in:
+        for e in range(e0, e1):
+            v = min(max(f32(np.int32(np.int8(B[_u(x + e)])) - zx) * m, lo), hi)
+            y = min(max(np.rint(v) + zy, qlo), qhi)
+            B[_u(out + e)] = np.int32(y) & 255
+    else:
+        for e in range(e0, e1):
+            v = min(max(f32(np.int32(B[_u(x + e)]) - zx) * m, lo), hi)
+            y = min(max(np.rint(v) + zy, qlo), qhi)
+            B[_u(out + e)] = np.int32(y) & 255
+
+
 @njit(**_JIT)
 def k_byte_table(F, B, I, J, X, R, p, sbase):
-    """ByteTable of elements [e0, e1).  Row: [desc, e0, e1].  Descriptor: [x, table, out]:
-    out[e] = table[x[e]], the byte read unsigned (the 256-entry table stays in L1)."""
+    """ByteTable of elements [e0, e1).  Row: [desc, e0, e1].  Descriptor: [x, table, out, params (-1:
+    none), x signed, out signed]: out[e] = table[x[e]], the byte read unsigned (the 256-entry table
+    stays in L1); with params (float32 [m, zx, lo, hi, zy], which the lowering checked give the table
+    on all 256 bytes) :func:`_requantize_bytes` computes it instead."""
     d = p[0]
     x = X[d]
     table = X[d + 1]
     out = X[d + 2]
+    params = X[d + 3]
+    if params >= 0:
+        o_signed = X[d + 5] != 0
+        _requantize_bytes(B, x, out, p[1], p[2], X[d + 4] != 0, F[_u(params)], F[_u(params + 1)],
+                          F[_u(params + 2)], F[_u(params + 3)], F[_u(params + 4)],
+                          f32(-128.0) if o_signed else f32(0.0), f32(127.0) if o_signed else f32(255.0))
+        return 0
     for e in range(p[1], p[2]):
         B[_u(out + e)] = B[_u(table + np.int64(B[_u(x + e)]))]
     return 0
@@ -392,8 +419,10 @@ def k_gemm_int8(F, B, I, J, X, R, p, sbase):
     tiles [t0, t1) of MR rows x NR columns, tile t = panel * row_tiles + row tile (a task's tiles share
     a B panel).  Row: [desc, t0, t1].  Descriptor: [a, packed b (bytes), out, rows, K, N, a signed,
     b unsigned, a zp (-1), b zp (-1), b zp per column, column sums of the packed int8 B (int32),
-    out kind (0: int32, 1: requantized 8 bits), a scale, b scale, b scale per column, y scale, y zp (-1),
-    out signed].
+    out kind (0: int32, 1: requantized 8 bits, 2: float32), a scale, b scale, b scale per column, y scale,
+    y zp (-1), out signed].  Kind 2 (MatMulIntegerToFloat) stores ``float32(acc) * scale + bias`` (two
+    float32 roundings, as the Cast -> Mul -> Add it replaces), its scale at the b scale's slots and its
+    bias (float32 per column, -1 none) at the a scale's.
 
     The micro-kernel sums ``D = sum_k a' * b'`` with a' = a (+128 when a is int8) and b' = b (-128
     when b is uint8); with zb' = zb - 128 [b unsigned] the zero-point product is
@@ -412,7 +441,8 @@ def k_gemm_int8(F, B, I, J, X, R, p, sbase):
     b_zp = X[d + 9]
     b_zp_cols = X[d + 10] != 0
     colsum = X[d + 11]
-    requant = X[d + 12] != 0
+    kind = X[d + 12]
+    requant = kind == 1
     o_signed = X[d + 18] != 0
     lo = -128 if o_signed else 0
     hi = 127 if o_signed else 255
@@ -426,6 +456,8 @@ def k_gemm_int8(F, B, I, J, X, R, p, sbase):
     zbs = sums + MR
     cterms = zbs + NR
     mults = cterms + NR
+    biases = mults + NR
+    bias_at = X[d + 13] if kind == 2 else -1
     lo_f = f32(lo)
     hi_f = f32(hi)
     a_scale = f32(0.0)
@@ -462,6 +494,9 @@ def k_gemm_int8(F, B, I, J, X, R, p, sbase):
             J[_u(cterms + j)] = np.int32(K * za * zb - np.int64(J[_u(colsum + col)]) * a_shift)
             if requant:
                 F[_u(mults + j)] = a_scale * F[_u(X[d + 14] + (col if X[d + 15] != 0 else 0))] / y_scale
+            elif kind == 2:
+                F[_u(mults + j)] = F[_u(X[d + 14] + (col if X[d + 15] != 0 else 0))]
+                F[_u(biases + j)] = F[_u(bias_at + col)] if bias_at >= 0 else f32(0.0)
         for r in range(nr):
             rs = np.int64(J[_u(sums + r)])
             trow = tile + r * NR
@@ -472,6 +507,14 @@ def k_gemm_int8(F, B, I, J, X, R, p, sbase):
                     q = np.rint(f32(np.int32(v)) * F[_u(mults + j)]) + zy
                     q = min(max(q, lo_f), hi_f)
                     B[_u(o + j)] = np.int32(q) & 255
+            elif kind == 2 and bias_at >= 0:
+                for j in range(nc):
+                    v = np.int64(J[_u(trow + j)]) - rs * np.int64(J[_u(zbs + j)]) + np.int64(J[_u(cterms + j)])
+                    F[_u(o + j)] = f32(np.int32(v)) * F[_u(mults + j)] + F[_u(biases + j)]
+            elif kind == 2:  # no bias: no "+ 0.0" either (it would turn a -0.0 into 0.0)
+                for j in range(nc):
+                    v = np.int64(J[_u(trow + j)]) - rs * np.int64(J[_u(zbs + j)]) + np.int64(J[_u(cterms + j)])
+                    F[_u(o + j)] = f32(np.int32(v)) * F[_u(mults + j)]
             else:
                 for j in range(nc):
                     v = np.int64(J[_u(trow + j)]) - rs * np.int64(J[_u(zbs + j)]) + np.int64(J[_u(cterms + j)])
@@ -508,8 +551,13 @@ def k_qconv_int8(F, B, I, J, X, R, p, sbase):
     With zw' = zw + 128 [w int8] and zx' = zx - 128 [x uint8], ``sum (w - zw)(x - zx) = D - zx' *
     rowsum(A) - zw' * colsum(B) + K * zw' * zx'``; taps outside the image read x's zero point (they add
     nothing).  The bias is added and the result requantized as the tile is stored, NR pixels of one
-    channel contiguous (NCHW)."""
+    channel contiguous (NCHW).
+
+    A descriptor whose first value is -1 is the other form, :func:`.kernels_quant_conv.qconv_nhwc`
+    (symmetric int8 weights, group 1), its values after the -1; tasks are then output rows."""
     d = p[0]
+    if X[d] == -1:
+        return qconv_nhwc(F, B, J, X, d + 1, p[1], p[2], sbase)
     x = X[d]
     wa = X[d + 1]
     out = X[d + 2]

@@ -31,12 +31,13 @@ import numpy as np
 from rammer.ir import Node, TensorInfo
 from rammer.lower.views import View
 from rammer.ops.conv import window_geometry
-from rammer.ops.quant import BYTE_TABLE
+from rammer.ops.quant import BYTE_TABLE, MATMUL_INTEGER_FLOAT
 from rammer.ops.registry import OpContext
 
 from .kernels_qdw import MAX_EXACT_TAPS
 from .kernels_window import direct_fits
 from .lower_context import LowerContext
+from .lower_quant_conv import nhwc_conv_op, symmetric_weights
 from .ops import CpuOp, EmitContext, Row, split_range
 from .ukernel_int8 import MR, NR, pack_b
 
@@ -164,16 +165,45 @@ def byte_table_reason(lw: LowerContext, node: Node) -> str | None:
     return None
 
 
+def requantize_params(lw: LowerContext, node: Node) -> np.ndarray | None:
+    """A ByteTable's function as :func:`.kernels_quant._requantize_bytes`'s float32 parameters
+    [m, zx, lo, hi, zy], from its ``requantize`` attribute (:mod:`rammer.passes.qdq_lookup`: the chain's
+    sx, zx, clip bounds, sy, zy) with the division by sy folded into m = sx / sy and the bounds; used
+    only when that formula, run here in numpy's float32 on the 256 byte values, gives the table
+    exactly (the folding may round differently), else None: the kernel looks the bytes up."""
+    params = node.attrs.get("requantize")
+    table = lw.graph.initializers.get(node.inputs[1])
+    if params is None or table is None or len(params) != 6:
+        return None
+    table = np.asarray(table)
+    sx, zx, lo, hi, sy, zy = (np.float32(v) for v in params)
+    with np.errstate(all="ignore"):
+        folded = np.array([sx / sy, zx, lo / sy, hi / sy, zy], np.float32)
+        m, zx, lo, hi, zy = folded
+        x = np.arange(256, dtype=np.uint8).view(np.dtype(_info(lw, node.inputs[0]).dtype)).astype(np.int32)
+        q = np.iinfo(table.dtype)
+        v = np.minimum(np.maximum((x - zx).astype(np.float32) * m, lo), hi)
+        y = np.minimum(np.maximum(np.rint(v) + zy, np.float32(q.min)), np.float32(q.max))
+    if not np.all(np.isfinite(folded[[0, 1, 4]])) or not np.array_equal(y.astype(table.dtype), table):
+        return None
+    return folded
+
+
 def lower_byte_table(lw: LowerContext, node: Node) -> None:
     x = lw.dense(node.inputs[0])
     table = lw.dense(node.inputs[1])
     out = lw.views[node.outputs[0]]
+    found = requantize_params(lw, node)
+    params = lw.const_view(found) if found is not None else None
 
     def emit(ctx: EmitContext, parts: list) -> list[Row]:
-        desc = ctx.side.add_ints([ctx.locate(x), ctx.locate(table), ctx.locate(out)])
+        desc = ctx.side.add_ints([ctx.locate(x), ctx.locate(table), ctx.locate(out),
+                                  ctx.locate(params) if params is not None else -1, int(x.dtype == "int8"),
+                                  int(out.dtype == "int8")])
         return [("k_byte_table", [desc, e0, e1]) for e0, e1 in parts]
 
-    lw.add_op(CpuOp(node.name or BYTE_TABLE, "quant", (node,), tuple(sorted({x.buffer, table.buffer})), (out.buffer,),
+    reads = {x.buffer, table.buffer} | ({params.buffer} if params is not None else set())
+    lw.add_op(CpuOp(node.name or BYTE_TABLE, "quant", (node,), tuple(sorted(reads)), (out.buffer,),
                     float(x.size), 2.0 * x.size + 256, _parts(x.size, 16384), emit))
 
 
@@ -243,29 +273,37 @@ def _packed_weight(lw: LowerContext, name: str) -> tuple[View, View, bool] | Non
 
 def _gemm_int8_op(lw: LowerContext, node: Node, a: View, weight: tuple[View, View, bool], out: View, rows: int,
                   K: int, N: int, zps: tuple[View | None, View | None],
-                  requant: tuple[View, View, View, View | None] | None) -> None:
+                  requant: tuple[View, View, View, View | None] | None,
+                  dequant: tuple[View, View | None] | None = None) -> None:
     """The op of :func:`.kernels_quant.k_gemm_int8`: A (rows x K, dense) times a packed constant B;
-    ``requant`` (a scale, b scale, y scale, y zero point) for QLinearMatMul, None for MatMulInteger."""
+    ``requant`` (a scale, b scale, y scale, y zero point) for QLinearMatMul, ``dequant`` (scale, bias)
+    for MatMulIntegerToFloat, neither for MatMulInteger."""
     packed, colsum, b_unsigned = weight
     za, zb = zps
     tiles = -(-rows // MR) * -(-N // NR)
 
     def emit(ctx: EmitContext, parts: list) -> list[Row]:
         scales = [-1, -1, 0, -1, -1]
+        kind = 0
         if requant is not None:
             a_s, b_s, y_s, y_zp = requant
             scales = [ctx.locate(a_s), ctx.locate(b_s), int(b_s.size > 1), ctx.locate(y_s), _zp_at(ctx, y_zp)]
+            kind = 1
+        elif dequant is not None:
+            scale, bias = dequant
+            scales = [ctx.locate(bias) if bias is not None else -1, ctx.locate(scale), int(scale.size > 1), -1, -1]
+            kind = 2
         desc = ctx.side.add_ints([ctx.locate(a), ctx.locate(packed), ctx.locate(out), rows, K, N,
                                   int(a.dtype == "int8"), int(b_unsigned), _zp_at(ctx, za), _zp_at(ctx, zb),
-                                  int(zb is not None and zb.size > 1), ctx.locate(colsum), int(requant is not None),
+                                  int(zb is not None and zb.size > 1), ctx.locate(colsum), kind,
                                   *scales, int(out.dtype == "int8")])
         return [("k_gemm_int8", [desc, t0, t1]) for t0, t1 in parts]
 
-    views = [a, packed, colsum, *(v for v in (*zps, *(requant or ())) if v is not None)]
+    views = [a, packed, colsum, *(v for v in (*zps, *(requant or ()), *(dequant or ())) if v is not None)]
     lw.add_op(CpuOp(node.name or node.op_type, "gemm.int8", (node,), tuple(sorted({v.buffer for v in views})),
                     (out.buffer,), 2.0 * rows * N * K, float(a.size + packed.size + 4 * out.size),
                     _parts(tiles, max(1, 2**18 // max(MR * NR * K, 1))), emit,
-                    scratch=MR * NR + MR + 3 * NR, blas=True))
+                    scratch=MR * NR + MR + 4 * NR, blas=True))
 
 
 def lower_matmul_integer(lw: LowerContext, node: Node) -> None:
@@ -295,6 +333,30 @@ def lower_matmul_integer(lw: LowerContext, node: Node) -> None:
     lw.add_op(CpuOp(node.name or "MatMulInteger", "gemm.int8", (node,), tuple(sorted(reads)), (out.buffer,),
                     2.0 * rows * N * K, float(a.size + b.size + 4 * out.size),
                     _parts(rows, max(1, 65536 // max(N * K, 1))), emit, blas=True))
+
+
+# -- MatMulIntegerToFloat ------------------------------------------------------------------------
+
+def matmul_integer_float_reason(lw: LowerContext, node: Node) -> str | None:
+    found = matmul_integer_reason(lw, dataclasses.replace(node, inputs=node.inputs[:4]))
+    if found:
+        return found.replace("MatMulInteger", MATMUL_INTEGER_FLOAT)
+    if len(_info(lw, node.inputs[1]).shape) != 2 or _packed_weight(lw, node.inputs[1]) is None:
+        return f"{MATMUL_INTEGER_FLOAT} with a B that is not a 2-D 8-bit constant (the kernel packs it)"
+    return None
+
+
+def lower_matmul_integer_float(lw: LowerContext, node: Node) -> None:
+    """MatMulIntegerToFloat: ``k_gemm_int8`` storing ``float32(acc) * scale + bias``."""
+    a_info, b_info = _info(lw, node.inputs[0]), _info(lw, node.inputs[1])
+    *batch, M, K = a_info.shape
+    N = b_info.shape[-1]
+    weight = _packed_weight(lw, node.inputs[1])
+    assert weight is not None
+    zps = (lw.dense(node.inputs[2]) if _input(node, 2) else None, lw.dense(node.inputs[3]) if _input(node, 3) else None)
+    bias = lw.dense(node.inputs[5]) if _input(node, 5) else None
+    _gemm_int8_op(lw, node, lw.dense(node.inputs[0]), weight, lw.views[node.outputs[0]], math.prod(batch) * M, K, N,
+                  zps, None, (lw.dense(node.inputs[4]), bias))
 
 
 # -- QLinearMatMul -------------------------------------------------------------------------------
@@ -479,6 +541,10 @@ def lower_qlinear_conv(lw: LowerContext, node: Node) -> None:
         if float_taps is not None:
             _qdwconv_op(lw, node, x, float_taps, out, views, (N, C, H, W, OH, OW, KH, KW), geo)
             return
+    symmetric = symmetric_weights(lw, node, PACK_INT8_WEIGHTS)
+    if symmetric is not None and nhwc_conv_op(lw, node, x, symmetric, out, views,
+                                              (N, C, H, W, OC, OH, OW, KH, KW), geo):
+        return
     weight = None if cpg == 1 and OC == group else _conv_weight_rows(lw, node.inputs[3])
     if weight is not None:
         _qconv_gemm_op(lw, node, x, weight, out, views, (N, C, H, W, OC, OH, OW, cpg, group, KH, KW), geo)
@@ -505,12 +571,12 @@ def lower_qlinear_conv(lw: LowerContext, node: Node) -> None:
 LOWERINGS: dict[str, Callable[[LowerContext, Node], None]] = {
     "QuantizeLinear": lower_quantize, "DequantizeLinear": lower_dequantize,
     "DynamicQuantizeLinear": lower_dynamic_quantize, "MatMulInteger": lower_matmul_integer,
-    BYTE_TABLE: lower_byte_table,
+    BYTE_TABLE: lower_byte_table, MATMUL_INTEGER_FLOAT: lower_matmul_integer_float,
     "QLinearConv": lower_qlinear_conv, "QLinearMatMul": lower_qlinear_matmul,
 }
 REASONS: dict[str, Callable[[LowerContext, Node], str | None]] = {
     "QuantizeLinear": quantize_reason, "DequantizeLinear": dequantize_reason,
     "DynamicQuantizeLinear": dynamic_quantize_reason, "MatMulInteger": matmul_integer_reason,
-    BYTE_TABLE: byte_table_reason,
+    BYTE_TABLE: byte_table_reason, MATMUL_INTEGER_FLOAT: matmul_integer_float_reason,
     "QLinearConv": qlinear_conv_reason, "QLinearMatMul": qlinear_matmul_reason,
 }

@@ -47,6 +47,9 @@ USE_VNNI = HAS_VNNI and os.environ.get("RAMMER_CPU_INT8", "") != "portable"
 #: One symbol for either form: numba's cached kernels link against it by name, whichever form this
 #: process built.
 SYMBOL = "rammer_cpu_int8"
+#: The convolution form (:func:`_add_conv_kernel`): rows are output pixels read through offsets into an
+#: NHWC input, the taps of the window summed in the registers.
+SYMBOL_CONV = "rammer_cpu_int8_conv"
 
 
 def pack_b(b: np.ndarray) -> np.ndarray:
@@ -151,10 +154,111 @@ def _add_kernel(mod: ir.Module, name: str, vnni: bool) -> None:
     bld.ret_void()
 
 
+def _splat(bld: ir.IRBuilder, word: ir.Value, vec: ir.VectorType) -> ir.Value:
+    undef = ir.Constant(vec, ir.Undefined)
+    return bld.shuffle_vector(bld.insert_element(undef, word, ir.Constant(ir.IntType(32), 0)), undef,
+                              ir.Constant(vec, [0] * LANES))
+
+
+def _add_conv_kernel(mod: ir.Module, name: str, vnni: bool) -> None:
+    """``(ntaps, toff, cg, a, poff, rows, b, c, ldc)``: the MR x NR tile of a convolution over an NHWC
+    uint8 input (channels padded to a multiple of 4), output pixels as rows::
+
+        T[r, j] = sum_{t < ntaps} sum_{g < cg} sum_{u < 4} a[poff[r] + toff[t] + 4g + u] * b[((t*cg + g)*NR + j)*4 + u]
+
+    ``poff[r]``: where pixel r's window starts (rows >= ``rows`` repeat the last), ``toff[t]``: tap t's
+    offset from there, ``cg``: channels / 4; b: the taps' weight panels one after the other (as
+    :func:`pack_b` packs a [ntaps * 4cg, NR] matrix).  The accumulators stay in registers over all the
+    taps, so nothing is gathered (the A bytes are read where they lie) and A needs no XOR: its loads
+    fold into ``vpbroadcastd`` from memory, which leaves the vector ports to ``vpdpbusd``."""
+    i8p = ir.IntType(8).as_pointer()
+    i32 = ir.IntType(32)
+    i64 = ir.IntType(64)
+    i64p = i64.as_pointer()
+    vec = ir.VectorType(i32, LANES)
+    nv = NR // LANES
+    fn = ir.Function(mod, ir.FunctionType(ir.VoidType(), [i64, i64p, i64, i8p, i64p, i64, i8p, i32.as_pointer(),
+                                                          i64]), name=name)
+    ntaps, toff, cg, a, poff, rows, b, c, ldc = fn.args
+    for arg, n in zip(fn.args, ("ntaps", "toff", "cg", "a", "poff", "rows", "b", "c", "ldc")):
+        arg.name = n
+    dot = _dot_vnni if vnni else _dot_portable
+    zero = ir.Constant(vec, [0] * LANES)
+    entry = ir.IRBuilder(fn.append_basic_block("entry"))
+    last = entry.sub(rows, ir.Constant(i64, 1))
+    row_base = []
+    for r in range(MR):
+        rr = entry.select(entry.icmp_signed("<", ir.Constant(i64, r), rows), ir.Constant(i64, r), last)
+        row_base.append(entry.gep(a, [entry.load(entry.gep(poff, [rr]))]))
+    thead, tbody, ghead, gbody, tnext, done = (fn.append_basic_block(n) for n in
+                                               ("thead", "tbody", "ghead", "gbody", "tnext", "done"))
+    entry.branch(thead)
+
+    bld = ir.IRBuilder(thead)
+    t = bld.phi(i64, name="t")
+    t_bp = bld.phi(i8p, name="tb")
+    t_accs = [[bld.phi(vec) for _ in range(nv)] for _ in range(MR)]
+    t.add_incoming(ir.Constant(i64, 0), entry.block)
+    t_bp.add_incoming(b, entry.block)
+    for row in t_accs:
+        for ph in row:
+            ph.add_incoming(zero, entry.block)
+    bld.cbranch(bld.icmp_signed("<", t, ntaps), tbody, done)
+
+    bld = ir.IRBuilder(tbody)
+    off = bld.load(bld.gep(toff, [t]))
+    rows_t = [bld.gep(rb, [off]) for rb in row_base]
+    bld.branch(ghead)
+
+    bld = ir.IRBuilder(ghead)
+    g = bld.phi(i64, name="g")
+    g_bp = bld.phi(i8p, name="gb")
+    g_accs = [[bld.phi(vec) for _ in range(nv)] for _ in range(MR)]
+    g.add_incoming(ir.Constant(i64, 0), tbody)
+    g_bp.add_incoming(t_bp, tbody)
+    for r in range(MR):
+        for v in range(nv):
+            g_accs[r][v].add_incoming(t_accs[r][v], tbody)
+    bld.cbranch(bld.icmp_signed("<", g, cg), gbody, tnext)
+
+    bld = ir.IRBuilder(gbody)
+    bvals = [bld.load(bld.bitcast(bld.gep(g_bp, [ir.Constant(i64, v * LANES * 4)]), vec.as_pointer()), align=1)
+             for v in range(nv)]
+    koff = bld.mul(g, ir.Constant(i64, 4))
+    new = []
+    for r in range(MR):
+        word = bld.load(bld.bitcast(bld.gep(rows_t[r], [koff]), i32.as_pointer()), align=1)
+        splat = _splat(bld, word, vec)
+        new.append([dot(bld, g_accs[r][v], splat, bvals[v]) for v in range(nv)])
+    g.add_incoming(bld.add(g, ir.Constant(i64, 1)), gbody)
+    g_bp.add_incoming(bld.gep(g_bp, [ir.Constant(i64, NR * 4)]), gbody)
+    for r in range(MR):
+        for v in range(nv):
+            g_accs[r][v].add_incoming(new[r][v], gbody)
+    bld.branch(ghead)
+
+    bld = ir.IRBuilder(tnext)
+    t.add_incoming(bld.add(t, ir.Constant(i64, 1)), tnext)
+    t_bp.add_incoming(g_bp, tnext)
+    for r in range(MR):
+        for v in range(nv):
+            t_accs[r][v].add_incoming(g_accs[r][v], tnext)
+    bld.branch(thead)
+
+    bld = ir.IRBuilder(done)
+    for r in range(MR):
+        rowp = bld.gep(c, [bld.mul(ir.Constant(i64, r), ldc)])
+        for v in range(nv):
+            bld.store(t_accs[r][v], bld.bitcast(bld.gep(rowp, [ir.Constant(i64, v * LANES)]), vec.as_pointer()),
+                      align=4)
+    bld.ret_void()
+
+
 def int8_module(vnni: bool) -> ir.Module:
-    """The module of one form of the kernel (``vnni``: needs avx512vnni to compile)."""
+    """The module of one form of the kernels (``vnni``: needs avx512vnni to compile)."""
     mod = ir.Module(name="rammer_ukernel_int8")
     _add_kernel(mod, SYMBOL, vnni)
+    _add_conv_kernel(mod, SYMBOL_CONV, vnni)
     return mod
 
 
@@ -165,7 +269,8 @@ def _source_key() -> str:
 
 
 FORM = "vnni" if USE_VNNI else "portable"
-CODE = MachineCode(f"ukernel int8 {FORM} {MR}x{NR} {_source_key()}", lambda: int8_module(USE_VNNI), (SYMBOL,))
+CODE = MachineCode(f"ukernel int8 {FORM} {MR}x{NR} {_source_key()}", lambda: int8_module(USE_VNNI),
+                   (SYMBOL, SYMBOL_CONV))
 
 #: ctypes type of the kernel: (k4, a, lda, rows, flip_a, b, c, ldc).
 CFUNCTYPE = ctypes.CFUNCTYPE(None, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64,
@@ -184,6 +289,17 @@ def cfunc(vnni: bool) -> object:
     return CFUNCTYPE(engine.get_function_address(SYMBOL))
 
 
+#: ctypes type of the convolution kernel: (ntaps, toff, cg, a, poff, rows, b, c, ldc).
+CONV_CFUNCTYPE = ctypes.CFUNCTYPE(None, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p,
+                                  ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64)
+
+
+def conv_cfunc(vnni: bool) -> object:
+    """The convolution kernel (:func:`_add_conv_kernel`) of one form as a ctypes function, as :func:`cfunc`."""
+    cfunc(vnni)  # builds (and keeps) the engine of that form
+    return CONV_CFUNCTYPE(_ENGINES[vnni].get_function_address(SYMBOL_CONV))
+
+
 @uses(SYMBOL)
 @intrinsic
 def ukernel_int8(typingctx, k4, A, a_off, lda, rows, flip_a, Bp, b_off, C, c_off, ldc):
@@ -195,3 +311,17 @@ def ukernel_int8(typingctx, k4, A, a_off, lda, rows, flip_a, Bp, b_off, C, c_off
         return None
     sig = types.none(k4, A, a_off, lda, rows, flip_a, Bp, b_off, C, c_off, ldc)
     return sig, call_codegen(SYMBOL, "ifiiiffi")
+
+
+@uses(SYMBOL_CONV)
+@intrinsic
+def ukernel_int8_conv(typingctx, ntaps, toff, t_off, cg, A, a_off, poff, p_off, rows, Bp, b_off, C, c_off, ldc):
+    """The convolution tile (:func:`_add_conv_kernel`): ``toff`` / ``poff`` int64 arrays of tap and
+    pixel offsets into the NHWC bytes at ``A[a_off:]``; B packed, C int32."""
+    if not all(isinstance(x, types.Array) for x in (toff, A, poff, Bp, C)):
+        return None
+    if toff.dtype != types.int64 or poff.dtype != types.int64 or A.dtype != types.uint8 or Bp.dtype != types.uint8 \
+            or C.dtype != types.int32:
+        return None
+    sig = types.none(ntaps, toff, t_off, cg, A, a_off, poff, p_off, rows, Bp, b_off, C, c_off, ldc)
+    return sig, call_codegen(SYMBOL_CONV, "iqiqqiqqi")

@@ -14,6 +14,7 @@ import numpy as np
 from ..dtypes import from_onnx
 from .control import RAMMER_DOMAIN
 from .elementwise import numpy_op
+from .linalg import matmul_integer, matmul_shape
 from .registry import OpContext, OutSpec, normalize_axis, register_op
 
 
@@ -148,3 +149,26 @@ def _byte_table_infer(ctx: OpContext) -> list[OutSpec]:
 def byte_table(ctx: OpContext, x: np.ndarray, table: np.ndarray) -> np.ndarray:
     """``y = table[byte of x]``: the byte read unsigned, so an int8 -1 is entry 255."""
     return table[np.ascontiguousarray(x).view(np.uint8)]
+
+
+#: MatMulInteger whose int32 result is dequantized in the same op (rammer domain): inputs (A, B, A's zero
+#: point, B's zero point, scale, bias), ``y = float32(MatMulInteger(A, B, za, zb)) * scale + bias`` with
+#: float32 rounding after the product and after the sum, as the Cast -> Mul -> Add that
+#: :mod:`rammer.passes.qdq_matmul_float` makes it of (onnxruntime's ``quantize_dynamic`` writes that chain
+#: after every MatMulInteger).  ``scale``: one element or one per column; ``bias`` (optional): one per column.
+MATMUL_INTEGER_FLOAT = "MatMulIntegerToFloat"
+
+
+def _matmul_integer_float_infer(ctx: OpContext) -> list[OutSpec]:
+    a, b = ctx.input(0), ctx.input(1)
+    return [("float32", matmul_shape(ctx, a.shape, b.shape))]
+
+
+@register_op(MATMUL_INTEGER_FLOAT, infer=_matmul_integer_float_infer, domain=RAMMER_DOMAIN)
+def matmul_integer_float(ctx: OpContext, a: np.ndarray, b: np.ndarray, a_zero_point: np.ndarray | None,
+                         b_zero_point: np.ndarray | None, scale: np.ndarray,
+                         bias: np.ndarray | None = None) -> np.ndarray:
+    y = matmul_integer(ctx, a, b, a_zero_point, b_zero_point).astype(np.float32) * scale.astype(np.float32)
+    if bias is not None:
+        y = y + bias.astype(np.float32)
+    return y.astype(np.float32, copy=False)

@@ -8,7 +8,9 @@ op between them maps each element on its own (unary activations, or a binary op 
 constant), the output byte is a function of the input byte alone: 256 values, computed here by running
 the chain itself (the registry's reference ops) on every byte value, so the table gives the chain's result
 bit for bit, rounding and saturation included.  The chain becomes ``ByteTable(x, table)`` (rammer domain):
-one byte load per element instead of three passes over a float tensor four times the size.
+one byte load per element instead of three passes over a float tensor four times the size.  A chain of
+one Relu or Clip also leaves its parameters on the node (attribute ``requantize``), so that a backend
+can compute the table's function in vector arithmetic rather than look it up byte by byte.
 
 Rewritten when the float values between are read by the next op of the chain only and are not graph
 outputs; a DequantizeLinear with other readers stays for them.  Hardware-neutral; a backend with a
@@ -78,6 +80,36 @@ def _table(graph: Graph, chain: list[Node]) -> np.ndarray:
     return np.asarray(run_graph(probe, {x: values}, check=False)[0]).reshape(256)
 
 
+def _requantize_params(graph: Graph, deq: Node, steps: list[Node], quant: Node) -> list[float] | None:
+    """[x scale, x zero point, low, high, y scale, y zero point] when the chain is DequantizeLinear ->
+    one Relu or Clip (constant bounds) -> QuantizeLinear: the table is then also
+    ``saturate(rint(clip(float32(x - zx) * sx, low, high) / sy) + zy)``, which a backend may compute
+    instead of looking it up (it checks the formula against the table); None for other chains."""
+    if len(steps) != 1 or steps[0].op_type not in ("Relu", "Clip"):
+        return None
+    lo, hi = -np.inf, np.inf
+    if steps[0].op_type == "Relu":
+        lo = 0.0
+    else:
+        bounds = list(steps[0].inputs[1:3]) + [""] * (3 - len(steps[0].inputs))
+        if any(b and (b not in graph.initializers or np.asarray(graph.initializers[b]).size != 1) for b in bounds):
+            return None
+        if bounds[0]:
+            lo = float(np.asarray(graph.initializers[bounds[0]]).reshape(()))
+        if bounds[1]:
+            hi = float(np.asarray(graph.initializers[bounds[1]]).reshape(()))
+        if "min" in steps[0].attrs or "max" in steps[0].attrs:  # Clip before opset 11
+            lo = float(steps[0].attrs.get("min", lo))
+            hi = float(steps[0].attrs.get("max", hi))
+
+    def const(name: str) -> float:
+        return float(np.asarray(graph.initializers[name]).reshape(())) if name else 0.0
+
+    zx = deq.inputs[2] if len(deq.inputs) > 2 else ""
+    zy = quant.inputs[2] if len(quant.inputs) > 2 else ""
+    return [const(deq.inputs[1]), const(zx), lo, hi, const(quant.inputs[1]), const(zy)]
+
+
 def qdq_lookup(graph: Graph) -> Graph:
     """``graph`` with each DequantizeLinear -> per-element ops -> QuantizeLinear chain (constant per-tensor
     8-bit parameters) as one ``ByteTable``; the same object when there is none."""
@@ -114,8 +146,10 @@ def qdq_lookup(graph: Graph) -> Graph:
         table_name = fresh_name(f"{stem}.byte_table", taken)
         inits[table_name] = table
         value_info[table_name] = TensorInfo(table_name, str(table.dtype), (256,))
+        params = _requantize_params(graph, deq, steps, quant)
         replaced[id(quant)] = Node(BYTE_TABLE, (deq.inputs[0], table_name), (quant.outputs[0],),
-                                   fresh_name(f"{stem}.table", taken), RAMMER_DOMAIN)
+                                   fresh_name(f"{stem}.table", taken), RAMMER_DOMAIN,
+                                   {"requantize": params} if params is not None else {})
         gone |= {id(n) for n in steps}
     if not replaced:
         return graph

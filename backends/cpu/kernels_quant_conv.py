@@ -1,0 +1,169 @@
+"""QLinearConv with symmetric int8 weights as the convolution form of the 8-bit micro-kernel
+(:func:`.ukernel_int8.ukernel_int8_conv`): output pixels are the tile's rows, output channels its columns.
+
+The input rows a band of output rows reads are copied once into the vEU's scratch as NHWC bytes
+(channels padded to a multiple of 4, the window's padding filled with the input's zero point), so
+that every tap of every pixel is a run of channels at a known offset: the micro-kernel reads them
+where they lie and sums all the taps in its registers.  Nothing is gathered per tap, unlike
+:func:`.kernels_quant.k_qconv_int8` (weights as rows, gathered pixel windows as columns), whose
+byte-by-byte window gather cost more than its multiply-adds on 3x3 layers.
+
+The weights are int8 with zero point 0 (``quantize_static``'s per-channel weights, onnxruntime's
+"symmetric" convolution); with A = x (uint8, or int8 XOR 0x80 = x + 128) and zx' its zero point on that
+scale, ``sum (x - zx) * w = D - zx' * colsum(w)``, the column sums computed at compile time.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from . import _numba_cache  # noqa: F401  (drops stale numba caches first)
+from .ukernel_int8 import MR, NR, ukernel_int8_conv
+
+_JIT = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
+_u = np.uint64
+f32 = np.float32
+
+
+
+@njit(nogil=True, cache=True, error_model="numpy", boundscheck=False, fastmath={"nnan", "ninf", "nsz"})
+def _requantize_rows(J, F, acc, npx, nc, terms, mults, zy, lo, hi, B, stage):
+    """stage[q * NR + j] = saturate(rint(float32(J[acc + q * NR + j] + J[terms + j]) * F[mults + j]) + zy)
+    for pixel q < npx, channel j < nc: the band's sums requantized along its rows (channels contiguous,
+    so the loop vectorizes), as bytes in the same [pixel, channel] order."""
+    t = J[_u(terms):_u(terms + nc)]
+    m = F[_u(mults):_u(mults + nc)]
+    for q in range(npx):
+        a = J[_u(acc + q * NR):_u(acc + q * NR + nc)]
+        o = B[_u(stage + q * NR):_u(stage + q * NR + nc)]
+        for j in range(nc):
+            y = np.rint(f32(np.int32(a[j] + t[j])) * m[j]) + zy
+            y = min(max(y, lo), hi)
+            o[j] = np.uint8(np.int32(y) & 255)
+
+
+@njit(**_JIT)
+def _store_channels(B, stage, npx, nc, out, plane):
+    """out[j * plane + q] = stage[q * NR + j]: the requantized band into NCHW, one channel's pixels
+    contiguous."""
+    for j in range(nc):
+        o = out + j * plane
+        for q in range(npx):
+            B[_u(o + q)] = B[_u(stage + q * NR + j)]
+
+
+@njit(**_JIT)
+def _fill_band(B, x, band, C, H, W, cp, ih0, rows, wp, pl, flip, zfill):
+    """band[(r * wp + col) * cp + c] = x[c, ih0 + r, col - pl] ^ flip, or ``zfill`` outside the image
+    and for the channels past C."""
+    n = rows * wp * cp
+    for e in range(n):
+        B[_u(band + e)] = zfill
+    col0 = max(0, pl)
+    col1 = min(wp, W + pl)
+    if col1 <= col0:
+        return
+    for r in range(rows):
+        ih = ih0 + r
+        if ih < 0 or ih >= H:
+            continue
+        for c in range(C):
+            src = x + (c * H + ih) * W - pl
+            dst = band + r * wp * cp + c
+            for col in range(col0, col1):
+                B[_u(dst + col * cp)] = B[_u(src + col)] ^ flip
+
+
+@njit(**_JIT)
+def qconv_nhwc(F, B, J, X, d, t0, t1, sbase):
+    """Output rows [t0, t1) of t = image * OH + output row.  Descriptor: [x, packed weights (bytes),
+    out, C, H, W, OC, OH, OW, channels padded (cp), KH, KW, sh, sw, dh, dw, pad top, pad left,
+    x signed, out signed, x zp (-1), x scale, w scale, w scale per channel, y scale, y zp (-1),
+    bias (int32, -1 none), weight column sums (int32 per output channel), output rows per band,
+    padded width (wp), int32 slots of the band, int32 slots of its sums (scratch: the band's bytes,
+    its sums, per-channel terms and multipliers, then the requantized bytes)].  The weights are packed
+    as a [KH * KW * cp, OC] matrix (row (i * KW + j) * cp + c), :func:`.ukernel_int8.pack_b`."""
+    x = X[d]
+    wpk = X[d + 1]
+    out = X[d + 2]
+    C = X[d + 3]
+    H = X[d + 4]
+    W = X[d + 5]
+    OC = X[d + 6]
+    OH = X[d + 7]
+    OW = X[d + 8]
+    cp = X[d + 9]
+    KH = X[d + 10]
+    KW = X[d + 11]
+    sh = X[d + 12]
+    sw = X[d + 13]
+    dh = X[d + 14]
+    dw = X[d + 15]
+    pt = X[d + 16]
+    pl = X[d + 17]
+    x_signed = X[d + 18] != 0
+    o_signed = X[d + 19] != 0
+    x_zp = X[d + 20]
+    bias = X[d + 26]
+    colsum = X[d + 27]
+    band_rows = X[d + 28]
+    wp = X[d + 29]
+    band_slots = X[d + 30]
+    lo = f32(-128.0) if o_signed else f32(0.0)
+    hi = f32(127.0) if o_signed else f32(255.0)
+    zx_byte = B[_u(x_zp)] if x_zp >= 0 else np.uint8(0)
+    zx = np.int64(zx_byte)
+    if x_signed:
+        zx = np.int64(np.int8(zx_byte)) + 128
+    flip = np.uint8(128) if x_signed else np.uint8(0)
+    zfill = zx_byte ^ flip
+    x_scale = F[_u(X[d + 21])]
+    y_scale = F[_u(X[d + 24])]
+    zy = f32(np.int32(np.int8(B[_u(X[d + 25])])) if o_signed else np.int32(B[_u(X[d + 25])])) \
+        if X[d + 25] >= 0 else f32(0.0)
+    ntaps = KH * KW
+    cg = cp // 4
+    plane = OH * OW
+    panels = (OC + NR - 1) // NR
+    panel_bytes = ntaps * cp * NR
+    band = sbase * 4
+    acc = sbase + band_slots
+    terms = acc + X[d + 31]
+    mults = terms + NR
+    stage = (mults + NR) * 4
+    toff = np.empty(ntaps, np.int64)
+    for i in range(KH):
+        for j in range(KW):
+            toff[i * KW + j] = (i * dh * wp + j * dw) * cp
+    poff = np.empty(MR, np.int64)
+    t = t0
+    while t < t1:
+        n = t // OH
+        oh0 = t % OH
+        oh1 = min(OH, oh0 + band_rows, oh0 + (t1 - t))
+        t += oh1 - oh0
+        ih0 = oh0 * sh - pt
+        rows_in = (oh1 - 1 - oh0) * sh + (KH - 1) * dh + 1
+        _fill_band(B, x + n * C * H * W, band, C, H, W, cp, ih0, rows_in, wp, pl, flip, zfill)
+        npx = (oh1 - oh0) * OW
+        for pnl in range(panels):
+            for q0 in range(0, npx, MR):
+                nr = min(MR, npx - q0)
+                for r in range(nr):
+                    q = q0 + r
+                    poff[r] = ((q // OW) * sh * wp + (q % OW) * sw) * cp
+                ukernel_int8_conv(ntaps, toff, 0, cg, B, band, poff, 0, nr, B, wpk + pnl * panel_bytes, J,
+                                  acc + q0 * NR, NR)
+            c0 = pnl * NR
+            nc = min(NR, OC - c0)
+            for j in range(nc):
+                oc = c0 + j
+                c_oc = -zx * np.int64(J[_u(colsum + oc)])
+                if bias >= 0:
+                    c_oc += np.int64(J[_u(bias + oc)])
+                J[_u(terms + j)] = np.int32(c_oc << 32 >> 32)
+                F[_u(mults + j)] = x_scale * F[_u(X[d + 22] + (oc if X[d + 23] != 0 else 0))] / y_scale
+            _requantize_rows(J, F, acc, npx, nc, terms, mults, zy, lo, hi, B, stage)
+            _store_channels(B, stage, npx, nc, out + (n * OC + c0) * plane + oh0 * OW, plane)
+    return 0
