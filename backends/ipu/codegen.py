@@ -195,7 +195,8 @@ def _lower_with_owners(schedule: Schedule, graph: Graph, mode: str, fixed_owners
                 if len(pj):
                     rb, sb = rboxes[pj], sboxes[pm]
                     inter = np.stack([np.maximum(rb[..., 0], sb[..., 0]), np.minimum(rb[..., 1], sb[..., 1])], axis=-1)
-                    remote[name].append((ids[rlocal[pj]], rtiles[pj], pm, inter.astype(np.int32)))
+                    remote[name].append((ids[rlocal[pj]].astype(np.int32), rtiles[pj].astype(np.int32),
+                                         pm.astype(np.int32), inter.astype(np.int32)))
         if (need_wave > waves[i]).any():  # cannot happen for a valid schedule: waves follow the dependencies
             raise BSPOrderError(f"{node.label}: wave {waves[i]} comes before data it reads")
         asap[ids] = need
@@ -232,7 +233,10 @@ def _lower_with_owners(schedule: Schedule, graph: Graph, mode: str, fixed_owners
         try:
             program = parts.build(steps, mode)
         except IpuPlacementError as exc:
-            errors.append(exc)
+            # Kept without its traceback: the traceback holds the failed build's frame, whose
+            # exchange and memory arrays (about 2 GB for real:resnet50) then outlived it, and the
+            # third candidate was built with two failed ones alive (a 9.4 GB peak).
+            errors.append(exc.with_traceback(None))
             if k == 0:
                 candidates.append(wave)
             continue
@@ -292,6 +296,13 @@ def _merge_waves(wave: np.ndarray, tables: dict, arrays: dict) -> np.ndarray:
     return to_step[wave] if len(wave) else wave
 
 
+def _narrow(x: np.ndarray) -> np.ndarray:
+    """``x`` as int32 when its values allow (indices into the lowering's tables)."""
+    if x.size and (int(x.max()) >= 2**31 or int(x.min()) < -2**31):
+        return x
+    return x.astype(np.int32)
+
+
 def _sorted_distinct(x: np.ndarray) -> np.ndarray:
     """``np.unique(x)`` for a 1-d integer array, by a sort and a neighbour compare: numpy 2.3+'s
     ``np.unique`` without ``return_*`` takes a hash-based path that was 30x slower here (1.4 s for 2 M
@@ -324,12 +335,14 @@ class _Parts:
             del chunks
             ndim = boxes.shape[1]
             # The source slice follows from the box (slices of a tensor are disjoint): it only rides along.
-            rows, group = unique_rows(np.column_stack([arrays[name][1][sid], dst, boxes.reshape(len(rid), 2 * ndim),
-                                                       sid]), return_inverse=True)
-            del boxes
+            # int32 columns (tiles, box bounds, slice and rTask indices): real:resnet50 has 12.8 M remote
+            # reads, and these tables, kept for every candidate program, were 1.4 GB in int64.
+            rows, group = unique_rows(np.column_stack([arrays[name][1][sid].astype(np.int32), dst,
+                                                       boxes.reshape(len(rid), 2 * ndim), sid]), return_inverse=True)
+            del boxes, dst, sid
             bx = rows[:, 2:2 + 2 * ndim].reshape(len(rows), ndim, 2)
             nbytes = np.prod(np.maximum(bx[..., 1] - bx[..., 0], 0), axis=1) * _itemsize(graph, name)
-            self.tables[name] = (rid, group, rows[:, 0], rows[:, 1], bx, rows[:, -1], nbytes.astype(np.int64))
+            self.tables[name] = (rid, _narrow(group), rows[:, 0], rows[:, 1], bx, rows[:, -1], nbytes.astype(np.int64))
 
     def exchange_groups(self, rtask_step: np.ndarray) -> list[ExchangeGroup]:
         """One exchange per (superstep, source tile, destination tile, box) of each tensor."""

@@ -19,6 +19,7 @@ from .placement import is_static
 from .poptorch_path import build_poptorch_runner, poptorch_status
 from .rkernels import ipu_rkernels
 from .runtime import IpuExecutable
+from .stationary import finest_weight_cut
 
 OPTIONS = frozenset({"policy", "mode", "vdevice", "engine", "export_json"})
 ENGINES = ("auto", "simulator", "poptorch")
@@ -56,20 +57,22 @@ class IpuBackend(Backend):
         # (rkernels.py): the generic kernels would need whole tensors on one tile.
         # Where the ipu has kernels of its own they replace the generic ones, not a plugin's: the
         # families plugins register for 'ipu' (rammer_register_rkernels) are offered beside them.
+        # A large constant weight is read only through the kernels that cut it finest (stationary.py).
         own = ipu_rkernels(node, graph, vdevice)
-        if not own:
-            return super().rkernels(node, graph, vdevice)  # plugins' families, then the generic ones
+        if not own:  # plugins' families, then the generic ones
+            return finest_weight_cut(super().rkernels(node, graph, vdevice), node, graph, vdevice)
         for family in plugin_rkernel_families(self.name):
             if family.op_types is None or node.op_type in family.op_types:
                 own += family.candidates(node, graph, vdevice)
-        return own
+        return finest_weight_cut(own, node, graph, vdevice)
 
     def prepare_graph(self, graph: Graph, verify: bool = False, vdevice: VDevice | None = None) -> PipelineResult:
         """``graph`` after the ipu passes for ``vdevice``'s tiles (passes.py; the gc200's by default)."""
         if vdevice is None:
             return run_pipeline(graph, self.graph_passes, verify)
-        tile_bytes = vdevice.veu.local_mem_bytes * int(vdevice.extra.get("veus_per_tile", 1))
-        return run_pipeline(graph, ipu_passes(tile_bytes), verify)
+        per_tile = int(vdevice.extra.get("veus_per_tile", 1))
+        tiles = -(-vdevice.num_veus // per_tile)
+        return run_pipeline(graph, ipu_passes(vdevice.veu.local_mem_bytes * per_tile, tiles), verify)
 
     def compile(self, graph: Graph, options: Mapping[str, Any]) -> IpuExecutable:
         check_options(self.name, options, OPTIONS)
