@@ -19,6 +19,7 @@ from rammer.passes import (
     NORM_AS_LAYERNORM,
     QDQ_AS_FLOAT,
     QDQ_LOOKUP,
+    QDQ_MATMUL_FLOAT,
     RELU_CONCAT,
     Pass,
     PipelineResult,
@@ -26,7 +27,6 @@ from rammer.passes import (
     qdq_to_qlinear_pass,
     run_pipeline,
 )
-from rammer.passes.qdq_matmul_float import QDQ_MATMUL_FLOAT
 
 from .window_shapes import SHAPES as DIRECT_SHAPES
 
