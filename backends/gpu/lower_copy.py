@@ -55,10 +55,21 @@ def separable(dims: tuple[int, ...], base: np.ndarray, terms: list[np.ndarray], 
     return out.reshape(dims)
 
 
-def strided_index(base: int, strides: list[int] | tuple[int, ...], dims: tuple[int, ...]) -> np.ndarray:
-    """``base + strides . k`` for every coordinate ``k`` of ``dims``."""
-    return separable(dims, np.array(base, np.int64),
-                      [np.arange(d, dtype=np.int64) * s for d, s in zip(dims, strides)], np.add)
+def strided_index(base: int, strides: list[int] | tuple[int, ...], dims: tuple[int, ...],
+                  dtype: type[np.signedinteger] = np.int64) -> np.ndarray:
+    """``base + strides . k`` for every coordinate ``k`` of ``dims`` (in ``dtype``; int64 wherever a
+    value could leave int32)."""
+    reach = abs(base) + sum(abs(s) * max(d - 1, 0) for d, s in zip(dims, strides))
+    if reach >= 2 ** 31:
+        dtype = np.int64
+    return separable(dims, np.array(base, dtype),
+                     [np.arange(d, dtype=dtype) * dtype(s) for d, s in zip(dims, strides)], np.add)
+
+
+def _index_dtype(size: int) -> type[np.signedinteger]:
+    """int32 for the index maps of a copy of ``size`` elements where they fit: the maps of a batched
+    model's concatenations are tens of millions of elements, and half the bytes is half the time."""
+    return np.int32 if size < 2 ** 31 - 1 else np.int64
 
 
 def _affine(index: np.ndarray) -> tuple[int, list[int]]:
@@ -74,7 +85,7 @@ def _affine(index: np.ndarray) -> tuple[int, list[int]]:
             strides.append(int(index[tuple(unit)]) - base)
         else:
             strides.append(0)
-    if not np.array_equal(strided_index(base, strides, tuple(index.shape)), index):
+    if not np.array_equal(strided_index(base, strides, tuple(index.shape), index.dtype.type), index):
         raise ValueError("its data movement is not a strided view")
     return base, strides
 
@@ -106,15 +117,18 @@ def _views(node: Node, graph: Graph) -> list[_View]:
     op = node.op_type
     if op == "Concat":
         ins = [(i, n) for i, n in enumerate(node.inputs) if n]
+        dtype = _index_dtype(sum(int(np.prod(shape_of(graph, n))) for _, n in ins))
         arrays, offs, off = {}, [], 0
-        for i, n in ins:
+        for i, n in ins:  # each input's elements numbered by their position in the inputs, in turn
             size = int(np.prod(shape_of(graph, n)))
-            arrays[i] = (np.arange(size, dtype=np.float64) + off).reshape(shape_of(graph, n))
+            arrays[i] = np.arange(off, off + size, dtype=dtype).reshape(shape_of(graph, n))
             offs.append(off)
             off += size
         out = reference_outputs(node, graph, arrays)[0]
-        pos = np.empty(out.size, np.int64)
-        pos[out.ravel().astype(np.int64)] = np.arange(out.size)
+        if out.dtype != dtype or out.size != off:
+            raise ValueError("its reference did not move the elements of its inputs")
+        pos = np.empty(out.size, dtype)
+        pos[out.ravel()] = np.arange(out.size, dtype=dtype)
         views = []
         for (i, n), o in zip(ins, offs):
             shape = shape_of(graph, n)
