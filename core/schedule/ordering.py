@@ -239,7 +239,7 @@ def _segment_clocks(n_ops: int, sched: Schedule) -> tuple[list[int], np.ndarray,
     # an op at a time so that memory stays one op's rTasks x vEUs
     bounds = np.searchsorted(ops_of, np.arange(n_ops + 1))
     for i in np.nonzero(has)[0].tolist():
-        start[i] = sc.before_rtasks(placed[bounds[i]:bounds[i + 1]]).min(axis=0)
+        start[i] = sc.min_before_rtasks(placed[bounds[i]:bounds[i + 1]])
     seen = set(walk)
     walk += [i for i in range(n_ops) if i not in seen]
     return walk, done, start
