@@ -132,8 +132,8 @@ def run_order(est: np.ndarray, veus: np.ndarray, n: int, duration: float) -> tup
         lo, hi = (lo, mid) if runs_by(mid).sum() >= n else (mid, hi)
     counts = np.minimum(runs_by(hi).astype(np.int64) + 1, n)
     while True:
-        times = [np.cumsum(np.concatenate(([t], np.full(c - 1, duration)))) for t, c in zip(est.tolist(), counts.tolist())]
-        flat_times = np.concatenate(times)
+        flat_times = np.concatenate([np.cumsum(np.concatenate(([t], np.full(c - 1, duration))))
+                                     for t, c in zip(est.tolist(), counts.tolist())])
         owners = np.repeat(veus, counts)
         taken = np.lexsort((owners, flat_times))[:n]  # stable: a vEU's own ties stay in order
         in_first = np.zeros(owners.size, dtype=bool)
