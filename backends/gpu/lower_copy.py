@@ -113,7 +113,53 @@ def _gather_view(src: np.ndarray, valid: np.ndarray, in_shape: tuple[int, ...], 
     return view
 
 
+def _frozen(value: Any) -> Any:
+    """``value`` (an attribute or a constant input) as a hashable key; TypeError where it has none."""
+    if isinstance(value, np.ndarray) or isinstance(value, np.generic):
+        value = np.asarray(value)
+        return ("array", value.dtype.str, value.shape, value.tobytes())
+    if isinstance(value, (list, tuple)):
+        return tuple(map(_frozen, value))
+    hash(value)
+    return value
+
+
+def _views_key(node: Node, graph: Graph) -> tuple | None:
+    """What :func:`_derive_views` reads of ``node`` and ``graph`` (None where some attribute is not
+    hashable): the op, its opset, attributes, each input's shape and dtype and, for a constant
+    input, its value, and which outputs are named."""
+    try:
+        attrs = tuple(sorted((k, _frozen(v)) for k, v in node.attrs.items()))
+        inputs = tuple((n, None) if not n else
+                       (graph.value_info[n].shape, graph.value_info[n].dtype,
+                        _frozen(np.asarray(graph.initializers[n])) if n in graph.initializers else None)
+                       for n in node.inputs)
+    except TypeError:
+        return None
+    return (node.op_type, node.domain, graph.opset.get(node.domain, 1), attrs, inputs,
+            tuple(bool(n) for n in node.outputs))
+
+
+#: Views already derived, by :func:`_views_key`: an unrolled RNN has thousands of copies of a few
+#: kinds (the same Slice of each step's gates), each derived by running the reference op on index
+#: arrays (a third of compiling conv-bilstm-asr-b8).  Bounded: cleared when full.
+_VIEW_MEMO: dict[tuple, tuple[_View, ...]] = {}
+_VIEW_MEMO_SIZE = 4096
+
+
 def _views(node: Node, graph: Graph) -> list[_View]:
+    key = _views_key(node, graph)
+    if key is None:
+        return _derive_views(node, graph)
+    hit = _VIEW_MEMO.get(key)
+    if hit is None:
+        if len(_VIEW_MEMO) >= _VIEW_MEMO_SIZE:
+            _VIEW_MEMO.clear()
+        hit = _VIEW_MEMO[key] = tuple(_derive_views(node, graph))
+    return list(hit)
+
+
+def _derive_views(node: Node, graph: Graph) -> list[_View]:
     op = node.op_type
     if op == "Concat":
         ins = [(i, n) for i, n in enumerate(node.inputs) if n]

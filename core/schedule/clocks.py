@@ -59,6 +59,10 @@ class Deadlock:
     stuck: dict[int, tuple[int, int, int]]
 
 
+#: Up to this many (steps x blocks), :meth:`Clocks.min_before` takes the minimum of the full matrix.
+SMALL_MIN_BEFORE = 1 << 16
+
+
 @dataclass(frozen=True, eq=False)
 class Clocks:
     """The clocks of programs given as flat step arrays (see :func:`program_clocks`)."""
@@ -90,8 +94,8 @@ class Clocks:
         rows of its steps, with its own entry the least signal count there."""
         steps = np.asarray(steps, np.int64)
         blocks = np.asarray(blocks, np.int64)
-        if not steps.size:
-            raise ValueError("no steps")
+        if steps.size * self.blocks <= SMALL_MIN_BEFORE:  # the matrix is cheaper than the grouping
+            return self.before(steps, blocks).min(axis=0)
         rows = self.step_row[steps]
         present, block_rank = np.unique(blocks, return_inverse=True)
         pairs = np.unique(block_rank.ravel() * (self.rows.shape[0] + 1) + (rows + 1))

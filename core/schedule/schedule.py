@@ -236,6 +236,10 @@ def _scheduled_op(op: Mapping[str, Any], index: Mapping[str, int]) -> ScheduledO
                        tuple(TensorRef.from_dict(t) for t in op.get("outputs", [])))
 
 
+#: Up to this many rTasks, :meth:`ScheduleBuilder.append_rtasks` appends them one by one.
+SMALL_APPEND = 256
+
+
 class ScheduleBuilder:
     """Builds a schedule with the paper's interface: :meth:`append` an rTask
     to a vEU, :meth:`wait` (append a barrier rTask) for a set of rTasks.
@@ -304,6 +308,11 @@ class ScheduleBuilder:
         first = len(self._handle_op)
         self._handle_op.extend(repeat(op, n))
         self._handle_local.extend(range(n))
+        if n <= SMALL_APPEND:  # an unrolled RNN's thousands of small ops: no array passes
+            programs = self.programs
+            for r, v in enumerate(veus.tolist()):
+                programs[v].append(first + r)
+            return first
         order = np.argsort(veus, kind="stable")
         handles = (order + first).tolist()
         bounds = np.searchsorted(veus[order], np.arange(len(self.programs) + 1)).tolist()

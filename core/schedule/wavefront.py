@@ -144,12 +144,15 @@ def run_order(est: np.ndarray, veus: np.ndarray, n: int, duration: float) -> tup
         counts[short] = np.minimum(2 * counts[short], n)
 
 
-def _first_and_last(values: np.ndarray) -> tuple[list[int], np.ndarray]:
+def _first_and_last(values: np.ndarray) -> tuple[list[int], list[int]]:
     """The distinct values in the order they first occur, and the index of each one's last occurrence."""
+    if values.size <= SMALL_RUN:  # an unrolled RNN's thousands of small ops: no array passes
+        last = {v: r for r, v in enumerate(values.tolist())}  # keys in order of first occurrence
+        return list(last), list(last.values())
     distinct, first = np.unique(values, return_index=True)
-    last = values.size - 1 - np.unique(values[::-1], return_index=True)[1]
+    last_at = values.size - 1 - np.unique(values[::-1], return_index=True)[1]
     order = np.argsort(first)
-    return distinct[order].tolist(), last[order]
+    return distinct[order].tolist(), last_at[order].tolist()
 
 
 class _Placer:
@@ -243,7 +246,7 @@ class _Placer:
                 waited.append(v)
         first_handle = builder.append_rtasks(op, veu_of)
         last_finish = (starts[last_r] + kernel.duration_us).tolist()
-        last = {v: (len(programs[v]) - 1, first_handle + r, f) for v, r, f in zip(used, last_r.tolist(), last_finish)}
+        last = {v: (len(programs[v]) - 1, first_handle + r, f) for v, r, f in zip(used, last_r, last_finish)}
         if waited:  # what the new barriers waited for, all at once (nothing above reads known)
             assert missing is not None and req is not None
             done = np.asarray(waited, dtype=np.int64)

@@ -47,7 +47,11 @@ def test_the_array_form_gives_the_heaps_schedule(monkeypatch):
     assert max(op.kernel.num_rtasks for op in heap.ops) > 7  # ops of several rTasks per vEU
 
 
-def test_append_rtasks_is_append_rtask_in_order():
+@pytest.mark.parametrize("small", [0, 256])
+def test_append_rtasks_is_append_rtask_in_order(small, monkeypatch):
+    from rammer.schedule import schedule as schedule_module
+
+    monkeypatch.setattr(schedule_module, "SMALL_APPEND", small)  # 0: every op through the arrays
     problem = build_problem(zoo_graph("resnext-small"), get_preset("v100").with_veus(5))
     kernels = [rop.fastest(5) for rop in problem.rops]
     rng = np.random.default_rng(3)
