@@ -55,10 +55,21 @@ def separable(dims: tuple[int, ...], base: np.ndarray, terms: list[np.ndarray], 
     return out.reshape(dims)
 
 
-def strided_index(base: int, strides: list[int] | tuple[int, ...], dims: tuple[int, ...]) -> np.ndarray:
-    """``base + strides . k`` for every coordinate ``k`` of ``dims``."""
-    return separable(dims, np.array(base, np.int64),
-                      [np.arange(d, dtype=np.int64) * s for d, s in zip(dims, strides)], np.add)
+def strided_index(base: int, strides: list[int] | tuple[int, ...], dims: tuple[int, ...],
+                  dtype: type[np.signedinteger] = np.int64) -> np.ndarray:
+    """``base + strides . k`` for every coordinate ``k`` of ``dims`` (in ``dtype``; int64 wherever a
+    value could leave int32)."""
+    reach = abs(base) + sum(abs(s) * max(d - 1, 0) for d, s in zip(dims, strides))
+    if reach >= 2 ** 31:
+        dtype = np.int64
+    return separable(dims, np.array(base, dtype),
+                     [np.arange(d, dtype=dtype) * dtype(s) for d, s in zip(dims, strides)], np.add)
+
+
+def _index_dtype(size: int) -> type[np.signedinteger]:
+    """int32 for the index maps of a copy of ``size`` elements where they fit: the maps of a batched
+    model's concatenations are tens of millions of elements, and half the bytes is half the time."""
+    return np.int32 if size < 2 ** 31 - 1 else np.int64
 
 
 def _affine(index: np.ndarray) -> tuple[int, list[int]]:
@@ -74,7 +85,7 @@ def _affine(index: np.ndarray) -> tuple[int, list[int]]:
             strides.append(int(index[tuple(unit)]) - base)
         else:
             strides.append(0)
-    if not np.array_equal(strided_index(base, strides, tuple(index.shape)), index):
+    if not np.array_equal(strided_index(base, strides, tuple(index.shape), index.dtype.type), index):
         raise ValueError("its data movement is not a strided view")
     return base, strides
 
@@ -102,19 +113,68 @@ def _gather_view(src: np.ndarray, valid: np.ndarray, in_shape: tuple[int, ...], 
     return view
 
 
+def _frozen(value: Any) -> Any:
+    """``value`` (an attribute or a constant input) as a hashable key; TypeError where it has none."""
+    if isinstance(value, np.ndarray) or isinstance(value, np.generic):
+        value = np.asarray(value)
+        return ("array", value.dtype.str, value.shape, value.tobytes())
+    if isinstance(value, (list, tuple)):
+        return tuple(map(_frozen, value))
+    hash(value)
+    return value
+
+
+def _views_key(node: Node, graph: Graph) -> tuple | None:
+    """What :func:`_derive_views` reads of ``node`` and ``graph`` (None where some attribute is not
+    hashable): the op, its opset, attributes, each input's shape and dtype and, for a constant
+    input, its value, and which outputs are named."""
+    try:
+        attrs = tuple(sorted((k, _frozen(v)) for k, v in node.attrs.items()))
+        inputs = tuple((n, None) if not n else
+                       (graph.value_info[n].shape, graph.value_info[n].dtype,
+                        _frozen(np.asarray(graph.initializers[n])) if n in graph.initializers else None)
+                       for n in node.inputs)
+    except TypeError:
+        return None
+    return (node.op_type, node.domain, graph.opset.get(node.domain, 1), attrs, inputs,
+            tuple(bool(n) for n in node.outputs))
+
+
+#: Views already derived, by :func:`_views_key`: an unrolled RNN has thousands of copies of a few
+#: kinds (the same Slice of each step's gates), each derived by running the reference op on index
+#: arrays (a third of compiling conv-bilstm-asr-b8).  Bounded: cleared when full.
+_VIEW_MEMO: dict[tuple, tuple[_View, ...]] = {}
+_VIEW_MEMO_SIZE = 4096
+
+
 def _views(node: Node, graph: Graph) -> list[_View]:
+    key = _views_key(node, graph)
+    if key is None:
+        return _derive_views(node, graph)
+    hit = _VIEW_MEMO.get(key)
+    if hit is None:
+        if len(_VIEW_MEMO) >= _VIEW_MEMO_SIZE:
+            _VIEW_MEMO.clear()
+        hit = _VIEW_MEMO[key] = tuple(_derive_views(node, graph))
+    return list(hit)
+
+
+def _derive_views(node: Node, graph: Graph) -> list[_View]:
     op = node.op_type
     if op == "Concat":
         ins = [(i, n) for i, n in enumerate(node.inputs) if n]
+        dtype = _index_dtype(sum(int(np.prod(shape_of(graph, n))) for _, n in ins))
         arrays, offs, off = {}, [], 0
-        for i, n in ins:
+        for i, n in ins:  # each input's elements numbered by their position in the inputs, in turn
             size = int(np.prod(shape_of(graph, n)))
-            arrays[i] = (np.arange(size, dtype=np.float64) + off).reshape(shape_of(graph, n))
+            arrays[i] = np.arange(off, off + size, dtype=dtype).reshape(shape_of(graph, n))
             offs.append(off)
             off += size
         out = reference_outputs(node, graph, arrays)[0]
-        pos = np.empty(out.size, np.int64)
-        pos[out.ravel().astype(np.int64)] = np.arange(out.size)
+        if out.dtype != dtype or out.size != off:
+            raise ValueError("its reference did not move the elements of its inputs")
+        pos = np.empty(out.size, dtype)
+        pos[out.ravel()] = np.arange(out.size, dtype=dtype)
         views = []
         for (i, n), o in zip(ins, offs):
             shape = shape_of(graph, n)

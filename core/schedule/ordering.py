@@ -58,28 +58,55 @@ def schedule_order(groups: Sequence[list[Op] | Op], schedules: Sequence[Schedule
         sched = next(sched_iter)
         walk, done, start = _segment_clocks(len(group), sched)
         base = len(order)
-        done, start = done[walk], start[walk]  # rows in walk order
-        # Where most ops run on a few vEUs (an unrolled RNN: thousands of small ops), only the
-        # entries of done above 0 can fail `done <= start` (clocks are not negative): compare just
-        # those, instead of every op against every op on every vEU (13 of 23 s of CPU compiling
-        # conv-bilstm-asr for cuda, 8,081 ops on 108 vEUs).
-        rows, cols = np.nonzero(done > 0)
-        sparse = 4 * rows.size < done.size
-        values = done[rows, cols]
-        for k, i in enumerate(walk):
-            order.append(group[i])
-            # every op of the segment whose last rTask on each vEU is known complete when
-            # each rTask of op i starts (bit k' of the segment's mask: walk position k')
-            if sparse:
-                hits = np.ones(len(walk), bool)
-                hits[rows[values > start[k][cols]]] = False
-            else:
-                hits = np.all(done <= start[k], axis=1)
-            hits[k] = False
-            bits = int.from_bytes(np.packbits(hits, bitorder="little").tobytes(), "little")
-            anc.append(before | (bits << base))
+        order.extend(group[i] for i in walk)
+        anc.extend(before | (bits << base) for bits in _done_before_masks(done[walk], start[walk]))
         before |= ((1 << len(walk)) - 1) << base
     return order, anc
+
+
+#: Ops per block of :func:`_done_before_masks` (a block's bounds are tested against every op at once).
+_MASK_BLOCK = 128
+
+
+def _done_before_masks(done: np.ndarray, start: np.ndarray) -> list[int]:
+    """Per op ``k`` (rows in walk order), the bitmask of the ops ``j`` with ``done[j] <= start[k]`` on
+    every vEU (bit ``j``; never ``k`` itself).
+
+    Only the entries of ``done`` above 0 can fail (clocks are not negative), and on an unrolled
+    RNN an op runs on a few vEUs, so the test is over those entries.  Comparing each op with each
+    entry was quadratic (4 of 12 s of CPU compiling conv-bilstm-asr for cuda: 8,081 ops, 60,292
+    entries); instead a block of ops is bounded by the elementwise maximum and minimum of its
+    ``start`` rows: an op with an entry above the maximum is done before none of the block, one with
+    every entry at or below the minimum before all of it, and only the rest (ops running about when
+    the block starts) are compared entry by entry."""
+    n = done.shape[0]
+    rows, cols = np.nonzero(done > 0)  # row-major: each op's entries together
+    values = done[rows, cols]
+    firsts = np.searchsorted(rows, np.arange(n + 1))
+    has_entries = firsts[1:] > firsts[:-1]
+    if not has_entries.all():  # an op done nowhere (a vEU-less op is done "everywhere" instead)
+        raise ScheduleError("an op of the segment runs on no vEU")
+    masks: list[int] = []
+    for lo in range(0, n, _MASK_BLOCK):
+        block = start[lo:lo + _MASK_BLOCK]
+        fails_all = np.logical_or.reduceat(values > block.max(axis=0)[cols], firsts[:-1])
+        holds_all = np.logical_and.reduceat(values <= block.min(axis=0)[cols], firsts[:-1])
+        hits = np.zeros((block.shape[0], n), bool)
+        hits[:, holds_all] = True
+        mixed = np.flatnonzero(~fails_all & ~holds_all)
+        if mixed.size:
+            counts = firsts[mixed + 1] - firsts[mixed]
+            ends = np.cumsum(counts)
+            entries = np.repeat(firsts[mixed] - ends + counts, counts) + np.arange(int(ends[-1]))
+            late = values[entries] > block[:, cols[entries]]
+            hits[:, mixed] = ~np.logical_or.reduceat(late, ends - counts, axis=1)
+        own = np.arange(block.shape[0])
+        hits[own, lo + own] = False
+        packed = np.packbits(hits, axis=1, bitorder="little")
+        width = packed.shape[1]
+        text = packed.tobytes()
+        masks.extend(int.from_bytes(text[r * width:(r + 1) * width], "little") for r in own.tolist())
+    return masks
 
 
 def _estimated_walk_steps(starts: np.ndarray, flat: np.ndarray, n_rt: int, rtask_op: np.ndarray, dur: np.ndarray,
@@ -212,7 +239,7 @@ def _segment_clocks(n_ops: int, sched: Schedule) -> tuple[list[int], np.ndarray,
     # an op at a time so that memory stays one op's rTasks x vEUs
     bounds = np.searchsorted(ops_of, np.arange(n_ops + 1))
     for i in np.nonzero(has)[0].tolist():
-        start[i] = sc.before_rtasks(placed[bounds[i]:bounds[i + 1]]).min(axis=0)
+        start[i] = sc.min_before_rtasks(placed[bounds[i]:bounds[i + 1]])
     seen = set(walk)
     walk += [i for i in range(n_ops) if i not in seen]
     return walk, done, start

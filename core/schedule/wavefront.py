@@ -97,6 +97,64 @@ def _latest_missed(missing: np.ndarray, finish: np.ndarray) -> np.ndarray:
     return ready
 
 
+#: Ops with at most this many rTasks are ordered by a heap in Python; more, with arrays.
+SMALL_RUN = 256
+
+
+def run_order(est: np.ndarray, veus: np.ndarray, n: int, duration: float) -> tuple[np.ndarray, np.ndarray]:
+    """The vEU and start time of each of ``n`` rTasks of ``duration`` placed one after another on the
+    vEU (of ``veus``, free from ``est``) that can start it earliest, the lower (est, vEU) on a tie.
+
+    That is the merge of each vEU's times ``est, est + d, est + d + d, ...`` (added one at a time, as a
+    heap of (time, vEU) gives them) in (time, vEU) order.  For many rTasks it is built with arrays
+    (a million rTasks one heap step at a time took seconds): each vEU's times by a cumulative sum, as
+    many as the time of the ``n``-th rTask suggests plus one, then the first ``n`` of all of them, with
+    more times for any vEU whose last time is among those ``n`` until none is."""
+    if n <= SMALL_RUN or not duration > 0:
+        heap = [(float(t), int(v)) for t, v in zip(est, veus)]
+        heapq.heapify(heap)
+        veu_of, starts = [], []
+        for _ in range(n):
+            t, v = heapq.heappop(heap)
+            veu_of.append(v)
+            starts.append(t)
+            heapq.heappush(heap, (t + duration, v))
+        return np.array(veu_of, dtype=np.int64), np.array(starts, dtype=np.float64)
+    est = np.asarray(est, dtype=np.float64)
+    veus = np.asarray(veus, dtype=np.int64)
+
+    def runs_by(t: float) -> np.ndarray:  # about how many rTasks each vEU starts by time t
+        return np.clip(np.floor((t - est) / duration) + 1, 0, n)
+
+    lo, hi = float(est.min()), float(est.max()) + -(-n // est.size) * duration
+    for _ in range(64):  # the earliest time by which about n rTasks have started
+        mid = (lo + hi) / 2
+        lo, hi = (lo, mid) if runs_by(mid).sum() >= n else (mid, hi)
+    counts = np.minimum(runs_by(hi).astype(np.int64) + 1, n)
+    while True:
+        flat_times = np.concatenate([np.cumsum(np.concatenate(([t], np.full(c - 1, duration))))
+                                     for t, c in zip(est.tolist(), counts.tolist())])
+        owners = np.repeat(veus, counts)
+        taken = np.lexsort((owners, flat_times))[:n]  # stable: a vEU's own ties stay in order
+        in_first = np.zeros(owners.size, dtype=bool)
+        in_first[taken] = True
+        short = in_first[np.cumsum(counts) - 1] & (counts < n)
+        if not short.any():
+            return owners[taken], flat_times[taken]
+        counts[short] = np.minimum(2 * counts[short], n)
+
+
+def _first_and_last(values: np.ndarray) -> tuple[list[int], list[int]]:
+    """The distinct values in the order they first occur, and the index of each one's last occurrence."""
+    if values.size <= SMALL_RUN:  # an unrolled RNN's thousands of small ops: no array passes
+        last = {v: r for r, v in enumerate(values.tolist())}  # keys in order of first occurrence
+        return list(last), list(last.values())
+    distinct, first = np.unique(values, return_index=True)
+    last_at = values.size - 1 - np.unique(values[::-1], return_index=True)[1]
+    order = np.argsort(first)
+    return distinct[order].tolist(), last_at[order].tolist()
+
+
 class _Placer:
     """Earliest-start placement with barrier insertion (step 3)."""
 
@@ -171,29 +229,24 @@ class _Placer:
             skip_bounds = np.searchsorted(skip_rows, np.arange(rows.size + 1)).tolist()
             for i, v in enumerate(rows.tolist()):
                 need_index[v] = i
-        heap = [(float(est[v]), int(v)) for v in cand]
-        heapq.heapify(heap)
-        d = kernel.duration_us
-        last: dict[int, tuple[int, int, float]] = {}
+        veu_of, starts = run_order(est[cand], cand, n, kernel.duration_us)
+        used, last_r = _first_and_last(veu_of)  # the vEUs in the order their first rTask is placed
         programs = builder.programs
         group = -1
         waited: list[int] = []
-        for r in range(n):
-            t, v = heapq.heappop(heap)
+        for v in used:
             i = need_index[v]
             if i >= 0:
                 assert req is not None  # need is set only from req
-                need_index[v] = -1
                 # The op's barriers share one list (the producers' last rTask per vEU) and each
                 # leaves out the few a vEU need not wait for: kept once, not once per vEU.
                 if group < 0:
                     group = builder.add_wait_group(req_handles)
                 builder.wait_group(group, v, skip_cols[skip_bounds[i]:skip_bounds[i + 1]])
                 waited.append(v)
-            handle = builder.append_rtask(op, r, v)
-            finish = t + d
-            last[v] = (len(programs[v]) - 1, handle, finish)
-            heapq.heappush(heap, (finish, v))
+        first_handle = builder.append_rtasks(op, veu_of)
+        last_finish = (starts[last_r] + kernel.duration_us).tolist()
+        last = {v: (len(programs[v]) - 1, first_handle + r, f) for v, r, f in zip(used, last_r, last_finish)}
         if waited:  # what the new barriers waited for, all at once (nothing above reads known)
             assert missing is not None and req is not None
             done = np.asarray(waited, dtype=np.int64)

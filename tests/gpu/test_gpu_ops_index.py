@@ -239,3 +239,33 @@ def test_new_rkernels_are_one_template_in_cuda_hip_and_opencl():
     for kernel in kernels:
         texts = {d: neutral(render_kernel(kernel, DIALECTS[d], mark=True)) for d in ("cuda", "hip", "opencl")}
         assert texts["cuda"] == texts["hip"] == texts["opencl"], kernel.name
+
+
+def test_copy_views_are_shared_only_between_equal_copies():
+    """A copy's strided views are derived once per kind of copy (op, attributes, input shapes and
+    constant values), and two copies that differ in any of these get their own."""
+    from onnx import TensorProto, helper
+
+    from rammer.backends.gpu import lower_copy
+    from rammer.frontend import load
+
+    def model(starts_a, starts_b):
+        x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 6])
+        ya = helper.make_tensor_value_info("ya", TensorProto.FLOAT, [2, 6])
+        yb = helper.make_tensor_value_info("yb", TensorProto.FLOAT, [2, 6])
+        inits = [helper.make_tensor(n, TensorProto.INT64, [1], v) for n, v in
+                 (("sa", [starts_a]), ("ea", [starts_a + 2]), ("sb", [starts_b]), ("eb", [starts_b + 2]),
+                  ("ax", [0]))]
+        nodes = [helper.make_node("Slice", ["x", "sa", "ea", "ax"], ["ya"]),
+                 helper.make_node("Slice", ["x", "sb", "eb", "ax"], ["yb"])]
+        g = helper.make_graph(nodes, "g", [x], [ya, yb], inits)
+        return load(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString())
+
+    for a, b in ((0, 0), (0, 2)):
+        graph = model(a, b)
+        first, second = graph.nodes
+        lower_copy._VIEW_MEMO.clear()
+        va, vb = lower_copy._views(first, graph), lower_copy._views(second, graph)
+        assert len(lower_copy._VIEW_MEMO) == (1 if a == b else 2)
+        assert va == lower_copy._derive_views(first, graph) and vb == lower_copy._derive_views(second, graph)
+        assert (va == vb) == (a == b) and vb[0].src_base == 6 * b

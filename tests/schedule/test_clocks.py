@@ -8,7 +8,7 @@ import random
 
 import numpy as np
 import pytest
-from sched_util import happens_before
+from sched_util import happens_before, zoo_graph
 
 from rammer.schedule import clocks
 from rammer.schedule.clocks import SIGNAL, WAIT, Clocks, Deadlock, program_clocks
@@ -110,3 +110,21 @@ def test_order_through_a_third_block_is_seen_and_its_absence_is_a_race():
     check_races(relay)  # block 2 knows block 0's signal only through block 1
     with pytest.raises(ProgramError, match="race"):
         check_races([[write, Signal()], [Signal()], [Wait(1, 1), read]])
+
+
+@pytest.mark.parametrize("model,veus", [("nasnet-small", 5), ("resnext-small", 3)])
+def test_min_before_is_the_minimum_of_the_clocks_before(model, veus, monkeypatch):
+    """What every rTask of an op knows (the planner's ``start``), from the distinct group rows of
+    its rTasks, equals the elementwise minimum of their clocks, for every op of a schedule."""
+    from rammer.schedule import build_problem, get_policy
+    from rammer.schedule.clocks import schedule_clocks
+    from rammer.vdevice import get_preset
+
+    problem = build_problem(zoo_graph(model), get_preset("v100").with_veus(veus))
+    sched = get_policy("wavefront").schedule(problem)
+    sc = schedule_clocks(sched)
+    assert sched.num_barriers > 0
+    monkeypatch.setattr(clocks, "SMALL_MIN_BEFORE", 0)  # the grouping, however small the op
+    for op in sched.ops:
+        rtasks = np.arange(op.first_rtask, op.first_rtask + op.kernel.num_rtasks)
+        assert np.array_equal(sc.min_before_rtasks(rtasks), sc.before_rtasks(rtasks).min(axis=0)), op.name

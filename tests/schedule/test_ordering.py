@@ -54,3 +54,25 @@ def test_host_ops_and_segments_in_program_order():
     assert order[0] == "host-a" and order[-1] == "host-b" and len(order) == n + 2
     assert anc[0] == 0 and all(anc[k] & 1 for k in range(1, n + 2))  # the first host op is done before all
     assert anc[-1] == (1 << (n + 1)) - 1  # everything is done before the last host op
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_blocked_done_before_masks_match_the_direct_comparison(seed):
+    """The blocked test (bounds per block of ops, entry by entry only for the ops between them)
+    gives exactly ``done[j] <= start[k]`` on every vEU, over blocks of every kind: clocks that
+    grow along the walk (an op done before all of a later block, after all of an earlier one)
+    with jitter so that ops near a block's start are mixed."""
+    from rammer.schedule.ordering import _MASK_BLOCK, _done_before_masks
+
+    rng = np.random.default_rng(seed)
+    n, veus = 2 * _MASK_BLOCK + 37, 9
+    base = np.arange(n)[:, None] * 3
+    done = np.where(rng.random((n, veus)) < 0.3, base + rng.integers(1, 12, (n, veus)), 0)
+    done[np.arange(n), rng.integers(0, veus, n)] = base[:, 0] + 1  # every op runs somewhere
+    start = base + rng.integers(-8, 8, (n, veus)).clip(-base, None)
+    masks = _done_before_masks(done, start)
+    for k in range(n):
+        hits = np.all(done <= start[k], axis=1)
+        hits[k] = False
+        assert masks[k] == sum(1 << int(j) for j in np.flatnonzero(hits)), k
+    assert 0 < sum(bin(m).count("1") for m in masks) < n * (n - 1) // 2  # neither empty nor trivial
