@@ -430,8 +430,6 @@ def _add_packed_kernel(mod: ir.Module, strided_b: bool = False, rows: int = MR) 
     stored (the symbol ends with the row count)."""
     f32 = ir.FloatType()
     i64 = ir.IntType(64)
-    vec = ir.VectorType(f32, WIDTH)
-    nv = NR // WIDTH
     fp = f32.as_pointer()
     names = (("k", "a", "b", "ldb", "c", "ldc", "acc", "bias", "res", "ldr") if strided_b
              else ("k", "a", "b", "c", "ldc", "acc"))
@@ -457,13 +455,20 @@ def _add_packed_kernel(mod: ir.Module, strided_b: bool = False, rows: int = MR) 
                      WIDTH)
         bld = ir.IRBuilder(plain)
     bld.cbranch(bld.icmp_signed("!=", acc, ir.Constant(i64, 0)), add, put)
+    store_tile(add, put, accs, c, ldc)
+
+
+def store_tile(add: ir.Block, put: ir.Block, accs: list, c: ir.Value, ldc: ir.Value) -> None:
+    """Fills the blocks ``add`` (``C += tile``) and ``put`` (``C = tile``), each ending the function:
+    the accumulator vectors ``accs[r][v]`` go to row ``r`` of C at ``c + r*ldc``, ``WIDTH`` floats a vector."""
+    i64 = ir.IntType(64)
+    vec = ir.VectorType(ir.FloatType(), WIDTH)
     for block, accumulate in ((add, True), (put, False)):
         bld = ir.IRBuilder(block)
-        for r in range(rows):
+        for r, row in enumerate(accs):
             rowp = bld.gep(c, [bld.mul(ir.Constant(i64, r), ldc)])
-            for v in range(nv):
+            for v, val in enumerate(row):
                 ptr = _vec_ptr(bld, rowp, v * WIDTH, vec)
-                val = accs[r][v]
                 if accumulate:
                     val = bld.fadd(bld.load(ptr, align=4), val)
                 bld.store(val, ptr, align=4)

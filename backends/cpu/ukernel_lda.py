@@ -21,7 +21,7 @@ from numba import types
 from numba.extending import intrinsic
 
 from .machine_code import MachineCode, arrays_are, call_codegen, uses
-from .ukernel import NR, PF_PACKED, WIDTH, _k_loop, _vec_ptr
+from .ukernel import NR, PF_PACKED, WIDTH, _k_loop, store_tile
 
 LDA_SYMBOL = "rammer_cpu_ukernel_lda"
 #: Row variants 1..12 on every CPU (MR is 12 with AVX-512 and 6 with AVX2; the callers use rows <= MR).
@@ -37,7 +37,6 @@ def _add_lda_kernel(mod: ir.Module, rows: int) -> None:
     for r < rows, j < NR."""
     f32 = ir.FloatType()
     i64 = ir.IntType(64)
-    vec = ir.VectorType(f32, WIDTH)
     fp = f32.as_pointer()
     names = ("k", "a", "lda", "b", "c", "ldc", "acc")
     fn = ir.Function(mod, ir.FunctionType(ir.VoidType(), [i64 if n in ("k", "lda", "ldc", "acc") else fp
@@ -52,17 +51,7 @@ def _add_lda_kernel(mod: ir.Module, rows: int) -> None:
     add = fn.append_basic_block("add")
     put = fn.append_basic_block("put")
     bld.cbranch(bld.icmp_signed("!=", acc, ir.Constant(i64, 0)), add, put)
-    for block, accumulate in ((add, True), (put, False)):
-        bld = ir.IRBuilder(block)
-        for r in range(rows):
-            rowp = bld.gep(c, [bld.mul(ir.Constant(i64, r), ldc)])
-            for v in range(NR // WIDTH):
-                ptr = _vec_ptr(bld, rowp, v * WIDTH, vec)
-                val = accs[r][v]
-                if accumulate:
-                    val = bld.fadd(bld.load(ptr, align=4), val)
-                bld.store(val, ptr, align=4)
-        bld.ret_void()
+    store_tile(add, put, accs, c, ldc)
 
 
 def _lda_module() -> ir.Module:
