@@ -93,6 +93,18 @@ def exp32(x):
     return x if x != x else y
 
 
+#: The smallest normal float32.  Softmax's probabilities below it are flushed to 0: a subnormal
+#: operand costs a microcode assist in every FMA it enters (a GEMM over probabilities with 1%
+#: subnormals ran 2.5x slower, 10%: 16x), and such a probability differs from 0 by less than 1.2e-38.
+FLT_MIN = f32(1.1754943508222875e-38)
+
+
+@njit(inline="always", error_model="numpy")
+def flush_subnormal32(y):
+    """``y``, or 0 where ``|y|`` is below :data:`FLT_MIN` (NaN kept)."""
+    return y if (abs(y) >= FLT_MIN or y != y) else f32(0.0)
+
+
 @njit(inline="always", error_model="numpy")
 def sigmoid32(x):
     return f32(1.0) / (f32(1.0) + exp32(-x))

@@ -15,10 +15,14 @@ Descriptor (element offsets / strides into the float32 arena)::
 and ``table`` holds, per batch matrix, ``(q_off, kt_off, v_off, y_off, bias_off)``.  ``block_rows``
 caps the score block (rows x Sk floats of scratch) so it stays in L2; the scratch after the packing
 space of the GEMM holds it, then one float per block row (its softmax's 1 / sum).  ``panels`` >= 0:
-where in the scratch (from its start) K^T and V are packed once per batch matrix, in the micro-kernel's
-B-panel layout, when a task walks more than one query-row block of it: long sequences (Whisper's 1,500
-frames: 35 blocks of 43 rows) packed both again for every block, K^T through a strided gather (a third
-of the scores' GEMM).  Task row: ``[desc, b0, b1, r0, r1]``.
+where in the scratch (from its start) K^T (times the scale) and V are packed once per batch matrix, in
+the micro-kernel's B-panel layout, for all the query-row blocks of the task; both products then read
+their A in place (:func:`.kernels_gemm_inplace.gemm_inplace`: Q's rows when they are contiguous, and the
+probabilities' rows), since packing A, a transposing gather, cost as much as the multiply-adds at a
+head size of 64 (6 heads x 256 keys: 4.1 ms against onnxruntime's 2.0).  Long sequences (Whisper's
+1,500 frames: 35 blocks of 43 rows) had also packed K^T and V again for every block.  ``panels`` < 0
+(the operands too large for the scratch): both products pack per call (:func:`.kernels_gemm.gemm_packed`).
+Task row: ``[desc, b0, b1, r0, r1]``.
 """
 
 from __future__ import annotations
@@ -27,8 +31,9 @@ import numpy as np
 from numba import njit
 
 from . import _numba_cache  # noqa: F401  (drops stale numba caches first)
-from .fastmath import bits_float, exp32, float_bits
+from .fastmath import bits_float, exp32, float_bits, flush_subnormal32
 from .kernels_gemm import PACK_FLOATS, _pack_b, gemm_packed, gemm_prepacked
+from .kernels_gemm_inplace import gemm_inplace
 from .kernels_nn import _scale_row
 from .ukernel import NR
 
@@ -86,11 +91,12 @@ def _add_bias_row_max(F, row, bias, n, bias_cs):
 # of the arena, as kernels_nn's _exp_shifted(D, A) called with D = A, fail its overlap check and ran
 # scalar), the polynomial contracted to FMAs.  No "reassoc" here: it folds exp32's rounding trick
 # ((x * log2e + magic) - magic) away and gives wrong values; the sum gets its own pass with it.
-# Measured on 128 x 128 scores: exp 0.017 ms against 0.028 without FMAs.
+# Measured on 128 x 128 scores: exp 0.017 ms against 0.028 without FMAs.  Subnormal results are
+# flushed to 0 (fastmath.FLT_MIN): the probabilities are the A of the next GEMM.
 @njit(nogil=True, cache=True, error_model="numpy", boundscheck=False, fastmath={"contract"})
 def _exp_in_place(A, n, mx):
     for r in range(n):
-        A[r] = exp32(A[r] - mx)
+        A[r] = flush_subnormal32(exp32(A[r] - mx))
 
 
 @njit(nogil=True, cache=True, error_model="numpy", boundscheck=False, fastmath={"reassoc", "nsz"})
@@ -145,18 +151,23 @@ def k_attention(F, B, I, J, X, R, p, sbase):
         v_off = X[t + 2]
         y_off = X[t + 3]
         bias_off = X[t + 4]
-        # Several query-row blocks of this matrix: K^T and V packed once for all of them.
-        prepacked = panels >= 0 and r1 - r0 > block
+        # K^T (scaled) and V packed once per batch matrix for all its query-row blocks; both products
+        # then read their A (Q's rows, the probabilities' rows) in place (kernels_gemm_inplace).
+        prepacked = panels >= 0
         kp = sbase + panels
         vp = kp + ((Sk + NR - 1) // NR) * NR * D
         if prepacked:
             _pack_b(F, kt_off, kt_rs, kt_cs, 0, D, 0, Sk, F[kp:vp])
+            _scale_row(F[kp:vp], vp - kp, scale)
             _pack_b(F, v_off, v_rs, v_cs, 0, Sk, 0, Dv, F[vp:vp + ((Dv + NR - 1) // NR) * NR * Sk])
         for i0 in range(r0, r1, block):
             rows = min(block, r1 - i0)
-            # scores[0:rows, 0:Sk] = scale * Q[i0:i0+rows] @ KT  (the scale rides on the packing of Q)
-            if prepacked:
-                gemm_prepacked(F, q_off + i0 * q_rs, q_rs, q_cs, kp, D, scores, Sk, 0, rows, 0, Sk, scale, pack)
+            # scores[0:rows, 0:Sk] = scale * Q[i0:i0+rows] @ KT  (the scale rides on K^T's panels, or on
+            # the packing of Q)
+            if prepacked and q_cs == 1:
+                gemm_inplace(F, q_off + i0 * q_rs, q_rs, kp, D, scores, Sk, 0, rows, 0, Sk, pack)
+            elif prepacked:
+                gemm_prepacked(F, q_off + i0 * q_rs, q_rs, q_cs, kp, D, scores, Sk, 0, rows, 0, Sk, f32(1.0), pack)
             else:
                 gemm_packed(F, q_off + i0 * q_rs, q_rs, q_cs, kt_off, kt_rs, kt_cs, scores, Sk, D, 0, rows, 0, Sk,
                             scale, 0, pack)
@@ -171,7 +182,7 @@ def k_attention(F, B, I, J, X, R, p, sbase):
                 _exp_in_place(A, Sk, mx)
                 F[inv + r] = f32(1.0) / _row_sum(A, Sk)
             if prepacked:
-                gemm_prepacked(F, scores, Sk, 1, vp, Sk, y_off + i0 * y_rs, y_rs, 0, rows, 0, Dv, f32(1.0), pack)
+                gemm_inplace(F, scores, Sk, vp, Sk, y_off + i0 * y_rs, y_rs, 0, rows, 0, Dv, pack)
             else:
                 gemm_packed(F, scores, Sk, 1, v_off, v_rs, v_cs, y_off + i0 * y_rs, y_rs, Sk, 0, rows, 0, Dv,
                             f32(1.0), 0, pack)

@@ -12,7 +12,7 @@ import numpy as np
 from numba import njit
 
 from . import _numba_cache  # noqa: F401  (drops stale numba caches first)
-from .fastmath import exp32
+from .fastmath import exp32, flush_subnormal32
 
 _F32_MAX = float(np.finfo(np.float32).max)
 
@@ -174,6 +174,13 @@ def _scale_row(D, n, k):
 
 
 @njit(**_JIT)
+def _scale_row_flushed(D, n, k):
+    """D *= k with subnormal results flushed to 0 (softmax's probabilities: see fastmath.FLT_MIN)."""
+    for r in range(n):
+        D[r] = flush_subnormal32(D[r] * k)
+
+
+@njit(**_JIT)
 def _log_softmax_row(D, A, n, shift):
     for r in range(n):
         D[r] = A[r] - shift
@@ -194,7 +201,7 @@ def _softmax_row(F, base, ob, n, log):
     if log == 1:
         _log_softmax_row(D, A, n, mx + f32(np.log(s)))
     else:
-        _scale_row(D, n, f32(1.0) / s)
+        _scale_row_flushed(D, n, f32(1.0) / s)
 
 
 @njit(**_JIT)
@@ -265,7 +272,7 @@ def k_softmax(F, B, I, J, X, R, p, sbase):
         else:
             inv = f32(1.0) / s32
             for r in range(n):
-                F[ob + r * inner] *= inv
+                F[ob + r * inner] = flush_subnormal32(F[ob + r * inner] * inv)
 
 
 # LayerNorm descriptor: [x_off, rows, n, out_off, scale_off, bias_off(-1), eps_imm]

@@ -42,8 +42,9 @@ def reason(lw: LowerContext, node: Node) -> str | None:
     return None
 
 
-#: K^T and V packed once per batch matrix (kernels_attention) when a task may walk several query-row
-#: blocks and both take at most this many floats of the vEU's scratch (1 MiB: 2,048 keys at head size 64).
+#: K^T and V packed once per batch matrix (kernels_attention, the products then reading their A in
+#: place) when both take at most this many floats of the vEU's scratch (1 MiB: 2,048 keys at head
+#: size 64); None: every product packs its operands per call.
 PREPACK_MAX_FLOATS: int | None = 256 * 1024
 
 
@@ -87,7 +88,7 @@ def lower_attention(lw: LowerContext, node: Node) -> None:
     scratch = PACK_FLOATS + block * (Sk + 1) + 64
     panel_space = panel_floats(D, Sk) + panel_floats(Sk, Dv)
     panels = -1
-    if PREPACK_MAX_FLOATS is not None and S > block and panel_space <= PREPACK_MAX_FLOATS:
+    if PREPACK_MAX_FLOATS is not None and panel_space <= PREPACK_MAX_FLOATS:
         panels, scratch = scratch, scratch + panel_space
 
     def partition(n: int) -> list:

@@ -59,6 +59,17 @@ EPI_HSWISH = 32
 EPI_SILU = 64
 
 
+#: K steps ahead that the kernels streaming a B panel prefetch its rows (into L1): a packed weight
+#: panel of KC x NR floats (48-64 KiB at KC 384-512) does not fit L1 beside the A panel, and each
+#: k step reads 128 new bytes of it.  16 steps (2 KiB ahead): the linear grid of ci/micro_gemm.py
+#: went from 1.04-1.08x to 0.93-0.98x onnxruntime, linear + GELU from 1.27-1.30x to 1.08-1.09x
+#: (0 turns it off; 4 and 8 gained less).
+PF_PACKED = 16
+#: The same for the strided-B kernel (pointwise convolutions reading their input planes in place).
+PF_LDB = 16
+#: The same for the pixel-row kernel (convolutions: B is the packed weight panel).
+PF_ROWS = 0
+
 WIDTH = 16 if "avx512f" in HOST_FEATURES else 8
 MR, NR = (12, 32) if WIDTH == 16 else (6, 16)
 PX_MR, PX_NR = (8, 32) if WIDTH == 16 else (4, 16)
@@ -94,6 +105,17 @@ def _fma(mod: ir.Module, vec: ir.VectorType) -> ir.Function:
     name = f"llvm.fma.v{vec.count}f32"
     found = mod.globals.get(name)
     return found if found is not None else ir.Function(mod, ir.FunctionType(vec, [vec, vec, vec]), name=name)
+
+
+def _prefetch(mod: ir.Module) -> ir.Function:
+    """LLVM's ``llvm.prefetch`` (address, rw, locality, cache type): a hint that never faults, so a
+    prefetch past the end of an operand is harmless."""
+    found = mod.globals.get("llvm.prefetch.p0i8")
+    if found is not None:
+        return found
+    i32 = ir.IntType(32)
+    return ir.Function(mod, ir.FunctionType(ir.VoidType(), [ir.IntType(8).as_pointer(), i32, i32, i32]),
+                       name="llvm.prefetch.p0i8")
 
 
 def _splat(bld: ir.IRBuilder, value: ir.Value, vec: ir.VectorType) -> ir.Value:
@@ -211,7 +233,7 @@ def _relu_keep_nan(bld: ir.IRBuilder, val: ir.Value) -> ir.Value:
 
 def _k_loop(fn: ir.Function, entry: ir.IRBuilder, k: ir.Value, rows: int, width: int, cols: int,
             b: ir.Value, a_row: Callable[[ir.IRBuilder, ir.Value, int], ir.Value],
-            ldb: ir.Value | None = None) -> tuple[ir.IRBuilder, list]:
+            ldb: ir.Value | None = None, prefetch: int = 0) -> tuple[ir.IRBuilder, list]:
     """The register-blocked loop both kernels share: for kk < k, ``acc[r][v] += splat(*a_row(kk, r))
     * b[kk*cols + v*width:...]``, the rows x cols accumulators held in registers as phi nodes.
 
@@ -237,6 +259,13 @@ def _k_loop(fn: ir.Function, entry: ir.IRBuilder, k: ir.Value, rows: int, width:
 
     bld = ir.IRBuilder(body)
     bbase = bld.gep(b, [bld.mul(kk, ir.Constant(i64, cols) if ldb is None else ldb)])
+    if prefetch:
+        pf = _prefetch(fn.module)
+        i32 = ir.IntType(32)
+        ahead = bld.gep(bbase, [ir.Constant(i64, prefetch * cols) if ldb is None else bld.mul(ldb, ir.Constant(i64, prefetch))])
+        for line in range(0, cols, 16):
+            addr = bld.bitcast(bld.gep(ahead, [ir.Constant(i64, line)]), ir.IntType(8).as_pointer())
+            bld.call(pf, [addr, ir.Constant(i32, 0), ir.Constant(i32, 3), ir.Constant(i32, 1)])
     bvals = [bld.load(_vec_ptr(bld, bbase, v * width, vec), align=4)
              for v in range(nv)]
     new_accs = []
@@ -273,7 +302,7 @@ def _add_pixel_row_kernel(mod: ir.Module, rows: int, cols: int, width: int) -> N
     def a_row(bld: ir.IRBuilder, kk: ir.Value, r: int) -> ir.Value:  # a + aoff[kk] + rowoff[r]
         return bld.gep(bld.gep(a, [bld.load(bld.gep(aoff, [kk]), align=8)]), [row_offsets[r]])
 
-    bld, accs = _k_loop(fn, bld, k, rows, width, cols, b, a_row)
+    bld, accs = _k_loop(fn, bld, k, rows, width, cols, b, a_row, prefetch=PF_ROWS)
 
     # The tile goes to the stack row-major, and a separate function transposes
     # it: built inline from the accumulators, the transpose made LLVM spill
@@ -401,8 +430,6 @@ def _add_packed_kernel(mod: ir.Module, strided_b: bool = False, rows: int = MR) 
     stored (the symbol ends with the row count)."""
     f32 = ir.FloatType()
     i64 = ir.IntType(64)
-    vec = ir.VectorType(f32, WIDTH)
-    nv = NR // WIDTH
     fp = f32.as_pointer()
     names = (("k", "a", "b", "ldb", "c", "ldc", "acc", "bias", "res", "ldr") if strided_b
              else ("k", "a", "b", "c", "ldc", "acc"))
@@ -416,7 +443,7 @@ def _add_packed_kernel(mod: ir.Module, strided_b: bool = False, rows: int = MR) 
     bld = ir.IRBuilder(fn.append_basic_block("entry"))
     bld, accs = _k_loop(fn, bld, k, rows, WIDTH, NR, b,
                         lambda bld, kk, r: bld.gep(a, [bld.add(bld.mul(kk, ir.Constant(i64, MR)), ir.Constant(i64, r))]),
-                        args.get("ldb"))
+                        args.get("ldb"), prefetch=PF_LDB if strided_b else PF_PACKED)
     add = fn.append_basic_block("add")
     put = fn.append_basic_block("put")
     if strided_b:
@@ -428,13 +455,20 @@ def _add_packed_kernel(mod: ir.Module, strided_b: bool = False, rows: int = MR) 
                      WIDTH)
         bld = ir.IRBuilder(plain)
     bld.cbranch(bld.icmp_signed("!=", acc, ir.Constant(i64, 0)), add, put)
+    store_tile(add, put, accs, c, ldc)
+
+
+def store_tile(add: ir.Block, put: ir.Block, accs: list, c: ir.Value, ldc: ir.Value) -> None:
+    """Fills the blocks ``add`` (``C += tile``) and ``put`` (``C = tile``), each ending the function:
+    the accumulator vectors ``accs[r][v]`` go to row ``r`` of C at ``c + r*ldc``, ``WIDTH`` floats a vector."""
+    i64 = ir.IntType(64)
+    vec = ir.VectorType(ir.FloatType(), WIDTH)
     for block, accumulate in ((add, True), (put, False)):
         bld = ir.IRBuilder(block)
-        for r in range(rows):
+        for r, row in enumerate(accs):
             rowp = bld.gep(c, [bld.mul(ir.Constant(i64, r), ldc)])
-            for v in range(nv):
+            for v, val in enumerate(row):
                 ptr = _vec_ptr(bld, rowp, v * WIDTH, vec)
-                val = accs[r][v]
                 if accumulate:
                     val = bld.fadd(bld.load(ptr, align=4), val)
                 bld.store(val, ptr, align=4)
@@ -448,9 +482,9 @@ def pixel_row_module(rows: int, cols: int, width: int) -> ir.Module:
     return mod
 
 
-PACKED = MachineCode("ukernel packed", _packed_module, (SYMBOL, *(packed_symbol(r) for r in PACKED_SHORT_ROWS)))
-LDB = MachineCode("ukernel ldb", _ldb_module, (LDB_SYMBOL, *(ldb_symbol(r) for r in LDB_SHORT_ROWS)))
-ROWS = MachineCode(f"ukernel rows {PX_MR}x{PX_NR}", lambda: pixel_row_module(PX_MR, PX_NR, WIDTH), (ROWS_SYMBOL,))
+PACKED = MachineCode(f"ukernel packed pf{PF_PACKED}", _packed_module, (SYMBOL, *(packed_symbol(r) for r in PACKED_SHORT_ROWS)))
+LDB = MachineCode(f"ukernel ldb pf{PF_LDB}", _ldb_module, (LDB_SYMBOL, *(ldb_symbol(r) for r in LDB_SHORT_ROWS)))
+ROWS = MachineCode(f"ukernel rows {PX_MR}x{PX_NR} pf{PF_ROWS}", lambda: pixel_row_module(PX_MR, PX_NR, WIDTH), (ROWS_SYMBOL,))
 
 #: ctypes type of the pixel-row kernel: (k, a, aoff, rowoff, b, c, ldc, flags, bias, res).
 ROWS_CFUNCTYPE = ctypes.CFUNCTYPE(None, ctypes.c_int64, *[ctypes.c_void_p] * 5, ctypes.c_int64, ctypes.c_int64,

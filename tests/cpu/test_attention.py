@@ -135,3 +135,23 @@ def test_a_row_masked_with_minus_infinity_is_nan_as_in_the_unfused_graph():
     got, want = cpu(feeds)["y"], ref(feeds)["y"]
     assert np.isnan(want[0, 2]).all() and np.isnan(got[0, 2]).all()
     np.testing.assert_allclose(np.delete(got, 2, axis=1), np.delete(want, 2, axis=1), rtol=1e-4, atol=1e-5)
+
+
+def test_probabilities_below_the_smallest_normal_float_are_zero():
+    """Softmax's subnormal probabilities are flushed to 0 (a subnormal GEMM operand costs a microcode
+    assist per FMA): the fused kernel's exp pass and the Softmax op, along the last axis and an inner
+    one; NaN stays NaN and the normal values are the reference's."""
+    from rammer.backends.cpu import kernels_attention as ka
+
+    row = np.array([0.0, -95.0, -100.0, -80.0, np.nan], np.float32)
+    ka._exp_in_place(row, 4, np.float32(0.0))
+    assert row[0] == 1.0 and row[1] == 0.0 and row[2] == 0.0 and row[3] == np.float32(math.exp(-80.0))
+    x = np.array([[0.0, -95.0, -100.0, -80.0, 2.0]] * 3, np.float32)
+    for axis, feed in ((-1, x), (0, np.ascontiguousarray(x.T))):
+        m = model([node("Softmax", ["x"], ["y"], axis=axis)], {"x": feed}, ["y"])
+        got = rammer.compile(m, backend="cpu", cache=False)({"x": feed})["y"]
+        want = rammer.compile(m, backend="reference")({"x": feed})["y"]
+        tiny = (got != 0) & (np.abs(got) < np.finfo(np.float32).tiny)
+        assert not tiny.any(), got
+        assert (np.abs(want) < np.finfo(np.float32).tiny).any()  # the reference has subnormals here
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-37)

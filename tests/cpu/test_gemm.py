@@ -350,3 +350,28 @@ def test_tiles_on_a_packed_weight_cover_the_output_once_in_whole_panels(m, n, pa
     assert (covered == 1).all()
     if -(-n // uk.NR) >= 2 * parts:
         assert all(t[0] == 0 and t[1] == m for t in tiles)  # columns, not rows
+
+
+@pytest.mark.parametrize("m,n,k,lda", [(1, 40, 8, 8), (5, 32, 64, 67), (12, 33, 300, 300), (13, 70, 64, 64),
+                                       (27, 96, 1000, 1003)])
+def test_gemm_reading_a_in_place_covers_every_row_count_and_k_block(m, n, k, lda):
+    """gemm_inplace: A's rows at a stride (lda > k: a view), B packed; every row variant of the
+    strided-A micro-kernel (a last panel of 1-11 rows), a ragged last column panel and K beyond one
+    K block (the accumulating calls)."""
+    from rammer.backends.cpu import kernels_gemm_inplace as kgi
+
+    rng = np.random.default_rng(7)
+    a = rng.standard_normal((m, lda)).astype(np.float32)
+    b = rng.standard_normal((k, n)).astype(np.float32)
+    packed = kg.prepack_b(b)
+    F = np.full(a.size + packed.size + m * n + kgi.INPLACE_SCRATCH + 64, np.nan, np.float32)
+    b_off, c_off = a.size, a.size + packed.size
+    F[:b_off] = a.ravel()
+    F[b_off:c_off] = packed
+    tail = F[c_off + m * n:].copy()
+    kgi.gemm_inplace(F, 0, lda, b_off, k, c_off, n, 0, m, 0, n, c_off + m * n)
+    got = F[c_off:c_off + m * n].reshape(m, n)
+    want = a[:, :k].astype(np.float64) @ b.astype(np.float64)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-3)
+    np.testing.assert_array_equal(F[:b_off], a.ravel())  # A read, never written
+    assert np.isnan(F[c_off + m * n + kgi.INPLACE_SCRATCH:]).all() and tail.size  # nothing past the scratch tile
