@@ -16,6 +16,7 @@ from rammer.passes import (
     DECOMPOSE,
     FOLD_BATCHNORM,
     FUSE_ATTENTION,
+    FUSE_GELU,
     NORM_AS_LAYERNORM,
     QDQ_AS_FLOAT,
     QDQ_LOOKUP,
@@ -43,6 +44,7 @@ PIPELINE: tuple[Pass, ...] = (
     DECOMPOSE,  # first: Caffe2 exports' weights become initializers here
     FOLD_BATCHNORM,
     NORM_AS_LAYERNORM,  # InstanceNormalization / GroupNormalization: the layernorm kernel and an affine
+    FUSE_GELU,  # the exported exact GELU (Div, Erf, Add, Mul, Mul) as one Gelu: one pass in a GEMM's store
     # DQ -> Conv / MatMul -> Q as QLinearConv / QLinearMatMul (the 8-bit kernels), before the float rewrite of
     # the pairs that remain; 2-D convs only (k_qconv_int8), and of the depthwise ones those whose windows
     # k_qdwconv sweeps (the int32 plane kernel, which runs the others, took 1.7-2x the float depthwise conv)

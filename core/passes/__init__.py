@@ -23,6 +23,7 @@
   ``MatMulIntegerToFloat`` (:data:`QDQ_MATMUL_FLOAT`), for backends whose int8 GEMM stores floats;
 * :mod:`.qdq_to_qlinear`: DequantizeLinear -> Conv / MatMul / Gemm [-> Relu] -> QuantizeLinear as QLinearConv /
   QLinearMatMul (:data:`QDQ_TO_QLINEAR`, :func:`qdq_to_qlinear_pass`);
+* :mod:`.fuse_gelu`: the exported exact GELU (Div, Erf, Add, Mul, Mul) as one ``Gelu`` (:data:`FUSE_GELU`);
 * :mod:`.fuse_attention`: MatMul(Q, KT) [* scale] [+ bias] -> Softmax -> MatMul(., V) as one
   ``ScaledDotProductAttention`` op (:data:`FUSE_ATTENTION`), for backends with a fused attention kernel;
 * :mod:`.split_k`: a MatMul/Gemm with a long K and few output tiles split into partial products and
@@ -43,6 +44,7 @@ from .decompose import DECOMPOSE, decompose_model_ops
 from .fold_batchnorm import FOLD_BATCHNORM, fold_batchnorm
 from .fuse_attention import FUSE_ATTENTION, fuse_attention
 from .fuse_elementwise import ElementwiseFusion, fuse_elementwise, fuse_elementwise_pass
+from .fuse_gelu import FUSE_GELU, fuse_gelu
 from .if_select import IF_TO_SELECT, if_to_select
 from .merge_convs import merge_convs_pass, merge_sibling_convs
 from .norm_as_layernorm import NORM_AS_LAYERNORM, norm_as_layernorm
@@ -55,6 +57,6 @@ from .relu_concat import RELU_CONCAT, sink_relu_into_concat
 from .split_k import SPLIT_K, make_split_k, split_k
 from .unroll_rnn import UNROLL_RNN, unroll_rnn
 
-__all__ = ["CSE", "DECOMPOSE", "decompose_model_ops", "ElementwiseFusion", "fuse_elementwise", "fuse_elementwise_pass", "FOLD_BATCHNORM", "fold_batchnorm", "FUSE_ATTENTION", "fuse_attention", "IF_TO_SELECT", "if_to_select", "NORM_AS_LAYERNORM", "norm_as_layernorm", "QDQ_AS_FLOAT", "qdq_as_float", "QDQ_LOOKUP", "qdq_lookup", "QDQ_MATMUL_FLOAT", "qdq_matmul_float", "QDQ_TO_QLINEAR", "qdq_to_qlinear",
+__all__ = ["CSE", "DECOMPOSE", "decompose_model_ops", "ElementwiseFusion", "fuse_elementwise", "fuse_elementwise_pass", "FOLD_BATCHNORM", "fold_batchnorm", "FUSE_ATTENTION", "fuse_attention", "FUSE_GELU", "fuse_gelu", "IF_TO_SELECT", "if_to_select", "NORM_AS_LAYERNORM", "norm_as_layernorm", "QDQ_AS_FLOAT", "qdq_as_float", "QDQ_LOOKUP", "qdq_lookup", "QDQ_MATMUL_FLOAT", "qdq_matmul_float", "QDQ_TO_QLINEAR", "qdq_to_qlinear",
            "qdq_to_qlinear_pass", "RELU_CONCAT", "SPLIT_K", "UNROLL_RNN", "make_split_k", "split_k", "unroll_rnn", "Pass", "PassError", "PassTiming", "PipelineResult", "eliminate_common_subexpressions",
            "merge_convs_pass", "merge_sibling_convs", "run_pipeline", "sink_relu_into_concat"]
