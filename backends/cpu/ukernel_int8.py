@@ -145,12 +145,16 @@ def _add_kernel(mod: ir.Module, name: str, vnni: bool) -> None:
         for v in range(nv):
             accs[r][v].add_incoming(new[r][v], body)
 
-    bld = ir.IRBuilder(done)
-    for r in range(MR):
+    _store_tile(ir.IRBuilder(done), accs, c, ldc)
+
+
+def _store_tile(bld: ir.IRBuilder, accs: list, c: ir.Value, ldc: ir.Value) -> None:
+    """Stores the int32 accumulator vectors ``accs[r][v]`` at ``c + r*ldc + v*LANES`` and returns."""
+    i64 = ir.IntType(64)
+    for r, row in enumerate(accs):
         rowp = bld.gep(c, [bld.mul(ir.Constant(i64, r), ldc)])
-        for v in range(nv):
-            bld.store(accs[r][v], bld.bitcast(bld.gep(rowp, [ir.Constant(i64, v * LANES)]), vec.as_pointer()),
-                      align=4)
+        for v, acc in enumerate(row):
+            bld.store(acc, bld.bitcast(bld.gep(rowp, [ir.Constant(i64, v * LANES)]), acc.type.as_pointer()), align=4)
     bld.ret_void()
 
 
@@ -245,13 +249,7 @@ def _add_conv_kernel(mod: ir.Module, name: str, vnni: bool) -> None:
             t_accs[r][v].add_incoming(g_accs[r][v], tnext)
     bld.branch(thead)
 
-    bld = ir.IRBuilder(done)
-    for r in range(MR):
-        rowp = bld.gep(c, [bld.mul(ir.Constant(i64, r), ldc)])
-        for v in range(nv):
-            bld.store(t_accs[r][v], bld.bitcast(bld.gep(rowp, [ir.Constant(i64, v * LANES)]), vec.as_pointer()),
-                      align=4)
-    bld.ret_void()
+    _store_tile(ir.IRBuilder(done), t_accs, c, ldc)
 
 
 def int8_module(vnni: bool) -> ir.Module:
