@@ -138,6 +138,9 @@ def _correct(name: str, args: argparse.Namespace, keep: bool = False) -> dict[st
         row[f"{mode}_launches_per_inference"] = counter[0]
         row[f"{mode}_blocks"] = cm.executable.program.blocks
         compiled[mode] = cm
+    for mode, cm in compiled.items():  # the run with its host copies, then the device program alone
+        row[f"{mode}_ms"] = _events_ms(lambda cm=cm: cm.run(feeds), args.repeat)
+        row[f"{mode}_kernel_ms"] = _events_ms(cm.executable._runner.launch, args.repeat)
     row["ok"] = all(row[f"{m}_max_rel_err{s}"] <= args.tolerance for m in compiled for s in ("", "_2nd_run"))
     if keep:
         row["_compiled"], row["_module"], row["_feeds"] = compiled, module, feeds
@@ -148,7 +151,7 @@ def _events_ms(fn, repeat: int, warmup: int = 5) -> float:
     """Median milliseconds of ``fn`` between two CUDA events on the current stream."""
     import cupy
 
-    for _ in range(warmup):
+    for _ in range(min(warmup, repeat)):
         fn()
     times = []
     for _ in range(repeat):
@@ -200,13 +203,13 @@ def _torch_ms(module, feeds: dict, repeat: int) -> dict[str, float]:
 
 def _torch(name: str, args: argparse.Namespace) -> dict[str, Any]:
     row = _correct(name, args, keep=True)
-    compiled, module, feeds = row.pop("_compiled"), row.pop("_module"), row.pop("_feeds")
-    for mode, cm in compiled.items():
-        row[f"{mode}_ms"] = _events_ms(lambda cm=cm: cm.run(feeds), args.repeat)
+    module, feeds = row.pop("_module"), row.pop("_feeds")
+    row.pop("_compiled")
     row.update(_torch_ms(module, feeds, args.repeat))
     row["persistent_vs_cuda_graph"] = row["persistent_ms"] / row["torch_cuda_graph_ms"]
-    row["timing"] = (f"CUDA events, median of {args.repeat} after 5 warm-up runs; rammer's run includes the "
-                     f"input and output copies, torch's does not")
+    row["persistent_kernel_vs_cuda_graph"] = row["persistent_kernel_ms"] / row["torch_cuda_graph_ms"]
+    row["timing"] = (f"CUDA events, median of {args.repeat} after 5 warm-up runs; rammer's *_ms includes the "
+                     f"input and output copies, *_kernel_ms and torch's do not")
     return row
 
 
@@ -313,6 +316,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--small", default=",".join(SMALL), help="small zoo models to check (comma-separated)")
     parser.add_argument("--full", default=",".join(FULL), help="full-size zoo models to check")
     parser.add_argument("--no-torch", action="store_true", help="leave out the torch exports and their timing")
+    parser.add_argument("--torch", default="", help="torch exports to check (comma-separated; default all)")
     parser.add_argument("--step", nargs=2, metavar=("KIND", "NAME"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.step:
@@ -347,7 +351,11 @@ def main(argv: list[str] | None = None) -> int:
             raise RuntimeError("--no-torch")
         import torch_models
 
-        plan += [("torch", f"torch:{n}", 100, None) for n in torch_models.CASES]
+        chosen = [n for n in args.torch.split(",") if n] or list(torch_models.CASES)
+        unknown = sorted(set(chosen) - set(torch_models.CASES))
+        if unknown:
+            raise RuntimeError(f"unknown torch export(s) {unknown}; known: {sorted(torch_models.CASES)}")
+        plan += [("torch", f"torch:{n}", 100, None) for n in chosen]
     except Exception as exc:  # noqa: BLE001 - torch absent: recorded, the rest still runs
         log.add({"step": "torch", "status": "skipped", "reason": f"{type(exc).__name__}: {exc}"[:300]})
     plan += [("correct", n, 120, None) for n in full]

@@ -121,7 +121,7 @@ class TinyGpt2(nn.Module):
         self.lm_head.weight = self.wte.weight  # tied embeddings
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
-        positions = torch.arange(0, input_ids.size(-1), dtype=torch.long).unsqueeze(0)
+        positions = torch.arange(0, input_ids.size(-1), dtype=torch.long, device=input_ids.device).unsqueeze(0)
         x = self.wte(input_ids) + self.wpe(positions)
         for block in self.blocks:
             x = block(x)

@@ -44,11 +44,13 @@ def test_gpu_check_steps_on_the_emulator_append_json_lines(tmp_path):
     need_gxx()
     env = {**os.environ, "RAMMER_GPU_CHECK_EMULATED": "1"}
     proc = subprocess.run([sys.executable, os.path.join(ROOT, "ci", "gpu_check.py"), "--out", str(tmp_path),
-                           "--small", "alexnet-small", "--full", "", "--no-torch", "--baseline", "reference"],
+                           "--small", "alexnet-small", "--full", "", "--no-torch", "--baseline", "reference",
+                           "--repeat", "2"],
                           capture_output=True, text=True, timeout=600, env=env, cwd=ROOT)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     rows = {(r["step"], r.get("model")): r for r in _lines(tmp_path)}
     row = rows[("correct", "alexnet-small")]
     assert row["ok"] and row["persistent_launches_per_inference"] == 1
     assert row["wave_launches_per_inference"] > 1 and row["persistent_max_rel_err"] < 1e-5
+    assert all(row[f"{m}_kernel_ms"] > 0 and row[f"{m}_ms"] > 0 for m in ("persistent", "wave"))
     assert rows[("end", None)]["failed"] == 0

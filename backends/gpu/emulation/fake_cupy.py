@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import ctypes
 import mmap
+import time
 import types
 import warnings
 import weakref
@@ -212,6 +213,20 @@ class _RawModule:
         return _Kernel(self, name)
 
 
+class _Event:
+    """``cupy.cuda.Event`` on the host clock: emulated launches are synchronous, so the host's time
+    between two records is the program's (an emulator's time, never a GPU's)."""
+
+    def __init__(self) -> None:
+        self.when = 0.0
+
+    def record(self) -> None:
+        self.when = time.perf_counter()
+
+    def synchronize(self) -> None:
+        pass
+
+
 def make_cupy(sms: int = 16, blocks_per_sm: int = 8, hip: bool = False, policy: Policy = Policy(),
               name: str = "rammer CPU emulator") -> types.ModuleType:
     """A stand-in ``cupy`` module for a device of ``sms`` multiprocessors holding
@@ -244,7 +259,8 @@ def make_cupy(sms: int = 16, blocks_per_sm: int = 8, hip: bool = False, policy: 
         occupancyMaxActiveBlocksPerMultiprocessor=lambda func, threads, smem: per_sm(threads))
     stream = types.SimpleNamespace(synchronize=lambda: None)
     cp.cuda = types.SimpleNamespace(runtime=runtime, driver=driver, Device=lambda dev=0: types.SimpleNamespace(
-        id=dev, synchronize=lambda: None), get_current_stream=lambda: stream)
+        id=dev, synchronize=lambda: None), get_current_stream=lambda: stream, Event=_Event,
+        get_elapsed_time=lambda start, end: (end.when - start.when) * 1000.0)
     cp.RawModule = lambda **kw: _RawModule(cp, **kw)
     cp.EmulatorError = EmulatorError
     return cp
