@@ -43,7 +43,10 @@ def generator_source() -> str:
     cache key), read once per process."""
     here = os.path.dirname(os.path.abspath(__file__))
     out = []
-    for name in ("machine_code.py", "ukernel.py", "ukernel_winograd.py", "ukernel_window.py"):
+    # every generator module (ukernel*.py): a module missing here would keep its cached machine code
+    # after its IR changed (the lda, int8 and gemv generators were added after this list was written)
+    names = ["machine_code.py", *sorted(n for n in os.listdir(here) if n.startswith("ukernel") and n.endswith(".py"))]
+    for name in names:
         with open(os.path.join(here, name), encoding="utf-8") as f:
             out.append(f.read())
     return "\n".join(out)
