@@ -22,7 +22,7 @@ from .kernels_attention import k_attention
 from .kernels_conv import k_convp
 from .kernels_data import k_copy, k_copy_many, k_gather, k_pad, k_resize
 from .kernels_dwcl import k_dwconv_cl
-from .kernels_ew import arena_views, ensure_epilogue_symbol, k_ew
+from .kernels_ew import arena_views, ensure_epilogue_symbol, epilogue_micro_kernels, k_ew
 from .kernels_gemm import k_gemm
 from .kernels_index import k_cumsum, k_gather_elements
 from .kernels_nn import k_layernorm, k_reduce, k_softmax
@@ -254,7 +254,9 @@ def micro_kernels(name: str) -> set[str]:
     """The micro-kernel symbols kernel ``name``'s entry calls (see :func:`.machine_code.symbols_called`)."""
     found = _SYMBOLS.get(name)
     if found is None:
-        found = _SYMBOLS[name] = machine_code.symbols_called(globals()[f"entry_{name}"])
+        # every entry may run the elementwise interpreter (an epilogue), which has its own
+        found = _SYMBOLS[name] = (machine_code.symbols_called(globals()[f"entry_{name}"])
+                                  | epilogue_micro_kernels())
     return found
 
 

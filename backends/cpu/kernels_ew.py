@@ -24,6 +24,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from . import _numba_cache  # noqa: F401  (drops stale numba caches first)
+from . import machine_code
 from .atomics import copy_block
 from .ewops import (
     BLOCK,
@@ -42,9 +43,13 @@ from .ewops import (
 from .fastmath import erf32, exp32, sigmoid32, tanh32
 from .kernels_data import next_row, row_index
 from .kernels_ew_int import FIRST_INT, int_instr
+from .ukernel_ew import vec_erf, vec_exp, vec_gelu_erf, vec_gelu_tanh, vec_sigmoid, vec_tanh
 
 f32 = np.float32
 _JIT = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
+#: EXP, SIGMOID, TANH, ERF and the GELUs through the vector kernels of :mod:`.ukernel_ew` (the same
+#: values; off: the numba loops, which LLVM left scalar).
+USE_VEC_EW = True
 
 # numba folds module globals into the compiled code as constants.
 COPY = OPCODE["COPY"]
@@ -130,14 +135,23 @@ def _unary(op, D, A, n, p0, p1):
             x = A[j]
             D[j] = x if (x > f32(0.0) or x != x) else f32(0.0)
     elif op == SIGMOID:
-        for j in range(n):
-            D[j] = sigmoid32(A[j])
+        if USE_VEC_EW:
+            vec_sigmoid(n, A, 0, D, 0)
+        else:
+            for j in range(n):
+                D[j] = sigmoid32(A[j])
     elif op == TANH:
-        for j in range(n):
-            D[j] = tanh32(A[j])
+        if USE_VEC_EW:
+            vec_tanh(n, A, 0, D, 0)
+        else:
+            for j in range(n):
+                D[j] = tanh32(A[j])
     elif op == EXP:
-        for j in range(n):
-            D[j] = exp32(A[j])
+        if USE_VEC_EW:
+            vec_exp(n, A, 0, D, 0)
+        else:
+            for j in range(n):
+                D[j] = exp32(A[j])
     elif op == LOG:
         for j in range(n):
             x = A[j]
@@ -166,8 +180,11 @@ def _unary(op, D, A, n, p0, p1):
         for j in range(n):
             D[j] = _round_half_even(A[j])
     elif op == ERF:
-        for j in range(n):
-            D[j] = erf32(A[j])
+        if USE_VEC_EW:
+            vec_erf(n, A, 0, D, 0)
+        else:
+            for j in range(n):
+                D[j] = erf32(A[j])
     elif op == SIN:
         for j in range(n):
             D[j] = f32(math.sin(A[j]))
@@ -241,13 +258,19 @@ def _unary(op, D, A, n, p0, p1):
             y = y if y < f32(1.0) or y != y else f32(1.0)
             D[j] = x * y
     elif op == GELU_TANH:
-        for j in range(n):
-            x = A[j]
-            D[j] = f32(0.5) * x * (f32(1.0) + tanh32(_SQRT_2_OVER_PI * (x + f32(0.044715) * x * x * x)))
+        if USE_VEC_EW:
+            vec_gelu_tanh(n, A, 0, D, 0)
+        else:
+            for j in range(n):
+                x = A[j]
+                D[j] = f32(0.5) * x * (f32(1.0) + tanh32(_SQRT_2_OVER_PI * (x + f32(0.044715) * x * x * x)))
     elif op == GELU_ERF:
-        for j in range(n):
-            x = A[j]
-            D[j] = f32(0.5) * x * (f32(1.0) + erf32(x * _INV_SQRT2))
+        if USE_VEC_EW:
+            vec_gelu_erf(n, A, 0, D, 0)
+        else:
+            for j in range(n):
+                x = A[j]
+                D[j] = f32(0.5) * x * (f32(1.0) + erf32(x * _INV_SQRT2))
 
 
 @njit(**_JIT)
@@ -590,11 +613,23 @@ def _epilogue_entry(arena, nbytes, x, nx, r, nr, prog, r0, r1, c0, c1, sbase):
     return 0
 
 
+def epilogue_micro_kernels() -> set[str]:
+    """The micro-kernel symbols the interpreter's entry calls (:mod:`.ukernel_ew`'s)."""
+    if not _EPILOGUE_SYMBOLS:
+        _EPILOGUE_SYMBOLS.update(machine_code.symbols_called(_epilogue_entry))
+    return set(_EPILOGUE_SYMBOLS)
+
+
+_EPILOGUE_SYMBOLS: set[str] = set()
+
+
 def ensure_epilogue_symbol() -> int:
     """Compile (or load from numba's cache) the interpreter's entry and register its address
     as :data:`EPILOGUE_SYMBOL`.  Must run before any kernel that calls :func:`ew_epilogue` is
     compiled or loaded from the cache (``entries.entry_address`` does it first)."""
     if not _EPILOGUE:
+        # the interpreter's vector kernels first: cached code links against them by name
+        machine_code.ensure_symbols(epilogue_micro_kernels())
         fn = cfunc(_EPILOGUE_SIG, nopython=True, nogil=True, cache=True)(_epilogue_entry)
         llvm.add_symbol(EPILOGUE_SYMBOL, fn.address)
         _EPILOGUE.append(fn)

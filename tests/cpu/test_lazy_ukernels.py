@@ -11,16 +11,18 @@ import textwrap
 
 import pytest
 
-from rammer.backends.cpu import entries, machine_code, ukernel, ukernel_window, ukernel_winograd
+from rammer.backends.cpu import entries, machine_code, ukernel, ukernel_ew, ukernel_window, ukernel_winograd
 from rammer.time_limits import scaled_limit
 
 ENTRIES = sorted(n[len("entry_"):] for n in vars(entries) if n.startswith("entry_k_"))
 
 
 def test_entries_name_the_micro_kernels_they_call():
+    interpreter = set(ukernel_ew.EW_SYMBOLS.values())
     assert entries.micro_kernels("k_gemm") == {
-        ukernel.SYMBOL, *(ukernel.packed_symbol(r) for r in ukernel.PACKED_SHORT_ROWS)}
-    assert entries.micro_kernels("k_ew") == set()
+        ukernel.SYMBOL, *(ukernel.packed_symbol(r) for r in ukernel.PACKED_SHORT_ROWS), *interpreter}
+    # the elementwise interpreter's vector kernels only (every entry may run an epilogue)
+    assert entries.micro_kernels("k_ew") == interpreter
     assert ukernel_window.DISPATCH_SYMBOL in entries.micro_kernels("k_dwconv")
     assert ukernel_window.DISPATCH_SYMBOL in entries.micro_kernels("k_pool")
     conv = entries.micro_kernels("k_convp")
@@ -37,14 +39,15 @@ def _run(code: str) -> subprocess.CompletedProcess:
 
 
 def test_a_gemm_model_builds_only_the_packed_kernel():
+    # and the elementwise interpreter's (every kernel may run an epilogue through it)
     done = _run("""
-        from rammer.backends.cpu import machine_code, ukernel
+        from rammer.backends.cpu import machine_code, ukernel, ukernel_ew
         from cpu_helpers import compare, model, node, rand
         m = model([node("MatMul", ["x", "w"], ["y"])], {"x": rand(5, 40)}, ["y"], {"w": rand(40, 24, seed=1)})
         compare(m, {"x": rand(5, 40, seed=2)})
         built = [c.key for c in machine_code.machine_code() if c._engine is not None]
         print(built)
-        assert built == [ukernel.PACKED.key], built
+        assert sorted(built) == sorted([ukernel.PACKED.key, ukernel_ew.EW.key]), built
     """)
     assert done.returncode == 0, done.stderr[-3000:]
 
