@@ -23,8 +23,10 @@ from numba import carray, cfunc, njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from . import _numba_cache  # noqa: F401  (drops stale numba caches first)
-from . import machine_code
+from . import (
+    _numba_cache,  # noqa: F401  (drops stale numba caches first)
+    machine_code,
+)
 from .atomics import copy_block
 from .ewops import (
     BLOCK,

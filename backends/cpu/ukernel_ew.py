@@ -20,8 +20,8 @@ from numba import types
 from numba.extending import intrinsic
 
 from .machine_code import MachineCode, arrays_are, call_codegen, uses
-from .ukernel import WIDTH, _vec_exp
-from .ukernel_softmax import _loop, _RowOps
+from .ukernel import _vec_exp
+from .ukernel_softmax import LANES, _loop, _RowOps
 
 #: Opcode name -> kernel symbol (the names of :data:`.ewops.OPCODE`).
 EW_SYMBOLS = {name: f"rammer_cpu_ew_{name.lower()}" for name in ("EXP", "SIGMOID", "TANH", "ERF", "GELU_ERF",
@@ -38,10 +38,10 @@ class _Vec:
 
     def __init__(self, bld: ir.IRBuilder) -> None:
         self.b = bld
-        self.vf = ir.VectorType(ir.FloatType(), WIDTH)
+        self.vf = ir.VectorType(ir.FloatType(), LANES)
 
     def c(self, v: float) -> ir.Constant:
-        return ir.Constant(self.vf, [float(np.float32(v))] * WIDTH)
+        return ir.Constant(self.vf, [float(np.float32(v))] * LANES)
 
     def sel(self, cond, a, b):
         return self.b.select(cond, a, b)
@@ -98,7 +98,7 @@ def _add_unary(mod: ir.Module, name: str) -> None:
     fn = ir.Function(mod, ir.FunctionType(ir.VoidType(), [i64, fp, fp]), name=EW_SYMBOLS[name])
     n, a, d = fn.args
     n.name, a.name, d.name = "n", "a", "d"
-    zero = ir.Constant(ops.vf, [0.0] * WIDTH)
+    zero = ir.Constant(ops.vf, [0.0] * LANES)
 
     def step(b, i, acc, mask):
         v = _Vec(b)
@@ -116,7 +116,7 @@ def _ew_module() -> ir.Module:
     return mod
 
 
-EW = MachineCode(f"ukernel ew w{WIDTH}", _ew_module, tuple(EW_SYMBOLS.values()))
+EW = MachineCode(f"ukernel ew w{LANES}", _ew_module, tuple(EW_SYMBOLS.values()))
 
 
 def _unary_intrinsic(name: str):

@@ -21,6 +21,9 @@ from numba.extending import intrinsic
 from .machine_code import MachineCode, arrays_are, call_codegen, uses
 from .ukernel import WIDTH, _masked, _vec_exp, _vec_ptr
 
+#: Lanes of these row kernels: all of a zmm register.  Eight (ymm, what LLVM chose for the numba
+#: loops on this Xeon) measured 1.5-1.7x slower per float from 128 floats a row up, the same below.
+LANES = WIDTH
 SOFTMAX_SYMBOL = "rammer_cpu_softmax_row"
 EXP_ROW_SYMBOL = "rammer_cpu_exp_row"
 #: float32's smallest normal number (fastmath.FLT_MIN, written out: this module builds IR only).
@@ -28,7 +31,7 @@ _FLT_MIN = 1.1754943508222875e-38
 
 
 def _loop(fn: ir.Function, bld: ir.IRBuilder, n: ir.Value, carried: list[tuple[ir.Type, ir.Value]], body_fn, name: str):
-    """``for (i = 0; i + WIDTH <= n; i += WIDTH) carried = body_fn(bld, i, carried)``, then the tail
+    """``for (i = 0; i + LANES <= n; i += LANES) carried = body_fn(bld, i, carried)``, then the tail
     (``body_fn(bld, i, carried, mask)`` when ``i < n``); returns the builder after it and the values."""
     i64 = ir.IntType(64)
     head, body, tail, masked, done = (fn.append_basic_block(f"{name}_{s}") for s in ("head", "body", "tail", "masked",
@@ -43,22 +46,22 @@ def _loop(fn: ir.Function, bld: ir.IRBuilder, n: ir.Value, carried: list[tuple[i
         ph = hb.phi(ty)
         ph.add_incoming(init, start)
         phis.append(ph)
-    hb.cbranch(hb.icmp_signed("<=", hb.add(i, ir.Constant(i64, WIDTH)), n), body, tail)
+    hb.cbranch(hb.icmp_signed("<=", hb.add(i, ir.Constant(i64, LANES)), n), body, tail)
     bb = ir.IRBuilder(body)
     new = body_fn(bb, i, phis, None)
-    i.add_incoming(bb.add(i, ir.Constant(i64, WIDTH)), body)
+    i.add_incoming(bb.add(i, ir.Constant(i64, LANES)), body)
     for ph, val in zip(phis, new):
         ph.add_incoming(val, body)
     bb.branch(head)
     tb = ir.IRBuilder(tail)
     tb.cbranch(tb.icmp_signed("<", i, n), masked, done)
     mb = ir.IRBuilder(masked)
-    lanes = ir.Constant(ir.VectorType(i64, WIDTH), list(range(WIDTH)))
+    lanes = ir.Constant(ir.VectorType(i64, LANES), list(range(LANES)))
     left = mb.sub(n, i)
-    splat_left = mb.insert_element(ir.Constant(ir.VectorType(i64, WIDTH), ir.Undefined), left,
+    splat_left = mb.insert_element(ir.Constant(ir.VectorType(i64, LANES), ir.Undefined), left,
                                    ir.Constant(ir.IntType(32), 0))
-    splat_left = mb.shuffle_vector(splat_left, ir.Constant(ir.VectorType(i64, WIDTH), ir.Undefined),
-                                   ir.Constant(ir.VectorType(ir.IntType(32), WIDTH), [0] * WIDTH))
+    splat_left = mb.shuffle_vector(splat_left, ir.Constant(ir.VectorType(i64, LANES), ir.Undefined),
+                                   ir.Constant(ir.VectorType(ir.IntType(32), LANES), [0] * LANES))
     mask = mb.icmp_signed("<", lanes, splat_left)
     tail_vals = body_fn(mb, i, phis, mask)
     mb.branch(done)
@@ -77,8 +80,8 @@ class _RowOps:
     """Masked vector loads and stores, splats and horizontal reductions for one kernel."""
 
     def __init__(self, mod: ir.Module) -> None:
-        self.vf = ir.VectorType(ir.FloatType(), WIDTH)
-        self.vd = ir.VectorType(ir.DoubleType(), WIDTH)
+        self.vf = ir.VectorType(ir.FloatType(), LANES)
+        self.vd = ir.VectorType(ir.DoubleType(), LANES)
         self.load_m, self.store_m = _masked(mod, self.vf, False), _masked(mod, self.vf, True)
         self.i32 = ir.IntType(32)
 
@@ -96,17 +99,17 @@ class _RowOps:
             bld.call(self.store_m, [val, ptr, ir.Constant(self.i32, 4), mask])
 
     def splat(self, bld, value):
-        vty = ir.VectorType(value.type, WIDTH)
+        vty = ir.VectorType(value.type, LANES)
         one = bld.insert_element(ir.Constant(vty, ir.Undefined), value, ir.Constant(self.i32, 0))
-        return bld.shuffle_vector(one, ir.Constant(vty, ir.Undefined), ir.Constant(ir.VectorType(self.i32, WIDTH),
-                                                                                   [0] * WIDTH))
+        return bld.shuffle_vector(one, ir.Constant(vty, ir.Undefined), ir.Constant(ir.VectorType(self.i32, LANES),
+                                                                                   [0] * LANES))
 
     def exp_sum(self, fn, bld, n, a, d, vmx, flush: bool):
         """``d = exp(a - mx)`` (flushed below FLT_MIN when ``flush``) and the float64 sum of d, as a
         float32."""
-        ninf = ir.Constant(self.vf, [float("-inf")] * WIDTH)
-        zero = ir.Constant(self.vf, [0.0] * WIDTH)
-        tiny = ir.Constant(self.vf, [_FLT_MIN] * WIDTH)
+        ninf = ir.Constant(self.vf, [float("-inf")] * LANES)
+        zero = ir.Constant(self.vf, [0.0] * LANES)
+        tiny = ir.Constant(self.vf, [_FLT_MIN] * LANES)
 
         def step(b, i, acc, mask):
             e = _vec_exp(b, b.fsub(self.load(b, a, i, mask, ninf), vmx), fused=True)
@@ -117,9 +120,9 @@ class _RowOps:
                 e = b.select(mask, e, zero)
             return [b.fadd(acc[0], b.fpext(e, self.vd))]
 
-        bld, (vsum,) = _loop(fn, bld, n, [(self.vd, ir.Constant(self.vd, [0.0] * WIDTH))], step, "exp")
+        bld, (vsum,) = _loop(fn, bld, n, [(self.vd, ir.Constant(self.vd, [0.0] * LANES))], step, "exp")
         total = bld.extract_element(vsum, ir.Constant(self.i32, 0))
-        for lane in range(1, WIDTH):
+        for lane in range(1, LANES):
             total = bld.fadd(total, bld.extract_element(vsum, ir.Constant(self.i32, lane)))
         return bld, bld.fptrunc(total, ir.FloatType())
 
@@ -133,7 +136,7 @@ def _add_softmax_row(mod: ir.Module) -> None:
     fn = ir.Function(mod, ir.FunctionType(ir.VoidType(), [i64, fp, fp]), name=SOFTMAX_SYMBOL)
     n, a, d = fn.args
     n.name, a.name, d.name = "n", "a", "d"
-    ninf = ir.Constant(vf, [float("-inf")] * WIDTH)
+    ninf = ir.Constant(vf, [float("-inf")] * LANES)
     bld = ir.IRBuilder(fn.append_basic_block("entry"))
 
     def max_step(b, i, acc, mask):
@@ -142,13 +145,13 @@ def _add_softmax_row(mod: ir.Module) -> None:
 
     bld, (vmax,) = _loop(fn, bld, n, [(vf, ninf)], max_step, "max")
     mx = bld.extract_element(vmax, ir.Constant(ops.i32, 0))
-    for lane in range(1, WIDTH):
+    for lane in range(1, LANES):
         e = bld.extract_element(vmax, ir.Constant(ops.i32, lane))
         mx = bld.select(bld.fcmp_ordered(">", e, mx), e, mx)
     bld, total = ops.exp_sum(fn, bld, n, a, d, ops.splat(bld, mx), flush=False)
     vinv = ops.splat(bld, bld.fdiv(ir.Constant(f32, 1.0), total))
-    tiny = ir.Constant(vf, [_FLT_MIN] * WIDTH)
-    zero = ir.Constant(vf, [0.0] * WIDTH)
+    tiny = ir.Constant(vf, [_FLT_MIN] * LANES)
+    zero = ir.Constant(vf, [0.0] * LANES)
 
     def scale_step(b, i, acc, mask):
         p = b.fmul(ops.load(b, d, i, mask, zero), vinv)
@@ -181,7 +184,7 @@ def _softmax_module() -> ir.Module:
     return mod
 
 
-SOFTMAX = MachineCode(f"ukernel softmax w{WIDTH}", _softmax_module, (SOFTMAX_SYMBOL, EXP_ROW_SYMBOL))
+SOFTMAX = MachineCode(f"ukernel softmax w{LANES}", _softmax_module, (SOFTMAX_SYMBOL, EXP_ROW_SYMBOL))
 
 
 @uses(SOFTMAX_SYMBOL)
