@@ -1,6 +1,7 @@
 """Pointwise (1x1, stride 1) convolutions + bias + an activation (ReLU unless ``--act``) on ``cpu``
-against onnxruntime over a grid of the shapes CNNs are made of (MobileNet/EfficientNet expansions and projections, ResNet bottlenecks,
-a SegFormer-style fuse over 64x64), with an optional before/after in one process.
+against onnxruntime over a grid of the shapes CNNs are made of (MobileNet/EfficientNet expansions and
+projections, ResNet bottlenecks, a SegFormer-style fuse over 64x64), with an optional before/after in
+one process.  ``--shapes`` replaces the grid, and may give a kernel size, stride and groups.
 
     python ci/micro_conv.py --threads 1 --clock cpu \\
         --before rammer.backends.cpu.lower_conv.PACK_LARGE_POINTWISE=False
