@@ -13,7 +13,7 @@ and ``table`` holds, per batch matrix, ``(a_off, b_off, c_off)``.  With ``b_prep
 constant weight packed at compile time in the micro-kernel's panel layout (:func:`prepack_b`) and
 ``b_off`` points at the panels; ``b_rs``/``b_cs`` are then unused and task tiles start at multiples of NR
 columns.  ``b_prepacked`` = 2 (:data:`B_PACKED_A_IN_PLACE`): the same, and A's rows (unit column stride,
-alpha 1) are read in place (:func:`gemm_prepacked_a_in_place`).
+alpha 1) are read in place (:func:`gemm_prepacked_a_in_place`), by the task rows of :func:`k_gemm_lda`.
 
 Five inner paths: the micro-kernel on a weight packed at compile time (:func:`gemm_prepacked`: no
 per-call packing of B, 4- and 8-row kernel variants for skinny M); the packed SIMD micro-kernel of
@@ -476,12 +476,31 @@ def k_gemm(F, B, I, J, X, R, p, sbase):
     n1 = p[6]
     for b in range(p[1], p[2]):
         t = table + 3 * b
-        if prepacked == B_PACKED_A_IN_PLACE:
-            gemm_prepacked_a_in_place(F, X[t], a_rs, X[t + 1], K, X[t + 2], c_rs, m0, m1, n0, n1, pack)
-        elif prepacked != 0:
+        if prepacked != 0:
             gemm_prepacked(F, X[t], a_rs, a_cs, X[t + 1], K, X[t + 2], c_rs, m0, m1, n0, n1, alpha, pack)
         else:
             gemm_tile(F, X[t], a_rs, a_cs, X[t + 1], b_rs, b_cs, X[t + 2], c_rs, K, m0, m1, n0, n1, alpha,
                       pack)
         if epi >= 0:
             ew_epilogue(F, X, R, epi, b * M + m0, b * M + m1, n0, n1, sbase)
+
+
+@njit(**_JIT)
+def k_gemm_lda(F, B, I, J, X, R, p, sbase):
+    """Task row of a GEMM on a compile-time-packed B whose A is read in place (a ``k_gemm``
+    descriptor with ``b_prepacked`` = :data:`B_PACKED_A_IN_PLACE`): [desc, batch0, batch1, m0, m1,
+    n0, n1].  An entry of its own, so a model without such a GEMM never builds the strided-A
+    micro-kernels (:mod:`.machine_code` builds the modules an entry's code calls)."""
+    d = p[0]
+    M = X[d + D_M]
+    K = X[d + D_K]
+    a_rs = X[d + D_ARS]
+    c_rs = X[d + D_CRS]
+    epi = X[d + D_EPI]
+    table = X[d + D_TABLE]
+    pack = sbase + X[d + D_PACK]
+    for b in range(p[1], p[2]):
+        t = table + 3 * b
+        gemm_prepacked_a_in_place(F, X[t], a_rs, X[t + 1], K, X[t + 2], c_rs, p[3], p[4], p[5], p[6], pack)
+        if epi >= 0:
+            ew_epilogue(F, X, R, epi, b * M + p[3], b * M + p[4], p[5], p[6], sbase)

@@ -82,7 +82,8 @@ def gemm_op(lw: LowerContext, name: str, nodes: tuple[Node, ...], spec: GemmSpec
         alpha = ctx.side.add_floats([spec.alpha])
         desc = ctx.side.add_ints([M, N, K, spec.a_rs, spec.a_cs, spec.b_rs, spec.b_cs, spec.c_rs, epi, alpha, toff,
                                   regs, b_packing])
-        return [("k_gemm", [desc, *part]) for part in parts]
+        kernel = "k_gemm_lda" if b_packing == B_PACKED_A_IN_PLACE else "k_gemm"
+        return [(kernel, [desc, *part]) for part in parts]
 
     b_packing = int(spec.b_prepacked)
     if spec.b_prepacked and a_in_place(M, N, K, spec.a_cs, spec.alpha):
