@@ -99,10 +99,11 @@ def gemm_op(lw: LowerContext, name: str, nodes: tuple[Node, ...], spec: GemmSpec
 #: has at most this many columns (0: never) and a K block of it (:data:`.kernels_gemm.KC_PRE` rows)
 #: holds at most A_IN_PLACE_MAX_PANEL_FLOATS (it is re-read from L2 for every MR rows of A).  Packing A
 #: costs about a nanosecond a float whatever N is; the multiply-adds it serves are 2N flops a float.
-#: Measured (ci/micro_gemm.py --family narrow,linear): 1.1-2x faster for N of 19-640 at K-blocks of
-#: 1.5 MiB or less, 0.82-0.93x at N = 768 with K >= 768 (the K block 1.5 MiB).
+#: Measured (ci/micro_gemm.py --family narrow,linear, CPU time): 1.1-2x faster for N of 19-384 and for
+#: N = 640 at K = 160, the same at 640 x 320; slower with K blocks of 1 MiB and more: t5-encoder's
+#: 512 x 512 GEMMs 3% (corpus_ab), N = 768 at K >= 768 7-18%.
 A_IN_PLACE_MAX_N = 512
-A_IN_PLACE_MAX_PANEL_FLOATS = 256 * 1024
+A_IN_PLACE_MAX_PANEL_FLOATS = 192 * 1024
 
 
 def a_in_place(M: int, N: int, K: int, a_cs: int, alpha: float) -> bool:

@@ -402,7 +402,7 @@ def test_gemm_reading_a_in_place_on_a_packed_weight(m, n, k, lda_pad, n0):
 
 
 @pytest.mark.parametrize("rows,n,k,in_place", [(3136 // 16, 80, 96, True), (50, 24, 600, True),
-                                               (64, 768, 768, False), (8, 80, 96, False)])
+                                               (64, 768, 768, False), (128, 512, 512, False), (8, 80, 96, False)])
 @pytest.mark.parametrize("veus", [1, 2])
 def test_narrow_gemms_on_packed_weights_read_a_in_place(rows, n, k, in_place, veus):
     """A MatMul + bias of many rows into a narrow constant weight reads its A rows in place (no
