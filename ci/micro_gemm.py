@@ -15,6 +15,8 @@ Families (each a single op or a small block, the shape classes transformers are 
   output projection, the largest single GEMM of small decoders.
 * ``linear-gelu``: the same followed by erf-GELU (``0.5 x (1 + erf(x / sqrt 2))``, BERT's and ViT's
   MLP), to see whether the activation rides on the GEMM's stores.
+* ``narrow``: the same with many rows (196-4096) and few columns (19-320): channels-last
+  projections (ConvNeXt's MLP back to C channels), pointwise layers written as MatMuls, class heads.
 * ``scores``: ``Q[1, H, S, D] @ transpose(K)[1, H, D, S]``, the attention scores over heads
   (a 4-D batched MatMul whose right operand is a transposed view).
 * ``context``: ``P[1, H, S, S] @ V[1, H, S, D]``, the weighted sum over heads.
@@ -58,7 +60,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-FAMILIES = ("linear", "lm-head", "linear-gelu", "scores", "context", "attention", "rnn")
+FAMILIES = ("linear", "lm-head", "linear-gelu", "narrow", "scores", "context", "attention", "rnn")
 
 
 def _model(nodes: list, inputs: list, output: tuple[str, list[int]], inits: dict[str, np.ndarray]) -> onnx.ModelProto:
@@ -152,6 +154,12 @@ def grid(families: tuple[str, ...]) -> list[tuple[str, str, Callable[[], tuple[o
         for k, n in ((384, 16000), (768, 32000)):
             for m in (1, 8, 128):
                 out.append(("lm-head", f"M={m} K={k} N={n}", lambda m=m, k=k, n=n: linear(m, k, n, bias=False)))
+    if "narrow" in families:
+        # many rows into few columns: channels-last projections (ConvNeXt's 4C -> C at 56x56...),
+        # MobileViT/hybrid pointwise layers as MatMuls, a segmentation head's classes
+        for m, k, n in ((3136, 320, 80), (3136, 64, 64), (3136, 256, 64), (784, 640, 160), (784, 512, 128),
+                        (784, 96, 96), (196, 1280, 320), (196, 384, 48), (4096, 256, 19), (3136, 96, 24)):
+            out.append(("narrow", f"M={m} K={k} N={n}", lambda m=m, k=k, n=n: linear(m, k, n)))
     if "linear-gelu" in families:
         for k, n in ((768, 3072), (384, 1536)):
             for m in (8, 64, 197):

@@ -23,7 +23,7 @@ from .kernels_conv import k_convp
 from .kernels_data import k_copy, k_copy_many, k_gather, k_pad, k_resize
 from .kernels_dwcl import k_dwconv_cl
 from .kernels_ew import arena_views, ensure_epilogue_symbol, epilogue_micro_kernels, k_ew
-from .kernels_gemm import k_gemm
+from .kernels_gemm import k_gemm, k_gemm_lda
 from .kernels_index import k_cumsum, k_gather_elements
 from .kernels_nn import k_layernorm, k_reduce, k_softmax
 from .kernels_qdw import k_qdwconv
@@ -57,6 +57,13 @@ def entry_k_gemm(arena, nbytes, x, nx, r, nr, row, sbase):
     F, B, I, J, X, R = arena_views(arena, nbytes, x, nx, r, nr)
     p = carray(row, (ROW_PARAMS,), np.int64)
     k_gemm(F, B, I, J, X, R, p, sbase)
+    return 0
+
+
+def entry_k_gemm_lda(arena, nbytes, x, nx, r, nr, row, sbase):
+    F, B, I, J, X, R = arena_views(arena, nbytes, x, nx, r, nr)
+    p = carray(row, (ROW_PARAMS,), np.int64)
+    k_gemm_lda(F, B, I, J, X, R, p, sbase)
     return 0
 
 

@@ -31,6 +31,7 @@ from . import (
 KERNELS: dict[str, ModuleType] = {
     "k_ew": kernels_ew,
     "k_gemm": kernels_gemm,
+    "k_gemm_lda": kernels_gemm,
     "k_copy": kernels_data,
     "k_copy_many": kernels_data,
     "k_pad": kernels_data,
@@ -70,6 +71,7 @@ FAULT_CHECKS = {"k_gather": kernels_data.gather_fault, "k_gather_elements": kern
 DESCRIPTIONS = {
     "k_ew": "fused elementwise program (register blocks of 256)",
     "k_gemm": "GEMM tile (OpenBLAS sgemm or vectorized loops) + fused epilogue",
+    "k_gemm_lda": "GEMM tile on a compile-time-packed narrow weight, A's rows read in place + fused epilogue",
     "k_copy": "strided copy (views made dense, Concat)",
     "k_copy_many": "several strided copies in one rTask (RNN outputs)",
     "k_pad": "constant padding",

@@ -12,7 +12,8 @@ Descriptor layout (element offsets into the float32 arena)::
 and ``table`` holds, per batch matrix, ``(a_off, b_off, c_off)``.  With ``b_prepacked`` = 1, B is a
 constant weight packed at compile time in the micro-kernel's panel layout (:func:`prepack_b`) and
 ``b_off`` points at the panels; ``b_rs``/``b_cs`` are then unused and task tiles start at multiples of NR
-columns.
+columns.  ``b_prepacked`` = 2 (:data:`B_PACKED_A_IN_PLACE`): the same, and A's rows (unit column stride,
+alpha 1) are read in place (:func:`gemm_prepacked_a_in_place`), by the task rows of :func:`k_gemm_lda`.
 
 Five inner paths: the micro-kernel on a weight packed at compile time (:func:`gemm_prepacked`: no
 per-call packing of B, 4- and 8-row kernel variants for skinny M); the packed SIMD micro-kernel of
@@ -31,6 +32,7 @@ from numba import njit
 from . import _numba_cache  # noqa: F401  (drops stale numba caches first)
 from .blas import HAVE_BLAS, sgemm
 from .kernels_ew import ew_epilogue
+from .kernels_gemm_inplace import _lda_tile
 from .ukernel import MR, NR, ukernel, ukernel4, ukernel8
 
 f32 = np.float32
@@ -242,6 +244,43 @@ def gemm_prepacked(F, a_off, a_rs, a_cs, bp, K, c_off, c_rs, m0, m1, n0, n1, alp
                     _panel_tile(F, kc, pa + ir * kc, b, cp, c_rs, rows, cols, first, pt)
 
 
+#: ``b_prepacked`` word of a GEMM whose B is packed at compile time and whose A is read in place.
+B_PACKED_A_IN_PLACE = 2
+
+
+@njit(**_JIT)
+def gemm_prepacked_a_in_place(F, a_off, a_rs, bp, K, c_off, c_rs, m0, m1, n0, n1, pt):
+    """C[m0:m1, n0:n1] = A B with B packed at compile time (as for :func:`gemm_prepacked`) and A's
+    rows read in place (unit column stride) by :mod:`.ukernel_lda`'s kernels: no packing of A.
+    Packing A is a transposing gather of about a nanosecond a float, paid once per N columns: for a
+    narrow N (a channels-last conv's 320 -> 80 projection) it cost a third as much as the multiply-adds.
+    Row panels run outermost, so an MR-row panel of A (MR x KC_PRE floats) stays in L1 while every
+    column panel of B multiplies it; ``pt``: an MR x NR scratch tile for a ragged last column panel."""
+    for pc in range(0, K, KC_PRE):
+        kc = min(KC_PRE, K - pc)
+        acc = 0 if pc == 0 else 1
+        for ir in range(m0, m1, MR):
+            rows = min(MR, m1 - ir)
+            a = a_off + ir * a_rs + pc
+            for jr in range(n0, n1, NR):
+                cols = min(NR, n1 - jr)
+                b = bp + ((jr // NR) * K + pc) * NR
+                cp = c_off + ir * c_rs + jr
+                if cols == NR:
+                    _lda_tile(rows, kc, F, a, a_rs, b, cp, c_rs, acc)
+                    continue
+                _lda_tile(rows, kc, F, a, a_rs, b, pt, NR, 0)
+                for r in range(rows):
+                    crow = F[cp + r * c_rs:cp + r * c_rs + cols]
+                    trow = F[pt + r * NR:pt + r * NR + cols]
+                    if acc == 0:
+                        for j in range(cols):
+                            crow[j] = trow[j]
+                    else:
+                        for j in range(cols):
+                            crow[j] += trow[j]
+
+
 def packed_ok(mt: int, nt: int, k: int) -> bool:
     """Whether a tile may go to the packed micro-kernel (the same test as in the kernels)."""
     return mt >= PACKED_MIN_ROWS and mt * nt * k >= PACKED_MIN_MACS
@@ -444,3 +483,24 @@ def k_gemm(F, B, I, J, X, R, p, sbase):
                       pack)
         if epi >= 0:
             ew_epilogue(F, X, R, epi, b * M + m0, b * M + m1, n0, n1, sbase)
+
+
+@njit(**_JIT)
+def k_gemm_lda(F, B, I, J, X, R, p, sbase):
+    """Task row of a GEMM on a compile-time-packed B whose A is read in place (a ``k_gemm``
+    descriptor with ``b_prepacked`` = :data:`B_PACKED_A_IN_PLACE`): [desc, batch0, batch1, m0, m1,
+    n0, n1].  An entry of its own, so a model without such a GEMM never builds the strided-A
+    micro-kernels (:mod:`.machine_code` builds the modules an entry's code calls)."""
+    d = p[0]
+    M = X[d + D_M]
+    K = X[d + D_K]
+    a_rs = X[d + D_ARS]
+    c_rs = X[d + D_CRS]
+    epi = X[d + D_EPI]
+    table = X[d + D_TABLE]
+    pack = sbase + X[d + D_PACK]
+    for b in range(p[1], p[2]):
+        t = table + 3 * b
+        gemm_prepacked_a_in_place(F, X[t], a_rs, X[t + 1], K, X[t + 2], c_rs, p[3], p[4], p[5], p[6], pack)
+        if epi >= 0:
+            ew_epilogue(F, X, R, epi, b * M + p[3], b * M + p[4], p[5], p[6], sbase)

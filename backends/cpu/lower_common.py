@@ -19,7 +19,7 @@ from rammer.lower.views import View, collapse
 
 from .ewops import BLOCK
 from .kernels_dwcl import dwcl_scratch
-from .kernels_gemm import PACK_FLOATS, packed_ok
+from .kernels_gemm import B_PACKED_A_IN_PLACE, KC_PRE, PACK_FLOATS, packed_ok
 from .kernels_window import dwconv_scratch
 from .lower_context import LowerContext
 from .ops import CpuOp, EmitContext, Row, grid_split, split_range
@@ -81,14 +81,36 @@ def gemm_op(lw: LowerContext, name: str, nodes: tuple[Node, ...], spec: GemmSpec
         epi = epilogue.emit(ctx.side, ctx.locate, space) if epilogue is not None else -1
         alpha = ctx.side.add_floats([spec.alpha])
         desc = ctx.side.add_ints([M, N, K, spec.a_rs, spec.a_cs, spec.b_rs, spec.b_cs, spec.c_rs, epi, alpha, toff,
-                                  regs, int(spec.b_prepacked)])
-        return [("k_gemm", [desc, *part]) for part in parts]
+                                  regs, b_packing])
+        kernel = "k_gemm_lda" if b_packing == B_PACKED_A_IN_PLACE else "k_gemm"
+        return [(kernel, [desc, *part]) for part in parts]
 
+    b_packing = int(spec.b_prepacked)
+    if spec.b_prepacked and a_in_place(M, N, K, spec.a_cs, spec.alpha):
+        b_packing = B_PACKED_A_IN_PLACE
     blas = M >= 12 and M * N * K >= 32 * 1024
     regs = epilogue.n_registers() * BLOCK if epilogue is not None else 0
     scratch = regs + (PACK_FLOATS if spec.b_prepacked or packed_ok(M, N, K) else 0)
     return CpuOp(name, "gemm", nodes, tuple(sorted(reads)), tuple(sorted(writes)), flops, nbytes, partition, emit,
                  scratch=scratch, blas=blas, extra={"M": M, "N": N, "K": K, "batches": nb})
+
+
+#: A GEMM against a weight packed at compile time reads A's rows in place, unpacked, when the weight
+#: has at most this many columns (0: never) and a K block of it (:data:`.kernels_gemm.KC_PRE` rows)
+#: holds at most A_IN_PLACE_MAX_PANEL_FLOATS (it is re-read from L2 for every MR rows of A).  Packing A
+#: costs about a nanosecond a float whatever N is; the multiply-adds it serves are 2N flops a float.
+#: Measured (ci/micro_gemm.py --family narrow,linear, CPU time): 1.1-2x faster for N of 19-384 and for
+#: N = 640 at K = 160, the same at 640 x 320; slower with K blocks of 1 MiB and more: t5-encoder's
+#: 512 x 512 GEMMs 3% (corpus_ab), N = 768 at K >= 768 7-18%.
+A_IN_PLACE_MAX_N = 512
+A_IN_PLACE_MAX_PANEL_FLOATS = 192 * 1024
+
+
+def a_in_place(M: int, N: int, K: int, a_cs: int, alpha: float) -> bool:
+    """Whether a GEMM on a compile-time-packed B reads A in place (:data:`A_IN_PLACE_MAX_N`): A's
+    columns adjacent, no scaling, a narrow B whose K block stays in L2, whole micro-kernel tiles."""
+    return (a_cs == 1 and alpha == 1.0 and M >= MR and N <= A_IN_PLACE_MAX_N
+            and min(K, KC_PRE) * N <= A_IN_PLACE_MAX_PANEL_FLOATS)
 
 
 def prepacked_tiles(m: int, n: int, parts: int) -> list[tuple[int, int, int, int]]:

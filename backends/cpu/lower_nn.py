@@ -460,6 +460,11 @@ def _resize_tables(lw: LowerContext, node: Node) -> tuple[list, str | None]:
     return tables, None
 
 
+#: Floats of a vEU's scratch Resize's column pass may take (a plane's input rows resampled to the
+#: output's width); a larger plane gathers every output pixel's taps instead.
+RESIZE_MAX_SCRATCH_FLOATS = 256 * 1024
+
+
 def _resize(lw: LowerContext, node: Node) -> None:
     (ih, wh), (iw, ww) = _resize_tables(lw, node)[0]
     x_info = _info(lw, node.inputs[0])
@@ -468,18 +473,22 @@ def _resize(lw: LowerContext, node: Node) -> None:
     planes = math.prod(lead)
     x = lw.dense(node.inputs[0])
     out = lw.views[node.outputs[0]]
-    consts = [lw.const_view(np.ascontiguousarray(a.ravel(), dtype=dt))
-              for a, dt in ((ih, np.int64), (wh, np.float32), (iw, np.int64), (ww, np.float32))]
+    # the columns' tables tap-major, so the column pass runs one vector loop per tap
+    consts = [lw.const_view(np.ascontiguousarray(a, dtype=dt).ravel())
+              for a, dt in ((ih, np.int64), (wh, np.float32), (iw.T, np.int64), (ww.T, np.float32))]
+    separable = H * OW <= RESIZE_MAX_SCRATCH_FLOATS
 
     def emit(ctx: EmitContext, parts: list) -> list[Row]:
         desc = ctx.side.add_ints([ctx.locate(x), H, W, ctx.locate(out), OH, OW, ih.shape[1], ctx.locate(consts[0]),
-                                  ctx.locate(consts[1]), iw.shape[1], ctx.locate(consts[2]), ctx.locate(consts[3])])
+                                  ctx.locate(consts[1]), iw.shape[1], ctx.locate(consts[2]), ctx.locate(consts[3]),
+                                  0 if separable else -1])
         return [("k_resize", [desc, q0, q1]) for q0, q1 in parts]
 
     taps = ih.shape[1] * iw.shape[1]
     reads = tuple(sorted({x.buffer} | {c.buffer for c in consts}))
     lw.add_op(CpuOp(node.name or "Resize", "resize", (node,), reads, (out.buffer,), 2.0 * out.size * taps,
-                    4.0 * (x.size + out.size), _rows_partition(planes), emit))
+                    4.0 * (x.size + out.size), _rows_partition(planes), emit,
+                    scratch=H * OW if separable else 0))
 
 
 LOWERINGS: dict[str, Callable[[LowerContext, Node], None]] = {

@@ -375,3 +375,47 @@ def test_gemm_reading_a_in_place_covers_every_row_count_and_k_block(m, n, k, lda
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-3)
     np.testing.assert_array_equal(F[:b_off], a.ravel())  # A read, never written
     assert np.isnan(F[c_off + m * n + kgi.INPLACE_SCRATCH:]).all() and tail.size  # nothing past the scratch tile
+
+
+@pytest.mark.parametrize("m,n,k", [(12, 32, 8), (13, 33, 300), (40, 80, 64), (31, 100, kg.KC_PRE + 17)])
+@pytest.mark.parametrize("lda_pad", [0, 5])
+@pytest.mark.parametrize("n0", [0, 1])
+def test_gemm_reading_a_in_place_on_a_packed_weight(m, n, k, lda_pad, n0):
+    """gemm_prepacked_a_in_place over whole and cut MR row panels, a ragged last NR panel (through
+    the scratch tile), two K blocks (the second accumulating), A's rows at a stride wider than K,
+    and a task starting at the second NR panel (columns of other tasks untouched)."""
+    rng = np.random.default_rng(8)
+    lda = k + lda_pad
+    a = rng.standard_normal((m, lda)).astype(np.float32)
+    b = rng.standard_normal((k, n)).astype(np.float32)
+    packed = kg.prepack_b(b)
+    F = np.full(a.size + packed.size + m * n + uk.MR * uk.NR + 64, np.nan, np.float32)
+    a_off, b_off, c_off = 0, a.size, a.size + packed.size
+    F[a_off:b_off] = a.ravel()
+    F[b_off:c_off] = packed
+    start = min(n0 * uk.NR, n)
+    kg.gemm_prepacked_a_in_place(F, a_off, lda, b_off, k, c_off, n, 0, m, start, n, c_off + m * n)
+    got = F[c_off:c_off + m * n].reshape(m, n)
+    want = a[:, :k].astype(np.float64) @ b.astype(np.float64)
+    np.testing.assert_allclose(got[:, start:], want[:, start:], rtol=1e-4, atol=1e-4)
+    assert np.isnan(got[:, :start]).all()
+
+
+@pytest.mark.parametrize("rows,n,k,in_place", [(3136 // 16, 80, 96, True), (50, 24, 600, True),
+                                               (64, 768, 768, False), (128, 512, 512, False), (8, 80, 96, False)])
+@pytest.mark.parametrize("veus", [1, 2])
+def test_narrow_gemms_on_packed_weights_read_a_in_place(rows, n, k, in_place, veus):
+    """A MatMul + bias of many rows into a narrow constant weight reads its A rows in place (no
+    packing of A); a wide weight whose K block outgrows L2 (768 x 768), or fewer rows than one
+    micro-kernel panel, keep packing A.  Results against the reference either way."""
+    from cpu_helpers import compare, model, node, rand
+
+    from rammer.backends.cpu import lower_common
+    from rammer.backends.cpu.compiler import compile_program
+    from rammer.frontend import load
+
+    m_ = model([node("MatMul", ["x", "w"], ["h"]), node("Add", ["h", "b"], ["y"])], {"x": rand(1, rows, k)}, ["y"],
+               {"w": rand(k, n, seed=1), "b": rand(n, seed=2)})
+    compare(m_, {"x": rand(1, rows, k, seed=3)}, veus=veus, rtol=1e-4, atol=1e-4)
+    (op,) = [o for o in compile_program(load(m_), veus).lowered.ops if o.family == "gemm"]
+    assert lower_common.a_in_place(op.extra["M"], op.extra["N"], op.extra["K"], 1, 1.0) == in_place

@@ -11,7 +11,15 @@ import textwrap
 
 import pytest
 
-from rammer.backends.cpu import entries, machine_code, ukernel, ukernel_ew, ukernel_window, ukernel_winograd
+from rammer.backends.cpu import (
+    entries,
+    machine_code,
+    ukernel,
+    ukernel_ew,
+    ukernel_lda,
+    ukernel_window,
+    ukernel_winograd,
+)
 from rammer.time_limits import scaled_limit
 
 ENTRIES = sorted(n[len("entry_"):] for n in vars(entries) if n.startswith("entry_k_"))
@@ -21,6 +29,8 @@ def test_entries_name_the_micro_kernels_they_call():
     interpreter = set(ukernel_ew.EW_SYMBOLS.values())
     assert entries.micro_kernels("k_gemm") == {
         ukernel.SYMBOL, *(ukernel.packed_symbol(r) for r in ukernel.PACKED_SHORT_ROWS), *interpreter}
+    # a GEMM reading A in place has an entry of its own: only it builds the strided-A kernels
+    assert entries.micro_kernels("k_gemm_lda") == {ukernel_lda.lda_symbol(r) for r in range(1, 13)} | interpreter
     # the elementwise interpreter's vector kernels only (every entry may run an epilogue)
     assert entries.micro_kernels("k_ew") == interpreter
     assert ukernel_window.DISPATCH_SYMBOL in entries.micro_kernels("k_dwconv")
