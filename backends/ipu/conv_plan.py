@@ -77,6 +77,23 @@ def conv_out_rows(node: Node, x_shape: tuple[int, ...], w_shape: tuple[int, ...]
     return max(0, (x_shape[2] + extra - span) // stride + 1)
 
 
+def _axis_view(node: Node, axis: int) -> Node:
+    """``node`` with its strides, dilations and pads of spatial ``axis`` only (as a 1-d conv)."""
+    rank_attrs = {}
+    for key in ("strides", "dilations"):
+        values = node.attr(key)
+        if values is not None:
+            rank_attrs[key] = [values[axis - 2]]
+    pads = node.attr("pads")
+    if pads is not None:
+        rank = len(pads) // 2
+        rank_attrs["pads"] = [pads[axis - 2], pads[axis - 2 + rank]]
+    auto = node.attr("auto_pad")
+    if auto is not None:
+        rank_attrs["auto_pad"] = auto
+    return Node("Conv", node.inputs, node.outputs, attrs=rank_attrs)
+
+
 def _halvings(n: int) -> list[int]:
     out, b = [], n
     while True:
@@ -89,8 +106,8 @@ def _halvings(n: int) -> list[int]:
 def pressure_pieces(node: Node, x_shape: tuple[int, ...], w_shape: tuple[int, ...], limit: int,
                     num_tiles: int, itemsize: int = 4) -> int:
     """The fewest slices of the input channels (up to :data:`MAX_CHANNEL_PIECES`) for which some
-    block of the conv family (output channels x output rows over the slice) reads at most
-    ``limit`` bytes with at most ``num_tiles`` rTasks over all the slices; 1 when none does."""
+    block of the conv family (output channels x output rows over the slice) reads and writes at
+    most ``limit`` bytes with at most ``num_tiles`` rTasks over all the slices; 1 when none does."""
     channels, out_channels = x_shape[1], w_shape[0]
     rank = len(x_shape) - 2
     stride = int(node.attr("strides", [1] * rank)[0])
@@ -100,6 +117,9 @@ def pressure_pieces(node: Node, x_shape: tuple[int, ...], w_shape: tuple[int, ..
     out_rows = conv_out_rows(node, x_shape, w_shape)
     if out_rows <= 0 or channels <= 0:
         return 1
+    # (the output's width: the same arithmetic on the axes after the rows)
+    out_shape_tail = [conv_out_rows(_axis_view(node, a), (1, 1, x_shape[a]), (1, 1, w_shape[a]))
+                      for a in range(3, len(x_shape))]
     blocks = sorted({min(out_channels, b) for b in _CHANNEL_BLOCKS})
     for p in range(1, min(MAX_CHANNEL_PIECES, channels) + 1):
         per_slice = math.ceil(channels / p)
@@ -107,7 +127,8 @@ def pressure_pieces(node: Node, x_shape: tuple[int, ...], w_shape: tuple[int, ..
             for rb in _halvings(out_rows):
                 count = p * x_shape[0] * math.ceil(out_channels / cb) * math.ceil(out_rows / rb)
                 rows_in = min(x_shape[2], (rb - 1) * stride + span)
-                block = (rows_in * row_elems + cb * kernel) * per_slice * itemsize
+                out_elems = cb * rb * math.prod(out_shape_tail) if out_shape_tail else cb * rb
+                block = ((rows_in * row_elems + cb * kernel) * per_slice + out_elems) * itemsize
                 if count <= num_tiles and block <= limit:
                     return p
     return 1
@@ -123,33 +144,49 @@ def _rtask_bytes(kernel: RKernel, itemsize: int) -> int:
     return most * itemsize
 
 
-def least_traffic_fit(kernels: list[RKernel], limit: int, itemsize: int = 4) -> list[RKernel]:
-    """Among ``kernels``, those whose rTasks read and write at most ``limit`` bytes and, of these,
-    the ones moving the fewest bytes over all their rTasks; ``kernels`` itself when none fits."""
+def least_traffic_fit(kernels: list[RKernel], limit: int, max_rtasks: int = 0, itemsize: int = 4) -> list[RKernel]:
+    """Among ``kernels``, those whose rTasks read and write at most ``limit`` bytes, of these those
+    with at most ``max_rtasks`` rTasks when some have (0: any count), and of these the ones moving
+    the fewest bytes over all their rTasks; ``kernels`` itself when none fits."""
     if len(kernels) < 2:
         return kernels
     sized = [(_rtask_bytes(k, itemsize), k) for k in kernels]
     fitting = [(b * k.num_rtasks, k) for b, k in sized if b <= limit]
     if not fitting:
         return kernels
+    few = [(t, k) for t, k in fitting if k.num_rtasks <= max_rtasks]
+    fitting = few if max_rtasks > 0 and few else fitting
     least = min(t for t, _ in fitting)
     return [k for t, k in fitting if t == least]
 
 
-def pressure_conv_limits(graph: Graph, vd: VDevice) -> dict[str, int]:
-    """Per Conv node name of ``graph``, the operand bytes one of its rTasks may read on ``vd``'s
-    tiles under memory pressure (:func:`pressure_limit`); Convs without pressure are absent."""
+def pressure_conv_limits(graph: Graph, vd: VDevice) -> dict[str, tuple[int, int]]:
+    """Per Conv node name of ``graph`` under memory pressure on ``vd``'s tiles: the bytes one of its
+    rTasks may read and write (:func:`pressure_limit`), and the most rTasks it should have so that
+    a tile need run at most one rTask of the convolution it is part of: the tile count times its
+    share of the input channels when it reads a channel slice (a partial convolution of
+    :mod:`.split_conv`, whose siblings run in the same wave), else the tile count.  Convs without
+    pressure are absent."""
     per_tile = int(vd.extra.get("veus_per_tile", 1))
     tiles = -(-vd.num_veus // per_tile)
     tile_bytes = vd.veu.local_mem_bytes * per_tile
     constants = constant_bytes(graph)
-    limits: dict[str, int] = {}
+    channel_slices = {n.outputs[0]: n.inputs[0] for n in graph.nodes
+                      if n.op_type == "Slice" and len(n.inputs) > 3 and n.inputs[3] in graph.initializers
+                      and np.asarray(graph.initializers[n.inputs[3]]).tolist() == [1]}
+    limits: dict[str, tuple[int, int]] = {}
     for node in graph.nodes:
         if node.op_type != "Conv" or node.domain or len(node.inputs) < 2:
             continue
         w = graph.initializers.get(node.inputs[1])
         own = np.asarray(w).nbytes if w is not None else 0
         limit = pressure_limit(tile_bytes, conv_room(tile_bytes, tiles, constants - own))
-        if limit is not None:
-            limits[node.name] = limit
+        if limit is None:
+            continue
+        max_rtasks = tiles
+        source = graph.value_info.get(channel_slices.get(node.inputs[0], ""))
+        mine = graph.value_info.get(node.inputs[0])
+        if source is not None and mine is not None and source.shape and mine.shape:
+            max_rtasks = max(1, tiles * mine.shape[1] // source.shape[1])
+        limits[node.name] = (limit, max_rtasks)
     return limits

@@ -93,8 +93,8 @@ class IpuBackend(Backend):
         # The core pipeline's scheduler over one operator per node (the graph's own dependencies).
         def candidates(op: NodeOp, vdevice: VDevice) -> list[RKernel]:
             kernels = self.rkernels(op.node, graph, vdevice)
-            limit = conv_limits.get(op.node.name)
-            return kernels if limit is None else least_traffic_fit(kernels, limit)
+            limits = conv_limits.get(op.node.name)
+            return kernels if limits is None else least_traffic_fit(kernels, *limits)
 
         # check=False: the lowering checks what it uses of the schedule (rTask placement, rKernel
         # resources, data order); the full verifier's barrier check is quadratic in the 1,472 tiles.
