@@ -19,7 +19,8 @@ from onnx import TensorProto, helper, numpy_helper
 import rammer
 from rammer.backends.ipu import passes
 from rammer.backends.ipu.bsp import BSPOrderError, IpuPlacementError
-from rammer.backends.ipu.passes import conv_pieces, conv_room
+from rammer.backends.ipu.conv_plan import conv_room, pressure_limit, pressure_pieces
+from rammer.backends.ipu.passes import conv_pieces
 from rammer.backends.ipu.simulator import simulate_program
 from rammer.ir import Node
 
@@ -106,3 +107,40 @@ def test_removing_a_partial_exchange_is_caught(compiled) -> None:
             simulate_program(prog, exe.schedule, exe.graph, _feeds())
     finally:
         prog.exchanges = kept
+
+
+def test_under_memory_pressure_the_channels_are_cut_for_blocks_that_fit_half_the_room() -> None:
+    conv = Node("Conv", ("x", "w"), ("y",), attrs={"pads": [1, 1, 1, 1]})
+    tile = 624 * 1024
+    room = conv_room(tile, 1472, 574_669_392 - 512 * 512 * 9 * 4)  # real:vgg19's conv4_2
+    limit = pressure_limit(tile, room)
+    assert limit == room // 2
+    # Some family block over 512/6 channels reads and writes <= 124 KiB with <= 1,472 rTasks in
+    # all six slices; with fewer slices none does.
+    assert pressure_pieces(conv, (1, 512, 28, 28), (512, 512, 3, 3), limit, 1472) == 6
+    assert pressure_limit(tile, tile // 2) is None  # room for half a tile: no pressure
+
+
+def test_least_traffic_fit_keeps_the_fitting_kernels_that_move_the_fewest_bytes() -> None:
+    from rammer.backends.ipu.conv_plan import _rtask_bytes, least_traffic_fit
+    from rammer.backends.ipu.device import IpuBackend
+    from rammer.frontend import load
+
+    backend = IpuBackend()
+    vd = backend.vdevice()
+    model = _conv()
+    graph = load(model)
+    node = next(n for n in graph.nodes if n.op_type == "Conv")
+    kernels = backend.rkernels(node, graph, vd)
+    sizes = {k.kernel_id: _rtask_bytes(k, 4) for k in kernels}
+    limit = sorted(sizes.values())[len(sizes) // 2]  # about half of them fit
+    kept = least_traffic_fit(kernels, limit)
+    fitting = [k for k in kernels if sizes[k.kernel_id] <= limit]
+    assert kept and len(fitting) < len(kernels)
+    assert all(sizes[k.kernel_id] <= limit for k in kept)
+    least = min(sizes[k.kernel_id] * k.num_rtasks for k in fitting)
+    assert all(sizes[k.kernel_id] * k.num_rtasks == least for k in kept)
+    # With a bound on the rTask count that some fitting kernel meets, only those are considered.
+    fewest = min(k.num_rtasks for k in fitting)
+    assert all(k.num_rtasks <= fewest for k in least_traffic_fit(kernels, limit, fewest))
+    assert least_traffic_fit(kernels, 1) == kernels  # nothing fits: the scheduler's choice stands
