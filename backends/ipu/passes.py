@@ -11,6 +11,13 @@
   partial products over K slices on their own tiles, summed by an Add tree (the reduction
   supersteps; the lowering accounts the partials' exchange like any other).  Real AlexNet's fc6
   (K = 9216) read 288 KiB of weight per rTask and overflowed 48 tiles.
+* split-conv-channels (:mod:`rammer.backends.ipu.split_conv`): an ungrouped Conv with a constant
+  weight whose smallest rTask (one output row, 8 output channels, every input channel) does not
+  fit its room on a tile, by the split-k rule (:func:`conv_pieces`; the room is half a tile less
+  what the model's other constants take beyond the other half, :mod:`.conv_plan`), or, under
+  memory pressure, that needs more slices for a block of half the room
+  (:func:`.conv_plan.pressure_pieces`), becomes partial convolutions over slices of its input
+  channels summed by an Add tree.
 * unroll-large-rnn: LSTM/GRU/RNN nodes unrolled into per-step MatMuls and elementwise
   cells (core :func:`rammer.passes.unroll_rnn.unroll_rnn`) when one of them moves more bytes
   than a tile holds; such a node's one whole-op rTask cannot be placed
