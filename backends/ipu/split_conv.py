@@ -14,7 +14,8 @@ sums are added by a balanced ``Add`` tree whose reads of the partials are exchan
 Summation order changes, as in any split reduction.
 
 How many slices: :func:`rammer.backends.ipu.passes.conv_pieces`, the rule split-k uses for a
-MatMul, given the conv's operand blocks per input channel.
+MatMul, given the conv's operand blocks per input channel, and under memory pressure at least
+:func:`rammer.backends.ipu.conv_plan.pressure_pieces` (:func:`rammer.backends.ipu.passes.split_large_convs`).
 """
 
 from __future__ import annotations
