@@ -14,6 +14,7 @@ from rammer.rtask import RKernel
 from rammer.vdevice import VDevice
 
 from .codegen import MODES, lower
+from .conv_plan import least_traffic_fit, pressure_conv_limits
 from .passes import IPU_PASSES, ipu_passes
 from .placement import is_static
 from .poptorch_path import build_poptorch_runner, poptorch_status
@@ -86,9 +87,14 @@ class IpuBackend(Backend):
         graph = self.prepare_graph(graph, vdevice=vd).graph
         _refuse_captured_tensors(graph)
 
+        # Under memory pressure a Conv is offered only its least-traffic kernels that fit (conv_plan.py).
+        conv_limits = pressure_conv_limits(graph, vd)
+
         # The core pipeline's scheduler over one operator per node (the graph's own dependencies).
         def candidates(op: NodeOp, vdevice: VDevice) -> list[RKernel]:
-            return self.rkernels(op.node, graph, vdevice)
+            kernels = self.rkernels(op.node, graph, vdevice)
+            limits = conv_limits.get(op.node.name)
+            return kernels if limits is None else least_traffic_fit(kernels, *limits)
 
         # check=False: the lowering checks what it uses of the schedule (rTask placement, rKernel
         # resources, data order); the full verifier's barrier check is quadratic in the 1,472 tiles.
