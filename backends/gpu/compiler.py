@@ -14,7 +14,6 @@ dialect: the backends differ in the table they render with and the runtime that 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from itertools import repeat
 from operator import itemgetter
 from typing import Any
 
@@ -233,9 +232,17 @@ def compile_program(graph: Graph, backend: Any, vdevice: VDevice, policy: str = 
     offset = {b.name: b.byte_offset // 4 for b in buffers}
     tensors = {b.name: (offset[b.name], tuple(graph.value_info[b.name].shape)) for b in buffers}
 
-    # Calls per rTask id, with arena offsets and the ranges they read and write.
-    calls: dict[int, gp.Call] = {}
+    # What each rTask runs, as columns by rTask id (a full-size model has 10^6 rTasks: one Call object
+    # each cost seconds to make and to read back), with arena offsets and the ranges they read and write.
+    n = schedule.num_rtasks
+    kernel_col = np.zeros(n, np.int32)
+    rtask_col = np.zeros(n, np.int64)
+    arg_col = np.zeros(n, np.int64)
+    op_col = np.zeros(n, np.int32)
+    distinct_args: list[tuple] = []
+    accesses: list[tuple[tuple[tuple[int, int], ...], tuple[tuple[int, int], ...]]] = []
     templates: dict[str, ir.Kernel] = {}
+    kernel_names: dict[str, int] = {}
     for i, (node, low) in enumerate(zip(graph.nodes, lowered)):
         templates.setdefault(low.kernel.name, low.kernel)
         first = schedule.ops[i].first_rtask
@@ -244,14 +251,22 @@ def compile_program(graph: Graph, backend: Any, vdevice: VDevice, policy: str = 
                                   for s in sorted(s for io, s in touched[i] if io == "in")) if r[1])
         writes = tuple(r for r in ((offset[node.outputs[s]], buffers[index[node.outputs[s]]].nbytes // 4)
                                    for s in sorted(s for io, s in touched[i] if io == "out")) if r[1])
-        # Resolved once per distinct argument tuple (shared by the rTasks of a node), then looked up.
-        resolved = {key: tuple(offset[(node.inputs if a.io == "in" else node.outputs)[a.slot]] + a.offset
-                               if isinstance(a, Ref) else a for a in args)
-                    for key, args in _distinct_args(low).items()}
-        # C-level passes over the node's calls (a full-size model has 10^5): each resolved tuple looked up by id.
-        argss = map(resolved.__getitem__, map(id, map(itemgetter(1), low.calls)))
-        calls.update(zip(range(first, first + len(low.calls)), map(gp.Call._make, zip(
-            repeat(low.kernel.name), map(itemgetter(0), low.calls), argss, repeat(reads), repeat(writes), repeat(i)))))
+        accesses.append((reads, writes))
+        # Resolved once per distinct argument tuple (shared by the rTasks of a node), numbered, then
+        # looked up per call by the tuple's id (C-level passes over the node's calls).
+        number = {}
+        for key, args in _distinct_args(low).items():
+            number[key] = len(distinct_args)
+            distinct_args.append(tuple(offset[(node.inputs if a.io == "in" else node.outputs)[a.slot]] + a.offset
+                                       if isinstance(a, Ref) else a for a in args))
+        size = len(low.calls)
+        span = slice(first, first + size)
+        kernel_col[span] = kernel_names.setdefault(low.kernel.name, len(kernel_names))
+        rtask_col[span] = np.fromiter(map(itemgetter(0), low.calls), np.int64, size)
+        arg_col[span] = np.fromiter(map(number.__getitem__, map(id, map(itemgetter(1), low.calls))), np.int64, size)
+        op_col[span] = i
+    calls = gp.CallColumns(list(kernel_names), kernel_col, rtask_col, distinct_args, arg_col, accesses,
+                           op_col.copy(), op_col)
     programs = gp.from_schedule(schedule, calls)
     # The step index from_schedule made from its arrays, passed on (a patched from_schedule in the
     # tests returns plain lists: then the entry reads the steps).
