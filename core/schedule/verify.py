@@ -98,17 +98,23 @@ def _check_resources(schedule: Schedule) -> None:
 
 def _op_hosts(schedule: Schedule, loc_veu: np.ndarray, loc_pos: np.ndarray, first: bool = False
               ) -> list[tuple[np.ndarray, np.ndarray]]:
-    """Per op: the vEUs running its rTasks and the last (``first``: the first) position on each."""
-    hosts = []
-    for op in schedule.ops:
-        sl = slice(op.first_rtask, op.first_rtask + op.kernel.num_rtasks)
-        v, p = loc_veu[sl], loc_pos[sl]
-        order = np.lexsort((-p if first else p, v))
-        v, p = v[order], p[order]
-        last = np.ones(v.size, dtype=bool)
-        last[:-1] = v[1:] != v[:-1]
-        hosts.append((v[last], p[last]))
-    return hosts
+    """Per op: the vEUs running its rTasks (ascending) and the last (``first``: the first) position
+    on each.  One sort of every op's rTasks by (op, vEU, position), not one per op: an unrolled RNN
+    has thousands of ops."""
+    ops = schedule.ops
+    counts = np.fromiter((op.kernel.num_rtasks for op in ops), np.int64, len(ops))
+    firsts = np.fromiter((op.first_rtask for op in ops), np.int64, len(ops))
+    ends = np.cumsum(counts)
+    rtask = np.repeat(firsts - (ends - counts), counts) + np.arange(int(ends[-1]) if ends.size else 0)
+    owner = np.repeat(np.arange(len(ops)), counts)
+    v, p = loc_veu[rtask], loc_pos[rtask]
+    order = np.lexsort((-p if first else p, v, owner))
+    v, p, owner = v[order], p[order], owner[order]
+    last = np.ones(v.size, dtype=bool)
+    last[:-1] = (v[1:] != v[:-1]) | (owner[1:] != owner[:-1])
+    v, p, owner = v[last], p[last], owner[last]
+    cuts = np.searchsorted(owner, np.arange(len(ops) + 1)).tolist()
+    return [(v[a:z], p[a:z]) for a, z in zip(cuts[:-1], cuts[1:])]
 
 
 def _check_order(schedule: Schedule, preds: list[tuple[int, ...]]) -> VerifyReport:
