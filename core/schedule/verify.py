@@ -23,7 +23,7 @@ import numpy as np
 
 from ..errors import ScheduleError
 from ..ir import Graph
-from .clocks import schedule_clocks
+from .clocks import ScheduleClocks, schedule_clocks
 from .problem import op_names, op_predecessors
 from .schedule import Schedule
 
@@ -117,6 +117,56 @@ def _op_hosts(schedule: Schedule, loc_veu: np.ndarray, loc_pos: np.ndarray, firs
     return [(v[a:z], p[a:z]) for a, z in zip(cuts[:-1], cuts[1:])]
 
 
+#: Pairs (an op's first rTask on a vEU, a host of one of its producers) compared per pass, bounded.
+_PAIRS_PER_PASS = 1 << 21
+
+
+def _order_violated(sc: ScheduleClocks, hosts: list[tuple[np.ndarray, np.ndarray]],
+                    firsts: list[tuple[np.ndarray, np.ndarray]], preds: list[tuple[int, ...]]) -> bool:
+    """Whether :func:`_check_order`'s test fails anywhere: every (op's first rTask on a vEU, producer's
+    last rTask on a vEU) pair at once, in array passes over groups of ops, instead of a few numpy
+    calls per op and producer (an unrolled RNN has thousands of ops)."""
+    fv_all = np.concatenate([f[0] for f in firsts]) if firsts else np.zeros(0, np.int64)
+    fp_all = np.concatenate([f[1] for f in firsts]) if firsts else np.zeros(0, np.int64)
+    hv_all = np.concatenate([h[0] for h in hosts]) if hosts else np.zeros(0, np.int64)
+    hp_all = np.concatenate([h[1] for h in hosts]) if hosts else np.zeros(0, np.int64)
+    f_at = np.concatenate([[0], np.cumsum([f[0].size for f in firsts])]).astype(np.int64)
+    h_at = np.concatenate([[0], np.cumsum([h[0].size for h in hosts])]).astype(np.int64)
+    o = 0
+    while o < len(preds):
+        # A group of ops whose pairs fit one pass (at least one op).
+        parts: list[tuple[int, int]] = []  # (op, producer)
+        pairs = 0
+        while o < len(preds):
+            rows = int(f_at[o + 1] - f_at[o]) if preds[o] else 0
+            size = max(rows * sum(int(h_at[p + 1] - h_at[p]) for p in preds[o]), rows * sc.clocks.blocks)
+            if parts and pairs + size > _PAIRS_PER_PASS:
+                break
+            parts += [(o, p) for p in preds[o]]
+            pairs += size
+            o += 1
+        if not pairs:
+            continue
+        op_of, pred_of = (np.array(x, np.int64) for x in zip(*parts))
+        a0, a_len = f_at[op_of], f_at[op_of + 1] - f_at[op_of]
+        b0, b_len = h_at[pred_of], h_at[pred_of + 1] - h_at[pred_of]
+        sizes = a_len * b_len
+        keep = sizes > 0
+        a0, b0, b_len, sizes = a0[keep], b0[keep], b_len[keep], sizes[keep]
+        k = np.arange(int(sizes.sum())) - np.repeat(np.cumsum(sizes) - sizes, sizes)
+        b_rep = np.repeat(b_len, sizes)
+        i = np.repeat(a0, sizes) + k // b_rep
+        j = np.repeat(b0, sizes) + k % b_rep
+        used = np.unique(i)  # the first rTasks of ops with producers: their clocks only
+        clock = sc.clocks.before(sc.starts[fv_all[used]] + fp_all[used], fv_all[used])
+        same = fv_all[i] == hv_all[j]
+        if (same & (hp_all[j] > fp_all[i])).any():
+            return True
+        if (~same & (clock[np.searchsorted(used, i), hv_all[j]] <= hp_all[j])).any():
+            return True
+    return False
+
+
 def _check_order(schedule: Schedule, preds: list[tuple[int, ...]]) -> VerifyReport:
     """Every op's first rTask on each vEU (the strictest: clocks only grow along a program) runs
     after every rTask of each op it depends on: earlier on its vEU, or known complete through the
@@ -125,12 +175,14 @@ def _check_order(schedule: Schedule, preds: list[tuple[int, ...]]) -> VerifyRepo
     n = schedule.num_rtasks
     hosts = _op_hosts(schedule, sc.rtask_veu, sc.rtask_pos)
     firsts = _op_hosts(schedule, sc.rtask_veu, sc.rtask_pos, first=True)
-    deps = 0
+    deps = sum(firsts[o][0].size * len(p) for o, p in enumerate(preds))
+    if not _order_violated(sc, hosts, firsts, preds):
+        return VerifyReport(n, schedule.num_barriers, deps)
+    # Some dependency is violated: the op-by-op walk below names the first one.
     for o in range(len(schedule.ops)):
         if not preds[o]:
             continue
         fv, fp = firsts[o]
-        deps += fv.size * len(preds[o])
         if not fv.size:
             continue
         clock = sc.clocks.before(sc.starts[fv] + fp, fv)  # entries of each vEU known complete

@@ -3,12 +3,14 @@ found with one sort over every op, against the direct per-op form they replaced.
 
 from __future__ import annotations
 
+import dataclasses
+import importlib
+
 import numpy as np
 import pytest
 from sched_util import zoo_graph
 
 from rammer.schedule import build_problem, get_policy
-from rammer.schedule.verify import _op_hosts
 from rammer.schedule.walk import rtask_locations
 from rammer.vdevice import get_preset
 
@@ -32,7 +34,51 @@ def test_op_hosts_equal_the_per_op_sort(name, veus):
     loc_veu, loc_pos = rtask_locations(schedule)
     assert any(op.kernel.num_rtasks > veus for op in schedule.ops)  # some op has several rTasks on a vEU
     for first in (False, True):
-        want, got = _per_op(schedule, loc_veu, loc_pos, first), _op_hosts(schedule, loc_veu, loc_pos, first)
+        want = _per_op(schedule, loc_veu, loc_pos, first)
+        got = importlib.import_module("rammer.schedule.verify")._op_hosts(schedule, loc_veu, loc_pos, first)
         assert len(got) == len(want) == len(schedule.ops)
         for (wv, wp), (gv, gp) in zip(want, got):
             assert np.array_equal(wv, gv) and np.array_equal(wp, gp)
+
+
+def _violated_per_op(sc, hosts, firsts, preds) -> bool:
+    """The op-by-op form of verify's dependency test (what _check_order walks to name a violation)."""
+    for o in range(len(preds)):
+        fv, fp = firsts[o]
+        if not preds[o] or not fv.size:
+            continue
+        clock = sc.clocks.before(sc.starts[fv] + fp, fv)
+        for pred in preds[o]:
+            pv, pp = hosts[pred]
+            same = fv[:, None] == pv[None, :]
+            if (same & (pp[None, :] > fp[:, None])).any() or (~same & (clock[:, pv] <= pp[None, :])).any():
+                return True
+    return False
+
+
+@pytest.mark.parametrize("name,veus", [("nasnet-small", 6), ("resnext-small", 5)])
+def test_order_check_in_array_passes_agrees_with_the_per_op_walk(name, veus, monkeypatch):
+    vf = importlib.import_module("rammer.schedule.verify")
+    from rammer.schedule.clocks import schedule_clocks
+
+    schedule = get_policy("wavefront").schedule(build_problem(zoo_graph(name), get_preset("v100").with_veus(veus)))
+    preds = [op.preds for op in schedule.ops]
+    n = schedule.num_rtasks
+    barriers = [(v, i) for v, prog in enumerate(schedule.programs) for i, e in enumerate(prog) if e >= n]
+    assert len(barriers) > 10
+    rng = np.random.default_rng(3)
+    outcomes = set()
+    monkeypatch.setattr(vf, "_PAIRS_PER_PASS", 64)  # many passes, and ops larger than one pass
+    for trial in range(12):
+        programs = [list(p) for p in schedule.programs]
+        for v, i in sorted((barriers[k] for k in rng.choice(len(barriers), trial % 4, replace=False)),
+                           reverse=True):
+            del programs[v][i]  # a removed barrier: some consumer may now start too early
+        mutated = dataclasses.replace(schedule, programs=programs)
+        sc = schedule_clocks(mutated)
+        hosts = vf._op_hosts(mutated, sc.rtask_veu, sc.rtask_pos)
+        firsts = vf._op_hosts(mutated, sc.rtask_veu, sc.rtask_pos, first=True)
+        want = _violated_per_op(sc, hosts, firsts, preds)
+        assert vf._order_violated(sc, hosts, firsts, preds) == want
+        outcomes.add(want)
+    assert outcomes == {True, False}
