@@ -98,13 +98,14 @@ def has_tiles(kernel: RKernel) -> bool:
 
 def encode_tiles(kernel: RKernel) -> list[dict[str, Any]]:
     """Per rTask: ``{"reads": [[slot, [[lo, hi], ...]], ...], "writes": [...]}``."""
-    def encode(acc: RTaskAccess) -> dict[str, Any]:
-        return {"reads": [[s, [list(d) for d in box]] for s, box in acc.reads],
-                "writes": [[s, [list(d) for d in box]] for s, box in acc.writes]}
-
     if kernel.access_fn is None:  # every rTask reads and writes the whole tensors: encoded once
-        return [encode(kernel.accesses(0))] * kernel.num_rtasks
-    return [encode(kernel.accesses(r)) for r in range(kernel.num_rtasks)]
+        return [_encode_access(kernel.accesses(0))] * kernel.num_rtasks
+    return [_encode_access(kernel.accesses(r)) for r in range(kernel.num_rtasks)]
+
+
+def _encode_access(acc: RTaskAccess) -> dict[str, Any]:
+    return {"reads": [[s, [list(d) for d in box]] for s, box in acc.reads],
+            "writes": [[s, [list(d) for d in box]] for s, box in acc.writes]}
 
 
 def decode_tiles(data: Sequence[Mapping[str, Any]], num_rtasks: int, op: str) -> tuple[RTaskAccess, ...]:
@@ -120,14 +121,25 @@ def decode_tiles(data: Sequence[Mapping[str, Any]], num_rtasks: int, op: str) ->
 # -- the schedule's JSON text ----------------------------------------------------
 
 _dumps = partial(json.dumps, separators=(",", ":"))
+#: ``_dumps`` with one encoder for every call (json.dumps makes an encoder per call when given
+#: separators: thousands of operators each cost one); the same text.
+_encode = json.JSONEncoder(separators=(",", ":")).encode
 
 
 def _tiles_text(tiles: list[Any]) -> str:
     """``tiles`` (an operator's ``"rtasks"``) as JSON; a list of one tile object repeated (what
     :func:`encode_tiles` gives a kernel whose rTasks all touch whole tensors) is encoded once."""
     if tiles and tiles.count(tiles[0]) == len(tiles):  # C-level: identity before equality
-        return "[" + ",".join([_dumps(tiles[0])] * len(tiles)) + "]"
-    return _dumps(tiles)
+        return "[" + ",".join([_encode(tiles[0])] * len(tiles)) + "]"
+    return _encode(tiles)
+
+
+def _kernel_tiles_text(kernel: RKernel) -> str:
+    """``_tiles_text(encode_tiles(kernel))``; a kernel whose rTasks all touch whole tensors has its
+    one tile encoded once, without the list of the same tile per rTask."""
+    if kernel.access_fn is None:
+        return "[" + ",".join([_encode(_encode_access(kernel.accesses(0)))] * kernel.num_rtasks) + "]"
+    return _tiles_text(encode_tiles(kernel))
 
 
 def _programs_text(schedule: Schedule) -> str:
@@ -171,10 +183,11 @@ def schedule_json(schedule: Schedule, summary: Mapping[str, Any] | None = None) 
     del data["operators"], data["programs"]
     operators = []
     for op in schedule.ops:
-        d = schedule._operator(op)
-        tiles = d.pop("rtasks", None)
-        text = _dumps(d)
-        operators.append(text if tiles is None else text[:-1] + ',"rtasks":' + _tiles_text(tiles) + "}")
+        text = _encode(schedule._operator(op, tiles=False))
+        if has_tiles(op.kernel):
+            operators.append(text[:-1] + ',"rtasks":' + _kernel_tiles_text(op.kernel) + "}")
+        else:
+            operators.append(text)
     return (_dumps(data)[:-1] + ',"operators":[' + ",".join(operators) + '],"programs":' + _programs_text(schedule)
             + "}")
 
