@@ -148,9 +148,9 @@ def _distinct_args(low: Lowered) -> dict[int, tuple]:
     return dict(zip(map(id, argss), argss))
 
 
-def _refs(low: Lowered) -> set[tuple[str, int]]:
-    """The (``"in"``/``"out"``, slot) pairs the calls of ``low`` touch."""
-    return {(a.io, a.slot) for args in _distinct_args(low).values() for a in args if isinstance(a, Ref)}
+def _refs(distinct_args: dict[int, tuple]) -> set[tuple[str, int]]:
+    """The (``"in"``/``"out"``, slot) pairs calls with these :func:`_distinct_args` touch."""
+    return {(a.io, a.slot) for args in distinct_args.values() for a in args if isinstance(a, Ref)}
 
 
 def compile_program(graph: Graph, backend: Any, vdevice: VDevice, policy: str = "wavefront",
@@ -190,10 +190,20 @@ def compile_program(graph: Graph, backend: Any, vdevice: VDevice, policy: str = 
     outputs = [t.name for t in graph.outputs]
     for n in inputs:
         buf(n)
+    # Each lowering's distinct argument tuples, read once (a pass over its calls: 10^6 on a full-size
+    # model); keyed by id, the lowerings being alive in first/lowered until the end.
+    distinct_of: dict[int, dict[int, tuple]] = {}
+
+    def distinct(low: Lowered) -> dict[int, tuple]:
+        got = distinct_of.get(id(low))
+        if got is None:
+            got = distinct_of[id(low)] = _distinct_args(low)
+        return got
+
     ops: list[NodeOp] = []
     touched: list[set[tuple[str, int]]] = []
     for node, low in zip(graph.nodes, first):
-        refs = _refs(low)
+        refs = _refs(distinct(low))
         touched.append(refs)
         # Buffer ids in slot order, not set order: the arena layout must not depend on the hash seed.
         reads = tuple(sorted({buf(node.inputs[s]) for io, s in sorted(refs) if io == "in"}))
@@ -222,7 +232,7 @@ def compile_program(graph: Graph, backend: Any, vdevice: VDevice, policy: str = 
         # Cannot happen: lowering is deterministic, and a tiling changes how many calls, not what they touch.
         if len(low.calls) != schedule.ops[i].kernel.num_rtasks:
             raise gp.ProgramError(f"{node.label}: {len(low.calls)} calls for {schedule.ops[i].kernel.num_rtasks} rTasks")
-        if mult != 1 and _refs(low) != touched[i]:
+        if mult != 1 and _refs(distinct(low)) != touched[i]:
             raise gp.ProgramError(f"{node.label}: tiling {mult} touches other tensors than tiling 1")
         lowered.append(low)
 
@@ -255,7 +265,7 @@ def compile_program(graph: Graph, backend: Any, vdevice: VDevice, policy: str = 
         # Resolved once per distinct argument tuple (shared by the rTasks of a node), numbered, then
         # looked up per call by the tuple's id (C-level passes over the node's calls).
         number = {}
-        for key, args in _distinct_args(low).items():
+        for key, args in distinct(low).items():
             number[key] = len(distinct_args)
             distinct_args.append(tuple(offset[(node.inputs if a.io == "in" else node.outputs)[a.slot]] + a.offset
                                        if isinstance(a, Ref) else a for a in args))

@@ -198,10 +198,13 @@ class _CallTable:
                                   argss.__getitem__, lambda i: self.rows[i].op)
 
     def column_arrays(self, kernel_of: np.ndarray, arg_keys: np.ndarray, rtask_ids: np.ndarray,
-                      args_of: Callable[[int], tuple], op_of: Callable[[int], int]) -> dict[str, np.ndarray]:
+                      args_of: Callable[[int], tuple], op_of: Callable[[int], int],
+                      args_of_key: Callable[[int], tuple] | None = None) -> dict[str, np.ndarray]:
         """``itab``/``ftab`` of rows given as columns: per row its rKernel's index, a key equal
         between rows of one argument tuple, its rTask; ``args_of(row)`` and ``op_of(row)`` read one
-        row's arguments and operator (once per distinct key, and for an error)."""
+        row's arguments and operator (once per distinct key, and for an error).  ``args_of_key``:
+        the keys are small non-negative numbers (indices into a list of the tuples), and this reads
+        the tuple of a key; the distinct keys are then found by a table, not by sorting a million."""
         rows = kernel_of.size
         itab = np.zeros((max(rows, 1), self.wi), np.int32)
         ftab = np.zeros((max(rows, 1), self.wf), np.float32)
@@ -210,8 +213,16 @@ class _CallTable:
             if not at.size:
                 continue
             width = len(self.kernels[n].params)
-            _, first, which = np.unique(arg_keys[at], return_index=True, return_inverse=True)
-            distinct = np.array([args_of(i) for i in at[first].tolist()], np.float64).reshape(first.size, width)
+            keys = arg_keys[at]
+            if args_of_key is not None:
+                present = np.zeros(int(keys.max()) + 1, bool)
+                present[keys] = True
+                which = (np.cumsum(present) - 1)[keys]
+                tuples = [args_of_key(k) for k in np.flatnonzero(present).tolist()]
+            else:
+                _, first, which = np.unique(keys, return_index=True, return_inverse=True)
+                tuples = [args_of(i) for i in at[first].tolist()]
+            distinct = np.array(tuples, np.float64).reshape(len(tuples), width)
             args = distinct[which.ravel()]
             ints = args[:, self._int_at[n]]
             fits = (np.abs(ints) < 2 ** 31).all(axis=1)  # NaN included
@@ -354,7 +365,7 @@ def persistent_kernel(name: str, kernels: dict[str, ir.Kernel], programs: list[l
         arg_of_row = columns.arg[row_rtasks]
         call_tables = table.column_arrays(kernel_of[row_order], arg_of_row, columns.rtask_id[row_rtasks],
                                           lambda i: columns.args[int(arg_of_row[i])],
-                                          lambda i: int(columns.op[row_rtasks[i]]))
+                                          lambda i: int(columns.op[row_rtasks[i]]), columns.args.__getitem__)
     else:
         table.rows = list(map(calls.__getitem__, row_order.tolist()))
         call_tables = table.arrays()
