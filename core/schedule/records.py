@@ -143,28 +143,32 @@ def _kernel_tiles_text(kernel: RKernel) -> str:
 
 
 def _programs_text(schedule: Schedule) -> str:
-    """``to_dict()["programs"]`` as JSON text, with one format per entry and no dict per entry (a
-    full-size GPU schedule has 10^5 rTasks and 10^6 barrier waits)."""
+    """``to_dict()["programs"]`` as JSON text, with no dict and no format call per entry (a full-size
+    GPU schedule has 10^6 rTasks and 10^6 barrier waits): each program is one ``%`` format, its
+    template joined from a per-operator template (the operator's fields, a ``%d`` for the rTask's
+    index) and per barrier its waits' text, the numbers filled in by one C-level call."""
     n = schedule.num_rtasks
     ops = schedule.ops
-    op_head = [f',"op":{_dumps(op.name)},"kernel":{_dumps(op.kernel.kernel_id)},"rtask_id":' for op in ops]
-    firsts = [op.first_rtask for op in ops]
+    op_tail = [(f',"op":{_dumps(op.name)},"kernel":{_dumps(op.kernel.kernel_id)},"rtask_id":').replace("%", "%%")
+               + "%d}" for op in ops]
+    firsts = np.asarray([op.first_rtask for op in ops], np.int64)
     rtask_op = schedule.rtask_op
     waits = schedule.barrier_waits
     out = []
     for prog in schedule.programs:
         ids = np.asarray(prog, np.int64)
+        if not ids.size:
+            out.append("[]")
+            continue
         is_rtask = ids < n
-        o = rtask_op[ids[is_rtask]].tolist()
-        rtask_text = map("{{\"id\":{}{}{}}}".format, ids[is_rtask].tolist(), map(op_head.__getitem__, o),
-                         (ids[is_rtask] - np.asarray(firsts, np.int64)[o]).tolist() if o else [])
-        barrier_ids = ids[~is_rtask].tolist()
-        barrier_text = ("{\"id\":" + str(e) + ",\"barrier\":[" + ",".join(map(str, waits[e - n])) + "]}"
-                        for e in barrier_ids)
-        entries = np.empty(ids.size, object)
-        entries[is_rtask] = list(rtask_text)
-        entries[~is_rtask] = list(barrier_text)
-        out.append("[" + ",".join(entries.tolist()) + "]")
+        o = rtask_op[np.where(is_rtask, ids, 0)]
+        tails = np.empty(ids.size, object)
+        tails[is_rtask] = list(map(op_tail.__getitem__, o[is_rtask].tolist()))
+        tails[~is_rtask] = [',"barrier":[' + ",".join(map(str, waits[e - n])) + "]}" for e in ids[~is_rtask].tolist()]
+        # The numbers in order: each entry's id, then an rTask's index within its operator.
+        numbers = np.stack([ids, np.where(is_rtask, ids - firsts[o], 0)], 1).ravel()
+        numbers = numbers[np.repeat(is_rtask, 2) | np.tile([True, False], ids.size)]
+        out.append("[" + ('{"id":%d' + ',{"id":%d'.join(tails.tolist())) % tuple(numbers.tolist()) + "]")
     return "[" + ",".join(out) + "]"
 
 
