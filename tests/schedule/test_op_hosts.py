@@ -82,3 +82,21 @@ def test_order_check_in_array_passes_agrees_with_the_per_op_walk(name, veus, mon
         assert vf._order_violated(sc, hosts, firsts, preds) == want
         outcomes.add(want)
     assert outcomes == {True, False}
+
+
+def test_schedule_clocks_are_reused_only_for_the_same_entries_and_waits():
+    # verify and the planner's ordering ask for one schedule's clocks in turn: computed once, and
+    # again whenever the schedule's entries changed since (here a barrier removed in place).
+    from rammer.schedule.clocks import schedule_clocks
+
+    schedule = get_policy("wavefront").schedule(build_problem(zoo_graph("nasnet-small"),
+                                                              get_preset("v100").with_veus(6)))
+    first = schedule_clocks(schedule)
+    assert schedule_clocks(schedule) is first
+    n = schedule.num_rtasks
+    v, i = next((v, i) for v, prog in enumerate(schedule.programs) for i, e in enumerate(prog) if e >= n)
+    del schedule.programs[v][i]
+    again = schedule_clocks(schedule)
+    fresh = schedule_clocks(dataclasses.replace(schedule, programs=[list(p) for p in schedule.programs]))
+    assert again is not first and np.array_equal(again.starts, fresh.starts)
+    assert np.array_equal(again.clocks.rows, fresh.clocks.rows) and not np.array_equal(again.starts, first.starts)
