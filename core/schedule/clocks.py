@@ -88,6 +88,19 @@ class Clocks:
         out[np.arange(steps.size), np.asarray(blocks, np.int64)] = self.step_sent[steps]
         return out
 
+    def before_at(self, steps: np.ndarray, own: np.ndarray, blocks: np.ndarray) -> np.ndarray:
+        """``before(steps, own)[k, blocks[k]]`` for every ``k``: one entry of each clock, without
+        the (steps x blocks) matrix."""
+        steps = np.asarray(steps, np.int64)
+        blocks = np.asarray(blocks, np.int64)
+        rows = self.step_row[steps]
+        out = np.zeros(steps.size, np.int64)
+        has = rows >= 0
+        out[has] = self.rows[rows[has], blocks[has]]
+        mine = blocks == np.asarray(own, np.int64)
+        out[mine] = self.step_sent[steps[mine]]
+        return out
+
     def min_before(self, steps: np.ndarray, blocks: np.ndarray) -> np.ndarray:
         """``before(steps, blocks).min(axis=0)`` (what every one of ``steps`` knows when it starts),
         without the (steps x blocks) matrix: an operator of a batched model has 10^5 rTasks on 10^2

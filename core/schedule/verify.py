@@ -138,8 +138,7 @@ def _order_violated(sc: ScheduleClocks, hosts: list[tuple[np.ndarray, np.ndarray
         parts: list[tuple[int, int]] = []  # (op, producer)
         pairs = 0
         while o < len(preds):
-            rows = int(f_at[o + 1] - f_at[o]) if preds[o] else 0
-            size = max(rows * sum(int(h_at[p + 1] - h_at[p]) for p in preds[o]), rows * sc.clocks.blocks)
+            size = int(f_at[o + 1] - f_at[o]) * sum(int(h_at[p + 1] - h_at[p]) for p in preds[o])
             if parts and pairs + size > _PAIRS_PER_PASS:
                 break
             parts += [(o, p) for p in preds[o]]
@@ -157,12 +156,12 @@ def _order_violated(sc: ScheduleClocks, hosts: list[tuple[np.ndarray, np.ndarray
         b_rep = np.repeat(b_len, sizes)
         i = np.repeat(a0, sizes) + k // b_rep
         j = np.repeat(b0, sizes) + k % b_rep
-        used = np.unique(i)  # the first rTasks of ops with producers: their clocks only
-        clock = sc.clocks.before(sc.starts[fv_all[used]] + fp_all[used], fv_all[used])
         same = fv_all[i] == hv_all[j]
         if (same & (hp_all[j] > fp_all[i])).any():
             return True
-        if (~same & (clock[np.searchsorted(used, i), hv_all[j]] <= hp_all[j])).any():
+        # what the op's first rTask there knows of the producer's vEU (its own vEU: same above)
+        known = sc.clocks.before_at(sc.starts[fv_all[i]] + fp_all[i], fv_all[i], hv_all[j])
+        if (~same & (known <= hp_all[j])).any():
             return True
     return False
 

@@ -1,5 +1,6 @@
-"""verify's per-op hosts (the vEUs of each op's rTasks and the last or first position on each),
-found with one sort over every op, against the direct per-op form they replaced."""
+"""verify in array passes: each op's hosts (the vEUs of its rTasks, the last or first position on each)
+from one sort, the dependency order for every (op, producer) pair at once, the clocks reused and read
+entry by entry; each against the direct form it replaced."""
 
 from __future__ import annotations
 
@@ -100,3 +101,20 @@ def test_schedule_clocks_are_reused_only_for_the_same_entries_and_waits():
     fresh = schedule_clocks(dataclasses.replace(schedule, programs=[list(p) for p in schedule.programs]))
     assert again is not first and np.array_equal(again.starts, fresh.starts)
     assert np.array_equal(again.clocks.rows, fresh.clocks.rows) and not np.array_equal(again.starts, first.starts)
+
+
+def test_clock_entries_equal_the_clock_matrix():
+    from rammer.schedule.clocks import schedule_clocks
+
+    schedule = get_policy("wavefront").schedule(build_problem(zoo_graph("resnext-small"),
+                                                              get_preset("v100").with_veus(5)))
+    sc = schedule_clocks(schedule)
+    rng = np.random.default_rng(0)
+    rtasks = rng.integers(0, schedule.num_rtasks, 200)
+    own = sc.rtask_veu[rtasks]
+    steps = sc.starts[own] + sc.rtask_pos[rtasks]
+    blocks = rng.integers(0, 5, 200)
+    blocks[:20] = own[:20]  # some on the step's own vEU: its own signal count
+    matrix = sc.clocks.before(steps, own)
+    assert np.array_equal(sc.clocks.before_at(steps, own, blocks), matrix[np.arange(200), blocks])
+    assert matrix.any()
