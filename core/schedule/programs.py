@@ -455,6 +455,55 @@ def _surely_ordered(items: list[dict], first: np.ndarray, then: np.ndarray) -> n
     return out
 
 
+#: Clock entries (first calls x blocks) made per pass of :func:`_group_arrays`, bounded.
+_CLOCKS_PER_PASS = 1 << 22
+
+
+def _group_arrays(items: list[dict], clocks: Clocks, starts: np.ndarray, total_signals: np.ndarray,
+                  nb: int) -> None:
+    """Per group of :func:`_call_groups`, what :func:`check_races` compares, from arrays over every
+    group at once (an unrolled RNN has thousands of operators): its ``blocks`` and per block the
+    first signal after its last call there (``need_at``, -1: none follows; ``signalled`` when every
+    block has one), ``last_at`` (per block, its last call's position, -1: none), its
+    ``first_blocks``, the positions and clocks of its first calls there (``first_pos``,
+    ``first_clocks``) and their elementwise minimum (``first_min``)."""
+    def flat(field: str, keys: bool) -> tuple[np.ndarray, np.ndarray]:
+        counts = np.fromiter((len(g[field]) for g in items), np.int64, len(items))
+        values = chain.from_iterable(g[field] if keys else g[field].values() for g in items)
+        return np.fromiter(values, np.int64, int(counts.sum())), counts
+
+    blocks, last_counts = flat("last", True)
+    last_flat, _ = flat("last", False)
+    need = clocks.step_sent[last_flat] + 1
+    need_at = np.where(need <= total_signals[blocks], need, -1)
+    unsignalled = np.bincount(np.repeat(np.arange(len(items)), last_counts)[need_at < 0], minlength=len(items))
+    last_cuts = np.cumsum(last_counts)[:-1]
+    first_blocks, first_counts = flat("first", True)
+    first_flat, _ = flat("first", False)
+    first_pos = first_flat - starts[first_blocks]
+    first_cuts = np.cumsum(first_counts)[:-1]
+    first_at = np.concatenate([[0], np.cumsum(first_counts)])
+    for g, b, na, la, lf, fb, fp in zip(items, np.split(blocks, last_cuts), np.split(need_at, last_cuts),
+                                        unsignalled.tolist(), np.split(last_flat, last_cuts),
+                                        np.split(first_blocks, first_cuts), np.split(first_pos, first_cuts)):
+        g["blocks"], g["need_at"], g["signalled"] = b, na, la == 0
+        g["last_at"] = np.full(nb, -1, np.int64)
+        g["last_at"][b] = lf - starts[b]
+        g["first_blocks"], g["first_pos"] = fb, fp
+    k = 0
+    while k < len(items):  # the first calls' clocks, a bounded number of groups at a time
+        z = k + 1
+        while z < len(items) and (first_at[z + 1] - first_at[k]) * nb <= _CLOCKS_PER_PASS:
+            z += 1
+        lo, hi = int(first_at[k]), int(first_at[z])
+        rows = clocks.before(first_flat[lo:hi], first_blocks[lo:hi])
+        mins = np.minimum.reduceat(rows, first_at[k:z] - lo, axis=0)
+        for j in range(k, z):
+            items[j]["first_clocks"] = rows[first_at[j] - lo:first_at[j + 1] - lo]
+            items[j]["first_min"] = mins[j - k]
+        k = z
+
+
 def check_races(programs: list[list[Step]], index: StepIndex | None = None) -> None:
     """Raise :class:`ProgramError` unless every two calls on different blocks that touch the same
     arena floats (one writing) are ordered: the later one's block has seen (through waits, also
@@ -477,20 +526,7 @@ def check_races(programs: list[list[Step]], index: StepIndex | None = None) -> N
     items = _call_groups(programs, call_at, starts)
     if not items:
         return
-    for g in items:
-        g["blocks"] = np.array(list(g["last"]), np.int64)
-        last_flat = np.array(list(g["last"].values()), np.int64)
-        # the first signal after the group's last call on each block (-1: none follows)
-        need = clocks.step_sent[last_flat] + 1
-        g["need_at"] = np.where(need <= total_signals[g["blocks"]], need, -1)
-        g["signalled"] = bool((g["need_at"] >= 0).all())
-        g["last_at"] = np.full(nb, -1, np.int64)
-        g["last_at"][g["blocks"]] = last_flat - starts[g["blocks"]]
-        g["first_blocks"] = np.array(list(g["first"]), np.int64)
-        first_flat = np.array(list(g["first"].values()), np.int64)
-        g["first_pos"] = first_flat - starts[g["first_blocks"]]
-        g["first_clocks"] = clocks.before(first_flat, g["first_blocks"])
-        g["first_min"] = g["first_clocks"].min(axis=0)
+    _group_arrays(items, clocks, starts, total_signals, nb)
 
     def ordered(a: dict, z: dict) -> bool:  # every call of a before every call of z
         # the same block: program order

@@ -96,3 +96,17 @@ def test_race_check_on_columns_sees_their_operators():
     with pytest.raises(gp.ProgramError, match="race") as on_steps:
         gp.check_races([list(p) for p in gp.from_schedule(schedule, _one_call_each(alone))])
     assert str(on_columns.value) == str(on_steps.value)
+
+
+def test_race_check_in_small_passes_gives_the_same_answers(compiled, monkeypatch):
+    from rammer.schedule import programs as sp
+
+    schedule, columns = compiled["schedule"], compiled["columns"]
+    alone = dataclasses.replace(columns, op=np.full_like(columns.op, -1))
+    with pytest.raises(gp.ProgramError, match="race") as one_pass:
+        gp.check_races(gp.from_schedule(schedule, alone))
+    monkeypatch.setattr(sp, "_CLOCKS_PER_PASS", 1)  # one group's first calls per pass
+    gp.check_races(gp.from_schedule(schedule, columns))
+    with pytest.raises(gp.ProgramError, match="race") as many_passes:
+        gp.check_races(gp.from_schedule(schedule, alone))
+    assert str(one_pass.value) == str(many_passes.value)
