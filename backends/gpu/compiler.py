@@ -14,7 +14,6 @@ dialect: the backends differ in the table they render with and the runtime that 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from itertools import repeat
 from operator import itemgetter
 from typing import Any
 
@@ -149,9 +148,9 @@ def _distinct_args(low: Lowered) -> dict[int, tuple]:
     return dict(zip(map(id, argss), argss))
 
 
-def _refs(low: Lowered) -> set[tuple[str, int]]:
-    """The (``"in"``/``"out"``, slot) pairs the calls of ``low`` touch."""
-    return {(a.io, a.slot) for args in _distinct_args(low).values() for a in args if isinstance(a, Ref)}
+def _refs(distinct_args: dict[int, tuple]) -> set[tuple[str, int]]:
+    """The (``"in"``/``"out"``, slot) pairs calls with these :func:`_distinct_args` touch."""
+    return {(a.io, a.slot) for args in distinct_args.values() for a in args if isinstance(a, Ref)}
 
 
 def compile_program(graph: Graph, backend: Any, vdevice: VDevice, policy: str = "wavefront",
@@ -191,10 +190,20 @@ def compile_program(graph: Graph, backend: Any, vdevice: VDevice, policy: str = 
     outputs = [t.name for t in graph.outputs]
     for n in inputs:
         buf(n)
+    # Each lowering's distinct argument tuples, read once (a pass over its calls: 10^6 on a full-size
+    # model); keyed by id, the lowerings being alive in first/lowered until the end.
+    distinct_of: dict[int, dict[int, tuple]] = {}
+
+    def distinct(low: Lowered) -> dict[int, tuple]:
+        got = distinct_of.get(id(low))
+        if got is None:
+            got = distinct_of[id(low)] = _distinct_args(low)
+        return got
+
     ops: list[NodeOp] = []
     touched: list[set[tuple[str, int]]] = []
     for node, low in zip(graph.nodes, first):
-        refs = _refs(low)
+        refs = _refs(distinct(low))
         touched.append(refs)
         # Buffer ids in slot order, not set order: the arena layout must not depend on the hash seed.
         reads = tuple(sorted({buf(node.inputs[s]) for io, s in sorted(refs) if io == "in"}))
@@ -223,7 +232,7 @@ def compile_program(graph: Graph, backend: Any, vdevice: VDevice, policy: str = 
         # Cannot happen: lowering is deterministic, and a tiling changes how many calls, not what they touch.
         if len(low.calls) != schedule.ops[i].kernel.num_rtasks:
             raise gp.ProgramError(f"{node.label}: {len(low.calls)} calls for {schedule.ops[i].kernel.num_rtasks} rTasks")
-        if mult != 1 and _refs(low) != touched[i]:
+        if mult != 1 and _refs(distinct(low)) != touched[i]:
             raise gp.ProgramError(f"{node.label}: tiling {mult} touches other tensors than tiling 1")
         lowered.append(low)
 
@@ -233,9 +242,17 @@ def compile_program(graph: Graph, backend: Any, vdevice: VDevice, policy: str = 
     offset = {b.name: b.byte_offset // 4 for b in buffers}
     tensors = {b.name: (offset[b.name], tuple(graph.value_info[b.name].shape)) for b in buffers}
 
-    # Calls per rTask id, with arena offsets and the ranges they read and write.
-    calls: dict[int, gp.Call] = {}
+    # What each rTask runs, as columns by rTask id (a full-size model has 10^6 rTasks: one Call object
+    # each cost seconds to make and to read back), with arena offsets and the ranges they read and write.
+    n = schedule.num_rtasks
+    kernel_col = np.zeros(n, np.int32)
+    rtask_col = np.zeros(n, np.int64)
+    arg_col = np.zeros(n, np.int64)
+    op_col = np.zeros(n, np.int32)
+    distinct_args: list[tuple] = []
+    accesses: list[tuple[tuple[tuple[int, int], ...], tuple[tuple[int, int], ...]]] = []
     templates: dict[str, ir.Kernel] = {}
+    kernel_names: dict[str, int] = {}
     for i, (node, low) in enumerate(zip(graph.nodes, lowered)):
         templates.setdefault(low.kernel.name, low.kernel)
         first = schedule.ops[i].first_rtask
@@ -244,14 +261,22 @@ def compile_program(graph: Graph, backend: Any, vdevice: VDevice, policy: str = 
                                   for s in sorted(s for io, s in touched[i] if io == "in")) if r[1])
         writes = tuple(r for r in ((offset[node.outputs[s]], buffers[index[node.outputs[s]]].nbytes // 4)
                                    for s in sorted(s for io, s in touched[i] if io == "out")) if r[1])
-        # Resolved once per distinct argument tuple (shared by the rTasks of a node), then looked up.
-        resolved = {key: tuple(offset[(node.inputs if a.io == "in" else node.outputs)[a.slot]] + a.offset
-                               if isinstance(a, Ref) else a for a in args)
-                    for key, args in _distinct_args(low).items()}
-        # C-level passes over the node's calls (a full-size model has 10^5): each resolved tuple looked up by id.
-        argss = map(resolved.__getitem__, map(id, map(itemgetter(1), low.calls)))
-        calls.update(zip(range(first, first + len(low.calls)), map(gp.Call._make, zip(
-            repeat(low.kernel.name), map(itemgetter(0), low.calls), argss, repeat(reads), repeat(writes), repeat(i)))))
+        accesses.append((reads, writes))
+        # Resolved once per distinct argument tuple (shared by the rTasks of a node), numbered, then
+        # looked up per call by the tuple's id (C-level passes over the node's calls).
+        number = {}
+        for key, args in distinct(low).items():
+            number[key] = len(distinct_args)
+            distinct_args.append(tuple(offset[(node.inputs if a.io == "in" else node.outputs)[a.slot]] + a.offset
+                                       if isinstance(a, Ref) else a for a in args))
+        size = len(low.calls)
+        span = slice(first, first + size)
+        kernel_col[span] = kernel_names.setdefault(low.kernel.name, len(kernel_names))
+        rtask_col[span] = np.fromiter(map(itemgetter(0), low.calls), np.int64, size)
+        arg_col[span] = np.fromiter(map(number.__getitem__, map(id, map(itemgetter(1), low.calls))), np.int64, size)
+        op_col[span] = i
+    calls = gp.CallColumns(list(kernel_names), kernel_col, rtask_col, distinct_args, arg_col, accesses,
+                           op_col.copy(), op_col)
     programs = gp.from_schedule(schedule, calls)
     # The step index from_schedule made from its arrays, passed on (a patched from_schedule in the
     # tests returns plain lists: then the entry reads the steps).

@@ -28,6 +28,7 @@ the waves (``counters`` is unused).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from operator import attrgetter
 
@@ -39,6 +40,7 @@ from rammer.schedule.clocks import MARK, SIGNAL, WAIT
 
 from .program import (
     Call,
+    CallColumns,
     ProgramError,
     Signal,
     Step,
@@ -47,6 +49,7 @@ from .program import (
     check_races,
     check_wave_races,
     device_function,
+    index_matches,
     step_index,
     step_kinds,
 )
@@ -117,6 +120,22 @@ class _CallTable:
             bad = next(call for call in calls if call.kernel not in self.index)
             raise ProgramError(f"a call of unknown rKernel {bad.kernel!r}") from None
 
+    def column_kernel_indices(self, columns: CallColumns, rtasks: np.ndarray) -> np.ndarray:
+        """:meth:`kernel_index` of the calls of ``rtasks`` given as columns, their arity checked (once
+        per distinct rKernel and argument tuple)."""
+        index = np.array([self.index.get(n, -1) for n in columns.kernels], np.int64)
+        kernel_of = index[columns.kernel[rtasks]] if rtasks.size else np.zeros(0, np.int64)
+        if (kernel_of < 0).any():
+            bad = columns.kernels[int(columns.kernel[rtasks[int(np.argmin(kernel_of))]])]
+            raise ProgramError(f"a call of unknown rKernel {bad!r}")
+        params = np.array([len(self.kernels[n].params) for n in self.names], np.int64)
+        pairs = np.unique(kernel_of * max(len(columns.args), 1) + columns.arg[rtasks])
+        for t, a in zip(*np.divmod(pairs, max(len(columns.args), 1))):
+            if len(columns.args[int(a)]) != params[t]:
+                name = self.names[int(t)]
+                raise ProgramError(f"{name} takes {params[t]} arguments, got {len(columns.args[int(a)])}")
+        return kernel_of
+
     def check_arity(self, calls: list[Call], kernel_of: np.ndarray) -> None:
         """Raise :class:`ProgramError` on a call whose arguments do not match its rKernel's
         parameters (``kernel_of``: each call's :meth:`kernel_index`)."""
@@ -172,28 +191,45 @@ class _CallTable:
         return body
 
     def arrays(self) -> dict[str, np.ndarray]:
-        itab = np.zeros((max(len(self.rows), 1), self.wi), np.int32)
-        ftab = np.zeros((max(len(self.rows), 1), self.wf), np.float32)
-        kernel_of = self.kernel_indices(self.rows)
         # The argument tuples are shared between the calls of a node: each distinct one is read once.
         argss = list(map(attrgetter("args"), self.rows))
-        arg_ids = np.fromiter(map(id, argss), np.int64, len(argss))
-        rtask_ids = np.fromiter(map(attrgetter("rtask_id"), self.rows), np.int64, len(self.rows))
+        return self.column_arrays(self.kernel_indices(self.rows), np.fromiter(map(id, argss), np.int64, len(argss)),
+                                  np.fromiter(map(attrgetter("rtask_id"), self.rows), np.int64, len(self.rows)),
+                                  argss.__getitem__, lambda i: self.rows[i].op)
+
+    def column_arrays(self, kernel_of: np.ndarray, arg_keys: np.ndarray, rtask_ids: np.ndarray,
+                      args_of: Callable[[int], tuple], op_of: Callable[[int], int],
+                      args_of_key: Callable[[int], tuple] | None = None) -> dict[str, np.ndarray]:
+        """``itab``/``ftab`` of rows given as columns: per row its rKernel's index, a key equal
+        between rows of one argument tuple, its rTask; ``args_of(row)`` and ``op_of(row)`` read one
+        row's arguments and operator (once per distinct key, and for an error).  ``args_of_key``:
+        the keys are small non-negative numbers (indices into a list of the tuples), and this reads
+        the tuple of a key; the distinct keys are then found by a table, not by sorting a million."""
+        rows = kernel_of.size
+        itab = np.zeros((max(rows, 1), self.wi), np.int32)
+        ftab = np.zeros((max(rows, 1), self.wf), np.float32)
         for t, n in enumerate(self.names):
             at = np.nonzero(kernel_of == t)[0]
             if not at.size:
                 continue
             width = len(self.kernels[n].params)
-            _, first, which = np.unique(arg_ids[at], return_index=True, return_inverse=True)
-            distinct = np.array([argss[i] for i in at[first].tolist()], np.float64).reshape(first.size, width)
+            keys = arg_keys[at]
+            if args_of_key is not None:
+                present = np.zeros(int(keys.max()) + 1, bool)
+                present[keys] = True
+                which = (np.cumsum(present) - 1)[keys]
+                tuples = [args_of_key(k) for k in np.flatnonzero(present).tolist()]
+            else:
+                _, first, which = np.unique(keys, return_index=True, return_inverse=True)
+                tuples = [args_of(i) for i in at[first].tolist()]
+            distinct = np.array(tuples, np.float64).reshape(len(tuples), width)
             args = distinct[which.ravel()]
             ints = args[:, self._int_at[n]]
             fits = (np.abs(ints) < 2 ** 31).all(axis=1)  # NaN included
             if not fits.all():
                 bad = int(np.argmin(fits))  # the first call that does not fit
                 values = ints[bad]
-                raise CallArgumentRangeError(n, self.rows[int(at[bad])].op,
-                                             float(values[~(np.abs(values) < 2 ** 31)][0]))
+                raise CallArgumentRangeError(n, op_of(int(at[bad])), float(values[~(np.abs(values) < 2 ** 31)][0]))
             itab[at, 0] = rtask_ids[at]
             itab[at, 1:1 + ints.shape[1]] = ints.astype(np.int32)
             ftab[at, :len(self._flt_at[n])] = args[:, self._flt_at[n]].astype(np.float32)
@@ -281,7 +317,7 @@ def persistent_kernel(name: str, kernels: dict[str, ir.Kernel], programs: list[l
     # Each block's step kinds and waits once, for the race check, the signal totals and the tables.
     if index is None:
         index = step_index(programs)
-    elif len(index.kinds) != len(programs) or any(k.size != len(p) for k, p in zip(index.kinds, programs)):
+    elif not index_matches(programs, index):
         raise ProgramError("a step index of other programs than these")
     if check:
         check_races(programs, index)
@@ -295,11 +331,18 @@ def persistent_kernel(name: str, kernels: dict[str, ir.Kernel], programs: list[l
     block_of = np.repeat(np.arange(blocks), sizes)
     totals = np.bincount(block_of[kinds == SIGNAL], minlength=blocks)
     # The segments (see :func:`segments`) and their records from arrays, with no per-segment or
-    # per-call Python: a full-size model has 10^4 segments and 10^5 calls.
+    # per-call Python: a full-size model has 10^4 segments and 10^5 calls.  Programs made from call
+    # columns (:meth:`.program.BlockPrograms.lazy`) are read from them, their steps never made.
+    columns: CallColumns | None = getattr(programs, "columns", None)
+    call_rtasks: np.ndarray | None = getattr(programs, "call_rtasks", None)
     calls: list[Call] = []
-    for steps, k in zip(programs, index.kinds):
-        calls += map(steps.__getitem__, np.nonzero(k == MARK)[0].tolist())
-    start = _segment_starts(kinds, np.fromiter(map(attrgetter("op"), calls), np.int64, len(calls)), block_starts)
+    if columns is not None and call_rtasks is not None:
+        call_ops = columns.op[call_rtasks].astype(np.int64)
+    else:
+        for steps, k in zip(programs, index.kinds):
+            calls += map(steps.__getitem__, np.nonzero(k == MARK)[0].tolist())
+        call_ops = np.fromiter(map(attrgetter("op"), calls), np.int64, len(calls))
+    start = _segment_starts(kinds, call_ops, block_starts)
     seg_of = np.cumsum(start) - 1
     nseg = int(start.sum())
     rec = 2 * len(table.names) + 3  # per segment: [lo, hi) per rKernel, signal, first wait, end of waits
@@ -307,13 +350,25 @@ def persistent_kernel(name: str, kernels: dict[str, ir.Kernel], programs: list[l
     wait0 = seg0 + nseg * rec
     starts = np.zeros(blocks + 1, np.int64)
     np.cumsum(np.bincount(block_of[start], minlength=blocks), out=starts[1:])
-    kernel_of = table.kernel_indices(calls)
-    table.check_arity(calls, kernel_of)
+    if columns is not None and call_rtasks is not None:
+        kernel_of = table.column_kernel_indices(columns, call_rtasks)
+    else:
+        kernel_of = table.kernel_indices(calls)
+        table.check_arity(calls, kernel_of)
     nk = len(table.names)
     row_key = seg_of[kinds == MARK] * nk + kernel_of
     per_range = np.bincount(row_key, minlength=nseg * nk)
     lo = np.cumsum(per_range) - per_range  # rows are in segment order, by rKernel within a segment
-    table.rows = list(map(calls.__getitem__, np.argsort(row_key, kind="stable").tolist()))
+    row_order = np.argsort(row_key, kind="stable")
+    if columns is not None and call_rtasks is not None:
+        row_rtasks = call_rtasks[row_order]
+        arg_of_row = columns.arg[row_rtasks]
+        call_tables = table.column_arrays(kernel_of[row_order], arg_of_row, columns.rtask_id[row_rtasks],
+                                          lambda i: columns.args[int(arg_of_row[i])],
+                                          lambda i: int(columns.op[row_rtasks[i]]), columns.args.__getitem__)
+    else:
+        table.rows = list(map(calls.__getitem__, row_order.tolist()))
+        call_tables = table.arrays()
     records = np.zeros((nseg, rec), np.int64)
     records[:, 0:2 * nk:2] = lo.reshape(nseg, nk)
     records[:, 1:2 * nk:2] = (lo + per_range).reshape(nseg, nk)
@@ -352,7 +407,7 @@ def persistent_kernel(name: str, kernels: dict[str, ir.Kernel], programs: list[l
               *TABLE_PARAMS)
     main = ir.Kernel(name, params, (loop,), shared=(ir.SharedArray("smem", "float", smem),), threads=block_threads,
                      meta=(("program", "persistent"), ("blocks", str(blocks)), ("segments", str(nseg))))
-    return [*fns, main], {**table.arrays(), "ptab": ptab}
+    return [*fns, main], {**call_tables, "ptab": ptab}
 
 
 def wave_kernel(name: str, kernels: dict[str, ir.Kernel], waves: list[list[list[Call]]],

@@ -49,6 +49,23 @@ def gpu_fuse_elementwise(graph: Graph) -> Graph:
     return fuse_elementwise(graph, GPU_FUSION)
 
 
+#: The fused rKernels made lately, by everything they are made from (bounded): an unrolled RNN has
+#: thousands of fused nodes running a few distinct programs, each lowered at every tiling, and
+#: making the kernel's IR cost a third of a full-size RNN's lowering.
+_KERNELS: dict[tuple, Any] = {}
+_KERNELS_KEPT = 4096
+
+
+def _fused_kernel(name: str, n_in: int, n_out: int, instrs: tuple, outputs: tuple, in_types: tuple) -> Any:
+    key = (name, n_in, n_out, instrs, outputs, in_types)
+    kernel = _KERNELS.get(key)
+    if kernel is None:
+        if len(_KERNELS) >= _KERNELS_KEPT:
+            _KERNELS.clear()
+        kernel = _KERNELS[key] = kew.fused_kernel(name, n_in, n_out, instrs, outputs, _THREADS, in_types)
+    return kernel
+
+
 def lower_fused(node: Node, graph: Graph, mult: int, lowered: Any, ref: Any) -> Any:
     """The fused chain's rKernel: chunks of ``256 * mult`` elements per rTask."""
     prog: FusedProgram = node.attrs["program"]
@@ -67,8 +84,8 @@ def lower_fused(node: Node, graph: Graph, mult: int, lowered: Any, ref: Any) -> 
     chunk = _THREADS * mult
     args = (*(ref("in", k) for k in range(len(node.inputs))), *(ref("out", j) for j in range(len(node.outputs))),
             total, chunk, *dims[1:], *strides)
-    kernel = kew.fused_kernel(f"ew_{prog.key}", prog.n_in, len(prog.outputs), prog.instrs, prog.outputs, _THREADS,
-                              prog.in_types)
+    kernel = _fused_kernel(f"ew_{prog.key}", prog.n_in, len(prog.outputs), tuple(prog.instrs), tuple(prog.outputs),
+                           tuple(prog.in_types))
     calls = tuple((r, args) for r in range(max(1, math.ceil(total / chunk))))
     n_io = prog.n_in + len(prog.outputs)
     return lowered(kernel, calls, float(chunk * max(len(prog.instrs), 1)), 4.0 * chunk * n_io)

@@ -159,30 +159,39 @@ def _views(node: Node, graph: Graph) -> list[_View]:
     return list(hit)
 
 
+def _concat_views(node: Node, graph: Graph) -> list[_View] | None:
+    """A Concat's views from its shapes: input ``i`` lands at ``offset_i`` along the axis of the
+    output, with the output's row-major strides (0 on a dimension of one element, as :func:`_affine`
+    reads them); None where the shapes do not say so (the index maps then decide).  The maps of a
+    batched model's concatenations are tens of millions of elements, run through the reference op."""
+    out_shape = tuple(shape_of(graph, node.outputs[0]))
+    axis = int(node.attrs.get("axis", 0))
+    axis = axis + len(out_shape) if axis < 0 else axis
+    ins = [(i, tuple(shape_of(graph, n))) for i, n in enumerate(node.inputs) if n]
+    if not 0 <= axis < len(out_shape) or any(len(s) != len(out_shape) for _, s in ins):
+        return None
+    if any(s[:axis] + s[axis + 1:] != out_shape[:axis] + out_shape[axis + 1:] for _, s in ins) or \
+            sum(s[axis] for _, s in ins) != out_shape[axis]:
+        return None
+    out_strides = row_major_strides(out_shape)
+    views, along = [], 0
+    for i, shape in ins:
+        empty = int(np.prod(shape)) == 0
+        base = 0 if empty else along * out_strides[axis]
+        ds = tuple(0 if empty or shape[d] <= 1 else int(out_strides[d]) for d in range(len(shape)))
+        views.append(_View(i, 0, shape, tuple(row_major_strides(shape)), ds, (0,) * len(shape),
+                           (BIG,) * len(shape), 0, base))
+        along += shape[axis]
+    return views
+
+
 def _derive_views(node: Node, graph: Graph) -> list[_View]:
     op = node.op_type
     if op == "Concat":
-        ins = [(i, n) for i, n in enumerate(node.inputs) if n]
-        dtype = _index_dtype(sum(int(np.prod(shape_of(graph, n))) for _, n in ins))
-        arrays, offs, off = {}, [], 0
-        for i, n in ins:  # each input's elements numbered by their position in the inputs, in turn
-            size = int(np.prod(shape_of(graph, n)))
-            arrays[i] = np.arange(off, off + size, dtype=dtype).reshape(shape_of(graph, n))
-            offs.append(off)
-            off += size
-        out = reference_outputs(node, graph, arrays)[0]
-        if out.dtype != dtype or out.size != off:
-            raise ValueError("its reference did not move the elements of its inputs")
-        pos = np.empty(out.size, dtype)
-        pos[out.ravel()] = np.arange(out.size, dtype=dtype)
-        views = []
-        for (i, n), o in zip(ins, offs):
-            shape = shape_of(graph, n)
-            dst = pos[o:o + int(np.prod(shape))].reshape(shape)
-            base, ds = _affine(dst)
-            views.append(_View(i, 0, shape, tuple(row_major_strides(shape)), tuple(ds), (0,) * len(shape),
-                               (BIG,) * len(shape), 0, base))
-        return views
+        by_shapes = _concat_views(node, graph)
+        if by_shapes is not None:
+            return by_shapes
+        return _concat_views_by_index_maps(node, graph)
     in_shape = shape_of(graph, node.inputs[0])
     arrays = {0: (np.arange(int(np.prod(in_shape)), dtype=np.float64) + 1).reshape(in_shape)}
     if op == "Pad":
@@ -196,6 +205,31 @@ def _derive_views(node: Node, graph: Graph) -> list[_View]:
         if name and not (op == "Dropout" and k > 0):  # Dropout's mask: unread (_copy refuses otherwise)
             valid = out != 0
             views.append(_gather_view(out.astype(np.int64) - 1, valid, in_shape, 0, k))
+    return views
+
+
+def _concat_views_by_index_maps(node: Node, graph: Graph) -> list[_View]:
+    """A Concat's views found by running the reference op on its inputs' element numbers."""
+    ins = [(i, n) for i, n in enumerate(node.inputs) if n]
+    dtype = _index_dtype(sum(int(np.prod(shape_of(graph, n))) for _, n in ins))
+    arrays, offs, off = {}, [], 0
+    for i, n in ins:  # each input's elements numbered by their position in the inputs, in turn
+        size = int(np.prod(shape_of(graph, n)))
+        arrays[i] = np.arange(off, off + size, dtype=dtype).reshape(shape_of(graph, n))
+        offs.append(off)
+        off += size
+    out = reference_outputs(node, graph, arrays)[0]
+    if out.dtype != dtype or out.size != off:
+        raise ValueError("its reference did not move the elements of its inputs")
+    pos = np.empty(out.size, dtype)
+    pos[out.ravel()] = np.arange(out.size, dtype=dtype)
+    views = []
+    for (i, n), o in zip(ins, offs):
+        shape = shape_of(graph, n)
+        dst = pos[o:o + int(np.prod(shape))].reshape(shape)
+        base, ds = _affine(dst)
+        views.append(_View(i, 0, shape, tuple(row_major_strides(shape)), tuple(ds), (0,) * len(shape),
+                           (BIG,) * len(shape), 0, base))
     return views
 
 

@@ -20,7 +20,9 @@ import dataclasses
 from rammer.codegen import kernel_ir as ir
 from rammer.codegen.kernel_ir import BinOp, Special, c, v
 from rammer.schedule.programs import (
+    BlockPrograms,
     Call,
+    CallColumns,
     ProgramError,
     Signal,
     Step,
@@ -31,15 +33,17 @@ from rammer.schedule.programs import (
     check_wave_races,
     from_schedule,
     from_waves,
+    index_matches,
     signals_per_block,
     split_waves,
     step_index,
     step_kinds,
 )
 
-__all__ = ["Call", "Signal", "Wait", "Task", "Step", "ProgramError", "device_function", "from_waves",
+__all__ = ["Call", "CallColumns", "BlockPrograms", "Signal", "Wait", "Task", "Step", "ProgramError",
+           "device_function", "from_waves",
            "from_schedule", "check_races", "split_waves", "check_wave_races", "signals_per_block", "step_kinds",
-           "step_index", "StepIndex"]
+           "step_index", "StepIndex", "index_matches"]
 
 
 def _rewrite(node, fn):

@@ -19,71 +19,22 @@ Ranges are in whatever unit the backend uses (floats on the GPU, bytes on the cp
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
 from itertools import chain, repeat
 from operator import attrgetter
-from typing import NamedTuple, Union, cast
+from typing import Any, NamedTuple, cast
 
 import numpy as np
 
 from .clocks import MARK, SIGNAL, WAIT, Clocks, program_clocks
 from .overlaps import conflict_pairs
 from .schedule import Schedule
+from .steps import Call, CallColumns, ProgramError, Signal, Step, Task, Wait
 from .walk import rtask_locations
 
 __all__ = ["Call", "Signal", "Wait", "Task", "Step", "ProgramError", "from_waves", "from_schedule", "check_races",
            "split_waves", "check_wave_races", "signals_per_block", "step_kinds", "StepIndex", "step_index",
-           "BlockPrograms"]
-
-
-class ProgramError(ValueError):
-    """A program that cannot be built or would race."""
-
-
-class Call(NamedTuple):
-    """Run rTask ``rtask_id`` of device function ``kernel``; ``args`` are, per parameter, an arena
-    offset (pointer parameters) or a number (scalars).  ``reads``/``writes`` are arena ranges
-    ``(start, length)`` in floats, used by :func:`check_races`.  A named tuple, not a frozen
-    dataclass: a full-size model has 10^5 calls, which the GPU compiler makes with
-    :meth:`_make` at a fraction of a frozen dataclass's ``__init__`` (six ``object.__setattr__``)."""
-
-    kernel: str
-    rtask_id: int
-    args: tuple[int | float, ...]
-    reads: tuple[tuple[int, int], ...] = ()
-    writes: tuple[tuple[int, int], ...] = ()
-    #: Calls of one operator (``op >= 0``) write disjoint parts of its outputs by construction:
-    #: :func:`check_races` does not order them against each other.
-    op: int = -1
-
-
-@dataclass(frozen=True)
-class Signal:
-    """This block has finished everything before this step."""
-
-
-class Wait(NamedTuple):
-    """Wait until block ``block`` has signalled ``count`` times in this launch.  A named tuple, not
-    a dataclass: a full-size model's programs have a million waits, and :func:`from_schedule` makes
-    them with ``tuple.__new__`` at a fraction of a dataclass's cost (``count`` hides the tuple's
-    ``count`` method, which nothing here calls: the field keeps the name every reader uses)."""
-
-    block: int
-    count: int  # type: ignore[assignment]
-
-
-Step = Union[Call, Signal, Wait]  # noqa: UP007 -- a runtime alias, kept in the typing spelling
-
-
-@dataclass(frozen=True)
-class Task:
-    """One rTask of a wave (for :func:`from_waves`)."""
-
-    kernel: str
-    rtask_id: int
-    args: tuple[int | float, ...]
-    reads: tuple[tuple[int, int], ...] = ()
-    writes: tuple[tuple[int, int], ...] = ()
+           "BlockPrograms", "CallColumns", "index_matches"]
 
 
 _KIND = {Call: MARK, Signal: SIGNAL, Wait: WAIT}
@@ -161,11 +112,14 @@ def split_waves(programs: list[list[Step]], wave_of_op: list[int]) -> list[list[
     return waves
 
 
-def from_schedule(schedule: Schedule, calls: dict[int, Call]) -> BlockPrograms:
+def from_schedule(schedule: Schedule, calls: dict[int, Call] | CallColumns) -> BlockPrograms:
     """The block programs of a core :class:`rammer.schedule.Schedule`: vEU ``v`` is block ``v``;
     ``calls[rtask id]`` is what each rTask runs.  A barrier entry becomes one :class:`Wait` per
     other block it waits on (for the last waited rTask there), and each rTask some barrier waits
-    for is followed by a :class:`Signal` on its block.  The result carries its :class:`StepIndex`."""
+    for is followed by a :class:`Signal` on its block.  The result carries its :class:`StepIndex`.
+    ``calls`` as :class:`CallColumns`: the result also carries them and its calls' rTask ids
+    (``call_rtasks``), and makes its steps only when they are read (:class:`BlockPrograms`): the
+    race check and the GPU entry read the columns instead."""
     n = schedule.num_rtasks
     loc_veu, loc_pos = rtask_locations(schedule)
     nv = len(schedule.programs)
@@ -221,9 +175,6 @@ def from_schedule(schedule: Schedule, calls: dict[int, Call]) -> BlockPrograms:
     is_rtask = entries < n
     rtasks = entries[is_rtask]
     barriers = entries[~is_rtask] - n
-    objects: list[Step] = [Signal()] * (2 * rtasks.size)
-    objects[0::2] = list(map(calls.__getitem__, rtasks.tolist()))
-    objects += shared
     first = np.empty(entries.size, np.int64)
     count = np.empty(entries.size, np.int64)
     first[is_rtask] = 2 * np.arange(rtasks.size)
@@ -240,8 +191,19 @@ def from_schedule(schedule: Schedule, calls: dict[int, Call]) -> BlockPrograms:
     kinds = np.where(is_wait, WAIT, np.where(index % 2 == 0, MARK, SIGNAL)).astype(np.int8)
     shared_pairs = np.column_stack([distinct // width, distinct % width])
     pairs = shared_pairs[index[is_wait] - 2 * rtasks.size].reshape(-1, 2)
-    programs = BlockPrograms(list(map(objects.__getitem__, index[a:z].tolist())) for a, z in zip(cuts[:-1], cuts[1:]))
-    programs.steps_index = StepIndex([kinds[a:z] for a, z in zip(cuts[:-1], cuts[1:])], pairs.astype(np.int64))
+
+    def steps() -> list[list[Step]]:
+        objects: list[Step] = [Signal()] * (2 * rtasks.size)
+        objects[0::2] = calls.calls(rtasks) if isinstance(calls, CallColumns) else list(map(calls.__getitem__,
+                                                                                             rtasks.tolist()))
+        objects += shared
+        return [list(map(objects.__getitem__, index[a:z].tolist())) for a, z in zip(cuts[:-1], cuts[1:])]
+
+    steps_index = StepIndex([kinds[a:z] for a, z in zip(cuts[:-1], cuts[1:])], pairs.astype(np.int64))
+    if isinstance(calls, CallColumns):
+        return BlockPrograms.lazy(steps, steps_index, calls, rtasks)
+    programs = BlockPrograms(steps())
+    programs.steps_index = steps_index
     return programs
 
 
@@ -263,9 +225,54 @@ def from_waves(waves: list[list[Task]], blocks: int, barriers: bool = True) -> l
 class BlockPrograms(list):  # list[list[Step]]
     """The block programs :func:`from_schedule` returns, with their :class:`StepIndex` (``steps_index``)
     made from the arrays it built them from; a reader that has the programs right after
-    :func:`from_schedule` passes it on instead of reading every step again."""
+    :func:`from_schedule` passes it on instead of reading every step again.
+
+    Made from :class:`CallColumns` (:meth:`lazy`), it also carries them (``columns``) and the rTask id
+    of every call, blocks in turn, in program order (``call_rtasks``), and makes its steps at the
+    first read of an element: :func:`check_races` and the GPU entry read the columns, and a million
+    :class:`Call` objects are never made.  Its length is the number of blocks either way."""
 
     steps_index: StepIndex | None = None
+    columns: CallColumns | None = None
+    call_rtasks: np.ndarray | None = None
+    _make_steps: Callable[[], list[list[Step]]] | None = None
+
+    @classmethod
+    def lazy(cls, make_steps: Callable[[], list[list[Step]]], index: StepIndex, columns: CallColumns,
+             call_rtasks: np.ndarray) -> BlockPrograms:
+        """Programs whose steps ``make_steps()`` makes when first read."""
+        programs = cls()
+        programs._make_steps, programs.steps_index = make_steps, index
+        programs.columns, programs.call_rtasks = columns, call_rtasks
+        return programs
+
+    def _steps(self) -> None:
+        if self._make_steps is not None:
+            make, self._make_steps = self._make_steps, None
+            list.extend(self, make())
+
+    def __len__(self) -> int:
+        if self._make_steps is not None and self.steps_index is not None:
+            return len(self.steps_index.kinds)
+        return list.__len__(self)
+
+    def __iter__(self) -> Iterator[list[Step]]:
+        self._steps()
+        return list.__iter__(self)
+
+    def __getitem__(self, item: Any) -> Any:
+        self._steps()
+        return list.__getitem__(self, item)
+
+    def __eq__(self, other: object) -> bool:
+        self._steps()
+        return list.__eq__(self, other)
+
+    __hash__ = None
+
+    def __repr__(self) -> str:
+        self._steps()
+        return list.__repr__(self)
 
 
 class StepIndex(NamedTuple):
@@ -298,7 +305,7 @@ def _step_arrays(programs: list[list[Step]], index: StepIndex | None = None
     nb = len(programs)
     if index is None:
         index = step_index(programs)
-    elif len(index.kinds) != nb or any(k.size != len(p) for k, p in zip(index.kinds, programs)):
+    elif not index_matches(programs, index):
         raise ProgramError("a step index of other programs than those checked")
     kinds_per = index.kinds
     starts = np.zeros(nb + 1, np.int64)
@@ -323,17 +330,62 @@ def _step_arrays(programs: list[list[Step]], index: StepIndex | None = None
     return (starts, kinds, group_of, group_starts, wait_block, wait_count), calls
 
 
+def index_matches(programs: list[list[Step]], index: StepIndex) -> bool:
+    """Whether ``index`` may be the :class:`StepIndex` of ``programs``: as many kinds as steps per
+    block, or, for programs made from call columns (whose steps are made only when read), their own."""
+    if _columns_of(programs) is not None:
+        return index is cast("BlockPrograms", programs).steps_index
+    return len(index.kinds) == len(programs) and all(k.size == len(p) for k, p in zip(index.kinds, programs))
+
+
+def _columns_of(programs: list[list[Step]]) -> CallColumns | None:
+    """The :class:`CallColumns` ``programs`` were made from (:meth:`BlockPrograms.lazy`), if any."""
+    if isinstance(programs, BlockPrograms) and programs.call_rtasks is not None:
+        return programs.columns
+    return None
+
+
 def _call_groups(programs: list[list[Step]], call_at: np.ndarray, starts: np.ndarray) -> list[dict]:
     """The calls (at flat step indices ``call_at``, in order) grouped: one group per operator
     (``op >= 0``), one per call otherwise, in order of first appearance.  Each group: its first
     ``call``, the union of its ``reads`` and ``writes`` (sets), and per block (ascending) the flat
     index of its ``first`` and ``last`` call there.  From arrays: a full-size model has 10^5 calls
     and a few hundred operators, whose calls share their range tuples, so each distinct range
-    tuple of a group is read once."""
-    flat = list(chain.from_iterable(programs))
-    calls = cast("list[Call]", list(map(flat.__getitem__, call_at.tolist())))
-    nc = len(calls)
-    ops = np.fromiter(map(attrgetter("op"), calls), np.int64, nc)
+    tuple of a group is read once.  Programs made from :class:`CallColumns` are read from them
+    (no step is made)."""
+    nc = call_at.size
+    columns = _columns_of(programs)
+    range_keys: list[np.ndarray] = []
+    ranges_of: list[Callable[[int], tuple[tuple[int, int], ...]]] = []
+    call_of: Callable[[int], Call]
+    if columns is not None:
+        rtasks = cast("BlockPrograms", programs).call_rtasks
+        assert rtasks is not None and rtasks.size == nc
+        ops = columns.op[rtasks].astype(np.int64)
+        access = columns.access[rtasks]
+        accesses = columns.accesses
+
+        def reads_at(i: int) -> tuple[tuple[int, int], ...]:
+            return accesses[int(access[i])][0]
+
+        def writes_at(i: int) -> tuple[tuple[int, int], ...]:
+            return accesses[int(access[i])][1]
+
+        # one key for reads and writes: each distinct (reads, writes) of a group is read once
+        range_keys += [access, access]
+        ranges_of += [reads_at, writes_at]
+
+        def call_of(i: int) -> Call:
+            return columns.call(int(rtasks[i]))
+    else:
+        flat = list(chain.from_iterable(programs))
+        calls = cast("list[Call]", list(map(flat.__getitem__, call_at.tolist())))
+        ops = np.fromiter(map(attrgetter("op"), calls), np.int64, nc)
+        for field in ("reads", "writes"):
+            ranges = list(map(attrgetter(field), calls))
+            range_keys.append(np.fromiter(map(id, ranges), np.int64, nc))
+            ranges_of.append(ranges.__getitem__)
+        call_of = calls.__getitem__
     block = np.searchsorted(starts, call_at, side="right") - 1
     # A group key per call (an operator, or the call alone), numbered by first appearance.
     key = np.where(ops >= 0, ops, int(ops.max(initial=0)) + 1 + np.arange(nc))
@@ -342,15 +394,13 @@ def _call_groups(programs: list[list[Step]], call_at: np.ndarray, starts: np.nda
     group = np.empty(order.size, np.int64)
     group[order] = np.arange(order.size)
     group = group[key_rank.ravel()]
-    items: list[dict] = [{"call": calls[int(i)], "reads": set(), "writes": set(), "first": {}, "last": {}}
+    items: list[dict] = [{"call": call_of(int(i)), "reads": set(), "writes": set(), "first": {}, "last": {}}
                          for i in first_of_key[order].tolist()]
-    for field in ("reads", "writes"):
-        ranges = list(map(attrgetter(field), calls))
-        ids = np.fromiter(map(id, ranges), np.int64, nc)
-        id_rank = np.unique(ids, return_inverse=True)[1].ravel()  # one 1-d key: unique over rows is slow
+    for field, keys, ranges_at in zip(("reads", "writes"), range_keys, ranges_of):
+        id_rank = np.unique(keys, return_inverse=True)[1].ravel()  # one 1-d key: unique over rows is slow
         _, at = np.unique(group * max(nc, 1) + id_rank, return_index=True)
         for i in at.tolist():
-            items[int(group[i])][field].update(ranges[i])
+            items[int(group[i])][field].update(ranges_at(i))
     # Per (group, block): the first and last call there (flat order is block by block, ascending).
     pair = group * max(len(programs), 1) + block
     pairs, first_at = np.unique(pair, return_index=True)
@@ -405,6 +455,55 @@ def _surely_ordered(items: list[dict], first: np.ndarray, then: np.ndarray) -> n
     return out
 
 
+#: Clock entries (first calls x blocks) made per pass of :func:`_group_arrays`, bounded.
+_CLOCKS_PER_PASS = 1 << 22
+
+
+def _group_arrays(items: list[dict], clocks: Clocks, starts: np.ndarray, total_signals: np.ndarray,
+                  nb: int) -> None:
+    """Per group of :func:`_call_groups`, what :func:`check_races` compares, from arrays over every
+    group at once (an unrolled RNN has thousands of operators): its ``blocks`` and per block the
+    first signal after its last call there (``need_at``, -1: none follows; ``signalled`` when every
+    block has one), ``last_at`` (per block, its last call's position, -1: none), its
+    ``first_blocks``, the positions and clocks of its first calls there (``first_pos``,
+    ``first_clocks``) and their elementwise minimum (``first_min``)."""
+    def flat(field: str, keys: bool) -> tuple[np.ndarray, np.ndarray]:
+        counts = np.fromiter((len(g[field]) for g in items), np.int64, len(items))
+        values = chain.from_iterable(g[field] if keys else g[field].values() for g in items)
+        return np.fromiter(values, np.int64, int(counts.sum())), counts
+
+    blocks, last_counts = flat("last", True)
+    last_flat, _ = flat("last", False)
+    need = clocks.step_sent[last_flat] + 1
+    need_at = np.where(need <= total_signals[blocks], need, -1)
+    unsignalled = np.bincount(np.repeat(np.arange(len(items)), last_counts)[need_at < 0], minlength=len(items))
+    last_cuts = np.cumsum(last_counts)[:-1]
+    first_blocks, first_counts = flat("first", True)
+    first_flat, _ = flat("first", False)
+    first_pos = first_flat - starts[first_blocks]
+    first_cuts = np.cumsum(first_counts)[:-1]
+    first_at = np.concatenate([[0], np.cumsum(first_counts)])
+    for g, b, na, la, lf, fb, fp in zip(items, np.split(blocks, last_cuts), np.split(need_at, last_cuts),
+                                        unsignalled.tolist(), np.split(last_flat, last_cuts),
+                                        np.split(first_blocks, first_cuts), np.split(first_pos, first_cuts)):
+        g["blocks"], g["need_at"], g["signalled"] = b, na, la == 0
+        g["last_at"] = np.full(nb, -1, np.int64)
+        g["last_at"][b] = lf - starts[b]
+        g["first_blocks"], g["first_pos"] = fb, fp
+    k = 0
+    while k < len(items):  # the first calls' clocks, a bounded number of groups at a time
+        z = k + 1
+        while z < len(items) and (first_at[z + 1] - first_at[k]) * nb <= _CLOCKS_PER_PASS:
+            z += 1
+        lo, hi = int(first_at[k]), int(first_at[z])
+        rows = clocks.before(first_flat[lo:hi], first_blocks[lo:hi])
+        mins = np.minimum.reduceat(rows, first_at[k:z] - lo, axis=0)
+        for j in range(k, z):
+            items[j]["first_clocks"] = rows[first_at[j] - lo:first_at[j + 1] - lo]
+            items[j]["first_min"] = mins[j - k]
+        k = z
+
+
 def check_races(programs: list[list[Step]], index: StepIndex | None = None) -> None:
     """Raise :class:`ProgramError` unless every two calls on different blocks that touch the same
     arena floats (one writing) are ordered: the later one's block has seen (through waits, also
@@ -427,20 +526,7 @@ def check_races(programs: list[list[Step]], index: StepIndex | None = None) -> N
     items = _call_groups(programs, call_at, starts)
     if not items:
         return
-    for g in items:
-        g["blocks"] = np.array(list(g["last"]), np.int64)
-        last_flat = np.array(list(g["last"].values()), np.int64)
-        # the first signal after the group's last call on each block (-1: none follows)
-        need = clocks.step_sent[last_flat] + 1
-        g["need_at"] = np.where(need <= total_signals[g["blocks"]], need, -1)
-        g["signalled"] = bool((g["need_at"] >= 0).all())
-        g["last_at"] = np.full(nb, -1, np.int64)
-        g["last_at"][g["blocks"]] = last_flat - starts[g["blocks"]]
-        g["first_blocks"] = np.array(list(g["first"]), np.int64)
-        first_flat = np.array(list(g["first"].values()), np.int64)
-        g["first_pos"] = first_flat - starts[g["first_blocks"]]
-        g["first_clocks"] = clocks.before(first_flat, g["first_blocks"])
-        g["first_min"] = g["first_clocks"].min(axis=0)
+    _group_arrays(items, clocks, starts, total_signals, nb)
 
     def ordered(a: dict, z: dict) -> bool:  # every call of a before every call of z
         # the same block: program order

@@ -98,13 +98,14 @@ def has_tiles(kernel: RKernel) -> bool:
 
 def encode_tiles(kernel: RKernel) -> list[dict[str, Any]]:
     """Per rTask: ``{"reads": [[slot, [[lo, hi], ...]], ...], "writes": [...]}``."""
-    def encode(acc: RTaskAccess) -> dict[str, Any]:
-        return {"reads": [[s, [list(d) for d in box]] for s, box in acc.reads],
-                "writes": [[s, [list(d) for d in box]] for s, box in acc.writes]}
-
     if kernel.access_fn is None:  # every rTask reads and writes the whole tensors: encoded once
-        return [encode(kernel.accesses(0))] * kernel.num_rtasks
-    return [encode(kernel.accesses(r)) for r in range(kernel.num_rtasks)]
+        return [_encode_access(kernel.accesses(0))] * kernel.num_rtasks
+    return [_encode_access(kernel.accesses(r)) for r in range(kernel.num_rtasks)]
+
+
+def _encode_access(acc: RTaskAccess) -> dict[str, Any]:
+    return {"reads": [[s, [list(d) for d in box]] for s, box in acc.reads],
+            "writes": [[s, [list(d) for d in box]] for s, box in acc.writes]}
 
 
 def decode_tiles(data: Sequence[Mapping[str, Any]], num_rtasks: int, op: str) -> tuple[RTaskAccess, ...]:
@@ -120,39 +121,54 @@ def decode_tiles(data: Sequence[Mapping[str, Any]], num_rtasks: int, op: str) ->
 # -- the schedule's JSON text ----------------------------------------------------
 
 _dumps = partial(json.dumps, separators=(",", ":"))
+#: ``_dumps`` with one encoder for every call (json.dumps makes an encoder per call when given
+#: separators: thousands of operators each cost one); the same text.
+_encode = json.JSONEncoder(separators=(",", ":")).encode
 
 
 def _tiles_text(tiles: list[Any]) -> str:
     """``tiles`` (an operator's ``"rtasks"``) as JSON; a list of one tile object repeated (what
     :func:`encode_tiles` gives a kernel whose rTasks all touch whole tensors) is encoded once."""
     if tiles and tiles.count(tiles[0]) == len(tiles):  # C-level: identity before equality
-        return "[" + ",".join([_dumps(tiles[0])] * len(tiles)) + "]"
-    return _dumps(tiles)
+        return "[" + ",".join([_encode(tiles[0])] * len(tiles)) + "]"
+    return _encode(tiles)
+
+
+def _kernel_tiles_text(kernel: RKernel) -> str:
+    """``_tiles_text(encode_tiles(kernel))``; a kernel whose rTasks all touch whole tensors has its
+    one tile encoded once, without the list of the same tile per rTask."""
+    if kernel.access_fn is None:
+        return "[" + ",".join([_encode(_encode_access(kernel.accesses(0)))] * kernel.num_rtasks) + "]"
+    return _tiles_text(encode_tiles(kernel))
 
 
 def _programs_text(schedule: Schedule) -> str:
-    """``to_dict()["programs"]`` as JSON text, with one format per entry and no dict per entry (a
-    full-size GPU schedule has 10^5 rTasks and 10^6 barrier waits)."""
+    """``to_dict()["programs"]`` as JSON text, with no dict and no format call per entry (a full-size
+    GPU schedule has 10^6 rTasks and 10^6 barrier waits): each program is one ``%`` format, its
+    template joined from a per-operator template (the operator's fields, a ``%d`` for the rTask's
+    index) and per barrier its waits' text, the numbers filled in by one C-level call."""
     n = schedule.num_rtasks
     ops = schedule.ops
-    op_head = [f',"op":{_dumps(op.name)},"kernel":{_dumps(op.kernel.kernel_id)},"rtask_id":' for op in ops]
-    firsts = [op.first_rtask for op in ops]
+    op_tail = [(f',"op":{_dumps(op.name)},"kernel":{_dumps(op.kernel.kernel_id)},"rtask_id":').replace("%", "%%")
+               + "%d}" for op in ops]
+    firsts = np.asarray([op.first_rtask for op in ops], np.int64)
     rtask_op = schedule.rtask_op
     waits = schedule.barrier_waits
     out = []
     for prog in schedule.programs:
         ids = np.asarray(prog, np.int64)
+        if not ids.size:
+            out.append("[]")
+            continue
         is_rtask = ids < n
-        o = rtask_op[ids[is_rtask]].tolist()
-        rtask_text = map("{{\"id\":{}{}{}}}".format, ids[is_rtask].tolist(), map(op_head.__getitem__, o),
-                         (ids[is_rtask] - np.asarray(firsts, np.int64)[o]).tolist() if o else [])
-        barrier_ids = ids[~is_rtask].tolist()
-        barrier_text = ("{\"id\":" + str(e) + ",\"barrier\":[" + ",".join(map(str, waits[e - n])) + "]}"
-                        for e in barrier_ids)
-        entries = np.empty(ids.size, object)
-        entries[is_rtask] = list(rtask_text)
-        entries[~is_rtask] = list(barrier_text)
-        out.append("[" + ",".join(entries.tolist()) + "]")
+        o = rtask_op[np.where(is_rtask, ids, 0)]
+        tails = np.empty(ids.size, object)
+        tails[is_rtask] = list(map(op_tail.__getitem__, o[is_rtask].tolist()))
+        tails[~is_rtask] = [',"barrier":[' + ",".join(map(str, waits[e - n])) + "]}" for e in ids[~is_rtask].tolist()]
+        # The numbers in order: each entry's id, then an rTask's index within its operator.
+        numbers = np.stack([ids, np.where(is_rtask, ids - firsts[o], 0)], 1).ravel()
+        numbers = numbers[np.repeat(is_rtask, 2) | np.tile([True, False], ids.size)]
+        out.append("[" + ('{"id":%d' + ',{"id":%d'.join(tails.tolist())) % tuple(numbers.tolist()) + "]")
     return "[" + ",".join(out) + "]"
 
 
@@ -171,10 +187,11 @@ def schedule_json(schedule: Schedule, summary: Mapping[str, Any] | None = None) 
     del data["operators"], data["programs"]
     operators = []
     for op in schedule.ops:
-        d = schedule._operator(op)
-        tiles = d.pop("rtasks", None)
-        text = _dumps(d)
-        operators.append(text if tiles is None else text[:-1] + ',"rtasks":' + _tiles_text(tiles) + "}")
+        text = _encode(schedule._operator(op, tiles=False))
+        if has_tiles(op.kernel):
+            operators.append(text[:-1] + ',"rtasks":' + _kernel_tiles_text(op.kernel) + "}")
+        else:
+            operators.append(text)
     return (_dumps(data)[:-1] + ',"operators":[' + ",".join(operators) + '],"programs":' + _programs_text(schedule)
             + "}")
 

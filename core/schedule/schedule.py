@@ -177,13 +177,13 @@ class Schedule:
         data["programs"] = programs
         return data
 
-    def _operator(self, op: ScheduledOp) -> dict[str, Any]:
+    def _operator(self, op: ScheduledOp, tiles: bool = True) -> dict[str, Any]:
         d = {"name": op.name, "op_type": op.op_type, "first_rtask": op.first_rtask,
              "preds": [self.ops[p].name for p in op.preds], **op.kernel.describe(),
              "attrs": {k: encode_attr(v) for k, v in op.attrs.items()},
              "inputs": [t.to_dict(self.offsets.get(t.name)) for t in op.inputs],
              "outputs": [t.to_dict(self.offsets.get(t.name)) for t in op.outputs]}
-        if has_tiles(op.kernel):
+        if tiles and has_tiles(op.kernel):
             d["rtasks"] = encode_tiles(op.kernel)
         return d
 

@@ -23,7 +23,7 @@ import numpy as np
 
 from ..errors import ScheduleError
 from ..ir import Graph
-from .clocks import schedule_clocks
+from .clocks import ScheduleClocks, schedule_clocks
 from .problem import op_names, op_predecessors
 from .schedule import Schedule
 
@@ -98,17 +98,72 @@ def _check_resources(schedule: Schedule) -> None:
 
 def _op_hosts(schedule: Schedule, loc_veu: np.ndarray, loc_pos: np.ndarray, first: bool = False
               ) -> list[tuple[np.ndarray, np.ndarray]]:
-    """Per op: the vEUs running its rTasks and the last (``first``: the first) position on each."""
-    hosts = []
-    for op in schedule.ops:
-        sl = slice(op.first_rtask, op.first_rtask + op.kernel.num_rtasks)
-        v, p = loc_veu[sl], loc_pos[sl]
-        order = np.lexsort((-p if first else p, v))
-        v, p = v[order], p[order]
-        last = np.ones(v.size, dtype=bool)
-        last[:-1] = v[1:] != v[:-1]
-        hosts.append((v[last], p[last]))
-    return hosts
+    """Per op: the vEUs running its rTasks (ascending) and the last (``first``: the first) position
+    on each.  One sort of every op's rTasks by (op, vEU, position), not one per op: an unrolled RNN
+    has thousands of ops."""
+    ops = schedule.ops
+    counts = np.fromiter((op.kernel.num_rtasks for op in ops), np.int64, len(ops))
+    firsts = np.fromiter((op.first_rtask for op in ops), np.int64, len(ops))
+    ends = np.cumsum(counts)
+    rtask = np.repeat(firsts - (ends - counts), counts) + np.arange(int(ends[-1]) if ends.size else 0)
+    owner = np.repeat(np.arange(len(ops)), counts)
+    v, p = loc_veu[rtask], loc_pos[rtask]
+    order = np.lexsort((-p if first else p, v, owner))
+    v, p, owner = v[order], p[order], owner[order]
+    last = np.ones(v.size, dtype=bool)
+    last[:-1] = (v[1:] != v[:-1]) | (owner[1:] != owner[:-1])
+    v, p, owner = v[last], p[last], owner[last]
+    cuts = np.searchsorted(owner, np.arange(len(ops) + 1)).tolist()
+    return [(v[a:z], p[a:z]) for a, z in zip(cuts[:-1], cuts[1:])]
+
+
+#: Pairs (an op's first rTask on a vEU, a host of one of its producers) compared per pass, bounded.
+_PAIRS_PER_PASS = 1 << 21
+
+
+def _order_violated(sc: ScheduleClocks, hosts: list[tuple[np.ndarray, np.ndarray]],
+                    firsts: list[tuple[np.ndarray, np.ndarray]], preds: list[tuple[int, ...]]) -> bool:
+    """Whether :func:`_check_order`'s test fails anywhere: every (op's first rTask on a vEU, producer's
+    last rTask on a vEU) pair at once, in array passes over groups of ops, instead of a few numpy
+    calls per op and producer (an unrolled RNN has thousands of ops)."""
+    fv_all = np.concatenate([f[0] for f in firsts]) if firsts else np.zeros(0, np.int64)
+    fp_all = np.concatenate([f[1] for f in firsts]) if firsts else np.zeros(0, np.int64)
+    hv_all = np.concatenate([h[0] for h in hosts]) if hosts else np.zeros(0, np.int64)
+    hp_all = np.concatenate([h[1] for h in hosts]) if hosts else np.zeros(0, np.int64)
+    f_at = np.concatenate([[0], np.cumsum([f[0].size for f in firsts])]).astype(np.int64)
+    h_at = np.concatenate([[0], np.cumsum([h[0].size for h in hosts])]).astype(np.int64)
+    o = 0
+    while o < len(preds):
+        # A group of ops whose pairs fit one pass (at least one op).
+        parts: list[tuple[int, int]] = []  # (op, producer)
+        pairs = 0
+        while o < len(preds):
+            size = int(f_at[o + 1] - f_at[o]) * sum(int(h_at[p + 1] - h_at[p]) for p in preds[o])
+            if parts and pairs + size > _PAIRS_PER_PASS:
+                break
+            parts += [(o, p) for p in preds[o]]
+            pairs += size
+            o += 1
+        if not pairs:
+            continue
+        op_of, pred_of = (np.array(x, np.int64) for x in zip(*parts))
+        a0, a_len = f_at[op_of], f_at[op_of + 1] - f_at[op_of]
+        b0, b_len = h_at[pred_of], h_at[pred_of + 1] - h_at[pred_of]
+        sizes = a_len * b_len
+        keep = sizes > 0
+        a0, b0, b_len, sizes = a0[keep], b0[keep], b_len[keep], sizes[keep]
+        k = np.arange(int(sizes.sum())) - np.repeat(np.cumsum(sizes) - sizes, sizes)
+        b_rep = np.repeat(b_len, sizes)
+        i = np.repeat(a0, sizes) + k // b_rep
+        j = np.repeat(b0, sizes) + k % b_rep
+        same = fv_all[i] == hv_all[j]
+        if (same & (hp_all[j] > fp_all[i])).any():
+            return True
+        # what the op's first rTask there knows of the producer's vEU (its own vEU: same above)
+        known = sc.clocks.before_at(sc.starts[fv_all[i]] + fp_all[i], fv_all[i], hv_all[j])
+        if (~same & (known <= hp_all[j])).any():
+            return True
+    return False
 
 
 def _check_order(schedule: Schedule, preds: list[tuple[int, ...]]) -> VerifyReport:
@@ -119,12 +174,14 @@ def _check_order(schedule: Schedule, preds: list[tuple[int, ...]]) -> VerifyRepo
     n = schedule.num_rtasks
     hosts = _op_hosts(schedule, sc.rtask_veu, sc.rtask_pos)
     firsts = _op_hosts(schedule, sc.rtask_veu, sc.rtask_pos, first=True)
-    deps = 0
+    deps = sum(firsts[o][0].size * len(p) for o, p in enumerate(preds))
+    if not _order_violated(sc, hosts, firsts, preds):
+        return VerifyReport(n, schedule.num_barriers, deps)
+    # Some dependency is violated: the op-by-op walk below names the first one.
     for o in range(len(schedule.ops)):
         if not preds[o]:
             continue
         fv, fp = firsts[o]
-        deps += fv.size * len(preds[o])
         if not fv.size:
             continue
         clock = sc.clocks.before(sc.starts[fv] + fp, fv)  # entries of each vEU known complete

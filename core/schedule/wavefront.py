@@ -111,7 +111,11 @@ def run_order(est: np.ndarray, veus: np.ndarray, n: int, duration: float) -> tup
     many as the time of the ``n``-th rTask suggests plus one, then the first ``n`` of all of them, with
     more times for any vEU whose last time is among those ``n`` until none is."""
     if n <= SMALL_RUN or not duration > 0:
-        heap = [(float(t), int(v)) for t, v in zip(est, veus)]
+        # Python floats and ints from tolist (iterating the arrays made a numpy scalar per element)
+        heap = list(zip(np.asarray(est, np.float64).tolist(), np.asarray(veus, np.int64).tolist()))
+        if n == 1:  # the one rTask goes where the heap would pop first: the least (time, vEU)
+            t, v = min(heap)
+            return np.array([v], dtype=np.int64), np.array([t], dtype=np.float64)
         heapq.heapify(heap)
         veu_of, starts = [], []
         for _ in range(n):

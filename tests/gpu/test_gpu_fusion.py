@@ -94,3 +94,20 @@ def test_integer_chains_fuse_into_one_program_with_integer_registers():
     assert [n.op_type for n in fused.nodes] == ["FusedElementwise"]
     prog = fused.nodes[0].attrs["program"]
     assert prog.in_types == ("i",) and [ins[0] for ins in prog.instrs] == ["IADD", "IMUL"]
+
+
+def test_a_fused_kernel_is_made_once_per_program_and_tiling_shares_it():
+    # An unrolled RNN has thousands of equal fused chains, each lowered at every tiling: the kernel's
+    # IR is made once and shared, and it is the one made from the program directly.
+    from rammer.backends.gpu import fuse
+    from rammer.backends.gpu import kernels_ew as kew
+    from rammer.backends.gpu.lower import lower_node
+
+    graph = run_pipeline(load(_chain()), [FUSE_ELEMENTWISE], verify=True).graph
+    node = next(n for n in graph.nodes if n.op_type == FUSED_OP)
+    fuse._KERNELS.clear()
+    one, four = lower_node(node, graph, 1), lower_node(node, graph, 4)
+    assert len(fuse._KERNELS) == 1 and one.kernel is four.kernel and one.flops < four.flops
+    prog = node.attrs["program"]
+    assert one.kernel == kew.fused_kernel(f"ew_{prog.key}", prog.n_in, len(prog.outputs), prog.instrs, prog.outputs,
+                                          256, prog.in_types)

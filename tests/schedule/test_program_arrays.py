@@ -86,3 +86,14 @@ def test_race_through_a_later_range_tuple_of_an_operator_is_caught():
         sp.check_races([op0, op1])
     # Ordered by a signal and a wait, the same calls pass.
     sp.check_races([[*op0, sp.Signal()], [sp.Wait(0, 1), *op1]])
+
+
+def test_schedule_json_keeps_percent_signs_in_operator_names():
+    # The programs' text is one %-format per program: an operator name's % must come out as it is.
+    import dataclasses
+
+    graph = zoo_graph("nasnet-small")
+    schedule = get_policy("wavefront").schedule(build_problem(graph, get_preset("v100").with_veus(4)))
+    renamed = [dataclasses.replace(op, name=f"{op.name}%d%%s{{%}}") for op in schedule.ops]
+    odd = dataclasses.replace(schedule, ops=renamed)
+    assert schedule_json(odd) == _plain(odd) and "%d%%s{%}" in schedule_json(odd)

@@ -71,3 +71,16 @@ def test_append_rtasks_is_append_rtask_in_order(small, monkeypatch):
         whole.append_rtasks(0, np.zeros(kernels[0].num_rtasks, np.int64))  # placed twice
     with pytest.raises(ScheduleError):
         whole.append_rtask(0, 0, 0)
+
+
+def test_one_rtask_goes_where_the_heap_puts_it():
+    # The least (time, vEU): a tie in time goes to the lower vEU, whatever the candidates' order.
+    rng = np.random.default_rng(11)
+    for _ in range(200):
+        k = int(rng.integers(1, 9))
+        veus = rng.permutation(40)[:k]
+        est = rng.integers(0, 3, k) * 0.5
+        got_veus, got_starts = wavefront.run_order(est, veus, 1, 0.25)
+        heap = sorted(zip(est.tolist(), veus.tolist()))[0]
+        assert got_veus.tolist() == [heap[1]] and got_starts.tolist() == [heap[0]]
+        assert got_veus.dtype == np.int64 and got_starts.dtype == np.float64
