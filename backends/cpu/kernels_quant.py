@@ -555,7 +555,7 @@ def k_qconv_int8(F, B, I, J, X, R, p, sbase):
 
     A descriptor whose first value is -1 is the other form, :func:`.kernels_quant_conv.qconv_nhwc`
     (symmetric int8 weights, group 1), its values after the -1; tasks are then output rows.  One
-    starting with -2 is :func:`.kernels_quant_conv.qconv_pointwise` (1x1 stride 1, symmetric int8
+    starting with -2 is :func:`.kernels_quant_conv.qconv_pointwise` (unpadded 1x1, symmetric int8
     weights, group 1); tasks are then NR-pixel panels."""
     d = p[0]
     if X[d] == -1:

@@ -542,8 +542,8 @@ def lower_qlinear_conv(lw: LowerContext, node: Node) -> None:
             _qdwconv_op(lw, node, x, float_taps, out, views, (N, C, H, W, OH, OW, KH, KW), geo)
             return
     pointwise = pointwise_weights(lw, node, PACK_INT8_WEIGHTS, geo)
-    if pointwise is not None and OH == H and OW == W:
-        pointwise_conv_op(lw, node, x, pointwise, out, views, (N, C, H, W, OC))
+    if pointwise is not None:
+        pointwise_conv_op(lw, node, x, pointwise, out, views, (N, C, H, W, OC, OH, OW), geo)
         return
     symmetric = symmetric_weights(lw, node, PACK_INT8_WEIGHTS)
     if symmetric is not None and nhwc_conv_op(lw, node, x, symmetric, out, views,

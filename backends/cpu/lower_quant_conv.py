@@ -22,7 +22,7 @@ from .ukernel_int8 import MR, NR, pack_b
 #: Use the NHWC form where it applies (off: every group-1 conv on the gathered-window form; the
 #: ``before`` of ``ci/micro_int8.py --family conv``).
 NHWC_CONV = True
-#: Run 1x1 stride-1 unpadded symmetric-weight convs as a plain GEMM (:func:`pointwise_conv_op`; off:
+#: Run unpadded 1x1 symmetric-weight convs as a plain GEMM (:func:`pointwise_conv_op`; off:
 #: the NHWC or gathered form, the ``before`` of ``ci/micro_int8.py --family conv --before pointwise``).
 POINTWISE_CONV = True
 #: The int32 sums of one band (output pixels x NR channels) stay under this many slots (128 KiB, in L2).
@@ -60,13 +60,13 @@ def _symmetric_int8(lw: LowerContext, node: Node) -> np.ndarray | None:
 
 
 def pointwise_weights(lw: LowerContext, node: Node, packing: bool, geo) -> tuple[View, View, int] | None:
-    """For a 1x1, stride-1, unpadded QLinearConv with symmetric int8 weights (group 1): the weights as
+    """For a 1x1 unpadded QLinearConv (any stride) with symmetric int8 weights (group 1): the weights as
     int8 rows of kp bytes (kp = channels rounded up to 4, zeros past them) for
     :func:`.kernels_quant_conv.qconv_pointwise`, their int32 row sums and kp; None where the form does
     not apply."""
     if not (POINTWISE_CONV and packing):
         return None
-    if tuple(geo.strides) != (1, 1) or any(geo.pad_begin) or any(geo.pad_end):
+    if any(geo.pad_begin) or any(geo.pad_end):
         return None
     w = _symmetric_int8(lw, node)
     if w is None or w.shape[2:] != (1, 1):
@@ -85,11 +85,11 @@ def pointwise_weights(lw: LowerContext, node: Node, packing: bool, geo) -> tuple
 
 
 def pointwise_conv_op(lw: LowerContext, node: Node, x: View, weight: tuple[View, View, int], out: View,
-                      views: dict[int, View], dims: tuple[int, ...]) -> None:
+                      views: dict[int, View], dims: tuple[int, ...], geo) -> None:
     """Add the op of :func:`.kernels_quant_conv.qconv_pointwise`: tasks over image x NR-pixel panels."""
     rows, sums, kp = weight
-    N, C, H, W, OC = dims
-    plane = H * W
+    N, C, H, W, OC, OH, OW = dims
+    plane = OH * OW
     panels = N * -(-plane // NR)
     min_panels = max(1, 2**18 // max(NR * kp * OC, 1))
 
@@ -104,7 +104,7 @@ def pointwise_conv_op(lw: LowerContext, node: Node, x: View, weight: tuple[View,
         desc = ctx.side.add_ints([
             -2, ctx.locate(x), ctx.locate(rows), ctx.locate(out), C, plane, OC, int(x.dtype == "int8"),
             int(out.dtype == "int8"), at(2), at(1), at(4), int(views[4].size > 1), at(6), at(7), at(8),
-            ctx.locate(sums), kp])
+            ctx.locate(sums), kp, H, W, OW, geo.strides[0], geo.strides[1]])
         return [("k_qconv_int8", [desc, t0, t1]) for t0, t1 in parts]
 
     reads = {x.buffer, rows.buffer, sums.buffer} | {v.buffer for v in views.values()}

@@ -1,4 +1,4 @@
-"""1x1 stride-1 QLinearConv with symmetric int8 weights as a GEMM (:func:`.lower_quant_conv.pointwise_conv_op`,
+"""Unpadded 1x1 QLinearConv with symmetric int8 weights as a GEMM (:func:`.lower_quant_conv.pointwise_conv_op`,
 ``kernels_quant_conv.qconv_pointwise``): the pointwise micro-kernel (requantizing store) and the
 4-plane interleave in both forms against numpy, and whole convs against the reference over shapes that
 cross panels, images, channel groups of 4 and MR-row blocks, with uint8 / int8 activations and outputs,
@@ -62,7 +62,11 @@ def test_pointwise_ukernel_and_pack_match_numpy(vnni, k4, rows, flip, signed_out
     ((1, 18, 8, 16), (50, 18, 1, 1), "uint8", "int8", "uint8", False, True),
     # deep K, uint8 in, int8 out
     ((1, 260, 4, 16), (24, 260, 1, 1), "uint8", "int8", "int8", True, True),
-], ids=["images-short-panel", "c3-int8", "c18-per-tensor", "deep-k"])
+    # stride 2 over odd sizes (a resnet shortcut's shape class), two images, int8 activations
+    ((2, 20, 11, 9), (40, 20, 1, 1), "int8", "int8", "uint8", True, True, dict(strides=[2, 2])),
+    # unequal strides, more than one panel of output pixels
+    ((1, 12, 24, 30), (8, 12, 1, 1), "uint8", "int8", "uint8", True, True, dict(strides=[3, 1])),
+], ids=["images-short-panel", "c3-int8", "c18-per-tensor", "deep-k", "stride-2", "stride-3x1"])
 def test_qlinear_conv_pointwise_grid(case, monkeypatch):
     taken = []
 
@@ -71,7 +75,7 @@ def test_qlinear_conv_pointwise_grid(case, monkeypatch):
         return lower_quant_conv.pointwise_conv_op(*args, **kwargs)
 
     monkeypatch.setattr(lower_quant, "pointwise_conv_op", counting)
-    m, feeds = _qconv(*case)
+    m, feeds = _qconv(*case[:7], **(case[7] if len(case) > 7 else {}))
     for init in m.graph.initializer:  # symmetric weights: zero points of 0
         if init.name == "wz":
             init.CopyFrom(numpy_helper.from_array(np.zeros(tuple(init.dims), np.int8), "wz"))
@@ -79,8 +83,8 @@ def test_qlinear_conv_pointwise_grid(case, monkeypatch):
     assert taken == [True]
 
 
-@pytest.mark.parametrize("attrs,zero_wz", [(dict(pads=[1, 0, 0, 0]), True), (dict(strides=[2, 2]), True),
-                                            ({}, False)], ids=["padded", "stride-2", "weight-zero-point"])
+@pytest.mark.parametrize("attrs,zero_wz", [(dict(pads=[1, 0, 0, 0]), True), ({}, False)],
+                         ids=["padded", "weight-zero-point"])
 def test_pointwise_form_only_where_it_applies(attrs, zero_wz, monkeypatch):
     taken = []
     monkeypatch.setattr(lower_quant, "pointwise_conv_op", lambda *a, **k: taken.append(True))
