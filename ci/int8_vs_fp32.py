@@ -4,13 +4,13 @@
 
 Pairs (``ci/corpus``, full size): bert-int8-dynamic / bert, bert-int8-dynamic-b8 / bert-b8 (the same
 float model at batch 8, quantized), mobilenet-v2-int8-qop / mobilenet-v2, resnet18-int8-qdq / resnet18;
-``--models`` keeps the pairs whose int8 model it names.  All four runners of a pair (rammer and
+``--models`` keeps the pairs whose int8 model it names. All four runners of a pair (rammer and
 onnxruntime, int8 and fp32) alternate for ``--rounds`` rounds of ``--runs`` runs after a warm-up; the
-best run per runner is kept, timed as the process's CPU time (``time.process_time``; with one thread on a loaded 2-core machine that excludes the
-preemptions that wall time measures).  Prints each side's ratio to onnxruntime and the int8 speed-up over
-fp32 (fp32 time / int8 time) for both runtimes.  ``ci/corpus_bench.py`` is the protocol for the corpus
-tables (one process per runtime, wall time); this is the same-process view of issue 36's "int8 speed-up
-over fp32 for both runtimes".
+best run per runner is kept, timed as the process's CPU time (``time.process_time``; with one thread on a
+loaded 2-core machine that excludes the preemptions that wall time measures). Prints each side's ratio to
+onnxruntime and the int8 speed-up over fp32 (fp32 time / int8 time) for both runtimes.
+``ci/corpus_bench.py`` is the protocol for the corpus tables (one process per runtime, wall time); this
+is the same-process view of issue 36's "int8 speed-up over fp32 for both runtimes".
 """
 
 from __future__ import annotations
