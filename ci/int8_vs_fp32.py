@@ -2,14 +2,15 @@
 
     python ci/int8_vs_fp32.py            # 1 vEU / 1 thread, CPU-time bests
 
-Pairs (``ci/corpus``, full size): bert-int8-dynamic / bert, mobilenet-v2-int8-qop / mobilenet-v2,
-resnet18-int8-qdq / resnet18.  All four runners of a pair (rammer and onnxruntime, int8 and fp32) alternate
-for ``--rounds`` rounds of ``--runs`` runs after a warm-up; the best run per runner is kept, timed as the
-process's CPU time (``time.process_time``; with one thread on a loaded 2-core machine that excludes the
-preemptions that wall time measures).  Prints each side's ratio to onnxruntime and the int8 speed-up over
-fp32 (fp32 time / int8 time) for both runtimes.  ``ci/corpus_bench.py`` is the protocol for the corpus
-tables (one process per runtime, wall time); this is the same-process view of issue 36's "int8 speed-up
-over fp32 for both runtimes".
+Pairs (``ci/corpus``, full size): bert-int8-dynamic / bert, bert-int8-dynamic-b8 / bert-b8 (the same
+float model at batch 8, quantized), mobilenet-v2-int8-qop / mobilenet-v2, resnet18-int8-qdq / resnet18;
+``--models`` keeps the pairs whose int8 model it names. All four runners of a pair (rammer and
+onnxruntime, int8 and fp32) alternate for ``--rounds`` rounds of ``--runs`` runs after a warm-up; the
+best run per runner is kept, timed as the process's CPU time (``time.process_time``; with one thread on a
+loaded 2-core machine that excludes the preemptions that wall time measures). Prints each side's ratio to
+onnxruntime and the int8 speed-up over fp32 (fp32 time / int8 time) for both runtimes.
+``ci/corpus_bench.py`` is the protocol for the corpus tables (one process per runtime, wall time); this
+is the same-process view of issue 36's "int8 speed-up over fp32 for both runtimes".
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ from collections.abc import Callable
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import corpus  # noqa: E402  (ci/corpus, beside this script)
 
-PAIRS = [("bert-int8-dynamic", "bert"), ("mobilenet-v2-int8-qop", "mobilenet-v2"), ("resnet18-int8-qdq", "resnet18")]
+PAIRS = [("bert-int8-dynamic", "bert"), ("bert-int8-dynamic-b8", "bert-b8"), ("mobilenet-v2-int8-qop", "mobilenet-v2"),
+         ("resnet18-int8-qdq", "resnet18")]
 
 
 def _best(fn: Callable[[], object], runs: int) -> float:
@@ -42,7 +44,9 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--models", default="", help="comma-separated int8 models (default: every pair)")
     args = ap.parse_args()
+    pairs = [p for p in PAIRS if not args.models or p[0] in args.models.split(",")]
     warnings.simplefilter("ignore")
     logging.getLogger("rammer").setLevel(logging.ERROR)
     import onnxruntime as ort
@@ -56,7 +60,7 @@ def main() -> None:
     print("| int8 model | cpu ms | ort ms | cpu / ort | fp32 model | cpu ms | ort ms | cpu / ort "
           "| int8 speed-up cpu | int8 speed-up ort |")
     print("|---|---:|---:|---:|---|---:|---:|---:|---:|---:|")
-    for pair in PAIRS:
+    for pair in pairs:
         runners: dict[tuple[str, str], Callable[[], object]] = {}
         for name in pair:
             built = corpus.build(corpus.ENTRIES[name], "full")

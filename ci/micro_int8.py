@@ -5,6 +5,7 @@
     python ci/micro_int8.py --no-before --json int8.json  # without the old kernels, rows to a file
     python ci/micro_int8.py --family depthwise --clock cpu # depthwise QLinearConv, CPU time
     python ci/micro_int8.py --family conv --before gathered --clock cpu   # NHWC form vs gathered windows
+    python ci/micro_int8.py --family conv --before pointwise --clock cpu  # 1x1 GEMM form vs what ran before
 
 Families:
 
@@ -12,7 +13,9 @@ Families:
   GEMM of onnxruntime's ``quantize_dynamic`` (BERT's projections), M 1-256, K 64-4096, N 64-4096;
 * ``conv``: ``QLinearConv`` (uint8 activations, per-channel int8 weights, int32 bias) at the layer
   shapes of resnet18 (7x7 stem, 3x3, 1x1 stride-2 shortcut) and mobilenet-v2 (stem, 1x1 expand /
-  project, depthwise 3x3); ``--before gathered`` compares the NHWC form of symmetric-weight convs
+  project, depthwise 3x3) and a grid of 1x1 stride-1 convs (IC / OC 16-576, planes 7-112);
+  ``--before pointwise`` compares the 1x1 GEMM form (``lower_quant_conv.POINTWISE_CONV``) with the
+  NHWC or gathered form those convs ran before; ``--before gathered`` compares the NHWC form of symmetric-weight convs
   (``lower_quant_conv``) with the gathered-window form it replaces where it pays;
 * ``depthwise``: depthwise ``QLinearConv`` over a grid of MobileNet / EfficientNet layers (3x3, 5x5 and
   7x7 windows, stride 1 and 2, planes 7-112, 32-960 channels); ``before`` runs the int32 plane kernel
@@ -65,6 +68,19 @@ CONV_SHAPES = [  # (name, C, H, OC, k, stride, group)
     ("mobilenet 1x1 320->1280@7", 320, 7, 1280, 1, 1, 1),
     ("mobilenet dw3x3 96 s2@112", 96, 112, 96, 3, 2, 96),
     ("mobilenet dw3x3 144@56", 144, 56, 144, 3, 1, 144),
+    # 1x1 stride 1 (pointwise) over IC / OC 16-320 and planes 7-112, odd channel counts included
+    ("1x1 32->16@112", 32, 112, 16, 1, 1, 1),
+    ("1x1 24->144@56", 24, 56, 144, 1, 1, 1),
+    ("1x1 144->24@56 (as above, at 28)", 144, 28, 24, 1, 1, 1),
+    ("1x1 32->192@28", 32, 28, 192, 1, 1, 1),
+    ("1x1 192->64@28", 192, 28, 64, 1, 1, 1),
+    ("1x1 64->384@14", 64, 14, 384, 1, 1, 1),
+    ("1x1 96->576@14", 96, 14, 576, 1, 1, 1),
+    ("1x1 576->160@7", 576, 7, 160, 1, 1, 1),
+    ("1x1 160->320@7", 160, 7, 320, 1, 1, 1),
+    ("1x1 40->120@28 (C, OC not multiples of 16)", 40, 28, 120, 1, 1, 1),
+    ("1x1 18->50@30 (C not a multiple of 4)", 18, 30, 50, 1, 1, 1),
+    ("1x1 256->256@20", 256, 20, 256, 1, 1, 1),
 ]
 
 DEPTHWISE_SHAPES = [  # (name, C, H, OC, k, stride, group): MobileNet v2/v3, EfficientNet, MnasNet layers
@@ -155,10 +171,11 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--no-before", action="store_true", help="skip the old kernels (slow at the large shapes)")
-    ap.add_argument("--before", choices=("plane", "gathered"), default="plane",
+    ap.add_argument("--before", choices=("plane", "gathered", "pointwise"), default="plane",
                     help="the 'before' of the conv and qdq families: plane = the row / plane kernels "
                          "(PACK_INT8_WEIGHTS off); gathered = the micro-kernel over gathered pixel windows "
-                         "(lower_quant_conv.NHWC_CONV off: what symmetric-weight convs ran before the NHWC form)")
+                         "(lower_quant_conv.NHWC_CONV off: what symmetric-weight convs ran before the NHWC form); "
+                         "pointwise = lower_quant_conv.POINTWISE_CONV off (1x1 convs on the NHWC or gathered form)")
     ap.add_argument("--clock", choices=("wall", "cpu"), default="wall",
                     help="cpu: the process's CPU time (time.process_time), preemption excluded; with --threads 1 "
                          "on a loaded machine, the kernels' own cost")
@@ -194,7 +211,13 @@ def main() -> None:
         sess = ort.InferenceSession(model, so, providers=["CPUExecutionProvider"])
         want = sess.run(None, feeds)[0]
         runners = {"cpu": rammer.compile(model, backend="cpu", veus=args.threads, cache=False)}
-        if not args.no_before and args.before == "gathered":
+        if not args.no_before and args.before == "pointwise":
+            lower_quant_conv.POINTWISE_CONV = False
+            try:
+                runners["before"] = rammer.compile(model, backend="cpu", veus=args.threads, cache=False)
+            finally:
+                lower_quant_conv.POINTWISE_CONV = True
+        elif not args.no_before and args.before == "gathered":
             lower_quant_conv.NHWC_CONV = False
             try:
                 runners["before"] = rammer.compile(model, backend="cpu", veus=args.threads, cache=False)

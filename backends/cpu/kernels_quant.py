@@ -16,7 +16,7 @@ import numpy as np
 from numba import njit
 
 from . import _numba_cache  # noqa: F401  (drops stale numba caches first)
-from .kernels_quant_conv import qconv_nhwc
+from .kernels_quant_conv import qconv_nhwc, qconv_pointwise
 from .ukernel_int8 import MR, NR, ukernel_int8
 
 _JIT = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
@@ -554,10 +554,14 @@ def k_qconv_int8(F, B, I, J, X, R, p, sbase):
     channel contiguous (NCHW).
 
     A descriptor whose first value is -1 is the other form, :func:`.kernels_quant_conv.qconv_nhwc`
-    (symmetric int8 weights, group 1), its values after the -1; tasks are then output rows."""
+    (symmetric int8 weights, group 1), its values after the -1; tasks are then output rows.  One
+    starting with -2 is :func:`.kernels_quant_conv.qconv_pointwise` (unpadded 1x1, symmetric int8
+    weights, group 1); tasks are then NR-pixel panels."""
     d = p[0]
     if X[d] == -1:
         return qconv_nhwc(F, B, J, X, d + 1, p[1], p[2], sbase)
+    if X[d] == -2:
+        return qconv_pointwise(F, B, J, X, d + 1, p[1], p[2], sbase)
     x = X[d]
     wa = X[d + 1]
     out = X[d + 2]

@@ -19,7 +19,7 @@ import numpy as np
 from numba import njit
 
 from . import _numba_cache  # noqa: F401  (drops stale numba caches first)
-from .ukernel_int8 import MR, NR, ukernel_int8_conv
+from .ukernel_int8 import MR, NR, pack4_int8, ukernel_int8_conv, ukernel_int8_pw
 
 _JIT = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
 _u = np.uint64
@@ -166,4 +166,112 @@ def qconv_nhwc(F, B, J, X, d, t0, t1, sbase):
                 F[_u(mults + j)] = x_scale * F[_u(X[d + 22] + (oc if X[d + 23] != 0 else 0))] / y_scale
             _requantize_rows(J, F, acc, npx, nc, terms, mults, zy, lo, hi, B, stage)
             _store_channels(B, stage, npx, nc, out + (n * OC + c0) * plane + oh0 * OW, plane)
+    return 0
+
+
+@njit(**_JIT)
+def qconv_pointwise(F, B, J, X, d, t0, t1, sbase):
+    """An unpadded 1x1 QLinearConv with symmetric int8 weights as the GEMM it is, ``y[OC, OH*OW] =
+    w[OC, C] x[C, pixels]`` per image, tasks [t0, t1) of t = image * panels + NR-pixel panel.  Each panel is
+    interleaved once from the NCHW planes into the micro-kernel's column layout (4 channels of a pixel
+    together, unsigned: int8 activations XOR 0x80; at stride 1 by vector shuffles, strided by a gather
+    of the panel's pixels), then every MR output channels are one call of
+    :func:`.ukernel_int8.ukernel_int8_pw`, which requantizes the tile and stores the bytes in NCHW.
+    Nothing is gathered per tap and no column sums are needed: with weights of zero point 0,
+    ``sum (x - zx) * w = D - zx' * rowsum(w)``, a constant per output channel (zx' = zx, or zx + 128 for
+    int8 activations), folded with the bias into the kernel's row terms.  Descriptor: [x, weights (int8
+    rows of kp bytes), out, C, plane, OC, x signed, out signed, x zp (-1), x scale, w scale, w scale per
+    channel, y scale, y zp (-1), bias (int32, -1 none), weight row sums (int32), kp, H, W, OW, sh, sw]
+    (plane = OH * OW, the output's)."""
+    x = X[d]
+    wrows = X[d + 1]
+    out = X[d + 2]
+    C = X[d + 3]
+    plane = X[d + 4]
+    OC = X[d + 5]
+    x_signed = X[d + 6] != 0
+    o_signed = X[d + 7] != 0
+    x_zp = X[d + 8]
+    bias = X[d + 14]
+    rowsum = X[d + 15]
+    kp = X[d + 16]
+    H = X[d + 17]
+    W = X[d + 18]
+    OW = X[d + 19]
+    sh = X[d + 20]
+    sw = X[d + 21]
+    strided = sh != 1 or sw != 1
+    k4 = kp // 4
+    full4 = C // 4
+    zx_byte = B[_u(x_zp)] if x_zp >= 0 else np.uint8(0)
+    zx = np.int64(zx_byte)
+    if x_signed:
+        zx = np.int64(np.int8(zx_byte)) + 128
+    flip = 128 if x_signed else 0
+    x_scale = F[_u(X[d + 9])]
+    y_scale = F[_u(X[d + 12])]
+    panels = (plane + NR - 1) // NR
+    pan = sbase * 4
+    stage = pan + kp * NR
+    terms = sbase + (kp * NR + MR * NR) // 4
+    mults = terms + OC
+    params = mults + OC
+    F[_u(params)] = f32(np.int32(np.int8(B[_u(X[d + 13])])) if o_signed else np.int32(B[_u(X[d + 13])])) \
+        if X[d + 13] >= 0 else f32(0.0)
+    F[_u(params + 1)] = f32(-128.0) if o_signed else f32(0.0)
+    F[_u(params + 2)] = f32(127.0) if o_signed else f32(255.0)
+    for oc in range(OC):
+        c_oc = -zx * np.int64(J[_u(rowsum + oc)])
+        if bias >= 0:
+            c_oc += np.int64(J[_u(bias + oc)])
+        J[_u(terms + oc)] = np.int32(c_oc << 32 >> 32)
+        F[_u(mults + oc)] = x_scale * F[_u(X[d + 10] + (oc if X[d + 11] != 0 else 0))] / y_scale
+    pix = np.empty(NR, np.int64)
+    for t in range(t0, t1):
+        n = t // panels
+        p0 = (t % panels) * NR
+        npx = min(NR, plane - p0)
+        if strided:
+            for q in range(npx):
+                pix[q] = ((p0 + q) // OW) * sh * W + ((p0 + q) % OW) * sw
+            src = x + n * C * H * W
+            for k in range(kp):
+                dst = pan + (k // 4) * NR * 4 + (k % 4)
+                if k < C:
+                    s = src + k * H * W
+                    for q in range(npx):
+                        B[_u(dst + q * 4)] = B[_u(s + pix[q])] ^ flip
+                else:
+                    for q in range(npx):
+                        B[_u(dst + q * 4)] = 0
+            k_first = kp
+        elif npx == NR:
+            src = x + n * C * plane + p0
+            pack4_int8(B, src, plane, full4, B, pan, flip)
+            k_first = full4 * 4
+        else:
+            src = x + n * C * plane + p0
+            k_first = 0
+        for k in range(k_first, kp):  # the channels past the last group of 4 (zeros past C), or a short panel
+            dst = pan + (k // 4) * NR * 4 + (k % 4)
+            if k < C:
+                s = src + k * plane
+                for q in range(npx):
+                    B[_u(dst + q * 4)] = B[_u(s + q)] ^ flip
+            else:
+                for q in range(npx):
+                    B[_u(dst + q * 4)] = 0
+        obase = out + n * OC * plane + p0
+        for oc0 in range(0, OC, MR):
+            nr = min(MR, OC - oc0)
+            if npx == NR:
+                ukernel_int8_pw(k4, B, wrows + oc0 * kp, kp, nr, B, pan, J, terms + oc0, F, mults + oc0, F, params,
+                                B, obase + oc0 * plane, plane)
+            else:
+                ukernel_int8_pw(k4, B, wrows + oc0 * kp, kp, nr, B, pan, J, terms + oc0, F, mults + oc0, F, params,
+                                B, stage, NR)
+                for r in range(nr):
+                    o = obase + (oc0 + r) * plane
+                    for q in range(npx):
+                        B[_u(o + q)] = B[_u(stage + r * NR + q)]
     return 0

@@ -37,7 +37,7 @@ from rammer.ops.registry import OpContext
 from .kernels_qdw import MAX_EXACT_TAPS
 from .kernels_window import direct_fits
 from .lower_context import LowerContext
-from .lower_quant_conv import nhwc_conv_op, symmetric_weights
+from .lower_quant_conv import nhwc_conv_op, pointwise_conv_op, pointwise_weights, symmetric_weights
 from .ops import CpuOp, EmitContext, Row, split_range
 from .ukernel_int8 import MR, NR, pack_b
 
@@ -541,6 +541,10 @@ def lower_qlinear_conv(lw: LowerContext, node: Node) -> None:
         if float_taps is not None:
             _qdwconv_op(lw, node, x, float_taps, out, views, (N, C, H, W, OH, OW, KH, KW), geo)
             return
+    pointwise = pointwise_weights(lw, node, PACK_INT8_WEIGHTS, geo)
+    if pointwise is not None:
+        pointwise_conv_op(lw, node, x, pointwise, out, views, (N, C, H, W, OC, OH, OW), geo)
+        return
     symmetric = symmetric_weights(lw, node, PACK_INT8_WEIGHTS)
     if symmetric is not None and nhwc_conv_op(lw, node, x, symmetric, out, views,
                                               (N, C, H, W, OC, OH, OW, KH, KW), geo):

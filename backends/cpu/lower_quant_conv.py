@@ -22,6 +22,9 @@ from .ukernel_int8 import MR, NR, pack_b
 #: Use the NHWC form where it applies (off: every group-1 conv on the gathered-window form; the
 #: ``before`` of ``ci/micro_int8.py --family conv``).
 NHWC_CONV = True
+#: Run unpadded 1x1 symmetric-weight convs as a plain GEMM (:func:`pointwise_conv_op`; off:
+#: the NHWC or gathered form, the ``before`` of ``ci/micro_int8.py --family conv --before pointwise``).
+POINTWISE_CONV = True
 #: The int32 sums of one band (output pixels x NR channels) stay under this many slots (128 KiB, in L2).
 BAND_SUM_SLOTS = 32768
 #: A conv whose one output row needs a wider NHWC band than this (bytes) keeps the gathered form.
@@ -38,12 +41,9 @@ def nhwc_pays(taps: int, cp: int, oc: int) -> bool:
     return used >= 0.75 and (taps > 1 or cp >= 256)
 
 
-def symmetric_weights(lw: LowerContext, node: Node, packing: bool) -> tuple[View, View, int] | None:
-    """A group-1 QLinearConv's constant int8 weights whose zero point is absent or a constant 0, packed
-    for :func:`.kernels_quant_conv.qconv_nhwc` (row ``(i * KW + j) * cp + c`` of a [KH * KW * cp, OC]
-    matrix, cp = channels rounded up to 4, then :func:`.ukernel_int8.pack_b`), their int32 sums per
-    output channel and cp; None where the form does not apply."""
-    if not (NHWC_CONV and packing) or int(node.attr("group", 1)) != 1:
+def _symmetric_int8(lw: LowerContext, node: Node) -> np.ndarray | None:
+    """A group-1 QLinearConv's constant 4-D int8 weights whose zero point is absent or a constant 0."""
+    if int(node.attr("group", 1)) != 1:
         return None
     init = lw.graph.initializers.get(node.inputs[3])
     if init is None:
@@ -56,6 +56,73 @@ def symmetric_weights(lw: LowerContext, node: Node, packing: bool) -> tuple[View
         zw = lw.graph.initializers.get(zp_name)
         if zw is None or np.any(np.asarray(zw) != 0):
             return None
+    return w
+
+
+def pointwise_weights(lw: LowerContext, node: Node, packing: bool, geo) -> tuple[View, View, int] | None:
+    """For a 1x1 unpadded QLinearConv (any stride) with symmetric int8 weights (group 1): the weights as
+    int8 rows of kp bytes (kp = channels rounded up to 4, zeros past them) for
+    :func:`.kernels_quant_conv.qconv_pointwise`, their int32 row sums and kp; None where the form does
+    not apply."""
+    if not (POINTWISE_CONV and packing):
+        return None
+    if any(geo.pad_begin) or any(geo.pad_end):
+        return None
+    w = _symmetric_int8(lw, node)
+    if w is None or w.shape[2:] != (1, 1):
+        return None
+    cache = lw.__dict__.setdefault("_packed_int8_weights", {})
+    key = (node.inputs[3], "conv pointwise")
+    found = cache.get(key)
+    if found is None:
+        oc, c = w.shape[:2]
+        kp = -(-c // 4) * 4
+        rows = np.zeros((oc, kp), np.int8)
+        rows[:, :c] = w.reshape(oc, c)
+        sums = w.reshape(oc, c).sum(axis=1, dtype=np.int64).astype(np.int32)
+        found = cache[key] = (lw.const_view(rows.view(np.uint8)), lw.const_view(sums), kp)
+    return found
+
+
+def pointwise_conv_op(lw: LowerContext, node: Node, x: View, weight: tuple[View, View, int], out: View,
+                      views: dict[int, View], dims: tuple[int, ...], geo) -> None:
+    """Add the op of :func:`.kernels_quant_conv.qconv_pointwise`: tasks over image x NR-pixel panels."""
+    rows, sums, kp = weight
+    N, C, H, W, OC, OH, OW = dims
+    plane = OH * OW
+    panels = N * -(-plane // NR)
+    min_panels = max(1, 2**18 // max(NR * kp * OC, 1))
+
+    def partition(n: int) -> list:
+        n = max(1, min(n, panels // min_panels or 1))
+        return [split_range(panels, n, i) for i in range(n)]
+
+    def emit(ctx: EmitContext, parts: list) -> list[Row]:
+        def at(slot: int) -> int:
+            return ctx.locate(views[slot]) if slot in views else -1
+
+        desc = ctx.side.add_ints([
+            -2, ctx.locate(x), ctx.locate(rows), ctx.locate(out), C, plane, OC, int(x.dtype == "int8"),
+            int(out.dtype == "int8"), at(2), at(1), at(4), int(views[4].size > 1), at(6), at(7), at(8),
+            ctx.locate(sums), kp, H, W, OW, geo.strides[0], geo.strides[1]])
+        return [("k_qconv_int8", [desc, t0, t1]) for t0, t1 in parts]
+
+    reads = {x.buffer, rows.buffer, sums.buffer} | {v.buffer for v in views.values()}
+    lw.add_op(CpuOp(node.name or "QLinearConv", "conv.int8", (node,), tuple(sorted(reads)), (out.buffer,),
+                    2.0 * N * OC * plane * C, float(x.size + rows.size + out.size), partition, emit,
+                    scratch=(kp * NR + MR * NR) // 4 + 2 * OC + 3, blas=True))
+
+
+def symmetric_weights(lw: LowerContext, node: Node, packing: bool) -> tuple[View, View, int] | None:
+    """A group-1 QLinearConv's constant int8 weights whose zero point is absent or a constant 0, packed
+    for :func:`.kernels_quant_conv.qconv_nhwc` (row ``(i * KW + j) * cp + c`` of a [KH * KW * cp, OC]
+    matrix, cp = channels rounded up to 4, then :func:`.ukernel_int8.pack_b`), their int32 sums per
+    output channel and cp; None where the form does not apply."""
+    if not (NHWC_CONV and packing):
+        return None
+    w = _symmetric_int8(lw, node)
+    if w is None:
+        return None
     if not nhwc_pays(w.shape[2] * w.shape[3], -(-w.shape[1] // 4) * 4, w.shape[0]):
         return None
     cache = lw.__dict__.setdefault("_packed_int8_weights", {})

@@ -50,6 +50,11 @@ SYMBOL = "rammer_cpu_int8"
 #: The convolution form (:func:`_add_conv_kernel`): rows are output pixels read through offsets into an
 #: NHWC input, the taps of the window summed in the registers.
 SYMBOL_CONV = "rammer_cpu_int8_conv"
+#: The pointwise form (:func:`_add_pointwise_kernel`): weights as signed rows, activations as unsigned
+#: columns, the tile requantized to bytes as it is stored.
+SYMBOL_PW = "rammer_cpu_int8_pw"
+#: The interleave of 4 channel planes into the pointwise kernel's column panels (:func:`_add_pack4`).
+SYMBOL_PACK4 = "rammer_cpu_int8_pack4"
 
 
 def pack_b(b: np.ndarray) -> np.ndarray:
@@ -252,11 +257,158 @@ def _add_conv_kernel(mod: ir.Module, name: str, vnni: bool) -> None:
     _store_tile(ir.IRBuilder(done), t_accs, c, ldc)
 
 
+def _add_pointwise_kernel(mod: ir.Module, name: str, vnni: bool) -> None:
+    """``(k4, w, ldw, rows, b, terms, mults, params, out, ldo)``: the MR x NR tile of a GEMM whose rows
+    are signed weights and whose columns are unsigned bytes, requantized as it is stored::
+
+        D[r, j] = sum_{g < k4} sum_{t < 4} int8(w[r*ldw + 4g + t]) * uint8(b[(g*NR + j)*4 + t])
+        out[r*ldo + j] = saturate(rint(float32(D[r, j] + terms[r]) * mults[r]) + params[0])
+
+    saturated to [params[1], params[2]] and stored as the low byte, for r < ``rows`` (rows past it
+    read the last row's weights and store nothing) and all NR columns.  ``b`` is a panel in
+    :func:`pack_b`'s layout but of unsigned bytes (:func:`_add_pack4` builds it from NCHW planes).
+    The dot step takes the unsigned operand from the panel and the signed one broadcast from the weight
+    row, the reverse of :func:`_add_kernel`: symmetric int8 weights need no shift, so the only
+    zero-point term is a per-row constant (``-zx * rowsum(w)``, with the bias, in ``terms``) and no
+    column sums are needed.  The requantization is the float32 formula of ``kernels_quant`` step for
+    step (int32 wrap, one rounding per operation), so the bytes are the same."""
+    i8 = ir.IntType(8)
+    i8p = i8.as_pointer()
+    i32 = ir.IntType(32)
+    i64 = ir.IntType(64)
+    f32t = ir.FloatType()
+    vec = ir.VectorType(i32, LANES)
+    fvec = ir.VectorType(f32t, LANES)
+    nv = NR // LANES
+    fn = ir.Function(mod, ir.FunctionType(ir.VoidType(), [i64, i8p, i64, i64, i8p, i32.as_pointer(),
+                                                          f32t.as_pointer(), f32t.as_pointer(), i8p, i64]), name=name)
+    k4, w, ldw, rows, b, terms, mults, params, out, ldo = fn.args
+    for arg, n in zip(fn.args, ("k4", "w", "ldw", "rows", "b", "terms", "mults", "params", "out", "ldo")):
+        arg.name = n
+    dot = _dot_vnni if vnni else _dot_portable
+    entry = ir.IRBuilder(fn.append_basic_block("entry"))
+    last = entry.sub(rows, ir.Constant(i64, 1))
+    row_ptrs = []
+    for r in range(MR):
+        rr = entry.select(entry.icmp_signed("<", ir.Constant(i64, r), rows), ir.Constant(i64, r), last)
+        row_ptrs.append(entry.gep(w, [entry.mul(rr, ldw)]))
+    head, body, done = (fn.append_basic_block(n) for n in ("head", "body", "done"))
+    start = entry.block
+    entry.branch(head)
+    bld = ir.IRBuilder(head)
+    g = bld.phi(i64, name="g")
+    g.add_incoming(ir.Constant(i64, 0), start)
+    zero = ir.Constant(vec, [0] * LANES)
+    accs = [[bld.phi(vec, name=f"c{r}_{v}") for v in range(nv)] for r in range(MR)]
+    for row in accs:
+        for ph in row:
+            ph.add_incoming(zero, start)
+    bld.cbranch(bld.icmp_signed("<", g, k4), body, done)
+
+    bld = ir.IRBuilder(body)
+    bbase = bld.gep(b, [bld.mul(g, ir.Constant(i64, NR * 4))])
+    bvals = [bld.load(bld.bitcast(bld.gep(bbase, [ir.Constant(i64, v * LANES * 4)]), vec.as_pointer()), align=1)
+             for v in range(nv)]
+    koff = bld.mul(g, ir.Constant(i64, 4))
+    new = []
+    for r in range(MR):
+        word = bld.load(bld.bitcast(bld.gep(row_ptrs[r], [koff]), i32.as_pointer()), align=1)
+        splat = _splat(bld, word, vec)
+        new.append([dot(bld, accs[r][v], bvals[v], splat) for v in range(nv)])
+    g.add_incoming(bld.add(g, ir.Constant(i64, 1)), body)
+    bld.branch(head)
+    for r in range(MR):
+        for v in range(nv):
+            accs[r][v].add_incoming(new[r][v], body)
+
+    bld = ir.IRBuilder(done)
+    zy, lo, hi = (_fsplat(bld, bld.load(bld.gep(params, [ir.Constant(i64, i)])), fvec) for i in range(3))
+    bvec = ir.VectorType(i8, LANES)
+    for r in range(MR):
+        store, after = fn.append_basic_block(f"store{r}"), fn.append_basic_block(f"after{r}")
+        bld.cbranch(bld.icmp_signed("<", ir.Constant(i64, r), rows), store, after)
+        bld = ir.IRBuilder(store)
+        term = _splat(bld, bld.load(bld.gep(terms, [ir.Constant(i64, r)])), vec)
+        mult = _fsplat(bld, bld.load(bld.gep(mults, [ir.Constant(i64, r)])), fvec)
+        rowp = bld.gep(out, [bld.mul(ir.Constant(i64, r), ldo)])
+        for v in range(nv):
+            y = bld.fmul(bld.sitofp(bld.add(accs[r][v], term), fvec), mult)
+            y = bld.fadd(_rint(bld, y), zy)
+            y = bld.select(bld.fcmp_ordered(">", y, lo), y, lo)   # max(y, lo)
+            y = bld.select(bld.fcmp_ordered("<", y, hi), y, hi)   # min(y, hi)
+            q = bld.trunc(bld.fptosi(y, vec), bvec)
+            bld.store(q, bld.bitcast(bld.gep(rowp, [ir.Constant(i64, v * LANES)]), bvec.as_pointer()), align=1)
+        bld.branch(after)
+        bld = ir.IRBuilder(after)
+    bld.ret_void()
+
+
+def _fsplat(bld: ir.IRBuilder, value: ir.Value, fvec: ir.VectorType) -> ir.Value:
+    undef = ir.Constant(fvec, ir.Undefined)
+    return bld.shuffle_vector(bld.insert_element(undef, value, ir.Constant(ir.IntType(32), 0)), undef,
+                              ir.Constant(ir.VectorType(ir.IntType(32), fvec.count), [0] * fvec.count))
+
+
+def _rint(bld: ir.IRBuilder, y: ir.Value) -> ir.Value:
+    """Round to nearest, ties to even (``np.rint`` in the default rounding mode)."""
+    name = f"llvm.rint.v{y.type.count}f32"
+    fn = bld.module.globals.get(name)
+    if fn is None:
+        fn = ir.Function(bld.module, ir.FunctionType(y.type, [y.type]), name=name)
+    return bld.call(fn, [y])
+
+
+def _add_pack4(mod: ir.Module, name: str) -> None:
+    """``(src, plane, k4, dst, flip)``: NR columns of 4 * k4 rows of bytes, row k at ``src + k * plane``,
+    as a column panel of :func:`_add_pointwise_kernel` (``dst[(g*NR + j)*4 + t] = src[(4g + t)*plane + j]
+    ^ flip``): four rows interleaved byte by byte, 16 columns per vector shuffle (the NCHW planes of 4
+    channels into 4 bytes per pixel)."""
+    i8 = ir.IntType(8)
+    i8p = i8.as_pointer()
+    i16 = ir.IntType(16)
+    i32 = ir.IntType(32)
+    i64 = ir.IntType(64)
+    fn = ir.Function(mod, ir.FunctionType(ir.VoidType(), [i8p, i64, i64, i8p, i64]), name=name)
+    src, plane, k4, dst, flip = fn.args
+    for arg, n in zip(fn.args, ("src", "plane", "k4", "dst", "flip")):
+        arg.name = n
+    v16 = ir.VectorType(i8, 16)
+    v64 = ir.VectorType(i8, 64)
+    entry = ir.IRBuilder(fn.append_basic_block("entry"))
+    fb = entry.trunc(flip, i8)
+    flipv = entry.shuffle_vector(entry.insert_element(ir.Constant(v64, ir.Undefined), fb, ir.Constant(i32, 0)),
+                                 ir.Constant(v64, ir.Undefined), ir.Constant(ir.VectorType(i32, 64), [0] * 64))
+    head, body, done = (fn.append_basic_block(n) for n in ("head", "body", "done"))
+    entry.branch(head)
+    bld = ir.IRBuilder(head)
+    g = bld.phi(i64, name="g")
+    g.add_incoming(ir.Constant(i64, 0), entry.block)
+    bld.cbranch(bld.icmp_signed("<", g, k4), body, done)
+    bld = ir.IRBuilder(body)
+    base = bld.gep(src, [bld.mul(bld.mul(g, ir.Constant(i64, 4)), plane)])
+    rows = [bld.gep(base, [bld.mul(ir.Constant(i64, t), plane)]) for t in range(4)]
+    out = bld.gep(dst, [bld.mul(g, ir.Constant(i64, NR * 4))])
+    pair = ir.Constant(ir.VectorType(i32, 32), [i // 2 + 16 * (i % 2) for i in range(32)])
+    for c in range(NR // 16):
+        a, b_, c_, d = (bld.load(bld.bitcast(bld.gep(rp, [ir.Constant(i64, 16 * c)]), v16.as_pointer()), align=1)
+                        for rp in rows)
+        ab = bld.bitcast(bld.shuffle_vector(a, b_, pair), ir.VectorType(i16, 16))
+        cd = bld.bitcast(bld.shuffle_vector(c_, d, pair), ir.VectorType(i16, 16))
+        quad = bld.bitcast(bld.shuffle_vector(ab, cd, pair), v64)
+        bld.store(bld.xor(quad, flipv), bld.bitcast(bld.gep(out, [ir.Constant(i64, 64 * c)]), v64.as_pointer()),
+                  align=1)
+    g.add_incoming(bld.add(g, ir.Constant(i64, 1)), body)
+    bld.branch(head)
+    ir.IRBuilder(done).ret_void()
+
+
 def int8_module(vnni: bool) -> ir.Module:
     """The module of one form of the kernels (``vnni``: needs avx512vnni to compile)."""
     mod = ir.Module(name="rammer_ukernel_int8")
     _add_kernel(mod, SYMBOL, vnni)
     _add_conv_kernel(mod, SYMBOL_CONV, vnni)
+    _add_pointwise_kernel(mod, SYMBOL_PW, vnni)
+    _add_pack4(mod, SYMBOL_PACK4)
     return mod
 
 
@@ -268,7 +420,7 @@ def _source_key() -> str:
 
 FORM = "vnni" if USE_VNNI else "portable"
 CODE = MachineCode(f"ukernel int8 {FORM} {MR}x{NR} {_source_key()}", lambda: int8_module(USE_VNNI),
-                   (SYMBOL, SYMBOL_CONV))
+                   (SYMBOL, SYMBOL_CONV, SYMBOL_PW, SYMBOL_PACK4))
 
 #: ctypes type of the kernel: (k4, a, lda, rows, flip_a, b, c, ldc).
 CFUNCTYPE = ctypes.CFUNCTYPE(None, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64,
@@ -323,3 +475,47 @@ def ukernel_int8_conv(typingctx, ntaps, toff, t_off, cg, A, a_off, poff, p_off, 
         return None
     sig = types.none(ntaps, toff, t_off, cg, A, a_off, poff, p_off, rows, Bp, b_off, C, c_off, ldc)
     return sig, call_codegen(SYMBOL_CONV, "iqiqqiqqi")
+
+
+#: ctypes type of the pointwise kernel: (k4, w, ldw, rows, b, terms, mults, params, out, ldo).
+PW_CFUNCTYPE = ctypes.CFUNCTYPE(None, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p,
+                                ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64)
+#: ctypes type of the 4-row interleave: (src, plane, k4, dst, flip).
+PACK4_CFUNCTYPE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p,
+                                   ctypes.c_int64)
+
+
+def pointwise_cfuncs(vnni: bool) -> tuple[object, object]:
+    """The pointwise kernel (:func:`_add_pointwise_kernel`) of one form and the interleave
+    (:func:`_add_pack4`) as ctypes functions, as :func:`cfunc`."""
+    cfunc(vnni)
+    engine = _ENGINES[vnni]
+    return (PW_CFUNCTYPE(engine.get_function_address(SYMBOL_PW)),
+            PACK4_CFUNCTYPE(engine.get_function_address(SYMBOL_PACK4)))
+
+
+@uses(SYMBOL_PW)
+@intrinsic
+def ukernel_int8_pw(typingctx, k4, W, w_off, ldw, rows, Bp, b_off, T, t_off, M, m_off, P, p_off, O, o_off, ldo):
+    """The pointwise tile (:func:`_add_pointwise_kernel`): weight rows and the column panel are bytes,
+    ``T`` int32 row terms, ``M`` float32 row multipliers, ``P`` float32 [zy, lo, hi], ``O`` the bytes
+    stored."""
+    if not all(isinstance(x, types.Array) for x in (W, Bp, T, M, P, O)):
+        return None
+    if W.dtype != types.uint8 or Bp.dtype != types.uint8 or T.dtype != types.int32 or M.dtype != types.float32 \
+            or P.dtype != types.float32 or O.dtype != types.uint8:
+        return None
+    sig = types.none(k4, W, w_off, ldw, rows, Bp, b_off, T, t_off, M, m_off, P, p_off, O, o_off, ldo)
+    return sig, call_codegen(SYMBOL_PW, "ifiifqfffi")
+
+
+@uses(SYMBOL_PACK4)
+@intrinsic
+def pack4_int8(typingctx, S, s_off, plane, k4, D, d_off, flip):
+    """The interleave (:func:`_add_pack4`) from bytes ``S[s_off:]`` into ``D[d_off:]``."""
+    if not (isinstance(S, types.Array) and isinstance(D, types.Array)):
+        return None
+    if S.dtype != types.uint8 or D.dtype != types.uint8:
+        return None
+    sig = types.none(S, s_off, plane, k4, D, d_off, flip)
+    return sig, call_codegen(SYMBOL_PACK4, "fiifi")

@@ -67,6 +67,7 @@ def test_qlinear_conv_nhwc_grid(case, monkeypatch):
         return lower_quant_conv.nhwc_conv_op(*args, **kwargs)
 
     monkeypatch.setattr(lower_quant, "nhwc_conv_op", counting)
+    monkeypatch.setattr(lower_quant_conv, "POINTWISE_CONV", False)  # the 1x1 case would take the GEMM form
     m, feeds = _qconv(*case[:7], **case[7])
     # the NHWC form takes symmetric weights only: zero points of 0, per channel or per tensor
     for init in m.graph.initializer:
