@@ -208,45 +208,25 @@ def _vec_exp(bld: ir.IRBuilder, x: ir.Value, fused: bool = False) -> ir.Value:
     def sel(cond, a, b):
         return bld.select(cond, a, b)
 
-    if fused:
-        return _vec_exp_fused(bld, x, c, sel, vi)
+    fma = _fma(bld.module, vf) if fused else None
+
+    def madd(a, b, acc):  # a * b + acc: one rounding when fused, two otherwise (exp32's)
+        return bld.call(fma, [a, b, acc]) if fma is not None else bld.fadd(bld.fmul(a, b), acc)
 
     tiny = bld.fcmp_ordered("<", x, c(-86.0))
     xs = sel(tiny, bld.fadd(x, c(44.3614195558365)), x)
     xc = sel(bld.fcmp_ordered(">", xs, c(-86.0)), xs, c(-86.0))
     xc = sel(bld.fcmp_ordered("<", xc, c(88.7228)), xc, c(88.7228))
-    t = bld.fadd(bld.fmul(xc, c(1.4426950408889634)), c(12582912.0))
+    t = madd(xc, c(1.4426950408889634), c(12582912.0))
     nn = bld.fsub(t, c(12582912.0))
-    r = bld.fsub(xc, bld.fmul(nn, c(0.693145751953125)))
-    r = bld.fsub(r, bld.fmul(nn, c(1.428606765330187e-06)))
+    # xc - nn*ln2 as xc + (-nn)*ln2: negation is exact, so unfused it is the same value
+    r = madd(bld.fneg(nn), c(0.693145751953125), xc)
+    r = madd(bld.fneg(nn), c(1.428606765330187e-06), r)
     p = c(1.0 / 5040.0)
     for k in (1.0 / 720.0, 1.0 / 120.0, 1.0 / 24.0, 1.0 / 6.0, 0.5, 1.0, 1.0):
-        p = bld.fadd(bld.fmul(p, r), c(k))
+        p = madd(p, r, c(k))
     bits = bld.add(bld.bitcast(t, vi), ir.Constant(vi, [126 - 0x400000] * n_lanes))
     scale = bld.bitcast(bld.shl(bits, ir.Constant(vi, [23] * n_lanes)), vf)
-    y = bld.fmul(bld.fadd(p, p), scale)
-    y = sel(tiny, bld.fmul(y, c(5.421010862427522e-20)), y)
-    y = sel(bld.fcmp_ordered(">", x, c(88.7228)), c(float("inf")), y)
-    return sel(bld.fcmp_unordered("!=", x, x), x, y)
-
-
-def _vec_exp_fused(bld: ir.IRBuilder, x: ir.Value, c, sel, vi: ir.VectorType) -> ir.Value:
-    """:func:`_vec_exp`'s steps with every multiply-add fused."""
-    fma = _fma(bld.module, x.type)
-    n_lanes = x.type.count
-    tiny = bld.fcmp_ordered("<", x, c(-86.0))
-    xs = sel(tiny, bld.fadd(x, c(44.3614195558365)), x)
-    xc = sel(bld.fcmp_ordered(">", xs, c(-86.0)), xs, c(-86.0))
-    xc = sel(bld.fcmp_ordered("<", xc, c(88.7228)), xc, c(88.7228))
-    t = bld.call(fma, [xc, c(1.4426950408889634), c(12582912.0)])
-    nn = bld.fsub(t, c(12582912.0))
-    r = bld.call(fma, [bld.fneg(nn), c(0.693145751953125), xc])
-    r = bld.call(fma, [bld.fneg(nn), c(1.428606765330187e-06), r])
-    p = c(1.0 / 5040.0)
-    for k in (1.0 / 720.0, 1.0 / 120.0, 1.0 / 24.0, 1.0 / 6.0, 0.5, 1.0, 1.0):
-        p = bld.call(fma, [p, r, c(k)])
-    bits = bld.add(bld.bitcast(t, vi), ir.Constant(vi, [126 - 0x400000] * n_lanes))
-    scale = bld.bitcast(bld.shl(bits, ir.Constant(vi, [23] * n_lanes)), x.type)
     y = bld.fmul(bld.fadd(p, p), scale)
     y = sel(tiny, bld.fmul(y, c(5.421010862427522e-20)), y)
     y = sel(bld.fcmp_ordered(">", x, c(88.7228)), c(float("inf")), y)

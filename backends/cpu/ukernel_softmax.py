@@ -19,7 +19,7 @@ from numba import types
 from numba.extending import intrinsic
 
 from .machine_code import MachineCode, arrays_are, call_codegen, uses
-from .ukernel import WIDTH, _masked, _vec_exp, _vec_ptr
+from .ukernel import WIDTH, _masked, _splat, _vec_exp, _vec_ptr
 
 #: Lanes of these row kernels: all of a zmm register.  Eight (ymm, what LLVM chose for the numba
 #: loops on this Xeon) measured 1.5-1.7x slower per float from 128 floats a row up, the same below.
@@ -57,12 +57,7 @@ def _loop(fn: ir.Function, bld: ir.IRBuilder, n: ir.Value, carried: list[tuple[i
     tb.cbranch(tb.icmp_signed("<", i, n), masked, done)
     mb = ir.IRBuilder(masked)
     lanes = ir.Constant(ir.VectorType(i64, LANES), list(range(LANES)))
-    left = mb.sub(n, i)
-    splat_left = mb.insert_element(ir.Constant(ir.VectorType(i64, LANES), ir.Undefined), left,
-                                   ir.Constant(ir.IntType(32), 0))
-    splat_left = mb.shuffle_vector(splat_left, ir.Constant(ir.VectorType(i64, LANES), ir.Undefined),
-                                   ir.Constant(ir.VectorType(ir.IntType(32), LANES), [0] * LANES))
-    mask = mb.icmp_signed("<", lanes, splat_left)
+    mask = mb.icmp_signed("<", lanes, _splat(mb, mb.sub(n, i), ir.VectorType(i64, LANES)))
     tail_vals = body_fn(mb, i, phis, mask)
     mb.branch(done)
     db = ir.IRBuilder(done)
@@ -99,10 +94,7 @@ class _RowOps:
             bld.call(self.store_m, [val, ptr, ir.Constant(self.i32, 4), mask])
 
     def splat(self, bld, value):
-        vty = ir.VectorType(value.type, LANES)
-        one = bld.insert_element(ir.Constant(vty, ir.Undefined), value, ir.Constant(self.i32, 0))
-        return bld.shuffle_vector(one, ir.Constant(vty, ir.Undefined), ir.Constant(ir.VectorType(self.i32, LANES),
-                                                                                   [0] * LANES))
+        return _splat(bld, value, ir.VectorType(value.type, LANES))
 
     def exp_sum(self, fn, bld, n, a, d, vmx, flush: bool):
         """``d = exp(a - mx)`` (flushed below FLT_MIN when ``flush``) and the float64 sum of d, as a
