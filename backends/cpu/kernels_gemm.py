@@ -32,7 +32,7 @@ from numba import njit
 from . import _numba_cache  # noqa: F401  (drops stale numba caches first)
 from .blas import HAVE_BLAS, sgemm
 from .kernels_ew import ew_epilogue
-from .kernels_gemm_inplace import _lda_tile
+from .kernels_gemm_inplace import lda_tile_into
 from .ukernel import MR, NR, ukernel, ukernel4, ukernel8
 
 f32 = np.float32
@@ -265,20 +265,7 @@ def gemm_prepacked_a_in_place(F, a_off, a_rs, bp, K, c_off, c_rs, m0, m1, n0, n1
             for jr in range(n0, n1, NR):
                 cols = min(NR, n1 - jr)
                 b = bp + ((jr // NR) * K + pc) * NR
-                cp = c_off + ir * c_rs + jr
-                if cols == NR:
-                    _lda_tile(rows, kc, F, a, a_rs, b, cp, c_rs, acc)
-                    continue
-                _lda_tile(rows, kc, F, a, a_rs, b, pt, NR, 0)
-                for r in range(rows):
-                    crow = F[cp + r * c_rs:cp + r * c_rs + cols]
-                    trow = F[pt + r * NR:pt + r * NR + cols]
-                    if acc == 0:
-                        for j in range(cols):
-                            crow[j] = trow[j]
-                    else:
-                        for j in range(cols):
-                            crow[j] += trow[j]
+                lda_tile_into(rows, cols, kc, F, a, a_rs, b, c_off + ir * c_rs + jr, c_rs, acc, pt)
 
 
 def packed_ok(mt: int, nt: int, k: int) -> bool:

@@ -65,6 +65,26 @@ def _lda_tile(rows, kc, F, a, lda, b, c, ldc, acc):
 
 
 @njit(**_JIT)
+def lda_tile_into(rows, cols, kc, F, a, lda, b, cp, ldc, acc, pt):
+    """One ``rows`` x ``cols`` tile of C at ``cp`` (stored, or added to when ``acc``) from
+    :func:`_lda_tile`: a full NR-wide tile straight into C, a ragged one through the MR x NR
+    scratch tile ``pt`` and then its first ``cols`` columns."""
+    if cols == NR:
+        _lda_tile(rows, kc, F, a, lda, b, cp, ldc, acc)
+        return
+    _lda_tile(rows, kc, F, a, lda, b, pt, NR, 0)
+    for r in range(rows):
+        crow = F[cp + r * ldc:cp + r * ldc + cols]
+        trow = F[pt + r * NR:pt + r * NR + cols]
+        if acc == 0:
+            for j in range(cols):
+                crow[j] = trow[j]
+        else:
+            for j in range(cols):
+                crow[j] += trow[j]
+
+
+@njit(**_JIT)
 def gemm_inplace(F, a_off, lda, bp, K, c_off, ldc, m0, m1, n0, n1, pt):
     """C[m0:m1, n0:n1] = A[m0:m1, :] @ B, A's row i at ``a_off + i*lda`` (unit column stride), B packed
     K x N in NR-wide panels at ``bp`` (``n0`` a multiple of NR); ``pt``: :data:`INPLACE_SCRATCH` floats."""
@@ -77,19 +97,6 @@ def gemm_inplace(F, a_off, lda, bp, K, c_off, ldc, m0, m1, n0, n1, pt):
             for ir in range(m0, m1, MR):
                 rows = min(MR, m1 - ir)
                 a = a_off + ir * lda + pc
-                cp = c_off + ir * ldc + jr
-                if cols == NR:
-                    _lda_tile(rows, kc, F, a, lda, b, cp, ldc, acc)
-                    continue
-                _lda_tile(rows, kc, F, a, lda, b, pt, NR, 0)
-                for r in range(rows):
-                    crow = F[cp + r * ldc:cp + r * ldc + cols]
-                    trow = F[pt + r * NR:pt + r * NR + cols]
-                    if acc == 0:
-                        for j in range(cols):
-                            crow[j] = trow[j]
-                    else:
-                        for j in range(cols):
-                            crow[j] += trow[j]
+                lda_tile_into(rows, cols, kc, F, a, lda, b, c_off + ir * ldc + jr, ldc, acc, pt)
 
 
