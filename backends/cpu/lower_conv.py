@@ -334,7 +334,9 @@ def implicit_conv_op(lw: LowerContext, name: str, nodes: tuple[Node, ...], x: Vi
     unpadded_1x1 = (kh == kw == 1 and geo[8] == geo[9] == 0 and (OH - 1) * geo[6] < geo[2]
                     and (OW - 1) * geo[7] < geo[3])
     pointwise = unpadded_1x1 and geo[6] == geo[7] == 1 and (OH, OW) == (geo[2], geo[3])
-    form = conv_form(mg, ohw, K, kh * kw, strided_1x1=unpadded_1x1 and not pointwise)
+    # a line of pixels: one axis of one output pixel under a one-tap kernel (a 1-D conv as a row or column)
+    line = (OH == 1 and kh == 1) or (OW == 1 and kw == 1)
+    form = conv_form(mg, ohw, K, kh * kw, strided_1x1=unpadded_1x1 and not pointwise, line=line)
     wino = winograd_plan(geo, cg, mg, force=FORCE_FORM == FORM_WINOGRAD)
     if wino is not None and FORCE_FORM in (None, FORM_WINOGRAD):
         return _winograd_op(lw, name, nodes, x, w_arr, out, prog, space, geo, groups, bias, relu, residual, wino)
@@ -581,13 +583,16 @@ FORCE_FORM: int | None = None
 #: (PACK_PIXEL_ROWS_MAX) ResNeXt's 16x16 ones gained too (in-model, 1 vEU): 512 -> 4096 18%,
 #: 512 -> 2048 11-12%, 2048 -> 512 6-9%; at 32x32 they lost 8-23%.
 POINTWISE_ROWS_MAX_PIXELS = 256
+#: The pixel-row form's weight against the direct form's tile fill for a 1-D convolution of several
+#: taps (see :func:`conv_form`); 1.15 as for planes (for comparisons).
+LINE_PIXEL_ROWS_WEIGHT = 0.9
 POINTWISE_ROWS_MIN_WEIGHTS = 256 * 1024
 
 
-def conv_form(mg: int, ohw: int, K: int = 0, taps: int = 1, strided_1x1: bool = False) -> int:
+def conv_form(mg: int, ohw: int, K: int = 0, taps: int = 1, strided_1x1: bool = False, line: bool = False) -> int:
     """The form of the implicit GEMM for ``mg`` output channels per group, ``ohw`` pixels and
     depth ``K`` (``taps`` kernel positions per input channel; ``strided_1x1``: an unpadded 1x1
-    conv with a stride).
+    conv with a stride; ``line``: the output pixels are one line, a 1-D convolution).
 
     The pixel-row form needs no gather but pays a transposed store per tile,
     so it needs depth: measured (docs/benchmarks.md) it wins on every 3x3 or
@@ -597,6 +602,10 @@ def conv_form(mg: int, ohw: int, K: int = 0, taps: int = 1, strided_1x1: bool = 
     weight for only ohw / NR tiles, the pixel-row form for ohw / PX_MR.  A
     strided 1x1 conv in the pixel-row form reads its input in place where the
     direct form gathers it: 1.1-2.6x faster, measured from 32 to 4096 channels.
+    A 1-D convolution of several taps (``line``) takes the pixel rows only
+    where they fill their tiles clearly better (a short line: 100 outputs):
+    elsewhere the direct form's packed windows took 7-37% less time on a grid
+    of speech-front-end and Conv1D shapes (ci/micro_conv1d.py).
     Among the other eligible forms the one that fills its tiles best wins.
     """
     if FORCE_FORM is not None and FORCE_FORM != FORM_WINOGRAD:
@@ -608,7 +617,7 @@ def conv_form(mg: int, ohw: int, K: int = 0, taps: int = 1, strided_1x1: bool = 
     if ohw > IMPLICIT_NC:
         del fills[FORM_TRANSPOSED]
     if taps > 1 and K >= 64:
-        fills[FORM_PIXEL_ROWS] = used(ohw, mg, PX_MR, PX_NR) * 1.15
+        fills[FORM_PIXEL_ROWS] = used(ohw, mg, PX_MR, PX_NR) * (LINE_PIXEL_ROWS_WEIGHT if line else 1.15)
     elif taps == 1 and (strided_1x1 or (ohw <= POINTWISE_ROWS_MAX_PIXELS
                                         and mg * K > POINTWISE_ROWS_MIN_WEIGHTS)):
         fills[FORM_PIXEL_ROWS] = used(ohw, mg, PX_MR, PX_NR) * 2

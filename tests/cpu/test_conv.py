@@ -145,6 +145,11 @@ def test_conv_form_choice():
     assert form(1024, 1024, 4096, 1) == FORM_DIRECT       # ... not on 32x32 planes
     assert form(512, 256, 256, 1, strided_1x1=True) == FORM_PIXEL_ROWS  # read in place, no gather
     assert form(8, 256, 256, 1, strided_1x1=True) == FORM_DIRECT       # 8 of 32 channels per tile
+    # 1-D convolutions (a line of pixels): the direct form unless the pixel rows fill clearly better
+    assert form(384, 1500, 1152, 3) == FORM_PIXEL_ROWS                # the same shape as a plane ...
+    assert form(384, 1500, 1152, 3, line=True) == FORM_DIRECT         # ... and as Whisper's strided conv
+    assert form(512, 1599, 1536, 3, line=True) == FORM_DIRECT         # wav2vec2's stack
+    assert form(256, 100, 768, 3, line=True) == FORM_PIXEL_ROWS       # 100 outputs: 4 of 32 pixels of a tile idle
 
 
 def test_pointwise_in_place_or_packed():
