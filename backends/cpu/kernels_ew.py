@@ -472,10 +472,12 @@ def _row_fill(F, B, I, J, X, q, reg, ireg, n, e, d1, d2, d3):
         off = X[q + 1] + i0 * X[q + 2] + i1 * X[q + 3] + i2 * X[q + 4]
         if f32_src:
             # inline rather than _load(..., s=0): a call per 1-4 element segment
-            # costs 2.5x on a 2x2 plane's epilogue
+            # costs 2.5x on a 2x2 plane's epilogue.  Through a slice indexed from 0: F[u] with a
+            # signed u carries a negative-index fix-up per element, which kept the fill scalar.
             v = F[off]
-            for u in range(reg + j, reg + j + seg):
-                F[u] = v
+            D = F[reg + j:reg + j + seg]
+            for u in range(seg):
+                D[u] = v
         else:
             _load(F, B, I, J, X[q], off, 0, reg + j, ireg + j, seg)
         j += seg
@@ -495,9 +497,10 @@ def _row_tile(F, B, I, J, X, q, reg, ireg, n, e, d3):
         seg = min(d3 - c, n - j)
         if f32_src and seg < 16:
             # inline: a call per short row segment costs more than the copy
-            src = base + c
+            D = F[reg + j:reg + j + seg]
+            S = F[base + c:base + c + seg]
             for u in range(seg):
-                F[reg + j + u] = F[src + u]
+                D[u] = S[u]
         elif f32_src:
             copy_block(F, reg + j, base + c, seg)  # memcpy: a loop within F stays scalar
         else:
