@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 
 # Every graph pass pipeline run in a test checks the IR after each pass (rammer.passes.pipeline).
@@ -22,3 +23,31 @@ except ImportError:
 else:
     settings.register_profile("rammer", deadline=None, suppress_health_check=[HealthCheck.too_slow])
     settings.load_profile("rammer")
+
+
+# A fresh clone's run compiles every `cpu` kernel entry with numba, one after the other, on the one core
+# the tests use (minutes: the convolution entry alone takes over a minute).  A background process
+# compiles them into numba's on-disk cache on the second core meanwhile; a test that needs an entry
+# it has not reached yet compiles that entry itself, as without it.  RAMMER_TEST_PRECOMPILE=0 turns it
+# off.
+_PRECOMPILE: list[subprocess.Popen] = []
+
+
+def pytest_sessionstart(session) -> None:
+    if os.environ.get("RAMMER_TEST_PRECOMPILE", "1") == "0" or (os.cpu_count() or 1) < 2:
+        return
+    try:
+        from rammer.backends.cpu import warmup  # imports the cache guard here first: it runs once
+    except Exception:  # noqa: BLE001 - an import error is the tests' to report, not this hook's
+        return
+    if not warmup.missing_entries(warmup.all_entries()) and warmup.epilogue_cached():
+        return
+    _PRECOMPILE.append(subprocess.Popen([sys.executable, "-m", "rammer.backends.cpu.warmup", "--all"],
+                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+
+
+def pytest_sessionfinish(session, exitstatus) -> None:
+    for proc in _PRECOMPILE:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()

@@ -12,7 +12,10 @@ and links against the real interpreter.
 
 Nothing here is needed for correctness: when the cache is warm, there is one
 core, or the helper fails, the entries compile in-process as before.
-Run as ``python -m rammer.backends.cpu.warmup NAME...`` it is the helper.
+Run as ``python -m rammer.backends.cpu.warmup NAME...`` it is the helper;
+``python -m rammer.backends.cpu.warmup --all`` fills numba's cache with every
+kernel entry and the interpreter (after an install, or in the background of a
+test run on a fresh clone: tests/conftest.py).
 """
 
 from __future__ import annotations
@@ -116,5 +119,37 @@ def _helper(names: list[str]) -> None:
             entries.compile_entry(name)
 
 
+#: The order :func:`precompile_all` compiles the entries in: the ones most programs need first (a
+#: process that needs an entry the background compile has not reached compiles it itself).
+COMMON_FIRST = ("k_ew", "k_copy", "k_gemm", "k_convp", "k_copy_many", "k_pool", "k_dwconv", "k_softmax",
+                "k_layernorm", "k_reduce", "k_gather", "k_gemm_lda", "k_attention", "k_pad", "k_dwconv_cl")
+
+
+def all_entries() -> list[str]:
+    """Every kernel entry, :data:`COMMON_FIRST` first."""
+    from . import entries
+
+    names = sorted(n[len("entry_"):] for n in dir(entries) if n.startswith("entry_k_"))
+    return [n for n in COMMON_FIRST if n in names] + [n for n in names if n not in COMMON_FIRST]
+
+
+def precompile_all() -> list[str]:
+    """Compile the interpreter and every kernel entry that numba's cache does not hold yet (with
+    their micro-kernel modules); returns the entries compiled."""
+    from . import entries
+    from .kernels_ew import ensure_epilogue_symbol
+
+    cold = missing_entries(all_entries())
+    if not cold and epilogue_cached():
+        return []
+    ensure_epilogue_symbol()
+    for name in cold:
+        entries.entry_address(name)
+    return cold
+
+
 if __name__ == "__main__":
-    _helper(sys.argv[1:])
+    if sys.argv[1:] == ["--all"]:
+        precompile_all()
+    else:
+        _helper(sys.argv[1:])
