@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
 
@@ -50,6 +52,18 @@ def test_packed_gemm_edges_and_transposes(m, n, k, ta, tb):
     np.testing.assert_allclose(F[c_off:c_off + m * n].reshape(m, n), 2 * want, rtol=1e-4, atol=1e-4)
 
 
+@functools.cache
+def _engine(build, *args):
+    """The module ``build(*args)`` compiled once for every case of a parametrized test (an LLVM build
+    per case was minutes of CI: 32 of the pixel-row module alone).  The cache keeps each engine, and
+    with it its code, alive."""
+    return mc.compile_module(build(*args))
+
+
+def _pixel_row_kernel(rows: int, cols: int, width: int):
+    return uk.ROWS_CFUNCTYPE(_engine(uk.pixel_row_module, rows, cols, width).get_function_address(uk.ROWS_SYMBOL))
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("rows,cols,width", [(uk.PX_MR, uk.PX_NR, uk.WIDTH), (4, 16, 8)])
 @pytest.mark.parametrize("flags", range(16))  # each combination has a store block of its own
@@ -67,8 +81,7 @@ def test_pixel_row_microkernel_reads_through_tables_and_stores_transposed(rows, 
     bias = rng.standard_normal(cols).astype(np.float32)
     res = rng.standard_normal(cols * ldc).astype(np.float32)
     before = c.copy()
-    engine = mc.compile_module(uk.pixel_row_module(rows, cols, width))
-    fn = uk.ROWS_CFUNCTYPE(engine.get_function_address(uk.ROWS_SYMBOL))
+    fn = _pixel_row_kernel(rows, cols, width)
     fn(k, plane.ctypes.data, aoff.ctypes.data, rowoff.ctypes.data, b.ctypes.data, c.ctypes.data, ldc, flags,
        bias.ctypes.data, res.ctypes.data)
     a = plane[aoff[:, None] + rowoff[None, :]].astype(np.float64)   # k x rows
@@ -108,8 +121,7 @@ def test_tap_sweep_sums_shifted_planes(width, nvec, epilogue):
     w = rng.standard_normal(ntaps).astype(np.float32)
     acc = rng.standard_normal(nvec * width + 16).astype(np.float32)
     before = acc.copy()
-    engine = mc.compile_module(uw.tap_sweep_module(width))
-    fn = uw.SWEEP_CFUNCTYPE(engine.get_function_address(uw.SWEEP_SYMBOL))
+    fn = uw.SWEEP_CFUNCTYPE(_engine(uw.tap_sweep_module, width).get_function_address(uw.SWEEP_SYMBOL))
     fn(p.ctypes.data, toff.ctypes.data, w.ctypes.data, ntaps, nvec, acc.ctypes.data, *epilogue)
     L = nvec * width
     want = _clamped(sum(w[t].astype(np.float64) * p[toff[t]:toff[t] + L] for t in range(ntaps)), *epilogue)
@@ -254,9 +266,8 @@ def test_deinterleave_splits_pairs_and_writes_nothing_else(width, n):
     """Blocks of ``width`` pairs and the scalar tail; nothing past n is written."""
     import ctypes
 
-    engine = mc.compile_module(uw.deinterleave_module(width))
     fn = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p)(
-        engine.get_function_address(uw.DEINTERLEAVE_SYMBOL))
+        _engine(uw.deinterleave_module, width).get_function_address(uw.DEINTERLEAVE_SYMBOL))
     src = np.random.default_rng(n).standard_normal(2 * n + 3).astype(np.float32)
     even = np.full(n + 5, 7.0, np.float32)
     odd = np.full(n + 5, 9.0, np.float32)
