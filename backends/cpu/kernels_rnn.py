@@ -27,8 +27,10 @@ f32 = np.float32
 _JIT = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
 _JIT_CONTRACT = dict(_JIT, fastmath={"contract"})
 _JIT_REASSOC = dict(_JIT, fastmath={"reassoc", "contract", "nsz"})
-#: Unpacked weights (batch 1-3) through :func:`_dot_rows`; off, through the GEMM loops of kernels_gemm.
-USE_DOT_ROWS = True
+#: How a recurrent weight is read (the descriptor's ``*_PACKED`` words, chosen by the lowering): a strided
+#: view through the GEMM loops of kernels_gemm, packed at compile time for the micro-kernel, or ONNX's
+#: rows of R through :func:`_dot_rows`.
+W_STRIDED, W_PACKED, W_DOT_ROWS = 0, 1, 2
 
 LSTM, GRU, RNN = 0, 1, 2
 #: The gate count of each kind (ONNX's gate orders: LSTM i, o, f, c; GRU z, r, h).
@@ -124,10 +126,10 @@ def _dot_rows(F, a_off, a_rs, rows, K, w_off, w_cs, c_off, c_rs, N):
 
 @njit(**_JIT)
 def _times_weight(F, a_off, a_rs, rows, K, w_off, w_rs, w_cs, packed, c_off, c_rs, N, pack):
-    """C[rows, 0:N] = A[rows, 0:K] @ W (W: a compile-time-packed panel weight or a strided view)."""
-    if packed != 0:
+    """C[rows, 0:N] = A[rows, 0:K] @ W; ``packed`` says how W is stored and read (``W_*``)."""
+    if packed == W_PACKED:
         gemm_prepacked(F, a_off, a_rs, 1, w_off, K, c_off, c_rs, 0, rows, 0, N, f32(1.0), pack)
-    elif w_rs == 1 and USE_DOT_ROWS:
+    elif packed == W_DOT_ROWS:
         _dot_rows(F, a_off, a_rs, rows, K, w_off, w_cs, c_off, c_rs, N)
     else:
         gemm_tile(F, a_off, a_rs, 1, w_off, w_rs, w_cs, c_off, c_rs, K, 0, rows, 0, N, f32(1.0), pack)

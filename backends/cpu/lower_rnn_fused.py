@@ -23,6 +23,11 @@ from .ops import CpuOp, EmitContext, Row, split_range
 
 _KINDS = {"LSTM": kr.LSTM, "GRU": kr.GRU, "RNN": kr.RNN}
 _DEFAULTS = {"LSTM": ("sigmoid", "tanh", "tanh"), "GRU": ("sigmoid", "tanh"), "RNN": ("tanh",)}
+#: Batch-1 to -3 recurrent GEMMs on a weight of at most this many floats read ONNX's rows of R eight at a
+#: time (:func:`.kernels_rnn._dot_rows`); larger ones, which stream from L3 whatever the loop, keep the
+#: one-dot-product-at-a-time loop, 5-10% faster there (hidden 512: 3-4 MB) in ``ci/micro_rnn.py``.
+#: 0: never.
+DOT_ROWS_MAX_FLOATS = 256 * 1024
 #: A micro-kernel GEMM wants whole 4-row tiles: blocks of batch rows on a packed weight keep to them.
 _MIN_PACKED_ROWS = 4
 
@@ -50,6 +55,16 @@ def fusable(op: str, acts: list[list[tuple[str, float | None, float | None]]] | 
     if acts is None or clip is not None or peephole is not None or input_forget:
         return False
     return all(tuple(name for name, _, _ in per_dir) == _DEFAULTS[op] for per_dir in acts)
+
+
+def _reading(weight: View, row_stride: int, packed: bool) -> int:
+    """The kernel's way of reading one recurrent weight operand (``kernels_rnn.W_*``)."""
+    if packed:
+        return kr.W_PACKED
+    k, n = weight.shape
+    if row_stride == 1 and k * n <= DOT_ROWS_MAX_FLOATS:
+        return kr.W_DOT_ROWS
+    return kr.W_STRIDED
 
 
 def add_recurrence(lw: LowerContext, node: Node, layer: RecurrentLayer, projections: list[View],
@@ -103,8 +118,8 @@ def add_recurrence(lw: LowerContext, node: Node, layer: RecurrentLayer, projecti
             words[kr.D_REVERSE] = int(kind_name == "reverse")
             words[kr.D_LBR] = int(layer.linear_before_reset)
             words[kr.D_GX] = ctx.locate(projections[d])
-            words[kr.D_W1:kr.D_W1 + 4] = [ctx.locate(w1), w1_rs, w1_cs, int(w1_packed)]
-            words[kr.D_W2:kr.D_W2 + 4] = [ctx.locate(w2), w2_rs, w2_cs, int(w2_packed)]
+            words[kr.D_W1:kr.D_W1 + 4] = [ctx.locate(w1), w1_rs, w1_cs, _reading(w1, w1_rs, w1_packed)]
+            words[kr.D_W2:kr.D_W2 + 4] = [ctx.locate(w2), w2_rs, w2_cs, _reading(w2, w2_rs, w2_packed)]
             rb = rbh[d]
             words[kr.D_RBH] = ctx.locate(rb) if rb is not None else -1
             words[kr.D_H0:kr.D_H0 + 3] = state_words(ctx.locate, h0)
