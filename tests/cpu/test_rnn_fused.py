@@ -29,13 +29,12 @@ def test_dot_rows_is_a_times_w_transposed_and_writes_nothing_else(rows, k, n, w_
     assert np.isnan(got[:, n:]).all()
 
 
-@pytest.mark.parametrize("op,gates,attrs,batch,hid", [
-    ("LSTM", 4, {}, 8, 40),                              # packed weight, 4-row blocks
-    ("GRU", 3, {"linear_before_reset": 1}, 3, 20),       # unpacked, blocks of single rows
-    ("GRU", 3, {}, 5, 12),                               # z|r and h GEMMs apart, rows split 3 + 2
-    ("RNN", 1, {}, 2, 9),
+@pytest.mark.parametrize("op,gates,attrs,batch,hid,dirs", [
+    ("LSTM", 4, {}, 8, 40, 1),                              # packed weight, 4-row blocks
+    ("GRU", 3, {"linear_before_reset": 1}, 3, 20, 2),       # unpacked, blocks of single rows
+    ("GRU", 3, {}, 5, 12, 1),                               # z|r and h GEMMs apart, rows split 3 + 2
+    ("RNN", 1, {}, 2, 9, 2),
 ])
-@pytest.mark.parametrize("dirs", [1, 2])
 def test_layer_split_over_veus_by_direction_and_batch_rows(op, gates, attrs, batch, hid, dirs):
     seq, isz = 6, 7
     consts = {"W": rand(dirs, gates * hid, isz, seed=1) * 0.5, "R": rand(dirs, gates * hid, hid, seed=2) * 0.5,
