@@ -8,6 +8,10 @@ update and the output of one step are one register program over
 the GEMM's output) and never stores a gate.  Y, Y_h and Y_c are assembled by
 one copy rOperator at the end (every buffer has a single writer, which the
 dependency analysis relies on).
+
+That per-step form is kept for the layers :func:`.lower_rnn_fused.fusable` refuses (activations other
+than ONNX's defaults, clip, peepholes, input_forget); the others run their recurrence as one
+rOperator of :mod:`.kernels_rnn` after the same input projections (``FUSED_RECURRENCE``).
 """
 
 from __future__ import annotations
