@@ -38,6 +38,7 @@ from .kernels_quant import (
     k_qlinearconv,
     k_quantize,
 )
+from .kernels_rnn import k_rnn
 from .kernels_tree import k_tree
 from .kernels_window import k_dwconv, k_pool
 from .task_rows import KERNELS, ROW_PARAMS
@@ -233,6 +234,13 @@ def entry_k_attention(arena, nbytes, x, nx, r, nr, row, sbase):
     F, B, I, J, X, R = arena_views(arena, nbytes, x, nx, r, nr)
     p = carray(row, (ROW_PARAMS,), np.int64)
     k_attention(F, B, I, J, X, R, p, sbase)
+    return 0
+
+
+def entry_k_rnn(arena, nbytes, x, nx, r, nr, row, sbase):
+    F, B, I, J, X, R = arena_views(arena, nbytes, x, nx, r, nr)
+    p = carray(row, (ROW_PARAMS,), np.int64)
+    k_rnn(F, B, I, J, X, R, p, sbase)
     return 0
 
 

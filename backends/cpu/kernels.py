@@ -23,6 +23,7 @@ from . import (
     kernels_nn,
     kernels_qdw,
     kernels_quant,
+    kernels_rnn,
     kernels_tree,
     kernels_window,
 )
@@ -58,6 +59,7 @@ KERNELS: dict[str, ModuleType] = {
     "k_qconv_int8": kernels_quant,
     "k_qdwconv": kernels_qdw,
     "k_attention": kernels_attention,
+    "k_rnn": kernels_rnn,
 }
 
 MAY_FAIL = frozenset({"k_gather", "k_gather_elements"})
@@ -101,6 +103,8 @@ DESCRIPTIONS = {
                     " at compile time (VNNI where the CPU has it), requantized",
     "k_qdwconv": "depthwise QLinearConv: planes widened to float32, the float window sweep (exact sums),"
                  " requantized",
+    "k_rnn": "the recurrence of an LSTM/GRU/RNN layer: every step of one direction for a block of batch rows"
+             " (recurrent GEMM, cell, outputs)",
     "k_attention": "fused attention (Q K^T, bias, softmax, @ V) per query-row block, scores in scratch",
 }
 

@@ -8,6 +8,10 @@ update and the output of one step are one register program over
 the GEMM's output) and never stores a gate.  Y, Y_h and Y_c are assembled by
 one copy rOperator at the end (every buffer has a single writer, which the
 dependency analysis relies on).
+
+That per-step form is kept for the layers :func:`.lower_rnn_fused.fusable` refuses (activations other
+than ONNX's defaults, clip, peepholes, input_forget); the others run their recurrence as one
+rOperator of :mod:`.kernels_rnn` after the same input projections (``FUSED_RECURRENCE``).
 """
 
 from __future__ import annotations
@@ -20,12 +24,16 @@ from rammer.lower.views import View
 from .kernels_gemm import prepack_b, prepacked_ok
 from .lower_common import GemmSpec, ew_op, gemm_op
 from .lower_context import LowerContext
+from .lower_rnn_fused import RecurrentLayer, add_recurrence, fusable
 from .lower_views import copy_op, multi_copy_op
 from .program import EwProgram
 
 #: Pack the weights of GEMMs with enough rows at compile time (:class:`_WeightOperands`); off, every
 #: GEMM reads strided views of the constants (``ci/micro_gemm.py --family rnn --before`` compares).
 PACK_WEIGHTS = True
+#: Run the recurrence of a layer with the default activations as one rKernel per direction and block of
+#: batch rows (:mod:`.kernels_rnn`); off, as rOperators per time step (``ci/micro_rnn.py --before``).
+FUSED_RECURRENCE = True
 RNN_OPS = frozenset({"LSTM", "GRU", "RNN"})
 _GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
 _DEFAULT_ACTS = {"LSTM": ["Sigmoid", "Tanh", "Tanh"], "GRU": ["Sigmoid", "Tanh"], "RNN": ["Tanh"]}
@@ -172,6 +180,8 @@ def lower_rnn(lw: LowerContext, node: Node) -> None:
 
     w_ops = _WeightOperands(lw, w)
     r_ops = _WeightOperands(lw, r)
+    fused = FUSED_RECURRENCE and fusable(op, acts, clip, peep, input_forget)
+    projections: list[View] = []
     hs: list[list[View]] = []
     finals_h: list[View] = []
     finals_c: list[View] = []
@@ -190,6 +200,9 @@ def lower_rnn(lw: LowerContext, node: Node) -> None:
         epi = EwProgram((seq * batch, width))
         epi.store(epi.op("ADD", epi.load(gx), epi.load(lw.const_view(in_bias))), gx)
         lw.add_op(gemm_op(lw, f"{name}:input{d}", (node,), spec, epi, ("matrix",)))
+        if fused:
+            projections.append(gx)
+            continue
 
         h_prev, c_prev = state(5, d), state(6, d) if op == "LSTM" else None
         outs: list[View] = []
@@ -230,6 +243,10 @@ def lower_rnn(lw: LowerContext, node: Node) -> None:
         finals_h.append(h_prev)
         if op == "LSTM":
             finals_c.append(c_prev)
+    if fused:
+        add_recurrence(lw, node, RecurrentLayer(op, layout, seq, batch, hid, kinds, lbr, rb), projections,
+                       r_ops.operand, [(state(5, d), state(6, d) if op == "LSTM" else None) for d in range(dirs)])
+        return
     _assemble(lw, node, layout, seq, batch, hid, kinds, hs, finals_h, finals_c)
 
 
