@@ -94,7 +94,8 @@ PACK_PIXEL_ROWS_MAX: int | None = 192 * 1024
 #: row at the stride (``kernels_conv.STRIDED_PLAIN_ROWS``) instead of splitting them into stride-phase
 #: planes: a 3x3 stride-2 tile's 9 taps of a channel then read 3 rows of 2 cache lines each, shared
 #: between neighbouring taps, where the phase planes spread them over 4 planes (6 rows).  See
-#: docs/benchmarks.md (s8-cnn) for the grid.  False: the phase planes (for comparisons).
+#: docs/benchmarks.md (s8-cnn) for the grid.  Strides of 3 or more (patchify stems: a tile's 8
+#: pixels on 8 lines) keep the phase planes, unmeasured.  False: the phase planes (for comparisons).
 STRIDED_PIXEL_ROWS_PLAIN = True
 
 
@@ -368,7 +369,8 @@ def implicit_conv_op(lw: LowerContext, name: str, nodes: tuple[Node, ...], x: Vi
     if rows_cap < OH:
         phases = sh * sw * -(-((rows_cap - 1) * sh + (kh - 1) * dh + 1) // sh) * -(-wp_width // sw)
     pack = False
-    plain = (STRIDED_PIXEL_ROWS_PLAIN and form == FORM_PIXEL_ROWS and pad_rows > 0 and (sh > 1 or sw > 1))
+    plain = (STRIDED_PIXEL_ROWS_PLAIN and form == FORM_PIXEL_ROWS and pad_rows > 0 and (sh > 1 or sw > 1)
+             and max(sh, sw) <= 2)
     if form == FORM_PIXEL_ROWS:
         kc = pixel_rows_depth(K, cg * (phases if pad_rows else geo[2] * geo[3]))
         # k and row tables (int64), edge tile, slack, phase planes, slack
