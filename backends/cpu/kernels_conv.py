@@ -86,6 +86,9 @@ FORM_DIRECT, FORM_TRANSPOSED, FORM_PIXEL_ROWS, FORM_WINOGRAD = 0, 1, 2, 3
 #: Bit of the C_INPLACE word: the pixel-row form of an unpadded 1x1 conv packs its tiles' pixel
 #: rows (see :func:`_pack_pixel_rows`) when its channel panels run outermost.
 PACK_PIXEL_ROWS = 4
+#: Bit of the C_INPLACE word: the pixel-row form of a strided, padded conv copies its task's rows
+#: as plain padded rows (no stride phases) and reads its pixel rows from them at the stride.
+STRIDED_PLAIN_ROWS = 8
 
 
 def pack_weights(w: np.ndarray, groups: int, kc: int, width: int = MR) -> np.ndarray:
@@ -428,7 +431,8 @@ def k_convp(F, B, I, J, X, R, p, sbase):
         unpadded_1x1 = kh == 1 and kw == 1 and ph == 0 and pw == 0 and (OH - 1) * sh < H and (OW - 1) * sw < W
         _pixel_rows(F, I, X, R, p, sbase, pb, unpadded_1x1, C, H, W, kh, kw, sh, sw, ph, pw, dh, dw, OW, ohw,
                     groups, cg, mg, wpack, mpad, KC, NC, epi, r0, Rq, Wq, bias, relu, res,
-                    (X[d + C_INPLACE] & PACK_PIXEL_ROWS) != 0)
+                    (X[d + C_INPLACE] & PACK_PIXEL_ROWS) != 0, (X[d + C_INPLACE] & STRIDED_PLAIN_ROWS) != 0,
+                    r1, Wp)
         return
     for b in range(p[1], p[2]):
         n = b // groups
@@ -544,8 +548,12 @@ def _pack_pixel_rows(F, I, kt, ri, base, pk, kb, qc, qe, OW, o0, rs, cs):
 
 @njit(**_JIT)
 def _pixel_rows(F, I, X, R, p, sbase, pb, in_place, C, H, W, kh, kw, sh, sw, ph, pw, dh, dw, OW, ohw,
-                groups, cg, mg, wpack, mpad, KC, NC, epi, r0, Rq, Wq, bias, relu, res, pack):
+                groups, cg, mg, wpack, mpad, KC, NC, epi, r0, Rq, Wq, bias, relu, res, pack, plain, r1, Wp):
     """The pixel-row form of :func:`k_convp` for one task row ``p``.
+
+    ``plain`` (a strided conv, not read in place): the task's padded rows ``[r0, r1)`` are copied as
+    they are, ``Wp`` floats a row, and each pixel row is read at the stride from them, where the
+    stride-phase planes put a channel's taps in sh x sw planes (``lower_conv.STRIDED_PIXEL_ROWS_PLAIN``).
 
     With channel panels outer, K runs in blocks of ``KC`` rows (all panels pass over one block
     of the input before the next; see ``lower_conv.pixel_rows_depth``): the first block's tiles
@@ -559,6 +567,9 @@ def _pixel_rows(F, I, X, R, p, sbase, pb, in_place, C, H, W, kh, kw, sh, sw, ph,
     ri = ti + K  # the row table
     pt = 2 * (ri + PX_MR)  # the edge tile
     pp = pt + PX_MR * PX_NR + NR  # the phase planes
+    if plain:  # one phase: plain padded rows, read at the stride
+        Rq = r1 - r0
+        Wq = Wp
     phase = Rq * Wq
     # packed pixel rows (read in place only, so after the slack where the phase planes would start): a k
     # table kk * PX_MR, a row table 0..PX_MR-1, then the tiles' rows, 64-byte aligned
@@ -570,9 +581,11 @@ def _pixel_rows(F, I, X, R, p, sbase, pb, in_place, C, H, W, kh, kw, sh, sw, ph,
             I[pki + kk] = kk * PX_MR
         for r in range(PX_MR):
             I[pkr + r] = r
-    _tap_table(I, ti, cg, kh, kw, sh, sw, dh, dw, sh * sw * phase, phase, Wq, H * W if in_place else 0)
-    # pixel rows in the phase planes (from the task's first row), or in the input itself
-    o0, rs, cs = (0, sh * W, sw) if in_place else (r0 // sh, Wq, 1)
+    tsh, tsw = (1, 1) if plain else (sh, sw)  # the planes' phases
+    _tap_table(I, ti, cg, kh, kw, tsh, tsw, dh, dw, tsh * tsw * phase, phase, Wq, H * W if in_place else 0)
+    # pixel rows in the phase planes (from the task's first row), in plain rows at the stride, or in
+    # the input itself
+    o0, rs, cs = (0, sh * W, sw) if in_place else ((r0 // sh, sh * Wq, sw) if plain else (r0 // sh, Wq, 1))
     for b in range(p[1], p[2]):
         n = b // groups
         g = b - n * groups
@@ -580,7 +593,7 @@ def _pixel_rows(F, I, X, R, p, sbase, pb, in_place, C, H, W, kh, kw, sh, sw, ph,
         out = X[d + W_OUT] + (n * M + g * mg) * ohw
         wg = wpack + g * mpad * K
         if not in_place:
-            _pad_phases(F, xb, cg, H, W, ph, pw, r0, Rq, sh, sw, Wq, pp)
+            _pad_phases(F, xb, cg, H, W, ph, pw, r0, Rq, tsh, tsw, Wq, pp)
         base = xb if in_place else pp
         qc = p[5]
         bias_g = bias + g * mg

@@ -143,7 +143,7 @@ def _phase_planes(F, src, H, W, ph, pw, sh, sw, Hq, Wq, P, fill, p0):
     # One fill of everything, then only the rows' inside parts: per-row edge
     # handling costs more than the whole memset on planes this small.  Large planes split by
     # column pairs fill only their borders (_split_column_pairs), and the slack past the planes.
-    border = sw == 2 and Hq * Wq >= _BORDER_FILL_MIN
+    border = (sw == 2 or (sh == 1 and sw == 1)) and Hq * Wq >= _BORDER_FILL_MIN
     if border:
         for q in range(sh * sw * Hq * Wq, P.size):
             P[q] = fill
@@ -154,7 +154,21 @@ def _phase_planes(F, src, H, W, ph, pw, sh, sw, Hq, Wq, P, fill, p0):
         # one plane: rows [ph, ph + H) and columns [pw, pw + W) hold the input (no divisions:
         # per plane they cost as much as the copies on 8x8 planes)
         n = min(W, Wq - pw)
-        for r in range(max(ph, 0), min(Hq, H + ph) if n > 0 else 0):
+        r_lo = min(max(ph, 0), Hq)
+        r_hi = max(min(Hq, H + ph) if n > 0 else 0, r_lo)
+        if border:  # the rows above and below, and each inside row's ends (a strided conv's plain rows)
+            for q in range(r_lo * Wq):
+                P[q] = fill
+            for q in range(r_hi * Wq, Hq * Wq):
+                P[q] = fill
+            c_lo = min(max(pw, 0), Wq)
+            c_hi = min(max(pw + max(n, 0), c_lo), Wq)
+            for r in range(r_lo, r_hi):
+                for q in range(r * Wq, r * Wq + c_lo):
+                    P[q] = fill
+                for q in range(r * Wq + c_hi, (r + 1) * Wq):
+                    P[q] = fill
+        for r in range(r_lo, r_hi):
             copy_run(F, p0 + r * Wq + pw, src + (r - ph) * W, n)
         return
     for a in range(sh):

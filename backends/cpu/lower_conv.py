@@ -31,6 +31,7 @@ from .kernels_conv import (
     FORM_TRANSPOSED,
     FORM_WINOGRAD,
     PACK_PIXEL_ROWS,
+    STRIDED_PLAIN_ROWS,
     WEIGHTS_IN_L2,
     pack_weights,
     panel_columns,
@@ -89,6 +90,13 @@ def pointwise_in_place(K: int, mg: int, ohw: int) -> bool:
 #: (see ``kernels_conv._pack_pixel_rows``; 768 KiB, what a 16x16 plane's 32 tiles take for
 #: K blocks of up to 768 rows).  None: never (for comparisons).
 PACK_PIXEL_ROWS_MAX: int | None = 192 * 1024
+#: A strided conv in the pixel-row form copies its padded input rows as they are and reads each pixel
+#: row at the stride (``kernels_conv.STRIDED_PLAIN_ROWS``) instead of splitting them into stride-phase
+#: planes: a 3x3 stride-2 tile's 9 taps of a channel then read 3 rows of 2 cache lines each, shared
+#: between neighbouring taps, where the phase planes spread them over 4 planes (6 rows).  See
+#: docs/benchmarks.md (s8-cnn) for the grid.  Strides of 3 or more (patchify stems: a tile's 8
+#: pixels on 8 lines) keep the phase planes, unmeasured.  False: the phase planes (for comparisons).
+STRIDED_PIXEL_ROWS_PLAIN = True
 
 
 def _geometry(lw: LowerContext, node: Node) -> tuple:
@@ -363,6 +371,8 @@ def implicit_conv_op(lw: LowerContext, name: str, nodes: tuple[Node, ...], x: Vi
     if rows_cap < OH:
         phases = sh * sw * -(-((rows_cap - 1) * sh + (kh - 1) * dh + 1) // sh) * -(-wp_width // sw)
     pack = False
+    plain = (STRIDED_PIXEL_ROWS_PLAIN and form == FORM_PIXEL_ROWS and pad_rows > 0 and (sh > 1 or sw > 1)
+             and max(sh, sw) <= 2)
     if form == FORM_PIXEL_ROWS:
         kc = pixel_rows_depth(K, cg * (phases if pad_rows else geo[2] * geo[3]))
         # k and row tables (int64), edge tile, slack, phase planes, slack
@@ -395,9 +405,11 @@ def implicit_conv_op(lw: LowerContext, name: str, nodes: tuple[Node, ...], x: Vi
         partition = _rows_capped(partition, blocks, mg, ohw, max(NR, (rows_cap - 1) * OW // NR * NR))
 
     return _conv_op(name, nodes, x, wp, out, prog, space, geo, [groups, cg, mg, wp, mpad, kc, nc],
-                    [regs, wp_width, form], bias, relu, residual, int(inplace) | (PACK_PIXEL_ROWS if pack else 0),
+                    [regs, wp_width, form], bias, relu, residual, int(inplace) | (PACK_PIXEL_ROWS if pack else 0)
+                    | (STRIDED_PLAIN_ROWS if plain else 0),
                     flops, partition, regs + panel,
-                    {"M": mg, "N": ohw, "K": K, "batches": blocks, "kernel": FORM_NAMES[form], "packed_rows": pack})
+                    {"M": mg, "N": ohw, "K": K, "batches": blocks, "kernel": FORM_NAMES[form], "packed_rows": pack,
+                     "plain_rows": plain})
 
 
 def _conv_op(name: str, nodes: tuple[Node, ...], x: View, wp: View, out: View, prog: EwProgram | None,

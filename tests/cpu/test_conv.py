@@ -333,3 +333,22 @@ def test_conv_bias_residual_and_relu_in_the_kernel(monkeypatch, form, chain, k, 
     used_feeds = {k: v for k, v in feeds.items() if any(k in n.input for n in nodes)}
     report = compare(model(nodes, used_feeds, outputs, used), used_feeds, atol=2e-4)
     assert report["ops_by_family"] == {"conv": 1}, report["ops_by_family"]
+
+
+@pytest.mark.parametrize("x_shape,w_shape,attrs", [
+    ((1, 16, 30, 34), (40, 16, 3, 3), dict(strides=[2, 2], pads=[1, 1, 1, 1])),
+    ((1, 8, 23, 31), (33, 8, 5, 5), dict(strides=[2, 2], pads=[2, 1, 2, 3])),
+    ((1, 12, 21, 17), (32, 12, 3, 3), dict(strides=[2, 1], pads=[1, 1, 1, 1], dilations=[2, 1])),
+    ((1, 16, 198, 258), (32, 16, 3, 3), dict(strides=[2, 2], pads=[1, 1, 1, 1])),  # tasks cut to fit their rows
+])
+@pytest.mark.parametrize("veus", [1, 2])
+def test_strided_pixel_rows_read_plain_rows_at_the_stride(monkeypatch, x_shape, w_shape, attrs, veus):
+    # The plain padded rows read at the stride (STRIDED_PIXEL_ROWS_PLAIN) give the reference's outputs.
+    from rammer.backends.cpu.compiler import compile_program
+    from rammer.frontend import load
+
+    monkeypatch.setattr(lower_conv, "FORCE_FORM", FORM_PIXEL_ROWS)
+    m, feeds = conv_model(x_shape, w_shape, epilogue=("Relu",), **attrs)
+    (op,) = [o for o in compile_program(load(m)).lowered.ops if o.family == "conv"]
+    assert op.extra["kernel"] == "pixel-rows" and op.extra["plain_rows"]
+    compare(m, feeds, veus=veus, atol=1e-6 * int(np.prod(w_shape[1:])))
