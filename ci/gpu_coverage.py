@@ -6,6 +6,7 @@
     python ci/gpu_coverage.py --corpus                       # the corpus (ci/corpus/) at ci size
     python ci/gpu_coverage.py --corpus --models bert,opt --run opencl,emulator   # and run them
     python ci/gpu_coverage.py --first-run --size full --models resnet18,bert    # PoCL's first run
+    python ci/gpu_coverage.py --first-run --split --size full --models swin      # its parts
 
 For each model: the opencl backend's passes, then every node lowered (``unsupported``); refusals are
 counted by op and by the first words of the reason.  Graphs the cpu backend would not compile without
@@ -18,7 +19,9 @@ against ``reference`` on the corpus's feeds (rtol 1e-3), one line per model and 
 compiler runs as on a machine that never built the program), ``rammer.compile`` for opencl, the
 first ``run`` (PoCL builds the kernel for its work-group size on the first launch) and a second
 one, wall clock and the process's CPU time (the CPU time is what a loaded machine does not
-inflate), with the build options chosen, and checks the outputs against ``reference``.
+inflate), with the build options chosen, and checks the outputs against ``reference``.  With
+``--split``, the kernel is first launched once with an all-zero segment table (no work), so the first
+run's two costs are timed apart: PoCL's work-group function (its kernel compiler) and the run itself.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ import collections
 import re
 import sys
 import time
+from typing import Any
 
 
 def _reason_key(why: str) -> str:
@@ -98,8 +102,24 @@ def run_model(label: str, source: bytes, feeds: dict, target: str) -> str:
     return f"{label} {target} {'ok' if ok else 'MISMATCH'} max_rel={worst:.1e} compile+run={seconds:.1f}s"
 
 
-def first_run(name: str, size: str) -> str:
-    """One line: compile, first and second run of corpus model ``name`` on opencl (this process)."""
+def _empty_launch(executable: object) -> None:
+    """Launch ``executable``'s kernel once with an all-zero ``ptab`` (no segment or row for any block:
+    no work, no counter touched), so PoCL builds its work-group function, timed apart from the run."""
+    import numpy as np
+
+    ex: Any = executable
+    p, cl = ex.program, ex.cl
+    empty = np.zeros_like(p.tables["ptab"])
+    ptab = cl.Buffer(ex.ctx, cl.mem_flags.READ_ONLY | cl.mem_flags.COPY_HOST_PTR, hostbuf=empty)
+    tables = [ptab if key == "ptab" else buf for key, buf in zip(p.tables, ex.tables)]
+    ex.kernel(ex.queue, (p.blocks * p.block_threads,), (p.block_threads,), ex.arena, ex.counters, np.int32(0),
+              *tables)
+    ex.queue.finish()
+
+
+def first_run(name: str, size: str, split: bool = False) -> str:
+    """One line: compile, first and second run of corpus model ``name`` on opencl (this process);
+    ``split``: the first run's work-group function build (an empty launch first) apart from the run."""
     import resource
 
     import rammer
@@ -112,18 +132,27 @@ def first_run(name: str, size: str) -> str:
     marks = [(time.perf_counter(), cpu())]
     compiled = rammer.compile(source, backend="opencl", input_shapes=shapes)
     marks.append((time.perf_counter(), cpu()))
+    if split:
+        _empty_launch(compiled.executable)
+        marks.append((time.perf_counter(), cpu()))
     got = compiled.run(feeds)
     marks.append((time.perf_counter(), cpu()))
     compiled.run(feeds)
     marks.append((time.perf_counter(), cpu()))
     want = rammer.compile(source, backend="reference", input_shapes=shapes).run(feeds)
     ok, worst = _compare(got, want)
-    (w0, c0), (w1, c1), (w2, c2), (w3, c3) = marks
+    (w0, c0), (w1, c1), *rest = marks
+    (w2, c2), (w3, c3) = rest[-2:]
     ex = compiled.executable
     from rammer.backends.opencl.runtime import barrier_rkernels
 
+    wg = ""
+    if split:  # the first run's two parts: PoCL's work-group function, then the run itself
+        (wg_w, wg_c), = rest[:1]
+        wg = (f"work-group function {wg_w - w1:.1f} s (cpu {wg_c - c1:.1f}) + "
+              f"run {w2 - wg_w:.1f} s (cpu {c2 - wg_c:.1f}) = ")
     return (f"{name} {size}: compile {w1 - w0:.1f} s (cpu {c1 - c0:.1f}), "
-            f"first run {w2 - w1:.1f} s (cpu {c2 - c1:.1f}), second run {w3 - w2:.2f} s (cpu {c3 - c2:.2f}); "
+            f"first run {wg}{w2 - w1:.1f} s (cpu {c2 - c1:.1f}), second run {w3 - w2:.2f} s (cpu {c3 - c2:.2f}); "
             f"{'ok' if ok else 'MISMATCH'} max_rel={worst:.1e}; "
             f"build options '{ex.build_options}', {len(ex.report['kernels'])} rKernels "
             f"({barrier_rkernels(ex.program.kernels)} with barriers), "
@@ -145,10 +174,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--verbose", action="store_true")
     ap.add_argument("--first-run", action="store_true",
                     help="with --models: time compile and the first runs on opencl, each model in a fresh process")
+    ap.add_argument("--split", action="store_true",
+                    help="with --first-run: time PoCL's work-group function (an empty launch) apart from the run")
     ap.add_argument("--first-run-one", default="", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.first_run_one:
-        print(first_run(args.first_run_one, args.size), flush=True)
+        print(first_run(args.first_run_one, args.size, args.split), flush=True)
         return 0
     if args.first_run:
         import os
@@ -156,8 +187,9 @@ def main(argv: list[str] | None = None) -> int:
 
         env = {**os.environ, "POCL_KERNEL_CACHE": "0"}
         for name in [n for n in args.models.split(",") if n]:
-            done = subprocess.run([sys.executable, __file__, "--first-run-one", name, "--size", args.size], env=env,
-                                  capture_output=True, text=True)
+            split = ["--split"] if args.split else []
+            done = subprocess.run([sys.executable, __file__, "--first-run-one", name, "--size", args.size, *split],
+                                  env=env, capture_output=True, text=True)
             lines = [ln for ln in done.stdout.splitlines() if ln.startswith(name)]
             print(lines[-1] if lines and done.returncode == 0 else
                   f"{name} {args.size}: FAIL rc={done.returncode} {done.stderr.strip()[-300:]}", flush=True)
