@@ -46,6 +46,7 @@ from .placement import (
     unique_rows,
 )
 from .relief import MARGIN_FRACTION, ChunkKey, live_per_step, relief_moves
+from .stationary import constant_cap, weight_stationary_tiles
 
 MODES = ("merged", "compute-set")
 #: Candidate (read box, slice) pairs x axes compared per numpy step: bounds the lowering's temporary
@@ -63,8 +64,15 @@ def op_waves(schedule: Schedule) -> list[int]:
     return core_op_waves([op.preds for op in schedule.ops], one_per_op=bool(schedule.options.get("launch_per_op")))
 
 
+#: Weight-stationary placement (:func:`.stationary.weight_stationary_tiles`): the first reader of a
+#: constant piece runs on the tile that owns the piece.  Off, every rTask runs where the schedule put it.
+WEIGHT_STATIONARY = True
+
 #: Times the lowering places the constants again with owners that relieve overflowing tiles.
 RELIEF_ROUNDS = 3
+#: Times the weight-stationary placement is planned again, with each tile's room for constants
+#: taken from the failed program (before any relief round).
+STATIONARY_ROUNDS = 2
 
 
 def lower(schedule: Schedule, graph: Graph, mode: str = "merged") -> BSPProgram:
@@ -78,25 +86,46 @@ def lower(schedule: Schedule, graph: Graph, mode: str = "merged") -> BSPProgram:
         raise ValueError(f"unknown superstep mode {mode!r}; known: {', '.join(MODES)}")
     owners: dict[ChunkKey, int] = {}
     moved: dict[ChunkKey, int] = {}
-    for round_ in range(RELIEF_ROUNDS + 1):
+    vd = schedule.vdevice
+    per_tile = int(vd.extra.get("veus_per_tile", 1))
+    num_tiles, sram = math.ceil(vd.num_veus / per_tile), vd.veu.local_mem_bytes * per_tile
+    # The constant bytes each tile may own: half of it, more when the model's constants need more.
+    capacity = np.full(num_tiles, constant_cap(sram, num_tiles, _constant_bytes(graph)) if WEIGHT_STATIONARY
+                       else sram // 2, dtype=np.int64)
+    replans = STATIONARY_ROUNDS if WEIGHT_STATIONARY else 0
+    relief_round = 0
+    while True:
         try:
-            return _lower_with_owners(schedule, graph, mode, owners)
+            return _lower_with_owners(schedule, graph, mode, owners, capacity)
         except IpuPlacementError as exc:
+            transient = getattr(exc, "transient", None)
+            if replans and transient is not None and not owners:
+                # Weight-stationary again: a tile that overflowed may own at most what the failed
+                # program left free beside its activations, exchanges and code at their peak; one
+                # that did not may own that much too, when it is more than its room was.
+                replans -= 1
+                limit = sram - int(sram * MARGIN_FRACTION)
+                over = getattr(exc, "peak", transient) > limit
+                free = np.maximum(0, limit - transient)
+                capacity = np.where(over, np.minimum(capacity, free), np.maximum(capacity, free))
+                continue
             moves = {k: v for k, v in getattr(exc, "relief", {}).items() if moved.get(k) != v}
-            if round_ == RELIEF_ROUNDS or not moves:
+            if relief_round == RELIEF_ROUNDS or not moves:
                 raise
             moved.update(moves)
             # First round: only the moved chunks are pinned, and the room they leave may take the
             # tile's own later chunks (which it would otherwise receive).  After that, every chunk
             # keeps its owner of the failed program: placed afresh, the chunks after a moved one
             # refill its room with weights the tile reads elsewhere (real:resnet50's tile 14).
-            owners = dict(moved) if round_ == 0 else {**getattr(exc, "const_owners", {}), **moved}
+            owners = dict(moved) if relief_round == 0 else {**getattr(exc, "const_owners", {}), **moved}
+            relief_round += 1
     raise AssertionError("unreachable")
 
 
-def _lower_with_owners(schedule: Schedule, graph: Graph, mode: str, fixed_owners: dict[ChunkKey, int]
-                       ) -> BSPProgram:
-    """:func:`lower` once, with ``fixed_owners`` fixing the owner tile of the constant chunks it names."""
+def _lower_with_owners(schedule: Schedule, graph: Graph, mode: str, fixed_owners: dict[ChunkKey, int],
+                       capacity: np.ndarray) -> BSPProgram:
+    """:func:`lower` once, with ``fixed_owners`` fixing the owner tile of the constant chunks it names
+    and ``capacity`` (per tile) the constant bytes each tile may own."""
     vd = schedule.vdevice
     per_tile = int(vd.extra.get("veus_per_tile", 1))
     num_tiles = math.ceil(vd.num_veus / per_tile)
@@ -134,6 +163,9 @@ def _lower_with_owners(schedule: Schedule, graph: Graph, mode: str, fixed_owners
         size = _itemsize(graph, name)
         new = []
         pieces = reader_partition(info.shape, [b for _, b in readers_])
+        # A weight-stationary piece stays whole on its reader's tile, which the planner chose for it:
+        # cut by the cap, its overflow would be received by that reader on top of what it owns.
+        stationary = pieces is not None and WEIGHT_STATIONARY and name in graph.initializers
         if pieces is not None:  # the readers tile it: each piece on its reader's tile
             tile_of_box: dict[Box, int] = {}
             for tile, b in readers_:
@@ -152,7 +184,7 @@ def _lower_with_owners(schedule: Schedule, graph: Graph, mode: str, fixed_owners
             moved = fixed_owners.get((name, _box_key(box))) if fixed_owners else None
             if moved is not None:
                 owner = moved
-            elif owner < 0 or const_load[owner] + nbytes > sram // 2:
+            elif owner < 0 or (not stationary and const_load[owner] + nbytes > capacity[owner]):
                 owner = int(np.argmin(const_load))
             const_load[owner] += nbytes
             new.append((box, owner, -1))
@@ -172,6 +204,13 @@ def _lower_with_owners(schedule: Schedule, graph: Graph, mode: str, fixed_owners
             for slot, box in a.reads:
                 if slot < len(node.inputs) and node.inputs[slot] and not is_static(graph, node.inputs[slot]):
                     by_slot[slot].append((r, box))
+        anchors = _stationary_anchors(graph, node, by_slot, raw) if WEIGHT_STATIONARY else []
+        if anchors:  # weight-stationary: the first reader of a constant piece runs where the piece can live
+            moved_tiles = weight_stationary_tiles(tiles, anchors, const_load, capacity)
+            changed = moved_tiles != tiles
+            if changed.any():
+                veu_of[ids[changed]] = moved_tiles[changed] * per_tile + veu_of[ids[changed]] % per_tile
+                tile_of[ids] = tiles = moved_tiles
         need = np.zeros(k.num_rtasks, dtype=np.int64)
         need_wave = np.zeros(k.num_rtasks, dtype=np.int64)
         for slot, reads in by_slot.items():
@@ -248,8 +287,36 @@ def _lower_with_owners(schedule: Schedule, graph: Graph, mode: str, fixed_owners
         # The relief of the first candidate (merged waves, the preferred program) rides on the error raised.
         errors[-1].relief = getattr(errors[0], "relief", {})  # type: ignore[attr-defined]
         errors[-1].const_owners = getattr(errors[0], "const_owners", {})  # type: ignore[attr-defined]
+        errors[-1].transient = getattr(errors[0], "transient", None)  # type: ignore[attr-defined]
+        errors[-1].peak = getattr(errors[0], "peak", None)  # type: ignore[attr-defined]
         raise errors[-1]
     return kept if kept is not None else parts.build(best[1], mode)
+
+
+def _constant_bytes(graph: Graph) -> int:
+    return sum(np.asarray(v).nbytes for name, v in graph.initializers.items() if not is_static(graph, name))
+
+
+def _stationary_anchors(graph: Graph, node, by_slot: dict[int, list[tuple[int, Box]]], placed: dict
+                        ) -> list[tuple[int, int]]:
+    """(rTask, bytes) of the op's rTasks that first read a piece of a constant not placed yet, when the
+    op's rTasks read it in blocks that tile it (:func:`.placement.reader_partition`): the pieces
+    :func:`.stationary.weight_stationary_tiles` moves compute to.  (A chunk whose owner a relief round
+    fixed elsewhere is received by its reader, as without this placement.)"""
+    first_bytes: dict[int, int] = defaultdict(int)
+    for slot, reads in by_slot.items():
+        name = node.inputs[slot]
+        if name in placed or name not in graph.initializers:
+            continue
+        if reader_partition(graph.value_info[name].shape, [b for _, b in reads]) is None:
+            continue
+        size = _itemsize(graph, name)
+        first: dict[Box, int] = {}
+        for r, b in reads:
+            first.setdefault(_box_key(b), r)
+        for b, r in first.items():
+            first_bytes[r] += box_volume(b) * size
+    return sorted(first_bytes.items())
 
 
 def _box_key(box) -> Box:
@@ -432,6 +499,12 @@ class _Parts:
             exc.relief = self._relief(rtask_step, num_steps, arr, peak)  # type: ignore[attr-defined]
             exc.const_owners = {(name, _box_key(box)): owner  # type: ignore[attr-defined]
                                 for name, ss in self.raw.items() if name in self.sources for box, owner, _ in ss}
+            # Each tile's peak of everything but its constants and inputs (kept for the whole program):
+            # what a weight-stationary plan must leave free on it.
+            movable = np.concatenate([np.full(len(sa[0]), name not in self.sources) for name, sa in
+                                      zip(self.raw, slice_arrays)] + [np.ones(len(it_tile) + len(edst), dtype=bool)])
+            exc.transient = peak_per_tile(num_tiles, *(a[movable] for a in arr))  # type: ignore[attr-defined]
+            exc.peak = peak  # type: ignore[attr-defined]
             raise exc
 
         slices = {name: [TensorSlice(name, box, owner, int(rtask_step[w]) if w >= 0 else -1) for box, owner, w in ss]

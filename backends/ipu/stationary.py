@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from rammer.ir import Graph, Node
 from rammer.rtask import RKernel
 from rammer.vdevice import VDevice
@@ -75,3 +77,53 @@ def finest_weight_cut(kernels: list[RKernel], node: Node, graph: Graph, vd: VDev
             continue  # the finest cut already crowds the tiles: the scheduler's choice stands
         kept = [k for b, k in blocks if b is None or b == finest]
     return kept
+
+
+# --- Compute moved to its weights -------------------------------------------------------------
+#
+# The lowering owns each piece of a constant (a block its first consumer's rTasks read, when those
+# blocks tile it) on the tile of the rTask that reads it, up to a cap on the constant bytes a tile
+# owns; past the cap, pieces went to the least-loaded tile and their reader received them.  When the
+# model's constants take more than half of every tile on average (real:vgg19: 381 KiB of a 624 KiB
+# tile), every tile is past that cap by the last layers, so their weight blocks were owned by tiles
+# that do not read them and received, several in one superstep, on top of what the reader already
+# owns.  Weight-stationary placement moves the reader instead: the rTask runs on the tile that will
+# own its block, chosen so that each tile's constants stay under its cap.
+
+
+def constant_cap(tile_bytes: int, num_tiles: int, constant_bytes: int) -> int:
+    """The constant bytes a tile may own: half of it, or when the model's constants take more than
+    that on average, the average share plus a sixteenth of the tile (their readers need the rest)."""
+    share = -(-constant_bytes // max(1, num_tiles))
+    return max(tile_bytes // 2, share + tile_bytes // 16)
+
+
+def weight_stationary_tiles(tiles: np.ndarray, anchors: list[tuple[int, int]], load: np.ndarray,
+                            capacity: np.ndarray) -> np.ndarray:
+    """The tiles of one op's rTasks (``tiles``, as scheduled) with each rTask that is the first reader
+    of a constant piece moved, with its piece, to a tile that can own it.
+
+    ``anchors``: (rTask index, bytes of the constant pieces it reads first), in rTask order; ``load``:
+    the constant bytes each tile owns so far; ``capacity``: what each tile may own.  An anchor stays on
+    its tile when the pieces fit there, else it goes to the tile with the most room left.  No tile runs
+    more rTasks of the op than the busiest did as scheduled, so the op's parallelism, and its compute
+    time on the busiest tile, stay as the scheduler chose them."""
+    new = tiles.copy()
+    if not anchors:
+        return new
+    num_tiles = len(load)
+    limit = int(np.bincount(tiles, minlength=num_tiles).max())
+    anchored = np.zeros(len(tiles), dtype=bool)
+    anchored[[r for r, _ in anchors]] = True
+    count = np.bincount(tiles[~anchored], minlength=num_tiles)
+    room = capacity.astype(np.float64) - load
+    for r, nbytes in anchors:
+        t = int(tiles[r])
+        if room[t] >= nbytes and count[t] < limit:
+            target = t
+        else:
+            target = int(np.argmax(np.where(count < limit, room, -np.inf)))
+        new[r] = target
+        count[target] += 1
+        room[target] -= nbytes
+    return new
