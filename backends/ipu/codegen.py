@@ -139,6 +139,10 @@ def _lower_with_owners(schedule: Schedule, graph: Graph, mode: str, fixed_owners
     waves = op_waves(schedule)
     sources = set(graph.initializers) | {t.name for t in graph.inputs}
     const_load = np.zeros(num_tiles, dtype=np.int64)
+    # When the constants fill the tiles (more than half of each on average), the pieces of every op
+    # are placed at once, largest first; otherwise op by op, as the lowering meets them.
+    planned = (_plan_all_pieces(schedule, graph, tile_of, const_load, capacity)
+               if WEIGHT_STATIONARY and _constant_bytes(graph) > num_tiles * (sram // 2) else None)
 
     # Slices as (box, owner, writer rTask); the writer's superstep is known once a mode chose the steps.
     # Constants and graph inputs have writer -1 (loaded before superstep 0).
@@ -204,9 +208,14 @@ def _lower_with_owners(schedule: Schedule, graph: Graph, mode: str, fixed_owners
             for slot, box in a.reads:
                 if slot < len(node.inputs) and node.inputs[slot] and not is_static(graph, node.inputs[slot]):
                     by_slot[slot].append((r, box))
-        anchors = _stationary_anchors(graph, node, by_slot, raw) if WEIGHT_STATIONARY else []
-        if anchors:  # weight-stationary: the first reader of a constant piece runs where the piece can live
-            moved_tiles = weight_stationary_tiles(tiles, anchors, const_load, capacity)
+        moved_tiles = None  # weight-stationary: the first reader of a constant piece runs where it can live
+        if planned is not None:
+            moved_tiles = planned.get(i)
+        elif WEIGHT_STATIONARY:
+            anchors = _stationary_anchors(graph, node, by_slot, raw)
+            if anchors:
+                moved_tiles = weight_stationary_tiles([(tiles, anchors)], const_load, capacity)[0]
+        if moved_tiles is not None:
             changed = moved_tiles != tiles
             if changed.any():
                 veu_of[ids[changed]] = moved_tiles[changed] * per_tile + veu_of[ids[changed]] % per_tile
@@ -295,6 +304,32 @@ def _lower_with_owners(schedule: Schedule, graph: Graph, mode: str, fixed_owners
 
 def _constant_bytes(graph: Graph) -> int:
     return sum(np.asarray(v).nbytes for name, v in graph.initializers.items() if not is_static(graph, name))
+
+
+def _plan_all_pieces(schedule: Schedule, graph: Graph, tile_of: np.ndarray, load: np.ndarray,
+                     capacity: np.ndarray) -> dict[int, np.ndarray]:
+    """Per op index, the tiles of its rTasks after :func:`.stationary.weight_stationary_tiles` placed
+    the pieces of every constant, each with its first reader, over all the ops at once."""
+    seen: set[str] = set()
+    which, plan_ops = [], []
+    for i, op in enumerate(schedule.ops):
+        node = graph.nodes[i]
+        slots = {s for s, name in enumerate(node.inputs)
+                 if name and name in graph.initializers and name not in seen and not is_static(graph, name)}
+        seen.update(node.inputs[s] for s in slots)
+        if not slots:
+            continue
+        k = op.kernel
+        by_slot: dict[int, list[tuple[int, Box]]] = defaultdict(list)
+        for r in range(k.num_rtasks):
+            for slot, box in k.accesses(r).reads:
+                if slot in slots:
+                    by_slot[slot].append((r, box))
+        anchors = _stationary_anchors(graph, node, by_slot, {})
+        if anchors:
+            which.append(i)
+            plan_ops.append((tile_of[op.first_rtask:op.first_rtask + k.num_rtasks], anchors))
+    return dict(zip(which, weight_stationary_tiles(plan_ops, load, capacity)))
 
 
 def _stationary_anchors(graph: Graph, node, by_slot: dict[int, list[tuple[int, Box]]], placed: dict

@@ -91,39 +91,51 @@ def finest_weight_cut(kernels: list[RKernel], node: Node, graph: Graph, vd: VDev
 # own its block, chosen so that each tile's constants stay under its cap.
 
 
+#: The constant bytes a tile may own beyond the average share, as a fraction of the tile, when the
+#: model's constants take more than half of every tile (the bins' slack for pieces of uneven size).
+CAP_SLACK_FRACTION = 1 / 64
+
+
 def constant_cap(tile_bytes: int, num_tiles: int, constant_bytes: int) -> int:
     """The constant bytes a tile may own: half of it, or when the model's constants take more than
-    that on average, the average share plus a sixteenth of the tile (their readers need the rest)."""
+    that on average, the average share plus :data:`CAP_SLACK_FRACTION` of the tile (their readers
+    need the rest)."""
     share = -(-constant_bytes // max(1, num_tiles))
-    return max(tile_bytes // 2, share + tile_bytes // 16)
+    return max(tile_bytes // 2, share + int(tile_bytes * CAP_SLACK_FRACTION))
 
 
-def weight_stationary_tiles(tiles: np.ndarray, anchors: list[tuple[int, int]], load: np.ndarray,
-                            capacity: np.ndarray) -> np.ndarray:
-    """The tiles of one op's rTasks (``tiles``, as scheduled) with each rTask that is the first reader
-    of a constant piece moved, with its piece, to a tile that can own it.
+def weight_stationary_tiles(ops: list[tuple[np.ndarray, list[tuple[int, int]]]], load: np.ndarray,
+                            capacity: np.ndarray) -> list[np.ndarray]:
+    """The tiles of the rTasks of some ops, each given as (its rTasks' tiles as scheduled, its
+    anchors), with each rTask that is the first reader of a constant piece moved, with its piece, to a
+    tile that can own it.
 
-    ``anchors``: (rTask index, bytes of the constant pieces it reads first), in rTask order; ``load``:
-    the constant bytes each tile owns so far; ``capacity``: what each tile may own.  An anchor stays on
-    its tile when the pieces fit there, else it goes to the tile with the most room left.  No tile runs
-    more rTasks of the op than the busiest did as scheduled, so the op's parallelism, and its compute
-    time on the busiest tile, stay as the scheduler chose them."""
-    new = tiles.copy()
-    if not anchors:
-        return new
+    An anchor is (rTask index in its op, bytes of the constant pieces it reads first); ``load``: the
+    constant bytes each tile owns so far; ``capacity``: what each tile may own.  The pieces are placed
+    largest first, over all the ops given (a bin packing: the lowering passes every op of a model
+    whose constants fill the tiles, so that real:vgg19's 128 KiB blocks of fc7 and fc8, read last, are
+    not left for tiles that its 46 KiB blocks of fc6 already filled).  An anchor stays on its tile
+    when its pieces fit there, else it goes to the tile with the most room left.  No tile runs more
+    rTasks of an op than the busiest did as scheduled, so each op's parallelism, and its compute time
+    on the busiest tile, stay as the scheduler chose them."""
     num_tiles = len(load)
-    limit = int(np.bincount(tiles, minlength=num_tiles).max())
-    anchored = np.zeros(len(tiles), dtype=bool)
-    anchored[[r for r, _ in anchors]] = True
-    count = np.bincount(tiles[~anchored], minlength=num_tiles)
     room = capacity.astype(np.float64) - load
-    for r, nbytes in anchors:
+    out, limits, counts = [], [], []
+    for tiles, anchors in ops:
+        out.append(tiles.copy())
+        limits.append(int(np.bincount(tiles, minlength=num_tiles).max()) if len(tiles) else 0)
+        anchored = np.zeros(len(tiles), dtype=bool)
+        anchored[[r for r, _ in anchors]] = True
+        counts.append(np.bincount(tiles[~anchored], minlength=num_tiles))
+    order = sorted(((-nbytes, j, r) for j, (_, anchors) in enumerate(ops) for r, nbytes in anchors))
+    for neg, j, r in order:
+        nbytes, tiles, count, limit = -neg, ops[j][0], counts[j], limits[j]
         t = int(tiles[r])
         if room[t] >= nbytes and count[t] < limit:
             target = t
         else:
             target = int(np.argmax(np.where(count < limit, room, -np.inf)))
-        new[r] = target
+        out[j][r] = target
         count[target] += 1
         room[target] -= nbytes
-    return new
+    return out

@@ -118,13 +118,19 @@ def test_the_planner_moves_readers_to_room_and_keeps_the_op_spread() -> None:
     tiles = np.array([0, 0, 1, 2])  # an op's 4 rTasks, two on tile 0 as scheduled
     load = np.array([90.0, 0.0, 50.0, 0.0])
     capacity = np.full(4, 100)
-    # rTask 0's piece (20) does not fit tile 0 (90 + 20 > 100): it goes to the tile with the most room
-    # (1 or 3; not one holding already as many of the op's rTasks as the busiest tile did, 2).
-    # rTask 2's (40) fits its tile 1 beside rTask 0's; rTask 3's (5) fits its tile 2.
-    out = weight_stationary_tiles(tiles, [(0, 20), (2, 40), (3, 5)], load, capacity)
-    assert out[0] in (1, 3) and out[1] == 0 and out[2] == 1 and out[3] == 2
-    assert np.bincount(out, minlength=4).max() <= 2
-    assert (load + np.bincount(out[[0, 2]], weights=[20, 40], minlength=4) <= capacity).all()
+    # Largest first: rTask 2's piece (40) fits its tile 1; rTask 0's (20) does not fit tile 0 (90 + 20
+    # > 100) and goes to the tile with the most room (3: 100 left; tile 1 has 60), rTask 3's (5) stays.
+    [out] = weight_stationary_tiles([(tiles, [(0, 20), (2, 40), (3, 5)])], load, capacity)
+    assert out.tolist() == [3, 0, 1, 2]
+    # Two ops planned at once, largest piece first (65 of the later op, then 30, then 20): each stays on
+    # its tile while it fits, and a tile runs no more rTasks of an op than the busiest as scheduled.
+    a, b = weight_stationary_tiles([(np.array([0, 1]), [(0, 20), (1, 30)]), (np.array([0, 0]), [(0, 65)])],
+                                   np.zeros(2), np.full(2, 90))
+    assert a.tolist() == [0, 1] and b.tolist() == [0, 0]
+    a, b = weight_stationary_tiles([(np.array([0, 1]), [(0, 20), (1, 30)]), (np.array([0, 0]), [(0, 65)])],
+                                   np.array([0.0, 10.0]), np.full(2, 80))
+    assert b.tolist()[0] == 0 and a.tolist()[1] == 1  # 65 on tile 0 (15 left), 30 on tile 1 (40 left)
+    assert a.tolist()[0] == 0  # 20 fits nowhere: the one tile the op's limit (one rTask per tile) leaves
     # The cap: half a tile, unless the constants need more on average.
     assert constant_cap(624, 10, 1000) == 312
-    assert constant_cap(624, 10, 3810) == 381 + 39
+    assert constant_cap(640, 10, 3810) == 381 + 10
