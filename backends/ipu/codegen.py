@@ -46,7 +46,13 @@ from .placement import (
     unique_rows,
 )
 from .relief import MARGIN_FRACTION, ChunkKey, live_per_step, relief_moves
-from .stationary import constant_cap, weight_stationary_tiles
+from .stationary import (
+    constant_bytes_of,
+    constant_cap,
+    plan_all_pieces,
+    stationary_anchors,
+    weight_stationary_tiles,
+)
 
 MODES = ("merged", "compute-set")
 #: Candidate (read box, slice) pairs x axes compared per numpy step: bounds the lowering's temporary
@@ -90,7 +96,7 @@ def lower(schedule: Schedule, graph: Graph, mode: str = "merged") -> BSPProgram:
     per_tile = int(vd.extra.get("veus_per_tile", 1))
     num_tiles, sram = math.ceil(vd.num_veus / per_tile), vd.veu.local_mem_bytes * per_tile
     # The constant bytes each tile may own: half of it, more when the model's constants need more.
-    capacity = np.full(num_tiles, constant_cap(sram, num_tiles, _constant_bytes(graph)) if WEIGHT_STATIONARY
+    capacity = np.full(num_tiles, constant_cap(sram, num_tiles, constant_bytes_of(graph)) if WEIGHT_STATIONARY
                        else sram // 2, dtype=np.int64)
     replans = STATIONARY_ROUNDS if WEIGHT_STATIONARY else 0
     relief_round = 0
@@ -141,8 +147,8 @@ def _lower_with_owners(schedule: Schedule, graph: Graph, mode: str, fixed_owners
     const_load = np.zeros(num_tiles, dtype=np.int64)
     # When the constants fill the tiles (more than half of each on average), the pieces of every op
     # are placed at once, largest first; otherwise op by op, as the lowering meets them.
-    planned = (_plan_all_pieces(schedule, graph, tile_of, const_load, capacity)
-               if WEIGHT_STATIONARY and _constant_bytes(graph) > num_tiles * (sram // 2) else None)
+    planned = (plan_all_pieces(schedule, graph, tile_of, const_load, capacity)
+               if WEIGHT_STATIONARY and constant_bytes_of(graph) > num_tiles * (sram // 2) else None)
 
     # Slices as (box, owner, writer rTask); the writer's superstep is known once a mode chose the steps.
     # Constants and graph inputs have writer -1 (loaded before superstep 0).
@@ -212,7 +218,7 @@ def _lower_with_owners(schedule: Schedule, graph: Graph, mode: str, fixed_owners
         if planned is not None:
             moved_tiles = planned.get(i)
         elif WEIGHT_STATIONARY:
-            anchors = _stationary_anchors(graph, node, by_slot, raw)
+            anchors = stationary_anchors(graph, node, by_slot, raw)
             if anchors:
                 moved_tiles = weight_stationary_tiles([(tiles, anchors)], const_load, capacity)[0]
         if moved_tiles is not None:
@@ -300,58 +306,6 @@ def _lower_with_owners(schedule: Schedule, graph: Graph, mode: str, fixed_owners
         errors[-1].peak = getattr(errors[0], "peak", None)  # type: ignore[attr-defined]
         raise errors[-1]
     return kept if kept is not None else parts.build(best[1], mode)
-
-
-def _constant_bytes(graph: Graph) -> int:
-    return sum(np.asarray(v).nbytes for name, v in graph.initializers.items() if not is_static(graph, name))
-
-
-def _plan_all_pieces(schedule: Schedule, graph: Graph, tile_of: np.ndarray, load: np.ndarray,
-                     capacity: np.ndarray) -> dict[int, np.ndarray]:
-    """Per op index, the tiles of its rTasks after :func:`.stationary.weight_stationary_tiles` placed
-    the pieces of every constant, each with its first reader, over all the ops at once."""
-    seen: set[str] = set()
-    which, plan_ops = [], []
-    for i, op in enumerate(schedule.ops):
-        node = graph.nodes[i]
-        slots = {s for s, name in enumerate(node.inputs)
-                 if name and name in graph.initializers and name not in seen and not is_static(graph, name)}
-        seen.update(node.inputs[s] for s in slots)
-        if not slots:
-            continue
-        k = op.kernel
-        by_slot: dict[int, list[tuple[int, Box]]] = defaultdict(list)
-        for r in range(k.num_rtasks):
-            for slot, box in k.accesses(r).reads:
-                if slot in slots:
-                    by_slot[slot].append((r, box))
-        anchors = _stationary_anchors(graph, node, by_slot, {})
-        if anchors:
-            which.append(i)
-            plan_ops.append((tile_of[op.first_rtask:op.first_rtask + k.num_rtasks], anchors))
-    return dict(zip(which, weight_stationary_tiles(plan_ops, load, capacity)))
-
-
-def _stationary_anchors(graph: Graph, node, by_slot: dict[int, list[tuple[int, Box]]], placed: dict
-                        ) -> list[tuple[int, int]]:
-    """(rTask, bytes) of the op's rTasks that first read a piece of a constant not placed yet, when the
-    op's rTasks read it in blocks that tile it (:func:`.placement.reader_partition`): the pieces
-    :func:`.stationary.weight_stationary_tiles` moves compute to.  (A chunk whose owner a relief round
-    fixed elsewhere is received by its reader, as without this placement.)"""
-    first_bytes: dict[int, int] = defaultdict(int)
-    for slot, reads in by_slot.items():
-        name = node.inputs[slot]
-        if name in placed or name not in graph.initializers:
-            continue
-        if reader_partition(graph.value_info[name].shape, [b for _, b in reads]) is None:
-            continue
-        size = _itemsize(graph, name)
-        first: dict[Box, int] = {}
-        for r, b in reads:
-            first.setdefault(_box_key(b), r)
-        for b, r in first.items():
-            first_bytes[r] += box_volume(b) * size
-    return sorted(first_bytes.items())
 
 
 def _box_key(box) -> Box:

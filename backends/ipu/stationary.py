@@ -24,14 +24,16 @@ tests/ipu/test_ipu_relief.py, where the scheduler's own cut placed.)  The split-
 from __future__ import annotations
 
 import math
+from collections import defaultdict
 
 import numpy as np
 
 from rammer.ir import Graph, Node
-from rammer.rtask import RKernel
+from rammer.rtask import Box, RKernel
+from rammer.schedule import Schedule
 from rammer.vdevice import VDevice
 
-from .placement import box_volume, is_static
+from .placement import box_volume, is_static, reader_partition
 
 #: A constant input larger than this fraction of the chip's SRAM (14 MiB on a GC200) is read only
 #: through the kernels that cut it finest.
@@ -139,3 +141,56 @@ def weight_stationary_tiles(ops: list[tuple[np.ndarray, list[tuple[int, int]]]],
         count[target] += 1
         room[target] -= nbytes
     return out
+
+
+def constant_bytes_of(graph: Graph) -> int:
+    """Bytes of the constants of ``graph`` that are tensor slices (not compile-time parameters)."""
+    return sum(np.asarray(v).nbytes for name, v in graph.initializers.items() if not is_static(graph, name))
+
+
+def plan_all_pieces(schedule: Schedule, graph: Graph, tile_of: np.ndarray, load: np.ndarray,
+                     capacity: np.ndarray) -> dict[int, np.ndarray]:
+    """Per op index, the tiles of its rTasks after :func:`weight_stationary_tiles` placed
+    the pieces of every constant, each with its first reader, over all the ops at once."""
+    seen: set[str] = set()
+    which, plan_ops = [], []
+    for i, op in enumerate(schedule.ops):
+        node = graph.nodes[i]
+        slots = {s for s, name in enumerate(node.inputs)
+                 if name and name in graph.initializers and name not in seen and not is_static(graph, name)}
+        seen.update(node.inputs[s] for s in slots)
+        if not slots:
+            continue
+        k = op.kernel
+        by_slot: dict[int, list[tuple[int, Box]]] = defaultdict(list)
+        for r in range(k.num_rtasks):
+            for slot, box in k.accesses(r).reads:
+                if slot in slots:
+                    by_slot[slot].append((r, box))
+        anchors = stationary_anchors(graph, node, by_slot, {})
+        if anchors:
+            which.append(i)
+            plan_ops.append((tile_of[op.first_rtask:op.first_rtask + k.num_rtasks], anchors))
+    return dict(zip(which, weight_stationary_tiles(plan_ops, load, capacity)))
+
+
+def stationary_anchors(graph: Graph, node, by_slot: dict[int, list[tuple[int, Box]]], placed: dict
+                        ) -> list[tuple[int, int]]:
+    """(rTask, bytes) of the op's rTasks that first read a piece of a constant not placed yet, when the
+    op's rTasks read it in blocks that tile it (:func:`.placement.reader_partition`): the pieces
+    :func:`weight_stationary_tiles` moves compute to.  (A chunk whose owner a relief round
+    fixed elsewhere is received by its reader, as without this placement.)"""
+    first_bytes: dict[int, int] = defaultdict(int)
+    for slot, reads in by_slot.items():
+        name = node.inputs[slot]
+        if name in placed or name not in graph.initializers:
+            continue
+        if reader_partition(graph.value_info[name].shape, [b for _, b in reads]) is None:
+            continue
+        size = graph.value_info[name].np_dtype.itemsize
+        first: dict[Box, int] = {}
+        for r, b in reads:
+            first.setdefault(tuple((int(lo), int(hi)) for lo, hi in b), r)
+        for b, r in first.items():
+            first_bytes[r] += box_volume(b) * size
+    return sorted(first_bytes.items())
