@@ -174,7 +174,7 @@ def plan_all_pieces(schedule: Schedule, graph: Graph, tile_of: np.ndarray, load:
     return dict(zip(which, weight_stationary_tiles(plan_ops, load, capacity)))
 
 
-def stationary_anchors(graph: Graph, node, by_slot: dict[int, list[tuple[int, Box]]], placed: dict
+def stationary_anchors(graph: Graph, node: Node, by_slot: dict[int, list[tuple[int, Box]]], placed: dict
                         ) -> list[tuple[int, int]]:
     """(rTask, bytes) of the op's rTasks that first read a piece of a constant not placed yet, when the
     op's rTasks read it in blocks that tile it (:func:`.placement.reader_partition`): the pieces
