@@ -40,12 +40,11 @@ from .placement import (
     chunk_boxes,
     is_static,
     overlapping_pairs,
-    peak_per_tile,
     reader_partition,
     refuse_over_chip,
     unique_rows,
 )
-from .relief import MARGIN_FRACTION, ChunkKey, live_per_step, relief_moves
+from .relief import MARGIN_FRACTION, ChunkKey, relief_moves
 from .stationary import (
     constant_bytes_of,
     constant_cap,
@@ -53,6 +52,7 @@ from .stationary import (
     stationary_anchors,
     weight_stationary_tiles,
 )
+from .tile_memory import Intervals, busiest_per_step, labelled_at, live_grid, peak_bytes
 
 MODES = ("merged", "compute-set")
 #: Candidate (read box, slice) pairs x axes compared per numpy step: bounds the lowering's temporary
@@ -418,10 +418,6 @@ class _Parts:
         num_steps = int(rtask_step.max(initial=-1)) + 1
         last_use = {name: max(int(rtask_step[r].max(initial=-1)) for r in rs) for name, rs in self.readers.items()}
         groups_x = self.exchange_groups(rtask_step)
-        es = np.concatenate([g.superstep for g in groups_x] or [np.zeros(0, np.int64)])
-        esrc = np.concatenate([g.src for g in groups_x] or [np.zeros(0, np.int64)])
-        edst = np.concatenate([g.dst for g in groups_x] or [np.zeros(0, np.int64)])
-        eb = np.concatenate([g.nbytes for g in groups_x] or [np.zeros(0, np.int64)])
 
         # Tile tasks and timing.
         groups: dict[tuple[int, int, int], list[int]] = defaultdict(list)
@@ -439,62 +435,51 @@ class _Parts:
             per = np.bincount(inv, weights=dur)
             np.maximum.at(compute_us, uniq // vd.num_veus, per)
         exchange_us = np.zeros(num_steps)
-        if len(es):
-            for ends in (esrc, edst):
-                key = es * num_tiles + ends
-                uniq, inv = np.unique(key, return_inverse=True)
-                per = np.bincount(inv, weights=eb.astype(np.float64))
-                busiest = np.zeros(num_steps)
-                np.maximum.at(busiest, uniq // num_tiles, per)
+        if any(len(g.nbytes) for g in groups_x):
+            # Per superstep, the most bytes a tile sends or receives, summed tensor by tensor.
+            for side in ("src", "dst"):
+                busiest = busiest_per_step(num_tiles, num_steps,
+                                           [(g.superstep, getattr(g, side), g.nbytes) for g in groups_x])
                 exchange_us = np.maximum(exchange_us, busiest)
             exchange_us = np.array([cost.exchange_us(b) for b in exchange_us])
 
         # Memory: owned slices from their superstep to the tensor's last use, received boxes for
         # their superstep, code for the whole program.
+        # Each group is summed into a (tiles, supersteps) grid on its own (tile_memory.py): no
+        # concatenated list of every slice and exchange.
         keep = {t.name for t in graph.outputs}
-        labels: list[str] = []
-        it_tile, it_start, it_end, it_bytes, it_label = [], [], [], [], []
-        slice_arrays = []
+        held: list[Intervals] = []
         for name in self.raw:
             boxes, owners, writers = self.arrays[name]
             # (a model without rTasks has only constants and inputs: writers all -1)
             steps = np.where(writers >= 0, rtask_step[np.maximum(writers, 0)], -1) if n else np.full(len(writers), -1)
             end = num_steps - 1 if name in keep or name in self.sources else last_use.get(name, -1)
-            labels.append(name)
-            slice_arrays.append((owners, np.maximum(steps, 0), np.maximum(np.maximum(steps, end), 0),
-                                 self.slice_bytes[name], np.full(len(owners), len(labels) - 1, dtype=np.int64)))
+            held.append(Intervals(owners, np.maximum(steps, 0), np.maximum(np.maximum(steps, end), 0),
+                                  self.slice_bytes[name], name, name not in self.sources))
         kernels_on: dict[int, set[str]] = defaultdict(set)
         vertices = np.zeros(num_tiles, dtype=np.int64)
         for t in tasks:
             kernels_on[t.tile].add(schedule.ops[t.op].kernel.kernel_id)
             vertices[t.tile] += len(t.rtasks)
-        labels.append("(code)")
-        for tile, ks in kernels_on.items():
-            it_tile.append(tile)
-            it_start.append(0)
-            it_end.append(max(0, num_steps - 1))
-            it_bytes.append(len(ks) * CODE_BYTES_PER_KERNEL + int(vertices[tile]) * VERTEX_BYTES)
-            it_label.append(len(labels) - 1)
-        x_label = []
-        for g in groups_x:  # received boxes live for their superstep
-            labels.append(f"{g.tensor} (received)")
-            x_label.append(np.full(len(g.nbytes), len(labels) - 1, dtype=np.int64))
-        arr = [np.concatenate([*(sa[j] for sa in slice_arrays), np.asarray(a, dtype=np.int64), b]) for j, (a, b) in
-               enumerate(((it_tile, edst), (it_start, es), (it_end, es), (it_bytes, eb)))]
-        label_ids = np.concatenate([*(sa[4] for sa in slice_arrays), np.asarray(it_label, dtype=np.int64), *x_label])
-        peak = peak_per_tile(num_tiles, *arr)
+        code_tiles = np.fromiter(kernels_on, dtype=np.int64, count=len(kernels_on))
+        code_bytes = np.array([len(kernels_on[t]) * CODE_BYTES_PER_KERNEL + int(vertices[t]) * VERTEX_BYTES
+                               for t in code_tiles.tolist()], dtype=np.int64)
+        held.append(Intervals(code_tiles, np.zeros_like(code_tiles), np.full_like(code_tiles, max(0, num_steps - 1)),
+                              code_bytes, "(code)"))
+        held += [Intervals(g.dst, g.superstep, g.superstep, g.nbytes, f"{g.tensor} (received)")
+                 for g in groups_x]  # received boxes live for their superstep
+        peak = peak_bytes(num_tiles, num_steps, held)
         if (peak > sram).any():
-            exc = IpuPlacementError(_overflow_message(peak, sram, arr, label_ids, labels, vd.name))
-            exc.relief = self._relief(rtask_step, num_steps, arr, peak)  # type: ignore[attr-defined]
+            exc = IpuPlacementError(_overflow_message(peak, sram, held, num_tiles, num_steps, vd.name))
+            exc.relief = self._relief(rtask_step, num_steps, held, peak)  # type: ignore[attr-defined]
             exc.const_owners = {(name, _box_key(box)): owner  # type: ignore[attr-defined]
                                 for name, ss in self.raw.items() if name in self.sources for box, owner, _ in ss}
             # Each tile's peak of everything but its constants and inputs (kept for the whole program):
             # what a weight-stationary plan must leave free on it.
-            movable = np.concatenate([np.full(len(sa[0]), name not in self.sources) for name, sa in
-                                      zip(self.raw, slice_arrays)] + [np.ones(len(it_tile) + len(edst), dtype=bool)])
-            exc.transient = peak_per_tile(num_tiles, *(a[movable] for a in arr))  # type: ignore[attr-defined]
+            exc.transient = peak_bytes(num_tiles, num_steps, held, movable_only=True)  # type: ignore[attr-defined]
             exc.peak = peak  # type: ignore[attr-defined]
             raise exc
+        del held
 
         slices = {name: [TensorSlice(name, box, owner, int(rtask_step[w]) if w >= 0 else -1) for box, owner, w in ss]
                   for name, ss in self.raw.items()}
@@ -503,10 +488,10 @@ class _Parts:
                           exchange_us, cost.sync_us, peak, busy, vd.num_veus, cost.describe())
 
 
-    def _relief(self, rtask_step: np.ndarray, num_steps: int, arr: list[np.ndarray], peak: np.ndarray
+    def _relief(self, rtask_step: np.ndarray, num_steps: int, held: list[Intervals], peak: np.ndarray
                 ) -> dict[ChunkKey, int]:
         """New owners for constant chunks of the tiles over their SRAM (:func:`.relief.relief_moves`)."""
-        live = live_per_step(self.num_tiles, max(1, num_steps), *arr)
+        live = live_grid(self.num_tiles, num_steps, held)
         over = np.flatnonzero(peak > self.sram * (1 - MARGIN_FRACTION))
         const_slices, read_steps = [], {}
         for name in self.raw:
@@ -525,21 +510,12 @@ class _Parts:
         return relief_moves(self.sram, live, const_slices, read_steps)
 
 
-def _overflow_message(peak: np.ndarray, sram: int, arr: list[np.ndarray], label_ids: np.ndarray, labels: list[str],
+def _overflow_message(peak: np.ndarray, sram: int, held: list[Intervals], num_tiles: int, num_steps: int,
                       device: str) -> str:
-    tile, start, end, nbytes = arr
     over = np.flatnonzero(peak > sram)
     worst = int(over[np.argmax(peak[over])])
-    mine = np.flatnonzero(tile == worst)
-    ms, me, mb = start[mine], end[mine], nbytes[mine]
-    diff = np.zeros(int(me.max(initial=0)) + 2, dtype=np.int64)
-    np.add.at(diff, ms, mb)
-    np.add.at(diff, me + 1, -mb)
-    at = int(np.argmax(np.cumsum(diff)))  # the superstep of the tile's peak
-    live = mine[(ms <= at) & (me >= at)]
-    per: dict[str, int] = defaultdict(int)
-    for j in live.tolist():
-        per[labels[int(label_ids[j])]] += int(nbytes[j])
+    at = int(np.argmax(live_grid(num_tiles, num_steps, held, tiles=(worst, worst + 1))[0]))  # the tile's peak superstep
+    per = labelled_at(held, worst, at)
     top = sorted(per.items(), key=lambda kv: -kv[1])[:6]
     listing = ", ".join(f"'{k}' {v / 1024:.1f} KiB" for k, v in top)
     return (f"the model does not fit the {device} tile memories: {len(over)} tile(s) overflow their "
