@@ -33,6 +33,16 @@ class Intervals:
     label: str
     #: False for what stays on its tile for the whole program (constants and graph inputs).
     movable: bool = True
+    #: When set, interval ``j`` has tile ``tile[index[j]]`` and bytes ``nbytes[index[j]]`` (an
+    #: :class:`~.bsp.ExchangeGroup`'s shared table); ``start`` and ``end`` have a row per interval.
+    index: np.ndarray | None = None
+
+    def __len__(self) -> int:
+        return len(self.start)
+
+    def tiles_bytes(self, rows: slice) -> tuple[np.ndarray, np.ndarray]:
+        at = self.index[rows] if self.index is not None else rows
+        return np.asarray(self.tile[at], dtype=np.int64), np.asarray(self.nbytes[at])
 
 
 def _batches(groups: Sequence[Intervals], lo: int, hi: int, movable_only: bool
@@ -41,17 +51,15 @@ def _batches(groups: Sequence[Intervals], lo: int, hi: int, movable_only: bool
     for g in groups:
         if movable_only and not g.movable:
             continue
-        for b in range(0, len(g.tile), BATCH):
-            t = np.asarray(g.tile[b:b + BATCH], dtype=np.int64)
+        for b in range(0, len(g), BATCH):
+            rows = slice(b, b + BATCH)
+            t, nbytes = g.tiles_bytes(rows)
+            start, end = np.asarray(g.start[rows]), np.asarray(g.end[rows])
             keep = (t >= lo) & (t < hi)
-            if not keep.all():
-                if not keep.any():
-                    continue
-                yield (t[keep] - lo, np.asarray(g.start[b:b + BATCH])[keep], np.asarray(g.end[b:b + BATCH])[keep],
-                       np.asarray(g.nbytes[b:b + BATCH])[keep])
-            else:
-                yield t - lo, np.asarray(g.start[b:b + BATCH]), np.asarray(g.end[b:b + BATCH]), \
-                    np.asarray(g.nbytes[b:b + BATCH])
+            if keep.all():
+                yield t - lo, start, end, nbytes
+            elif keep.any():
+                yield t[keep] - lo, start[keep], end[keep], nbytes[keep]
 
 
 def live_grid(num_tiles: int, num_steps: int, groups: Sequence[Intervals], movable_only: bool = False,
@@ -80,18 +88,16 @@ def peak_bytes(num_tiles: int, num_steps: int, groups: Sequence[Intervals], mova
     return peak
 
 
-def busiest_per_step(num_tiles: int, num_steps: int, step_groups: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray]]
-                     ) -> np.ndarray:
-    """Per superstep, the most bytes one tile sends or receives: ``step_groups`` holds (superstep,
-    tile, bytes) arrays, one sum per (superstep, tile) over all of them."""
+def busiest_per_step(num_tiles: int, num_steps: int, groups: Sequence[Intervals]) -> np.ndarray:
+    """Per superstep, the most bytes on one tile: ``groups`` hold one-superstep intervals (``start``
+    the superstep), summed per (superstep, tile) over all of them."""
     per_block = max(1, GRID_CELLS // max(1, num_steps))
     busiest = np.zeros(num_steps)
     for lo in range(0, num_tiles, per_block):
         hi = min(num_tiles, lo + per_block)
         sums = np.zeros(num_steps * (hi - lo))
-        for g in (Intervals(tile, step, step, nbytes, "") for step, tile, nbytes in step_groups):
-            for t, start, _, nbytes in _batches([g], lo, hi, False):
-                sums += np.bincount(start * (hi - lo) + t, weights=nbytes.astype(np.float64), minlength=len(sums))
+        for t, start, _, nbytes in _batches(groups, lo, hi, False):
+            sums += np.bincount(start * (hi - lo) + t, weights=nbytes.astype(np.float64), minlength=len(sums))
         if len(sums):
             busiest = np.maximum(busiest, sums.reshape(num_steps, hi - lo).max(axis=1))
     return busiest
@@ -101,7 +107,8 @@ def labelled_at(groups: Sequence[Intervals], tile: int, step: int) -> dict[str, 
     """Bytes per label live on ``tile`` in ``step``, labels in the order the groups first hold some."""
     per: dict[str, int] = {}
     for g in groups:
-        hit = (g.tile == tile) & (g.start <= step) & (g.end >= step)
+        tiles, nbytes = g.tiles_bytes(slice(None))
+        hit = (tiles == tile) & (g.start <= step) & (g.end >= step)
         if hit.any():
-            per[g.label] = per.get(g.label, 0) + int(g.nbytes[hit].sum())
+            per[g.label] = per.get(g.label, 0) + int(nbytes[hit].sum())
     return per
