@@ -56,7 +56,12 @@ class TileTask:
 
 @dataclass(frozen=True)
 class ExchangeGroup:
-    """Exchanges of one tensor as arrays (full-size models have millions of exchanges)."""
+    """Exchanges of one tensor as arrays (full-size models have millions of exchanges).
+
+    Without ``index``, exchange ``j`` is row ``j`` of ``src``, ``dst``, ``boxes``, ``nbytes`` and
+    ``source``.  With it, those arrays are a table of distinct reads (the lowering's, shared by every
+    superstep and candidate program: not a copy per exchange) and exchange ``j`` is row ``index[j]``;
+    read them through :meth:`take`."""
 
     tensor: str
     superstep: np.ndarray
@@ -66,10 +71,28 @@ class ExchangeGroup:
     nbytes: np.ndarray
     #: Index (into the tensor's slices) of the slice each box is cut from; None when unknown.
     source: np.ndarray | None = None
+    #: Row of the arrays above for each exchange; None when they have one row per exchange.
+    index: np.ndarray | None = None
+
+    def __len__(self) -> int:
+        return len(self.superstep)
+
+    def take(self, which: np.ndarray | slice = slice(None)
+             ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
+        """(src, dst, boxes, nbytes, source) of the exchanges ``which`` (all by default)."""
+        rows = self.index[which] if self.index is not None else which
+        return (self.src[rows], self.dst[rows], self.boxes[rows], self.nbytes[rows],
+                self.source[rows] if self.source is not None else None)
 
     def exchanges(self) -> list[Exchange]:
+        src, dst, boxes, nbytes, _ = self.take()
         return [Exchange(int(s), int(a), int(b), self.tensor, tuple((int(lo), int(hi)) for lo, hi in box), int(nb))
-                for s, a, b, box, nb in zip(self.superstep, self.src, self.dst, self.boxes, self.nbytes)]
+                for s, a, b, box, nb in zip(self.superstep, src, dst, boxes, nbytes)]
+
+    def total_bytes(self) -> int:
+        if self.index is None:
+            return int(self.nbytes.sum())
+        return int(np.bincount(self.index, minlength=len(self.nbytes)) @ self.nbytes)
 
 
 @dataclass(eq=False)
@@ -109,7 +132,7 @@ class BSPProgram:
     def num_exchanges(self) -> int:
         if self._exchanges is not None:
             return len(self._exchanges)
-        return sum(len(g.nbytes) for g in self.exchange_groups)
+        return sum(len(g) for g in self.exchange_groups)
 
     @property
     def latency_us(self) -> float:
@@ -119,7 +142,7 @@ class BSPProgram:
     def exchange_bytes(self) -> int:
         if self._exchanges is not None:
             return int(sum(e.nbytes for e in self._exchanges))
-        return int(sum(int(g.nbytes.sum()) for g in self.exchange_groups))
+        return int(sum(g.total_bytes() for g in self.exchange_groups))
 
     def exchange_bytes_per_superstep(self) -> list[int]:
         out = np.zeros(self.num_supersteps, dtype=np.int64)
@@ -128,7 +151,7 @@ class BSPProgram:
                 out[e.superstep] += e.nbytes
         else:
             for g in self.exchange_groups:
-                np.add.at(out, g.superstep, g.nbytes)
+                np.add.at(out, g.superstep, g.take()[3])
         return out.tolist()
 
     def report(self) -> dict[str, Any]:

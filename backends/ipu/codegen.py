@@ -40,12 +40,19 @@ from .placement import (
     chunk_boxes,
     is_static,
     overlapping_pairs,
-    peak_per_tile,
     reader_partition,
     refuse_over_chip,
     unique_rows,
 )
-from .relief import MARGIN_FRACTION, ChunkKey, live_per_step, relief_moves
+from .relief import MARGIN_FRACTION, ChunkKey, relief_moves
+from .stationary import (
+    constant_bytes_of,
+    constant_cap,
+    plan_all_pieces,
+    stationary_anchors,
+    weight_stationary_tiles,
+)
+from .tile_memory import Intervals, busiest_per_step, labelled_at, live_grid, peak_bytes
 
 MODES = ("merged", "compute-set")
 #: Candidate (read box, slice) pairs x axes compared per numpy step: bounds the lowering's temporary
@@ -63,8 +70,15 @@ def op_waves(schedule: Schedule) -> list[int]:
     return core_op_waves([op.preds for op in schedule.ops], one_per_op=bool(schedule.options.get("launch_per_op")))
 
 
+#: Weight-stationary placement (:func:`.stationary.weight_stationary_tiles`): the first reader of a
+#: constant piece runs on the tile that owns the piece.  Off, every rTask runs where the schedule put it.
+WEIGHT_STATIONARY = True
+
 #: Times the lowering places the constants again with owners that relieve overflowing tiles.
 RELIEF_ROUNDS = 3
+#: Times the weight-stationary placement is planned again, with each tile's room for constants
+#: taken from the failed program (before any relief round).
+STATIONARY_ROUNDS = 2
 
 
 def lower(schedule: Schedule, graph: Graph, mode: str = "merged") -> BSPProgram:
@@ -78,25 +92,46 @@ def lower(schedule: Schedule, graph: Graph, mode: str = "merged") -> BSPProgram:
         raise ValueError(f"unknown superstep mode {mode!r}; known: {', '.join(MODES)}")
     owners: dict[ChunkKey, int] = {}
     moved: dict[ChunkKey, int] = {}
-    for round_ in range(RELIEF_ROUNDS + 1):
+    vd = schedule.vdevice
+    per_tile = int(vd.extra.get("veus_per_tile", 1))
+    num_tiles, sram = math.ceil(vd.num_veus / per_tile), vd.veu.local_mem_bytes * per_tile
+    # The constant bytes each tile may own: half of it, more when the model's constants need more.
+    capacity = np.full(num_tiles, constant_cap(sram, num_tiles, constant_bytes_of(graph)) if WEIGHT_STATIONARY
+                       else sram // 2, dtype=np.int64)
+    replans = STATIONARY_ROUNDS if WEIGHT_STATIONARY else 0
+    relief_round = 0
+    while True:
         try:
-            return _lower_with_owners(schedule, graph, mode, owners)
+            return _lower_with_owners(schedule, graph, mode, owners, capacity)
         except IpuPlacementError as exc:
+            transient = getattr(exc, "transient", None)
+            if replans and transient is not None and not owners:
+                # Weight-stationary again: a tile that overflowed may own at most what the failed
+                # program left free beside its activations, exchanges and code at their peak; one
+                # that did not may own that much too, when it is more than its room was.
+                replans -= 1
+                limit = sram - int(sram * MARGIN_FRACTION)
+                over = getattr(exc, "peak", transient) > limit
+                free = np.maximum(0, limit - transient)
+                capacity = np.where(over, np.minimum(capacity, free), np.maximum(capacity, free))
+                continue
             moves = {k: v for k, v in getattr(exc, "relief", {}).items() if moved.get(k) != v}
-            if round_ == RELIEF_ROUNDS or not moves:
+            if relief_round == RELIEF_ROUNDS or not moves:
                 raise
             moved.update(moves)
             # First round: only the moved chunks are pinned, and the room they leave may take the
             # tile's own later chunks (which it would otherwise receive).  After that, every chunk
             # keeps its owner of the failed program: placed afresh, the chunks after a moved one
             # refill its room with weights the tile reads elsewhere (real:resnet50's tile 14).
-            owners = dict(moved) if round_ == 0 else {**getattr(exc, "const_owners", {}), **moved}
+            owners = dict(moved) if relief_round == 0 else {**getattr(exc, "const_owners", {}), **moved}
+            relief_round += 1
     raise AssertionError("unreachable")
 
 
-def _lower_with_owners(schedule: Schedule, graph: Graph, mode: str, fixed_owners: dict[ChunkKey, int]
-                       ) -> BSPProgram:
-    """:func:`lower` once, with ``fixed_owners`` fixing the owner tile of the constant chunks it names."""
+def _lower_with_owners(schedule: Schedule, graph: Graph, mode: str, fixed_owners: dict[ChunkKey, int],
+                       capacity: np.ndarray) -> BSPProgram:
+    """:func:`lower` once, with ``fixed_owners`` fixing the owner tile of the constant chunks it names
+    and ``capacity`` (per tile) the constant bytes each tile may own."""
     vd = schedule.vdevice
     per_tile = int(vd.extra.get("veus_per_tile", 1))
     num_tiles = math.ceil(vd.num_veus / per_tile)
@@ -110,6 +145,10 @@ def _lower_with_owners(schedule: Schedule, graph: Graph, mode: str, fixed_owners
     waves = op_waves(schedule)
     sources = set(graph.initializers) | {t.name for t in graph.inputs}
     const_load = np.zeros(num_tiles, dtype=np.int64)
+    # When the constants fill the tiles (more than half of each on average), the pieces of every op
+    # are placed at once, largest first; otherwise op by op, as the lowering meets them.
+    planned = (plan_all_pieces(schedule, graph, tile_of, const_load, capacity)
+               if WEIGHT_STATIONARY and constant_bytes_of(graph) > num_tiles * (sram // 2) else None)
 
     # Slices as (box, owner, writer rTask); the writer's superstep is known once a mode chose the steps.
     # Constants and graph inputs have writer -1 (loaded before superstep 0).
@@ -134,6 +173,9 @@ def _lower_with_owners(schedule: Schedule, graph: Graph, mode: str, fixed_owners
         size = _itemsize(graph, name)
         new = []
         pieces = reader_partition(info.shape, [b for _, b in readers_])
+        # A weight-stationary piece stays whole on its reader's tile, which the planner chose for it:
+        # cut by the cap, its overflow would be received by that reader on top of what it owns.
+        stationary = pieces is not None and WEIGHT_STATIONARY and name in graph.initializers
         if pieces is not None:  # the readers tile it: each piece on its reader's tile
             tile_of_box: dict[Box, int] = {}
             for tile, b in readers_:
@@ -152,7 +194,7 @@ def _lower_with_owners(schedule: Schedule, graph: Graph, mode: str, fixed_owners
             moved = fixed_owners.get((name, _box_key(box))) if fixed_owners else None
             if moved is not None:
                 owner = moved
-            elif owner < 0 or const_load[owner] + nbytes > sram // 2:
+            elif owner < 0 or (not stationary and const_load[owner] + nbytes > capacity[owner]):
                 owner = int(np.argmin(const_load))
             const_load[owner] += nbytes
             new.append((box, owner, -1))
@@ -172,6 +214,18 @@ def _lower_with_owners(schedule: Schedule, graph: Graph, mode: str, fixed_owners
             for slot, box in a.reads:
                 if slot < len(node.inputs) and node.inputs[slot] and not is_static(graph, node.inputs[slot]):
                     by_slot[slot].append((r, box))
+        moved_tiles = None  # weight-stationary: the first reader of a constant piece runs where it can live
+        if planned is not None:
+            moved_tiles = planned.get(i)
+        elif WEIGHT_STATIONARY:
+            anchors = stationary_anchors(graph, node, by_slot, raw)
+            if anchors:
+                moved_tiles = weight_stationary_tiles([(tiles, anchors)], const_load, capacity)[0]
+        if moved_tiles is not None:
+            changed = moved_tiles != tiles
+            if changed.any():
+                veu_of[ids[changed]] = moved_tiles[changed] * per_tile + veu_of[ids[changed]] % per_tile
+                tile_of[ids] = tiles = moved_tiles
         need = np.zeros(k.num_rtasks, dtype=np.int64)
         need_wave = np.zeros(k.num_rtasks, dtype=np.int64)
         for slot, reads in by_slot.items():
@@ -248,6 +302,8 @@ def _lower_with_owners(schedule: Schedule, graph: Graph, mode: str, fixed_owners
         # The relief of the first candidate (merged waves, the preferred program) rides on the error raised.
         errors[-1].relief = getattr(errors[0], "relief", {})  # type: ignore[attr-defined]
         errors[-1].const_owners = getattr(errors[0], "const_owners", {})  # type: ignore[attr-defined]
+        errors[-1].transient = getattr(errors[0], "transient", None)  # type: ignore[attr-defined]
+        errors[-1].peak = getattr(errors[0], "peak", None)  # type: ignore[attr-defined]
         raise errors[-1]
     return kept if kept is not None else parts.build(best[1], mode)
 
@@ -352,7 +408,9 @@ class _Parts:
             # (superstep, distinct read) as one integer: sorted, it is the order (superstep, src, dst, box).
             key = _sorted_distinct(rtask_step[rid] * count + group)
             step, g = key // count, key % count
-            groups.append(ExchangeGroup(name, step, src[g], dst[g], boxes[g], nbytes[g], sid[g]))
+            # The table's rows are shared, not copied per exchange: the kept program and the tables
+            # were both alive until the lowering ended (about 640 MB each on real:resnet50).
+            groups.append(ExchangeGroup(name, _narrow(step), src, dst, boxes, nbytes, sid, index=_narrow(g)))
         return groups
 
     def build(self, rtask_step: np.ndarray, mode: str) -> BSPProgram:
@@ -362,10 +420,6 @@ class _Parts:
         num_steps = int(rtask_step.max(initial=-1)) + 1
         last_use = {name: max(int(rtask_step[r].max(initial=-1)) for r in rs) for name, rs in self.readers.items()}
         groups_x = self.exchange_groups(rtask_step)
-        es = np.concatenate([g.superstep for g in groups_x] or [np.zeros(0, np.int64)])
-        esrc = np.concatenate([g.src for g in groups_x] or [np.zeros(0, np.int64)])
-        edst = np.concatenate([g.dst for g in groups_x] or [np.zeros(0, np.int64)])
-        eb = np.concatenate([g.nbytes for g in groups_x] or [np.zeros(0, np.int64)])
 
         # Tile tasks and timing.
         groups: dict[tuple[int, int, int], list[int]] = defaultdict(list)
@@ -383,56 +437,52 @@ class _Parts:
             per = np.bincount(inv, weights=dur)
             np.maximum.at(compute_us, uniq // vd.num_veus, per)
         exchange_us = np.zeros(num_steps)
-        if len(es):
-            for ends in (esrc, edst):
-                key = es * num_tiles + ends
-                uniq, inv = np.unique(key, return_inverse=True)
-                per = np.bincount(inv, weights=eb.astype(np.float64))
-                busiest = np.zeros(num_steps)
-                np.maximum.at(busiest, uniq // num_tiles, per)
+        if any(len(g) for g in groups_x):
+            # Per superstep, the most bytes a tile sends or receives, summed tensor by tensor.
+            for side in ("src", "dst"):
+                busiest = busiest_per_step(num_tiles, num_steps, [
+                    Intervals(getattr(g, side), g.superstep, g.superstep, g.nbytes, "", index=g.index)
+                    for g in groups_x])
                 exchange_us = np.maximum(exchange_us, busiest)
             exchange_us = np.array([cost.exchange_us(b) for b in exchange_us])
 
         # Memory: owned slices from their superstep to the tensor's last use, received boxes for
         # their superstep, code for the whole program.
+        # Each group is summed into a (tiles, supersteps) grid on its own (tile_memory.py): no
+        # concatenated list of every slice and exchange.
         keep = {t.name for t in graph.outputs}
-        labels: list[str] = []
-        it_tile, it_start, it_end, it_bytes, it_label = [], [], [], [], []
-        slice_arrays = []
+        held: list[Intervals] = []
         for name in self.raw:
             boxes, owners, writers = self.arrays[name]
             # (a model without rTasks has only constants and inputs: writers all -1)
             steps = np.where(writers >= 0, rtask_step[np.maximum(writers, 0)], -1) if n else np.full(len(writers), -1)
             end = num_steps - 1 if name in keep or name in self.sources else last_use.get(name, -1)
-            labels.append(name)
-            slice_arrays.append((owners, np.maximum(steps, 0), np.maximum(np.maximum(steps, end), 0),
-                                 self.slice_bytes[name], np.full(len(owners), len(labels) - 1, dtype=np.int64)))
+            held.append(Intervals(owners, np.maximum(steps, 0), np.maximum(np.maximum(steps, end), 0),
+                                  self.slice_bytes[name], name, name not in self.sources))
         kernels_on: dict[int, set[str]] = defaultdict(set)
         vertices = np.zeros(num_tiles, dtype=np.int64)
         for t in tasks:
             kernels_on[t.tile].add(schedule.ops[t.op].kernel.kernel_id)
             vertices[t.tile] += len(t.rtasks)
-        labels.append("(code)")
-        for tile, ks in kernels_on.items():
-            it_tile.append(tile)
-            it_start.append(0)
-            it_end.append(max(0, num_steps - 1))
-            it_bytes.append(len(ks) * CODE_BYTES_PER_KERNEL + int(vertices[tile]) * VERTEX_BYTES)
-            it_label.append(len(labels) - 1)
-        x_label = []
-        for g in groups_x:  # received boxes live for their superstep
-            labels.append(f"{g.tensor} (received)")
-            x_label.append(np.full(len(g.nbytes), len(labels) - 1, dtype=np.int64))
-        arr = [np.concatenate([*(sa[j] for sa in slice_arrays), np.asarray(a, dtype=np.int64), b]) for j, (a, b) in
-               enumerate(((it_tile, edst), (it_start, es), (it_end, es), (it_bytes, eb)))]
-        label_ids = np.concatenate([*(sa[4] for sa in slice_arrays), np.asarray(it_label, dtype=np.int64), *x_label])
-        peak = peak_per_tile(num_tiles, *arr)
+        code_tiles = np.fromiter(kernels_on, dtype=np.int64, count=len(kernels_on))
+        code_bytes = np.array([len(kernels_on[t]) * CODE_BYTES_PER_KERNEL + int(vertices[t]) * VERTEX_BYTES
+                               for t in code_tiles.tolist()], dtype=np.int64)
+        held.append(Intervals(code_tiles, np.zeros_like(code_tiles), np.full_like(code_tiles, max(0, num_steps - 1)),
+                              code_bytes, "(code)"))
+        held += [Intervals(g.dst, g.superstep, g.superstep, g.nbytes, f"{g.tensor} (received)", index=g.index)
+                 for g in groups_x]  # received boxes live for their superstep
+        peak = peak_bytes(num_tiles, num_steps, held)
         if (peak > sram).any():
-            exc = IpuPlacementError(_overflow_message(peak, sram, arr, label_ids, labels, vd.name))
-            exc.relief = self._relief(rtask_step, num_steps, arr, peak)  # type: ignore[attr-defined]
+            exc = IpuPlacementError(_overflow_message(peak, sram, held, num_tiles, num_steps, vd.name))
+            exc.relief = self._relief(rtask_step, num_steps, held, peak)  # type: ignore[attr-defined]
             exc.const_owners = {(name, _box_key(box)): owner  # type: ignore[attr-defined]
                                 for name, ss in self.raw.items() if name in self.sources for box, owner, _ in ss}
+            # Each tile's peak of everything but its constants and inputs (kept for the whole program):
+            # what a weight-stationary plan must leave free on it.
+            exc.transient = peak_bytes(num_tiles, num_steps, held, movable_only=True)  # type: ignore[attr-defined]
+            exc.peak = peak  # type: ignore[attr-defined]
             raise exc
+        del held
 
         slices = {name: [TensorSlice(name, box, owner, int(rtask_step[w]) if w >= 0 else -1) for box, owner, w in ss]
                   for name, ss in self.raw.items()}
@@ -441,10 +491,10 @@ class _Parts:
                           exchange_us, cost.sync_us, peak, busy, vd.num_veus, cost.describe())
 
 
-    def _relief(self, rtask_step: np.ndarray, num_steps: int, arr: list[np.ndarray], peak: np.ndarray
+    def _relief(self, rtask_step: np.ndarray, num_steps: int, held: list[Intervals], peak: np.ndarray
                 ) -> dict[ChunkKey, int]:
         """New owners for constant chunks of the tiles over their SRAM (:func:`.relief.relief_moves`)."""
-        live = live_per_step(self.num_tiles, max(1, num_steps), *arr)
+        live = live_grid(self.num_tiles, num_steps, held)
         over = np.flatnonzero(peak > self.sram * (1 - MARGIN_FRACTION))
         const_slices, read_steps = [], {}
         for name in self.raw:
@@ -463,21 +513,12 @@ class _Parts:
         return relief_moves(self.sram, live, const_slices, read_steps)
 
 
-def _overflow_message(peak: np.ndarray, sram: int, arr: list[np.ndarray], label_ids: np.ndarray, labels: list[str],
+def _overflow_message(peak: np.ndarray, sram: int, held: list[Intervals], num_tiles: int, num_steps: int,
                       device: str) -> str:
-    tile, start, end, nbytes = arr
     over = np.flatnonzero(peak > sram)
     worst = int(over[np.argmax(peak[over])])
-    mine = np.flatnonzero(tile == worst)
-    ms, me, mb = start[mine], end[mine], nbytes[mine]
-    diff = np.zeros(int(me.max(initial=0)) + 2, dtype=np.int64)
-    np.add.at(diff, ms, mb)
-    np.add.at(diff, me + 1, -mb)
-    at = int(np.argmax(np.cumsum(diff)))  # the superstep of the tile's peak
-    live = mine[(ms <= at) & (me >= at)]
-    per: dict[str, int] = defaultdict(int)
-    for j in live.tolist():
-        per[labels[int(label_ids[j])]] += int(nbytes[j])
+    at = int(np.argmax(live_grid(num_tiles, num_steps, held, tiles=(worst, worst + 1))[0]))  # the tile's peak superstep
+    per = labelled_at(held, worst, at)
     top = sorted(per.items(), key=lambda kv: -kv[1])[:6]
     listing = ", ".join(f"'{k}' {v / 1024:.1f} KiB" for k, v in top)
     return (f"the model does not fit the {device} tile memories: {len(over)} tile(s) overflow their "

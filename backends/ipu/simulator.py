@@ -150,12 +150,11 @@ def _exchanges_by_step(program: BSPProgram, memory: ChipMemory) -> Iterator[tupl
         for g, order, steps in bounds:
             lo, hi = np.searchsorted(steps, [step, step + 1])
             if hi > lo:
-                idx = order[lo:hi]
-                src = g.source[idx] if g.source is not None else None
-                if src is None:
+                src, dst, boxes, _, sid = g.take(order[lo:hi])
+                if sid is None:
                     st = memory.state(g.tensor)
-                    src = np.array([_containing_slice(st, int(s), bx) for s, bx in zip(g.src[idx], g.boxes[idx])])
-                out[g.tensor] = (g.src[idx], g.dst[idx], g.boxes[idx], src)
+                    sid = np.array([_containing_slice(st, int(s), bx) for s, bx in zip(src, boxes)])
+                out[g.tensor] = (src, dst, boxes, sid)
         if out:
             yield step, out
 

@@ -11,12 +11,12 @@ import sys
 import numpy as np
 
 
-def wide_model():
+def wide_model(size: int = 112):
     """Two wide elementwise layers and a 1x1 conv: thousands of rTasks in one superstep."""
     from onnx import TensorProto, helper, numpy_helper
 
     rng = np.random.default_rng(0)
-    shape = [1, 64, 112, 112]
+    shape = [1, 64, size, size]
     w = numpy_helper.from_array((rng.standard_normal((64, 64, 1, 1)) * 0.1).astype(np.float32), "w")
     nodes = [helper.make_node("Relu", ["x"], ["a"]), helper.make_node("Sigmoid", ["a"], ["b"]),
              helper.make_node("Conv", ["b", "w"], ["c"]), helper.make_node("Add", ["c", "a"], ["y"])]

@@ -5,7 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from rammer.backends.ipu import tile_memory
 from rammer.backends.ipu.placement import peak_per_tile, unique_rows
+from rammer.backends.ipu.tile_memory import Intervals, busiest_per_step, labelled_at, live_grid, peak_bytes
 
 
 @pytest.mark.parametrize(("cols", "high"), [(3, 5), (12, 1 << 20), (2, 1 << 40), (1, 1)])
@@ -29,6 +31,39 @@ def test_peak_per_tile_matches_a_step_by_step_sum() -> None:
             live = (tile == t) & (start <= step) & (end >= step)
             want[t] = max(want[t], int(nbytes[live].sum()))
     assert np.array_equal(peak_per_tile(7, tile, start, end, nbytes), want)
+
+
+@pytest.mark.parametrize("grid_cells", [1 << 24, 100])  # one block of tiles; a block per tile or two
+def test_tile_memory_grid_sums_groups_as_the_concatenated_intervals(monkeypatch, grid_cells: int) -> None:
+    monkeypatch.setattr(tile_memory, "GRID_CELLS", grid_cells)
+    monkeypatch.setattr(tile_memory, "BATCH", 333)  # several batches per group
+    rng = np.random.default_rng(11)
+    tile = rng.integers(0, 7, 3000)
+    start = rng.integers(0, 40, 3000)
+    end = start + rng.integers(0, 5, 3000)
+    nbytes = rng.integers(0, 100, 3000)
+    # Four groups, the last an index into a table of (tile, bytes) rows, as an exchange group is.
+    table_tile, table_bytes = tile[2000:2500].copy(), nbytes[2000:2500].copy()
+    index = rng.integers(0, 500, 1000)
+    tile[2000:], nbytes[2000:] = table_tile[index], table_bytes[index]
+    groups = [Intervals(tile[a:b], start[a:b], end[a:b], nbytes[a:b], f"g{a}", movable=a > 0)
+              for a, b in ((0, 700), (700, 1400), (1400, 2000))]
+    groups.append(Intervals(table_tile, start[2000:], end[2000:], table_bytes, "x", index=index))
+    assert np.array_equal(peak_bytes(7, 45, groups), peak_per_tile(7, tile, start, end, nbytes))
+    moved = slice(700, None)
+    assert np.array_equal(peak_bytes(7, 45, groups, movable_only=True),
+                          peak_per_tile(7, tile[moved], start[moved], end[moved], nbytes[moved]))
+    live = live_grid(7, 45, groups)
+    for t, step in ((3, 20), (6, 44)):
+        hit = (tile == t) & (start <= step) & (end >= step)
+        assert live[t, step] == nbytes[hit].sum()
+        assert sum(labelled_at(groups, t, step).values()) == nbytes[hit].sum()
+    one_step = [Intervals(g.tile, g.start, g.start, g.nbytes, g.label, index=g.index) for g in groups]
+    want = np.zeros(40)
+    for step in range(40):
+        at = start == step
+        want[step] = max(nbytes[at & (tile == t)].sum() for t in range(7))
+    assert np.array_equal(busiest_per_step(7, 40, one_step), want)
 
 
 def _grid(shape: tuple[int, ...], block: tuple[int, ...]) -> np.ndarray:

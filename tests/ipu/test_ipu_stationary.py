@@ -18,7 +18,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import rammer
-from rammer.backends.ipu import device, passes
+from rammer.backends.ipu import codegen, device, passes
 from rammer.backends.ipu.bsp import BSPOrderError, IpuPlacementError
 from rammer.backends.ipu.passes import k_pieces
 from rammer.backends.ipu.simulator import simulate_program
@@ -66,6 +66,8 @@ def test_before_the_change_two_blocks_on_a_tile_are_refused(small_ipu, monkeypat
     monkeypatch.setattr(passes, "k_pieces", lambda m, n, k, limit, itemsize=4, num_tiles=0:
                         k_pieces(m, n, k, limit, itemsize))
     monkeypatch.setattr(device, "finest_weight_cut", lambda kernels, node, graph, vd: kernels)
+    # (the weight-stationary placement, later, places even these blocks: tests/ipu/test_ipu_weight_stationary.py)
+    monkeypatch.setattr(codegen, "WEIGHT_STATIONARY", False)
     with pytest.raises(IpuPlacementError, match="tile memories"):
         rammer.compile(_fc(), backend="ipu", vdevice=small_ipu)
 
