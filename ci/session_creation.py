@@ -151,12 +151,15 @@ def main() -> int:
     ap.add_argument("--models", default="mlp100,alexnet,nasnet",
                     help="mlp100, zoo model names and/or corpus:NAME (ci/corpus, full size, its input shapes)")
     ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--kinds", default=",".join(KINDS))
+    ap.add_argument("--kinds", default=",".join(KINDS), help=f"comma-separated, of {', '.join(KINDS)}")
     ap.add_argument("--before", default=None, help="source tree of an earlier rammer (core/, backends/)")
     ap.add_argument("--work", default=None, help="folder for models and caches (default: a temporary one)")
     ap.add_argument("--json", default=None, help="also write every measurement here")
     args = ap.parse_args()
     kinds = [k for k in args.kinds.split(",") if k]
+    unknown = sorted(set(kinds) - set(KINDS))
+    if unknown:
+        ap.error(f"unknown --kinds {', '.join(unknown)}; choose from {', '.join(KINDS)}")
     work = args.work or tempfile.mkdtemp(prefix="session-creation-")
     variants = [("after", None)] + ([("before", os.path.abspath(args.before))] if args.before else [])
     models = {}
