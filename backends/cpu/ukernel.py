@@ -73,6 +73,11 @@ PF_ROWS = 0
 WIDTH = 16 if "avx512f" in HOST_FEATURES else 8
 MR, NR = (12, 32) if WIDTH == 16 else (6, 16)
 PX_MR, PX_NR = (8, 32) if WIDTH == 16 else (4, 16)
+#: Whether the 8-row short variants are shorter than a full panel.  With AVX2's MR = 6 they are
+#: not: an 8-row variant on a 6-row panel reads two rows of the next k step's A and writes two
+#: rows of C past the panel (in place: another panel's output rows), so the selectors below take
+#: the full kernel for 5-6 rows there.  (The variants are still built: the selectors call them.)
+SHORT8 = MR > 8
 
 
 def ldb_symbol(rows: int) -> str:
