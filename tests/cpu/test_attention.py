@@ -101,11 +101,12 @@ def test_cross_attention_over_more_keys_than_one_score_block():
 @pytest.mark.parametrize("k_pretransposed", [False, True])
 @pytest.mark.parametrize("veus", [1, 2])
 def test_keys_and_values_packed_once_for_several_row_blocks(k_pretransposed, veus):
-    # 1,100 keys (not whole NR panels), head size 40: tasks of 100 or 50 query rows walk several
-    # blocks of 48, so K^T (either layout) and V are packed once per head (kernels_attention `panels`)
+    # 1,100 keys (not whole NR panels), head size 40: tasks of 120 or 60 query rows walk several
+    # blocks (48 rows with AVX-512's MR = 12, 54 with AVX2's 6), so K^T (either layout) and V are
+    # packed once per head (kernels_attention `panels`)
     from rammer.backends.cpu.lower_attention import block_rows
 
-    s, sk = 100, 1100
+    s, sk = 120, 1100
     assert block_rows(sk) < s // veus
     m, feeds = _encoder(1, s, 2, 40, "Mul", _padding_mask(1, sk), sk=sk, k_pretransposed=k_pretransposed)
     assert _fused(compare(m, feeds, veus=veus, atol=1e-4))
