@@ -17,7 +17,6 @@ import pytest
 from rammer import plugins
 from rammer.time_limits import scaled_limit
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUILTIN = sorted(name for name in plugins.backends() if plugins.backend_origin(name) == name)
 
 
