@@ -45,6 +45,7 @@ from .placement import (
     unique_rows,
 )
 from .relief import MARGIN_FRACTION, ChunkKey, relief_moves
+from .split_waves import split_waves
 from .stationary import (
     constant_bytes_of,
     constant_cap,
@@ -73,6 +74,10 @@ def op_waves(schedule: Schedule) -> list[int]:
 #: Weight-stationary placement (:func:`.stationary.weight_stationary_tiles`): the first reader of a
 #: constant piece runs on the tile that owns the piece.  Off, every rTask runs where the schedule put it.
 WEIGHT_STATIONARY = True
+
+#: When the waves overflow a tile, a last candidate program runs each wave over supersteps that give a
+#: tile at most one rTask with remote reads (:func:`.split_waves.split_waves`).
+SPLIT_WAVES = True
 
 #: Times the lowering places the constants again with owners that relieve overflowing tiles.
 RELIEF_ROUNDS = 3
@@ -293,6 +298,9 @@ def _lower_with_owners(schedule: Schedule, graph: Graph, mode: str, fixed_owners
             errors.append(exc.with_traceback(None))
             if k == 0:
                 candidates.append(wave)
+            elif k == 2 and SPLIT_WAVES:
+                # The waves overflow too: each tile receives for one rTask of a wave at a time.
+                candidates.append(split_waves(wave, parts.tile_of, parts.receives()))
             continue
         score = (program.latency_us, program.num_supersteps)
         if best is None or score < best[0]:
@@ -400,6 +408,13 @@ class _Parts:
             nbytes = np.prod(np.maximum(bx[..., 1] - bx[..., 0], 0), axis=1) * _itemsize(graph, name)
             self.tables[name] = (rid, _narrow(group), rows[:, 0], rows[:, 1], bx, rows[:, -1], nbytes.astype(np.int64))
 
+    def receives(self) -> np.ndarray:
+        """Per rTask, whether it reads from another tile."""
+        out = np.zeros(len(self.tile_of), dtype=bool)
+        for table in self.tables.values():
+            out[table[0]] = True
+        return out
+
     def exchange_groups(self, rtask_step: np.ndarray) -> list[ExchangeGroup]:
         """One exchange per (superstep, source tile, destination tile, box) of each tensor."""
         groups = []
@@ -456,7 +471,9 @@ class _Parts:
             boxes, owners, writers = self.arrays[name]
             # (a model without rTasks has only constants and inputs: writers all -1)
             steps = np.where(writers >= 0, rtask_step[np.maximum(writers, 0)], -1) if n else np.full(len(writers), -1)
-            end = num_steps - 1 if name in keep or name in self.sources else last_use.get(name, -1)
+            # Graph inputs are streamed in by the host for each run: held up to their last read, not
+            # for the whole program like the constants.
+            end = num_steps - 1 if name in keep or name in graph.initializers else last_use.get(name, -1)
             held.append(Intervals(owners, np.maximum(steps, 0), np.maximum(np.maximum(steps, end), 0),
                                   self.slice_bytes[name], name, name not in self.sources))
         kernels_on: dict[int, set[str]] = defaultdict(set)
