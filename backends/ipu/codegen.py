@@ -38,11 +38,12 @@ from .placement import (
     boxes_array,
     chunk_box,
     chunk_boxes,
+    distinct_columns,
     is_static,
+    narrowest_int,
     overlapping_pairs,
     reader_partition,
     refuse_over_chip,
-    unique_rows,
 )
 from .relief import MARGIN_FRACTION, ChunkKey, relief_moves
 from .split_waves import split_waves
@@ -149,6 +150,10 @@ def _lower_with_owners(schedule: Schedule, graph: Graph, mode: str, fixed_owners
     tile_of = veu_of // per_tile
     waves = op_waves(schedule)
     sources = set(graph.initializers) | {t.name for t in graph.inputs}
+    # Remote reads are kept in the narrowest integers that hold a tile index and the tensor's bounds.
+    tile_type = narrowest_int(num_tiles)
+    box_type = {name: narrowest_int(max(info.shape, default=0)) for name, info in graph.value_info.items()
+                if info.shape is not None and all(isinstance(d, int) for d in info.shape)}
     const_load = np.zeros(num_tiles, dtype=np.int64)
     # When the constants fill the tiles (more than half of each on average), the pieces of every op
     # are placed at once, largest first; otherwise op by op, as the lowering meets them.
@@ -254,8 +259,8 @@ def _lower_with_owners(schedule: Schedule, graph: Graph, mode: str, fixed_owners
                 if len(pj):
                     rb, sb = rboxes[pj], sboxes[pm]
                     inter = np.stack([np.maximum(rb[..., 0], sb[..., 0]), np.minimum(rb[..., 1], sb[..., 1])], axis=-1)
-                    remote[name].append((ids[rlocal[pj]].astype(np.int32), rtiles[pj].astype(np.int32),
-                                         pm.astype(np.int32), inter.astype(np.int32)))
+                    remote[name].append((ids[rlocal[pj]].astype(np.int32), rtiles[pj].astype(tile_type),
+                                         pm.astype(np.int32), inter.astype(box_type.get(name, np.int64))))
         if (need_wave > waves[i]).any():  # cannot happen for a valid schedule: waves follow the dependencies
             raise BSPOrderError(f"{node.label}: wave {waves[i]} comes before data it reads")
         asap[ids] = need
@@ -401,12 +406,15 @@ class _Parts:
             # The source slice follows from the box (slices of a tensor are disjoint): it only rides along.
             # int32 columns (tiles, box bounds, slice and rTask indices): real:resnet50 has 12.8 M remote
             # reads, and these tables, kept for every candidate program, were 1.4 GB in int64.
-            rows, group = unique_rows(np.column_stack([arrays[name][1][sid].astype(np.int32), dst,
-                                                       boxes.reshape(len(rid), 2 * ndim), sid]), return_inverse=True)
-            del boxes, dst, sid
-            bx = rows[:, 2:2 + 2 * ndim].reshape(len(rows), ndim, 2)
+            # Tiles and box bounds in the narrowest integers their ranges allow (int16 for a GC200 and
+            # dimensions under 32,768), and no stacked copy of the columns: these were most of the
+            # compile's peak (s9-ipu).
+            src = arrays[name][1][sid].astype(dst.dtype)
+            first, group = distinct_columns([src, dst, *(boxes[:, d, e] for d in range(ndim) for e in (0, 1)), sid])
+            src, dst, bx, sid = src[first], dst[first], boxes[first], sid[first]
+            del boxes, first
             nbytes = np.prod(np.maximum(bx[..., 1] - bx[..., 0], 0), axis=1) * _itemsize(graph, name)
-            self.tables[name] = (rid, _narrow(group), rows[:, 0], rows[:, 1], bx, rows[:, -1], nbytes.astype(np.int64))
+            self.tables[name] = (rid, _narrow(group), src, dst, bx, sid, _narrow(nbytes))
 
     def receives(self) -> np.ndarray:
         """Per rTask, whether it reads from another tile."""
