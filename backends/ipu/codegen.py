@@ -80,6 +80,9 @@ WEIGHT_STATIONARY = True
 #: tile at most one rTask with remote reads (:func:`.split_waves.split_waves`).
 SPLIT_WAVES = True
 
+#: Graph inputs held on their tiles from the host's load to their last read (off: to the end, as constants).
+INPUTS_FREED = True
+
 #: Times the lowering places the constants again with owners that relieve overflowing tiles.
 RELIEF_ROUNDS = 3
 #: Times the weight-stationary placement is planned again, with each tile's room for constants
@@ -481,7 +484,8 @@ class _Parts:
             steps = np.where(writers >= 0, rtask_step[np.maximum(writers, 0)], -1) if n else np.full(len(writers), -1)
             # Graph inputs are streamed in by the host for each run: held up to their last read, not
             # for the whole program like the constants.
-            end = num_steps - 1 if name in keep or name in graph.initializers else last_use.get(name, -1)
+            held_to_end = name in keep or name in graph.initializers or (name in self.sources and not INPUTS_FREED)
+            end = num_steps - 1 if held_to_end else last_use.get(name, -1)
             held.append(Intervals(owners, np.maximum(steps, 0), np.maximum(np.maximum(steps, end), 0),
                                   self.slice_bytes[name], name, name not in self.sources))
         kernels_on: dict[int, set[str]] = defaultdict(set)
