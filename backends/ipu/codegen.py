@@ -407,11 +407,9 @@ class _Parts:
             del chunks
             ndim = boxes.shape[1]
             # The source slice follows from the box (slices of a tensor are disjoint): it only rides along.
-            # int32 columns (tiles, box bounds, slice and rTask indices): real:resnet50 has 12.8 M remote
-            # reads, and these tables, kept for every candidate program, were 1.4 GB in int64.
-            # Tiles and box bounds in the narrowest integers their ranges allow (int16 for a GC200 and
-            # dimensions under 32,768), and no stacked copy of the columns: these were most of the
-            # compile's peak (s9-ipu).
+            # real:resnet50 has 12.8 M remote reads, and these tables are kept for every candidate program
+            # (1.4 GB in int64): tiles and box bounds in the narrowest integers their ranges allow (int16
+            # on a GC200 for dimensions under 32,768), indices in int32, and no stacked copy of the columns.
             src = arrays[name][1][sid].astype(dst.dtype)
             first, group = distinct_columns([src, dst, *(boxes[:, d, e] for d in range(ndim) for e in (0, 1)), sid])
             src, dst, bx, sid = src[first], dst[first], boxes[first], sid[first]
