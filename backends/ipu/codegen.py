@@ -38,13 +38,15 @@ from .placement import (
     boxes_array,
     chunk_box,
     chunk_boxes,
+    distinct_columns,
     is_static,
+    narrowest_int,
     overlapping_pairs,
     reader_partition,
     refuse_over_chip,
-    unique_rows,
 )
 from .relief import MARGIN_FRACTION, ChunkKey, relief_moves
+from .split_waves import split_waves
 from .stationary import (
     constant_bytes_of,
     constant_cap,
@@ -73,6 +75,13 @@ def op_waves(schedule: Schedule) -> list[int]:
 #: Weight-stationary placement (:func:`.stationary.weight_stationary_tiles`): the first reader of a
 #: constant piece runs on the tile that owns the piece.  Off, every rTask runs where the schedule put it.
 WEIGHT_STATIONARY = True
+
+#: When the waves overflow a tile, a last candidate program runs each wave over supersteps that give a
+#: tile at most one rTask with remote reads (:func:`.split_waves.split_waves`).
+SPLIT_WAVES = True
+
+#: Graph inputs held on their tiles from the host's load to their last read (off: to the end, as constants).
+INPUTS_FREED = True
 
 #: Times the lowering places the constants again with owners that relieve overflowing tiles.
 RELIEF_ROUNDS = 3
@@ -144,6 +153,10 @@ def _lower_with_owners(schedule: Schedule, graph: Graph, mode: str, fixed_owners
     tile_of = veu_of // per_tile
     waves = op_waves(schedule)
     sources = set(graph.initializers) | {t.name for t in graph.inputs}
+    # Remote reads are kept in the narrowest integers that hold a tile index and the tensor's bounds.
+    tile_type = narrowest_int(num_tiles)
+    box_type = {name: narrowest_int(max(info.shape, default=0)) for name, info in graph.value_info.items()
+                if info.shape is not None and all(isinstance(d, int) for d in info.shape)}
     const_load = np.zeros(num_tiles, dtype=np.int64)
     # When the constants fill the tiles (more than half of each on average), the pieces of every op
     # are placed at once, largest first; otherwise op by op, as the lowering meets them.
@@ -249,8 +262,8 @@ def _lower_with_owners(schedule: Schedule, graph: Graph, mode: str, fixed_owners
                 if len(pj):
                     rb, sb = rboxes[pj], sboxes[pm]
                     inter = np.stack([np.maximum(rb[..., 0], sb[..., 0]), np.minimum(rb[..., 1], sb[..., 1])], axis=-1)
-                    remote[name].append((ids[rlocal[pj]].astype(np.int32), rtiles[pj].astype(np.int32),
-                                         pm.astype(np.int32), inter.astype(np.int32)))
+                    remote[name].append((ids[rlocal[pj]].astype(np.int32), rtiles[pj].astype(tile_type),
+                                         pm.astype(np.int32), inter.astype(box_type.get(name, np.int64))))
         if (need_wave > waves[i]).any():  # cannot happen for a valid schedule: waves follow the dependencies
             raise BSPOrderError(f"{node.label}: wave {waves[i]} comes before data it reads")
         asap[ids] = need
@@ -293,6 +306,9 @@ def _lower_with_owners(schedule: Schedule, graph: Graph, mode: str, fixed_owners
             errors.append(exc.with_traceback(None))
             if k == 0:
                 candidates.append(wave)
+            elif k == 2 and SPLIT_WAVES:
+                # The waves overflow too: each tile receives for one rTask of a wave at a time.
+                candidates.append(split_waves(wave, parts.tile_of, parts.receives()))
             continue
         score = (program.latency_us, program.num_supersteps)
         if best is None or score < best[0]:
@@ -391,14 +407,22 @@ class _Parts:
             del chunks
             ndim = boxes.shape[1]
             # The source slice follows from the box (slices of a tensor are disjoint): it only rides along.
-            # int32 columns (tiles, box bounds, slice and rTask indices): real:resnet50 has 12.8 M remote
-            # reads, and these tables, kept for every candidate program, were 1.4 GB in int64.
-            rows, group = unique_rows(np.column_stack([arrays[name][1][sid].astype(np.int32), dst,
-                                                       boxes.reshape(len(rid), 2 * ndim), sid]), return_inverse=True)
-            del boxes, dst, sid
-            bx = rows[:, 2:2 + 2 * ndim].reshape(len(rows), ndim, 2)
+            # real:resnet50 has 12.8 M remote reads, and these tables are kept for every candidate program
+            # (1.4 GB in int64): tiles and box bounds in the narrowest integers their ranges allow (int16
+            # on a GC200 for dimensions under 32,768), indices in int32, and no stacked copy of the columns.
+            src = arrays[name][1][sid].astype(dst.dtype)
+            first, group = distinct_columns([src, dst, *(boxes[:, d, e] for d in range(ndim) for e in (0, 1)), sid])
+            src, dst, bx, sid = src[first], dst[first], boxes[first], sid[first]
+            del boxes, first
             nbytes = np.prod(np.maximum(bx[..., 1] - bx[..., 0], 0), axis=1) * _itemsize(graph, name)
-            self.tables[name] = (rid, _narrow(group), rows[:, 0], rows[:, 1], bx, rows[:, -1], nbytes.astype(np.int64))
+            self.tables[name] = (rid, _narrow(group), src, dst, bx, sid, _narrow(nbytes))
+
+    def receives(self) -> np.ndarray:
+        """Per rTask, whether it reads from another tile."""
+        out = np.zeros(len(self.tile_of), dtype=bool)
+        for table in self.tables.values():
+            out[table[0]] = True
+        return out
 
     def exchange_groups(self, rtask_step: np.ndarray) -> list[ExchangeGroup]:
         """One exchange per (superstep, source tile, destination tile, box) of each tensor."""
@@ -456,7 +480,10 @@ class _Parts:
             boxes, owners, writers = self.arrays[name]
             # (a model without rTasks has only constants and inputs: writers all -1)
             steps = np.where(writers >= 0, rtask_step[np.maximum(writers, 0)], -1) if n else np.full(len(writers), -1)
-            end = num_steps - 1 if name in keep or name in self.sources else last_use.get(name, -1)
+            # Graph inputs are streamed in by the host for each run: held up to their last read, not
+            # for the whole program like the constants.
+            held_to_end = name in keep or name in graph.initializers or (name in self.sources and not INPUTS_FREED)
+            end = num_steps - 1 if held_to_end else last_use.get(name, -1)
             held.append(Intervals(owners, np.maximum(steps, 0), np.maximum(np.maximum(steps, end), 0),
                                   self.slice_bytes[name], name, name not in self.sources))
         kernels_on: dict[int, set[str]] = defaultdict(set)

@@ -141,40 +141,59 @@ def boxes_array(boxes: Sequence[Box], ndim: int) -> np.ndarray:
     return np.asarray(boxes, dtype=np.int64).reshape(len(boxes), ndim, 2)
 
 
-def unique_rows(rows: np.ndarray, return_inverse: bool = False):
-    """The distinct rows of a 2-d integer array in lexicographic order, as ``np.unique(rows,
-    axis=0)`` gives them (and with ``return_inverse``, the index of each row's distinct row), but
-    sorting integers: the columns are packed, in order, into as few int64 words as their value
-    ranges allow (numpy sorts rows of several columns as opaque bytes, several times slower; the
-    lowering's exchange lists have millions of rows)."""
-    if len(rows) == 0:
-        return (rows, np.zeros(0, dtype=np.int64)) if return_inverse else rows
-    low = rows.min(axis=0).astype(np.int64)
-    span = rows.max(axis=0).astype(np.int64) - low + 1
+def distinct_columns(columns: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """For rows given as equal-length integer columns: the index of one row of each distinct row,
+    in the rows' lexicographic order, and for each row the index of its distinct row.  The columns
+    are packed, in order, into as few int64 words as their value ranges allow (numpy sorts rows of
+    several columns as opaque bytes, several times slower; the lowering's exchange lists have
+    millions of rows), and never stacked into one 2-d copy."""
+    n = len(columns[0]) if columns else 0
+    if n == 0:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
     words: list[np.ndarray] = []
     word: np.ndarray | None = None
     room = 1
-    for c in range(rows.shape[1]):
-        s = int(span[c])
+    for col in columns:
+        low = int(col.min())
+        s = int(col.max()) - low + 1
         if word is None or room * s >= 1 << 62:
             if word is not None:
                 words.append(word)
-            word, room = np.zeros(len(rows), dtype=np.int64), 1
-        word = word * s + (rows[:, c].astype(np.int64) - low[c])
+            word, room = np.zeros(n, dtype=np.int64), 1
+        word *= s
+        word += col
+        word -= low
         room *= s
     assert word is not None
     words.append(word)
     if len(words) == 1:
         _, first, inverse = np.unique(words[0], return_index=True, return_inverse=True)
-        return (rows[first], inverse.reshape(-1)) if return_inverse else rows[first]
+        return first, inverse.reshape(-1)
     order = np.lexsort(words[::-1])
-    packed = np.stack([w[order] for w in words], axis=1)
-    first = np.r_[True, (packed[1:] != packed[:-1]).any(axis=1)]
-    if not return_inverse:
-        return rows[order[first]]
-    inverse = np.empty(len(rows), dtype=np.int64)
+    first = np.ones(n, dtype=bool)
+    for w in words:
+        ws = w[order]
+        first[1:] &= ws[1:] == ws[:-1]
+    first = ~first
+    first[0] = True
+    inverse = np.empty(n, dtype=np.int64)
     inverse[order] = np.cumsum(first) - 1
-    return rows[order[first]], inverse
+    return order[first], inverse
+
+
+def unique_rows(rows: np.ndarray, return_inverse: bool = False):
+    """The distinct rows of a 2-d integer array in lexicographic order, as ``np.unique(rows,
+    axis=0)`` gives them (and with ``return_inverse``, the index of each row's distinct row)
+    (:func:`distinct_columns`)."""
+    if len(rows) == 0:
+        return (rows, np.zeros(0, dtype=np.int64)) if return_inverse else rows
+    first, inverse = distinct_columns([rows[:, c] for c in range(rows.shape[1])])
+    return (rows[first], inverse) if return_inverse else rows[first]
+
+
+def narrowest_int(high: int) -> type:
+    """The narrowest of int16, int32 and int64 that holds every integer in [-high, high]."""
+    return np.int16 if high < 2**15 else np.int32 if high < 2**31 else np.int64
 
 
 #: Tiles x supersteps up to which :func:`peak_per_tile` sums on a dense grid (no sort).

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from rammer.backends.ipu import tile_memory
-from rammer.backends.ipu.placement import peak_per_tile, unique_rows
+from rammer.backends.ipu.placement import distinct_columns, narrowest_int, peak_per_tile, unique_rows
 from rammer.backends.ipu.tile_memory import Intervals, busiest_per_step, labelled_at, live_grid, peak_bytes
 
 
@@ -17,6 +17,21 @@ def test_unique_rows_is_numpys_unique_along_rows(cols: int, high: int) -> None:
     rows = np.concatenate([rows, rows[:1500]])
     rng.shuffle(rows)
     assert np.array_equal(unique_rows(rows), np.unique(rows, axis=0))
+
+
+@pytest.mark.parametrize("high", [5, 1 << 14, 1 << 30])
+def test_distinct_columns_of_mixed_widths_is_numpys_unique(high: int) -> None:
+    """Columns of different integer widths (int16 tiles and bounds beside int32 indices), never stacked."""
+    rng = np.random.default_rng(high)
+    cols = [rng.integers(-3, min(high, 1 << 14), 5000).astype(np.int16), rng.integers(0, high, 5000).astype(np.int32),
+            rng.integers(0, 3, 5000).astype(np.int16)]
+    cols = [np.concatenate([c, c[:2000]]) for c in cols]
+    first, inverse = distinct_columns(cols)
+    rows = np.stack([c.astype(np.int64) for c in cols], axis=1)
+    want, want_inverse = np.unique(rows, axis=0, return_inverse=True)
+    assert np.array_equal(rows[first], want) and np.array_equal(inverse, want_inverse.reshape(-1))
+    assert all(int(first[i]) == int(np.flatnonzero(inverse == i)[0]) for i in range(0, len(first), 97))  # the first
+    assert [narrowest_int(h) for h in (1472, 32767, 32768, 2**31)] == [np.int16, np.int16, np.int32, np.int64]
 
 
 def test_peak_per_tile_matches_a_step_by_step_sum() -> None:

@@ -68,6 +68,10 @@ def test_before_the_change_two_blocks_on_a_tile_are_refused(small_ipu, monkeypat
     monkeypatch.setattr(device, "finest_weight_cut", lambda kernels, node, graph, vd: kernels)
     # (the weight-stationary placement, later, places even these blocks: tests/ipu/test_ipu_weight_stationary.py)
     monkeypatch.setattr(codegen, "WEIGHT_STATIONARY", False)
+    # (and so, since s9-ipu, does an input freed after its last read, or waves split to one
+    # receiving rTask per tile: tests/ipu/test_ipu_split_waves.py)
+    monkeypatch.setattr(codegen, "INPUTS_FREED", False)
+    monkeypatch.setattr(codegen, "SPLIT_WAVES", False)
     with pytest.raises(IpuPlacementError, match="tile memories"):
         rammer.compile(_fc(), backend="ipu", vdevice=small_ipu)
 
