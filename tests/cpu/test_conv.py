@@ -352,3 +352,19 @@ def test_strided_pixel_rows_read_plain_rows_at_the_stride(monkeypatch, x_shape, 
     (op,) = [o for o in compile_program(load(m)).lowered.ops if o.family == "conv"]
     assert op.extra["kernel"] == "pixel-rows" and op.extra["plain_rows"]
     compare(m, feeds, veus=veus, atol=1e-6 * int(np.prod(w_shape[1:])))
+
+
+@pytest.mark.parametrize("m_out", [4, 5, 6, 7, 8, 9, 12, 13, 17])
+@pytest.mark.parametrize("veus", [1, 2])
+def test_pointwise_in_place_k_blocks_every_last_panel(m_out, veus):
+    """A 1x1 conv reading its input planes in place over two K blocks (the later one accumulating),
+    for every size of a last panel of output channels: with AVX2's MR = 6, panels of 5-8 rows ran the
+    8-row kernel variant, which read two rows past the A panel and wrote two past the tile (the next
+    block then accumulated junk onto another panel's rows; resnet50 came out 1% off)."""
+    from rammer.backends.cpu.compiler import compile_program
+    from rammer.frontend import load
+
+    m, feeds = conv_model((1, 300, 8, 8), (m_out, 300, 1, 1), epilogue=("Relu",))
+    (op,) = [o for o in compile_program(load(m)).lowered.ops if o.family == "conv"]
+    assert op.extra["kernel"] == "implicit" and op.extra["K"] > lower_conv.IMPLICIT_KC
+    compare(m, feeds, veus=veus, atol=1e-6 * 300)
