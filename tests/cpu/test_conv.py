@@ -368,3 +368,62 @@ def test_pointwise_in_place_k_blocks_every_last_panel(m_out, veus):
     (op,) = [o for o in compile_program(load(m)).lowered.ops if o.family == "conv"]
     assert op.extra["kernel"] == "implicit" and op.extra["K"] > lower_conv.IMPLICIT_KC
     compare(m, feeds, veus=veus, atol=1e-6 * 300)
+
+
+def test_pixel_row_panels_cover_the_channels():
+    """Every group's channels fall in whole panels, at most two of them narrow: with AVX2's 24 and 16
+    they pad the channels only up to a multiple of 8 (and 16), with AVX-512's 32 up to a panel."""
+    from rammer.backends.cpu.kernels_conv import pixel_row_panel_start, pixel_row_panels
+    from rammer.backends.cpu.ukernel import PX_NR, PX_NR_NARROW
+
+    for mg in range(1, 400):
+        wide, narrow = pixel_row_panels(mg)
+        mpad = pixel_row_panel_start(wide + narrow, wide)
+        assert narrow <= 2 and mpad >= mg
+        if PX_NR_NARROW == PX_NR:
+            assert mpad == -(-mg // PX_NR) * PX_NR
+        else:
+            assert mpad == max(PX_NR_NARROW, -(-mg // 8) * 8), mg
+
+
+def test_pack_pixel_row_weights_layout():
+    from rammer.backends.cpu.kernels_conv import pack_pixel_row_weights, pixel_row_panel_start, pixel_row_panels
+    from rammer.backends.cpu.ukernel import PX_NR, PX_NR_NARROW
+
+    for mg in (5, 16, 24, 32, 40, 64, 72):
+        w = rand(2 * mg, 3, 3, 3)
+        packed = pack_pixel_row_weights(w, 2)
+        wide, narrow = pixel_row_panels(mg)
+        mpad, K = pixel_row_panel_start(wide + narrow, wide), 27
+        assert packed.size == 2 * mpad * K
+        flat = w.reshape(2, mg, K)
+        for g in range(2):
+            for p in range(wide + narrow):
+                s, width = pixel_row_panel_start(p, wide), (PX_NR if p < wide else PX_NR_NARROW)
+                panel = packed[g * mpad * K + s * K:g * mpad * K + (s + width) * K].reshape(K, width)
+                for j in range(width):
+                    want = flat[g, s + j] if s + j < mg else np.zeros(K, np.float32)
+                    np.testing.assert_array_equal(panel[:, j], want)
+
+
+@pytest.mark.parametrize("m_out", [16, 24, 32, 40, 64, 72, 128, 136])
+@pytest.mark.parametrize("veus", [1, 2])
+def test_pixel_rows_wide_and_narrow_panels(monkeypatch, m_out, veus):
+    """Output channel counts that end in narrow panels (or none), split over tasks on panel starts."""
+    from rammer.backends.cpu.compiler import compile_program
+    from rammer.backends.cpu.kernels_conv import pixel_row_panel_start, pixel_row_panels
+    from rammer.frontend import load
+
+    monkeypatch.setattr(lower_conv, "FORCE_FORM", FORM_PIXEL_ROWS)
+    m, feeds = conv_model((1, 16, 5, 6), (m_out, 16, 3, 3), epilogue=("Relu",), pads=[1, 1, 1, 1])
+    (op,) = [o for o in compile_program(load(m)).lowered.ops if o.family == "conv"]
+    assert op.extra["kernel"] == "pixel-rows"
+    wide, narrow = pixel_row_panels(m_out)
+    panel_starts = {pixel_row_panel_start(p, wide) for p in range(wide + narrow)}
+    for k in (2, 3, 5, 8):
+        seen = np.zeros((m_out, 30), np.int64)
+        for _, _, m0, m1, q0, q1 in op.partition(k) or [(0, 1, 0, m_out, 0, 30)]:
+            assert m0 in panel_starts
+            seen[m0:m1, q0:q1] += 1
+        assert (seen == 1).all()
+    compare(m, feeds, veus=veus, atol=1e-6 * 144)

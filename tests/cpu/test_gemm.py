@@ -65,11 +65,11 @@ def _pixel_row_kernel(rows: int, cols: int, width: int):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("rows,cols,width", [(uk.PX_MR, uk.PX_NR, uk.WIDTH), (4, 16, 8)])
+@pytest.mark.parametrize("rows,cols,width", [(uk.PX_MR, uk.PX_NR, uk.WIDTH), (4, 24, 8), (4, 16, 8)])
 @pytest.mark.parametrize("flags", range(16))  # each combination has a store block of its own
 def test_pixel_row_microkernel_reads_through_tables_and_stores_transposed(rows, cols, width, flags):
-    """Both shapes (AVX-512 and AVX2) run here: AVX2 code runs on an AVX-512 CPU too; the
-    epilogue (bias per column, residual, ReLU keeping NaN) is applied at the store."""
+    """The AVX-512 and AVX2 shapes (AVX2's wide and narrow panels) run here: AVX2 code runs on an
+    AVX-512 CPU too; the epilogue (bias per column, residual, ReLU keeping NaN) is applied at the store."""
     rng = np.random.default_rng(2)
     k, ldc = 29, 50
     plane = rng.standard_normal(4000).astype(np.float32)
