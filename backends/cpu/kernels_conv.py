@@ -71,9 +71,11 @@ from .ukernel import (
     NR,
     PX_MR,
     PX_NR,
+    PX_NR_NARROW,
     ukernel,
     ukernel_ldb,
     ukernel_rows,
+    ukernel_rows_narrow,
 )
 
 f32 = np.float32
@@ -115,6 +117,51 @@ def pack_weights(w: np.ndarray, groups: int, kc: int, width: int = MR) -> np.nda
             out[pos:pos + mpad * kcb] = panels.reshape(-1)
             pos += mpad * kcb
     return out
+
+
+@njit(**_JIT)
+def pixel_row_panels(mg):
+    """``(wide, narrow)``: the pixel-row form packs a group's ``mg`` output channels as ``wide``
+    panels PX_NR channels wide and then ``narrow`` panels PX_NR_NARROW wide (0, 1 or 2).  With
+    24 and 16 (AVX2) the channels, rounded up to 8, fill them exactly: a rest of 16 is one narrow
+    panel, a rest of 8 makes the last wide panel two narrow ones (24 + 8 = 16 + 16), so 32, 64 and
+    128 channels pad nothing where panels of 24 would pad 16, 8 and 16."""
+    if PX_NR_NARROW == PX_NR:
+        return (mg + PX_NR - 1) // PX_NR, 0
+    m8 = max(PX_NR_NARROW, (mg + 7) // 8 * 8)
+    wide = m8 // PX_NR
+    rest = m8 - wide * PX_NR
+    if rest == 0:
+        return wide, 0
+    # the last wide panel and the rest as two narrow ones, when they fill them exactly
+    if wide > 0 and (rest + PX_NR) == 2 * PX_NR_NARROW:
+        return wide - 1, 2
+    return wide, (rest + PX_NR_NARROW - 1) // PX_NR_NARROW
+
+
+@njit(**_JIT)
+def pixel_row_panel_start(p, wide):
+    """The first output channel (of its group) of pixel-row panel ``p`` (:func:`pixel_row_panels`)."""
+    return min(p, wide) * PX_NR + max(0, p - wide) * PX_NR_NARROW
+
+
+def pack_pixel_row_weights(w: np.ndarray, groups: int) -> np.ndarray:
+    """Weights [M, Cg, kh, kw] as the pixel-row form reads them: per group, its panels
+    (:func:`pixel_row_panels`) one after the other over the whole of K, each k-major
+    (element (k, j) of the panel from channel ``s`` at ``s * K + k * width + j``, zeros past mg)."""
+    m = w.shape[0]
+    mg = m // groups
+    k = int(np.prod(w.shape[1:]))
+    wide, narrow = pixel_row_panels(mg)
+    mpad = pixel_row_panel_start(wide + narrow, wide)
+    flat = np.zeros((groups, mpad, k), np.float32)
+    flat[:, :mg] = np.asarray(w, np.float32).reshape(groups, mg, k)
+    out = np.empty((groups, mpad * k), np.float32)
+    for p in range(wide + narrow):
+        s = pixel_row_panel_start(p, wide)
+        width = PX_NR if p < wide else PX_NR_NARROW
+        out[:, s * k:(s + width) * k] = flat[:, s:s + width].transpose(0, 2, 1).reshape(groups, k * width)
+    return out.reshape(-1)
 
 
 @njit(**_JIT)
@@ -582,6 +629,14 @@ def _pixel_rows(F, I, X, R, p, sbase, pb, in_place, C, H, W, kh, kw, sh, sw, ph,
         for r in range(PX_MR):
             I[pkr + r] = r
     tsh, tsw = (1, 1) if plain else (sh, sw)  # the planes' phases
+    # the task's channel panels: m0 is a panel's start, m1 one's end or mg (pixel_row_panels)
+    wide, narrow = pixel_row_panels(mg)
+    panel0 = 0
+    while pixel_row_panel_start(panel0 + 1, wide) <= m0:
+        panel0 += 1
+    panels_end = panel0
+    while panels_end < wide + narrow and pixel_row_panel_start(panels_end, wide) < m1:
+        panels_end += 1
     _tap_table(I, ti, cg, kh, kw, tsh, tsw, dh, dw, tsh * tsw * phase, phase, Wq, H * W if in_place else 0)
     # pixel rows in the phase planes (from the task's first row), in plain rows at the stride, or in
     # the input itself
@@ -603,7 +658,7 @@ def _pixel_rows(F, I, X, R, p, sbase, pb, in_place, C, H, W, kh, kw, sh, sw, ph,
             # tiles outer when the group's weights stay in L2 (each tile's input rows are then
             # read from L1 for every channel panel), channel panels outer otherwise
             nq = (qe - qc + PX_MR - 1) // PX_MR
-            npan = (m1 - m0 + PX_NR - 1) // PX_NR
+            npan = panels_end - panel0
             tiles_outer = (m1 - m0) * K <= WEIGHTS_IN_L2
             kc = K if tiles_outer else KC
             packed = pack and in_place and not tiles_outer
@@ -620,10 +675,11 @@ def _pixel_rows(F, I, X, R, p, sbase, pb, in_place, C, H, W, kh, kw, sh, sw, ph,
                     else:
                         ip = it // nq
                         iq = it - ip * nq
-                    ic = m0 + ip * PX_NR
+                    ic = pixel_row_panel_start(panel0 + ip, wide)
+                    width = PX_NR if panel0 + ip < wide else PX_NR_NARROW
                     q = qc + iq * PX_MR
-                    cols = min(PX_NR, m1 - ic)
-                    wb = wg + ic * K + pc * PX_NR
+                    cols = min(width, m1 - ic)
+                    wb = wg + ic * K + pc * width
                     rows = min(PX_MR, qe - q)
                     # the tile's rows: packed (kb x PX_MR floats a tile), or read through the k and row tables
                     if packed:
@@ -633,13 +689,21 @@ def _pixel_rows(F, I, X, R, p, sbase, pb, in_place, C, H, W, kh, kw, sh, sw, ph,
                         if ip == 0 or not tiles_outer:  # tiles outer: one row table serves all its panels
                             _row_table(I, ri, q, rows, OW, o0, rs, cs)
                     cp = out + ic * ohw + q
-                    if rows == PX_MR and cols == PX_NR:
+                    if rows == PX_MR and cols == width:
                         # (operands whose flag is off point at C: valid memory, read and dropped)
-                        ukernel_rows(kb, F, src, I, kt, I, rt, F, wb, F, cp, ohw, flags,
-                                     F, bias_g + ic if bias >= 0 else cp,
-                                     F, res_g + ic * ohw + q if res >= 0 else cp)
+                        if width == PX_NR:
+                            ukernel_rows(kb, F, src, I, kt, I, rt, F, wb, F, cp, ohw, flags,
+                                         F, bias_g + ic if bias >= 0 else cp,
+                                         F, res_g + ic * ohw + q if res >= 0 else cp)
+                        else:
+                            ukernel_rows_narrow(kb, F, src, I, kt, I, rt, F, wb, F, cp, ohw, flags,
+                                                F, bias_g + ic if bias >= 0 else cp,
+                                                F, res_g + ic * ohw + q if res >= 0 else cp)
                         continue
-                    ukernel_rows(kb, F, src, I, kt, I, rt, F, wb, F, pt, PX_MR, 0, F, pt, F, pt)
+                    if width == PX_NR:
+                        ukernel_rows(kb, F, src, I, kt, I, rt, F, wb, F, pt, PX_MR, 0, F, pt, F, pt)
+                    else:
+                        ukernel_rows_narrow(kb, F, src, I, kt, I, rt, F, wb, F, pt, PX_MR, 0, F, pt, F, pt)
                     # (the tile is stored transposed: its rows are output channels)
                     _store_tile(F, pt, PX_MR, cp, ohw, cols, rows, flags, bias_g + ic, res_g + ic * ohw + q, ohw)
                 pc += kb

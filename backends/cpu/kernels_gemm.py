@@ -33,7 +33,7 @@ from . import _numba_cache  # noqa: F401  (drops stale numba caches first)
 from .blas import HAVE_BLAS, sgemm
 from .kernels_ew import ew_epilogue
 from .kernels_gemm_inplace import lda_tile_into
-from .ukernel import MR, NR, SHORT8, ukernel, ukernel4, ukernel8
+from .ukernel import MR, NR, ukernel, ukernel4, ukernel8
 
 f32 = np.float32
 _JIT = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
@@ -194,7 +194,8 @@ def _panel_tile(F, kc, a, b, cp, ldc, rows, cols, first, pt):
     least ``rows`` rows (4, 8 or MR): in place when the variant's rows and NR columns are all
     real, else through the scratch tile at ``pt``."""
     flag = 0 if first else 1
-    if cols == NR and (rows == MR or rows == 8 or rows == 4):
+    # (the 8-row variant only where MR is larger: with AVX2's MR = 6, 5-6 rows take the full kernel)
+    if cols == NR and (rows == MR or (rows == 8 and MR > 8) or rows == 4):
         if rows == MR:
             ukernel(kc, F, a, F, b, F, cp, ldc, flag)
         elif rows == 8:
@@ -202,7 +203,7 @@ def _panel_tile(F, kc, a, b, cp, ldc, rows, cols, first, pt):
         else:
             ukernel4(kc, F, a, F, b, F, cp, ldc, flag)
         return
-    if rows > 8 or (rows > 4 and not SHORT8):
+    if rows > 8 or (rows > 4 and MR <= 8):
         ukernel(kc, F, a, F, b, F, pt, NR, 0)
     elif rows > 4:
         ukernel8(kc, F, a, F, b, F, pt, NR, 0)

@@ -38,7 +38,6 @@ from .ukernel import (
     EPI_SILU,
     MR,
     NR,
-    SHORT8,
     WIDTH,
     ukernel_ldb,
     ukernel_ldb4,
@@ -52,9 +51,11 @@ _JIT = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
 @njit(**_JIT)
 def ldb_panel(rows, k, F, a, b, ldb, c, ldc, flags, bias, res, ldr):
     """``ukernel_ldb`` on the first ``rows`` rows of an MR-row A panel, rounded up to the 4, 8 or
-    MR rows of a kernel variant shorter than MR (C gets that many rows: exactly ``rows`` when it is
-    4, 8 or MR; 8 only where MR > 8, :data:`~.ukernel.SHORT8`)."""
-    if rows > 8 or (rows > 4 and not SHORT8):
+    MR rows of a kernel variant (C gets that many rows: exactly ``rows`` when it is 4, 8 or MR;
+    ``rows`` past MR: MR rows).  The 8-row variant only where MR is larger: with AVX2's MR = 6 it
+    read two rows past the panel and wrote two past the tile (1x1 convs accumulating K blocks got
+    another panel's junk; the last panel's rows ran past the output)."""
+    if rows > 8 or (rows > 4 and MR <= 8):
         ukernel_ldb(k, F, a, F, b, ldb, F, c, ldc, flags, F, bias, F, res, ldr)
     elif rows > 4:
         ukernel_ldb8(k, F, a, F, b, ldb, F, c, ldc, flags, F, bias, F, res, ldr)

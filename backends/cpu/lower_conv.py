@@ -33,8 +33,11 @@ from .kernels_conv import (
     PACK_PIXEL_ROWS,
     STRIDED_PLAIN_ROWS,
     WEIGHTS_IN_L2,
+    pack_pixel_row_weights,
     pack_weights,
     panel_columns,
+    pixel_row_panel_start,
+    pixel_row_panels,
 )
 from .kernels_winograd import scratch_floats as winograd_scratch
 from .lower_common import dwconv_channels_last, dwconv_op, epilogue_program, resolve_words, window_desc
@@ -355,8 +358,16 @@ def implicit_conv_op(lw: LowerContext, name: str, nodes: tuple[Node, ...], x: Vi
     # rows of a packed weight panel; tasks cut output channels in these
     unit = {FORM_DIRECT: MR, FORM_TRANSPOSED: NR, FORM_PIXEL_ROWS: PX_NR}[form]
     mpad = -(-mg // unit) * unit
-    # the pixel-row form packs each panel over the whole of K (its K blocks are runs of a panel's rows)
-    wp = lw.const_view(pack_weights(np.asarray(w_arr), groups, K if form == FORM_PIXEL_ROWS else kc, unit))
+    m_panels = -(-mg // unit)
+    if form == FORM_PIXEL_ROWS:
+        # each panel packed over the whole of K (its K blocks are runs of a panel's rows), the
+        # group's last ones possibly narrower (kernels_conv.pixel_row_panels)
+        wide, narrow = pixel_row_panels(mg)
+        m_panels = wide + narrow
+        mpad = int(pixel_row_panel_start(m_panels, wide))
+        wp = lw.const_view(pack_pixel_row_weights(np.asarray(w_arr), groups))
+    else:
+        wp = lw.const_view(pack_weights(np.asarray(w_arr), groups, kc, unit))
     regs = prog.n_registers() * BLOCK if prog is not None else 0
     sh, sw, pw, dh, dw = geo[6], geo[7], geo[9], geo[10], geo[11]
     wp_width = max(geo[3] + pw, (OW - 1) * sw + (kw - 1) * dw + 1)
@@ -385,8 +396,8 @@ def implicit_conv_op(lw: LowerContext, name: str, nodes: tuple[Node, ...], x: Vi
     else:
         panel = kc * panel_columns(nc) + MR * NR + NR + cg * phases + NR
     flops = 2.0 * blocks * mg * ohw * K
-    m_panels = -(-mg // unit)
     q_panels = -(-ohw // NR)
+    starts = (lambda p: int(pixel_row_panel_start(p, wide))) if form == FORM_PIXEL_ROWS else None
 
     def partition(k: int) -> list:
         if k <= blocks:
@@ -399,7 +410,7 @@ def implicit_conv_op(lw: LowerContext, name: str, nodes: tuple[Node, ...], x: Vi
         if mg > ohw:
             q_parts = max(1, per // min(per, m_panels))
         m_parts = min(max(1, per // q_parts), m_panels)
-        return _grid_parts(blocks, mg, unit, m_panels, m_parts, ohw, NR, q_panels, q_parts)
+        return _grid_parts(blocks, mg, unit, m_panels, m_parts, ohw, NR, q_panels, q_parts, starts)
 
     if rows_cap < OH:
         partition = _rows_capped(partition, blocks, mg, ohw, max(NR, (rows_cap - 1) * OW // NR * NR))
@@ -467,10 +478,11 @@ def _rows_capped(partition, blocks: int, mg: int, ohw: int, max_pixels: int):
 
 
 def _grid_parts(blocks: int, mg: int, unit: int, m_panels: int, m_parts: int, ohw: int, q_unit: int,
-                q_units: int, q_parts: int) -> list:
+                q_units: int, q_parts: int, starts=None) -> list:
     """Task rows ``(b, b + 1, m0, m1, q0, q1)`` for every block, cutting the output channels into
-    ``m_parts`` runs of whole ``unit``-channel panels and the pixels into ``q_parts`` runs of whole
-    ``q_unit``-pixel units (NR pixels, or a tile row's two output rows); [] when that is one task.
+    ``m_parts`` runs of whole ``unit``-channel panels (panel p from channel ``starts(p)`` when the
+    panels differ in width) and the pixels into ``q_parts`` runs of whole ``q_unit``-pixel units
+    (NR pixels, or a tile row's two output rows); [] when that is one task.
 
     No task may be empty: with more parts than units a task's pixel range came out inverted
     (q0 = j0 * q_unit past ohw), and the kernels size their phase planes from it (a negative
@@ -485,7 +497,8 @@ def _grid_parts(blocks: int, mg: int, unit: int, m_panels: int, m_parts: int, oh
             p0, p1 = split_range(m_panels, m_parts, mi)
             for qi in range(q_parts):
                 j0, j1 = split_range(q_units, q_parts, qi)
-                parts.append((b, b + 1, p0 * unit, min(mg, p1 * unit), j0 * q_unit, min(ohw, j1 * q_unit)))
+                c0, c1 = (starts(p0), starts(p1)) if starts is not None else (p0 * unit, p1 * unit)
+                parts.append((b, b + 1, c0, min(mg, c1), j0 * q_unit, min(ohw, j1 * q_unit)))
     return parts
 
 
@@ -624,15 +637,19 @@ def conv_form(mg: int, ohw: int, K: int = 0, taps: int = 1, strided_1x1: bool = 
         return FORCE_FORM
     def used(rows: int, cols: int, mr: int, nr: int) -> float:
         return rows / (-(-rows // mr) * mr) * cols / (-(-cols // nr) * nr)
+
+    def pixel_rows_used(pixels: int, channels: int) -> float:
+        wide, narrow = pixel_row_panels(channels)
+        return used(pixels, 1, PX_MR, 1) * channels / int(pixel_row_panel_start(wide + narrow, wide))
     # the transposed form scatters its tiles into the output, so it must win clearly
     fills = {FORM_DIRECT: used(mg, ohw, MR, NR), FORM_TRANSPOSED: used(ohw, mg, MR, NR) / 1.25}
     if ohw > IMPLICIT_NC:
         del fills[FORM_TRANSPOSED]
     if taps > 1 and K >= 64:
-        fills[FORM_PIXEL_ROWS] = used(ohw, mg, PX_MR, PX_NR) * (LINE_PIXEL_ROWS_WEIGHT if line else 1.15)
+        fills[FORM_PIXEL_ROWS] = pixel_rows_used(ohw, mg) * (LINE_PIXEL_ROWS_WEIGHT if line else 1.15)
     elif taps == 1 and (strided_1x1 or (ohw <= POINTWISE_ROWS_MAX_PIXELS
                                         and mg * K > POINTWISE_ROWS_MIN_WEIGHTS)):
-        fills[FORM_PIXEL_ROWS] = used(ohw, mg, PX_MR, PX_NR) * 2
+        fills[FORM_PIXEL_ROWS] = pixel_rows_used(ohw, mg) * 2
     return max(fills, key=lambda f: (fills[f], f == FORM_DIRECT))
 
 

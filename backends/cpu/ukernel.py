@@ -23,7 +23,8 @@ pixels read straight from the (padded) input planes through two offset
 tables, one per k (channel and tap) and one per row (pixel), and its PX_NR
 columns are output channels (packed weights).  It stores the tile
 transposed, PX_MR consecutive pixels per output channel, which is the NCHW
-layout of the output.  8 x 32 with AVX-512 (16 accumulators), 4 x 16 otherwise.
+layout of the output.  8 x 32 with AVX-512 (16 accumulators), 4 x 24 otherwise (12 of the 16
+ymm registers; a group's last one or two panels 4 x 16, :data:`PX_NR_NARROW`).
 """
 
 from __future__ import annotations
@@ -72,12 +73,17 @@ PF_ROWS = 0
 
 WIDTH = 16 if "avx512f" in HOST_FEATURES else 8
 MR, NR = (12, 32) if WIDTH == 16 else (6, 16)
-PX_MR, PX_NR = (8, 32) if WIDTH == 16 else (4, 16)
-#: Whether the 8-row short variants are shorter than a full panel.  With AVX2's MR = 6 they are
-#: not: an 8-row variant on a 6-row panel reads two rows of the next k step's A and writes two
-#: rows of C past the panel (in place: another panel's output rows), so the selectors below take
-#: the full kernel for 5-6 rows there.  (The variants are still built: the selectors call them.)
-SHORT8 = MR > 8
+#: The pixel-row tile.  With AVX2 (16 ymm registers) 4 x 24: 12 accumulators, 3 weight vectors and a
+#: broadcast, where 4 x 16 left 8 accumulators, as many as the two FMA pipes' 4-cycle latency needs,
+#: and paid a table load and 4 broadcasts per 8 FMAs.  The kernel alone on Zen 3 (k = 2304 taps,
+#: through ctypes, CPU time, load 7): 4 x 16 50 GF/s, 4 x 24 60, 4 x 32 45 (spills), 8 x 16 29
+#: (spills), 8 x 8 42; the convs are in docs/benchmarks.md (s9-cnn).
+PX_MR, PX_NR = (8, 32) if WIDTH == 16 else (4, 24)
+#: Width of a group's last panels of output channels when PX_NR would pad them: a group's channels
+#: (rounded up to 8) run in PX_NR-wide panels and then up to two of this width (64 = 24 + 24 + 16,
+#: 128 = 4 x 24 + 2 x 16), see ``kernels_conv.pixel_row_panels``.  PX_NR itself: one width (AVX-512).
+PX_NR_NARROW = PX_NR if WIDTH == 16 else 16
+ROWS_NARROW_SYMBOL = ROWS_SYMBOL + "_narrow"
 
 
 def ldb_symbol(rows: int) -> str:
@@ -293,7 +299,7 @@ def _k_loop(fn: ir.Function, entry: ir.IRBuilder, k: ir.Value, rows: int, width:
     return ir.IRBuilder(done), accs
 
 
-def _add_pixel_row_kernel(mod: ir.Module, rows: int, cols: int, width: int) -> None:
+def _add_pixel_row_kernel(mod: ir.Module, rows: int, cols: int, width: int, symbol: str = ROWS_SYMBOL) -> None:
     """``(k, a, aoff, rowoff, b, c, ldc, flags, bias, res)``: with ``T[r, j] = sum_k a[aoff[k] +
     rowoff[r]] * b[k*cols + j]`` for r < rows, j < cols, ``C[j*ldc + r] = relu?(T[r, j] (+ C)
     (+ bias[j]) (+ res[j*ldc + r]))`` per the EPI_* ``flags`` (a conv's epilogue at its one store)."""
@@ -304,7 +310,7 @@ def _add_pixel_row_kernel(mod: ir.Module, rows: int, cols: int, width: int) -> N
     fp = f32.as_pointer()
     ip = i64.as_pointer()
     fn = ir.Function(mod, ir.FunctionType(ir.VoidType(), [i64, fp, ip, ip, fp, fp, i64, i64, fp, fp]),
-                     name=ROWS_SYMBOL)
+                     name=symbol)
     k, a, aoff, rowoff, b, c, ldc, acc, bias, res = fn.args
     for arg, name in zip(fn.args, ("k", "a", "aoff", "rowoff", "b", "c", "ldc", "flags", "bias", "res")):
         arg.name = name
@@ -326,7 +332,7 @@ def _add_pixel_row_kernel(mod: ir.Module, rows: int, cols: int, width: int) -> N
         for v in range(nv):
             ptr = _vec_ptr(bld, tp, r * cols + v * width, vec)
             bld.store(accs[r][v], ptr, align=4)
-    bld.call(_add_transpose_store(mod, rows, cols, width), [tp, c, ldc, acc, bias, res])
+    bld.call(_add_transpose_store(mod, rows, cols, width, symbol), [tp, c, ldc, acc, bias, res])
     bld.ret_void()
 
 
@@ -368,7 +374,7 @@ def _transpose_columns(bld: ir.IRBuilder, tile: list, rows: int, width: int) -> 
     return [columns[j] for j in sorted(columns)]
 
 
-def _add_transpose_store(mod: ir.Module, rows: int, cols: int, width: int) -> ir.Function:
+def _add_transpose_store(mod: ir.Module, rows: int, cols: int, width: int, symbol: str = ROWS_SYMBOL) -> ir.Function:
     """``(tile, c, ldc, flags, bias, res)``: ``c[j*ldc + r] = relu?(tile[r*cols + j] (+ c) (+ bias[j])
     (+ res[j*ldc + r]))``, for each of the 16 ``flags`` a straight-line block of its own
     (:func:`_per_flag_blocks`).  The bias (per column
@@ -380,7 +386,7 @@ def _add_transpose_store(mod: ir.Module, rows: int, cols: int, width: int) -> ir
     vec = ir.VectorType(f32, width)
     pvec = ir.VectorType(f32, rows)
     nv = cols // width
-    fn = ir.Function(mod, ir.FunctionType(ir.VoidType(), [fp, fp, i64, i64, fp, fp]), name=ROWS_SYMBOL + "_store")
+    fn = ir.Function(mod, ir.FunctionType(ir.VoidType(), [fp, fp, i64, i64, fp, fp]), name=symbol + "_store")
     fn.attributes.add("noinline")
     tp, c, ldc, flags, bias, res = fn.args
     entry = ir.IRBuilder(fn.append_basic_block("entry"))
@@ -488,16 +494,21 @@ def store_tile(add: ir.Block, put: ir.Block, accs: list, c: ir.Value, ldc: ir.Va
         bld.ret_void()
 
 
-def pixel_row_module(rows: int, cols: int, width: int) -> ir.Module:
-    """A module with only the pixel-row kernel at the given shape (tests run the AVX2 shape here too)."""
+def pixel_row_module(rows: int, cols: int, width: int, narrow: int | None = None) -> ir.Module:
+    """A module with the pixel-row kernel at the given shape (tests run the AVX2 shape here too) and,
+    with ``narrow``, its variant ``narrow`` columns wide as :data:`ROWS_NARROW_SYMBOL`."""
     mod = ir.Module(name="rammer_ukernel_rows")
     _add_pixel_row_kernel(mod, rows, cols, width)
+    if narrow is not None:
+        _add_pixel_row_kernel(mod, rows, narrow, width, ROWS_NARROW_SYMBOL)
     return mod
 
 
 PACKED = MachineCode(f"ukernel packed pf{PF_PACKED}", _packed_module, (SYMBOL, *(packed_symbol(r) for r in PACKED_SHORT_ROWS)))
 LDB = MachineCode(f"ukernel ldb pf{PF_LDB}", _ldb_module, (LDB_SYMBOL, *(ldb_symbol(r) for r in LDB_SHORT_ROWS)))
-ROWS = MachineCode(f"ukernel rows {PX_MR}x{PX_NR} pf{PF_ROWS}", lambda: pixel_row_module(PX_MR, PX_NR, WIDTH), (ROWS_SYMBOL,))
+ROWS = MachineCode(f"ukernel rows {PX_MR}x{PX_NR}/{PX_NR_NARROW} pf{PF_ROWS}",
+                   lambda: pixel_row_module(PX_MR, PX_NR, WIDTH, PX_NR_NARROW),
+                   (ROWS_SYMBOL, ROWS_NARROW_SYMBOL))
 
 #: ctypes type of the pixel-row kernel: (k, a, aoff, rowoff, b, c, ldc, flags, bias, res).
 ROWS_CFUNCTYPE = ctypes.CFUNCTYPE(None, ctypes.c_int64, *[ctypes.c_void_p] * 5, ctypes.c_int64, ctypes.c_int64,
@@ -565,6 +576,17 @@ def ukernel_rows(typingctx, k, A, a_off, T, t_off, T2, r_off, Bp, b_off, C, c_of
         return None
     sig = types.none(k, A, a_off, T, t_off, T2, r_off, Bp, b_off, C, c_off, ldc, flags, Bias, bias_off, Res, res_off)
     return sig, call_codegen(ROWS_SYMBOL, "ifqqffiiff")
+
+
+@uses(ROWS_NARROW_SYMBOL)
+@intrinsic
+def ukernel_rows_narrow(typingctx, k, A, a_off, T, t_off, T2, r_off, Bp, b_off, C, c_off, ldc, flags, Bias, bias_off,
+                        Res, res_off):
+    """:func:`ukernel_rows` on a panel PX_NR_NARROW output channels wide (weights packed that wide)."""
+    if not (arrays_are(types.float32, A, Bp, C, Bias, Res) and arrays_are(types.int64, T, T2)):
+        return None
+    sig = types.none(k, A, a_off, T, t_off, T2, r_off, Bp, b_off, C, c_off, ldc, flags, Bias, bias_off, Res, res_off)
+    return sig, call_codegen(ROWS_NARROW_SYMBOL, "ifqqffiiff")
 
 
 def _ldb_intrinsic(rows: int, doc: str):

@@ -90,7 +90,8 @@ def test_pack_weights_layout():
     w = rand(2 * 14, 3, 2, 2)
     kc = 5
     packed = pack_weights(w, 2, kc)
-    K, mg, mpad = 12, 14, 2 * MR
+    K, mg = 12, 14
+    mpad = -(-mg // MR) * MR  # (2 panels of 12 with AVX-512, 3 of 6 with AVX2)
     assert packed.size == 2 * mpad * K
     flat = w.reshape(2, mg, K)
     for g in range(2):
@@ -131,7 +132,8 @@ def test_conv_form_choice():
 
     form = lower_conv.conv_form
     assert form(64, 4, 64, 1) == FORM_TRANSPOSED           # 2x2 plane, shallow 1x1: too shallow for pixel rows
-    assert form(32, 16, 32, 1) == FORM_TRANSPOSED          # 4x4 plane
+    # 4x4 plane: with AVX2's 6-row panels the direct form fills 32 of 36 rows (the fill rule's pick, unmeasured)
+    assert form(32, 16, 32, 1) == (FORM_TRANSPOSED if MR == 12 else FORM_DIRECT)
     assert form(8, 1024, 27, 9) == FORM_DIRECT            # few channels, large plane, K too small
     assert form(64, 1024, 576, 9) == FORM_PIXEL_ROWS      # ResNeXt's grouped 3x3
     assert form(256, 64, 2304, 9) == FORM_PIXEL_ROWS      # ... on an 8x8 plane
@@ -144,7 +146,8 @@ def test_conv_form_choice():
     assert form(1024, 256, 4096, 1) == FORM_PIXEL_ROWS    # ... and on 16x16 planes (packed pixel rows)
     assert form(1024, 1024, 4096, 1) == FORM_DIRECT       # ... not on 32x32 planes
     assert form(512, 256, 256, 1, strided_1x1=True) == FORM_PIXEL_ROWS  # read in place, no gather
-    assert form(8, 256, 256, 1, strided_1x1=True) == FORM_DIRECT       # 8 of 32 channels per tile
+    # 8 of 32 channels per tile (AVX-512); AVX2's 16-wide panels half full, read in place (unmeasured)
+    assert form(8, 256, 256, 1, strided_1x1=True) == (FORM_DIRECT if MR == 12 else FORM_PIXEL_ROWS)
     # 1-D convolutions (a line of pixels): the direct form unless the pixel rows fill clearly better
     assert form(384, 1500, 1152, 3) == FORM_PIXEL_ROWS                # the same shape as a plane ...
     assert form(384, 1500, 1152, 3, line=True) == FORM_DIRECT         # ... and as Whisper's strided conv
@@ -175,11 +178,12 @@ def test_pack_weights_nr_wide_panels():
 
     w = rand(40, 3, 2, 2)
     packed = pack_weights(w, 1, 12, NR)
-    npad = 2 * NR
+    npad = -(-40 // NR) * NR  # (2 panels of 32 with AVX-512, 3 of 16 with AVX2)
     assert packed.size == npad * 12
-    panel = packed[NR * 12:2 * NR * 12].reshape(12, NR)  # second channel panel, k-major
-    np.testing.assert_array_equal(panel[:, :8], w.reshape(40, 12)[NR:].T)
-    assert not panel[:, 8:].any()
+    last = npad - NR
+    panel = packed[last * 12:npad * 12].reshape(12, NR)  # the last channel panel, k-major
+    np.testing.assert_array_equal(panel[:, :40 - last], w.reshape(40, 12)[last:].T)
+    assert not panel[:, 40 - last:].any()
 
 
 def test_copy_block_constant_and_runtime_counts():
@@ -352,3 +356,78 @@ def test_strided_pixel_rows_read_plain_rows_at_the_stride(monkeypatch, x_shape, 
     (op,) = [o for o in compile_program(load(m)).lowered.ops if o.family == "conv"]
     assert op.extra["kernel"] == "pixel-rows" and op.extra["plain_rows"]
     compare(m, feeds, veus=veus, atol=1e-6 * int(np.prod(w_shape[1:])))
+
+
+@pytest.mark.parametrize("m_out", [4, 5, 6, 7, 8, 9, 12, 13, 17])
+@pytest.mark.parametrize("veus", [1, 2])
+def test_pointwise_in_place_k_blocks_every_last_panel(m_out, veus):
+    """A 1x1 conv reading its input planes in place over two K blocks (the later one accumulating),
+    for every size of a last panel of output channels: with AVX2's MR = 6, panels of 5-8 rows ran the
+    8-row kernel variant, which read two rows past the A panel and wrote two past the tile (the next
+    block then accumulated junk onto another panel's rows; resnet50 came out 1% off)."""
+    from rammer.backends.cpu.compiler import compile_program
+    from rammer.frontend import load
+
+    m, feeds = conv_model((1, 300, 8, 8), (m_out, 300, 1, 1), epilogue=("Relu",))
+    (op,) = [o for o in compile_program(load(m)).lowered.ops if o.family == "conv"]
+    assert op.extra["kernel"] == "implicit" and op.extra["K"] > lower_conv.IMPLICIT_KC
+    compare(m, feeds, veus=veus, atol=1e-6 * 300)
+
+
+def test_pixel_row_panels_cover_the_channels():
+    """Every group's channels fall in whole panels, at most two of them narrow: with AVX2's 24 and 16
+    they pad the channels only up to a multiple of 8 (and 16), with AVX-512's 32 up to a panel."""
+    from rammer.backends.cpu.kernels_conv import pixel_row_panel_start, pixel_row_panels
+    from rammer.backends.cpu.ukernel import PX_NR, PX_NR_NARROW
+
+    for mg in range(1, 400):
+        wide, narrow = pixel_row_panels(mg)
+        mpad = pixel_row_panel_start(wide + narrow, wide)
+        assert narrow <= 2 and mpad >= mg
+        if PX_NR_NARROW == PX_NR:
+            assert mpad == -(-mg // PX_NR) * PX_NR
+        else:
+            assert mpad == max(PX_NR_NARROW, -(-mg // 8) * 8), mg
+
+
+def test_pack_pixel_row_weights_layout():
+    from rammer.backends.cpu.kernels_conv import pack_pixel_row_weights, pixel_row_panel_start, pixel_row_panels
+    from rammer.backends.cpu.ukernel import PX_NR, PX_NR_NARROW
+
+    for mg in (5, 16, 24, 32, 40, 64, 72):
+        w = rand(2 * mg, 3, 3, 3)
+        packed = pack_pixel_row_weights(w, 2)
+        wide, narrow = pixel_row_panels(mg)
+        mpad, K = pixel_row_panel_start(wide + narrow, wide), 27
+        assert packed.size == 2 * mpad * K
+        flat = w.reshape(2, mg, K)
+        for g in range(2):
+            for p in range(wide + narrow):
+                s, width = pixel_row_panel_start(p, wide), (PX_NR if p < wide else PX_NR_NARROW)
+                panel = packed[g * mpad * K + s * K:g * mpad * K + (s + width) * K].reshape(K, width)
+                for j in range(width):
+                    want = flat[g, s + j] if s + j < mg else np.zeros(K, np.float32)
+                    np.testing.assert_array_equal(panel[:, j], want)
+
+
+@pytest.mark.parametrize("m_out", [16, 24, 32, 40, 64, 72, 128, 136])
+@pytest.mark.parametrize("veus", [1, 2])
+def test_pixel_rows_wide_and_narrow_panels(monkeypatch, m_out, veus):
+    """Output channel counts that end in narrow panels (or none), split over tasks on panel starts."""
+    from rammer.backends.cpu.compiler import compile_program
+    from rammer.backends.cpu.kernels_conv import pixel_row_panel_start, pixel_row_panels
+    from rammer.frontend import load
+
+    monkeypatch.setattr(lower_conv, "FORCE_FORM", FORM_PIXEL_ROWS)
+    m, feeds = conv_model((1, 16, 5, 6), (m_out, 16, 3, 3), epilogue=("Relu",), pads=[1, 1, 1, 1])
+    (op,) = [o for o in compile_program(load(m)).lowered.ops if o.family == "conv"]
+    assert op.extra["kernel"] == "pixel-rows"
+    wide, narrow = pixel_row_panels(m_out)
+    panel_starts = {pixel_row_panel_start(p, wide) for p in range(wide + narrow)}
+    for k in (2, 3, 5, 8):
+        seen = np.zeros((m_out, 30), np.int64)
+        for _, _, m0, m1, q0, q1 in op.partition(k) or [(0, 1, 0, m_out, 0, 30)]:
+            assert m0 in panel_starts
+            seen[m0:m1, q0:q1] += 1
+        assert (seen == 1).all()
+    compare(m, feeds, veus=veus, atol=1e-6 * 144)
