@@ -231,6 +231,13 @@ def test_qlinear_conv_reference_matches_onnxruntime(case):
     ort = pytest.importorskip("onnxruntime")
     import rammer
 
+    from rammer.backends.cpu.machine_code import HOST_FEATURES
+
+    if case[2:4] == ("uint8", "int8") and not HOST_FEATURES & {"avx512vnni", "avxvnni"}:
+        # (measured on an AMD Zen 3: up to 18 steps off the spec on these cases; the cpu backend
+        # and the reference agree exactly there)
+        pytest.skip("needs a CPU with VNNI (avx512vnni or avxvnni): without it onnxruntime's uint8 x int8 "
+                    "kernel adds pairs of products in saturating int16 (vpmaddubsw), so it is not the spec here")
     m, feeds = _qlinear_conv_model(*case[:7], **case[7])
     want = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
     got = rammer.compile(m, backend="reference")(feeds)["y"]
