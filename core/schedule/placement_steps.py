@@ -119,7 +119,8 @@ def _place_rtasks(est: np.ndarray, cand: np.ndarray, n: int, duration: float, ne
                     skip[fill] = p
                     fill += 1
             skip_hi[i] = fill
-    return veu_of, starts, used, last_r, skip[:fill], skip_lo, skip_hi
+    # A copy of the filled part: the schedule keeps slices of it, which would keep all of count x m alive.
+    return veu_of, starts, used, last_r, skip[:fill].copy(), skip_lo, skip_hi
 
 
 requirement_state = OnDemandJit(_requirement_state)
