@@ -143,9 +143,14 @@ def _kernel_tiles_text(kernel: RKernel) -> str:
 
 
 def _programs_text(schedule: Schedule) -> str:
-    """``to_dict()["programs"]`` as JSON text, with no dict and no format call per entry (a full-size
-    GPU schedule has 10^6 rTasks and 10^6 barrier waits): each program is one ``%`` format, its
-    template joined from a per-operator template (the operator's fields, a ``%d`` for the rTask's
+    """``to_dict()["programs"]`` as JSON text (:func:`_programs_parts` joined)."""
+    return "".join(_programs_parts(schedule))
+
+
+def _programs_parts(schedule: Schedule) -> list[str]:
+    """``to_dict()["programs"]`` as JSON text in parts, with no dict and no format call per entry (a
+    full-size GPU schedule has 10^6 rTasks and 10^6 barrier waits): each program is one ``%`` format,
+    its template joined from a per-operator template (the operator's fields, a ``%d`` for the rTask's
     index) and per barrier its waits' text, the numbers filled in by one C-level call."""
     n = schedule.num_rtasks
     ops = schedule.ops
@@ -169,34 +174,50 @@ def _programs_text(schedule: Schedule) -> str:
         numbers = np.stack([ids, np.where(is_rtask, ids - firsts[o], 0)], 1).ravel()
         numbers = numbers[np.repeat(is_rtask, 2) | np.tile([True, False], ids.size)]
         out.append("[" + ('{"id":%d' + ',{"id":%d'.join(tails.tolist())) % tuple(numbers.tolist()) + "]")
-    return "[" + ",".join(out) + "]"
+    parts = ["["]
+    for k, text in enumerate(out):
+        parts += [",", text] if k else [text]
+    parts.append("]")
+    return parts
 
 
 def schedule_json(schedule: Schedule, summary: Mapping[str, Any] | None = None) -> str:
     """The text of :meth:`Schedule.to_json`, ``json.dumps(schedule.to_dict(summary))`` (compact),
-    byte for byte, built per part: the fields of :meth:`Schedule.to_dict` with the operators and
-    programs left out, then each operator (its repeated rTask tile encoded once) and the programs
-    from arrays (:func:`_programs_text`).  A full-size GPU schedule's JSON is tens of MB; built
-    through ``to_dict`` it cost seconds of per-entry dicts and encoding."""
+    byte for byte, built per part (:func:`schedule_json_parts`)."""
+    return "".join(schedule_json_parts(schedule, summary))
+
+
+def schedule_json_parts(schedule: Schedule, summary: Mapping[str, Any] | None = None) -> list[str]:
+    """:func:`schedule_json`'s text in parts (their concatenation is the text): the fields of
+    :meth:`Schedule.to_dict` with the operators and programs left out, then each operator (its
+    repeated rTask tile encoded once) and the programs from arrays (:func:`_programs_parts`).  A
+    full-size GPU schedule's JSON is tens to hundreds of MB: built through ``to_dict`` it cost
+    seconds of per-entry dicts and encoding, and concatenated into one string, a copy of the whole
+    text per ``+`` (unet-seg-b8: 238 MB)."""
     head = replace(schedule, ops=[], programs=[], barrier_waits=[], offsets=dict(schedule.offsets))
     data = head.to_dict(summary)
     keys = list(data)
     if keys[-2:] != ["operators", "programs"] or {"num_rtasks", "num_barriers"} & set(summary or {}):
-        return _dumps(schedule.to_dict(summary))  # a layout this writer does not know: the plain way
+        return [_dumps(schedule.to_dict(summary))]  # a layout this writer does not know: the plain way
     data["num_rtasks"], data["num_barriers"] = schedule.num_rtasks, schedule.num_barriers
     del data["operators"], data["programs"]
-    operators = []
-    for op in schedule.ops:
+    parts = [_dumps(data)[:-1] + ',"operators":[']
+    for k, op in enumerate(schedule.ops):
+        if k:
+            parts.append(",")
         text = _encode(schedule._operator(op, tiles=False))
         if has_tiles(op.kernel):
-            operators.append(text[:-1] + ',"rtasks":' + _kernel_tiles_text(op.kernel) + "}")
+            parts += [text[:-1], ',"rtasks":', _kernel_tiles_text(op.kernel), "}"]
         else:
-            operators.append(text)
-    return (_dumps(data)[:-1] + ',"operators":[' + ",".join(operators) + '],"programs":' + _programs_text(schedule)
-            + "}")
+            parts.append(text)
+    parts.append('],"programs":')
+    parts += _programs_parts(schedule)
+    parts.append("}")
+    return parts
 
 
 def write_schedule_json(schedule: Schedule, path: str, summary: Mapping[str, Any] | None = None) -> None:
-    """Write :func:`schedule_json` to ``path`` (what :meth:`Schedule.to_json` writes, faster)."""
+    """Write :func:`schedule_json` to ``path`` (what :meth:`Schedule.to_json` writes, faster), part
+    by part: the whole text is never one string."""
     with open(path, "w", encoding="utf-8") as f:
-        f.write(schedule_json(schedule, summary))
+        f.writelines(schedule_json_parts(schedule, summary))

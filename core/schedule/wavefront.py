@@ -32,6 +32,7 @@ import heapq
 import numpy as np
 
 from ..rtask import RKernel
+from .placement_steps import LARGE_PLACEMENT, place_rtasks, requirement_state
 from .problem import Problem
 from .schedule import Schedule, ScheduleBuilder
 
@@ -159,6 +160,14 @@ def _first_and_last(values: np.ndarray) -> tuple[list[int], list[int]]:
     return distinct[order].tolist(), last_at[order].tolist()
 
 
+_NO_INTS = np.zeros(0, dtype=np.int64)
+_NO_MISSING = np.zeros((0, 0), dtype=bool)
+
+
+def _no_need(num_veus: int) -> np.ndarray:
+    return np.zeros(num_veus, dtype=bool)
+
+
 class _Placer:
     """Earliest-start placement with barrier insertion (step 3)."""
 
@@ -173,6 +182,8 @@ class _Placer:
         self.known = np.full((vd.num_veus, vd.num_veus), -1, dtype=np.int64)
         # Per placed op: (vEUs, last position, last handle, finish of that rTask) arrays.
         self.placed: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None] = [None] * len(problem.rops)
+        # A large problem places each op in two compiled steps (:mod:`.placement_steps`), same result.
+        self.compiled = len(problem.rops) * vd.num_veus >= LARGE_PLACEMENT
 
     def _requirements(self, op: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
         parts = [self.placed[p] for p in self.problem.preds[op]]
@@ -188,6 +199,9 @@ class _Placer:
         return veus[last], pos[last], handles[last], fin[last]
 
     def place(self, op: int, kernel: RKernel) -> None:
+        if self.compiled:
+            self._place_compiled(op, kernel)
+            return
         builder, num_veus = self.builder, self.num_veus
         builder.choose(op, kernel)
         req = self._requirements(op)
@@ -265,6 +279,41 @@ class _Placer:
                   np.array([x[1] for x in vals], dtype=np.int64), np.array([x[2] for x in vals]))
         self.placed[op] = placed
         self.avail[veus] = placed[3]
+
+    def _place_compiled(self, op: int, kernel: RKernel) -> None:
+        """:meth:`place` in two compiled steps: the same barriers, vEUs and times."""
+        builder, num_veus = self.builder, self.num_veus
+        builder.choose(op, kernel)
+        req = self._requirements(op)
+        n = kernel.num_rtasks
+        k = min(n, num_veus)
+        if req is None:
+            cols = req_pos = _NO_INTS
+            req_handles = None
+            missing, need, est = _NO_MISSING, _no_need(num_veus), self.avail.copy()
+        else:
+            cols, req_pos, req_handles, req_fin = req
+            missing, need, est = requirement_state(self.avail, self.known, cols, req_pos,
+                                                   np.asarray(req_fin, dtype=np.float64), self.barrier_us,
+                                                   large=True)
+        # The candidates as the numpy path takes them (argpartition's order among ties is numpy's).
+        cand = np.argpartition(est, k - 1)[:k] if k < num_veus else np.arange(num_veus)
+        veu_of, starts, used, last_r, skip, skip_lo, skip_hi = place_rtasks(
+            est, cand, n, float(kernel.duration_us), need, missing, self.known, cols, req_pos, large=True)
+        used_list = used.tolist()
+        lo_list = skip_lo.tolist()
+        if req_handles is not None and max(lo_list, default=-1) >= 0:
+            group = builder.add_wait_group(req_handles)
+            for v, lo, hi in zip(used_list, lo_list, skip_hi.tolist()):
+                if lo >= 0:
+                    builder.wait_group(group, v, skip[lo:hi])
+        first_handle = builder.append_rtasks(op, veu_of)
+        programs = builder.programs
+        finish = starts[last_r] + kernel.duration_us
+        placed = (used, np.array([len(programs[v]) - 1 for v in used_list], dtype=np.int64),
+                  last_r + first_handle, finish)
+        self.placed[op] = placed
+        self.avail[used] = finish
 
 
 class WavefrontPolicy:

@@ -110,3 +110,36 @@ def test_race_check_in_small_passes_gives_the_same_answers(compiled, monkeypatch
     with pytest.raises(gp.ProgramError, match="race") as many_passes:
         gp.check_races(gp.from_schedule(schedule, alone))
     assert str(one_pass.value) == str(many_passes.value)
+
+
+def test_call_table_rows_are_their_tuples_converted(compiled):
+    # column_arrays converts each distinct tuple once and gathers it per row: every row of itab/ftab
+    # is its own tuple's integers (int32) and floats (float32), as one row at a time would give.
+    table = entry._CallTable(compiled["kernels"])
+    rng = np.random.default_rng(5)
+    names = table.names
+    rows, tuples, kernel_of, keys = 300, [], [], []
+    for name in names:
+        for _ in range(3):
+            tuples.append((name, tuple(float(rng.integers(-9, 9)) if p.pointer or p.dtype != "float"
+                                       else float(rng.standard_normal()) for p in table.kernels[name].params)))
+    pick = rng.integers(0, len(tuples), rows)
+    kernel_of = np.array([table.index[tuples[k][0]] for k in pick], np.int64)
+    keys = pick.astype(np.int64)
+    rtasks = rng.integers(0, 50, rows).astype(np.int64)
+    got = table.column_arrays(kernel_of, keys, rtasks, lambda i: tuples[int(pick[i])][1], lambda i: 0,
+                              lambda k: tuples[k][1])
+    itab, ftab = got["itab"].reshape(rows, table.wi), got["ftab"].reshape(rows, table.wf)
+    for r, k in enumerate(pick.tolist()):
+        name, args = tuples[k]
+        ints = [args[i] for i in table._int_at[name]]
+        flts = [args[i] for i in table._flt_at[name]]
+        assert itab[r, 0] == rtasks[r] and itab[r, 1:1 + len(ints)].tolist() == [int(x) for x in ints]
+        assert ftab[r, :len(flts)].tolist() == np.float32(flts).tolist()
+    big = (names[0], tuple(2.0 ** 40 if p.pointer or p.dtype != "float" else 0.0
+                           for p in table.kernels[names[0]].params))
+    tuples.append(big)
+    keys2 = np.r_[keys, len(tuples) - 1]
+    with pytest.raises(entry.CallArgumentRangeError, match="does not fit"):
+        table.column_arrays(np.r_[kernel_of, table.index[names[0]]], keys2, np.r_[rtasks, 0],
+                            lambda i: tuples[int(keys2[i])][1], lambda i: 7, lambda k: tuples[k][1])
