@@ -230,7 +230,6 @@ def test_qlinear_conv(case):
 def test_qlinear_conv_reference_matches_onnxruntime(case):
     ort = pytest.importorskip("onnxruntime")
     import rammer
-
     from rammer.backends.cpu.machine_code import HOST_FEATURES
 
     if case[2:4] == ("uint8", "int8") and not HOST_FEATURES & {"avx512vnni", "avxvnni"}:

@@ -14,6 +14,23 @@ from rammer.passes import QDQ_TO_QLINEAR, run_pipeline
 
 _X_SCALE, _Y_SCALE = np.float32(0.05), np.float32(0.04)
 
+try:
+    from rammer.backends.cpu.machine_code import HOST_FEATURES
+except ImportError:  # (the cpu backend's LLVM bindings absent: assume the strict comparison)
+    HOST_FEATURES = {"avx512vnni"}
+
+#: Whether onnxruntime's uint8 x int8 kernels compute the spec's sums here.  Without VNNI they add
+#: pairs of products in saturating int16 (vpmaddubsw): on an AMD Zen 3 a few outputs of these
+#: full-range inputs came out 12-118 steps off, while the reference and the cpu backend agree.
+ORT_U8S8_EXACT = bool(HOST_FEATURES & {"avx512vnni", "avxvnni"})
+
+
+def _agrees_with_onnxruntime(got: np.ndarray, want: np.ndarray) -> bool:
+    """Within one rounding step of onnxruntime on all but 2% of outputs; where its kernels saturate
+    (no VNNI), not asked: those tests also compare with the float form on the reference."""
+    off = np.abs(got.astype(int) - want.astype(int))
+    return not ORT_U8S8_EXACT or bool(off.max() <= 1 and np.mean(off > 0) < 0.02)
+
 
 def _weights(shape: tuple[int, ...], axis: int, per_channel: bool) -> tuple[np.ndarray, np.ndarray]:
     """Symmetric int8 weights and their scales, as onnxruntime's quantizer makes them."""
@@ -89,7 +106,7 @@ def test_the_pattern_becomes_one_qlinear_conv(per_channel, relu, x_type, bias):
     want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
     got = rammer.compile(rewritten, backend="reference")(feeds)["y"]
     float_form = rammer.compile(graph, backend="reference")(feeds)["y"]
-    assert np.abs(got.astype(int) - want).max() <= 1 and np.mean(got != want) < 0.02
+    assert _agrees_with_onnxruntime(got, want)
     assert np.abs(got.astype(int) - float_form).max() <= 1
 
 
@@ -145,7 +162,9 @@ def test_matmul_and_gemm_become_qlinear_matmul(op, trans_b):
     feeds = {"x": np.random.default_rng(4).integers(0, 256, (4, 16)).astype(np.uint8)}
     want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
     got = rammer.compile(rewritten, backend="reference")(feeds)["y"]
-    assert np.abs(got.astype(int) - want).max() <= 1
+    assert _agrees_with_onnxruntime(got, want)
+    float_form = rammer.compile(rammer.load(model), backend="reference")(feeds)["y"]
+    assert np.abs(got.astype(int) - float_form).max() <= 1
 
 
 def test_a_gemm_with_a_bias_stays_float():
@@ -167,7 +186,9 @@ def test_the_cpu_backend_runs_the_int8_conv_with_onnxruntime_s_values():
     cpu = rammer.compile(model, backend="cpu", cache=False)
     got = cpu(feeds)["y"]
     assert not cpu.executable.report["fallbacks"]
-    assert np.abs(got.astype(int) - want).max() <= 1 and np.mean(got != want) < 0.02
+    assert _agrees_with_onnxruntime(got, want)
+    # and exactly the reference's values (the spec's, where onnxruntime's kernels saturate)
+    np.testing.assert_array_equal(got, rammer.compile(model, backend="reference")(feeds)["y"])
 
 
 def test_a_backend_can_keep_depthwise_convs_float():
