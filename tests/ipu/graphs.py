@@ -2,9 +2,23 @@
 
 from __future__ import annotations
 
+import json
+import os
+
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
+
+
+def write_small_ipu(path: str | os.PathLike, tiles: int, sram: int) -> str:
+    """A vDevice file of ``tiles`` IPU tiles of ``sram`` bytes each (the memory-pressure tests' chip)."""
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump({
+            "kind": "ipu", "name": "small-ipu", "num_veus": tiles, "veu": {"threads": 6, "local_mem_bytes": sram},
+            "veu_gflops": 40.0, "veu_gbps": 32.0, "rtask_overhead_us": 0.1, "barrier_us": 0.5,
+            "kernel_launch_us": 1.5, "local_memory_only": True, "constant_memory": "local",
+            "memory_bytes": tiles * sram}, f)
+    return str(path)
 
 
 def _init(name: str, shape, seed: int) -> onnx.TensorProto:

@@ -14,8 +14,6 @@ tiles still over after its re-plans)."""
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import onnx
 import pytest
@@ -26,6 +24,8 @@ from rammer.backends.ipu import codegen
 from rammer.backends.ipu.bsp import BSPOrderError, IpuPlacementError
 from rammer.backends.ipu.relief import relief_moves
 from rammer.backends.ipu.simulator import simulate_program
+
+from .graphs import write_small_ipu
 
 K0, WIDTHS = 1024, (256, 64, 512)
 
@@ -54,11 +54,7 @@ def _no_weight_stationary():
 def small_ipu(tmp_path_factory) -> str:
     path = tmp_path_factory.mktemp("vd") / "small_ipu.json"
     tiles, sram = 32, 64 * 1024
-    path.write_text(json.dumps({
-        "kind": "ipu", "name": "small-ipu", "num_veus": tiles, "veu": {"threads": 6, "local_mem_bytes": sram},
-        "veu_gflops": 40.0, "veu_gbps": 32.0, "rtask_overhead_us": 0.1, "barrier_us": 0.5, "kernel_launch_us": 1.5,
-        "local_memory_only": True, "constant_memory": "local", "memory_bytes": tiles * sram}))
-    return str(path)
+    return write_small_ipu(path, tiles, sram)
 
 
 @pytest.fixture(scope="module")

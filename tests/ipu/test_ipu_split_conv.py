@@ -9,8 +9,6 @@ layers (168 KiB of input and 144 KiB of weight next to 381 KiB of weights per ti
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import onnx
 import pytest
@@ -23,6 +21,8 @@ from rammer.backends.ipu.conv_plan import conv_room, pressure_limit, pressure_pi
 from rammer.backends.ipu.passes import conv_pieces
 from rammer.backends.ipu.simulator import simulate_program
 from rammer.ir import Node
+
+from .graphs import write_small_ipu
 
 C_IN, C_OUT, H, W, TILES, SRAM = 128, 16, 8, 16, 32, 64 * 1024
 
@@ -46,11 +46,7 @@ def _feeds() -> dict[str, np.ndarray]:
 @pytest.fixture(scope="module")
 def small_ipu(tmp_path_factory) -> str:
     path = tmp_path_factory.mktemp("vd") / "small_ipu.json"
-    path.write_text(json.dumps({
-        "kind": "ipu", "name": "small-ipu", "num_veus": TILES, "veu": {"threads": 6, "local_mem_bytes": SRAM},
-        "veu_gflops": 40.0, "veu_gbps": 32.0, "rtask_overhead_us": 0.1, "barrier_us": 0.5, "kernel_launch_us": 1.5,
-        "local_memory_only": True, "constant_memory": "local", "memory_bytes": TILES * SRAM}))
-    return str(path)
+    return write_small_ipu(path, TILES, SRAM)
 
 
 @pytest.fixture(scope="module")

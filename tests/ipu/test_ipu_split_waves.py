@@ -9,8 +9,6 @@ program overflows a tile, relief rounds included; with it the model places and m
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import onnx
 import pytest
@@ -21,6 +19,8 @@ from rammer.backends.ipu import codegen
 from rammer.backends.ipu.bsp import BSPOrderError, IpuPlacementError
 from rammer.backends.ipu.simulator import simulate_program
 from rammer.backends.ipu.split_waves import split_waves
+
+from .graphs import write_small_ipu
 
 TILES, SRAM, C_IN, HW = 16, 128 * 1024, 16, 16
 
@@ -47,11 +47,7 @@ def _convs_then_fc() -> onnx.ModelProto:
 @pytest.fixture(scope="module")
 def small_ipu(tmp_path_factory) -> str:
     path = tmp_path_factory.mktemp("vd") / "ipu_128k.json"
-    path.write_text(json.dumps({
-        "kind": "ipu", "name": "small-ipu", "num_veus": TILES, "veu": {"threads": 6, "local_mem_bytes": SRAM},
-        "veu_gflops": 40.0, "veu_gbps": 32.0, "rtask_overhead_us": 0.1, "barrier_us": 0.5, "kernel_launch_us": 1.5,
-        "local_memory_only": True, "constant_memory": "local", "memory_bytes": TILES * SRAM}))
-    return str(path)
+    return write_small_ipu(path, TILES, SRAM)
 
 
 @pytest.fixture(scope="module")

@@ -10,8 +10,6 @@ weight finest, and the model places and matches ``reference``."""
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import onnx
 import pytest
@@ -22,6 +20,8 @@ from rammer.backends.ipu import codegen, device, passes
 from rammer.backends.ipu.bsp import BSPOrderError, IpuPlacementError
 from rammer.backends.ipu.passes import k_pieces
 from rammer.backends.ipu.simulator import simulate_program
+
+from .graphs import write_small_ipu
 
 K, N, TILES, SRAM = 2400, 88, 32, 64 * 1024
 
@@ -38,11 +38,7 @@ def _fc() -> onnx.ModelProto:
 @pytest.fixture(scope="module")
 def small_ipu(tmp_path_factory) -> str:
     path = tmp_path_factory.mktemp("vd") / "small_ipu.json"
-    path.write_text(json.dumps({
-        "kind": "ipu", "name": "small-ipu", "num_veus": TILES, "veu": {"threads": 6, "local_mem_bytes": SRAM},
-        "veu_gflops": 40.0, "veu_gbps": 32.0, "rtask_overhead_us": 0.1, "barrier_us": 0.5, "kernel_launch_us": 1.5,
-        "local_memory_only": True, "constant_memory": "local", "memory_bytes": TILES * SRAM}))
-    return str(path)
+    return write_small_ipu(path, TILES, SRAM)
 
 
 @pytest.fixture(scope="module")
