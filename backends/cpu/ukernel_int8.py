@@ -90,7 +90,6 @@ def _dot_portable(bld: ir.IRBuilder, acc: ir.Value, a: ir.Value, b: ir.Value) ->
     bytes_ = ir.VectorType(ir.IntType(8), lanes * 4)
     wide = ir.VectorType(i32, lanes * 4)
     prod = bld.mul(bld.zext(bld.bitcast(a, bytes_), wide), bld.sext(bld.bitcast(b, bytes_), wide))
-    undef = ir.Constant(wide, ir.Undefined)
     # Products of a byte and a signed byte fit 16 bits, so adjacent pairs summed as (even + odd)
     # lanes is the pattern LLVM lowers to one pmaddwd per 8 or 16 pairs (AVX2, SSE); summing the 4
     # products of a lane one shuffle at a time had left a multiply and 4 shuffles per product.
@@ -98,7 +97,6 @@ def _dot_portable(bld: ir.IRBuilder, acc: ir.Value, a: ir.Value, b: ir.Value) ->
         mask = ir.Constant(ir.VectorType(i32, count), [2 * j + odd for j in range(count)])
         return bld.shuffle_vector(vec, ir.Constant(vec.type, ir.Undefined), mask)
     pairs = bld.add(half(prod, lanes * 2, 0), half(prod, lanes * 2, 1))   # lane 2j: t 0-1 of column j, 2j+1: t 2-3
-    del undef
     return bld.add(acc, bld.add(half(pairs, lanes, 0), half(pairs, lanes, 1)))
 
 
