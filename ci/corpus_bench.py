@@ -21,6 +21,8 @@ A model that fails (build, compile error, mismatch, timeout) is a row with the r
 ``--check`` compiles every model on ``cpu`` and ``reference`` and compares each with onnxruntime
 (float models: max |got - ort| / max(1, |ort|) <= 1e-3 elementwise; quantized models: within 8 steps of
 an 8-bit quantization of the output's range, the rounding onnxruntime's own int8 kernels differ by;
+on a CPU without VNNI, where onnxruntime's uint8 x int8 sums saturate, the oracle is onnxruntime on
+the same model with its int8 weights shifted to uint8, which it computes exactly: ci/ort_oracle.py;
 class labels of traditional-ML models: at most 0.5% of rows may differ, at float32 threshold ties), and
 lists the numpy-fallback nodes of each compile.
 """
@@ -43,6 +45,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import corpus  # noqa: E402  (ci/corpus, beside this script)
+import ort_oracle  # noqa: E402  (beside this script)
 
 FLOAT_TOLERANCE = 1e-3
 QUANT_STEPS = 8
@@ -123,8 +126,7 @@ def check_one(entry: corpus.Entry, size: str, backend: str, threads: int = 2, ca
     try:
         built = built or corpus.build(entry, size, cache_dir or corpus.DEFAULT_CACHE)
         if want is None:
-            sess = ort_session(built.onnx, threads)
-            want = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, built.feeds)))
+            want = ort_oracle.expected_outputs(built.onnx, built.feeds, threads)
     except Exception as exc:
         return {"status": "build-error", "detail": _short(exc), "fallbacks": []}
     shapes = {k: v.shape for k, v in built.feeds.items()}
@@ -199,9 +201,7 @@ def _cold(entry: corpus.Entry, built: corpus.Built, args: argparse.Namespace) ->
     from rammer.diagnostics import fallbacks_of
 
     clock = _session_clock(args)
-    sess = ort_session(built.onnx, args.threads)
-    want = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, built.feeds)))
-    del sess
+    want = ort_oracle.expected_outputs(built.onnx, built.feeds, args.threads)
     shapes = {k: v.shape for k, v in built.feeds.items()}
     start = clock()
     try:
