@@ -36,6 +36,8 @@ _PRECOMPILE: list[subprocess.Popen] = []
 def pytest_sessionstart(session) -> None:
     if os.environ.get("RAMMER_TEST_PRECOMPILE", "1") == "0" or (os.cpu_count() or 1) < 2:
         return
+    if hasattr(session.config, "workerinput"):  # a pytest-xdist worker: its controller starts the one process
+        return
     try:
         from rammer.backends.cpu import warmup  # imports the cache guard here first: it runs once
     except Exception:  # noqa: BLE001 - an import error is the tests' to report, not this hook's
