@@ -139,30 +139,23 @@ def _exchanges_by_step(program: BSPProgram, memory: ChipMemory) -> Iterator[tupl
                                 np.stack([x[2] for x in xs]), np.array([x[3] for x in xs]))
                          for name, xs in by.items()}
         return
-    # Groups: one stable sort per tensor, then one slice of it per superstep (no per-exchange objects).
+    # Groups are sorted by superstep: one slice of each per superstep (no per-exchange objects, and no
+    # sorted copy of 8 bytes per exchange, 100 MB on real:resnet50).
     bounds = []
     for g in program.exchange_groups:
-        order = np.argsort(g.superstep, kind="stable")
-        steps = g.superstep[order]
-        bounds.append((g, order, steps))
+        steps = g.superstep
+        if len(steps) > 1 and (steps[1:] < steps[:-1]).any():
+            raise ValueError(f"the exchanges of '{g.tensor}' are not sorted by superstep")
+        bounds.append((g, np.searchsorted(steps, np.arange(program.num_supersteps + 1))))
     for step in range(program.num_supersteps):
         out = {}
-        for g, order, steps in bounds:
-            lo, hi = np.searchsorted(steps, [step, step + 1])
+        for g, at in bounds:
+            lo, hi = int(at[step]), int(at[step + 1])
             if hi > lo:
-                src, dst, boxes, _, sid = g.take(order[lo:hi])
-                if sid is None:
-                    st = memory.state(g.tensor)
-                    sid = np.array([_containing_slice(st, int(s), bx) for s, bx in zip(src, boxes)])
+                src, dst, boxes, _, sid = g.take(slice(lo, hi))
                 out[g.tensor] = (src, dst, boxes, sid)
         if out:
             yield step, out
-
-
-def _containing_slice(st: TensorState, owner: int, box: np.ndarray) -> int:
-    inside = np.flatnonzero((st.owners == owner) & np.all((st.boxes[..., 0] <= box[:, 0])
-                                                          & (box[:, 1] <= st.boxes[..., 1]), axis=-1))
-    return int(inside[0]) if len(inside) else -1
 
 
 def _last_use(program: BSPProgram, graph: Graph) -> dict[str, int]:
