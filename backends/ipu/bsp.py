@@ -8,6 +8,7 @@ owns or received in the exchange of the current superstep.
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -32,6 +33,30 @@ class TensorSlice:
     owner: int
     #: Superstep whose compute writes it; -1 for constants and graph inputs (loaded before superstep 0).
     superstep: int
+
+
+class Slices(Mapping[str, list[TensorSlice]]):
+    """Every tensor's slices as arrays: boxes (n, ndim, 2), owner tiles, and the superstep that writes
+    each (-1: loaded).  Read as a mapping, a tensor's slices are :class:`TensorSlice` lists built on
+    demand (a full-size model has hundreds of thousands of slices: 93 MB as objects on real:resnet50)."""
+
+    def __init__(self, arrays: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]) -> None:
+        self._arrays = arrays
+
+    def arrays(self, name: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(boxes, owners, supersteps) of ``name``'s slices."""
+        return self._arrays[name]
+
+    def __getitem__(self, name: str) -> list[TensorSlice]:
+        boxes, owners, steps = self._arrays[name]
+        return [TensorSlice(name, tuple((int(lo), int(hi)) for lo, hi in box), int(owner), int(step))
+                for box, owner, step in zip(boxes, owners, steps)]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._arrays)
+
+    def __len__(self) -> int:
+        return len(self._arrays)
 
 
 @dataclass(frozen=True)
@@ -119,7 +144,8 @@ class BSPProgram:
     num_tiles: int
     sram_bytes: int
     num_supersteps: int
-    slices: dict[str, list[TensorSlice]]
+    #: Per tensor, its slices (:class:`Slices` from the lowering; a test may give a dict of lists).
+    slices: Mapping[str, list[TensorSlice]]
     exchange_groups: list[ExchangeGroup]
     tasks: list[TileTask]
     #: Per-superstep estimated compute, exchange and sync time (us).

@@ -28,7 +28,7 @@ from rammer.interpreter import _Env, run_node
 from rammer.ir import Graph
 from rammer.schedule import Schedule
 
-from .bsp import BSPOrderError, BSPProgram
+from .bsp import BSPOrderError, BSPProgram, Slices
 from .placement import boxes_array, is_static
 
 _NOT_WRITTEN = np.iinfo(np.int64).max
@@ -59,11 +59,15 @@ class TensorState:
         self.name = name
         self.shape = tuple(int(d) for d in info.shape)
         self.dtype = np.dtype(info.dtype)
-        ss = program.slices.get(name, [])
-        self.boxes = boxes_array([s.box for s in ss], len(self.shape))
-        self.owners = np.array([s.owner for s in ss], dtype=np.int64)
-        self.written = np.full(len(ss), _NOT_WRITTEN, dtype=np.int64)
-        self.loaded = np.array([s.superstep < 0 for s in ss], dtype=bool)
+        if isinstance(program.slices, Slices) and name in program.slices:  # the lowering's arrays, shared
+            self.boxes, self.owners, steps = program.slices.arrays(name)
+            self.loaded = steps < 0
+        else:  # slices given as lists (a test's edited program)
+            ss = program.slices.get(name, [])
+            self.boxes = boxes_array([s.box for s in ss], len(self.shape))
+            self.owners = np.array([s.owner for s in ss], dtype=np.int64)
+            self.loaded = np.array([s.superstep < 0 for s in ss], dtype=bool)
+        self.written = np.full(len(self.owners), _NOT_WRITTEN, dtype=np.int64)
         self.value: np.ndarray | None = None
         self._by_tile: dict[int, np.ndarray] | None = None
 
@@ -175,13 +179,36 @@ def _last_use(program: BSPProgram, graph: Graph) -> dict[str, int]:
     return last
 
 
+def model_bytes(program: BSPProgram, graph: Graph) -> tuple[int, int]:
+    """(weights, largest live activations) in bytes: the terms of issue 39's bound on the simulator's
+    memory, 3 x (weights + largest live activations) + 300 MB.  Live activations: per superstep, the
+    bytes of every computed tensor from its writer's superstep to its last reader's (or the end, for
+    graph outputs)."""
+    weights = sum(int(np.asarray(v).nbytes) for v in graph.initializers.values())
+    last = _last_use(program, graph)
+    outputs = {t.name for t in graph.outputs}
+    live = np.zeros(program.num_supersteps + 1, dtype=np.int64)
+    for name in program.slices:
+        if isinstance(program.slices, Slices):
+            steps = program.slices.arrays(name)[2]
+            first = int(steps.min()) if len(steps) else -1
+        else:
+            first = min((s.superstep for s in program.slices[name]), default=-1)
+        if first < 0:
+            continue
+        info = graph.value_info[name]
+        end = program.num_supersteps - 1 if name in outputs else max(first, last.get(name, first))
+        live[first:end + 1] += int(np.prod(info.shape)) * np.dtype(info.dtype).itemsize
+    return weights, int(live.max())
+
+
 def simulate_program(program: BSPProgram, schedule: Schedule, graph: Graph,
                      feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Run ``program`` on ``feeds``; the graph outputs gathered from their owner tiles."""
     memory = ChipMemory(program, graph)
-    for name, ss in program.slices.items():  # host -> tile streams before superstep 0
-        if any(s.superstep < 0 for s in ss):
-            st = memory.state(name)
+    for name in program.slices:  # host -> tile streams before superstep 0
+        st = memory.state(name)
+        if st.loaded.any():
             source = feeds[name] if name in feeds else graph.initializers[name]
             st.value = np.asarray(source, dtype=st.dtype)  # the caller's array: no copy per tile
             st.written[st.loaded] = -1
