@@ -397,7 +397,8 @@ class _Parts:
         for name in list(remote):
             chunks = remote.pop(name)
             boxes, owners, _ = arrays[name]
-            self.tables[name] = RemoteReads.from_chunks(chunks, boxes, owners, tile_of, _itemsize(graph, name))
+            self.tables[name] = RemoteReads.from_chunks(chunks, boxes, owners, tile_of, num_tiles,
+                                                         _itemsize(graph, name))
             del chunks
 
     def receives(self) -> np.ndarray:

@@ -48,12 +48,13 @@ class RemoteReads:
     are the lowering's arrays, shared, not copied."""
 
     def __init__(self, read_rtask: np.ndarray, read_box: np.ndarray, read_start: np.ndarray, pair_slice: np.ndarray,
-                 slice_boxes: np.ndarray, slice_owner: np.ndarray, tile_of: np.ndarray, itemsize: int) -> None:
+                 slice_boxes: np.ndarray, slice_owner: np.ndarray, tile_of: np.ndarray, num_tiles: int,
+                 itemsize: int) -> None:
         self.read_rtask, self.read_box, self.read_start, self.pair_slice = read_rtask, read_box, read_start, pair_slice
         # The slices' bounds in the read boxes' narrow integers (a copy per tensor: slices are few).
         self.slice_boxes = slice_boxes.astype(read_box.dtype)
         self.slice_owner, self.tile_of, self.itemsize = slice_owner, tile_of, itemsize
-        tile_type = narrowest_int(len(tile_of))
+        self.tile_type = tile_type = narrowest_int(num_tiles)
         # Distinct on (destination tile, intersection box, source slice); the source tile follows from the slice.
         # Only the columns are built for this (one tensor at a time, a few tens of MB), none is kept.
         n = len(pair_slice)
@@ -76,15 +77,15 @@ class RemoteReads:
 
     @classmethod
     def from_chunks(cls, chunks: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]],
-                    slice_boxes: np.ndarray, slice_owner: np.ndarray, tile_of: np.ndarray, itemsize: int
-                    ) -> RemoteReads:
+                    slice_boxes: np.ndarray, slice_owner: np.ndarray, tile_of: np.ndarray, num_tiles: int,
+                    itemsize: int) -> RemoteReads:
         """From the lowering's per-op chunks: (read rTasks, read boxes, remote reads per read box,
         source slice of each remote read, grouped by read box)."""
         counts = np.concatenate([c[2] for c in chunks])
         read_start = np.zeros(len(counts) + 1, dtype=np.int64)
         np.cumsum(counts, out=read_start[1:])
         return cls(np.concatenate([c[0] for c in chunks]), np.concatenate([c[1] for c in chunks]), read_start,
-                   np.concatenate([c[3] for c in chunks]), slice_boxes, slice_owner, tile_of, itemsize)
+                   np.concatenate([c[3] for c in chunks]), slice_boxes, slice_owner, tile_of, num_tiles, itemsize)
 
     @property
     def num_pairs(self) -> int:
@@ -152,11 +153,15 @@ class RemoteReads:
         return out
 
     def take(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """(source tile, destination tile, box, bytes, source slice) of distinct reads ``rows``."""
+        """(source tile, destination tile, box, bytes, source slice) of distinct reads ``rows``; tiles and
+        bounds in the narrowest integers that hold them (the simulator keeps a superstep's received boxes:
+        up to 1.8 M on real:resnet50)."""
         read, pair = self._rows(np.asarray(rows))
-        sid = self.pair_slice[pair].astype(np.int64)
-        box = intersect(np.take(self.read_box, read, axis=0).astype(np.int64), np.take(self.slice_boxes, sid, axis=0))
-        return (self.slice_owner[sid], self.tile_of[self.read_rtask[read]], box, self._bytes(read, sid), sid)
+        sid = self.pair_slice[pair]
+        box = intersect(np.take(self.read_box, read, axis=0), np.take(self.slice_boxes, sid, axis=0))
+        src = self.slice_owner[sid].astype(self.tile_type)
+        dst = self.tile_of[self.read_rtask[read]].astype(self.tile_type)
+        return src, dst, box, self._bytes(read, sid), sid
 
     def tiles_bytes(self, rows: np.ndarray, side: str) -> tuple[np.ndarray, np.ndarray]:
         """(tile, bytes) of distinct reads ``rows``: the sending tile (``side="src"``) or the receiving one."""

@@ -75,7 +75,7 @@ def test_merging_waves_joins_only_waves_without_exchange_between_them() -> None:
     arrays = {"t": (boxes, np.array([0]), np.array([1]))}
     # The remote reads: one read box of rTask 2 (on tile 1) with one remote read, of slice 0 (tile 0).
     tables = {"t": RemoteReads(np.array([2]), boxes, np.array([0, 1]), np.array([0]), boxes, np.array([0]),
-                               np.array([0, 0, 1, 0]), 4)}
+                               np.array([0, 0, 1, 0]), 2, 4)}
     assert _merge_waves(wave, tables, arrays).tolist() == [0, 0, 1, 1]
     assert _merge_waves(wave, {}, arrays).tolist() == [0, 0, 0, 0]
 
