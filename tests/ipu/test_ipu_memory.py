@@ -42,8 +42,9 @@ def test_candidate_builds_allocate_little_per_exchange(monkeypatch) -> None:
     exchanges), and what its exchange groups keep is a superstep and a distinct read per exchange
     (6 bytes on this model: int16 supersteps).  Before s8-ipu each build copied the table's rows per
     exchange and concatenated every slice and exchange into int64 arrays: 227-232 bytes per exchange
-    on this model; 124-128 now (on a model whose exchanges are all one tensor's, the per-tensor
-    temporaries are the whole program's)."""
+    on this model; 106-111 in s8/s9-ipu, 122-126 now: the exchanges' tiles and bytes are computed
+    from the remote reads a batch at a time, and here one tensor's (and one batch's) temporaries are
+    the whole program's; on real:resnet50 they are a batch of 2**18 exchanges."""
     import tracemalloc
 
     import rammer
@@ -77,8 +78,8 @@ def test_the_remote_reads_are_kept_as_read_boxes_and_source_slices(monkeypatch) 
     """The lowering keeps each tensor's remote reads (12.8 M on real:resnet50, kept for every candidate
     program) as its read boxes and, per remote read, the index of its source slice; the exchanges'
     tiles, boxes and bytes are derived when asked.  A row of tiles, box and slice per distinct read
-    kept 36 bytes per remote read on this model (60 before s9-ipu's narrow integers); 4.2 now.  The
-    table's build peaks at under 80 bytes per remote read (82-83 before, 76-77 now)."""
+    kept 36 bytes per remote read on this model (60 before s9-ipu's narrow integers); 4.2 now (3.6 at
+    112 x 112).  The table's build peaks at under 80 bytes per remote read (82-83 before, 76-77 now)."""
     import tracemalloc
 
     import rammer
