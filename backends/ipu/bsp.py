@@ -94,7 +94,7 @@ class ExchangeTable(Protocol):
 
 
 #: Exchanges read from a table per numpy step when summing over a whole group.
-_TAKE_BATCH = 1 << 20
+_TAKE_BATCH = 1 << 18
 
 
 @dataclass(frozen=True)
