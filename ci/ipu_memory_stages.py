@@ -108,6 +108,9 @@ def main() -> None:
     program = compiled.executable.program
     print(f"supersteps {program.num_supersteps}, estimate {program.latency_us:.1f} us, peak tile "
           f"{int(program.tile_peak_bytes.max())} B, exchanges {program.num_exchanges}", flush=True)
+    weights, live = simulator.model_bytes(program, compiled.executable.graph)
+    print(f"issue 39's bound: 3 x ({weights / 2**20:.1f} MB weights + {live / 2**20:.1f} MB largest live "
+          f"activations) + 300 MB = {3 * (weights + live) / 2**20 + 300:.0f} MB", flush=True)
     if not args.run:
         return
     compute_op, seen = simulator._compute_op, [-1]

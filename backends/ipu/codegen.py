@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from functools import partial
 
 import numpy as np
 
@@ -31,14 +32,13 @@ from rammer.schedule import Schedule
 from rammer.schedule import op_waves as core_op_waves
 from rammer.schedule.walk import rtask_locations
 
-from .bsp import BSPOrderError, BSPProgram, ExchangeGroup, IpuPlacementError, TensorSlice, TileTask
+from .bsp import BSPOrderError, BSPProgram, ExchangeGroup, IpuPlacementError, Slices, TileTask
 from .kernels import CODE_BYTES_PER_KERNEL, VERTEX_BYTES, IpuCostModel
 from .placement import (
     box_volume,
     boxes_array,
     chunk_box,
     chunk_boxes,
-    distinct_columns,
     is_static,
     narrowest_int,
     overlapping_pairs,
@@ -46,6 +46,7 @@ from .placement import (
     refuse_over_chip,
 )
 from .relief import MARGIN_FRACTION, ChunkKey, relief_moves
+from .remote_reads import RemoteReads, read_chunk
 from .split_waves import split_waves
 from .stationary import (
     constant_bytes_of,
@@ -153,8 +154,7 @@ def _lower_with_owners(schedule: Schedule, graph: Graph, mode: str, fixed_owners
     tile_of = veu_of // per_tile
     waves = op_waves(schedule)
     sources = set(graph.initializers) | {t.name for t in graph.inputs}
-    # Remote reads are kept in the narrowest integers that hold a tile index and the tensor's bounds.
-    tile_type = narrowest_int(num_tiles)
+    # Read boxes are kept in the narrowest integers that hold the tensor's bounds.
     box_type = {name: narrowest_int(max(info.shape, default=0)) for name, info in graph.value_info.items()
                 if info.shape is not None and all(isinstance(d, int) for d in info.shape)}
     const_load = np.zeros(num_tiles, dtype=np.int64)
@@ -163,23 +163,25 @@ def _lower_with_owners(schedule: Schedule, graph: Graph, mode: str, fixed_owners
     planned = (plan_all_pieces(schedule, graph, tile_of, const_load, capacity)
                if WEIGHT_STATIONARY and constant_bytes_of(graph) > num_tiles * (sram // 2) else None)
 
-    # Slices as (box, owner, writer rTask); the writer's superstep is known once a mode chose the steps.
-    # Constants and graph inputs have writer -1 (loaded before superstep 0).
-    raw: dict[str, list[tuple[Box, int, int]]] = {}
-    arrays: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}  # boxes, owners, writers
+    # Slices as arrays of boxes, owners and writer rTasks; the writer's superstep is known once a mode
+    # chose the steps.  Constants and graph inputs have writer -1 (loaded before superstep 0).  No Python
+    # tuple per slice: real:resnet50's 223,000 slices took 76 MB as (box, owner, writer) tuples.
+    arrays: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
     asap = np.zeros(n, dtype=np.int64)  # earliest superstep with the rTask's data on its tile
     wave = np.zeros(n, dtype=np.int64)  # Rammer's compute set (its schedule wave)
     readers: dict[str, list[np.ndarray]] = defaultdict(list)  # rTasks reading each tensor
-    # Reads of another tile's slice, per tensor: (reader rTasks, their tiles, source slice indices,
-    # the boxes read from those slices), as arrays.
+    # Reads of another tile's slice, per tensor, one chunk per op (remote_reads.read_chunk): the read
+    # boxes (rTask, bounds) and the source slice of each of their remote reads; no intersection boxes.
     remote: dict[str, list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]] = defaultdict(list)
 
     def add_slices(name: str, new: list[tuple[Box, int, int]]) -> None:
-        raw.setdefault(name, []).extend(new)
-        ss = raw[name]
-        ndim = len(ss[0][0])
-        arrays[name] = (boxes_array([b for b, _, _ in ss], ndim), np.array([o for _, o, _ in ss], dtype=np.int64),
-                        np.array([w for _, _, w in ss], dtype=np.int64))
+        ndim = len(new[0][0])
+        got = (boxes_array([b for b, _, _ in new], ndim), np.array([o for _, o, _ in new], dtype=np.int64),
+               np.array([w for _, _, w in new], dtype=np.int64))
+        old = arrays.get(name)
+        if old is not None:  # (a graph output that is a constant or input gets its slices at the end)
+            got = (np.concatenate([old[0], got[0]]), np.concatenate([old[1], got[1]]), np.concatenate([old[2], got[2]]))
+        arrays[name] = got
 
     def place_source(name: str, readers_: list[tuple[int, Box]]) -> None:
         info = graph.value_info[name]
@@ -231,7 +233,7 @@ def _lower_with_owners(schedule: Schedule, graph: Graph, mode: str, fixed_owners
         if planned is not None:
             moved_tiles = planned.get(i)
         elif WEIGHT_STATIONARY:
-            anchors = stationary_anchors(graph, node, by_slot, raw)
+            anchors = stationary_anchors(graph, node, by_slot, arrays)
             if anchors:
                 moved_tiles = weight_stationary_tiles([(tiles, anchors)], const_load, capacity)[0]
         if moved_tiles is not None:
@@ -243,7 +245,7 @@ def _lower_with_owners(schedule: Schedule, graph: Graph, mode: str, fixed_owners
         need_wave = np.zeros(k.num_rtasks, dtype=np.int64)
         for slot, reads in by_slot.items():
             name = node.inputs[slot]
-            if name not in raw:
+            if name not in arrays:
                 if name not in sources:
                     raise BSPOrderError(f"{node.label} reads '{name}', which no earlier rTask wrote")
                 place_source(name, [(int(tiles[r]), b) for r, b in reads])
@@ -254,16 +256,17 @@ def _lower_with_owners(schedule: Schedule, graph: Graph, mode: str, fixed_owners
             rlocal = np.array([r for r, _ in reads], dtype=np.int64)
             rboxes = boxes_array([b for _, b in reads], ndim)
             readers[name].append(ids[rlocal])
+            far_reads, far_slices = [], []
             for pj, pm in overlapping_pairs(rboxes, sboxes, _BLOCK_ELEMENTS // max(1, 2 * ndim)):
                 far = owners[pm] != rtiles[pj]
                 np.maximum.at(need, rlocal[pj], s_asap[pm] + far)
                 np.maximum.at(need_wave, rlocal[pj], s_wave[pm] + far)
-                pj, pm = pj[far], pm[far]
-                if len(pj):
-                    rb, sb = rboxes[pj], sboxes[pm]
-                    inter = np.stack([np.maximum(rb[..., 0], sb[..., 0]), np.minimum(rb[..., 1], sb[..., 1])], axis=-1)
-                    remote[name].append((ids[rlocal[pj]].astype(np.int32), rtiles[pj].astype(tile_type),
-                                         pm.astype(np.int32), inter.astype(box_type.get(name, np.int64))))
+                if far.any():
+                    far_reads.append(pj[far])
+                    far_slices.append(pm[far].astype(np.int32))
+            if far_reads:
+                remote[name].append(read_chunk(np.concatenate(far_reads), np.concatenate(far_slices), ids[rlocal],
+                                               rboxes, box_type.get(name, np.int64), len(sboxes)))
         if (need_wave > waves[i]).any():  # cannot happen for a valid schedule: waves follow the dependencies
             raise BSPOrderError(f"{node.label}: wave {waves[i]} comes before data it reads")
         asap[ids] = need
@@ -277,10 +280,10 @@ def _lower_with_owners(schedule: Schedule, graph: Graph, mode: str, fixed_owners
             add_slices(name, new)
 
     for t in graph.outputs:  # outputs that are constants or inputs still need an owner
-        if t.name not in raw and t.name in sources and not is_static(graph, t.name):
+        if t.name not in arrays and t.name in sources and not is_static(graph, t.name):
             place_source(t.name, [])
 
-    parts = _Parts(schedule, graph, cost, num_tiles, sram, tile_of, veu_of, raw, arrays, readers, remote, sources)
+    parts = _Parts(schedule, graph, cost, num_tiles, sram, tile_of, veu_of, arrays, readers, remote, sources)
     if mode == "compute-set":
         return parts.build(wave, mode)
     # merged: the better (lower estimated latency) of two ways to need fewer supersteps than
@@ -355,10 +358,10 @@ def _merge_waves(wave: np.ndarray, tables: dict, arrays: dict) -> np.ndarray:
     gives the fewest supersteps for these constraints)."""
     num_waves = int(wave.max(initial=-1)) + 1
     src_wave = np.full(num_waves, -1, dtype=np.int64)
-    for name, (rid, group, _, _, _, sid, _) in tables.items():
-        writers = arrays[name][2][sid[group]]
+    for name, table in tables.items():
+        writers = arrays[name][2][table.pair_slice]
         ok = writers >= 0
-        np.maximum.at(src_wave, wave[rid[ok]], wave[writers[ok]])
+        np.maximum.at(src_wave, wave[table.pair_rtasks()[ok]], wave[writers[ok]])
     to_step = np.zeros(num_waves, dtype=np.int64)
     group, start = 0, 0
     for s in range(1, num_waves):
@@ -375,66 +378,44 @@ def _narrow(x: np.ndarray) -> np.ndarray:
     return x.astype(np.int32)
 
 
-def _sorted_distinct(x: np.ndarray) -> np.ndarray:
-    """``np.unique(x)`` for a 1-d integer array, by a sort and a neighbour compare: numpy 2.3+'s
-    ``np.unique`` without ``return_*`` takes a hash-based path that was 30x slower here (1.4 s for 2 M
-    int64; 118 s of a 246 s ResNet-50 ipu compile)."""
-    k = np.sort(x)
-    return k[np.r_[True, k[1:] != k[:-1]]] if k.size else k
-
-
 class _Parts:
     """What the lowering found (slices, reads, remote reads), made into a BSPProgram once the
     superstep of every rTask is chosen."""
 
-    def __init__(self, schedule, graph, cost, num_tiles, sram, tile_of, veu_of, raw, arrays, readers, remote,
+    def __init__(self, schedule, graph, cost, num_tiles, sram, tile_of, veu_of, arrays, readers, remote,
                  sources):
         self.schedule, self.graph, self.cost = schedule, graph, cost
         self.num_tiles, self.sram, self.tile_of, self.veu_of = num_tiles, sram, tile_of, veu_of
-        self.raw, self.arrays, self.readers, self.sources = raw, arrays, readers, sources
-        # Per tensor, the distinct remote reads (source tile, destination tile, box, source slice)
-        # and which of them each reading rTask makes: computed once for every candidate program.
-        # The per-rTask boxes are dropped as each tensor is done (they are most of the memory).
+        self.arrays, self.readers, self.sources = arrays, readers, sources
+        # Per tensor, its remote reads as (read box, source slice) pairs and the distinct reads they
+        # make (remote_reads.py): computed once for every candidate program; each exchange's tiles, box
+        # and bytes are derived from them when asked.  real:resnet50 has 12.8 M remote reads: a row of
+        # tiles, box and slice per distinct read kept about 460 MB, the pairs about 26 MB.
         self.slice_bytes = {name: np.prod(np.maximum(b[..., 1] - b[..., 0], 0), axis=1).astype(np.int64)
                             * _itemsize(graph, name) for name, (b, _, _) in arrays.items()}
-        self.tables: dict[str, tuple[np.ndarray, ...]] = {}
+        self.tables: dict[str, RemoteReads] = {}
         for name in list(remote):
             chunks = remote.pop(name)
-            rid = np.concatenate([c[0] for c in chunks])
-            dst = np.concatenate([c[1] for c in chunks])
-            sid = np.concatenate([c[2] for c in chunks])
-            boxes = np.concatenate([c[3] for c in chunks])
+            boxes, owners, _ = arrays[name]
+            self.tables[name] = RemoteReads.from_chunks(chunks, boxes, owners, tile_of, num_tiles,
+                                                         _itemsize(graph, name))
             del chunks
-            ndim = boxes.shape[1]
-            # The source slice follows from the box (slices of a tensor are disjoint): it only rides along.
-            # real:resnet50 has 12.8 M remote reads, and these tables are kept for every candidate program
-            # (1.4 GB in int64): tiles and box bounds in the narrowest integers their ranges allow (int16
-            # on a GC200 for dimensions under 32,768), indices in int32, and no stacked copy of the columns.
-            src = arrays[name][1][sid].astype(dst.dtype)
-            first, group = distinct_columns([src, dst, *(boxes[:, d, e] for d in range(ndim) for e in (0, 1)), sid])
-            src, dst, bx, sid = src[first], dst[first], boxes[first], sid[first]
-            del boxes, first
-            nbytes = np.prod(np.maximum(bx[..., 1] - bx[..., 0], 0), axis=1) * _itemsize(graph, name)
-            self.tables[name] = (rid, _narrow(group), src, dst, bx, sid, _narrow(nbytes))
 
     def receives(self) -> np.ndarray:
         """Per rTask, whether it reads from another tile."""
         out = np.zeros(len(self.tile_of), dtype=bool)
         for table in self.tables.values():
-            out[table[0]] = True
+            out[table.read_rtask] = True
         return out
 
     def exchange_groups(self, rtask_step: np.ndarray) -> list[ExchangeGroup]:
         """One exchange per (superstep, source tile, destination tile, box) of each tensor."""
         groups = []
-        for name, (rid, group, src, dst, boxes, sid, nbytes) in self.tables.items():
-            count = len(src)
-            # (superstep, distinct read) as one integer: sorted, it is the order (superstep, src, dst, box).
-            key = _sorted_distinct(rtask_step[rid] * count + group)
-            step, g = key // count, key % count
-            # The table's rows are shared, not copied per exchange: the kept program and the tables
-            # were both alive until the lowering ended (about 640 MB each on real:resnet50).
-            groups.append(ExchangeGroup(name, _narrow(step), src, dst, boxes, nbytes, sid, index=_narrow(g)))
+        step_type = narrowest_int(int(rtask_step.max(initial=0)))
+        for name, table in self.tables.items():
+            step, row = table.exchanges(rtask_step)
+            # The table is shared, not copied per exchange: an exchange is its superstep and distinct read.
+            groups.append(ExchangeGroup(name, step.astype(step_type), _narrow(row), table))
         return groups
 
     def build(self, rtask_step: np.ndarray, mode: str) -> BSPProgram:
@@ -465,7 +446,7 @@ class _Parts:
             # Per superstep, the most bytes a tile sends or receives, summed tensor by tensor.
             for side in ("src", "dst"):
                 busiest = busiest_per_step(num_tiles, num_steps, [
-                    Intervals(getattr(g, side), g.superstep, g.superstep, g.nbytes, "", index=g.index)
+                    Intervals.of_table(g.superstep, g.superstep, g.index, partial(g.table.tiles_bytes, side=side), "")
                     for g in groups_x])
                 exchange_us = np.maximum(exchange_us, busiest)
             exchange_us = np.array([cost.exchange_us(b) for b in exchange_us])
@@ -476,10 +457,11 @@ class _Parts:
         # concatenated list of every slice and exchange.
         keep = {t.name for t in graph.outputs}
         held: list[Intervals] = []
-        for name in self.raw:
-            boxes, owners, writers = self.arrays[name]
+        slice_steps: dict[str, np.ndarray] = {}
+        for name, (_, owners, writers) in self.arrays.items():
             # (a model without rTasks has only constants and inputs: writers all -1)
             steps = np.where(writers >= 0, rtask_step[np.maximum(writers, 0)], -1) if n else np.full(len(writers), -1)
+            slice_steps[name] = steps.astype(narrowest_int(num_steps))
             # Graph inputs are streamed in by the host for each run: held up to their last read, not
             # for the whole program like the constants.
             held_to_end = name in keep or name in graph.initializers or (name in self.sources and not INPUTS_FREED)
@@ -496,14 +478,15 @@ class _Parts:
                                for t in code_tiles.tolist()], dtype=np.int64)
         held.append(Intervals(code_tiles, np.zeros_like(code_tiles), np.full_like(code_tiles, max(0, num_steps - 1)),
                               code_bytes, "(code)"))
-        held += [Intervals(g.dst, g.superstep, g.superstep, g.nbytes, f"{g.tensor} (received)", index=g.index)
-                 for g in groups_x]  # received boxes live for their superstep
+        held += [Intervals.of_table(g.superstep, g.superstep, g.index, partial(g.table.tiles_bytes, side="dst"),
+                                    f"{g.tensor} (received)") for g in groups_x]  # received: for their superstep
         peak = peak_bytes(num_tiles, num_steps, held)
         if (peak > sram).any():
             exc = IpuPlacementError(_overflow_message(peak, sram, held, num_tiles, num_steps, vd.name))
             exc.relief = self._relief(rtask_step, num_steps, held, peak)  # type: ignore[attr-defined]
-            exc.const_owners = {(name, _box_key(box)): owner  # type: ignore[attr-defined]
-                                for name, ss in self.raw.items() if name in self.sources for box, owner, _ in ss}
+            exc.const_owners = {(name, _box_key(box)): int(owner)  # type: ignore[attr-defined]
+                                for name, (boxes, owners, _) in self.arrays.items() if name in self.sources
+                                for box, owner in zip(boxes, owners)}
             # Each tile's peak of everything but its constants and inputs (kept for the whole program):
             # what a weight-stationary plan must leave free on it.
             exc.transient = peak_bytes(num_tiles, num_steps, held, movable_only=True)  # type: ignore[attr-defined]
@@ -511,8 +494,8 @@ class _Parts:
             raise exc
         del held
 
-        slices = {name: [TensorSlice(name, box, owner, int(rtask_step[w]) if w >= 0 else -1) for box, owner, w in ss]
-                  for name, ss in self.raw.items()}
+        # The slices as arrays (the lowering's boxes and owners, shared), read as TensorSlices on demand.
+        slices = Slices({name: (boxes, owners, slice_steps[name]) for name, (boxes, owners, _) in self.arrays.items()})
         busy = float(dur.sum())
         return BSPProgram(mode, schedule.policy, num_tiles, sram, num_steps, slices, groups_x, tasks, compute_us,
                           exchange_us, cost.sync_us, peak, busy, vd.num_veus, cost.describe())
@@ -524,7 +507,7 @@ class _Parts:
         live = live_grid(self.num_tiles, num_steps, held)
         over = np.flatnonzero(peak > self.sram * (1 - MARGIN_FRACTION))
         const_slices, read_steps = [], {}
-        for name in self.raw:
+        for name in self.arrays:
             if name not in self.sources:
                 continue
             boxes, owners, _ = self.arrays[name]
@@ -532,7 +515,7 @@ class _Parts:
             if not len(mine):
                 continue
             nbytes = self.slice_bytes[name]
-            const_slices += [(name, _box_key(self.raw[name][j][0]), int(owners[j]), int(nbytes[j])) for j in mine]
+            const_slices += [(name, _box_key(boxes[j]), int(owners[j]), int(nbytes[j])) for j in mine]
             rids = np.concatenate(self.readers.get(name) or [np.zeros(0, np.int64)])
             rtiles = self.tile_of[rids]
             for tile in np.intersect1d(over, owners[mine]).tolist():

@@ -11,13 +11,13 @@ The sums are of integers below 2**53 in float64: exact, so equal to the concaten
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 #: Intervals added to the grid per numpy step.
-BATCH = 1 << 20
+BATCH = 1 << 18
 #: Grid cells (tiles x supersteps) summed at once; a larger grid is summed a block of tiles at a time.
 GRID_CELLS = 1 << 24
 
@@ -33,15 +33,28 @@ class Intervals:
     label: str
     #: False for what stays on its tile for the whole program (constants and graph inputs).
     movable: bool = True
-    #: When set, interval ``j`` has tile ``tile[index[j]]`` and bytes ``nbytes[index[j]]`` (an
-    #: :class:`~.bsp.ExchangeGroup`'s shared table); ``start`` and ``end`` have a row per interval.
+    #: When set, interval ``j`` has tile ``tile[index[j]]`` and bytes ``nbytes[index[j]]`` (a table
+    #: shared by many intervals); ``start`` and ``end`` have a row per interval.
     index: np.ndarray | None = None
+    #: When set (with ``index``), the (tile, bytes) of table rows, computed on demand instead of read
+    #: from ``tile`` and ``nbytes`` (an :class:`~.bsp.ExchangeGroup`'s table of remote reads).
+    lookup: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]] | None = None
+
+    @classmethod
+    def of_table(cls, start: np.ndarray, end: np.ndarray, index: np.ndarray,
+                 lookup: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]], label: str) -> Intervals:
+        """Intervals ``[start[j], end[j]]`` holding table row ``index[j]``, whose (tile, bytes) ``lookup`` gives."""
+        empty = np.zeros(0, dtype=np.int64)
+        return cls(empty, start, end, empty, label, index=index, lookup=lookup)
 
     def __len__(self) -> int:
         return len(self.start)
 
     def tiles_bytes(self, rows: slice) -> tuple[np.ndarray, np.ndarray]:
         at = self.index[rows] if self.index is not None else rows
+        if self.lookup is not None:
+            tile, nbytes = self.lookup(np.asarray(at))
+            return np.asarray(tile, dtype=np.int64), np.asarray(nbytes)
         return np.asarray(self.tile[at], dtype=np.int64), np.asarray(self.nbytes[at])
 
 
@@ -54,7 +67,8 @@ def _batches(groups: Sequence[Intervals], lo: int, hi: int, movable_only: bool
         for b in range(0, len(g), BATCH):
             rows = slice(b, b + BATCH)
             t, nbytes = g.tiles_bytes(rows)
-            start, end = np.asarray(g.start[rows]), np.asarray(g.end[rows])
+            # (supersteps may be int16: no products in that width)
+            start, end = np.asarray(g.start[rows], dtype=np.int64), np.asarray(g.end[rows], dtype=np.int64)
             keep = (t >= lo) & (t < hi)
             if keep.all():
                 yield t - lo, start, end, nbytes

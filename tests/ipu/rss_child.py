@@ -81,27 +81,14 @@ def main(name: str) -> None:
     want = rammer.compile(model, backend="reference").run(feeds)
     err = max(float(np.max(np.abs(got[k] - want[k]) / (np.abs(want[k]) + 1e-6), initial=0.0)) for k in want)
     graph, program = exe.graph, exe.program
-    weights = sum(int(v.nbytes) for v in graph.initializers.values())
-    # Largest live activations: per superstep, the bytes of every computed tensor between its
-    # writer's superstep and its last reader's (or the end, for graph outputs).
-    from rammer.backends.ipu.simulator import _last_use
+    from rammer.backends.ipu.simulator import model_bytes
 
-    last = _last_use(program, graph)
-    outputs = {t.name for t in graph.outputs}
-    live = np.zeros(program.num_supersteps + 1, dtype=np.int64)
-    for tname, slices in program.slices.items():
-        first = min((s.superstep for s in slices), default=-1)
-        if first < 0:
-            continue
-        info = graph.value_info[tname]
-        nbytes = int(np.prod(info.shape)) * np.dtype(info.dtype).itemsize
-        end = program.num_supersteps - 1 if tname in outputs else max(first, last.get(tname, first))
-        live[first:end + 1] += nbytes
+    weights, live = model_bytes(program, graph)
     per_step = np.bincount([t.superstep for t in program.tasks],
                            weights=[len(t.rtasks) for t in program.tasks], minlength=1)
     print(json.dumps({"model": name, "peak_rss_mb": peak_mb, "compile_peak_rss_mb": compile_peak_mb,
                       "weights_mb": weights / 2**20,
-                      "live_activations_mb": float(live.max()) / 2**20, "max_rel_err": err,
+                      "live_activations_mb": live / 2**20, "max_rel_err": err,
                       "rtasks": exe.schedule.num_rtasks, "max_rtasks_per_superstep": int(per_step.max()),
                       "supersteps": program.num_supersteps}))
 

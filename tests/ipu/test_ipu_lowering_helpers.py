@@ -102,3 +102,48 @@ def test_overlapping_pairs_are_the_overlap_matrix(budget: int) -> None:
     got = [(int(i), int(j)) for ri, sj in overlapping_pairs(reads, slices, budget) for i, j in zip(ri, sj)]
     want = [tuple(map(int, p)) for p in np.argwhere(boxes_overlap(reads, slices))]
     assert sorted(got) == sorted(want) and len(got) == len(set(got))
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_remote_reads_derive_the_exchanges_of_a_row_per_read(seed: int) -> None:
+    """The remote reads kept as (read box, source slice) pairs give the same distinct reads, in the
+    order of their first remote read, and the same exchanges per superstep, as a row per remote read
+    (tiles, intersection box, slice) deduplicated directly; repeats (two rTasks of a tile reading the
+    same box of a slice) included."""
+    from rammer.backends.ipu.placement import overlapping_pairs
+    from rammer.backends.ipu.remote_reads import RemoteReads, read_chunk
+
+    rng = np.random.default_rng(seed)
+    slices = _grid((24, 10), (5, 4))
+    slice_owner = rng.integers(0, 4, len(slices))
+    num_rtasks = 40
+    tile_of = rng.integers(0, 4, num_rtasks)
+    tile_of[1::2] = tile_of[0::2]  # pairs of rTasks on one tile
+    chunks, rows = [], []
+    for op in range(3):  # one chunk per op; each rTask reads a box, some twice (repeats)
+        rtasks = np.arange(op * 10, op * 10 + 16) % num_rtasks
+        lo = rng.integers(0, [20, 8], (len(rtasks), 2))
+        boxes = np.stack([lo, lo + rng.integers(1, [6, 4], (len(rtasks), 2))], axis=-1)
+        boxes[1::2] = boxes[0::2]
+        pj, pm = (np.concatenate(x) for x in zip(*overlapping_pairs(boxes, slices)))
+        far = slice_owner[pm] != tile_of[rtasks[pj]]
+        pj, pm = pj[far], pm[far]
+        chunks.append(read_chunk(pj, pm, rtasks, boxes, np.int16, len(slices)))
+        for j, m in zip(pj, pm):
+            inter = np.stack([np.maximum(boxes[j, :, 0], slices[m, :, 0]),
+                              np.minimum(boxes[j, :, 1], slices[m, :, 1])], -1)
+            rows.append((int(rtasks[j]), int(slice_owner[m]), int(tile_of[rtasks[j]]), tuple(inter.ravel()), int(m)))
+    table = RemoteReads.from_chunks(chunks, slices, slice_owner, tile_of, 4, 4)
+    distinct = list(dict.fromkeys(r[1:] for r in rows))
+    assert len(table) == len(distinct) < table.num_pairs  # some repeats
+    src, dst, box, nbytes, sid = table.take(np.arange(len(table)))
+    got = [(int(s), int(d), tuple(int(x) for x in b.ravel()), int(m)) for s, d, b, m in zip(src, dst, box, sid)]
+    assert got == distinct  # in the order of their first remote read
+    assert np.array_equal(nbytes, [4 * (b[1] - b[0]) * (b[3] - b[2]) for _, _, b, _ in got])
+    step = rng.integers(0, 5, num_rtasks)
+    want = sorted({(int(step[r[0]]), *r[1:]) for r in rows})
+    steps, index = table.exchanges(step)
+    src, dst, box, _, sid = table.take(index)
+    have = sorted((int(t), int(s), int(d), tuple(int(x) for x in b.ravel()), int(m))
+                  for t, s, d, b, m in zip(steps, src, dst, box, sid))
+    assert have == want and np.all(np.diff(steps) >= 0)

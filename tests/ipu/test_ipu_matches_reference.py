@@ -67,15 +67,15 @@ def test_merging_never_adds_supersteps_or_latency(name: str) -> None:
 
 def test_merging_waves_joins_only_waves_without_exchange_between_them() -> None:
     from rammer.backends.ipu.codegen import _merge_waves
+    from rammer.backends.ipu.remote_reads import RemoteReads
 
-    boxes = np.zeros((1, 1, 2), dtype=np.int64)
+    boxes = np.array([[[0, 1]]], dtype=np.int64)
     # rTask r runs in wave r; rTask 2 reads (remotely) a slice that rTask 1 wrote.
     wave = np.array([0, 1, 2, 3])
     arrays = {"t": (boxes, np.array([0]), np.array([1]))}
-    # The remote reads' table: reading rTasks, their distinct read, and per distinct read the
-    # source tile, destination tile, box, source slice and bytes.
-    one = np.array([0])
-    tables = {"t": (np.array([2]), one, one, np.array([1]), boxes, one, one)}
+    # The remote reads: one read box of rTask 2 (on tile 1) with one remote read, of slice 0 (tile 0).
+    tables = {"t": RemoteReads(np.array([2]), boxes, np.array([0, 1]), np.array([0]), boxes, np.array([0]),
+                               np.array([0, 0, 1, 0]), 2, 4)}
     assert _merge_waves(wave, tables, arrays).tolist() == [0, 0, 1, 1]
     assert _merge_waves(wave, {}, arrays).tolist() == [0, 0, 0, 0]
 
