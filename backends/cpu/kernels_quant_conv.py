@@ -19,7 +19,7 @@ import numpy as np
 from numba import njit
 
 from . import _numba_cache  # noqa: F401  (drops stale numba caches first)
-from .ukernel_int8 import MR, NR, pack4_int8, ukernel_int8_conv, ukernel_int8_pw
+from .ukernel_int8 import MR, NR, int8_shift, pack4_int8, ukernel_int8_conv, ukernel_int8_pw
 
 _JIT = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
 _u = np.uint64
@@ -118,6 +118,7 @@ def qconv_nhwc(F, B, J, X, d, t0, t1, sbase):
         zx = np.int64(np.int8(zx_byte)) + 128
     flip = np.uint8(128) if x_signed else np.uint8(0)
     zfill = zx_byte ^ flip
+    zx -= int8_shift()  # the kernel form's sums are D - shift * colsum(w): the shift joins zx's term
     x_scale = F[_u(X[d + 21])]
     y_scale = F[_u(X[d + 24])]
     zy = f32(np.int32(np.int8(B[_u(X[d + 25])])) if o_signed else np.int32(B[_u(X[d + 25])])) \
@@ -208,6 +209,7 @@ def qconv_pointwise(F, B, J, X, d, t0, t1, sbase):
     if x_signed:
         zx = np.int64(np.int8(zx_byte)) + 128
     flip = 128 if x_signed else 0
+    zx -= int8_shift()  # the kernel form's sums are D - shift * rowsum(w): the shift joins zx's term
     x_scale = F[_u(X[d + 9])]
     y_scale = F[_u(X[d + 12])]
     panels = (plane + NR - 1) // NR

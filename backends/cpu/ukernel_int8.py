@@ -12,15 +12,19 @@ The MR x NR int32 tile is stored row-major at ``c`` (``ldc`` apart).  The caller
 (:mod:`.kernels_quant`) correct the sums for the signedness shifts and zero points with row and
 column sums, and requantize.
 
-Two forms of the dot step, chosen when the module is built from the host's features:
+Three forms, chosen when the module is built from the host's features:
 
-* ``avx512vnni``: one ``vpdpbusd`` per 16 columns x 4 k (``llvm.x86.avx512.vpdpbusd.512``);
-* portable: the same sums in plain LLVM vector IR (widen to i32, multiply, add the 4 products of
-  each lane), which any CPU compiles; slower, the same results (int32 arithmetic wraps the same way).
+* ``vnni`` (avx512vnni): one ``vpdpbusd`` per 16 columns x 4 k (``llvm.x86.avx512.vpdpbusd.512``);
+* ``avx2`` (AVX2 without VNNI, :mod:`.ukernel_int8_avx2`): an exact use of ``vpmaddubsw`` on the
+  activation taken as ``x = a' - 128``, the tile walked in column chunks that fit 16 ymm registers; its
+  sums are ``T - 128 * colsum(B)`` (``D - 128 * rowsum(w)`` for the pointwise kernel), which the callers
+  learn from :func:`int8_shift` at run time;
+* ``portable``: the same sums as ``vnni`` in plain LLVM vector IR (widen, multiply, add the 4 products
+  of each lane), which any CPU compiles.
 
-Both forms can be built on a VNNI machine (tests compare them, and ``RAMMER_CPU_INT8=portable`` makes
-a process's kernels call the portable one); they share one symbol, so numba's cached kernels link to
-whichever form the process built.
+Every form a CPU can build can be forced (tests compare them; ``RAMMER_CPU_INT8=portable`` or ``=avx2``
+makes a process's kernels call that one); they share one set of symbols, so numba's cached kernels link
+to whichever form the process built, and ask it for its shift.
 """
 
 from __future__ import annotations
@@ -32,17 +36,35 @@ import os
 import numpy as np
 from llvmlite import ir
 from numba import types
+from numba.core import cgutils
 from numba.extending import intrinsic
 
-from .machine_code import HOST_FEATURES, MachineCode, call_codegen, compile_module, uses
+from .machine_code import HOST_FEATURES, MachineCode, call_codegen, compile_module, ensure_symbols, uses
 
 #: Rows and columns of the tile: 6 x 64 keeps 24 zmm accumulators, 4 B vectors and a broadcast
 #: in AVX-512's 32 registers.  The packed layout depends on NR only, the same on every CPU.
 MR, NR = 6, 64
 LANES = 16  # int32 lanes per vector (4 columns' worth of bytes each is one int32 lane of 4 k)
 HAS_VNNI = "avx512vnni" in HOST_FEATURES and "avx512f" in HOST_FEATURES
-#: ``RAMMER_CPU_INT8=portable`` builds the portable form even on a VNNI CPU (tests of that path).
-USE_VNNI = HAS_VNNI and os.environ.get("RAMMER_CPU_INT8", "") != "portable"
+HAS_AVX2 = "avx2" in HOST_FEATURES
+#: The forms this CPU can build, fastest first.
+FORMS = tuple(f for f, ok in (("vnni", HAS_VNNI), ("avx2", HAS_AVX2), ("portable", True)) if ok)
+#: What each form's sums are short of the plain ``sum a' * b`` (times the weights' column or row sums).
+SHIFTS = {"vnni": 0, "avx2": 128, "portable": 0}
+
+
+def _chosen_form() -> str:
+    """The host's fastest form, or ``RAMMER_CPU_INT8`` (``portable``, ``avx2``, ``vnni``) where set."""
+    want = os.environ.get("RAMMER_CPU_INT8", "")
+    if not want:
+        return FORMS[0]
+    if want not in FORMS:
+        raise RuntimeError(f"RAMMER_CPU_INT8={want!r}: this CPU builds the int8 kernels as {', '.join(FORMS)}")
+    return want
+
+
+FORM = _chosen_form()
+USE_VNNI = FORM == "vnni"
 
 #: One symbol for either form: numba's cached kernels link against it by name, whichever form this
 #: process built.
@@ -55,6 +77,8 @@ SYMBOL_CONV = "rammer_cpu_int8_conv"
 SYMBOL_PW = "rammer_cpu_int8_pw"
 #: The interleave of 4 channel planes into the pointwise kernel's column panels (:func:`_add_pack4`).
 SYMBOL_PACK4 = "rammer_cpu_int8_pack4"
+#: ``() -> i64``: the form's shift (:data:`SHIFTS`), asked at run time by :func:`int8_shift`.
+SYMBOL_SHIFT = "rammer_cpu_int8_shift"
 
 
 def pack_b(b: np.ndarray) -> np.ndarray:
@@ -84,12 +108,13 @@ def _dot_vnni(bld: ir.IRBuilder, acc: ir.Value, a: ir.Value, b: ir.Value) -> ir.
     return bld.call(fn, [acc, a, b])
 
 
-def _dot_portable(bld: ir.IRBuilder, acc: ir.Value, a: ir.Value, b: ir.Value) -> ir.Value:
+def _dot_portable(bld: ir.IRBuilder, acc: ir.Value, a: ir.Value, b: ir.Value, a_signed: bool = False) -> ir.Value:
     lanes = acc.type.count
     i32 = ir.IntType(32)
     bytes_ = ir.VectorType(ir.IntType(8), lanes * 4)
     wide = ir.VectorType(i32, lanes * 4)
-    prod = bld.mul(bld.zext(bld.bitcast(a, bytes_), wide), bld.sext(bld.bitcast(b, bytes_), wide))
+    wa = (bld.sext if a_signed else bld.zext)(bld.bitcast(a, bytes_), wide)
+    prod = bld.mul(wa, bld.sext(bld.bitcast(b, bytes_), wide))
     # Products of a byte and a signed byte fit 16 bits, so adjacent pairs summed as (even + odd)
     # lanes is the pattern LLVM lowers to one pmaddwd per 8 or 16 pairs (AVX2, SSE); summing the 4
     # products of a lane one shuffle at a time had left a multiply and 4 shuffles per product.
@@ -100,8 +125,13 @@ def _dot_portable(bld: ir.IRBuilder, acc: ir.Value, a: ir.Value, b: ir.Value) ->
     return bld.add(acc, bld.add(half(pairs, lanes, 0), half(pairs, lanes, 1)))
 
 
-def _add_kernel(mod: ir.Module, name: str, vnni: bool) -> None:
-    """``(k4, a, lda, rows, flip_a, b, c, ldc)`` as in the module's docstring."""
+def _dot_x(bld: ir.IRBuilder, acc: ir.Value, a: ir.Value, b: ir.Value) -> ir.Value:
+    return _dot_portable(bld, acc, a, b, a_signed=True)
+
+
+def _add_kernel(mod: ir.Module, name: str, vnni: bool, xdomain: bool = False) -> ir.Function:
+    """``(k4, a, lda, rows, flip_a, b, c, ldc)`` as in the module's docstring.  ``xdomain``: the
+    portable sums of x = a' - 128 (the avx2 form's, for the calls it cannot take exactly)."""
     i8p = ir.IntType(8).as_pointer()
     i32 = ir.IntType(32)
     i64 = ir.IntType(64)
@@ -112,15 +142,15 @@ def _add_kernel(mod: ir.Module, name: str, vnni: bool) -> None:
     k4, a, lda, rows, flip_a, b, c, ldc = fn.args
     for arg, n in zip(fn.args, ("k4", "a", "lda", "rows", "flip_a", "b", "c", "ldc")):
         arg.name = n
-    dot = _dot_vnni if vnni else _dot_portable
+    dot = _dot_vnni if vnni else _dot_x if xdomain else _dot_portable
     entry = ir.IRBuilder(fn.append_basic_block("entry"))
     last = entry.sub(rows, ir.Constant(i64, 1))
     row_ptrs = []
     for r in range(MR):
         rr = entry.select(entry.icmp_signed("<", ir.Constant(i64, r), rows), ir.Constant(i64, r), last)
         row_ptrs.append(entry.gep(a, [entry.mul(rr, lda)]))
-    flip = entry.select(entry.icmp_signed("!=", flip_a, ir.Constant(i64, 0)), ir.Constant(i32, 0x80808080 - 2**32),
-                        ir.Constant(i32, 0))
+    flips = (ir.Constant(i32, 0x80808080 - 2**32), ir.Constant(i32, 0))
+    flip = entry.select(entry.icmp_signed("!=", flip_a, ir.Constant(i64, 0)), *(flips[::-1] if xdomain else flips))
     head, body, done = (fn.append_basic_block(n) for n in ("head", "body", "done"))
     start = entry.block
     entry.branch(head)
@@ -153,6 +183,7 @@ def _add_kernel(mod: ir.Module, name: str, vnni: bool) -> None:
             accs[r][v].add_incoming(new[r][v], body)
 
     _store_tile(ir.IRBuilder(done), accs, c, ldc)
+    return fn
 
 
 def _store_tile(bld: ir.IRBuilder, accs: list, c: ir.Value, ldc: ir.Value) -> None:
@@ -165,13 +196,14 @@ def _store_tile(bld: ir.IRBuilder, accs: list, c: ir.Value, ldc: ir.Value) -> No
     bld.ret_void()
 
 
-def _splat(bld: ir.IRBuilder, word: ir.Value, vec: ir.VectorType) -> ir.Value:
+def splat(bld: ir.IRBuilder, word: ir.Value, vec: ir.VectorType) -> ir.Value:
+    """``word`` in every lane of ``vec``."""
     undef = ir.Constant(vec, ir.Undefined)
     return bld.shuffle_vector(bld.insert_element(undef, word, ir.Constant(ir.IntType(32), 0)), undef,
-                              ir.Constant(vec, [0] * LANES))
+                              ir.Constant(ir.VectorType(ir.IntType(32), vec.count), [0] * vec.count))
 
 
-def _add_conv_kernel(mod: ir.Module, name: str, vnni: bool) -> None:
+def _add_conv_kernel(mod: ir.Module, name: str, vnni: bool, xdomain: bool = False) -> ir.Function:
     """``(ntaps, toff, cg, a, poff, rows, b, c, ldc)``: the MR x NR tile of a convolution over an NHWC
     uint8 input (channels padded to a multiple of 4), output pixels as rows::
 
@@ -181,7 +213,8 @@ def _add_conv_kernel(mod: ir.Module, name: str, vnni: bool) -> None:
     offset from there, ``cg``: channels / 4; b: the taps' weight panels one after the other (as
     :func:`pack_b` packs a [ntaps * 4cg, NR] matrix).  The accumulators stay in registers over all the
     taps, so nothing is gathered (the A bytes are read where they lie) and A needs no XOR: its loads
-    fold into ``vpbroadcastd`` from memory, which leaves the vector ports to ``vpdpbusd``."""
+    fold into ``vpbroadcastd`` from memory, which leaves the vector ports to ``vpdpbusd``.  ``xdomain``:
+    the portable sums of x = a - 128 (as :func:`_add_kernel`)."""
     i8p = ir.IntType(8).as_pointer()
     i32 = ir.IntType(32)
     i64 = ir.IntType(64)
@@ -193,7 +226,7 @@ def _add_conv_kernel(mod: ir.Module, name: str, vnni: bool) -> None:
     ntaps, toff, cg, a, poff, rows, b, c, ldc = fn.args
     for arg, n in zip(fn.args, ("ntaps", "toff", "cg", "a", "poff", "rows", "b", "c", "ldc")):
         arg.name = n
-    dot = _dot_vnni if vnni else _dot_portable
+    dot = _dot_vnni if vnni else _dot_x if xdomain else _dot_portable
     zero = ir.Constant(vec, [0] * LANES)
     entry = ir.IRBuilder(fn.append_basic_block("entry"))
     last = entry.sub(rows, ir.Constant(i64, 1))
@@ -239,8 +272,10 @@ def _add_conv_kernel(mod: ir.Module, name: str, vnni: bool) -> None:
     new = []
     for r in range(MR):
         word = bld.load(bld.bitcast(bld.gep(rows_t[r], [koff]), i32.as_pointer()), align=1)
-        splat = _splat(bld, word, vec)
-        new.append([dot(bld, g_accs[r][v], splat, bvals[v]) for v in range(nv)])
+        if xdomain:
+            word = bld.xor(word, ir.Constant(i32, 0x80808080 - 2**32))
+        bcast = splat(bld, word, vec)
+        new.append([dot(bld, g_accs[r][v], bcast, bvals[v]) for v in range(nv)])
     g.add_incoming(bld.add(g, ir.Constant(i64, 1)), gbody)
     g_bp.add_incoming(bld.gep(g_bp, [ir.Constant(i64, NR * 4)]), gbody)
     for r in range(MR):
@@ -257,9 +292,10 @@ def _add_conv_kernel(mod: ir.Module, name: str, vnni: bool) -> None:
     bld.branch(thead)
 
     _store_tile(ir.IRBuilder(done), t_accs, c, ldc)
+    return fn
 
 
-def _add_pointwise_kernel(mod: ir.Module, name: str, vnni: bool) -> None:
+def _add_pointwise_kernel(mod: ir.Module, name: str, vnni: bool, xdomain: bool = False) -> ir.Function:
     """``(k4, w, ldw, rows, b, terms, mults, params, out, ldo)``: the MR x NR tile of a GEMM whose rows
     are signed weights and whose columns are unsigned bytes, requantized as it is stored::
 
@@ -273,7 +309,8 @@ def _add_pointwise_kernel(mod: ir.Module, name: str, vnni: bool) -> None:
     row, the reverse of :func:`_add_kernel`: symmetric int8 weights need no shift, so the only
     zero-point term is a per-row constant (``-zx * rowsum(w)``, with the bias, in ``terms``) and no
     column sums are needed.  The requantization is the float32 formula of ``kernels_quant`` step for
-    step (int32 wrap, one rounding per operation), so the bytes are the same."""
+    step (int32 wrap, one rounding per operation), so the bytes are the same.  ``xdomain``: the portable
+    sums of w * (b - 128) (as :func:`_add_kernel`)."""
     i8 = ir.IntType(8)
     i8p = i8.as_pointer()
     i32 = ir.IntType(32)
@@ -287,7 +324,7 @@ def _add_pointwise_kernel(mod: ir.Module, name: str, vnni: bool) -> None:
     k4, w, ldw, rows, b, terms, mults, params, out, ldo = fn.args
     for arg, n in zip(fn.args, ("k4", "w", "ldw", "rows", "b", "terms", "mults", "params", "out", "ldo")):
         arg.name = n
-    dot = _dot_vnni if vnni else _dot_portable
+    dot = _dot_vnni if vnni else _dot_x if xdomain else _dot_portable
     entry = ir.IRBuilder(fn.append_basic_block("entry"))
     last = entry.sub(rows, ir.Constant(i64, 1))
     row_ptrs = []
@@ -311,12 +348,14 @@ def _add_pointwise_kernel(mod: ir.Module, name: str, vnni: bool) -> None:
     bbase = bld.gep(b, [bld.mul(g, ir.Constant(i64, NR * 4))])
     bvals = [bld.load(bld.bitcast(bld.gep(bbase, [ir.Constant(i64, v * LANES * 4)]), vec.as_pointer()), align=1)
              for v in range(nv)]
+    if xdomain:
+        bvals = [bld.xor(v, ir.Constant(vec, [0x80808080 - 2**32] * LANES)) for v in bvals]
     koff = bld.mul(g, ir.Constant(i64, 4))
     new = []
     for r in range(MR):
         word = bld.load(bld.bitcast(bld.gep(row_ptrs[r], [koff]), i32.as_pointer()), align=1)
-        splat = _splat(bld, word, vec)
-        new.append([dot(bld, accs[r][v], bvals[v], splat) for v in range(nv)])
+        bcast = splat(bld, word, vec)
+        new.append([dot(bld, accs[r][v], bvals[v], bcast) for v in range(nv)])
     g.add_incoming(bld.add(g, ir.Constant(i64, 1)), body)
     bld.branch(head)
     for r in range(MR):
@@ -324,28 +363,40 @@ def _add_pointwise_kernel(mod: ir.Module, name: str, vnni: bool) -> None:
             accs[r][v].add_incoming(new[r][v], body)
 
     bld = ir.IRBuilder(done)
-    zy, lo, hi = (_fsplat(bld, bld.load(bld.gep(params, [ir.Constant(i64, i)])), fvec) for i in range(3))
-    bvec = ir.VectorType(i8, LANES)
+    zy, lo, hi = (fsplat(bld, bld.load(bld.gep(params, [ir.Constant(i64, i)])), fvec) for i in range(3))
     for r in range(MR):
         store, after = fn.append_basic_block(f"store{r}"), fn.append_basic_block(f"after{r}")
         bld.cbranch(bld.icmp_signed("<", ir.Constant(i64, r), rows), store, after)
         bld = ir.IRBuilder(store)
-        term = _splat(bld, bld.load(bld.gep(terms, [ir.Constant(i64, r)])), vec)
-        mult = _fsplat(bld, bld.load(bld.gep(mults, [ir.Constant(i64, r)])), fvec)
-        rowp = bld.gep(out, [bld.mul(ir.Constant(i64, r), ldo)])
-        for v in range(nv):
-            y = bld.fmul(bld.sitofp(bld.add(accs[r][v], term), fvec), mult)
-            y = bld.fadd(_rint(bld, y), zy)
-            y = bld.select(bld.fcmp_ordered(">", y, lo), y, lo)   # max(y, lo)
-            y = bld.select(bld.fcmp_ordered("<", y, hi), y, hi)   # min(y, hi)
-            q = bld.trunc(bld.fptosi(y, vec), bvec)
-            bld.store(q, bld.bitcast(bld.gep(rowp, [ir.Constant(i64, v * LANES)]), bvec.as_pointer()), align=1)
+        requantize(bld, accs[r], bld.load(bld.gep(terms, [ir.Constant(i64, r)])),
+                   bld.load(bld.gep(mults, [ir.Constant(i64, r)])), zy, lo, hi,
+                   bld.gep(out, [bld.mul(ir.Constant(i64, r), ldo)]))
         bld.branch(after)
         bld = ir.IRBuilder(after)
     bld.ret_void()
+    return fn
 
 
-def _fsplat(bld: ir.IRBuilder, value: ir.Value, fvec: ir.VectorType) -> ir.Value:
+def requantize(bld: ir.IRBuilder, accs: list, term: ir.Value, mult: ir.Value, zy: ir.Value, lo: ir.Value,
+               hi: ir.Value, rowp: ir.Value) -> None:
+    """Stores ``saturate(rint(float32(acc + term) * mult) + zy)`` to [lo, hi] as bytes, the int32 vectors
+    ``accs`` one after the other from ``rowp`` (``zy``, ``lo``, ``hi``: float vectors of their width)."""
+    i64 = ir.IntType(64)
+    at = 0
+    for acc in accs:
+        vec, n = acc.type, acc.type.count
+        fvec = ir.VectorType(ir.FloatType(), n)
+        bvec = ir.VectorType(ir.IntType(8), n)
+        y = bld.fmul(bld.sitofp(bld.add(acc, splat(bld, term, vec)), fvec), fsplat(bld, mult, fvec))
+        y = bld.fadd(_rint(bld, y), zy)
+        y = bld.select(bld.fcmp_ordered(">", y, lo), y, lo)   # max(y, lo)
+        y = bld.select(bld.fcmp_ordered("<", y, hi), y, hi)   # min(y, hi)
+        q = bld.trunc(bld.fptosi(y, vec), bvec)
+        bld.store(q, bld.bitcast(bld.gep(rowp, [ir.Constant(i64, at)]), bvec.as_pointer()), align=1)
+        at += n
+
+
+def fsplat(bld: ir.IRBuilder, value: ir.Value, fvec: ir.VectorType) -> ir.Value:
     undef = ir.Constant(fvec, ir.Undefined)
     return bld.shuffle_vector(bld.insert_element(undef, value, ir.Constant(ir.IntType(32), 0)), undef,
                               ir.Constant(ir.VectorType(ir.IntType(32), fvec.count), [0] * fvec.count))
@@ -404,14 +455,38 @@ def _add_pack4(mod: ir.Module, name: str) -> None:
     ir.IRBuilder(done).ret_void()
 
 
-def int8_module(vnni: bool) -> ir.Module:
-    """The module of one form of the kernels (``vnni``: needs avx512vnni to compile)."""
+def _add_shift(mod: ir.Module, shift: int) -> None:
+    fn = ir.Function(mod, ir.FunctionType(ir.IntType(64), []), name=SYMBOL_SHIFT)
+    ir.IRBuilder(fn.append_basic_block("entry")).ret(ir.Constant(ir.IntType(64), shift))
+
+
+def int8_module(form: bool | str) -> ir.Module:
+    """The module of one form of the kernels (``True`` / ``False``: ``vnni`` / ``portable``; ``vnni``
+    needs avx512vnni to compile, ``avx2`` AVX2)."""
+    form = _form_name(form)
     mod = ir.Module(name="rammer_ukernel_int8")
-    _add_kernel(mod, SYMBOL, vnni)
-    _add_conv_kernel(mod, SYMBOL_CONV, vnni)
-    _add_pointwise_kernel(mod, SYMBOL_PW, vnni)
+    if form == "avx2":
+        from . import ukernel_int8_avx2 as avx2  # its builders import this module's helpers
+
+        # the portable sums of the same shifted values, for the calls whose weights hold a -128
+        exact = (_add_kernel(mod, SYMBOL + "_x", False, True), _add_conv_kernel(mod, SYMBOL_CONV + "_x", False, True),
+                 _add_pointwise_kernel(mod, SYMBOL_PW + "_x", False, True))
+        for fn in exact:
+            fn.linkage = "internal"
+        avx2.add_gemm_kernel(mod, SYMBOL, exact[0])
+        avx2.add_conv_kernel(mod, SYMBOL_CONV, exact[1])
+        avx2.add_pointwise_kernel(mod, SYMBOL_PW, exact[2])
+    else:
+        _add_kernel(mod, SYMBOL, form == "vnni")
+        _add_conv_kernel(mod, SYMBOL_CONV, form == "vnni")
+        _add_pointwise_kernel(mod, SYMBOL_PW, form == "vnni")
     _add_pack4(mod, SYMBOL_PACK4)
+    _add_shift(mod, SHIFTS[form])
     return mod
+
+
+def _form_name(form: bool | str) -> str:
+    return ("vnni" if form else "portable") if isinstance(form, bool) else form
 
 
 def _source_key() -> str:
@@ -420,25 +495,30 @@ def _source_key() -> str:
         return hashlib.sha256(f.read()).hexdigest()[:16]
 
 
-FORM = "vnni" if USE_VNNI else "portable"
-CODE = MachineCode(f"ukernel int8 {FORM} {MR}x{NR} {_source_key()}", lambda: int8_module(USE_VNNI),
-                   (SYMBOL, SYMBOL_CONV, SYMBOL_PW, SYMBOL_PACK4))
+CODE = MachineCode(f"ukernel int8 {FORM} {MR}x{NR} {_source_key()}", lambda: int8_module(FORM),
+                   (SYMBOL, SYMBOL_CONV, SYMBOL_PW, SYMBOL_PACK4, SYMBOL_SHIFT))
 
 #: ctypes type of the kernel: (k4, a, lda, rows, flip_a, b, c, ldc).
 CFUNCTYPE = ctypes.CFUNCTYPE(None, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64,
                              ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64)
-_ENGINES: dict[bool, object] = {}
+_ENGINES: dict[str, object] = {}
 
 
-def cfunc(vnni: bool) -> object:
-    """One form of the kernel as a ctypes function, compiled apart from the one the kernels call
-    (tests compare the forms; ``vnni`` needs a VNNI CPU)."""
-    if vnni and not HAS_VNNI:
-        raise RuntimeError("this CPU has no avx512vnni: the VNNI form of the int8 kernel cannot be built")
-    engine = _ENGINES.get(vnni)
+def _engine(form: bool | str) -> object:
+    form = _form_name(form)
+    if form not in FORMS:
+        raise RuntimeError(f"this CPU cannot build the {form} form of the int8 kernels (it builds {', '.join(FORMS)})")
+    engine = _ENGINES.get(form)
     if engine is None:
-        engine = _ENGINES[vnni] = compile_module(int8_module(vnni))
-    return CFUNCTYPE(engine.get_function_address(SYMBOL))
+        engine = _ENGINES[form] = compile_module(int8_module(form))
+    return engine
+
+
+def cfunc(form: bool | str) -> object:
+    """One form of the kernel as a ctypes function, compiled apart from the one the kernels call
+    (tests compare the forms; ``True`` / ``False`` name ``vnni`` / ``portable``; ``vnni`` needs a VNNI
+    CPU, ``avx2`` an AVX2 one).  Its sums are short of ``sum a' * b`` by ``SHIFTS[form] * colsum(B)``."""
+    return CFUNCTYPE(_engine(form).get_function_address(SYMBOL))
 
 
 #: ctypes type of the convolution kernel: (ntaps, toff, cg, a, poff, rows, b, c, ldc).
@@ -446,10 +526,9 @@ CONV_CFUNCTYPE = ctypes.CFUNCTYPE(None, ctypes.c_int64, ctypes.c_void_p, ctypes.
                                   ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64)
 
 
-def conv_cfunc(vnni: bool) -> object:
+def conv_cfunc(form: bool | str) -> object:
     """The convolution kernel (:func:`_add_conv_kernel`) of one form as a ctypes function, as :func:`cfunc`."""
-    cfunc(vnni)  # builds (and keeps) the engine of that form
-    return CONV_CFUNCTYPE(_ENGINES[vnni].get_function_address(SYMBOL_CONV))
+    return CONV_CFUNCTYPE(_engine(form).get_function_address(SYMBOL_CONV))
 
 
 @uses(SYMBOL)
@@ -487,11 +566,11 @@ PACK4_CFUNCTYPE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes
                                    ctypes.c_int64)
 
 
-def pointwise_cfuncs(vnni: bool) -> tuple[object, object]:
+def pointwise_cfuncs(form: bool | str) -> tuple[object, object]:
     """The pointwise kernel (:func:`_add_pointwise_kernel`) of one form and the interleave
-    (:func:`_add_pack4`) as ctypes functions, as :func:`cfunc`."""
-    cfunc(vnni)
-    engine = _ENGINES[vnni]
+    (:func:`_add_pack4`) as ctypes functions, as :func:`cfunc` (its sums short of ``sum w * b`` by
+    ``SHIFTS[form] * rowsum(w)`` before the requantization)."""
+    engine = _engine(form)
     return (PW_CFUNCTYPE(engine.get_function_address(SYMBOL_PW)),
             PACK4_CFUNCTYPE(engine.get_function_address(SYMBOL_PACK4)))
 
@@ -521,3 +600,16 @@ def pack4_int8(typingctx, S, s_off, plane, k4, D, d_off, flip):
         return None
     sig = types.none(S, s_off, plane, k4, D, d_off, flip)
     return sig, call_codegen(SYMBOL_PACK4, "fiifi")
+
+
+@uses(SYMBOL_SHIFT)
+@intrinsic
+def int8_shift(typingctx):
+    """The shift of the form this process built (:data:`SHIFTS`): its GEMM and conv sums are
+    ``sum a' * b - shift * colsum(B)``, its pointwise sums ``sum w * b - shift * rowsum(w)``.  Asked at
+    run time, so a numba kernel cached under one form is right under another."""
+    def codegen(context, builder, signature, args):
+        ensure_symbols((SYMBOL_SHIFT,))
+        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.IntType(64), []), SYMBOL_SHIFT)
+        return builder.call(fn, [])
+    return types.int64(), codegen

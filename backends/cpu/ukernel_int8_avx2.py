@@ -1,0 +1,353 @@
+"""The AVX2 form of the 8-bit micro-kernels (:mod:`.ukernel_int8`) for CPUs without VNNI: ``vpmaddubsw``
+made exact, and tiles walked in column chunks that fit 16 ymm registers.
+
+``vpmaddubsw(u, s)`` multiplies unsigned bytes by signed bytes and sums adjacent pairs into int16 with
+saturation, so on raw uint8 x int8 operands (onnxruntime's AVX2 kernels) a pair can exceed 32767.  Here
+the activation is taken as a signed byte ``x = a' - 128`` and the dot step is::
+
+    u = |x|                  (vpabsb: 0..128)
+    s = w * sign(x)          (vpsignb: 0 where x = 0)
+    acc += vpmaddwd(vpmaddubsw(u, s), 1)
+
+``u * s = x * w`` exactly, and a pair sums to at most 2 * 128 * 127 = 32512 in magnitude, unless
+``w = -128`` (its negation wraps).  The weights are the sign-carrying side in every kernel, so each call
+first reads its weights once for a -128 (a ``vpminsb`` per 32 bytes, which also brings them into the
+cache for the chunk passes); a call that finds one runs the portable dot step of the same sums instead
+(exact for every byte).
+
+The sums are therefore those of ``x = a' - 128``: ``T - 128 * colsum(B)`` (GEMM, conv) and ``D - 128 *
+rowsum(w)`` (pointwise) where the other forms store ``T`` and ``D``.  :func:`.ukernel_int8.int8_shift`
+tells the callers this form's shift (128) at run time, so numba kernels compiled under one form stay
+right under another.
+
+The tile stays MR x NR (6 x 64) as the callers and the packed layout have it; it is computed in NR /
+``CHUNK`` passes over K of MR x ``CHUNK`` columns: 12 ymm accumulators, the chunk's 2 B vectors, |x| and
+the pair-sum operands (48 accumulators for the whole tile would spill on every step).
+"""
+
+from __future__ import annotations
+
+from llvmlite import ir
+
+from .ukernel_int8 import MR, NR, fsplat, requantize, splat
+
+#: Columns per pass over K: 2 ymm of 8 int32 columns per row, 6 rows: 12 accumulators.
+CHUNK = 16
+_VEC = 8  # int32 columns per ymm
+_CV = CHUNK // _VEC
+
+i8 = ir.IntType(8)
+i16 = ir.IntType(16)
+i32 = ir.IntType(32)
+i64 = ir.IntType(64)
+i8p = i8.as_pointer()
+B32 = ir.VectorType(i8, 32)
+W16 = ir.VectorType(i16, 16)
+D8 = ir.VectorType(i32, 8)
+
+
+def _intrinsic(mod: ir.Module, name: str, ret: ir.Type, args: list) -> ir.Function:
+    fn = mod.globals.get(name)
+    if fn is None:
+        fn = ir.Function(mod, ir.FunctionType(ret, args), name=name)
+    return fn
+
+
+def _sign_dot(bld: ir.IRBuilder, acc: ir.Value, u: ir.Value, s: ir.Value) -> ir.Value:
+    """``acc + vpmaddwd(vpmaddubsw(u, s), 1)``: 8 int32 lanes of 4 byte products each."""
+    mod = bld.module
+    pairs = bld.call(_intrinsic(mod, "llvm.x86.avx2.pmadd.ub.sw", W16, [B32, B32]), [u, s])
+    ones = ir.Constant(W16, [1] * 16)
+    return bld.add(acc, bld.call(_intrinsic(mod, "llvm.x86.avx2.pmadd.wd", D8, [W16, W16]), [pairs, ones]))
+
+
+def _abs(bld: ir.IRBuilder, v: ir.Value) -> ir.Value:
+    """|v| per byte; -128 stays 0x80, which is 128 read unsigned."""
+    fn = _intrinsic(bld.module, "llvm.abs.v32i8", B32, [B32, ir.IntType(1)])
+    return bld.call(fn, [v, ir.Constant(ir.IntType(1), 0)])
+
+
+def _sign(bld: ir.IRBuilder, v: ir.Value, by: ir.Value) -> ir.Value:
+    """``v * sign(by)`` per byte (vpsignb)."""
+    return bld.call(_intrinsic(bld.module, "llvm.x86.avx2.psign.b", B32, [B32, B32]), [v, by])
+
+
+def _bytes_splat(bld: ir.IRBuilder, word: ir.Value) -> ir.Value:
+    return bld.bitcast(splat(bld, word, D8), B32)
+
+
+def _has_min_byte(bld: ir.IRBuilder, fn: ir.Function, p: ir.Value, count: ir.Value) -> ir.Value:
+    """i1: whether any of the ``count`` * 32 bytes at ``p`` is -128 (a running ``vpminsb``)."""
+    pre = bld.block
+    head, body, done = (fn.append_basic_block(n) for n in ("scan_head", "scan_body", "scan_done"))
+    bld.branch(head)
+    bld.position_at_end(head)
+    i = bld.phi(i64)
+    m = bld.phi(B32)
+    i.add_incoming(ir.Constant(i64, 0), pre)
+    m.add_incoming(ir.Constant(B32, [127] * 32), pre)
+    bld.cbranch(bld.icmp_signed("<", i, count), body, done)
+    bld.position_at_end(body)
+    v = bld.load(bld.bitcast(bld.gep(p, [bld.mul(i, ir.Constant(i64, 32))]), B32.as_pointer()), align=1)
+    m.add_incoming(bld.call(_intrinsic(bld.module, "llvm.smin.v32i8", B32, [B32, B32]), [m, v]), body)
+    i.add_incoming(bld.add(i, ir.Constant(i64, 1)), body)
+    bld.branch(head)
+    bld.position_at_end(done)
+    low = bld.call(_intrinsic(bld.module, "llvm.vector.reduce.smin.v32i8", i8, [B32]), [m])
+    return bld.icmp_signed("==", low, ir.Constant(i8, -128))
+
+
+def _fallback(bld: ir.IRBuilder, fn: ir.Function, unsafe: ir.Value, exact: ir.Function) -> None:
+    """Branch to a call of ``exact`` (the portable form of the same sums) when ``unsafe``; the builder
+    continues on the AVX2 path."""
+    slow, fast = fn.append_basic_block("portable"), fn.append_basic_block("avx2")
+    bld.cbranch(unsafe, slow, fast)
+    sb = ir.IRBuilder(slow)
+    sb.call(exact, list(fn.args))
+    sb.ret_void()
+    bld.position_at_end(fast)
+
+
+def _row_step(bld: ir.IRBuilder, accs: list, bvals: list, words: list, xflip: ir.Value) -> list:
+    """One group of 4 k: rows' x words (xor ``xflip`` gives x) broadcast, B's signed bytes in vectors."""
+    new = []
+    for r, word in enumerate(words):
+        xv = _bytes_splat(bld, bld.xor(word, xflip))
+        u = _abs(bld, xv)
+        new.append([_sign_dot(bld, accs[r][v], u, _sign(bld, bvals[v], xv)) for v in range(_CV)])
+    return new
+
+
+def _load_chunk(bld: ir.IRBuilder, bp: ir.Value) -> list:
+    return [bld.load(bld.bitcast(bld.gep(bp, [ir.Constant(i64, 32 * v)]), B32.as_pointer()), align=1)
+            for v in range(_CV)]
+
+
+def _store_chunk(bld: ir.IRBuilder, accs: list, c: ir.Value, ldc: ir.Value, col: ir.Value) -> None:
+    for r, row in enumerate(accs):
+        rowp = bld.gep(c, [bld.add(bld.mul(ir.Constant(i64, r), ldc), col)])
+        for v, acc in enumerate(row):
+            bld.store(acc, bld.bitcast(bld.gep(rowp, [ir.Constant(i64, v * _VEC)]), D8.as_pointer()), align=4)
+
+
+def _zero_accs() -> ir.Constant:
+    return ir.Constant(D8, [0] * _VEC)
+
+
+def add_gemm_kernel(mod: ir.Module, name: str, exact: ir.Function) -> None:
+    """The GEMM tile of :func:`.ukernel_int8._add_kernel` (same arguments), sums of x = a' - 128."""
+    fn = ir.Function(mod, exact.function_type, name=name)
+    k4, a, lda, rows, flip_a, b, c, ldc = fn.args
+    bld = ir.IRBuilder(fn.append_basic_block("entry"))
+    _fallback(bld, fn, _has_min_byte(bld, fn, b, bld.mul(k4, ir.Constant(i64, NR * 4 // 32))), exact)
+    last = bld.sub(rows, ir.Constant(i64, 1))
+    row_ptrs = []
+    for r in range(MR):
+        rr = bld.select(bld.icmp_signed("<", ir.Constant(i64, r), rows), ir.Constant(i64, r), last)
+        row_ptrs.append(bld.bitcast(bld.gep(a, [bld.mul(rr, lda)]), i32.as_pointer()))
+    # a' = a ^ 0x80 for int8 A, x = a' ^ 0x80: int8 A is x as it is, uint8 A flips
+    xflip = bld.select(bld.icmp_signed("!=", flip_a, ir.Constant(i64, 0)), ir.Constant(i32, 0),
+                       ir.Constant(i32, 0x80808080 - 2**32))
+    start = bld.block
+    chead, cbody, ghead, gbody, cnext, done = (fn.append_basic_block(n) for n in
+                                               ("chead", "cbody", "ghead", "gbody", "cnext", "done"))
+    bld.branch(chead)
+    bld.position_at_end(chead)
+    ch = bld.phi(i64, name="ch")
+    ch.add_incoming(ir.Constant(i64, 0), start)
+    bld.cbranch(bld.icmp_signed("<", ch, ir.Constant(i64, NR // CHUNK)), cbody, done)
+    bld.position_at_end(cbody)
+    bchunk = bld.gep(b, [bld.mul(ch, ir.Constant(i64, CHUNK * 4))])
+    bld.branch(ghead)
+    bld.position_at_end(ghead)
+    g = bld.phi(i64, name="g")
+    g.add_incoming(ir.Constant(i64, 0), cbody)
+    accs = [[bld.phi(D8) for _ in range(_CV)] for _ in range(MR)]
+    for row in accs:
+        for ph in row:
+            ph.add_incoming(_zero_accs(), cbody)
+    bld.cbranch(bld.icmp_signed("<", g, k4), gbody, cnext)
+    bld.position_at_end(gbody)
+    bvals = _load_chunk(bld, bld.gep(bchunk, [bld.mul(g, ir.Constant(i64, NR * 4))]))
+    words = [bld.load(bld.gep(rp, [g]), align=1) for rp in row_ptrs]
+    new = _row_step(bld, accs, bvals, words, xflip)
+    g.add_incoming(bld.add(g, ir.Constant(i64, 1)), gbody)
+    for r in range(MR):
+        for v in range(_CV):
+            accs[r][v].add_incoming(new[r][v], gbody)
+    bld.branch(ghead)
+    bld.position_at_end(cnext)
+    _store_chunk(bld, accs, c, ldc, bld.mul(ch, ir.Constant(i64, CHUNK)))
+    ch.add_incoming(bld.add(ch, ir.Constant(i64, 1)), cnext)
+    bld.branch(chead)
+    ir.IRBuilder(done).ret_void()
+
+
+def add_conv_kernel(mod: ir.Module, name: str, exact: ir.Function) -> None:
+    """The convolution tile of :func:`.ukernel_int8._add_conv_kernel` (same arguments), sums of
+    x = a - 128; per chunk of columns, all taps and channel groups in the registers."""
+    fn = ir.Function(mod, exact.function_type, name=name)
+    ntaps, toff, cg, a, poff, rows, b, c, ldc = fn.args
+    bld = ir.IRBuilder(fn.append_basic_block("entry"))
+    ngroups = bld.mul(ntaps, cg)
+    _fallback(bld, fn, _has_min_byte(bld, fn, b, bld.mul(ngroups, ir.Constant(i64, NR * 4 // 32))), exact)
+    last = bld.sub(rows, ir.Constant(i64, 1))
+    row_base = []
+    for r in range(MR):
+        rr = bld.select(bld.icmp_signed("<", ir.Constant(i64, r), rows), ir.Constant(i64, r), last)
+        row_base.append(bld.gep(a, [bld.load(bld.gep(poff, [rr]))]))
+    xflip = ir.Constant(i32, 0x80808080 - 2**32)
+    start = bld.block
+    names = ("chead", "cbody", "thead", "tbody", "ghead", "gbody", "tnext", "cnext", "done")
+    chead, cbody, thead, tbody, ghead, gbody, tnext, cnext, done = (fn.append_basic_block(n) for n in names)
+    bld.branch(chead)
+
+    bld.position_at_end(chead)
+    ch = bld.phi(i64, name="ch")
+    ch.add_incoming(ir.Constant(i64, 0), start)
+    bld.cbranch(bld.icmp_signed("<", ch, ir.Constant(i64, NR // CHUNK)), cbody, done)
+    bld.position_at_end(cbody)
+    bchunk = bld.gep(b, [bld.mul(ch, ir.Constant(i64, CHUNK * 4))])
+    bld.branch(thead)
+
+    bld.position_at_end(thead)
+    t = bld.phi(i64, name="t")
+    t_bp = bld.phi(i8p, name="tb")
+    t_accs = [[bld.phi(D8) for _ in range(_CV)] for _ in range(MR)]
+    t.add_incoming(ir.Constant(i64, 0), cbody)
+    t_bp.add_incoming(bchunk, cbody)
+    for row in t_accs:
+        for ph in row:
+            ph.add_incoming(_zero_accs(), cbody)
+    bld.cbranch(bld.icmp_signed("<", t, ntaps), tbody, cnext)
+
+    bld.position_at_end(tbody)
+    off = bld.load(bld.gep(toff, [t]))
+    rows_t = [bld.bitcast(bld.gep(rb, [off]), i32.as_pointer()) for rb in row_base]
+    bld.branch(ghead)
+
+    bld.position_at_end(ghead)
+    g = bld.phi(i64, name="g")
+    g_bp = bld.phi(i8p, name="gb")
+    g_accs = [[bld.phi(D8) for _ in range(_CV)] for _ in range(MR)]
+    g.add_incoming(ir.Constant(i64, 0), tbody)
+    g_bp.add_incoming(t_bp, tbody)
+    for r in range(MR):
+        for v in range(_CV):
+            g_accs[r][v].add_incoming(t_accs[r][v], tbody)
+    bld.cbranch(bld.icmp_signed("<", g, cg), gbody, tnext)
+
+    bld.position_at_end(gbody)
+    bvals = _load_chunk(bld, g_bp)
+    words = [bld.load(bld.gep(rp, [g]), align=1) for rp in rows_t]
+    new = _row_step(bld, g_accs, bvals, words, xflip)
+    g.add_incoming(bld.add(g, ir.Constant(i64, 1)), gbody)
+    g_bp.add_incoming(bld.gep(g_bp, [ir.Constant(i64, NR * 4)]), gbody)
+    for r in range(MR):
+        for v in range(_CV):
+            g_accs[r][v].add_incoming(new[r][v], gbody)
+    bld.branch(ghead)
+
+    bld.position_at_end(tnext)
+    t.add_incoming(bld.add(t, ir.Constant(i64, 1)), tnext)
+    t_bp.add_incoming(g_bp, tnext)
+    for r in range(MR):
+        for v in range(_CV):
+            t_accs[r][v].add_incoming(g_accs[r][v], tnext)
+    bld.branch(thead)
+
+    bld.position_at_end(cnext)
+    _store_chunk(bld, t_accs, c, ldc, bld.mul(ch, ir.Constant(i64, CHUNK)))
+    ch.add_incoming(bld.add(ch, ir.Constant(i64, 1)), cnext)
+    bld.branch(chead)
+    ir.IRBuilder(done).ret_void()
+
+
+def add_pointwise_kernel(mod: ir.Module, name: str, exact: ir.Function) -> None:
+    """The pointwise tile of :func:`.ukernel_int8._add_pointwise_kernel` (same arguments), sums of
+    w * (b - 128), requantized chunk by chunk as it is stored.  Here B is the activation: x = b ^ 0x80
+    and |x| once per B vector, shared by the MR weight rows; the weights carry the sign."""
+    fn = ir.Function(mod, exact.function_type, name=name)
+    k4, w, ldw, rows, b, terms, mults, params, out, ldo = fn.args
+    bld = ir.IRBuilder(fn.append_basic_block("entry"))
+    last = bld.sub(rows, ir.Constant(i64, 1))
+    row_ptrs = []
+    for r in range(MR):
+        rr = bld.select(bld.icmp_signed("<", ir.Constant(i64, r), rows), ir.Constant(i64, r), last)
+        row_ptrs.append(bld.bitcast(bld.gep(w, [bld.mul(rr, ldw)]), i32.as_pointer()))
+    _fallback(bld, fn, _rows_have_min_byte(bld, fn, row_ptrs, k4), exact)
+    f32t = ir.FloatType()
+    fvec = ir.VectorType(f32t, _VEC)
+    zy, lo, hi = (fsplat(bld, bld.load(bld.gep(params, [ir.Constant(i64, i)])), fvec) for i in range(3))
+    xflip = ir.Constant(B32, [-128] * 32)
+    start = bld.block
+    chead, cbody, ghead, gbody, cnext, done = (fn.append_basic_block(n) for n in
+                                               ("chead", "cbody", "ghead", "gbody", "cnext", "done"))
+    bld.branch(chead)
+    bld.position_at_end(chead)
+    ch = bld.phi(i64, name="ch")
+    ch.add_incoming(ir.Constant(i64, 0), start)
+    bld.cbranch(bld.icmp_signed("<", ch, ir.Constant(i64, NR // CHUNK)), cbody, done)
+    bld.position_at_end(cbody)
+    bchunk = bld.gep(b, [bld.mul(ch, ir.Constant(i64, CHUNK * 4))])
+    bld.branch(ghead)
+    bld.position_at_end(ghead)
+    g = bld.phi(i64, name="g")
+    g.add_incoming(ir.Constant(i64, 0), cbody)
+    accs = [[bld.phi(D8) for _ in range(_CV)] for _ in range(MR)]
+    for row in accs:
+        for ph in row:
+            ph.add_incoming(_zero_accs(), cbody)
+    bld.cbranch(bld.icmp_signed("<", g, k4), gbody, cnext)
+    bld.position_at_end(gbody)
+    xs = [bld.xor(v, xflip) for v in _load_chunk(bld, bld.gep(bchunk, [bld.mul(g, ir.Constant(i64, NR * 4))]))]
+    us = [_abs(bld, x) for x in xs]
+    new = []
+    for r in range(MR):
+        ws = _bytes_splat(bld, bld.load(bld.gep(row_ptrs[r], [g]), align=1))
+        new.append([_sign_dot(bld, accs[r][v], us[v], _sign(bld, ws, xs[v])) for v in range(_CV)])
+    g.add_incoming(bld.add(g, ir.Constant(i64, 1)), gbody)
+    for r in range(MR):
+        for v in range(_CV):
+            accs[r][v].add_incoming(new[r][v], gbody)
+    bld.branch(ghead)
+
+    bld.position_at_end(cnext)
+    col = bld.mul(ch, ir.Constant(i64, CHUNK))
+    for r in range(MR):
+        store, after = fn.append_basic_block(f"store{r}"), fn.append_basic_block(f"after{r}")
+        bld.cbranch(bld.icmp_signed("<", ir.Constant(i64, r), rows), store, after)
+        bld.position_at_end(store)
+        rowp = bld.gep(out, [bld.add(bld.mul(ir.Constant(i64, r), ldo), col)])
+        requantize(bld, accs[r], bld.load(bld.gep(terms, [ir.Constant(i64, r)])),
+                   bld.load(bld.gep(mults, [ir.Constant(i64, r)])), zy, lo, hi, rowp)
+        bld.branch(after)
+        bld.position_at_end(after)
+    ch.add_incoming(bld.add(ch, ir.Constant(i64, 1)), bld.block)
+    bld.branch(chead)
+    ir.IRBuilder(done).ret_void()
+
+
+def _rows_have_min_byte(bld: ir.IRBuilder, fn: ir.Function, row_ptrs: list, k4: ir.Value) -> ir.Value:
+    """i1: whether any of the weight rows' 4 * ``k4`` bytes is -128."""
+    v4 = ir.VectorType(i8, 4)
+    pre = bld.block
+    head, body, done = (fn.append_basic_block(n) for n in ("wscan_head", "wscan_body", "wscan_done"))
+    bld.branch(head)
+    bld.position_at_end(head)
+    g = bld.phi(i64)
+    m = bld.phi(v4)
+    g.add_incoming(ir.Constant(i64, 0), pre)
+    m.add_incoming(ir.Constant(v4, [127] * 4), pre)
+    bld.cbranch(bld.icmp_signed("<", g, k4), body, done)
+    bld.position_at_end(body)
+    smin = _intrinsic(bld.module, "llvm.smin.v4i8", v4, [v4, v4])
+    cur = m
+    for rp in row_ptrs:
+        cur = bld.call(smin, [cur, bld.bitcast(bld.load(bld.gep(rp, [g]), align=1), v4)])
+    m.add_incoming(cur, body)
+    g.add_incoming(bld.add(g, ir.Constant(i64, 1)), body)
+    bld.branch(head)
+    bld.position_at_end(done)
+    low = bld.call(_intrinsic(bld.module, "llvm.vector.reduce.smin.v4i8", i8, [v4]), [m])
+    return bld.icmp_signed("==", low, ir.Constant(i8, -128))
