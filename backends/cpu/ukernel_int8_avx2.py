@@ -112,7 +112,7 @@ def _row_step(bld: ir.IRBuilder, accs: list, bvals: list, words: list, xflip: ir
     """One group of 4 k: rows' x words (xor ``xflip`` gives x) broadcast, B's signed bytes in vectors."""
     new = []
     for r, word in enumerate(words):
-        xv = _bytes_splat(bld, bld.xor(word, xflip))
+        xv = bld.xor(_bytes_splat(bld, word), xflip)  # xor after the broadcast: vpbroadcastd from memory
         u = _abs(bld, xv)
         new.append([_sign_dot(bld, accs[r][v], u, _sign(bld, bvals[v], xv)) for v in range(_CV)])
     return new
@@ -123,8 +123,8 @@ def _load_chunk(bld: ir.IRBuilder, bp: ir.Value) -> list:
             for v in range(_CV)]
 
 
-def _store_chunk(bld: ir.IRBuilder, accs: list, c: ir.Value, ldc: ir.Value, col: ir.Value) -> None:
-    for r, row in enumerate(accs):
+def _store_chunk(bld: ir.IRBuilder, accs: list, c: ir.Value, ldc: ir.Value, col: ir.Value, r0: int) -> None:
+    for r, row in enumerate(accs, r0):
         rowp = bld.gep(c, [bld.add(bld.mul(ir.Constant(i64, r), ldc), col)])
         for v, acc in enumerate(row):
             bld.store(acc, bld.bitcast(bld.gep(rowp, [ir.Constant(i64, v * _VEC)]), D8.as_pointer()), align=4)
@@ -132,6 +132,50 @@ def _store_chunk(bld: ir.IRBuilder, accs: list, c: ir.Value, ldc: ir.Value, col:
 
 def _zero_accs() -> ir.Constant:
     return ir.Constant(D8, [0] * _VEC)
+
+
+#: The tile's rows in groups walked one after the other (per chunk of columns): 4 rows of 2 ymm
+#: accumulators leave the B vectors, |x|, x, the pair sums and the ones in registers; all 6 rows at
+#: once spilled accumulators every step.
+ROW_GROUPS = ((0, 4), (4, 6))
+
+
+def _loop(bld: ir.IRBuilder, fn: ir.Function, count: ir.Value, carried: list, body) -> list:
+    """``for i < count``: the values ``carried`` (their initial values) through ``body(bld, i, values)
+    -> new values``; returns their values after the loop, the builder placed after it."""
+    pre = bld.block
+    head, block, done = (fn.append_basic_block(n) for n in ("head", "body", "done"))
+    bld.branch(head)
+    bld.position_at_end(head)
+    i = bld.phi(i64)
+    i.add_incoming(ir.Constant(i64, 0), pre)
+    phis = [bld.phi(v.type) for v in carried]
+    for ph, v in zip(phis, carried):
+        ph.add_incoming(v, pre)
+    bld.cbranch(bld.icmp_signed("<", i, count), block, done)
+    bld.position_at_end(block)
+    new = body(bld, i, phis)
+    end = bld.block
+    i.add_incoming(bld.add(i, ir.Constant(i64, 1)), end)
+    for ph, v in zip(phis, new):
+        ph.add_incoming(v, end)
+    bld.branch(head)
+    bld.position_at_end(done)
+    return phis
+
+
+def _flat(accs: list) -> list:
+    return [v for row in accs for v in row]
+
+
+def _unflat(values: list) -> list:
+    return [values[i:i + _CV] for i in range(0, len(values), _CV)]
+
+
+def _chunks(bld: ir.IRBuilder, fn: ir.Function, body) -> None:
+    """``body(bld, ch)`` for each chunk ``ch`` of CHUNK columns, then ``ret void``."""
+    _loop(bld, fn, ir.Constant(i64, NR // CHUNK), [], lambda b, ch, _: (body(b, ch), [])[1])
+    bld.ret_void()
 
 
 def add_gemm_kernel(mod: ir.Module, name: str, exact: ir.Function) -> None:
@@ -146,46 +190,25 @@ def add_gemm_kernel(mod: ir.Module, name: str, exact: ir.Function) -> None:
         rr = bld.select(bld.icmp_signed("<", ir.Constant(i64, r), rows), ir.Constant(i64, r), last)
         row_ptrs.append(bld.bitcast(bld.gep(a, [bld.mul(rr, lda)]), i32.as_pointer()))
     # a' = a ^ 0x80 for int8 A, x = a' ^ 0x80: int8 A is x as it is, uint8 A flips
-    xflip = bld.select(bld.icmp_signed("!=", flip_a, ir.Constant(i64, 0)), ir.Constant(i32, 0),
-                       ir.Constant(i32, 0x80808080 - 2**32))
-    start = bld.block
-    chead, cbody, ghead, gbody, cnext, done = (fn.append_basic_block(n) for n in
-                                               ("chead", "cbody", "ghead", "gbody", "cnext", "done"))
-    bld.branch(chead)
-    bld.position_at_end(chead)
-    ch = bld.phi(i64, name="ch")
-    ch.add_incoming(ir.Constant(i64, 0), start)
-    bld.cbranch(bld.icmp_signed("<", ch, ir.Constant(i64, NR // CHUNK)), cbody, done)
-    bld.position_at_end(cbody)
-    bchunk = bld.gep(b, [bld.mul(ch, ir.Constant(i64, CHUNK * 4))])
-    bld.branch(ghead)
-    bld.position_at_end(ghead)
-    g = bld.phi(i64, name="g")
-    g.add_incoming(ir.Constant(i64, 0), cbody)
-    accs = [[bld.phi(D8) for _ in range(_CV)] for _ in range(MR)]
-    for row in accs:
-        for ph in row:
-            ph.add_incoming(_zero_accs(), cbody)
-    bld.cbranch(bld.icmp_signed("<", g, k4), gbody, cnext)
-    bld.position_at_end(gbody)
-    bvals = _load_chunk(bld, bld.gep(bchunk, [bld.mul(g, ir.Constant(i64, NR * 4))]))
-    words = [bld.load(bld.gep(rp, [g]), align=1) for rp in row_ptrs]
-    new = _row_step(bld, accs, bvals, words, xflip)
-    g.add_incoming(bld.add(g, ir.Constant(i64, 1)), gbody)
-    for r in range(MR):
-        for v in range(_CV):
-            accs[r][v].add_incoming(new[r][v], gbody)
-    bld.branch(ghead)
-    bld.position_at_end(cnext)
-    _store_chunk(bld, accs, c, ldc, bld.mul(ch, ir.Constant(i64, CHUNK)))
-    ch.add_incoming(bld.add(ch, ir.Constant(i64, 1)), cnext)
-    bld.branch(chead)
-    ir.IRBuilder(done).ret_void()
+    xflip = bld.select(bld.icmp_signed("!=", flip_a, ir.Constant(i64, 0)), ir.Constant(B32, [0] * 32),
+                       ir.Constant(B32, [-128] * 32))
+
+    def chunk(bld: ir.IRBuilder, ch: ir.Value) -> None:
+        bchunk = bld.gep(b, [bld.mul(ch, ir.Constant(i64, CHUNK * 4))])
+        for r0, r1 in ROW_GROUPS:
+            def step(bld: ir.IRBuilder, g: ir.Value, vals: list, r0: int = r0, r1: int = r1) -> list:
+                bvals = _load_chunk(bld, bld.gep(bchunk, [bld.mul(g, ir.Constant(i64, NR * 4))]))
+                words = [bld.load(bld.gep(rp, [g]), align=1) for rp in row_ptrs[r0:r1]]
+                return _flat(_row_step(bld, _unflat(vals), bvals, words, xflip))
+            accs = _unflat(_loop(bld, fn, k4, [_zero_accs()] * ((r1 - r0) * _CV), step))
+            _store_chunk(bld, accs, c, ldc, bld.mul(ch, ir.Constant(i64, CHUNK)), r0)
+
+    _chunks(bld, fn, chunk)
 
 
 def add_conv_kernel(mod: ir.Module, name: str, exact: ir.Function) -> None:
     """The convolution tile of :func:`.ukernel_int8._add_conv_kernel` (same arguments), sums of
-    x = a - 128; per chunk of columns, all taps and channel groups in the registers."""
+    x = a - 128; per chunk of columns and group of rows, all taps and channel groups in the registers."""
     fn = ir.Function(mod, exact.function_type, name=name)
     ntaps, toff, cg, a, poff, rows, b, c, ldc = fn.args
     bld = ir.IRBuilder(fn.append_basic_block("entry"))
@@ -196,77 +219,31 @@ def add_conv_kernel(mod: ir.Module, name: str, exact: ir.Function) -> None:
     for r in range(MR):
         rr = bld.select(bld.icmp_signed("<", ir.Constant(i64, r), rows), ir.Constant(i64, r), last)
         row_base.append(bld.gep(a, [bld.load(bld.gep(poff, [rr]))]))
-    xflip = ir.Constant(i32, 0x80808080 - 2**32)
-    start = bld.block
-    names = ("chead", "cbody", "thead", "tbody", "ghead", "gbody", "tnext", "cnext", "done")
-    chead, cbody, thead, tbody, ghead, gbody, tnext, cnext, done = (fn.append_basic_block(n) for n in names)
-    bld.branch(chead)
+    xflip = ir.Constant(B32, [-128] * 32)
 
-    bld.position_at_end(chead)
-    ch = bld.phi(i64, name="ch")
-    ch.add_incoming(ir.Constant(i64, 0), start)
-    bld.cbranch(bld.icmp_signed("<", ch, ir.Constant(i64, NR // CHUNK)), cbody, done)
-    bld.position_at_end(cbody)
-    bchunk = bld.gep(b, [bld.mul(ch, ir.Constant(i64, CHUNK * 4))])
-    bld.branch(thead)
+    def chunk(bld: ir.IRBuilder, ch: ir.Value) -> None:
+        bchunk = bld.gep(b, [bld.mul(ch, ir.Constant(i64, CHUNK * 4))])
+        for r0, r1 in ROW_GROUPS:
+            def tap(bld: ir.IRBuilder, t: ir.Value, vals: list, r0: int = r0, r1: int = r1) -> list:
+                off = bld.load(bld.gep(toff, [t]))
+                rows_t = [bld.bitcast(bld.gep(rb, [off]), i32.as_pointer()) for rb in row_base[r0:r1]]
+                tb = bld.gep(bchunk, [bld.mul(bld.mul(t, cg), ir.Constant(i64, NR * 4))])
 
-    bld.position_at_end(thead)
-    t = bld.phi(i64, name="t")
-    t_bp = bld.phi(i8p, name="tb")
-    t_accs = [[bld.phi(D8) for _ in range(_CV)] for _ in range(MR)]
-    t.add_incoming(ir.Constant(i64, 0), cbody)
-    t_bp.add_incoming(bchunk, cbody)
-    for row in t_accs:
-        for ph in row:
-            ph.add_incoming(_zero_accs(), cbody)
-    bld.cbranch(bld.icmp_signed("<", t, ntaps), tbody, cnext)
+                def step(bld: ir.IRBuilder, g: ir.Value, vals: list) -> list:
+                    bvals = _load_chunk(bld, bld.gep(tb, [bld.mul(g, ir.Constant(i64, NR * 4))]))
+                    words = [bld.load(bld.gep(rp, [g]), align=1) for rp in rows_t]
+                    return _flat(_row_step(bld, _unflat(vals), bvals, words, xflip))
+                return _loop(bld, fn, cg, vals, step)
+            accs = _unflat(_loop(bld, fn, ntaps, [_zero_accs()] * ((r1 - r0) * _CV), tap))
+            _store_chunk(bld, accs, c, ldc, bld.mul(ch, ir.Constant(i64, CHUNK)), r0)
 
-    bld.position_at_end(tbody)
-    off = bld.load(bld.gep(toff, [t]))
-    rows_t = [bld.bitcast(bld.gep(rb, [off]), i32.as_pointer()) for rb in row_base]
-    bld.branch(ghead)
-
-    bld.position_at_end(ghead)
-    g = bld.phi(i64, name="g")
-    g_bp = bld.phi(i8p, name="gb")
-    g_accs = [[bld.phi(D8) for _ in range(_CV)] for _ in range(MR)]
-    g.add_incoming(ir.Constant(i64, 0), tbody)
-    g_bp.add_incoming(t_bp, tbody)
-    for r in range(MR):
-        for v in range(_CV):
-            g_accs[r][v].add_incoming(t_accs[r][v], tbody)
-    bld.cbranch(bld.icmp_signed("<", g, cg), gbody, tnext)
-
-    bld.position_at_end(gbody)
-    bvals = _load_chunk(bld, g_bp)
-    words = [bld.load(bld.gep(rp, [g]), align=1) for rp in rows_t]
-    new = _row_step(bld, g_accs, bvals, words, xflip)
-    g.add_incoming(bld.add(g, ir.Constant(i64, 1)), gbody)
-    g_bp.add_incoming(bld.gep(g_bp, [ir.Constant(i64, NR * 4)]), gbody)
-    for r in range(MR):
-        for v in range(_CV):
-            g_accs[r][v].add_incoming(new[r][v], gbody)
-    bld.branch(ghead)
-
-    bld.position_at_end(tnext)
-    t.add_incoming(bld.add(t, ir.Constant(i64, 1)), tnext)
-    t_bp.add_incoming(g_bp, tnext)
-    for r in range(MR):
-        for v in range(_CV):
-            t_accs[r][v].add_incoming(g_accs[r][v], tnext)
-    bld.branch(thead)
-
-    bld.position_at_end(cnext)
-    _store_chunk(bld, t_accs, c, ldc, bld.mul(ch, ir.Constant(i64, CHUNK)))
-    ch.add_incoming(bld.add(ch, ir.Constant(i64, 1)), cnext)
-    bld.branch(chead)
-    ir.IRBuilder(done).ret_void()
+    _chunks(bld, fn, chunk)
 
 
 def add_pointwise_kernel(mod: ir.Module, name: str, exact: ir.Function) -> None:
     """The pointwise tile of :func:`.ukernel_int8._add_pointwise_kernel` (same arguments), sums of
     w * (b - 128), requantized chunk by chunk as it is stored.  Here B is the activation: x = b ^ 0x80
-    and |x| once per B vector, shared by the MR weight rows; the weights carry the sign."""
+    and |x| once per B vector, shared by the weight rows; the weights carry the sign."""
     fn = ir.Function(mod, exact.function_type, name=name)
     k4, w, ldw, rows, b, terms, mults, params, out, ldo = fn.args
     bld = ir.IRBuilder(fn.append_basic_block("entry"))
@@ -276,56 +253,36 @@ def add_pointwise_kernel(mod: ir.Module, name: str, exact: ir.Function) -> None:
         rr = bld.select(bld.icmp_signed("<", ir.Constant(i64, r), rows), ir.Constant(i64, r), last)
         row_ptrs.append(bld.bitcast(bld.gep(w, [bld.mul(rr, ldw)]), i32.as_pointer()))
     _fallback(bld, fn, _rows_have_min_byte(bld, fn, row_ptrs, k4), exact)
-    f32t = ir.FloatType()
-    fvec = ir.VectorType(f32t, _VEC)
+    fvec = ir.VectorType(ir.FloatType(), _VEC)
     zy, lo, hi = (fsplat(bld, bld.load(bld.gep(params, [ir.Constant(i64, i)])), fvec) for i in range(3))
     xflip = ir.Constant(B32, [-128] * 32)
-    start = bld.block
-    chead, cbody, ghead, gbody, cnext, done = (fn.append_basic_block(n) for n in
-                                               ("chead", "cbody", "ghead", "gbody", "cnext", "done"))
-    bld.branch(chead)
-    bld.position_at_end(chead)
-    ch = bld.phi(i64, name="ch")
-    ch.add_incoming(ir.Constant(i64, 0), start)
-    bld.cbranch(bld.icmp_signed("<", ch, ir.Constant(i64, NR // CHUNK)), cbody, done)
-    bld.position_at_end(cbody)
-    bchunk = bld.gep(b, [bld.mul(ch, ir.Constant(i64, CHUNK * 4))])
-    bld.branch(ghead)
-    bld.position_at_end(ghead)
-    g = bld.phi(i64, name="g")
-    g.add_incoming(ir.Constant(i64, 0), cbody)
-    accs = [[bld.phi(D8) for _ in range(_CV)] for _ in range(MR)]
-    for row in accs:
-        for ph in row:
-            ph.add_incoming(_zero_accs(), cbody)
-    bld.cbranch(bld.icmp_signed("<", g, k4), gbody, cnext)
-    bld.position_at_end(gbody)
-    xs = [bld.xor(v, xflip) for v in _load_chunk(bld, bld.gep(bchunk, [bld.mul(g, ir.Constant(i64, NR * 4))]))]
-    us = [_abs(bld, x) for x in xs]
-    new = []
-    for r in range(MR):
-        ws = _bytes_splat(bld, bld.load(bld.gep(row_ptrs[r], [g]), align=1))
-        new.append([_sign_dot(bld, accs[r][v], us[v], _sign(bld, ws, xs[v])) for v in range(_CV)])
-    g.add_incoming(bld.add(g, ir.Constant(i64, 1)), gbody)
-    for r in range(MR):
-        for v in range(_CV):
-            accs[r][v].add_incoming(new[r][v], gbody)
-    bld.branch(ghead)
 
-    bld.position_at_end(cnext)
-    col = bld.mul(ch, ir.Constant(i64, CHUNK))
-    for r in range(MR):
-        store, after = fn.append_basic_block(f"store{r}"), fn.append_basic_block(f"after{r}")
-        bld.cbranch(bld.icmp_signed("<", ir.Constant(i64, r), rows), store, after)
-        bld.position_at_end(store)
-        rowp = bld.gep(out, [bld.add(bld.mul(ir.Constant(i64, r), ldo), col)])
-        requantize(bld, accs[r], bld.load(bld.gep(terms, [ir.Constant(i64, r)])),
-                   bld.load(bld.gep(mults, [ir.Constant(i64, r)])), zy, lo, hi, rowp)
-        bld.branch(after)
-        bld.position_at_end(after)
-    ch.add_incoming(bld.add(ch, ir.Constant(i64, 1)), bld.block)
-    bld.branch(chead)
-    ir.IRBuilder(done).ret_void()
+    def chunk(bld: ir.IRBuilder, ch: ir.Value) -> None:
+        bchunk = bld.gep(b, [bld.mul(ch, ir.Constant(i64, CHUNK * 4))])
+        col = bld.mul(ch, ir.Constant(i64, CHUNK))
+        for r0, r1 in ROW_GROUPS:
+            def step(bld: ir.IRBuilder, g: ir.Value, vals: list, r0: int = r0, r1: int = r1) -> list:
+                bvals = _load_chunk(bld, bld.gep(bchunk, [bld.mul(g, ir.Constant(i64, NR * 4))]))
+                xs = [bld.xor(v, xflip) for v in bvals]
+                us = [_abs(bld, x) for x in xs]
+                accs = _unflat(vals)
+                new = []
+                for r in range(r1 - r0):
+                    ws = _bytes_splat(bld, bld.load(bld.gep(row_ptrs[r0 + r], [g]), align=1))
+                    new += [_sign_dot(bld, accs[r][v], us[v], _sign(bld, ws, xs[v])) for v in range(_CV)]
+                return new
+            accs = _unflat(_loop(bld, fn, k4, [_zero_accs()] * ((r1 - r0) * _CV), step))
+            for r in range(r0, r1):
+                store, after = fn.append_basic_block(f"store{r}"), fn.append_basic_block(f"after{r}")
+                bld.cbranch(bld.icmp_signed("<", ir.Constant(i64, r), rows), store, after)
+                bld.position_at_end(store)
+                rowp = bld.gep(out, [bld.add(bld.mul(ir.Constant(i64, r), ldo), col)])
+                requantize(bld, accs[r - r0], bld.load(bld.gep(terms, [ir.Constant(i64, r)])),
+                           bld.load(bld.gep(mults, [ir.Constant(i64, r)])), zy, lo, hi, rowp)
+                bld.branch(after)
+                bld.position_at_end(after)
+
+    _chunks(bld, fn, chunk)
 
 
 def _rows_have_min_byte(bld: ir.IRBuilder, fn: ir.Function, row_ptrs: list, k4: ir.Value) -> ir.Value:
