@@ -470,36 +470,43 @@ def k_gemm_int8(F, B, I, J, X, R, p, sbase):
         a_scale = F[_u(X[d + 13])]
         y_scale = F[_u(X[d + 16])]
         zy = f32(_byte(B, X[d + 17], o_signed)) if X[d + 17] >= 0 else f32(0.0)
+    terms_for = -1  # the panel whose per-column terms the scratch holds
+    any_zb = True
     for t in range(p[1], p[2]):
         panel = t // row_tiles
         r0 = (t % row_tiles) * MR
         nr = min(MR, rows - r0)
         pb = bp + panel * pbytes
+        c0 = panel * NR
+        nc = min(NR, N - c0)
+        if panel != terms_for:  # the per-column terms once per panel, so that the stores below vectorize
+            terms_for = panel
+            any_zb = False
+            for j in range(nc):
+                col = c0 + j
+                zb = np.int64(0)
+                if b_zp >= 0:
+                    zb = np.int64(_byte(B, b_zp + (col if b_zp_cols else 0), not b_unsigned))
+                if b_unsigned:
+                    zb -= 128
+                any_zb |= zb != 0
+                J[_u(zbs + j)] = np.int32(zb)
+                J[_u(cterms + j)] = np.int32(K * za * zb - np.int64(J[_u(colsum + col)]) * a_shift)
+                if requant:
+                    F[_u(mults + j)] = a_scale * F[_u(X[d + 14] + (col if X[d + 15] != 0 else 0))] / y_scale
+                elif kind == 2:
+                    F[_u(mults + j)] = F[_u(X[d + 14] + (col if X[d + 15] != 0 else 0))]
+                    F[_u(biases + j)] = F[_u(bias_at + col)] if bias_at >= 0 else f32(0.0)
         ukernel_int8(k4, B, a + r0 * K, K, nr, 1 if a_signed else 0, B, pb, J, tile, NR)
         for r in range(nr):
             arow = a + (r0 + r) * K
-            J[_u(sums + r)] = np.int32(_row_sum(B, arow, K, a_signed))
+            # A's row sums only where a zero point of B needs them (symmetric int8 weights: none)
+            J[_u(sums + r)] = np.int32(_row_sum(B, arow, K, a_signed)) if any_zb else np.int32(0)
             for kk in range(k4 * 4, K):  # the last K % 4 values of k, past the kernel's groups of 4
                 av = _byte(B, arow + kk, a_signed) + (128 if a_signed else 0) - shift
                 tb = pb + (k4 * NR) * 4 + (kk - k4 * 4)
                 for j in range(NR):
                     J[_u(tile + r * NR + j)] += av * np.int32(np.int8(B[_u(tb + j * 4)]))
-        c0 = panel * NR
-        nc = min(NR, N - c0)
-        for j in range(nc):  # the per-column terms once per tile, so that the stores below vectorize
-            col = c0 + j
-            zb = np.int64(0)
-            if b_zp >= 0:
-                zb = np.int64(_byte(B, b_zp + (col if b_zp_cols else 0), not b_unsigned))
-            if b_unsigned:
-                zb -= 128
-            J[_u(zbs + j)] = np.int32(zb)
-            J[_u(cterms + j)] = np.int32(K * za * zb - np.int64(J[_u(colsum + col)]) * a_shift)
-            if requant:
-                F[_u(mults + j)] = a_scale * F[_u(X[d + 14] + (col if X[d + 15] != 0 else 0))] / y_scale
-            elif kind == 2:
-                F[_u(mults + j)] = F[_u(X[d + 14] + (col if X[d + 15] != 0 else 0))]
-                F[_u(biases + j)] = F[_u(bias_at + col)] if bias_at >= 0 else f32(0.0)
         for r in range(nr):
             rs = np.int64(J[_u(sums + r)])
             trow = tile + r * NR
