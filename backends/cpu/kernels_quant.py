@@ -17,7 +17,7 @@ from numba import njit
 
 from . import _numba_cache  # noqa: F401  (drops stale numba caches first)
 from .kernels_quant_window import k_qconv_int8  # noqa: F401  (QLinearConv's int8 GEMM forms: kernels.py names it here)
-from .ukernel_int8 import MR, NR, int8_shift, ukernel_int8
+from .ukernel_int8 import MR, NR, int8_shift, no_min_byte, ukernel_int8
 
 _JIT = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
 _u = np.uint64
@@ -472,6 +472,7 @@ def k_gemm_int8(F, B, I, J, X, R, p, sbase):
         zy = f32(_byte(B, X[d + 17], o_signed)) if X[d + 17] >= 0 else f32(0.0)
     terms_for = -1  # the panel whose per-column terms the scratch holds
     any_zb = True
+    wsafe = 0
     for t in range(p[1], p[2]):
         panel = t // row_tiles
         r0 = (t % row_tiles) * MR
@@ -482,6 +483,7 @@ def k_gemm_int8(F, B, I, J, X, R, p, sbase):
         if panel != terms_for:  # the per-column terms once per panel, so that the stores below vectorize
             terms_for = panel
             any_zb = False
+            wsafe = no_min_byte(B, pb, k4 * NR * 4)  # the panel read once here, not by every tile's call
             for j in range(nc):
                 col = c0 + j
                 zb = np.int64(0)
@@ -497,7 +499,7 @@ def k_gemm_int8(F, B, I, J, X, R, p, sbase):
                 elif kind == 2:
                     F[_u(mults + j)] = F[_u(X[d + 14] + (col if X[d + 15] != 0 else 0))]
                     F[_u(biases + j)] = F[_u(bias_at + col)] if bias_at >= 0 else f32(0.0)
-        ukernel_int8(k4, B, a + r0 * K, K, nr, 1 if a_signed else 0, B, pb, J, tile, NR)
+        ukernel_int8(k4, B, a + r0 * K, K, nr, 1 if a_signed else 0, B, pb, J, tile, NR, wsafe)
         for r in range(nr):
             arow = a + (r0 + r) * K
             # A's row sums only where a zero point of B needs them (symmetric int8 weights: none)

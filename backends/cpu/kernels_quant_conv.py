@@ -19,7 +19,7 @@ import numpy as np
 from numba import njit
 
 from . import _numba_cache  # noqa: F401  (drops stale numba caches first)
-from .ukernel_int8 import MR, NR, int8_shift, pack4_int8, ukernel_int8_conv, ukernel_int8_pw
+from .ukernel_int8 import MR, NR, int8_shift, no_min_byte, pack4_int8, ukernel_int8_conv, ukernel_int8_pw
 
 _JIT = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
 _u = np.uint64
@@ -138,6 +138,9 @@ def qconv_nhwc(F, B, J, X, d, t0, t1, sbase):
         for j in range(KW):
             toff[i * KW + j] = (i * dh * wp + j * dw) * cp
     poff = np.empty(MR, np.int64)
+    wsafe = np.empty(panels, np.int64)  # the weights read once per task, not by every 6-pixel call
+    for pnl in range(panels):
+        wsafe[pnl] = no_min_byte(B, wpk + pnl * panel_bytes, panel_bytes)
     t = t0
     while t < t1:
         n = t // OH
@@ -155,7 +158,7 @@ def qconv_nhwc(F, B, J, X, d, t0, t1, sbase):
                     q = q0 + r
                     poff[r] = ((q // OW) * sh * wp + (q % OW) * sw) * cp
                 ukernel_int8_conv(ntaps, toff, 0, cg, B, band, poff, 0, nr, B, wpk + pnl * panel_bytes, J,
-                                  acc + q0 * NR, NR)
+                                  acc + q0 * NR, NR, wsafe[pnl])
             c0 = pnl * NR
             nc = min(NR, OC - c0)
             for j in range(nc):
@@ -229,6 +232,7 @@ def qconv_pointwise(F, B, J, X, d, t0, t1, sbase):
         J[_u(terms + oc)] = np.int32(c_oc << 32 >> 32)
         F[_u(mults + oc)] = x_scale * F[_u(X[d + 10] + (oc if X[d + 11] != 0 else 0))] / y_scale
     pix = np.empty(NR, np.int64)
+    wsafe = no_min_byte(B, wrows, OC * kp)  # the weights read once per task, not by every call
     for t in range(t0, t1):
         n = t // panels
         p0 = (t % panels) * NR
@@ -268,10 +272,10 @@ def qconv_pointwise(F, B, J, X, d, t0, t1, sbase):
             nr = min(MR, OC - oc0)
             if npx == NR:
                 ukernel_int8_pw(k4, B, wrows + oc0 * kp, kp, nr, B, pan, J, terms + oc0, F, mults + oc0, F, params,
-                                B, obase + oc0 * plane, plane)
+                                B, obase + oc0 * plane, plane, wsafe)
             else:
                 ukernel_int8_pw(k4, B, wrows + oc0 * kp, kp, nr, B, pan, J, terms + oc0, F, mults + oc0, F, params,
-                                B, stage, NR)
+                                B, stage, NR, wsafe)
                 for r in range(nr):
                     o = obase + (oc0 + r) * plane
                     for q in range(npx):

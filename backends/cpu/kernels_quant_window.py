@@ -201,14 +201,14 @@ def k_qconv_int8(F, B, I, J, X, R, p, sbase):
                                     B[_u(base + ow * 4)] = zfill
             # the panel's column sums by the micro-kernel: A's row past the last channel is K ones,
             # whose sums are (1 - shift) * colsum (exact: at most 127 * 128 * K in magnitude)
-            ukernel_int8(k4, B, wa + OC * kp, kp, 1, 0, B, bpan, J, tile, NR)
+            ukernel_int8(k4, B, wa + OC * kp, kp, 1, 0, B, bpan, J, tile, NR, 0)
             for q in range(NR):
                 J[_u(colsum + q)] = np.int32(np.int64(J[_u(tile + q)]) // (1 - shift))
         oc_lo = g * opg + chunk * per_chunk
         oc_hi = min(g * opg + opg, oc_lo + per_chunk)
         for oc0 in range(oc_lo, oc_hi, MR):
             nr = min(MR, oc_hi - oc0)
-            ukernel_int8(k4, B, wa + oc0 * kp, kp, nr, 0, B, bpan, J, tile, NR)
+            ukernel_int8(k4, B, wa + oc0 * kp, kp, nr, 0, B, bpan, J, tile, NR, 0)  # B: the activations
             for r in range(nr):
                 oc = oc0 + r
                 zw = np.int64(_byte(B, w_zp + (oc if w_zp_ch else 0), w_signed)) if w_zp >= 0 else np.int64(0)

@@ -8,7 +8,9 @@ A is read in place (row-major bytes, ``lda`` apart; rows beyond ``rows`` repeat 
 unsigned bytes -- with ``flip_a`` its bytes are XORed with 0x80 first, which turns int8 into
 ``int8 + 128`` as uint8; B is a panel packed at compile time (:func:`pack_b`) in the layout VNNI
 reads: the 4 consecutive k values of one column contiguous, NR columns after each other, as int8.
-The MR x NR int32 tile is stored row-major at ``c`` (``ldc`` apart).  The callers
+The MR x NR int32 tile is stored row-major at ``c`` (``ldc`` apart).  Every kernel takes a last
+argument ``wsafe``: 1 where the caller has checked that its weights (here B) hold no -128, which the
+AVX2 form would otherwise read for at every call; the other forms ignore it.  The callers
 (:mod:`.kernels_quant`) correct the sums for the signedness shifts and zero points with row and
 column sums, and requantize.
 
@@ -35,7 +37,7 @@ import os
 
 import numpy as np
 from llvmlite import ir
-from numba import types
+from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
@@ -137,9 +139,9 @@ def _add_kernel(mod: ir.Module, name: str, vnni: bool, xdomain: bool = False) ->
     i64 = ir.IntType(64)
     vec = ir.VectorType(i32, LANES)
     nv = NR // LANES
-    fn = ir.Function(mod, ir.FunctionType(ir.VoidType(), [i64, i8p, i64, i64, i64, i8p, i32.as_pointer(), i64]),
-                     name=name)
-    k4, a, lda, rows, flip_a, b, c, ldc = fn.args
+    fn = ir.Function(mod, ir.FunctionType(ir.VoidType(), [i64, i8p, i64, i64, i64, i8p, i32.as_pointer(), i64,
+                                                          i64]), name=name)
+    k4, a, lda, rows, flip_a, b, c, ldc, _ = fn.args
     for arg, n in zip(fn.args, ("k4", "a", "lda", "rows", "flip_a", "b", "c", "ldc")):
         arg.name = n
     dot = _dot_vnni if vnni else _dot_x if xdomain else _dot_portable
@@ -222,8 +224,8 @@ def _add_conv_kernel(mod: ir.Module, name: str, vnni: bool, xdomain: bool = Fals
     vec = ir.VectorType(i32, LANES)
     nv = NR // LANES
     fn = ir.Function(mod, ir.FunctionType(ir.VoidType(), [i64, i64p, i64, i8p, i64p, i64, i8p, i32.as_pointer(),
-                                                          i64]), name=name)
-    ntaps, toff, cg, a, poff, rows, b, c, ldc = fn.args
+                                                          i64, i64]), name=name)
+    ntaps, toff, cg, a, poff, rows, b, c, ldc, _ = fn.args
     for arg, n in zip(fn.args, ("ntaps", "toff", "cg", "a", "poff", "rows", "b", "c", "ldc")):
         arg.name = n
     dot = _dot_vnni if vnni else _dot_x if xdomain else _dot_portable
@@ -320,8 +322,9 @@ def _add_pointwise_kernel(mod: ir.Module, name: str, vnni: bool, xdomain: bool =
     fvec = ir.VectorType(f32t, LANES)
     nv = NR // LANES
     fn = ir.Function(mod, ir.FunctionType(ir.VoidType(), [i64, i8p, i64, i64, i8p, i32.as_pointer(),
-                                                          f32t.as_pointer(), f32t.as_pointer(), i8p, i64]), name=name)
-    k4, w, ldw, rows, b, terms, mults, params, out, ldo = fn.args
+                                                          f32t.as_pointer(), f32t.as_pointer(), i8p, i64, i64]),
+                     name=name)
+    k4, w, ldw, rows, b, terms, mults, params, out, ldo, _ = fn.args
     for arg, n in zip(fn.args, ("k4", "w", "ldw", "rows", "b", "terms", "mults", "params", "out", "ldo")):
         arg.name = n
     dot = _dot_vnni if vnni else _dot_x if xdomain else _dot_portable
@@ -498,9 +501,9 @@ def _source_key() -> str:
 CODE = MachineCode(f"ukernel int8 {FORM} {MR}x{NR} {_source_key()}", lambda: int8_module(FORM),
                    (SYMBOL, SYMBOL_CONV, SYMBOL_PW, SYMBOL_PACK4, SYMBOL_SHIFT))
 
-#: ctypes type of the kernel: (k4, a, lda, rows, flip_a, b, c, ldc).
+#: ctypes type of the kernel: (k4, a, lda, rows, flip_a, b, c, ldc, wsafe).
 CFUNCTYPE = ctypes.CFUNCTYPE(None, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64,
-                             ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64)
+                             ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)
 _ENGINES: dict[str, object] = {}
 
 
@@ -521,9 +524,10 @@ def cfunc(form: bool | str) -> object:
     return CFUNCTYPE(_engine(form).get_function_address(SYMBOL))
 
 
-#: ctypes type of the convolution kernel: (ntaps, toff, cg, a, poff, rows, b, c, ldc).
+#: ctypes type of the convolution kernel: (ntaps, toff, cg, a, poff, rows, b, c, ldc, wsafe).
 CONV_CFUNCTYPE = ctypes.CFUNCTYPE(None, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p,
-                                  ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64)
+                                  ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
+                                  ctypes.c_int64)
 
 
 def conv_cfunc(form: bool | str) -> object:
@@ -533,20 +537,21 @@ def conv_cfunc(form: bool | str) -> object:
 
 @uses(SYMBOL)
 @intrinsic
-def ukernel_int8(typingctx, k4, A, a_off, lda, rows, flip_a, Bp, b_off, C, c_off, ldc):
+def ukernel_int8(typingctx, k4, A, a_off, lda, rows, flip_a, Bp, b_off, C, c_off, ldc, wsafe):
     """The tile: ``C[c_off + r*ldc + j] = sum_k A'[a_off + r*lda + k] * Bp[b_off + ...]`` (bytes of A
     and Bp, int32 C; see the module docstring)."""
     if not (isinstance(A, types.Array) and isinstance(Bp, types.Array) and isinstance(C, types.Array)):
         return None
     if A.dtype != types.uint8 or Bp.dtype != types.uint8 or C.dtype != types.int32:
         return None
-    sig = types.none(k4, A, a_off, lda, rows, flip_a, Bp, b_off, C, c_off, ldc)
-    return sig, call_codegen(SYMBOL, "ifiiiffi")
+    sig = types.none(k4, A, a_off, lda, rows, flip_a, Bp, b_off, C, c_off, ldc, wsafe)
+    return sig, call_codegen(SYMBOL, "ifiiiffii")
 
 
 @uses(SYMBOL_CONV)
 @intrinsic
-def ukernel_int8_conv(typingctx, ntaps, toff, t_off, cg, A, a_off, poff, p_off, rows, Bp, b_off, C, c_off, ldc):
+def ukernel_int8_conv(typingctx, ntaps, toff, t_off, cg, A, a_off, poff, p_off, rows, Bp, b_off, C, c_off, ldc,
+                      wsafe):
     """The convolution tile (:func:`_add_conv_kernel`): ``toff`` / ``poff`` int64 arrays of tap and
     pixel offsets into the NHWC bytes at ``A[a_off:]``; B packed, C int32."""
     if not all(isinstance(x, types.Array) for x in (toff, A, poff, Bp, C)):
@@ -554,13 +559,14 @@ def ukernel_int8_conv(typingctx, ntaps, toff, t_off, cg, A, a_off, poff, p_off, 
     if toff.dtype != types.int64 or poff.dtype != types.int64 or A.dtype != types.uint8 or Bp.dtype != types.uint8 \
             or C.dtype != types.int32:
         return None
-    sig = types.none(ntaps, toff, t_off, cg, A, a_off, poff, p_off, rows, Bp, b_off, C, c_off, ldc)
-    return sig, call_codegen(SYMBOL_CONV, "iqiqqiqqi")
+    sig = types.none(ntaps, toff, t_off, cg, A, a_off, poff, p_off, rows, Bp, b_off, C, c_off, ldc, wsafe)
+    return sig, call_codegen(SYMBOL_CONV, "iqiqqiqqii")
 
 
-#: ctypes type of the pointwise kernel: (k4, w, ldw, rows, b, terms, mults, params, out, ldo).
+#: ctypes type of the pointwise kernel: (k4, w, ldw, rows, b, terms, mults, params, out, ldo, wsafe).
 PW_CFUNCTYPE = ctypes.CFUNCTYPE(None, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p,
-                                ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64)
+                                ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
+                                ctypes.c_int64)
 #: ctypes type of the 4-row interleave: (src, plane, k4, dst, flip).
 PACK4_CFUNCTYPE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p,
                                    ctypes.c_int64)
@@ -577,7 +583,8 @@ def pointwise_cfuncs(form: bool | str) -> tuple[object, object]:
 
 @uses(SYMBOL_PW)
 @intrinsic
-def ukernel_int8_pw(typingctx, k4, W, w_off, ldw, rows, Bp, b_off, T, t_off, M, m_off, P, p_off, O, o_off, ldo):
+def ukernel_int8_pw(typingctx, k4, W, w_off, ldw, rows, Bp, b_off, T, t_off, M, m_off, P, p_off, O, o_off, ldo,
+                    wsafe):
     """The pointwise tile (:func:`_add_pointwise_kernel`): weight rows and the column panel are bytes,
     ``T`` int32 row terms, ``M`` float32 row multipliers, ``P`` float32 [zy, lo, hi], ``O`` the bytes
     stored."""
@@ -586,8 +593,8 @@ def ukernel_int8_pw(typingctx, k4, W, w_off, ldw, rows, Bp, b_off, T, t_off, M, 
     if W.dtype != types.uint8 or Bp.dtype != types.uint8 or T.dtype != types.int32 or M.dtype != types.float32 \
             or P.dtype != types.float32 or O.dtype != types.uint8:
         return None
-    sig = types.none(k4, W, w_off, ldw, rows, Bp, b_off, T, t_off, M, m_off, P, p_off, O, o_off, ldo)
-    return sig, call_codegen(SYMBOL_PW, "ifiifqfffi")
+    sig = types.none(k4, W, w_off, ldw, rows, Bp, b_off, T, t_off, M, m_off, P, p_off, O, o_off, ldo, wsafe)
+    return sig, call_codegen(SYMBOL_PW, "ifiifqfffii")
 
 
 @uses(SYMBOL_PACK4)
@@ -613,3 +620,13 @@ def int8_shift(typingctx):
         fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.IntType(64), []), SYMBOL_SHIFT)
         return builder.call(fn, [])
     return types.int64(), codegen
+
+
+@njit(nogil=True, cache=True, error_model="numpy", boundscheck=False)
+def no_min_byte(B, at, n):
+    """1 when none of the ``n`` bytes of ``B`` from ``at`` is -128 (0x80): the ``wsafe`` of a kernel call
+    whose weights are those bytes (checked once by a task, not at every call)."""
+    hit = 0
+    for i in range(n):
+        hit |= B[np.uint64(at + i)] == 128
+    return 1 - hit

@@ -13,16 +13,18 @@ the activation is taken as a signed byte ``x = a' - 128`` and the dot step is::
 ``w = -128`` (its negation wraps).  The weights are the sign-carrying side in every kernel, so each call
 first reads its weights once for a -128 (a ``vpminsb`` per 32 bytes, which also brings them into the
 cache for the chunk passes); a call that finds one runs the portable dot step of the same sums instead
-(exact for every byte).
+(exact for every byte).  A caller that has checked its weights once (per task: a call reads them
+again for every 6 rows of its output) passes ``wsafe`` = 1 and the call skips that read.
 
 The sums are therefore those of ``x = a' - 128``: ``T - 128 * colsum(B)`` (GEMM, conv) and ``D - 128 *
 rowsum(w)`` (pointwise) where the other forms store ``T`` and ``D``.  :func:`.ukernel_int8.int8_shift`
 tells the callers this form's shift (128) at run time, so numba kernels compiled under one form stay
 right under another.
 
-The tile stays MR x NR (6 x 64) as the callers and the packed layout have it; it is computed in NR /
-``CHUNK`` passes over K of MR x ``CHUNK`` columns: 12 ymm accumulators, the chunk's 2 B vectors, |x| and
-the pair-sum operands (48 accumulators for the whole tile would spill on every step).
+The tile stays MR x NR (6 x 64) as the callers and the packed layout have it; it is computed in passes
+over K of a group of its rows by a chunk of its columns (:class:`Shape`), sized to the 16 ymm registers:
+accumulators, the chunk's B vectors, x, |x|, the signed operand and the ones of ``vpmaddwd`` (48
+accumulators for the whole tile would spill on every step).
 """
 
 from __future__ import annotations
@@ -31,10 +33,29 @@ from llvmlite import ir
 
 from .ukernel_int8 import MR, NR, fsplat, requantize, splat
 
-#: Columns per pass over K: 2 ymm of 8 int32 columns per row, 6 rows: 12 accumulators.
-CHUNK = 16
 _VEC = 8  # int32 columns per ymm
-_CV = CHUNK // _VEC
+
+
+class Shape:
+    """A pass's rows and columns: ``chunk`` columns (``chunk / 8`` ymm per row) by each of ``groups``
+    (row ranges of the tile, walked one after the other)."""
+
+    def __init__(self, chunk: int, groups: tuple[tuple[int, int], ...]):
+        self.chunk, self.groups, self.cv = chunk, groups, chunk // _VEC
+
+    def flat(self, accs: list) -> list:
+        return [v for row in accs for v in row]
+
+    def unflat(self, values: list) -> list:
+        return [values[i:i + self.cv] for i in range(0, len(values), self.cv)]
+
+
+#: GEMM and conv: x and |x| are per row, the B vectors shared by the rows; 2 rows of 4 ymm (32 columns)
+#: spend the row's broadcast, xor and abs on 4 vectors (16 columns by 4 rows and 6 by 2 measured 8-12%
+#: slower in the kernel, 6 rows spilled).
+ROWS_SHAPE = Shape(32, ((0, 2), (2, 4), (4, 6)))
+#: Pointwise: x and |x| are per B vector, shared by the weight rows: 4 rows of 2 ymm, then 2.
+COLS_SHAPE = Shape(16, ((0, 4), (4, 6)))
 
 i8 = ir.IntType(8)
 i16 = ir.IntType(16)
@@ -97,11 +118,15 @@ def _has_min_byte(bld: ir.IRBuilder, fn: ir.Function, p: ir.Value, count: ir.Val
     return bld.icmp_signed("==", low, ir.Constant(i8, -128))
 
 
-def _fallback(bld: ir.IRBuilder, fn: ir.Function, unsafe: ir.Value, exact: ir.Function) -> None:
-    """Branch to a call of ``exact`` (the portable form of the same sums) when ``unsafe``; the builder
-    continues on the AVX2 path."""
-    slow, fast = fn.append_basic_block("portable"), fn.append_basic_block("avx2")
-    bld.cbranch(unsafe, slow, fast)
+def _fallback(bld: ir.IRBuilder, fn: ir.Function, has_min, exact: ir.Function) -> None:
+    """Branch to a call of ``exact`` (the portable form of the same sums) when the weights hold a -128:
+    ``has_min(bld)`` reads them unless the caller passed ``wsafe`` (the last argument) != 0.  The
+    builder continues on the AVX2 path."""
+    wsafe = fn.args[-1]
+    scan, slow, fast = (fn.append_basic_block(n) for n in ("scan", "portable", "avx2"))
+    bld.cbranch(bld.icmp_signed("!=", wsafe, ir.Constant(i64, 0)), fast, scan)
+    bld.position_at_end(scan)
+    bld.cbranch(has_min(bld), slow, fast)
     sb = ir.IRBuilder(slow)
     sb.call(exact, list(fn.args))
     sb.ret_void()
@@ -114,13 +139,13 @@ def _row_step(bld: ir.IRBuilder, accs: list, bvals: list, words: list, xflip: ir
     for r, word in enumerate(words):
         xv = bld.xor(_bytes_splat(bld, word), xflip)  # xor after the broadcast: vpbroadcastd from memory
         u = _abs(bld, xv)
-        new.append([_sign_dot(bld, accs[r][v], u, _sign(bld, bvals[v], xv)) for v in range(_CV)])
+        new.append([_sign_dot(bld, accs[r][v], u, _sign(bld, bvals[v], xv)) for v in range(len(bvals))])
     return new
 
 
-def _load_chunk(bld: ir.IRBuilder, bp: ir.Value) -> list:
+def _load_chunk(bld: ir.IRBuilder, bp: ir.Value, cv: int) -> list:
     return [bld.load(bld.bitcast(bld.gep(bp, [ir.Constant(i64, 32 * v)]), B32.as_pointer()), align=1)
-            for v in range(_CV)]
+            for v in range(cv)]
 
 
 def _store_chunk(bld: ir.IRBuilder, accs: list, c: ir.Value, ldc: ir.Value, col: ir.Value, r0: int) -> None:
@@ -132,12 +157,6 @@ def _store_chunk(bld: ir.IRBuilder, accs: list, c: ir.Value, ldc: ir.Value, col:
 
 def _zero_accs() -> ir.Constant:
     return ir.Constant(D8, [0] * _VEC)
-
-
-#: The tile's rows in groups walked one after the other (per chunk of columns): 4 rows of 2 ymm
-#: accumulators leave the B vectors, |x|, x, the pair sums and the ones in registers; all 6 rows at
-#: once spilled accumulators every step.
-ROW_GROUPS = ((0, 4), (4, 6))
 
 
 def _loop(bld: ir.IRBuilder, fn: ir.Function, count: ir.Value, carried: list, body) -> list:
@@ -164,26 +183,18 @@ def _loop(bld: ir.IRBuilder, fn: ir.Function, count: ir.Value, carried: list, bo
     return phis
 
 
-def _flat(accs: list) -> list:
-    return [v for row in accs for v in row]
-
-
-def _unflat(values: list) -> list:
-    return [values[i:i + _CV] for i in range(0, len(values), _CV)]
-
-
-def _chunks(bld: ir.IRBuilder, fn: ir.Function, body) -> None:
-    """``body(bld, ch)`` for each chunk ``ch`` of CHUNK columns, then ``ret void``."""
-    _loop(bld, fn, ir.Constant(i64, NR // CHUNK), [], lambda b, ch, _: (body(b, ch), [])[1])
+def _chunks(bld: ir.IRBuilder, fn: ir.Function, shape: Shape, body) -> None:
+    """``body(bld, ch)`` for each chunk ``ch`` of ``shape.chunk`` columns, then ``ret void``."""
+    _loop(bld, fn, ir.Constant(i64, NR // shape.chunk), [], lambda b, ch, _: (body(b, ch), [])[1])
     bld.ret_void()
 
 
 def add_gemm_kernel(mod: ir.Module, name: str, exact: ir.Function) -> None:
     """The GEMM tile of :func:`.ukernel_int8._add_kernel` (same arguments), sums of x = a' - 128."""
     fn = ir.Function(mod, exact.function_type, name=name)
-    k4, a, lda, rows, flip_a, b, c, ldc = fn.args
+    k4, a, lda, rows, flip_a, b, c, ldc, _ = fn.args
     bld = ir.IRBuilder(fn.append_basic_block("entry"))
-    _fallback(bld, fn, _has_min_byte(bld, fn, b, bld.mul(k4, ir.Constant(i64, NR * 4 // 32))), exact)
+    _fallback(bld, fn, lambda bld: _has_min_byte(bld, fn, b, bld.mul(k4, ir.Constant(i64, NR * 4 // 32))), exact)
     last = bld.sub(rows, ir.Constant(i64, 1))
     row_ptrs = []
     for r in range(MR):
@@ -193,27 +204,30 @@ def add_gemm_kernel(mod: ir.Module, name: str, exact: ir.Function) -> None:
     xflip = bld.select(bld.icmp_signed("!=", flip_a, ir.Constant(i64, 0)), ir.Constant(B32, [0] * 32),
                        ir.Constant(B32, [-128] * 32))
 
-    def chunk(bld: ir.IRBuilder, ch: ir.Value) -> None:
-        bchunk = bld.gep(b, [bld.mul(ch, ir.Constant(i64, CHUNK * 4))])
-        for r0, r1 in ROW_GROUPS:
-            def step(bld: ir.IRBuilder, g: ir.Value, vals: list, r0: int = r0, r1: int = r1) -> list:
-                bvals = _load_chunk(bld, bld.gep(bchunk, [bld.mul(g, ir.Constant(i64, NR * 4))]))
-                words = [bld.load(bld.gep(rp, [g]), align=1) for rp in row_ptrs[r0:r1]]
-                return _flat(_row_step(bld, _unflat(vals), bvals, words, xflip))
-            accs = _unflat(_loop(bld, fn, k4, [_zero_accs()] * ((r1 - r0) * _CV), step))
-            _store_chunk(bld, accs, c, ldc, bld.mul(ch, ir.Constant(i64, CHUNK)), r0)
+    sh = ROWS_SHAPE
 
-    _chunks(bld, fn, chunk)
+    def chunk(bld: ir.IRBuilder, ch: ir.Value) -> None:
+        bchunk = bld.gep(b, [bld.mul(ch, ir.Constant(i64, sh.chunk * 4))])
+        for r0, r1 in sh.groups:
+            def step(bld: ir.IRBuilder, g: ir.Value, vals: list, r0: int = r0, r1: int = r1) -> list:
+                bvals = _load_chunk(bld, bld.gep(bchunk, [bld.mul(g, ir.Constant(i64, NR * 4))]), sh.cv)
+                words = [bld.load(bld.gep(rp, [g]), align=1) for rp in row_ptrs[r0:r1]]
+                return sh.flat(_row_step(bld, sh.unflat(vals), bvals, words, xflip))
+            accs = sh.unflat(_loop(bld, fn, k4, [_zero_accs()] * ((r1 - r0) * sh.cv), step))
+            _store_chunk(bld, accs, c, ldc, bld.mul(ch, ir.Constant(i64, sh.chunk)), r0)
+
+    _chunks(bld, fn, sh, chunk)
 
 
 def add_conv_kernel(mod: ir.Module, name: str, exact: ir.Function) -> None:
     """The convolution tile of :func:`.ukernel_int8._add_conv_kernel` (same arguments), sums of
     x = a - 128; per chunk of columns and group of rows, all taps and channel groups in the registers."""
     fn = ir.Function(mod, exact.function_type, name=name)
-    ntaps, toff, cg, a, poff, rows, b, c, ldc = fn.args
+    ntaps, toff, cg, a, poff, rows, b, c, ldc, _ = fn.args
     bld = ir.IRBuilder(fn.append_basic_block("entry"))
     ngroups = bld.mul(ntaps, cg)
-    _fallback(bld, fn, _has_min_byte(bld, fn, b, bld.mul(ngroups, ir.Constant(i64, NR * 4 // 32))), exact)
+    _fallback(bld, fn, lambda bld: _has_min_byte(bld, fn, b, bld.mul(ngroups, ir.Constant(i64, NR * 4 // 32))),
+              exact)
     last = bld.sub(rows, ir.Constant(i64, 1))
     row_base = []
     for r in range(MR):
@@ -221,23 +235,25 @@ def add_conv_kernel(mod: ir.Module, name: str, exact: ir.Function) -> None:
         row_base.append(bld.gep(a, [bld.load(bld.gep(poff, [rr]))]))
     xflip = ir.Constant(B32, [-128] * 32)
 
+    sh = ROWS_SHAPE
+
     def chunk(bld: ir.IRBuilder, ch: ir.Value) -> None:
-        bchunk = bld.gep(b, [bld.mul(ch, ir.Constant(i64, CHUNK * 4))])
-        for r0, r1 in ROW_GROUPS:
+        bchunk = bld.gep(b, [bld.mul(ch, ir.Constant(i64, sh.chunk * 4))])
+        for r0, r1 in sh.groups:
             def tap(bld: ir.IRBuilder, t: ir.Value, vals: list, r0: int = r0, r1: int = r1) -> list:
                 off = bld.load(bld.gep(toff, [t]))
                 rows_t = [bld.bitcast(bld.gep(rb, [off]), i32.as_pointer()) for rb in row_base[r0:r1]]
                 tb = bld.gep(bchunk, [bld.mul(bld.mul(t, cg), ir.Constant(i64, NR * 4))])
 
                 def step(bld: ir.IRBuilder, g: ir.Value, vals: list) -> list:
-                    bvals = _load_chunk(bld, bld.gep(tb, [bld.mul(g, ir.Constant(i64, NR * 4))]))
+                    bvals = _load_chunk(bld, bld.gep(tb, [bld.mul(g, ir.Constant(i64, NR * 4))]), sh.cv)
                     words = [bld.load(bld.gep(rp, [g]), align=1) for rp in rows_t]
-                    return _flat(_row_step(bld, _unflat(vals), bvals, words, xflip))
+                    return sh.flat(_row_step(bld, sh.unflat(vals), bvals, words, xflip))
                 return _loop(bld, fn, cg, vals, step)
-            accs = _unflat(_loop(bld, fn, ntaps, [_zero_accs()] * ((r1 - r0) * _CV), tap))
-            _store_chunk(bld, accs, c, ldc, bld.mul(ch, ir.Constant(i64, CHUNK)), r0)
+            accs = sh.unflat(_loop(bld, fn, ntaps, [_zero_accs()] * ((r1 - r0) * sh.cv), tap))
+            _store_chunk(bld, accs, c, ldc, bld.mul(ch, ir.Constant(i64, sh.chunk)), r0)
 
-    _chunks(bld, fn, chunk)
+    _chunks(bld, fn, sh, chunk)
 
 
 def add_pointwise_kernel(mod: ir.Module, name: str, exact: ir.Function) -> None:
@@ -245,33 +261,34 @@ def add_pointwise_kernel(mod: ir.Module, name: str, exact: ir.Function) -> None:
     w * (b - 128), requantized chunk by chunk as it is stored.  Here B is the activation: x = b ^ 0x80
     and |x| once per B vector, shared by the weight rows; the weights carry the sign."""
     fn = ir.Function(mod, exact.function_type, name=name)
-    k4, w, ldw, rows, b, terms, mults, params, out, ldo = fn.args
+    k4, w, ldw, rows, b, terms, mults, params, out, ldo, _ = fn.args
     bld = ir.IRBuilder(fn.append_basic_block("entry"))
     last = bld.sub(rows, ir.Constant(i64, 1))
     row_ptrs = []
     for r in range(MR):
         rr = bld.select(bld.icmp_signed("<", ir.Constant(i64, r), rows), ir.Constant(i64, r), last)
         row_ptrs.append(bld.bitcast(bld.gep(w, [bld.mul(rr, ldw)]), i32.as_pointer()))
-    _fallback(bld, fn, _rows_have_min_byte(bld, fn, row_ptrs, k4), exact)
+    _fallback(bld, fn, lambda bld: _rows_have_min_byte(bld, fn, row_ptrs, k4), exact)
     fvec = ir.VectorType(ir.FloatType(), _VEC)
     zy, lo, hi = (fsplat(bld, bld.load(bld.gep(params, [ir.Constant(i64, i)])), fvec) for i in range(3))
     xflip = ir.Constant(B32, [-128] * 32)
+    sh = COLS_SHAPE
 
     def chunk(bld: ir.IRBuilder, ch: ir.Value) -> None:
-        bchunk = bld.gep(b, [bld.mul(ch, ir.Constant(i64, CHUNK * 4))])
-        col = bld.mul(ch, ir.Constant(i64, CHUNK))
-        for r0, r1 in ROW_GROUPS:
+        bchunk = bld.gep(b, [bld.mul(ch, ir.Constant(i64, sh.chunk * 4))])
+        col = bld.mul(ch, ir.Constant(i64, sh.chunk))
+        for r0, r1 in sh.groups:
             def step(bld: ir.IRBuilder, g: ir.Value, vals: list, r0: int = r0, r1: int = r1) -> list:
-                bvals = _load_chunk(bld, bld.gep(bchunk, [bld.mul(g, ir.Constant(i64, NR * 4))]))
+                bvals = _load_chunk(bld, bld.gep(bchunk, [bld.mul(g, ir.Constant(i64, NR * 4))]), sh.cv)
                 xs = [bld.xor(v, xflip) for v in bvals]
                 us = [_abs(bld, x) for x in xs]
-                accs = _unflat(vals)
+                accs = sh.unflat(vals)
                 new = []
                 for r in range(r1 - r0):
                     ws = _bytes_splat(bld, bld.load(bld.gep(row_ptrs[r0 + r], [g]), align=1))
-                    new += [_sign_dot(bld, accs[r][v], us[v], _sign(bld, ws, xs[v])) for v in range(_CV)]
+                    new += [_sign_dot(bld, accs[r][v], us[v], _sign(bld, ws, xs[v])) for v in range(sh.cv)]
                 return new
-            accs = _unflat(_loop(bld, fn, k4, [_zero_accs()] * ((r1 - r0) * _CV), step))
+            accs = sh.unflat(_loop(bld, fn, k4, [_zero_accs()] * ((r1 - r0) * sh.cv), step))
             for r in range(r0, r1):
                 store, after = fn.append_basic_block(f"store{r}"), fn.append_basic_block(f"after{r}")
                 bld.cbranch(bld.icmp_signed("<", ir.Constant(i64, r), rows), store, after)
@@ -282,7 +299,7 @@ def add_pointwise_kernel(mod: ir.Module, name: str, exact: ir.Function) -> None:
                 bld.branch(after)
                 bld.position_at_end(after)
 
-    _chunks(bld, fn, chunk)
+    _chunks(bld, fn, sh, chunk)
 
 
 def _rows_have_min_byte(bld: ir.IRBuilder, fn: ir.Function, row_ptrs: list, k4: ir.Value) -> ir.Value:

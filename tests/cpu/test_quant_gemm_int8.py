@@ -69,14 +69,15 @@ def test_ukernel_int8_matches_numpy(form, wmin, k, rows, flip):
     a[1, :8] = 0 if flip == 0 else 128
     b[:8, 0] = wmin
     b[:8, 1] = 127
-    c = np.full((U.MR, U.NR + 3), -7, np.int32)  # ldc = NR + 3
     packed = U.pack_b(b)  # held: a temporary's memory could be reused before the call reads it
-    U.cfunc(form)(k // 4, a.ctypes.data, k + 8, rows, flip, packed.ctypes.data, c.ctypes.data, U.NR + 3)
     au = (a ^ 0x80) if flip else a
     src = np.minimum(np.arange(U.MR), rows - 1)  # rows past ``rows`` repeat the last one
     want = au[src, :k].astype(np.int64) @ b.astype(np.int64) - U.SHIFTS[form] * b.astype(np.int64).sum(0)
-    np.testing.assert_array_equal(c[:, :U.NR], want)
-    assert (c[:, U.NR:] == -7).all()
+    for wsafe in (0, 1) if wmin > -128 else (0,):  # 1: the caller vouches for no -128 (no check in the call)
+        c = np.full((U.MR, U.NR + 3), -7, np.int32)  # ldc = NR + 3
+        U.cfunc(form)(k // 4, a.ctypes.data, k + 8, rows, flip, packed.ctypes.data, c.ctypes.data, U.NR + 3, wsafe)
+        np.testing.assert_array_equal(c[:, :U.NR], want)
+        assert (c[:, U.NR:] == -7).all()
 
 
 @pytest.mark.parametrize("a_type,b_type", [("uint8", "int8"), ("int8", "int8"), ("uint8", "uint8"),
@@ -195,12 +196,12 @@ def test_avx2_form_finds_a_lone_min_weight(kernel):
     packed = U.pack_b(w)
     c = np.zeros((U.MR, U.NR), np.int32)
     if kernel == "gemm":
-        U.cfunc("avx2")(k4, a.ctypes.data, 4 * k4, U.MR, 0, packed.ctypes.data, c.ctypes.data, U.NR)
+        U.cfunc("avx2")(k4, a.ctypes.data, 4 * k4, U.MR, 0, packed.ctypes.data, c.ctypes.data, U.NR, 0)
     elif kernel == "conv":  # one tap, pixels one row of A apart
         toff = np.zeros(1, np.int64)
         poff = np.arange(U.MR, dtype=np.int64) * 4 * k4
         U.conv_cfunc("avx2")(1, toff.ctypes.data, k4, a.ctypes.data, poff.ctypes.data, U.MR, packed.ctypes.data,
-                             c.ctypes.data, U.NR)
+                             c.ctypes.data, U.NR, 0)
     else:  # the weights are the rows here: w.T, with the -128 in the last row's last byte; a's columns
         pw, pack = U.pointwise_cfuncs("avx2")
         wt = np.ascontiguousarray(w.T[:U.MR])
@@ -213,7 +214,7 @@ def test_avx2_form_finds_a_lone_min_weight(kernel):
         params = np.array([0.0, -1e9, 1e9], np.float32)  # no clamp: the low byte of the rounded value
         out = np.zeros((U.MR, U.NR), np.uint8)
         pw(k4, wt.ctypes.data, 4 * k4, U.MR, panel.ctypes.data, terms.ctypes.data, mults.ctypes.data,
-           params.ctypes.data, out.ctypes.data, U.NR)
+           params.ctypes.data, out.ctypes.data, U.NR, 0)
         exact = wt.astype(np.int64) @ cols.astype(np.int64) - 128 * wt.astype(np.int64).sum(1)[:, None]
         want_y = np.rint(exact.astype(np.float32) * np.float32(2.0 ** -8)).astype(np.int64)
         np.testing.assert_array_equal(out, (want_y & 255).astype(np.uint8))
