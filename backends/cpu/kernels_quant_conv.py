@@ -116,9 +116,11 @@ def qconv_nhwc(F, B, J, X, d, t0, t1, sbase):
     zx = np.int64(zx_byte)
     if x_signed:
         zx = np.int64(np.int8(zx_byte)) + 128
-    flip = np.uint8(128) if x_signed else np.uint8(0)
+    shift = int8_shift()  # the kernel form's: its sums are D - shift * colsum(w), the shift joins zx's term
+    zx -= shift
+    # the band holds a' (x, or int8 x ^ 0x80): a form with a shift reads it as int8 a' - 128 = a' ^ 0x80
+    flip = np.uint8((128 if x_signed else 0) ^ (128 if shift != 0 else 0))
     zfill = zx_byte ^ flip
-    zx -= int8_shift()  # the kernel form's sums are D - shift * colsum(w): the shift joins zx's term
     x_scale = F[_u(X[d + 21])]
     y_scale = F[_u(X[d + 24])]
     zy = f32(np.int32(np.int8(B[_u(X[d + 25])])) if o_signed else np.int32(B[_u(X[d + 25])])) \

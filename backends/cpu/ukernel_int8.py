@@ -8,7 +8,9 @@ A is read in place (row-major bytes, ``lda`` apart; rows beyond ``rows`` repeat 
 unsigned bytes -- with ``flip_a`` its bytes are XORed with 0x80 first, which turns int8 into
 ``int8 + 128`` as uint8; B is a panel packed at compile time (:func:`pack_b`) in the layout VNNI
 reads: the 4 consecutive k values of one column contiguous, NR columns after each other, as int8.
-The MR x NR int32 tile is stored row-major at ``c`` (``ldc`` apart).  Every kernel takes a last
+The MR x NR int32 tile is stored row-major at ``c`` (``ldc`` apart); the AVX2 form may leave rows past
+``rows`` unwritten (the callers read rows < ``rows``; the other forms store them from the repeated row).
+Every kernel takes a last
 argument ``wsafe``: 1 where the caller has checked that its weights (here B) hold no -128, which the
 AVX2 form would otherwise read for at every call; the other forms ignore it.  The callers
 (:mod:`.kernels_quant`) correct the sums for the signedness shifts and zero points with row and
@@ -216,7 +218,8 @@ def _add_conv_kernel(mod: ir.Module, name: str, vnni: bool, xdomain: bool = Fals
     :func:`pack_b` packs a [ntaps * 4cg, NR] matrix).  The accumulators stay in registers over all the
     taps, so nothing is gathered (the A bytes are read where they lie) and A needs no XOR: its loads
     fold into ``vpbroadcastd`` from memory, which leaves the vector ports to ``vpdpbusd``.  ``xdomain``:
-    the portable sums of x = a - 128 (as :func:`_add_kernel`)."""
+    the portable sums of A's bytes read as int8 x (the AVX2 form's, whose callers store a' ^ 0x80 =
+    a' - 128 in A)."""
     i8p = ir.IntType(8).as_pointer()
     i32 = ir.IntType(32)
     i64 = ir.IntType(64)
@@ -274,8 +277,6 @@ def _add_conv_kernel(mod: ir.Module, name: str, vnni: bool, xdomain: bool = Fals
     new = []
     for r in range(MR):
         word = bld.load(bld.bitcast(bld.gep(rows_t[r], [koff]), i32.as_pointer()), align=1)
-        if xdomain:
-            word = bld.xor(word, ir.Constant(i32, 0x80808080 - 2**32))
         bcast = splat(bld, word, vec)
         new.append([dot(bld, g_accs[r][v], bcast, bvals[v]) for v in range(nv)])
     g.add_incoming(bld.add(g, ir.Constant(i64, 1)), gbody)

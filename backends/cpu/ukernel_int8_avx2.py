@@ -133,11 +133,14 @@ def _fallback(bld: ir.IRBuilder, fn: ir.Function, has_min, exact: ir.Function) -
     bld.position_at_end(fast)
 
 
-def _row_step(bld: ir.IRBuilder, accs: list, bvals: list, words: list, xflip: ir.Value) -> list:
-    """One group of 4 k: rows' x words (xor ``xflip`` gives x) broadcast, B's signed bytes in vectors."""
+def _row_step(bld: ir.IRBuilder, accs: list, bvals: list, words: list, xflip: ir.Value | None) -> list:
+    """One group of 4 k: rows' x words (xor ``xflip`` gives x; None: they are x) broadcast, B's signed
+    bytes in vectors."""
     new = []
     for r, word in enumerate(words):
-        xv = bld.xor(_bytes_splat(bld, word), xflip)  # xor after the broadcast: vpbroadcastd from memory
+        xv = _bytes_splat(bld, word)
+        if xflip is not None:
+            xv = bld.xor(xv, xflip)  # after the broadcast: vpbroadcastd from memory
         u = _abs(bld, xv)
         new.append([_sign_dot(bld, accs[r][v], u, _sign(bld, bvals[v], xv)) for v in range(len(bvals))])
     return new
@@ -183,6 +186,17 @@ def _loop(bld: ir.IRBuilder, fn: ir.Function, count: ir.Value, carried: list, bo
     return phis
 
 
+def _if_rows(bld: ir.IRBuilder, fn: ir.Function, rows: ir.Value, r0: int, body) -> None:
+    """``body(bld)`` when the tile has a row r0 (a group of rows past ``rows`` is not computed: 1 row of
+    a GEMV-like call costs one group's pass, not the tile's)."""
+    then, after = fn.append_basic_block(f"rows{r0}"), fn.append_basic_block(f"rows{r0}_done")
+    bld.cbranch(bld.icmp_signed("<", ir.Constant(i64, r0), rows), then, after)
+    bld.position_at_end(then)
+    body(bld)
+    bld.branch(after)
+    bld.position_at_end(after)
+
+
 def _chunks(bld: ir.IRBuilder, fn: ir.Function, shape: Shape, body) -> None:
     """``body(bld, ch)`` for each chunk ``ch`` of ``shape.chunk`` columns, then ``ret void``."""
     _loop(bld, fn, ir.Constant(i64, NR // shape.chunk), [], lambda b, ch, _: (body(b, ch), [])[1])
@@ -213,15 +227,19 @@ def add_gemm_kernel(mod: ir.Module, name: str, exact: ir.Function) -> None:
                 bvals = _load_chunk(bld, bld.gep(bchunk, [bld.mul(g, ir.Constant(i64, NR * 4))]), sh.cv)
                 words = [bld.load(bld.gep(rp, [g]), align=1) for rp in row_ptrs[r0:r1]]
                 return sh.flat(_row_step(bld, sh.unflat(vals), bvals, words, xflip))
-            accs = sh.unflat(_loop(bld, fn, k4, [_zero_accs()] * ((r1 - r0) * sh.cv), step))
-            _store_chunk(bld, accs, c, ldc, bld.mul(ch, ir.Constant(i64, sh.chunk)), r0)
+
+            def group(bld: ir.IRBuilder, r0: int = r0, r1: int = r1, step=step) -> None:
+                accs = sh.unflat(_loop(bld, fn, k4, [_zero_accs()] * ((r1 - r0) * sh.cv), step))
+                _store_chunk(bld, accs, c, ldc, bld.mul(ch, ir.Constant(i64, sh.chunk)), r0)
+            _if_rows(bld, fn, rows, r0, group)
 
     _chunks(bld, fn, sh, chunk)
 
 
 def add_conv_kernel(mod: ir.Module, name: str, exact: ir.Function) -> None:
-    """The convolution tile of :func:`.ukernel_int8._add_conv_kernel` (same arguments), sums of
-    x = a - 128; per chunk of columns and group of rows, all taps and channel groups in the registers."""
+    """The convolution tile of :func:`.ukernel_int8._add_conv_kernel` (same arguments), sums of x * w with
+    A's bytes read as x, int8 (its callers fill the NHWC band with a' ^ 0x80 = a' - 128: no xor per
+    row and step); per chunk of columns and group of rows, all taps and channel groups in the registers."""
     fn = ir.Function(mod, exact.function_type, name=name)
     ntaps, toff, cg, a, poff, rows, b, c, ldc, _ = fn.args
     bld = ir.IRBuilder(fn.append_basic_block("entry"))
@@ -233,7 +251,6 @@ def add_conv_kernel(mod: ir.Module, name: str, exact: ir.Function) -> None:
     for r in range(MR):
         rr = bld.select(bld.icmp_signed("<", ir.Constant(i64, r), rows), ir.Constant(i64, r), last)
         row_base.append(bld.gep(a, [bld.load(bld.gep(poff, [rr]))]))
-    xflip = ir.Constant(B32, [-128] * 32)
 
     sh = ROWS_SHAPE
 
@@ -248,10 +265,13 @@ def add_conv_kernel(mod: ir.Module, name: str, exact: ir.Function) -> None:
                 def step(bld: ir.IRBuilder, g: ir.Value, vals: list) -> list:
                     bvals = _load_chunk(bld, bld.gep(tb, [bld.mul(g, ir.Constant(i64, NR * 4))]), sh.cv)
                     words = [bld.load(bld.gep(rp, [g]), align=1) for rp in rows_t]
-                    return sh.flat(_row_step(bld, sh.unflat(vals), bvals, words, xflip))
+                    return sh.flat(_row_step(bld, sh.unflat(vals), bvals, words, None))
                 return _loop(bld, fn, cg, vals, step)
-            accs = sh.unflat(_loop(bld, fn, ntaps, [_zero_accs()] * ((r1 - r0) * sh.cv), tap))
-            _store_chunk(bld, accs, c, ldc, bld.mul(ch, ir.Constant(i64, sh.chunk)), r0)
+
+            def group(bld: ir.IRBuilder, r0: int = r0, r1: int = r1, tap=tap) -> None:
+                accs = sh.unflat(_loop(bld, fn, ntaps, [_zero_accs()] * ((r1 - r0) * sh.cv), tap))
+                _store_chunk(bld, accs, c, ldc, bld.mul(ch, ir.Constant(i64, sh.chunk)), r0)
+            _if_rows(bld, fn, rows, r0, group)
 
     _chunks(bld, fn, sh, chunk)
 
@@ -288,16 +308,18 @@ def add_pointwise_kernel(mod: ir.Module, name: str, exact: ir.Function) -> None:
                     ws = _bytes_splat(bld, bld.load(bld.gep(row_ptrs[r0 + r], [g]), align=1))
                     new += [_sign_dot(bld, accs[r][v], us[v], _sign(bld, ws, xs[v])) for v in range(sh.cv)]
                 return new
-            accs = sh.unflat(_loop(bld, fn, k4, [_zero_accs()] * ((r1 - r0) * sh.cv), step))
-            for r in range(r0, r1):
-                store, after = fn.append_basic_block(f"store{r}"), fn.append_basic_block(f"after{r}")
-                bld.cbranch(bld.icmp_signed("<", ir.Constant(i64, r), rows), store, after)
-                bld.position_at_end(store)
-                rowp = bld.gep(out, [bld.add(bld.mul(ir.Constant(i64, r), ldo), col)])
-                requantize(bld, accs[r - r0], bld.load(bld.gep(terms, [ir.Constant(i64, r)])),
-                           bld.load(bld.gep(mults, [ir.Constant(i64, r)])), zy, lo, hi, rowp)
-                bld.branch(after)
-                bld.position_at_end(after)
+            def group(bld: ir.IRBuilder, r0: int = r0, r1: int = r1, step=step) -> None:
+                accs = sh.unflat(_loop(bld, fn, k4, [_zero_accs()] * ((r1 - r0) * sh.cv), step))
+                for r in range(r0, r1):
+                    store, after = fn.append_basic_block(f"store{r}"), fn.append_basic_block(f"after{r}")
+                    bld.cbranch(bld.icmp_signed("<", ir.Constant(i64, r), rows), store, after)
+                    bld.position_at_end(store)
+                    rowp = bld.gep(out, [bld.add(bld.mul(ir.Constant(i64, r), ldo), col)])
+                    requantize(bld, accs[r - r0], bld.load(bld.gep(terms, [ir.Constant(i64, r)])),
+                               bld.load(bld.gep(mults, [ir.Constant(i64, r)])), zy, lo, hi, rowp)
+                    bld.branch(after)
+                    bld.position_at_end(after)
+            _if_rows(bld, fn, rows, r0, group)
 
     _chunks(bld, fn, sh, chunk)
 

@@ -76,8 +76,16 @@ def test_ukernel_int8_matches_numpy(form, wmin, k, rows, flip):
     for wsafe in (0, 1) if wmin > -128 else (0,):  # 1: the caller vouches for no -128 (no check in the call)
         c = np.full((U.MR, U.NR + 3), -7, np.int32)  # ldc = NR + 3
         U.cfunc(form)(k // 4, a.ctypes.data, k + 8, rows, flip, packed.ctypes.data, c.ctypes.data, U.NR + 3, wsafe)
-        np.testing.assert_array_equal(c[:, :U.NR], want)
-        assert (c[:, U.NR:] == -7).all()
+        _assert_tile(c, want, rows)
+
+
+def _assert_tile(c: np.ndarray, want: np.ndarray, rows: int) -> None:
+    """Rows < ``rows`` as ``want``; rows past it as ``want`` (the repeated row) or left as they were (-7: the
+    AVX2 form skips whole groups of rows past ``rows``); nothing past NR written."""
+    np.testing.assert_array_equal(c[:rows, :U.NR], want[:rows])
+    for r in range(rows, U.MR):
+        assert (c[r, :U.NR] == want[r]).all() or (c[r, :U.NR] == -7).all(), r
+    assert (c[:, U.NR:] == -7).all()
 
 
 @pytest.mark.parametrize("a_type,b_type", [("uint8", "int8"), ("int8", "int8"), ("uint8", "uint8"),
@@ -197,10 +205,11 @@ def test_avx2_form_finds_a_lone_min_weight(kernel):
     c = np.zeros((U.MR, U.NR), np.int32)
     if kernel == "gemm":
         U.cfunc("avx2")(k4, a.ctypes.data, 4 * k4, U.MR, 0, packed.ctypes.data, c.ctypes.data, U.NR, 0)
-    elif kernel == "conv":  # one tap, pixels one row of A apart
+    elif kernel == "conv":  # one tap, pixels one row of A apart; the AVX2 form reads its A as int8 a - 128
         toff = np.zeros(1, np.int64)
         poff = np.arange(U.MR, dtype=np.int64) * 4 * k4
-        U.conv_cfunc("avx2")(1, toff.ctypes.data, k4, a.ctypes.data, poff.ctypes.data, U.MR, packed.ctypes.data,
+        ax = a ^ np.uint8(0x80)
+        U.conv_cfunc("avx2")(1, toff.ctypes.data, k4, ax.ctypes.data, poff.ctypes.data, U.MR, packed.ctypes.data,
                              c.ctypes.data, U.NR, 0)
     else:  # the weights are the rows here: w.T, with the -128 in the last row's last byte; a's columns
         pw, pack = U.pointwise_cfuncs("avx2")
