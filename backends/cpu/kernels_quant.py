@@ -483,7 +483,8 @@ def k_gemm_int8(F, B, I, J, X, R, p, sbase):
         if panel != terms_for:  # the per-column terms once per panel, so that the stores below vectorize
             terms_for = panel
             any_zb = False
-            wsafe = no_min_byte(B, pb, k4 * NR * 4)  # the panel read once here, not by every tile's call
+            # the panel read once here for a -128, not by every tile's call (a form with no shift ignores it)
+            wsafe = no_min_byte(B, pb, k4 * NR * 4) if shift != 0 else 0
             for j in range(nc):
                 col = c0 + j
                 zb = np.int64(0)

@@ -142,7 +142,7 @@ def qconv_nhwc(F, B, J, X, d, t0, t1, sbase):
     poff = np.empty(MR, np.int64)
     wsafe = np.empty(panels, np.int64)  # the weights read once per task, not by every 6-pixel call
     for pnl in range(panels):
-        wsafe[pnl] = no_min_byte(B, wpk + pnl * panel_bytes, panel_bytes)
+        wsafe[pnl] = no_min_byte(B, wpk + pnl * panel_bytes, panel_bytes) if shift != 0 else 0
     t = t0
     while t < t1:
         n = t // OH
@@ -214,7 +214,8 @@ def qconv_pointwise(F, B, J, X, d, t0, t1, sbase):
     if x_signed:
         zx = np.int64(np.int8(zx_byte)) + 128
     flip = 128 if x_signed else 0
-    zx -= int8_shift()  # the kernel form's sums are D - shift * rowsum(w): the shift joins zx's term
+    shift = int8_shift()  # the kernel form's: its sums are D - shift * rowsum(w), the shift joins zx's term
+    zx -= shift
     x_scale = F[_u(X[d + 9])]
     y_scale = F[_u(X[d + 12])]
     panels = (plane + NR - 1) // NR
@@ -234,7 +235,7 @@ def qconv_pointwise(F, B, J, X, d, t0, t1, sbase):
         J[_u(terms + oc)] = np.int32(c_oc << 32 >> 32)
         F[_u(mults + oc)] = x_scale * F[_u(X[d + 10] + (oc if X[d + 11] != 0 else 0))] / y_scale
     pix = np.empty(NR, np.int64)
-    wsafe = no_min_byte(B, wrows, OC * kp)  # the weights read once per task, not by every call
+    wsafe = no_min_byte(B, wrows, OC * kp) if shift != 0 else 0  # once per task, not by every call
     for t in range(t0, t1):
         n = t // panels
         p0 = (t % panels) * NR

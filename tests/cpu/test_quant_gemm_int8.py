@@ -229,3 +229,21 @@ def test_avx2_form_finds_a_lone_min_weight(kernel):
         np.testing.assert_array_equal(out, (want_y & 255).astype(np.uint8))
         return
     np.testing.assert_array_equal(c, want)
+
+
+def test_no_min_byte_finds_each_position():
+    """The weights' -128 check the callers pass as ``wsafe`` (32 bytes at a time, then the tail): a 0x80 at
+    any position of the range is found, one just outside it is not."""
+    from numba import njit
+
+    scan = njit(lambda b, at, n: U.no_min_byte(b, at, n))
+    buf = np.random.default_rng(3).integers(0, 128, 400, dtype=np.uint8)
+    for n in (0, 1, 31, 32, 33, 100, 257):
+        assert scan(buf, 5, n) == 1
+        for pos in range(n):
+            buf[5 + pos] = 0x80
+            assert scan(buf, 5, n) == 0, (n, pos)
+            buf[5 + pos] = 0
+        buf[4] = buf[5 + n] = 0x80
+        assert scan(buf, 5, n) == 1
+        buf[4] = buf[5 + n] = 0
