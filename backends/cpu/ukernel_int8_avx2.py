@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from llvmlite import ir
 
-from .ukernel_int8 import MR, NR, fsplat, requantize, splat
+from .ukernel_int8_ir import MR, NR, fsplat, requantize, splat
 
 _VEC = 8  # int32 columns per ymm
 
@@ -204,7 +204,7 @@ def _chunks(bld: ir.IRBuilder, fn: ir.Function, shape: Shape, body) -> None:
 
 
 def add_gemm_kernel(mod: ir.Module, name: str, exact: ir.Function) -> None:
-    """The GEMM tile of :func:`.ukernel_int8._add_kernel` (same arguments), sums of x = a' - 128."""
+    """The GEMM tile of :func:`.ukernel_int8_ir.add_kernel` (same arguments), sums of x = a' - 128."""
     fn = ir.Function(mod, exact.function_type, name=name)
     k4, a, lda, rows, flip_a, b, c, ldc, _ = fn.args
     bld = ir.IRBuilder(fn.append_basic_block("entry"))
@@ -237,7 +237,7 @@ def add_gemm_kernel(mod: ir.Module, name: str, exact: ir.Function) -> None:
 
 
 def add_conv_kernel(mod: ir.Module, name: str, exact: ir.Function) -> None:
-    """The convolution tile of :func:`.ukernel_int8._add_conv_kernel` (same arguments), sums of x * w with
+    """The convolution tile of :func:`.ukernel_int8_ir.add_conv_kernel` (same arguments), sums of x * w with
     A's bytes read as x, int8 (its callers fill the NHWC band with a' ^ 0x80 = a' - 128: no xor per
     row and step); per chunk of columns and group of rows, all taps and channel groups in the registers."""
     fn = ir.Function(mod, exact.function_type, name=name)
@@ -277,7 +277,7 @@ def add_conv_kernel(mod: ir.Module, name: str, exact: ir.Function) -> None:
 
 
 def add_pointwise_kernel(mod: ir.Module, name: str, exact: ir.Function) -> None:
-    """The pointwise tile of :func:`.ukernel_int8._add_pointwise_kernel` (same arguments), sums of
+    """The pointwise tile of :func:`.ukernel_int8_ir.add_pointwise_kernel` (same arguments), sums of
     w * (b - 128), requantized chunk by chunk as it is stored.  Here B is the activation: x = b ^ 0x80
     and |x| once per B vector, shared by the weight rows; the weights carry the sign."""
     fn = ir.Function(mod, exact.function_type, name=name)
