@@ -10,7 +10,8 @@
 Families:
 
 * ``matmul``: ``MatMulInteger(A[M, K] uint8, W[K, N] int8 constant)`` with scalar zero points, the
-  GEMM of onnxruntime's ``quantize_dynamic`` (BERT's projections), M 1-256, K 64-4096, N 64-4096;
+  GEMM of onnxruntime's ``quantize_dynamic`` (BERT's projections), M 1-256, K 64-4096, N 64-4096; W in
+  -127..127 as a symmetric quantizer writes it (``--weights-min -128``: the full int8 range);
 * ``conv``: ``QLinearConv`` (uint8 activations, per-channel int8 weights, int32 bias) at the layer
   shapes of resnet18 (7x7 stem, 3x3, 1x1 stride-2 shortcut) and mobilenet-v2 (stem, 1x1 expand /
   project, depthwise 3x3) and a grid of 1x1 stride-1 convs (IC / OC 16-576, planes 7-112);
@@ -105,9 +106,15 @@ def _finish(nodes: list, inputs: list, consts: dict[str, np.ndarray], out: str, 
     return onnx.shape_inference.infer_shapes(m).SerializeToString()
 
 
+#: The weights' lowest value: -127, the range of onnxruntime's symmetric int8 quantizer (``quantize_dynamic``'s
+#: default weights, and every QLinearConv case here); ``--weights-min -128`` gives the full int8 range, where
+#: the AVX2 form's calls whose panel holds a -128 take its portable dot step.
+WEIGHTS_MIN = -127
+
+
 def matmul_case(m: int, k: int, n: int) -> tuple[bytes, dict[str, np.ndarray]]:
     rng = np.random.default_rng(m * 7 + k + n)
-    consts = {"w": rng.integers(-128, 128, (k, n)).astype(np.int8), "za": np.array(131, np.uint8),
+    consts = {"w": rng.integers(WEIGHTS_MIN, 128, (k, n)).astype(np.int8), "za": np.array(131, np.uint8),
               "zw": np.array(0, np.int8)}
     a = rng.integers(0, 256, (m, k)).astype(np.uint8)
     model = _finish([helper.make_node("MatMulInteger", ["a", "w", "za", "zw"], ["y"])],
@@ -179,8 +186,12 @@ def main() -> None:
     ap.add_argument("--clock", choices=("wall", "cpu"), default="wall",
                     help="cpu: the process's CPU time (time.process_time), preemption excluded; with --threads 1 "
                          "on a loaded machine, the kernels' own cost")
+    ap.add_argument("--weights-min", type=int, choices=(-128, -127), default=-127,
+                    help="the MatMulInteger weights' lowest value (-127: a symmetric quantizer's range)")
     ap.add_argument("--json", default="")
     args = ap.parse_args()
+    global WEIGHTS_MIN
+    WEIGHTS_MIN = args.weights_min
     warnings.simplefilter("ignore")
     import onnxruntime as ort
 

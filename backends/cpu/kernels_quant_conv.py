@@ -19,7 +19,7 @@ import numpy as np
 from numba import njit
 
 from . import _numba_cache  # noqa: F401  (drops stale numba caches first)
-from .ukernel_int8 import MR, NR, pack4_int8, ukernel_int8_conv, ukernel_int8_pw
+from .ukernel_int8 import MR, NR, int8_shift, no_min_byte, pack4_int8, ukernel_int8_conv, ukernel_int8_pw
 
 _JIT = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
 _u = np.uint64
@@ -116,7 +116,10 @@ def qconv_nhwc(F, B, J, X, d, t0, t1, sbase):
     zx = np.int64(zx_byte)
     if x_signed:
         zx = np.int64(np.int8(zx_byte)) + 128
-    flip = np.uint8(128) if x_signed else np.uint8(0)
+    shift = int8_shift()  # the kernel form's: its sums are D - shift * colsum(w), the shift joins zx's term
+    zx -= shift
+    # the band holds a' (x, or int8 x ^ 0x80): a form with a shift reads it as int8 a' - 128 = a' ^ 0x80
+    flip = np.uint8((128 if x_signed else 0) ^ (128 if shift != 0 else 0))
     zfill = zx_byte ^ flip
     x_scale = F[_u(X[d + 21])]
     y_scale = F[_u(X[d + 24])]
@@ -137,6 +140,9 @@ def qconv_nhwc(F, B, J, X, d, t0, t1, sbase):
         for j in range(KW):
             toff[i * KW + j] = (i * dh * wp + j * dw) * cp
     poff = np.empty(MR, np.int64)
+    wsafe = np.empty(panels, np.int64)  # the weights read once per task, not by every 6-pixel call
+    for pnl in range(panels):
+        wsafe[pnl] = no_min_byte(B, wpk + pnl * panel_bytes, panel_bytes) if shift != 0 else 0
     t = t0
     while t < t1:
         n = t // OH
@@ -154,7 +160,7 @@ def qconv_nhwc(F, B, J, X, d, t0, t1, sbase):
                     q = q0 + r
                     poff[r] = ((q // OW) * sh * wp + (q % OW) * sw) * cp
                 ukernel_int8_conv(ntaps, toff, 0, cg, B, band, poff, 0, nr, B, wpk + pnl * panel_bytes, J,
-                                  acc + q0 * NR, NR)
+                                  acc + q0 * NR, NR, wsafe[pnl])
             c0 = pnl * NR
             nc = min(NR, OC - c0)
             for j in range(nc):
@@ -208,6 +214,8 @@ def qconv_pointwise(F, B, J, X, d, t0, t1, sbase):
     if x_signed:
         zx = np.int64(np.int8(zx_byte)) + 128
     flip = 128 if x_signed else 0
+    shift = int8_shift()  # the kernel form's: its sums are D - shift * rowsum(w), the shift joins zx's term
+    zx -= shift
     x_scale = F[_u(X[d + 9])]
     y_scale = F[_u(X[d + 12])]
     panels = (plane + NR - 1) // NR
@@ -227,6 +235,7 @@ def qconv_pointwise(F, B, J, X, d, t0, t1, sbase):
         J[_u(terms + oc)] = np.int32(c_oc << 32 >> 32)
         F[_u(mults + oc)] = x_scale * F[_u(X[d + 10] + (oc if X[d + 11] != 0 else 0))] / y_scale
     pix = np.empty(NR, np.int64)
+    wsafe = no_min_byte(B, wrows, OC * kp) if shift != 0 else 0  # once per task, not by every call
     for t in range(t0, t1):
         n = t // panels
         p0 = (t % panels) * NR
@@ -266,10 +275,10 @@ def qconv_pointwise(F, B, J, X, d, t0, t1, sbase):
             nr = min(MR, OC - oc0)
             if npx == NR:
                 ukernel_int8_pw(k4, B, wrows + oc0 * kp, kp, nr, B, pan, J, terms + oc0, F, mults + oc0, F, params,
-                                B, obase + oc0 * plane, plane)
+                                B, obase + oc0 * plane, plane, wsafe)
             else:
                 ukernel_int8_pw(k4, B, wrows + oc0 * kp, kp, nr, B, pan, J, terms + oc0, F, mults + oc0, F, params,
-                                B, stage, NR)
+                                B, stage, NR, wsafe)
                 for r in range(nr):
                     o = obase + (oc0 + r) * plane
                     for q in range(npx):

@@ -1,4 +1,4 @@
-"""The 8-bit GEMM micro-kernel (:mod:`rammer.backends.cpu.ukernel_int8`) in both its forms (VNNI and
+"""The 8-bit GEMM micro-kernel (:mod:`rammer.backends.cpu.ukernel_int8`) in its forms (VNNI, AVX2 and
 portable) against numpy, and the kernels built on it (``k_gemm_int8`` for MatMulInteger / QLinearMatMul
 with a constant B, ``k_qconv_int8`` for QLinearConv with constant weights) against the reference
 backend over grids that cross tile, panel and K-group edges."""
@@ -19,7 +19,12 @@ from rammer.backends.cpu import ukernel_int8 as U
 
 _TYPES = {"uint8": onnx.TensorProto.UINT8, "int8": onnx.TensorProto.INT8, "float32": onnx.TensorProto.FLOAT}
 _NO_VNNI = pytest.mark.skipif(not U.HAS_VNNI, reason="needs a CPU with AVX-512 VNNI (avx512vnni)")
-FORMS = [pytest.param(True, id="vnni", marks=_NO_VNNI), pytest.param(False, id="portable")]
+_NO_AVX2 = pytest.mark.skipif(not U.HAS_AVX2, reason="needs a CPU with AVX2")
+FORMS = [pytest.param("vnni", id="vnni", marks=_NO_VNNI), pytest.param("avx2", id="avx2", marks=_NO_AVX2),
+         pytest.param("portable", id="portable")]
+#: The weights' lowest value: -128 sends the AVX2 form's calls to its portable dot step (vpsignb cannot
+#: negate it), -127 keeps them on vpmaddubsw.
+WEIGHTS_MIN = [pytest.param(-128, id="w-128"), pytest.param(-127, id="w-127")]
 
 
 def _model(nodes: list, inputs: dict[str, np.ndarray], outputs: list[str], consts: dict[str, np.ndarray],
@@ -51,22 +56,35 @@ def test_pack_b_layout():
     assert packed[((1 * 2 + 1) * U.NR + 69 - 64) * 4 + 3] == 0  # k = 7 is padding
 
 
-@pytest.mark.parametrize("vnni", FORMS)
+@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.parametrize("wmin", WEIGHTS_MIN)
 @pytest.mark.parametrize("k,rows,flip", [(4, 6, 0), (36, 1, 1), (64, 5, 0), (772, 6, 1), (3072, 3, 0)])
-def test_ukernel_int8_matches_numpy(vnni, k, rows, flip):
+def test_ukernel_int8_matches_numpy(form, wmin, k, rows, flip):
     rng = np.random.default_rng(k + rows)
     a = rng.integers(0, 256, size=(U.MR, k + 8), dtype=np.uint8)  # lda = k + 8: rows are strided
-    b = rng.integers(-128, 128, size=(k, U.NR), dtype=np.int8)
-    # extremes, where a widening error or a saturating dot (vpdpbusds) would show
+    b = rng.integers(wmin, 128, size=(k, U.NR), dtype=np.int8)
+    # extremes, where a widening error or a saturating dot (vpdpbusds, vpmaddubsw) would show:
+    # a' of 255 and 0 (x = +127 and -128) against the weights' extremes
     a[0, :8] = 255
-    b[:8, 0] = -128
-    c = np.full((U.MR, U.NR + 3), -7, np.int32)  # ldc = NR + 3
+    a[1, :8] = 0 if flip == 0 else 128
+    b[:8, 0] = wmin
+    b[:8, 1] = 127
     packed = U.pack_b(b)  # held: a temporary's memory could be reused before the call reads it
-    U.cfunc(vnni)(k // 4, a.ctypes.data, k + 8, rows, flip, packed.ctypes.data, c.ctypes.data, U.NR + 3)
     au = (a ^ 0x80) if flip else a
     src = np.minimum(np.arange(U.MR), rows - 1)  # rows past ``rows`` repeat the last one
-    want = au[src, :k].astype(np.int64) @ b.astype(np.int64)
-    np.testing.assert_array_equal(c[:, :U.NR], want)
+    want = au[src, :k].astype(np.int64) @ b.astype(np.int64) - U.SHIFTS[form] * b.astype(np.int64).sum(0)
+    for wsafe in (0, 1) if wmin > -128 else (0,):  # 1: the caller vouches for no -128 (no check in the call)
+        c = np.full((U.MR, U.NR + 3), -7, np.int32)  # ldc = NR + 3
+        U.cfunc(form)(k // 4, a.ctypes.data, k + 8, rows, flip, packed.ctypes.data, c.ctypes.data, U.NR + 3, wsafe)
+        _assert_tile(c, want, rows)
+
+
+def _assert_tile(c: np.ndarray, want: np.ndarray, rows: int) -> None:
+    """Rows < ``rows`` as ``want``; rows past it as ``want`` (the repeated row) or left as they were (-7: the
+    AVX2 form skips whole groups of rows past ``rows``); nothing past NR written."""
+    np.testing.assert_array_equal(c[:rows, :U.NR], want[:rows])
+    for r in range(rows, U.MR):
+        assert (c[r, :U.NR] == want[r]).all() or (c[r, :U.NR] == -7).all(), r
     assert (c[:, U.NR:] == -7).all()
 
 
@@ -169,3 +187,63 @@ def test_row_and_plane_kernels_still_serve_with_packing_off(monkeypatch):
         m, feeds = _qconv(*case[:7], **case[7])
         compare(m, feeds, expect_fallback=False)
     test_matmul_integer_packed_grid("uint8", "int8")
+
+
+@pytest.mark.skipif(not U.HAS_AVX2, reason="needs a CPU with AVX2")
+@pytest.mark.parametrize("kernel", ["gemm", "conv", "pointwise"])
+def test_avx2_form_finds_a_lone_min_weight(kernel):
+    """One -128 in the last weight byte the AVX2 form reads, against x = -128: vpsignb would turn its
+    product's sign, so the call must take the portable dot step (the sums stay exact)."""
+    rng = np.random.default_rng(5)
+    k4 = 40
+    w = rng.integers(-127, 128, (4 * k4, U.NR), dtype=np.int8)
+    w[-1, -1] = -128
+    a = rng.integers(0, 256, (U.MR, 4 * k4), dtype=np.uint8)
+    a[:, -1] = 0  # x = a - 128 = -128
+    want = a.astype(np.int64) @ w.astype(np.int64) - 128 * w.astype(np.int64).sum(0)
+    packed = U.pack_b(w)
+    c = np.zeros((U.MR, U.NR), np.int32)
+    if kernel == "gemm":
+        U.cfunc("avx2")(k4, a.ctypes.data, 4 * k4, U.MR, 0, packed.ctypes.data, c.ctypes.data, U.NR, 0)
+    elif kernel == "conv":  # one tap, pixels one row of A apart; the AVX2 form reads its A as int8 a - 128
+        toff = np.zeros(1, np.int64)
+        poff = np.arange(U.MR, dtype=np.int64) * 4 * k4
+        ax = a ^ np.uint8(0x80)
+        U.conv_cfunc("avx2")(1, toff.ctypes.data, k4, ax.ctypes.data, poff.ctypes.data, U.MR, packed.ctypes.data,
+                             c.ctypes.data, U.NR, 0)
+    else:  # the weights are the rows here: w.T, with the -128 in the last row's last byte; a's columns
+        pw, pack = U.pointwise_cfuncs("avx2")
+        wt = np.ascontiguousarray(w.T[:U.MR])
+        wt[-1, -1] = -128
+        panel = np.zeros(4 * k4 * U.NR, np.uint8)
+        cols = np.ascontiguousarray(a.T[:, :1].repeat(U.NR, 1))  # K x NR unsigned, the last k of 0
+        pack(cols.ctypes.data, U.NR, k4, panel.ctypes.data, 0)
+        terms = np.zeros(U.MR, np.int32)
+        mults = np.full(U.MR, 2.0 ** -8, np.float32)  # a wrapped sign is off by a multiple of 256: the high bits
+        params = np.array([0.0, -1e9, 1e9], np.float32)  # no clamp: the low byte of the rounded value
+        out = np.zeros((U.MR, U.NR), np.uint8)
+        pw(k4, wt.ctypes.data, 4 * k4, U.MR, panel.ctypes.data, terms.ctypes.data, mults.ctypes.data,
+           params.ctypes.data, out.ctypes.data, U.NR, 0)
+        exact = wt.astype(np.int64) @ cols.astype(np.int64) - 128 * wt.astype(np.int64).sum(1)[:, None]
+        want_y = np.rint(exact.astype(np.float32) * np.float32(2.0 ** -8)).astype(np.int64)
+        np.testing.assert_array_equal(out, (want_y & 255).astype(np.uint8))
+        return
+    np.testing.assert_array_equal(c, want)
+
+
+def test_no_min_byte_finds_each_position():
+    """The weights' -128 check the callers pass as ``wsafe`` (32 bytes at a time, then the tail): a 0x80 at
+    any position of the range is found, one just outside it is not."""
+    from numba import njit
+
+    scan = njit(lambda b, at, n: U.no_min_byte(b, at, n))
+    buf = np.random.default_rng(3).integers(0, 128, 400, dtype=np.uint8)
+    for n in (0, 1, 31, 32, 33, 100, 257):
+        assert scan(buf, 5, n) == 1
+        for pos in range(n):
+            buf[5 + pos] = 0x80
+            assert scan(buf, 5, n) == 0, (n, pos)
+            buf[5 + pos] = 0
+        buf[4] = buf[5 + n] = 0x80
+        assert scan(buf, 5, n) == 1
+        buf[4] = buf[5 + n] = 0
