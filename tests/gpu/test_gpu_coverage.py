@@ -201,6 +201,8 @@ def test_expand_matches_reference(x_shape, shape, y_shape):
     ((1, 2, 4, 5), 3, {"kernel_shape": [3, 2], "strides": [1, 2], "dilations": [2, 1], "pads": [0, 1, 2, 0],
                        "output_padding": [0, 1]}),
     ((1, 3, 7), 2, {"kernel_shape": [4], "strides": [3], "pads": [1, 2]}),
+    # 5 output channels a group: a thread's block of 4 channels runs past the group's end
+    ((1, 6, 3, 4), 10, {"kernel_shape": [3, 3], "strides": [2, 2], "group": 2, "pads": [1, 0, 0, 1]}),
 ])
 @pytest.mark.parametrize("bias", [True, False])
 def test_conv_transpose_matches_reference(x_shape, c_out, attrs, bias):
