@@ -20,7 +20,8 @@ from .ir_helpers import lt as _lt
 from .ir_helpers import mod as _mod
 from .ir_helpers import mul as _mul
 
-__all__ = ["conv2d_implicit_gemm", "conv_transpose2d_direct", "conv_tile", "conv_transpose_total", "CONV_PARAMS", "CT_CHANNELS", "CONV_REG_TILE"]
+__all__ = ["conv2d_implicit_gemm", "conv_transpose2d_direct", "conv_tile", "conv_transpose_total",
+           "conv_transpose_channels", "CONV_PARAMS", "CT_CHANNELS", "CONV_REG_TILE"]
 
 
 #: The integer parameters of both conv forms, after (x, w, bias, y).
@@ -138,15 +139,23 @@ def conv2d_implicit_gemm(name: str, tile: int = 16, reg: tuple[int, int] = CONV_
                      threads=tile * tile, meta=(("op", "Conv"), ("tiling", f"implicit GEMM {tm}x{tp}, {rm}x{rp} a thread")))
 
 
-#: Output channels one ConvTranspose thread accumulates (one input load feeds this many multiply-adds).
+#: Output channels one ConvTranspose thread accumulates (one input load feeds this many multiply-adds);
+#: a group of fewer output channels (depthwise, a one-channel head) gets one a thread
+#: (:func:`conv_transpose_channels`), not a block mostly past the group's end.
 CT_CHANNELS = 4
 
 
-def conv_transpose_total(n: int, oc: int, oh: int, ow: int, sh: int, sw: int, group: int = 1) -> int:
-    """The thread count of :func:`conv_transpose2d_direct`: per image and group, ``CT_CHANNELS``
-    output channels a thread, the outputs enumerated by stride phase, each phase's rows and columns
-    rounded up to whole ``ceil(OH / SH) x ceil(OW / SW)`` grids."""
-    blocks = -(-(oc // max(group, 1)) // CT_CHANNELS)
+def conv_transpose_channels(out_channels_per_group: int) -> int:
+    """The output channels a thread of :func:`conv_transpose2d_direct` takes for groups of this size."""
+    return CT_CHANNELS if out_channels_per_group >= CT_CHANNELS else 1
+
+
+def conv_transpose_total(n: int, oc: int, oh: int, ow: int, sh: int, sw: int, group: int = 1,
+                         chans: int = CT_CHANNELS) -> int:
+    """The thread count of :func:`conv_transpose2d_direct`: per image and group, ``chans`` output
+    channels a thread, the outputs enumerated by stride phase, each phase's rows and columns rounded
+    up to whole ``ceil(OH / SH) x ceil(OW / SW)`` grids."""
+    blocks = -(-(oc // max(group, 1)) // chans)
     return n * group * blocks * sh * sw * -(-oh // sh) * -(-ow // sw)
 
 

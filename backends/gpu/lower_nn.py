@@ -197,14 +197,17 @@ def lower_conv_transpose(node: Node, graph: Graph) -> Lowered:
     sh, sw = _as2d(node.attrs.get("strides", [1] * nsp), 1)
     ph, pw = _as2d(pads, 0)
     dh, dw = _as2d(node.attrs.get("dilations", [1] * nsp), 1)
-    total = kc.conv_transpose_total(x[0], y[1], oh, ow, sh, sw, group)  # the threads walk the outputs by stride phase
+    chans = kc.conv_transpose_channels(y[1] // max(group, 1))
+    # the threads walk the outputs by stride phase, chans output channels each
+    total = kc.conv_transpose_total(x[0], y[1], oh, ow, sh, sw, group, chans)
     args = (Ref("in", 0), Ref("in", 1), Ref("in", 2) if has_bias else Ref("in", 1), Ref("out", 0), int(has_bias),
             total, x[0], x[1], h, wd, y[1], oh, ow, kh, kw, sh, sw, ph, pw, dh, dw, group)
     threads = 128
-    # per thread: CT_CHANNELS outputs, each the taps of its stride phase over the group's input channels
-    macs = kc.CT_CHANNELS * (x[1] // max(group, 1)) * -(-kh // sh) * -(-kw // sw)
+    # per thread: chans outputs, each the taps of its stride phase over the group's input channels
+    macs = chans * (x[1] // max(group, 1)) * -(-kh // sh) * -(-kw // sw)
     calls = tuple(zip(range(chunks(total, threads)), repeat(args)))
-    return Lowered(template(kc.conv_transpose2d_direct, "conv_transpose", threads), calls, 2.0 * threads * macs,
+    name = "conv_transpose" if chans == kc.CT_CHANNELS else f"conv_transpose_c{chans}"
+    return Lowered(template(kc.conv_transpose2d_direct, name, threads, chans), calls, 2.0 * threads * macs,
                    4.0 * threads * macs)
 
 

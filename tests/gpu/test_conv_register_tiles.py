@@ -1,7 +1,7 @@
 """The register-tiled conv rKernels, launched alone on PoCL over a grid of shapes: ``conv_igemm`` (a
 2 x 4 register tile a thread, 32 x 64 outputs an rTask) at the edges of its row, pixel and K tiles,
 with groups, strides, dilation, and a non-finite weight meeting the padding's zero; ``conv_transpose``
-(outputs by stride phase, 4 output channels a thread) with groups whose channel count is not a
+(outputs by stride phase, 4 output channels a thread, or 1 for groups of fewer) with groups whose channel count is not a
 multiple of 4, strides, dilation, pads and an output larger than the strided input (output_padding).
 One program build per kernel; every case is one launch."""
 
@@ -108,20 +108,27 @@ TRANSPOSE_GRID = [
 
 @pytest.fixture(scope="module")
 def transpose(opencl):
-    return opencl.build(render_kernel(kc.conv_transpose2d_direct("ct", 128), DIALECTS["opencl"]))
+    return {chans: opencl.build(render_kernel(kc.conv_transpose2d_direct("ct", 128, chans), DIALECTS["opencl"]))
+            for chans in (1, kc.CT_CHANNELS)}
 
 
 @pytest.mark.parametrize("case", TRANSPOSE_GRID, ids=str)
-def test_conv_transpose_matches_numpy_on_the_grid(opencl, transpose, case):
+@pytest.mark.parametrize("chans", [1, kc.CT_CHANNELS])
+def test_conv_transpose_matches_numpy_on_the_grid(opencl, transpose, case, chans):
     n, c, h, w, oc, k, stride, pad, dil, groups, (oh, ow) = case
     rng = np.random.default_rng(sum(case[:5]))
     x = rng.standard_normal((n, c, h, w)).astype(np.float32)
     wt = rng.standard_normal((c, oc // groups, *k)).astype(np.float32)
     b = rng.standard_normal(oc).astype(np.float32)
     want = _conv_transpose_ref(x, wt, b, stride, pad, dil, groups, (oh, ow))
-    total = kc.conv_transpose_total(n, oc, oh, ow, *stride, groups)
+    total = kc.conv_transpose_total(n, oc, oh, ow, *stride, groups, chans)
     y, yb = opencl.output(want.shape)
-    transpose.ct(opencl.queue, (-(-total // 128) * 128,), (128,), opencl.buffer(x), opencl.buffer(wt),
+    transpose[chans].ct(opencl.queue, (-(-total // 128) * 128,), (128,), opencl.buffer(x), opencl.buffer(wt),
                  opencl.buffer(b), yb, *map(np.int32, (1, total, n, c, h, w, oc, oh, ow, *k, *stride, *pad, *dil,
                                                        groups)))
     np.testing.assert_allclose(opencl.read(y, yb), want, rtol=1e-4, atol=1e-4)
+
+
+def test_groups_of_fewer_output_channels_take_one_a_thread():
+    assert kc.conv_transpose_channels(1) == kc.conv_transpose_channels(3) == 1
+    assert kc.conv_transpose_channels(4) == kc.conv_transpose_channels(64) == kc.CT_CHANNELS

@@ -17,7 +17,8 @@ KERNELS = [kn.conv2d_direct("conv_direct", 128), kn.pool2d("pool_max", "max"), k
            kn.reduce_rows("red_sum", "sum", 128), kn.reduce_rows("red_mean", "mean", 64),
            kn.reduce_rows("red_max", "max", 128), kn.reduce_rows("red_min", "min", 32),
            kn.layernorm_rows("layernorm", 128), kn.transpose_tiled("transpose16", 16),
-           kc.conv2d_implicit_gemm("conv_igemm", 16), kc.conv_transpose2d_direct("conv_transpose", 128)]
+           kc.conv2d_implicit_gemm("conv_igemm", 16), kc.conv_transpose2d_direct("conv_transpose", 128),
+           kc.conv_transpose2d_direct("conv_transpose_c1", 128, 1)]
 
 
 @pytest.mark.parametrize("kernel", KERNELS, ids=lambda k: k.name)
