@@ -7,6 +7,7 @@
     python ci/gpu_coverage.py --corpus --models bert,opt --run opencl,emulator   # and run them
     python ci/gpu_coverage.py --first-run --size full --models resnet18,bert    # PoCL's first run
     python ci/gpu_coverage.py --first-run --split --size full --models swin      # its parts
+    python ci/gpu_coverage.py --first-run --compile cuda,rocm --models real:vgg19,real:vad   # ci/real_models.py's
 
 For each model: the opencl backend's passes, then every node lowered (``unsupported``); refusals are
 counted by op and by the first words of the reason.  Graphs the cpu backend would not compile without
@@ -22,6 +23,11 @@ one, wall clock and the process's CPU time (the CPU time is what a loaded machin
 inflate), with the build options chosen, and checks the outputs against ``reference``.  With
 ``--split``, the kernel is first launched once with an all-zero segment table (no work), so the first
 run's two costs are timed apart: PoCL's work-group function (its kernel compiler) and the run itself.
+A name ``real:NAME`` is a model of ``ci/real_models.py`` (its wheels, onnx's test models or a torch export,
+with its feeds; ``--size`` does not apply).  ``--compile cuda,rocm`` also times ``rammer.compile`` for each
+of those backends (``emit`` to a temporary folder, as ``rammer compile --emit`` does), each in a fresh
+process of its own before the opencl one, as CPU seconds of that process.  ``--src TREE`` runs those
+processes on an earlier rammer's ``core/`` and ``backends/`` (a worktree of main: a before/after).
 """
 
 from __future__ import annotations
@@ -51,6 +57,45 @@ def corpus_models(size: str = "ci", names: str = "") -> list[tuple[str, object]]
         built = corpus.build(entry, size)
         out.append((entry.name, (built.onnx, {k: v.shape for k, v in built.feeds.items()}, built.feeds)))
     return out
+
+
+def model_source(name: str, size: str = "ci") -> tuple[bytes, dict, dict]:
+    """``(onnx bytes, input shapes, feeds)`` of a corpus entry, or of ``real:NAME`` (ci/real_models.py)."""
+    if name.startswith("real:"):
+        sys.path.insert(0, "ci")
+        import real_models  # type: ignore
+
+        entry = next((m for m in real_models.MODELS if m.name == name[5:]), None)
+        if entry is None:
+            raise SystemExit(f"{name}: not a model of ci/real_models.py (--list there shows them)")
+        data = real_models.model_bytes(entry)
+        feeds = real_models.feeds_for(entry, data)
+        return data, {k: v.shape for k, v in feeds.items()}, feeds
+    (_, (source, shapes, feeds)), = corpus_models(size, name)  # type: ignore[misc]
+    return source, shapes, feeds  # type: ignore[return-value]
+
+
+def _cpu_seconds() -> float:
+    import resource
+
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def compile_only(name: str, size: str, backend: str) -> str:
+    """One line: ``rammer.compile`` of ``name`` for ``backend`` with ``emit`` (this process), wall and CPU s."""
+    import tempfile
+
+    import rammer
+
+    source, shapes, _ = model_source(name, size)
+    with tempfile.TemporaryDirectory() as emit:
+        w0, c0 = time.perf_counter(), _cpu_seconds()
+        compiled = rammer.compile(source, backend=backend, input_shapes=shapes, emit=emit)
+        w1, c1 = time.perf_counter(), _cpu_seconds()
+    report = getattr(compiled.executable, "report", None) or {}
+    return (f"{name} {backend}: compile {w1 - w0:.1f} s (cpu {c1 - c0:.1f}); "
+            f"{report.get('rtasks', '?')} rTasks, {report.get('blocks', '?')} blocks")
 
 
 def _compare(got: dict, want: dict, rtol: float = 1e-3) -> tuple[bool, float]:
@@ -117,18 +162,13 @@ def _empty_launch(executable: object) -> None:
     ex.queue.finish()
 
 
-def first_run(name: str, size: str, split: bool = False) -> str:
+def first_run(name: str, size: str, split: bool = False, once: bool = False) -> str:
     """One line: compile, first and second run of corpus model ``name`` on opencl (this process);
     ``split``: the first run's work-group function build (an empty launch first) apart from the run."""
-    import resource
-
     import rammer
 
-    def cpu() -> float:
-        r = resource.getrusage(resource.RUSAGE_SELF)
-        return r.ru_utime + r.ru_stime
-
-    (_, (source, shapes, feeds)), = corpus_models(size, name)  # type: ignore[misc]
+    cpu = _cpu_seconds
+    source, shapes, feeds = model_source(name, size)
     marks = [(time.perf_counter(), cpu())]
     compiled = rammer.compile(source, backend="opencl", input_shapes=shapes)
     marks.append((time.perf_counter(), cpu()))
@@ -137,7 +177,8 @@ def first_run(name: str, size: str, split: bool = False) -> str:
         marks.append((time.perf_counter(), cpu()))
     got = compiled.run(feeds)
     marks.append((time.perf_counter(), cpu()))
-    compiled.run(feeds)
+    if not once:
+        compiled.run(feeds)
     marks.append((time.perf_counter(), cpu()))
     want = rammer.compile(source, backend="reference", input_shapes=shapes).run(feeds)
     ok, worst = _compare(got, want)
@@ -151,7 +192,8 @@ def first_run(name: str, size: str, split: bool = False) -> str:
         (wg_w, wg_c), = rest[:1]
         wg = (f"work-group function {wg_w - w1:.1f} s (cpu {wg_c - c1:.1f}) + "
               f"run {w2 - wg_w:.1f} s (cpu {c2 - wg_c:.1f}) = ")
-    return (f"{name} {size}: compile {w1 - w0:.1f} s (cpu {c1 - c0:.1f}), "
+    label = f"{name} opencl" if name.startswith("real:") else f"{name} {size}"
+    return (f"{label}: compile {w1 - w0:.1f} s (cpu {c1 - c0:.1f}), "
             f"first run {wg}{w2 - w1:.1f} s (cpu {c2 - c1:.1f}), second run {w3 - w2:.2f} s (cpu {c3 - c2:.2f}); "
             f"{'ok' if ok else 'MISMATCH'} max_rel={worst:.1e}; "
             f"build options '{ex.build_options}', {len(ex.report['kernels'])} rKernels "
@@ -176,10 +218,23 @@ def main(argv: list[str] | None = None) -> int:
                     help="with --models: time compile and the first runs on opencl, each model in a fresh process")
     ap.add_argument("--split", action="store_true",
                     help="with --first-run: time PoCL's work-group function (an empty launch) apart from the run")
+    ap.add_argument("--compile", default="",
+                    help="with --first-run: also time rammer.compile for these backends (e.g. cuda,rocm)")
+    ap.add_argument("--once", action="store_true", help="with --first-run: no second run")
+    ap.add_argument("--src", default="", help="with --first-run: import rammer from this tree's core/ and backends/")
     ap.add_argument("--first-run-one", default="", help=argparse.SUPPRESS)
+    ap.add_argument("--compile-one", default="", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.src:
+        sys.path.insert(0, "ci")
+        from session_creation import _use_source  # type: ignore
+
+        _use_source(args.src)
+    if args.compile_one:
+        print(compile_only(args.first_run_one, args.size, args.compile_one), flush=True)
+        return 0
     if args.first_run_one:
-        print(first_run(args.first_run_one, args.size, args.split), flush=True)
+        print(first_run(args.first_run_one, args.size, args.split, args.once), flush=True)
         return 0
     if args.first_run:
         import os
@@ -187,12 +242,16 @@ def main(argv: list[str] | None = None) -> int:
 
         env = {**os.environ, "POCL_KERNEL_CACHE": "0"}
         for name in [n for n in args.models.split(",") if n]:
-            split = ["--split"] if args.split else []
-            done = subprocess.run([sys.executable, __file__, "--first-run-one", name, "--size", args.size, *split],
-                                  env=env, capture_output=True, text=True)
-            lines = [ln for ln in done.stdout.splitlines() if ln.startswith(name)]
-            print(lines[-1] if lines and done.returncode == 0 else
-                  f"{name} {args.size}: FAIL rc={done.returncode} {done.stderr.strip()[-300:]}", flush=True)
+            for backend in [b for b in args.compile.split(",") if b] + ["opencl"]:
+                one = (["--split"] if args.split else []) + (["--once"] if args.once else [])
+                if backend != "opencl":
+                    one = ["--compile-one", backend]
+                one += ["--src", args.src] if args.src else []
+                done = subprocess.run([sys.executable, __file__, "--first-run-one", name, "--size", args.size, *one],
+                                      env=env, capture_output=True, text=True)
+                lines = [ln for ln in done.stdout.splitlines() if ln.startswith(name)]
+                print(lines[-1] if lines and done.returncode == 0 else
+                      f"{name} {backend}: FAIL rc={done.returncode} {done.stderr.strip()[-300:]}", flush=True)
         return 0
 
     from rammer import plugins

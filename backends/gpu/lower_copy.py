@@ -1,4 +1,5 @@
-"""Data movement as strided copies (Slice, Split, Concat, Transpose, constant Pad, Reshape, Gather of
+"""Data movement as strided copies (Slice, Split, Concat, Transpose, Pad (edge, reflect and wrap as a
+strided view per box around the input), Reshape, Gather of
 constant indices in strided order...): the view is derived from rammer's own reference implementation
 run on index arrays and checked against that index map element by element, so a view this module gets
 wrong is refused (``ValueError``), never run."""
@@ -195,16 +196,60 @@ def _derive_views(node: Node, graph: Graph) -> list[_View]:
     in_shape = shape_of(graph, node.inputs[0])
     arrays = {0: (np.arange(int(np.prod(in_shape)), dtype=np.float64) + 1).reshape(in_shape)}
     if op == "Pad":
-        if node.attrs.get("mode", "constant") not in ("constant", b"constant"):
-            raise ValueError(f"pad mode {node.attrs.get('mode')!r} (only constant padding)")
         if len(node.inputs) > 2 and node.inputs[2]:
             arrays[2] = np.zeros((), np.float64)
+        mode = node.attrs.get("mode", "constant")
+        mode = mode.decode() if isinstance(mode, bytes) else mode
+        if mode != "constant":
+            return _box_views(reference_outputs(node, graph, arrays)[0], _pad_regions(node, graph, in_shape))
     outs = reference_outputs(node, graph, arrays)
     views = []
     for k, (name, out) in enumerate(zip(node.outputs, outs)):
         if name and not (op == "Dropout" and k > 0):  # Dropout's mask: unread (_copy refuses otherwise)
             valid = out != 0
             views.append(_gather_view(out.astype(np.int64) - 1, valid, in_shape, 0, k))
+    return views
+
+
+def _pad_regions(node: Node, graph: Graph, in_shape: tuple[int, ...]) -> list[list[tuple[int, int]]]:
+    """Per output axis of a Pad, the ranges before, over and after the input's (begin pads > 0, end
+    pads > 0): in each box of their product an edge, reflect or wrap pad reads a strided view."""
+    rank = len(in_shape)
+    if graph.opset.get("", 1) < 11:
+        pads = [int(p) for p in node.attrs.get("pads", [0] * 2 * rank)]
+        axes = list(range(rank))
+    else:
+        pads_value = graph.initializers.get(node.inputs[1]) if len(node.inputs) > 1 and node.inputs[1] else None
+        if pads_value is None:
+            raise ValueError("its pads are computed at run time")
+        pads = [int(p) for p in np.asarray(pads_value).ravel()]
+        axes_value = graph.initializers.get(node.inputs[3]) if len(node.inputs) > 3 and node.inputs[3] else None
+        axes = [int(a) % rank for a in np.asarray(axes_value).ravel()] if axes_value is not None else list(range(rank))
+    begin, end = [0] * rank, [0] * rank
+    for i, a in enumerate(axes):
+        begin[a], end[a] = pads[i], pads[i + len(axes)]
+    regions = []
+    for d in range(rank):
+        size = in_shape[d] + begin[d] + end[d]
+        cuts = sorted({0, max(begin[d], 0), size - max(end[d], 0), size})
+        regions.append([(a, b) for a, b in zip(cuts, cuts[1:]) if b > a])
+    return regions
+
+
+def _box_views(index: np.ndarray, regions: list[list[tuple[int, int]]]) -> list[_View]:
+    """Views of a copy whose index map (``index``: element numbers + 1 of the input) is strided in each
+    box of ``regions``' product (each checked element by element by :func:`_affine`)."""
+    if not (index > 0).all():
+        raise ValueError("its data movement reads no input element for some output")
+    out_strides = row_major_strides(index.shape)
+    views = []
+    for box in np.ndindex(*[len(r) for r in regions]):
+        ranges = [regions[d][i] for d, i in enumerate(box)]
+        part = index[tuple(slice(a, b) for a, b in ranges)].astype(np.int64) - 1
+        base, ss = _affine(part)
+        dst = sum(a * st for (a, _), st in zip(ranges, out_strides))
+        views.append(_View(0, 0, tuple(part.shape), tuple(ss), tuple(out_strides), (0,) * part.ndim,
+                           (BIG,) * part.ndim, base, int(dst)))
     return views
 
 

@@ -165,11 +165,12 @@ def lower_conv(node: Node, graph: Graph, form: int = 1) -> Lowered:
             total, x[0], x[1], h, wd, y[1], oh, ow, kh, kw, sh, sw, ph, pw, dh, dw, group)
     macs = x[1] // max(group, 1) * kh * kw
     if form == CONV_IMPLICIT_GEMM:
-        t = 16
-        tiles = -(-(y[1] // group) // t) * -(-(oh * ow) // t)
+        tm, tp = kc.conv_tile()
+        tiles = -(-(y[1] // group) // tm) * -(-(oh * ow) // tp)
         calls = tuple(zip(range(max(1, x[0] * group * tiles)), repeat(args)))
-        # Per tile: 2 t^2 MACs per K step, reading one t x t weight tile and gathering one input tile.
-        return Lowered(template(kc.conv2d_implicit_gemm, "conv_igemm", t), calls, 2.0 * t * t * macs, 8.0 * t * macs)
+        # Per tile: 2 TM TP MACs per reduction index, reading TM weights and gathering TP inputs.
+        return Lowered(template(kc.conv2d_implicit_gemm, "conv_igemm", 16), calls, 2.0 * tm * tp * macs,
+                       4.0 * (tm + tp) * macs)
     threads = 128
     calls = tuple(zip(range(chunks(total, threads)), repeat(args)))
     return Lowered(template(kn.conv2d_direct, "conv_direct", threads), calls, 2.0 * threads * macs,
@@ -196,14 +197,18 @@ def lower_conv_transpose(node: Node, graph: Graph) -> Lowered:
     sh, sw = _as2d(node.attrs.get("strides", [1] * nsp), 1)
     ph, pw = _as2d(pads, 0)
     dh, dw = _as2d(node.attrs.get("dilations", [1] * nsp), 1)
-    total = int(np.prod(y))
+    chans = kc.conv_transpose_channels(y[1] // max(group, 1))
+    # the threads walk the outputs by stride phase, chans output channels each
+    total = kc.conv_transpose_total(x[0], y[1], oh, ow, sh, sw, group, chans)
     args = (Ref("in", 0), Ref("in", 1), Ref("in", 2) if has_bias else Ref("in", 1), Ref("out", 0), int(has_bias),
             total, x[0], x[1], h, wd, y[1], oh, ow, kh, kw, sh, sw, ph, pw, dh, dw, group)
     threads = 128
-    macs = x[1] // max(group, 1) * kh * kw
+    # per thread: chans outputs, each the taps of its stride phase over the group's input channels
+    macs = chans * (x[1] // max(group, 1)) * -(-kh // sh) * -(-kw // sw)
     calls = tuple(zip(range(chunks(total, threads)), repeat(args)))
-    return Lowered(template(kc.conv_transpose2d_direct, "conv_transpose", threads), calls, 2.0 * threads * macs,
-                   8.0 * threads * macs)
+    name = "conv_transpose" if chans == kc.CT_CHANNELS else f"conv_transpose_c{chans}"
+    return Lowered(template(kc.conv_transpose2d_direct, name, threads, chans), calls, 2.0 * threads * macs,
+                   4.0 * threads * macs)
 
 
 def lower_pool(node: Node, graph: Graph) -> Lowered:

@@ -101,23 +101,36 @@ def test_wait_count_one_too_high_is_a_deadlock_named_by_the_watchdog(monkeypatch
 def test_wait_count_one_too_low_is_caught_by_the_starvation_sweep(monkeypatch):
     """With the producer's last signal not waited for, the consumer may read what the producer has
     not written yet.  Random and in-order block orders usually miss it; starving each block in
-    turn (fresh feeds each run, so stale values from the previous run are wrong too) catches it."""
+    turn (fresh feeds each run, so stale values from the previous run are wrong too) catches it.
+    A wait that another wait implies (the consumer also waits for a block that waited for this
+    producer) is no race when lowered, so the mutated wait is the first, in program order, whose
+    producer, starved, exposes it; the sweep over every block must then name that producer first."""
     fake, compiled = _fresh(monkeypatch)
     program = compiled.executable.program
     tables = Tables(program)
-    ptab = tables.ptab
-    consumer, at = next((b, i) for b, i in tables.waits() if ptab[i + 1] == ptab[i + 2])
-    ptab[at + 1] -= 1
-    program.tables["ptab"] = ptab
-    caught = []
-    for victim in range(program.blocks):
+    original = tables.ptab
+
+    def mutated(at: int) -> np.ndarray:
+        ptab = original.copy()
+        ptab[at + 1] -= 1
+        return ptab
+
+    def wrong_when_starved(victim: int, run: int) -> bool:
         fake.policy = Policy("starve", victim=victim)
-        feeds, want = reference(MODEL, 1 + victim % 2)
-        if not matches(compiled.run(feeds), want):
-            caught.append(victim)
+        feeds, want = reference(MODEL, 1 + run % 2)
+        return not matches(compiled.run(feeds), want)
+
+    at = None
+    for run, (_, i) in enumerate((b, i) for b, i in tables.waits() if original[i + 1] == original[i + 2]):
+        program.tables["ptab"] = mutated(i)
+        compiled.executable._runner = None  # the runner copies the tables when it is built: build it again
+        if wrong_when_starved(int(original[i]), run):
+            at = i
             break
-    assert caught, "no block order exposed the missing wait"
-    assert caught[0] == int(ptab[at])  # the starved block is the producer
+    assert at is not None, "no wait one too low was exposed by starving its producer"
+    producer = int(original[at])
+    caught = [victim for victim in range(producer + 1) if wrong_when_starved(victim, victim)]
+    assert caught and caught[0] == producer, caught  # the sweep names the starved producer first
 
 
 def test_two_task_rows_swapped_give_wrong_results(monkeypatch):

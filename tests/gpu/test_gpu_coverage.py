@@ -201,6 +201,8 @@ def test_expand_matches_reference(x_shape, shape, y_shape):
     ((1, 2, 4, 5), 3, {"kernel_shape": [3, 2], "strides": [1, 2], "dilations": [2, 1], "pads": [0, 1, 2, 0],
                        "output_padding": [0, 1]}),
     ((1, 3, 7), 2, {"kernel_shape": [4], "strides": [3], "pads": [1, 2]}),
+    # 5 output channels a group: a thread's block of 4 channels runs past the group's end
+    ((1, 6, 3, 4), 10, {"kernel_shape": [3, 3], "strides": [2, 2], "group": 2, "pads": [1, 0, 0, 1]}),
 ])
 @pytest.mark.parametrize("bias", [True, False])
 def test_conv_transpose_matches_reference(x_shape, c_out, attrs, bias):
@@ -220,4 +222,33 @@ def test_conv_transpose_matches_reference(x_shape, c_out, attrs, bias):
     node = helper.make_node("ConvTranspose", ins, ["y"], **attrs)
     m = _grid_model(x_shape, [(node, y_shape)], inits)
     assert not _refusals(m)
-    check_wave(m, _feeds(x_shape), kernels=["conv_transpose"])
+    # (groups of fewer than 4 output channels: one a thread, the _c1 variant)
+    check_wave(m, _feeds(x_shape), kernels=["conv_transpose" if c_out // g >= 4 else "conv_transpose_c1"])
+
+
+# -- Pad: edge, reflect and wrap (a strided view per box around the input) --------------------------
+
+def test_edge_reflect_and_wrap_pads_match_reference():
+    x_shape = (2, 3, 5, 6)
+    cases = [  # (mode, pads, axes or None): every output in one model, one compile
+        ("reflect", [0, 0, 2, 3, 0, 0, 1, 2], None),
+        ("edge", [0, 1, 3, 0, 1, 0, 0, 4], None),
+        ("wrap", [0, 0, 2, 2, 0, 0, 3, 1], None),
+        ("reflect", [2, 4], [3]),                     # opset 18's axes: the last axis only (an STFT's pad)
+        ("edge", [1, -1, 2, 0], [2, 3]),              # a negative pad crops that side
+    ]
+    nodes, inits = [], []
+    for i, (mode, pads, axes) in enumerate(cases):
+        inits.append(const(f"p{i}", np.array(pads, np.int64)))
+        ins = ["x", f"p{i}", ""]
+        if axes is not None:
+            inits.append(const(f"a{i}", np.array(axes, np.int64)))
+            ins.append(f"a{i}")
+        full = [0] * 8
+        for j, a in enumerate(axes if axes is not None else range(4)):
+            full[a], full[a + 4] = pads[j], pads[j + len(pads) // 2]
+        y = [d + full[a] + full[a + 4] for a, d in enumerate(x_shape)]
+        nodes.append((helper.make_node("Pad", ins, [f"y{i}"], mode=mode), y))
+    m = _grid_model(x_shape, nodes, inits, opset=19)
+    assert not _refusals(m)
+    check_wave(m, _feeds(x_shape), kernels=["copy_nd"])

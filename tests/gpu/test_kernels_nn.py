@@ -1,5 +1,5 @@
-"""Conv (direct and depthwise), pooling, row reductions, layer norm and tiled transpose rKernels:
-one IR each, the CUDA and OpenCL texts are one template, nvcc compiles the CUDA text for sm_80 and
+"""Conv (direct and depthwise, implicit GEMM, transposed), pooling, row reductions, layer norm and tiled
+transpose rKernels: one IR each, the CUDA and OpenCL texts are one template, nvcc compiles the CUDA text for sm_80 and
 sm_90 (ptxas resources match the stated shared memory), and PoCL runs the OpenCL text matching
 numpy."""
 
@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from rammer.backends.gpu import kernels_conv as kc
 from rammer.backends.gpu import kernels_nn as kn
 from rammer.codegen.dialects import DIALECTS
 from rammer.codegen.render import neutral, render_kernel, render_module
@@ -15,7 +16,9 @@ from rammer.codegen.render import neutral, render_kernel, render_module
 KERNELS = [kn.conv2d_direct("conv_direct", 128), kn.pool2d("pool_max", "max"), kn.pool2d("pool_avg", "avg"),
            kn.reduce_rows("red_sum", "sum", 128), kn.reduce_rows("red_mean", "mean", 64),
            kn.reduce_rows("red_max", "max", 128), kn.reduce_rows("red_min", "min", 32),
-           kn.layernorm_rows("layernorm", 128), kn.transpose_tiled("transpose16", 16)]
+           kn.layernorm_rows("layernorm", 128), kn.transpose_tiled("transpose16", 16),
+           kc.conv2d_implicit_gemm("conv_igemm", 16), kc.conv_transpose2d_direct("conv_transpose", 128),
+           kc.conv_transpose2d_direct("conv_transpose_c1", 128, 1)]
 
 
 @pytest.mark.parametrize("kernel", KERNELS, ids=lambda k: k.name)

@@ -57,15 +57,32 @@ def test_the_optimiser_estimate_compounds_per_barrier_rkernel_only():
 
 def test_pocl_optimises_large_programs_with_few_barrier_rkernels(monkeypatch):
     monkeypatch.delenv("RAMMER_OPENCL_BUILD_OPTIONS", raising=False)
-    resnet18_like = _program(3, 4, 4.0e9, 14_313)  # about 36 s per unoptimised run, optimiser about 14 s
-    assert build_options(POCL, resnet18_like) == ""
-    mobilevit_like = _program(5, 7, 1.0e9, 87_916)  # about 22 s per run, optimiser over 200 s
+    resnet18_like = _program(3, 4, 4.0e9, 14_313)  # about 37 s per unoptimised run, optimiser about 49 s
+    assert build_options(POCL, resnet18_like) == POCL_BUILD_OPTIONS
+    unet_like = _program(1, 4, 18.6e9, 44_800)  # about 170 s per unoptimised run, optimiser about 4 s
+    assert build_options(POCL, unet_like) == ""
+    densenet_like = _program(2, 4, 6.4e9, 44_881)  # about 62 s per unoptimised run, optimiser about 13 s
+    assert build_options(POCL, densenet_like) == ""
+    mobilevit_like = _program(5, 7, 1.0e9, 87_916)  # about 22 s per run, optimiser over 700 s
     assert build_options(POCL, mobilevit_like) == POCL_BUILD_OPTIONS
     small = _program(1, 3, 1.0e6, 100)  # the test suite's models: a run costs less than the optimiser
     assert build_options(POCL, small) == POCL_BUILD_OPTIONS
     assert build_options(GPU, mobilevit_like) == ""
     monkeypatch.setenv("RAMMER_OPENCL_BUILD_OPTIONS", "-cl-opt-disable")
-    assert build_options(POCL, resnet18_like) == "-cl-opt-disable"
+    assert build_options(POCL, unet_like) == "-cl-opt-disable"
+
+
+def test_register_tiled_conv_flops_cost_less_unoptimised():
+    """resnet50 on PoCL: 43.8 s of CPU unoptimised for 9.7 GFLOP of conv_igemm work, half the rate of the
+    other rKernels (docs/benchmarks.md, s10-gpu): the same FLOPs in a conv family are estimated cheaper."""
+    def one_op(family: str) -> SimpleNamespace:
+        op = SimpleNamespace(kernel=SimpleNamespace(family=family, flops=1.0e6, num_rtasks=10_000))
+        return SimpleNamespace(kernels=[], schedule=SimpleNamespace(ops=[op]))
+
+    conv = runtime.unoptimised_seconds(one_op("gpu.conv_igemm"))
+    gemm = runtime.unoptimised_seconds(one_op("gpu.gemm16"))
+    rtasks = 10_000 * runtime.POCL_UNOPTIMISED_S_PER_RTASK
+    assert (conv - rtasks) == pytest.approx((gemm - rtasks) * 1.15e8 / 2.4e8)
 
 
 def test_a_program_pocl_chose_to_optimise_matches_reference(monkeypatch):
