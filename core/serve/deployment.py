@@ -17,6 +17,7 @@ not share cores.  With ``batch=B`` the model is compiled for batch ``B`` and
 import asyncio
 import logging
 import os
+import time
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -151,9 +152,26 @@ class _DropStaleOptionsNotice(logging.Filter):
         return _STALE_OPTIONS_NOTICE not in record.getMessage()
 
 
-def start(config: ServeConfig, host: str = "127.0.0.1", port: int = 8000, address: str | None = None) -> str:
+def _wait_for_proxies(timeout_s: float) -> None:
+    """Waits until every HTTP proxy of Serve is healthy (Serve's controller keeps starting one after
+    ``serve.start`` gave up waiting on it), or raises TimeoutError naming the proxies' states."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        proxies = serve.status().proxies
+        if proxies and all(str(getattr(v, "value", v)) == "HEALTHY" for v in proxies.values()):
+            return
+        if time.monotonic() > deadline:
+            states = ", ".join(f"{node}: {getattr(v, 'value', v)}" for node, v in proxies.items()) or "none started"
+            raise TimeoutError(f"Ray Serve's HTTP proxy was not ready after {timeout_s:.0f} s ({states}); "
+                               "the machine may be overloaded: retry, or pass a longer proxy_timeout_s")
+        time.sleep(0.5)
+
+
+def start(config: ServeConfig, host: str = "127.0.0.1", port: int = 8000, address: str | None = None,
+          proxy_timeout_s: float = 300.0) -> str:
     """Start Ray (locally on 127.0.0.1 with usage statistics off, unless ``address`` names a
-    cluster) and the deployment; returns the URL of the inference route.  Stop it with :func:`stop`."""
+    cluster) and the deployment; returns the URL of the inference route.  Stop it with :func:`stop`.
+    ``proxy_timeout_s`` bounds the wait for Serve's HTTP proxy past Serve's own 60 s."""
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     # serve.shutdown() waits on a controller call that ends by design when the controller kills
     # itself; as the controller retries calls forever, Ray (2.x) then tells the driver that
@@ -161,6 +179,12 @@ def start(config: ServeConfig, host: str = "127.0.0.1", port: int = 8000, addres
     # switch (read by the driver's core worker at ray.init) keeps such retry notices out of the
     # driver's output; a call that really fails still raises.
     os.environ.setdefault("RAY_enable_output_error_log_if_still_retry", "0")
+    # Serve's controller kills an HTTP proxy that is not ready within 5 s (health checks: 10 s), and
+    # serve.start then fails with "ActorDiedError ... killed by ray.kill": on a 2-core machine busy with
+    # other work, a local Ray's proxy takes longer than that to start (seen in CI beside a second test
+    # worker).  A local cluster started here inherits these from this process's environment.
+    os.environ.setdefault("RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S", "60")
+    os.environ.setdefault("RAY_SERVE_PROXY_HEALTH_CHECK_TIMEOUT_S", "60")
 
     if not ray.is_initialized():
         if address:
@@ -171,7 +195,10 @@ def start(config: ServeConfig, host: str = "127.0.0.1", port: int = 8000, addres
     # serve.start is the only public way to give the proxy's host and port; serve.run then starts
     # Serve again without options, finds ours running and logs that "new http_options will not be
     # applied" though it passed none and ours are in force.  That one line is dropped, nothing else.
-    serve.start(http_options={"host": host, "port": port})
+    try:
+        serve.start(http_options={"host": host, "port": port})
+    except TimeoutError:  # Serve gives its HTTP proxy 60 s: on a busy machine, give it longer
+        _wait_for_proxies(proxy_timeout_s)
     serve_logger = logging.getLogger("ray.serve")
     notice_filter = _DropStaleOptionsNotice()
     serve_logger.addFilter(notice_filter)

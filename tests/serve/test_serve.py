@@ -160,3 +160,18 @@ def test_two_replicas_answer_concurrent_requests_correctly(capfd):
     printed = capfd.readouterr()
     assert "will not be applied" not in printed.err + printed.out
     assert "graceful_shutdown failed" not in printed.err + printed.out
+
+
+def test_start_waits_for_a_slow_proxy_then_names_its_state(monkeypatch):
+    pytest.importorskip("ray.serve", reason="needs Ray Serve: pip install -e \".[serve]\"")
+    from types import SimpleNamespace
+
+    from rammer.serve import deployment
+
+    states = iter(["STARTING", "STARTING", "HEALTHY"])
+    monkeypatch.setattr(deployment.time, "sleep", lambda s: None)
+    monkeypatch.setattr(deployment.serve, "status", lambda: SimpleNamespace(proxies={"node-a": next(states)}))
+    deployment._wait_for_proxies(60)  # returns once the proxy is healthy
+    monkeypatch.setattr(deployment.serve, "status", lambda: SimpleNamespace(proxies={"node-a": "STARTING"}))
+    with pytest.raises(TimeoutError, match="node-a: STARTING"):
+        deployment._wait_for_proxies(0)
