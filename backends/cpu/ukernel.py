@@ -190,9 +190,7 @@ def _activate(bld: ir.IRBuilder, val: ir.Value, relu: int) -> ir.Value:
     if not relu:
         return val
     if relu == 4:
-        n = val.type.count
-        one = ir.Constant(val.type, [1.0] * n)
-        return bld.fdiv(val, bld.fadd(one, _vec_exp(bld, bld.fneg(val))))
+        return _vec_silu(bld, val)
     if relu == 3:
         n = val.type.count
         gate = _activate(bld, bld.fadd(val, ir.Constant(val.type, [3.0] * n)), 2)
@@ -202,6 +200,39 @@ def _activate(bld: ir.IRBuilder, val: ir.Value, relu: int) -> ir.Value:
         six = ir.Constant(val.type, [6.0] * val.type.count)
         val = bld.select(bld.fcmp_unordered("<", val, six), val, six)
     return val
+
+
+def _vec_silu(bld: ir.IRBuilder, x: ir.Value) -> ir.Value:
+    """``x * sigmoid(x)`` per lane as ``x / (1 + e**-x)``, e**-x by :func:`.fastmath.sigmoid_act32`'s
+    algorithm (-x clamped to [-87, 88] instead of exp's subnormal, overflow and NaN paths; its
+    degree-6 polynomial in FMAs): relative error ~2e-7 where the result is a normal float.  At
+    x <= -100 the result is x * 0 (-0, and NaN for -inf, as the reference's -inf * 0); between -100
+    and -88 it is within 7e-37 of the exact subnormal.  NaN stays NaN.  With the full exponential, a
+    conv tile's SiLU store took 2-3x its multiply-adds on a 16-channel 1x1 conv (EfficientNet's
+    first expansion), its temporaries spilling the tile's accumulators."""
+    n_lanes = x.type.count
+    vf = x.type
+    vi = ir.VectorType(ir.IntType(32), n_lanes)
+    fma = _fma(bld.module, vf)
+
+    def c(v: float) -> ir.Constant:
+        return ir.Constant(vf, [float(np.float32(v))] * n_lanes)
+
+    t = bld.fneg(x)
+    t = bld.select(bld.fcmp_ordered(">", t, c(-87.0)), t, c(-87.0))  # (NaN -> -87: the division keeps it)
+    t = bld.select(bld.fcmp_ordered("<", t, c(88.0)), t, c(88.0))  # (2**127 at most: no overflow)
+    k = bld.call(fma, [t, c(1.4426950408889634), c(12582912.0)])
+    nn = bld.fsub(k, c(12582912.0))
+    r = bld.call(fma, [bld.fneg(nn), c(0.693145751953125), t])
+    r = bld.call(fma, [bld.fneg(nn), c(1.428606765330187e-06), r])
+    p = c(1.0 / 720.0)
+    for coef in (1.0 / 120.0, 1.0 / 24.0, 1.0 / 6.0, 0.5, 1.0, 1.0):
+        p = bld.call(fma, [p, r, c(coef)])
+    # k's low mantissa bits hold n + 2**22: n + 127 in the exponent field is 2**n
+    bits = bld.add(bld.bitcast(k, vi), ir.Constant(vi, [127 - 0x4B400000] * n_lanes))
+    e = bld.fmul(p, bld.bitcast(bld.shl(bits, ir.Constant(vi, [23] * n_lanes)), vf))
+    y = bld.fdiv(x, bld.fadd(c(1.0), e))
+    return bld.select(bld.fcmp_ordered("<=", x, c(-100.0)), bld.fmul(x, c(0.0)), y)
 
 
 def _vec_exp(bld: ir.IRBuilder, x: ir.Value, fused: bool = False) -> ir.Value:

@@ -236,8 +236,9 @@ def test_batched_matmul_with_one_weight_folds_into_one_gemm(x_shape, transpose, 
 
 @pytest.mark.parametrize("width", sorted({uk.WIDTH, 8}))
 def test_vector_silu_matches_numpy_over_the_whole_range(width):
-    """The micro-kernels' SiLU (EPI_SILU): x / (1 + e**-x) with the vector exp of fastmath.exp32's
-    algorithm, from subnormal results to overflow, NaN and +-inf included."""
+    """The micro-kernels' SiLU (EPI_SILU): x / (1 + e**-x) with fastmath.sigmoid_act32's exponential
+    (-x clamped to [-87, 88], x * 0 from -100 down), from subnormal results to overflow, NaN and
+    +-inf included (-inf gives NaN, as in the reference)."""
     import ctypes
 
     from llvmlite import ir
@@ -251,7 +252,8 @@ def test_vector_silu_matches_numpy_over_the_whole_range(width):
     bld.ret_void()
     engine = mc.compile_module(mod)
     call = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p)(engine.get_function_address("silu_test"))
-    x = np.concatenate([np.linspace(-110, 100, 4000), [np.nan, np.inf, -np.inf, 0.0, -0.0, 88.0, 89.0, -87.5]])
+    x = np.concatenate([np.linspace(-110, 100, 4000), [np.nan, np.inf, -np.inf, 0.0, -0.0, 88.0, 89.0, -87.5,
+                                                         -88.0, -99.99, -100.0, -1e30, 1e30]])
     x = np.concatenate([x, np.zeros((-len(x)) % width)]).astype(np.float32)
     got = np.empty_like(x)
     for i in range(0, len(x), width):
