@@ -13,7 +13,9 @@ Descriptors (``X[d:]``) are described at each kernel.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from llvmlite import ir
+from numba import njit, types
+from numba.extending import intrinsic
 
 from . import _numba_cache  # noqa: F401  (drops stale numba caches first)
 from .kernels_quant_window import k_qconv_int8  # noqa: F401  (QLinearConv's int8 GEMM forms: kernels.py names it here)
@@ -22,6 +24,20 @@ from .ukernel_int8 import MR, NR, int8_shift, no_min_byte, ukernel_int8
 _JIT = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
 _u = np.uint64
 f32 = np.float32
+
+
+@intrinsic
+def rint_f32(typingctx, v):
+    """``np.rint`` of a float32 (half to even) as LLVM's ``llvm.rint.f32``, which the loop vectorizer
+    turns into ``vroundps``: numba's ``np.rint`` of a float32 is a call per element, which kept every
+    requantizing loop around it scalar."""
+    if v != types.float32:
+        return None
+
+    def codegen(context, builder, sig, args):
+        return builder.call(builder.module.declare_intrinsic("llvm.rint", [ir.FloatType()]), args)
+
+    return types.float32(types.float32), codegen
 
 
 @njit(**_JIT)
@@ -118,17 +134,22 @@ def k_dequantize(F, B, I, J, X, R, p, sbase):
 def _requantize_bytes(B, x, out, e0, e1, signed_in, m, zx, lo, hi, zy, qlo, qhi):
     """out[e] = saturate(rint(clip(float32(x[e] - zx) * m, lo, hi)) + zy) for e in [e0, e1): a ByteTable's
     function computed (DequantizeLinear -> Relu / Clip -> QuantizeLinear with m = sx / sy and the bounds
-    over sy), one branch-free loop per input signedness, which vectorizes (the lookup does not)."""
+    over sy), one branch-free loop per input signedness over slices, all in float32 (``x - zx`` is an
+    integer of at most 9 bits, exact) with :func:`rint_f32`: the loop vectorizes (int32 - float32 is a
+    float64 in numba, and its ``np.rint`` a call per byte, which kept it scalar: 1.6 bytes/ns)."""
+    n = e1 - e0
+    a = B[_u(x + e0):_u(x + e1)]
+    o = B[_u(out + e0):_u(out + e1)]
     if signed_in:
-        for e in range(e0, e1):
-            v = min(max(f32(np.int32(np.int8(B[_u(x + e)])) - zx) * m, lo), hi)
-            y = min(max(np.rint(v) + zy, qlo), qhi)
-            B[_u(out + e)] = np.int32(y) & 255
+        for e in range(n):
+            v = min(max((f32(np.int8(a[e])) - zx) * m, lo), hi)
+            y = min(max(rint_f32(v) + zy, qlo), qhi)
+            o[e] = np.int32(y) & 255
     else:
-        for e in range(e0, e1):
-            v = min(max(f32(np.int32(B[_u(x + e)]) - zx) * m, lo), hi)
-            y = min(max(np.rint(v) + zy, qlo), qhi)
-            B[_u(out + e)] = np.int32(y) & 255
+        for e in range(n):
+            v = min(max((f32(a[e]) - zx) * m, lo), hi)
+            y = min(max(rint_f32(v) + zy, qlo), qhi)
+            o[e] = np.int32(y) & 255
 
 
 @njit(**_JIT)
