@@ -9,7 +9,7 @@ requantized as :func:`.kernels_quant.k_qlinearconv` does (int32 bias added, ``ri
 + y_zp``, saturated): the same bytes as the integer plane kernel.
 
 Every widening and requantizing loop runs over slices in float32 / int32 (``rint`` as
-:func:`.kernels_quant.rint_f32`), so that LLVM vectorizes it: numba's int32 + int32 is an int64,
+:func:`.ukernel_int8.rint_f32`), so that LLVM vectorizes it: numba's int32 + int32 is an int64,
 int32 - float32 a float64 and ``np.rint`` of a float32 a call per element, each of which had kept the
 first form of these loops scalar (widening and requantizing cost twice the sweep).
 """
@@ -20,8 +20,9 @@ import numpy as np
 from numba import njit
 
 from . import _numba_cache  # noqa: F401  (drops stale numba caches first)
-from .kernels_quant import _byte, rint_f32
+from .kernels_quant import _byte
 from .kernels_window import direct_sweep
+from .ukernel_int8 import rint_f32
 
 _JIT = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
 _u = np.uint64

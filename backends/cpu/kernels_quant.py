@@ -13,31 +13,15 @@ Descriptors (``X[d:]``) are described at each kernel.
 from __future__ import annotations
 
 import numpy as np
-from llvmlite import ir
-from numba import njit, types
-from numba.extending import intrinsic
+from numba import njit
 
 from . import _numba_cache  # noqa: F401  (drops stale numba caches first)
 from .kernels_quant_window import k_qconv_int8  # noqa: F401  (QLinearConv's int8 GEMM forms: kernels.py names it here)
-from .ukernel_int8 import MR, NR, int8_shift, no_min_byte, ukernel_int8
+from .ukernel_int8 import MR, NR, int8_shift, no_min_byte, rint_f32, ukernel_int8
 
 _JIT = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
 _u = np.uint64
 f32 = np.float32
-
-
-@intrinsic
-def rint_f32(typingctx, v):
-    """``np.rint`` of a float32 (half to even) as LLVM's ``llvm.rint.f32``, which the loop vectorizer
-    turns into ``vroundps``: numba's ``np.rint`` of a float32 is a call per element, which kept every
-    requantizing loop around it scalar."""
-    if v != types.float32:
-        return None
-
-    def codegen(context, builder, sig, args):
-        return builder.call(builder.module.declare_intrinsic("llvm.rint", [ir.FloatType()]), args)
-
-    return types.float32(types.float32), codegen
 
 
 @njit(**_JIT)
