@@ -49,7 +49,7 @@ def _quantize_run(F, B, src, dst, n, s, z, lo, hi):
     clamp as min / max and the run contiguous, so the loop vectorizes (a run is a line of
     QuantizeLinear, or DynamicQuantizeLinear's whole tensor)."""
     for j in range(n):
-        v = np.rint(F[_u(src + j)] / s) + z
+        v = rint_f32(F[_u(src + j)] / s) + z
         v = min(max(v, lo), hi)
         B[_u(dst + j)] = np.int32(v) & 255
 
@@ -181,7 +181,7 @@ def k_dynquant(F, B, I, J, X, R, p, sbase):
         s = f32((np.float64(hi) - np.float64(lo)) / 255.0)
     else:
         s = f32(1.0)
-    zf = np.rint(f32(0.0) - lo / s)
+    zf = rint_f32(f32(0.0) - lo / s)
     zf = f32(0.0) if zf < 0 else (f32(255.0) if zf > 255 else zf)
     F[_u(scale_at)] = s
     B[_u(zp_at)] = np.int64(zf) & 255
@@ -282,7 +282,7 @@ def k_qlinear_matmul(F, B, I, J, X, R, p, sbase):
         o = out + r * N
         for j in range(N):
             mult = a_scale * F[_u(b_scale + (j if b_scale_cols else 0))] / y_scale
-            v = np.rint(f32(J[_u(sbase + j)]) * mult) + zy
+            v = rint_f32(f32(J[_u(sbase + j)]) * mult) + zy
             _saturate_store(B, o + j, v, lo, hi)
     return 0
 
@@ -399,7 +399,7 @@ def k_qlinearconv(F, B, I, J, X, R, p, sbase):
         zy = f32(_byte(B, y_zp, o_signed)) if y_zp >= 0 else f32(0.0)
         obase = out + q * plane
         for t in range(plane):
-            v = np.rint(f32(J[_u(acc + t)]) * mult) + zy
+            v = rint_f32(f32(J[_u(acc + t)]) * mult) + zy
             v = min(max(v, lo_f), hi_f)
             B[_u(obase + t)] = np.int32(v) & 255
     return 0
@@ -522,7 +522,7 @@ def k_gemm_int8(F, B, I, J, X, R, p, sbase):
             if requant:
                 for j in range(nc):
                     v = np.int64(J[_u(trow + j)]) - rs * np.int64(J[_u(zbs + j)]) + np.int64(J[_u(cterms + j)])
-                    q = np.rint(f32(np.int32(v)) * F[_u(mults + j)]) + zy
+                    q = rint_f32(f32(np.int32(v)) * F[_u(mults + j)]) + zy
                     q = min(max(q, lo_f), hi_f)
                     B[_u(o + j)] = np.int32(q) & 255
             elif kind == 2 and bias_at >= 0:
