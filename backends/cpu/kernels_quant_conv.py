@@ -19,7 +19,7 @@ import numpy as np
 from numba import njit
 
 from . import _numba_cache  # noqa: F401  (drops stale numba caches first)
-from .ukernel_int8 import MR, NR, int8_shift, no_min_byte, pack4_int8, ukernel_int8_conv, ukernel_int8_pw
+from .ukernel_int8 import MR, NR, int8_shift, no_min_byte, pack4_int8, rint_f32, ukernel_int8_conv, ukernel_int8_pw
 
 _JIT = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
 _u = np.uint64
@@ -38,7 +38,7 @@ def _requantize_rows(J, F, acc, npx, nc, terms, mults, zy, lo, hi, B, stage):
         a = J[_u(acc + q * NR):_u(acc + q * NR + nc)]
         o = B[_u(stage + q * NR):_u(stage + q * NR + nc)]
         for j in range(nc):
-            y = np.rint(f32(np.int32(a[j] + t[j])) * m[j]) + zy
+            y = rint_f32(f32(np.int32(a[j] + t[j])) * m[j]) + zy
             y = min(max(y, lo), hi)
             o[j] = np.uint8(np.int32(y) & 255)
 

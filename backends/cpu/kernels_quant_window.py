@@ -11,7 +11,7 @@ from numba import njit
 
 from . import _numba_cache  # noqa: F401  (drops stale numba caches first)
 from .kernels_quant_conv import qconv_nhwc, qconv_pointwise
-from .ukernel_int8 import MR, NR, int8_shift, ukernel_int8
+from .ukernel_int8 import MR, NR, int8_shift, rint_f32, ukernel_int8
 
 _JIT = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
 _u = np.uint64
@@ -36,7 +36,7 @@ def _requantize_run(J, acc, colsum, zw, c, mult, zy, lo, hi, B, out, n):
     o = B[_u(out):_u(out + n)]
     for q in range(n):
         v = a[q] - zw * s[q] + c
-        y = np.rint(f32(np.int32(v)) * mult) + zy
+        y = rint_f32(f32(np.int32(v)) * mult) + zy
         y = min(max(y, lo), hi)
         o[q] = np.uint8(np.int32(y) & 255)
 

@@ -34,7 +34,7 @@ from rammer.ops.conv import window_geometry
 from rammer.ops.quant import BYTE_TABLE, MATMUL_INTEGER_FLOAT
 from rammer.ops.registry import OpContext
 
-from .kernels_qdw import MAX_EXACT_TAPS
+from .kernels_qdw import MAX_EXACT_TAPS, qdw_scratch
 from .kernels_window import direct_fits
 from .lower_context import LowerContext
 from .lower_quant_conv import nhwc_conv_op, pointwise_conv_op, pointwise_weights, symmetric_weights
@@ -519,7 +519,7 @@ def _qdwconv_op(lw: LowerContext, node: Node, x: View, float_taps: View, out: Vi
     reads = {x.buffer, float_taps.buffer} | {v.buffer for v in views.values()}
     lw.add_op(CpuOp(node.name or "QLinearConv", "conv.int8", (node,), tuple(sorted(reads)), (out.buffer,),
                     2.0 * N * C * OH * OW * KH * KW, float(x.size + float_taps.size + out.size),
-                    _parts(N * C, 1), emit, scratch=H * W + OH * OW + 64, blas=True))
+                    _parts(N * C, 1), emit, scratch=qdw_scratch(H, W, OH, OW), blas=True))
 
 
 def lower_qlinear_conv(lw: LowerContext, node: Node) -> None:

@@ -17,7 +17,7 @@ from rammer.lower.views import View
 
 from .lower_context import LowerContext
 from .ops import CpuOp, EmitContext, Row, split_range
-from .ukernel_int8 import MR, NR, pack_b
+from .ukernel_int8 import FORM, MR, NR, pack_b
 
 #: Use the NHWC form where it applies (off: every group-1 conv on the gathered-window form; the
 #: ``before`` of ``ci/micro_int8.py --family conv``).
@@ -31,14 +31,20 @@ BAND_SUM_SLOTS = 32768
 MAX_BAND_BYTES = 1 << 20
 
 
-def nhwc_pays(taps: int, cp: int, oc: int) -> bool:
+def nhwc_pays(taps: int, cp: int, oc: int, form: str | None = None) -> bool:
     """Whether the NHWC form beats the gathered one for this shape class (``ci/micro_int8.py --family
-    conv``, both forms): it computes whole panels of NR output channels, so it needs them mostly used
-    (at most a quarter of the columns padding: a 32-channel 3x3 stem ran 1.15x slower); and its gain is
-    the gather it saves, one copy per tap, so a 1x1 conv needs a deep K to pay for the band copy and
-    the per-tile set-up (16->96, 64->128 and 144->24 ran 1.2-1.4x slower, 320->1280 1.2x faster)."""
+    conv``, both forms): it computes whole panels of NR output channels, so it needs enough of them used;
+    and its gain is the gather it saves, one copy per tap, so a 1x1 conv needs a deep K to pay for the band
+    copy and the per-tile set-up (16->96, 64->128 and 144->24 ran 1.2-1.4x slower, 320->1280 1.2x faster).
+
+    How many columns must be used depends on the micro-kernel's ``form`` (the process's by default): with
+    VNNI at most a quarter may be padding (a 32-channel 3x3 stem ran 1.15x slower); the ``avx2`` form's
+    gathered windows cost more against its dot step, and NHWC took 0.30-0.89x the gathered form's time
+    on every multi-tap conv measured with at least a quarter of the columns used (16-40 output channels,
+    3x3 and 5x5 stems included), and lost only at an eighth (3->8 channels, 1.12x)."""
     used = oc / (-(-oc // NR) * NR)
-    return used >= 0.75 and (taps > 1 or cp >= 256)
+    least = 0.25 if (form or FORM) == "avx2" else 0.75
+    return used >= least and (taps > 1 or cp >= 256)
 
 
 def _symmetric_int8(lw: LowerContext, node: Node) -> np.ndarray | None:

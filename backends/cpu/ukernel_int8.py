@@ -176,6 +176,20 @@ def conv_cfunc(form: bool | str) -> object:
     return CONV_CFUNCTYPE(_engine(form).get_function_address(SYMBOL_CONV))
 
 
+@intrinsic
+def rint_f32(typingctx, v):
+    """``np.rint`` of a float32 (half to even) as LLVM's ``llvm.rint.f32``, which the loop vectorizer
+    turns into ``vroundps``: numba's ``np.rint`` of a float32 is a call per element, which kept every
+    requantizing loop around it scalar."""
+    if v != types.float32:
+        return None
+
+    def codegen(context, builder, sig, args):
+        return builder.call(builder.module.declare_intrinsic("llvm.rint", [ir.FloatType()]), args)
+
+    return types.float32(types.float32), codegen
+
+
 @uses(SYMBOL)
 @intrinsic
 def ukernel_int8(typingctx, k4, A, a_off, lda, rows, flip_a, Bp, b_off, C, c_off, ldc, wsafe):

@@ -49,7 +49,13 @@ def test_conv_ukernel_matches_numpy(form, wmin, ntaps, cg, rows):
 def test_nhwc_pays_by_shape_class():
     assert lower_quant_conv.nhwc_pays(9, 64, 64)  # 3x3, a full panel of channels
     assert lower_quant_conv.nhwc_pays(49, 4, 64)  # a 7x7 stem over 3 channels
-    assert not lower_quant_conv.nhwc_pays(9, 4, 32)  # half a panel: the gathered form
+    # half a panel: the gathered form with VNNI, the NHWC form with the avx2 form (a quarter used at least)
+    assert not lower_quant_conv.nhwc_pays(9, 4, 32, form="vnni")
+    assert not lower_quant_conv.nhwc_pays(9, 4, 32, form="portable")
+    assert lower_quant_conv.nhwc_pays(9, 4, 32, form="avx2")
+    assert lower_quant_conv.nhwc_pays(9, 16, 16, form="avx2")
+    assert not lower_quant_conv.nhwc_pays(9, 4, 8, form="avx2")  # an eighth of a panel
+    assert not lower_quant_conv.nhwc_pays(1, 64, 128, form="avx2")
     assert not lower_quant_conv.nhwc_pays(1, 64, 128)  # a shallow 1x1: the gathered form
     assert lower_quant_conv.nhwc_pays(1, 320, 1280)
 
@@ -64,7 +70,9 @@ def test_nhwc_pays_by_shape_class():
     ((1, 258, 3, 5), (64, 258, 1, 1), "uint8", "int8", "uint8", True, True, {}),
     # more output rows than one band holds (bands of 12 rows at 40 columns), stride 1, 5x5
     ((1, 8, 30, 40), (48, 8, 5, 5), "uint8", "int8", "uint8", True, True, dict(pads=[2, 2, 2, 2])),
-], ids=["stem-c3-s2", "int8-dilated-asym", "pointwise-deep", "bands"])
+    # 20 output channels: a third of a panel (the avx2 form takes NHWC there), stride 2, padding
+    ((1, 5, 12, 17), (20, 5, 3, 3), "uint8", "int8", "uint8", True, True, dict(pads=[1, 1, 1, 1], strides=[2, 2])),
+], ids=["stem-c3-s2", "int8-dilated-asym", "pointwise-deep", "bands", "third-of-a-panel"])
 def test_qlinear_conv_nhwc_grid(case, monkeypatch):
     taken = []
 
@@ -74,6 +82,7 @@ def test_qlinear_conv_nhwc_grid(case, monkeypatch):
 
     monkeypatch.setattr(lower_quant, "nhwc_conv_op", counting)
     monkeypatch.setattr(lower_quant_conv, "POINTWISE_CONV", False)  # the 1x1 case would take the GEMM form
+    monkeypatch.setattr(lower_quant_conv, "nhwc_pays", lambda taps, cp, oc: True)  # every form, whatever the host
     m, feeds = _qconv(*case[:7], **case[7])
     # the NHWC form takes symmetric weights only: zero points of 0, per channel or per tensor
     for init in m.graph.initializer:

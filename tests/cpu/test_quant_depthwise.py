@@ -70,6 +70,28 @@ def test_depthwise_qlinear_conv_runs_k_qdwconv_bit_exact(case):
     assert "k_qlinearconv" not in report["kernels"]
 
 
+@pytest.mark.parametrize("stride", [1, 2])
+def test_depthwise_extreme_bytes_and_int32_biases_bit_exact(stride):
+    """Activations of only 0 and 255 around a zero point of 0 (the largest widened values), biases at and
+    near the int32 limits (past ``kernels_qdw._BIAS_INT32_SAFE`` the requantization adds in int64; below it
+    in int32, vectorized) and a plane wider than two vectors and not a multiple of one, both strides."""
+    from rammer.backends.cpu.kernels_qdw import _BIAS_INT32_SAFE
+
+    m, feeds = _depthwise_model(5, (13, 37), (3, 3), "uint8", "int8", "uint8", True, True, pads=[1, 1, 1, 1],
+                                strides=[stride, stride])
+    biases = np.array([2**31 - 1, -2**31, _BIAS_INT32_SAFE, -_BIAS_INT32_SAFE, 7], np.int32)
+    for i, init in enumerate(m.graph.initializer):
+        if init.name == "b":
+            m.graph.initializer[i].CopyFrom(numpy_helper.from_array(biases, "b"))
+        elif init.name == "xz":
+            m.graph.initializer[i].CopyFrom(numpy_helper.from_array(np.array(0, np.uint8), "xz"))
+        elif init.name == "ys":  # a scale that keeps some outputs of the int32-limit channels unsaturated
+            m.graph.initializer[i].CopyFrom(numpy_helper.from_array(np.array(2e4, np.float32), "ys"))
+    x = np.where(np.random.default_rng(2).random(feeds["x"].shape) < 0.5, 0, 255).astype(np.uint8)
+    report = compare(m, {"x": x}, expect_fallback=False)
+    assert "k_qdwconv" in report["kernels"], report["kernels"]
+
+
 @pytest.mark.parametrize("case", PLANE_KERNEL_CASES, ids=["dilated", "3x2", "7x7"])
 def test_other_depthwise_windows_keep_the_plane_kernel(case):
     m, feeds = _depthwise_model(*case[:8], **case[8])

@@ -247,3 +247,23 @@ def test_no_min_byte_finds_each_position():
         buf[4] = buf[5 + n] = 0x80
         assert scan(buf, 5, n) == 1
         buf[4] = buf[5 + n] = 0
+
+
+def test_rint_f32_rounds_half_to_even_as_numpy_in_a_vectorized_loop():
+    """``ukernel_int8.rint_f32`` (``llvm.rint``, which the requantizing loops vectorize) against ``np.rint``
+    on the halves, their neighbours, negatives, signed zeros and values past 2**23, in a loop long enough
+    to take the vector body and its scalar tail."""
+    from numba import njit
+
+    @njit(cache=False)
+    def rint_all(x, out):
+        for i in range(x.size):
+            out[i] = U.rint_f32(x[i])
+
+    halves = np.arange(-300, 300, dtype=np.float32) + np.float32(0.5)
+    x = np.concatenate([halves, np.nextafter(halves, np.float32(np.inf)), np.nextafter(halves, np.float32(-np.inf)),
+                        np.array([0.0, -0.0, 2.0**23 + 1, -(2.0**23) - 1, 1e9, -1e9], np.float32),
+                        np.random.default_rng(3).normal(0, 200, 1001).astype(np.float32)])
+    out = np.empty_like(x)
+    rint_all(x, out)
+    assert out.dtype == np.float32 and np.array_equal(out.view(np.uint32), np.rint(x).view(np.uint32))
