@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from rammer.backends.gpu.compiler import KERNEL_NAME, GpuProgram
+from rammer.backends.gpu.guards import check_guards
 from rammer.backends.gpu.lower_ints import ArenaFeeds, ArenaOutputs
 from rammer.codegen import kernel_ir as ir
 from rammer.errors import BackendUnavailableError, RammerError
@@ -169,12 +170,13 @@ class OpenCLExecutable:
                             self.counters, np.int32(self.epoch), *self.tables)
             self.epoch += 1
             out: dict[str, np.ndarray] = {}
-            for name in p.outputs:
+            for name in [*p.outputs, *(g.tensor for g in p.guards)]:
                 off, shape = p.tensors[name]
                 arr = np.empty(shape, np.float32)
                 if arr.size:
                     cl.enqueue_copy(self.queue, arr, self.arena, src_offset=4 * off)
                 out[name] = arr
             self.queue.finish()
-        return {name: self.from_arena(name, arr) for name, arr in out.items()}
+        check_guards(p.guards, out)  # an If's unreachable branch selected at run time is its error
+        return {name: self.from_arena(name, out[name]) for name in p.outputs}
 
