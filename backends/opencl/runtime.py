@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from rammer.backends.gpu.compiler import KERNEL_NAME, GpuProgram
+from rammer.backends.gpu.entry import has_barrier
 from rammer.backends.gpu.guards import check_guards
 from rammer.backends.gpu.lower_ints import ArenaFeeds, ArenaOutputs
 from rammer.codegen import kernel_ir as ir
@@ -68,16 +69,7 @@ POCL_TILED_FAMILIES = frozenset({"gpu.conv_igemm", "gpu.conv_transpose"})
 
 def barrier_rkernels(kernels: Sequence[ir.Kernel]) -> int:
     """How many of ``kernels``' device functions (the rKernels) contain a block barrier."""
-    def has_barrier(body: Sequence[Any]) -> bool:
-        for stmt in body:
-            if isinstance(stmt, ir.Barrier):
-                return True
-            inner = [getattr(stmt, name, ()) for name in ("body", "then", "orelse")]
-            if any(isinstance(part, tuple) and has_barrier(part) for part in inner):
-                return True
-        return False
-
-    return sum(1 for k in kernels if k.device and has_barrier(k.body))
+    return sum(1 for k in kernels if k.device and has_barrier(k))
 
 
 def optimiser_seconds(kernels: Sequence[ir.Kernel]) -> float:
