@@ -91,8 +91,8 @@ def _inline_branch(sub: Graph, prefix: str, taken: set[str], inits: dict, value_
     return nodes, [rename.get(t.name, t.name) for t in sub.outputs]
 
 
-def _inline_reachable(node: Node, live: int, subs: list[Graph], cond: TensorInfo, outs: list[TensorInfo],
-                      taken: set[str], inits: dict, value_info: dict, opset: dict) -> list[Node]:
+def _inline_reachable(node: Node, live: int, subs: list[Graph], cond: TensorInfo, taken: set[str], inits: dict,
+                      value_info: dict, opset: dict) -> list[Node]:
     """The reachable branch ``subs[live]`` inlined with its outputs written to ``node``'s, and the
     guard that makes taking the other branch at run time its error."""
     sub, dead = subs[live], subs[1 - live]
@@ -134,7 +134,7 @@ def _inline(node: Node, graph: Graph, taken: set[str], inits: dict, value_info: 
     if not all(_outputs_match(subs[k], outs) for k in live):
         return None
     if len(live) == 1:
-        return _inline_reachable(node, live[0], subs, cond, outs, taken, inits, value_info, opset)
+        return _inline_reachable(node, live[0], subs, cond, taken, inits, value_info, opset)
     if any(len(cond.shape) > len(o.shape) for o in outs):
         return None
     stem = node.name or node.outputs[0]
@@ -151,7 +151,8 @@ def _inline(node: Node, graph: Graph, taken: set[str], inits: dict, value_info: 
 
 
 def if_to_select(graph: Graph) -> Graph:
-    """``graph`` with each ``If`` it can inline as both branches and a ``Where`` (the same object when none)."""
+    """``graph`` with each ``If`` it can inline as both branches and a ``Where``, or as its one reachable
+    branch and a guard (the same object when none)."""
     if not any(n.op_type == "If" and n.domain == "" for n in graph.nodes):
         return graph
     taken = set(graph.value_info) | set(graph.initializers) | {n.name for n in graph.nodes}
