@@ -5,6 +5,7 @@
     python ci/gpu_coverage.py --model a.onnx b.onnx
     python ci/gpu_coverage.py --corpus                       # the corpus (ci/corpus/) at ci size
     python ci/gpu_coverage.py --corpus --models bert,opt --run opencl,emulator   # and run them
+    python ci/gpu_coverage.py --real --models vad,ocr-cls --run emulator         # ci/real_models.py's, run
     python ci/gpu_coverage.py --first-run --size full --models resnet18,bert    # PoCL's first run
     python ci/gpu_coverage.py --first-run --split --size full --models swin      # its parts
     python ci/gpu_coverage.py --first-run --compile cuda,rocm --models real:vgg19,real:vad   # ci/real_models.py's
@@ -12,9 +13,10 @@
 For each model: the opencl backend's passes, then every node lowered (``unsupported``); refusals are
 counted by op and by the first words of the reason.  Graphs the cpu backend would not compile without
 falling back are counted apart (they are not the GPU backends' to run).  With ``--run``, each corpus
-model that compiles is also run on ``opencl`` (PoCL here) and, for ``emulator``, compiled for ``cuda``
-and run by the CuPy runner on the CUDA-semantics CPU emulator (``backends/gpu/emulation``), both
-against ``reference`` on the corpus's feeds (rtol 1e-3), one line per model and target.
+model that compiles (and each ``--real`` model, on its own feeds) is also run on ``opencl`` (PoCL here)
+and, for ``emulator``, compiled for ``cuda`` and run by the CuPy runner on the CUDA-semantics CPU
+emulator (``backends/gpu/emulation``), both against ``reference`` on the corpus's feeds (rtol 1e-3),
+one line per model and target.
 
 ``--first-run`` times, per corpus model in a fresh process (PoCL's kernel cache off, so its kernel
 compiler runs as on a machine that never built the program), ``rammer.compile`` for opencl, the
@@ -210,8 +212,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--model", nargs="*", default=[])
     ap.add_argument("--corpus", action="store_true", help="the corpus models (ci/corpus/) at --size")
     ap.add_argument("--size", default="ci", choices=("ci", "full"))
-    ap.add_argument("--models", default="", help="with --corpus: these names only (comma-separated)")
-    ap.add_argument("--run", default="", help="with --corpus: run what compiles on opencl and/or emulator")
+    ap.add_argument("--models", default="", help="with --corpus or --real: these names only (comma-separated)")
+    ap.add_argument("--run", default="", help="with --corpus or --real: run what compiles on opencl and/or emulator")
     ap.add_argument("--backend", default="opencl")
     ap.add_argument("--verbose", action="store_true")
     ap.add_argument("--first-run", action="store_true",
@@ -262,6 +264,7 @@ def main(argv: list[str] | None = None) -> int:
 
     be = plugins.get_backend(args.backend, compile_only=True)
     models: list[tuple[str, object]] = []
+    feeds_of: dict[str, dict] = {}
     if args.graphs:
         from rammer.fuzzing.graphs import GeneratorError, random_model
 
@@ -280,14 +283,19 @@ def main(argv: list[str] | None = None) -> int:
         sys.path.insert(0, "ci")
         import real_models  # type: ignore
 
+        wanted = {n.removeprefix("real:") for n in args.models.split(",") if n}
         for m in real_models.MODELS:
+            if wanted and m.name not in wanted:
+                continue
             try:
-                models.append((m.name, (real_models.model_bytes(m), m.shapes or None)))
+                data = real_models.model_bytes(m)
+                models.append((m.name, (data, m.shapes or None)))
+                if args.run:  # the model's own feeds (the VAD's sample rate...), as --first-run uses
+                    feeds_of[m.name] = real_models.feeds_for(m, data)
             except Exception as exc:  # a source not on this machine
                 print(f"{m.name}: skipped: {str(exc)[:80]}")
     for path in args.model:
         models.append((path, path))
-    feeds_of: dict[str, dict] = {}
     if args.corpus:
         for label, (onnx_bytes, shapes, feeds) in corpus_models(args.size, args.models):  # type: ignore[misc]
             models.append((label, (onnx_bytes, shapes)))

@@ -33,6 +33,7 @@ from rammer.vdevice import VDevice
 from . import entry
 from . import program as gp
 from .fuse import FUSED_OP
+from .guards import Guard, program_guards
 from .lower import (
     BINARY,
     BLOCK_THREADS,
@@ -122,6 +123,8 @@ class GpuProgram:
     #: The entry kernel's call tables (:mod:`.entry`), passed after ``(arena, counters, epoch|wave)``
     #: in this order.
     tables: dict[str, np.ndarray] = field(default_factory=dict)
+    #: The branch guards (:mod:`.guards`): tensors the runner reads back with the outputs and checks.
+    guards: list[Guard] = field(default_factory=list)
 
     def source(self, dialect: str) -> str:
         """The self-contained source file of the program in ``dialect`` (cuda, hip, opencl)."""
@@ -188,6 +191,8 @@ def compile_program(graph: Graph, backend: Any, vdevice: VDevice, policy: str = 
 
     inputs = [t.name for t in graph.inputs]
     outputs = [t.name for t in graph.outputs]
+    guards = program_guards(graph)
+    kept = outputs + [g.tensor for g in guards if g.tensor not in outputs]  # alive until the run ends
     for n in inputs:
         buf(n)
     # Each lowering's distinct argument tuples, read once (a pass over its calls: 10^6 on a full-size
@@ -209,7 +214,7 @@ def compile_program(graph: Graph, backend: Any, vdevice: VDevice, policy: str = 
         reads = tuple(sorted({buf(node.inputs[s]) for io, s in sorted(refs) if io == "in"}))
         writes = tuple(sorted({buf(node.outputs[s]) for io, s in sorted(refs) if io == "out"}))
         ops.append(NodeOp(node, reads, writes))
-    for n in outputs:
+    for n in kept:
         buf(n)
     buffers = []
     for i, n in enumerate(names):
@@ -237,7 +242,7 @@ def compile_program(graph: Graph, backend: Any, vdevice: VDevice, policy: str = 
         lowered.append(low)
 
     waves = op_waves(operator_predecessors(ops))
-    plan = order_and_plan([ops], [schedule], buffers, {index[n] for n in outputs}, alignment=_ALIGN,
+    plan = order_and_plan([ops], [schedule], buffers, {index[n] for n in kept}, alignment=_ALIGN,
                           waves=waves if mode == "wave" else None).arena
     offset = {b.name: b.byte_offset // 4 for b in buffers}
     tensors = {b.name: (offset[b.name], tuple(graph.value_info[b.name].shape)) for b in buffers}
@@ -312,4 +317,4 @@ def compile_program(graph: Graph, backend: Any, vdevice: VDevice, policy: str = 
               "policy": policy, "mode": mode, "launches_per_run": launches, "waves": max(waves, default=-1) + 1,
               "shared_bytes": max((sum(s.size for s in k.shared) * 4 for k in templates.values()), default=0)}
     return GpuProgram(graph.name, schedule, kernels, len(programs), BLOCK_THREADS, arena_floats, tensors,
-                      constants, inputs, outputs, report, mode, launches, tables)
+                      constants, inputs, outputs, report, mode, launches, tables, guards)

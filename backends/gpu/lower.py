@@ -23,10 +23,12 @@ import numpy as np
 
 from rammer.errors import OpExecutionError, ShapeError
 from rammer.ir import Graph, Node
+from rammer.ops.branch_guard import is_branch_guard
 
 from . import kernels_index as kx
 from . import kernels_model as km
 from .fuse import FUSED_DOMAIN, FUSED_OP, lower_fused
+from .guards import lower_guard
 from .lower_copy import lower_copy
 from .lower_index import lower_cumsum, lower_gather, lower_gather_elements, lower_layernorm
 from .lower_ints import ARENA_DTYPES, lower_cast, output_refusal
@@ -112,6 +114,8 @@ def _lower_node(node: Node, graph: Graph, mult: int = 1) -> Lowered:
     op = node.op_type
     if node.domain == FUSED_DOMAIN and op == FUSED_OP:
         return lower_fused(node, graph, mult, Lowered, Ref)
+    if is_branch_guard(op, node.domain):  # an If's reachable branch inlined: its condition, checked after the run
+        return lower_guard(node, graph, mult, Lowered, Ref)
     if node.domain not in ("", "ai.onnx") or op not in GPU_OPS:
         raise fail(node, "the GPU backends have no rKernel for this op")
     why = output_refusal(node, graph)

@@ -41,6 +41,7 @@ import numpy as np
 from rammer.errors import RammerError
 
 from .compiler import KERNEL_NAME, GpuProgram
+from .guards import check_guards
 from .lower_ints import ArenaFeeds, ArenaOutputs
 from .occupancy import GpuLimits, check_grid, occupancy
 
@@ -203,8 +204,9 @@ class CupyRunner:
             size = int(np.prod(shape))
             self.arena[off:off + size].set(np.ascontiguousarray(self.to_arena(name, feeds[name]).ravel(), np.float32))
         self._launch()
-        out = {}
-        for name in p.outputs:
+        read = {}
+        for name in [*p.outputs, *(g.tensor for g in p.guards)]:
             off, shape = p.tensors[name]
-            out[name] = self.from_arena(name, self.arena[off:off + int(np.prod(shape))].get().reshape(shape))
-        return out
+            read[name] = self.arena[off:off + int(np.prod(shape))].get().reshape(shape)
+        check_guards(p.guards, read)  # an If's unreachable branch selected at run time is its error
+        return {name: self.from_arena(name, read[name]) for name in p.outputs}

@@ -19,6 +19,7 @@ _MODULES = [
     "indexing",
     "resize",
     "control",
+    "branch_guard",
     "quant",
     "qlinear",
     "signal",
