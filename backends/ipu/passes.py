@@ -1,5 +1,11 @@
 """The graph rewrites the ipu backend runs before scheduling.
 
+* :data:`rammer.passes.IF_TO_SELECT` (core): an ``If`` on a run-time condition becomes both
+  branches inlined and a ``Where`` per output.  The lowering emits one static BSP program (it does
+  not model Poplar's ``program::If``), and a branch body's rTasks would read the outer tensors it
+  captures without any exchange delivering them: such an ``If`` was refused (real:vad, the silero
+  detector whose whole network is the two branches of an ``If`` on the sample rate).  An ``If`` the
+  pass leaves is still refused by name (device.py).
 * :data:`rammer.passes.DECOMPOSE` (core): nearest ``Resize`` with integer factors becomes a
   broadcast view (Reshape -> Expand -> Reshape), a ``ConvTranspose`` whose kernel equals its
   stride a 1x1 Conv and a depth-to-space view, and the rest of that pass's forms.  Those ops have
@@ -36,7 +42,7 @@ import math
 import numpy as np
 
 from rammer.ir import Graph, Node
-from rammer.passes import DECOMPOSE, Pass
+from rammer.passes import DECOMPOSE, IF_TO_SELECT, Pass
 from rammer.passes.split_k import make_split_k
 from rammer.passes.unroll_rnn import unroll_rnn
 from rammer.vdevice import PRESETS
@@ -150,7 +156,7 @@ def ipu_passes(tile_bytes: int = DEFAULT_TILE_BYTES, num_tiles: int = DEFAULT_TI
     operand blocks of a MatMul rTask, and a tile's share of a split weight, may take half a tile
     (the other half holds the tile's constants and activations), a recurrent node all of it."""
     share = tile_bytes // 2
-    return (DECOMPOSE,
+    return (IF_TO_SELECT, DECOMPOSE,
             Pass("unroll-large-rnn", lambda g: unroll_large_rnns(g, tile_bytes),
                  "LSTM/GRU/RNN unrolled into MatMuls and cells when one of them is larger than a tile"),
             make_split_k(pieces_for=lambda m, n, k: k_pieces(m, n, k, share, num_tiles=num_tiles)),
