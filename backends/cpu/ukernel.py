@@ -30,6 +30,7 @@ ymm registers; a group's last one or two panels 4 x 16, :data:`PX_NR_NARROW`).
 from __future__ import annotations
 
 import ctypes
+import math
 from collections.abc import Callable
 
 import numpy as np
@@ -202,6 +203,28 @@ def _activate(bld: ir.IRBuilder, val: ir.Value, relu: int) -> ir.Value:
     return val
 
 
+def _exp_reduced(bld: ir.IRBuilder, t: ir.Value, madd: Callable[[ir.Value, ir.Value, ir.Value], ir.Value],
+                 degree: int) -> tuple[ir.Value, ir.Value]:
+    """The core both exponentials share, for ``t`` already clamped to exp's finite range: ``k`` =
+    t / ln 2 rounded by adding 1.5 * 2**23 (its low mantissa bits hold n + 2**22, for the caller's
+    2**n), and ``p`` = e**r for r = t - n ln 2 (ln 2 in two parts), as Taylor's polynomial of
+    ``degree`` in Horner's form through ``madd(a, b, acc)`` = a * b + acc."""
+    n_lanes = t.type.count
+
+    def c(v: float) -> ir.Constant:
+        return ir.Constant(t.type, [float(np.float32(v))] * n_lanes)
+
+    k = madd(t, c(1.4426950408889634), c(12582912.0))
+    nn = bld.fsub(k, c(12582912.0))
+    # t - nn*ln2 as t + (-nn)*ln2: negation is exact, so unfused it is the same value
+    r = madd(bld.fneg(nn), c(0.693145751953125), t)
+    r = madd(bld.fneg(nn), c(1.428606765330187e-06), r)
+    p = c(1.0 / math.factorial(degree))
+    for j in range(degree - 1, -1, -1):
+        p = madd(p, r, c(1.0 / math.factorial(j)))
+    return k, p
+
+
 def _vec_silu(bld: ir.IRBuilder, x: ir.Value) -> ir.Value:
     """``x * sigmoid(x)`` per lane as ``x / (1 + e**-x)``, e**-x by :func:`.fastmath.sigmoid_act32`'s
     algorithm (-x clamped to [-87, 88] instead of exp's subnormal, overflow and NaN paths; its
@@ -221,13 +244,7 @@ def _vec_silu(bld: ir.IRBuilder, x: ir.Value) -> ir.Value:
     t = bld.fneg(x)
     t = bld.select(bld.fcmp_ordered(">", t, c(-87.0)), t, c(-87.0))  # (NaN -> -87: the division keeps it)
     t = bld.select(bld.fcmp_ordered("<", t, c(88.0)), t, c(88.0))  # (2**127 at most: no overflow)
-    k = bld.call(fma, [t, c(1.4426950408889634), c(12582912.0)])
-    nn = bld.fsub(k, c(12582912.0))
-    r = bld.call(fma, [bld.fneg(nn), c(0.693145751953125), t])
-    r = bld.call(fma, [bld.fneg(nn), c(1.428606765330187e-06), r])
-    p = c(1.0 / 720.0)
-    for coef in (1.0 / 120.0, 1.0 / 24.0, 1.0 / 6.0, 0.5, 1.0, 1.0):
-        p = bld.call(fma, [p, r, c(coef)])
+    k, p = _exp_reduced(bld, t, lambda a, b, acc: bld.call(fma, [a, b, acc]), degree=6)
     # k's low mantissa bits hold n + 2**22: n + 127 in the exponent field is 2**n
     bits = bld.add(bld.bitcast(k, vi), ir.Constant(vi, [127 - 0x4B400000] * n_lanes))
     e = bld.fmul(p, bld.bitcast(bld.shl(bits, ir.Constant(vi, [23] * n_lanes)), vf))
@@ -259,14 +276,7 @@ def _vec_exp(bld: ir.IRBuilder, x: ir.Value, fused: bool = False) -> ir.Value:
     xs = sel(tiny, bld.fadd(x, c(44.3614195558365)), x)
     xc = sel(bld.fcmp_ordered(">", xs, c(-86.0)), xs, c(-86.0))
     xc = sel(bld.fcmp_ordered("<", xc, c(88.7228)), xc, c(88.7228))
-    t = madd(xc, c(1.4426950408889634), c(12582912.0))
-    nn = bld.fsub(t, c(12582912.0))
-    # xc - nn*ln2 as xc + (-nn)*ln2: negation is exact, so unfused it is the same value
-    r = madd(bld.fneg(nn), c(0.693145751953125), xc)
-    r = madd(bld.fneg(nn), c(1.428606765330187e-06), r)
-    p = c(1.0 / 5040.0)
-    for k in (1.0 / 720.0, 1.0 / 120.0, 1.0 / 24.0, 1.0 / 6.0, 0.5, 1.0, 1.0):
-        p = madd(p, r, c(k))
+    t, p = _exp_reduced(bld, xc, madd, degree=7)
     bits = bld.add(bld.bitcast(t, vi), ir.Constant(vi, [126 - 0x400000] * n_lanes))
     scale = bld.bitcast(bld.shl(bits, ir.Constant(vi, [23] * n_lanes)), vf)
     y = bld.fmul(bld.fadd(p, p), scale)
