@@ -15,6 +15,9 @@ Families (each a single op or a small block, the shape classes transformers are 
   output projection, the largest single GEMM of small decoders.
 * ``linear-gelu``: the same followed by erf-GELU (``0.5 x (1 + erf(x / sqrt 2))``, BERT's and ViT's
   MLP), to see whether the activation rides on the GEMM's stores.
+* ``linear-gelu-tanh``: the same with the tanh approximation (``0.5 x (1 + tanh(sqrt(2/pi) (x +
+  0.044715 x**3)))``, GPT-2's, ALBERT's and T5 v1.1's MLP) as Hugging Face's ``gelu_new`` exports it
+  (``--before rammer.passes.fuse_gelu.MATCH_TANH=False`` leaves it as eight nodes).
 * ``narrow``: the same with many rows (196-4096) and few columns (19-320): channels-last
   projections (ConvNeXt's MLP back to C channels), pointwise layers written as MatMuls, class heads.
 * ``scores``: ``Q[1, H, S, D] @ transpose(K)[1, H, D, S]``, the attention scores over heads
@@ -60,7 +63,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-FAMILIES = ("linear", "lm-head", "linear-gelu", "narrow", "scores", "context", "attention", "rnn")
+FAMILIES = ("linear", "lm-head", "linear-gelu", "linear-gelu-tanh", "narrow", "scores", "context", "attention", "rnn")
 
 
 def _model(nodes: list, inputs: list, output: tuple[str, list[int]], inits: dict[str, np.ndarray]) -> onnx.ModelProto:
@@ -72,8 +75,10 @@ def _model(nodes: list, inputs: list, output: tuple[str, list[int]], inits: dict
     return model
 
 
-def linear(m: int, k: int, n: int, gelu: bool = False, bias: bool = True
+def linear(m: int, k: int, n: int, gelu: bool | str = False, bias: bool = True
            ) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+    """``x @ w (+ b)``, then ``gelu``: True (or "erf") the exact GELU as torch exports it, "tanh" the
+    tanh approximation as Hugging Face's gelu_new exports it (GPT-2, ALBERT, T5 v1.1)."""
     rng = np.random.default_rng(0)
     inits = {"w": (rng.standard_normal((k, n)) / math.sqrt(k)).astype(np.float32)}
     if bias:
@@ -82,7 +87,15 @@ def linear(m: int, k: int, n: int, gelu: bool = False, bias: bool = True
                  helper.make_node("Add", ["xw", "b"], ["h" if gelu else "y"])]
     else:
         nodes = [helper.make_node("MatMul", ["x", "w"], ["h" if gelu else "y"])]
-    if gelu:
+    if gelu == "tanh":
+        inits.update(three=np.array(3.0, np.float32), kappa=np.array(0.044715, np.float32),
+                     beta=np.array(math.sqrt(2.0 / math.pi), np.float32), one=np.array(1.0, np.float32),
+                     half=np.array(0.5, np.float32))
+        nodes += [helper.make_node("Mul", ["h", "half"], ["hh"]), helper.make_node("Pow", ["h", "three"], ["c"]),
+                  helper.make_node("Mul", ["c", "kappa"], ["kc"]), helper.make_node("Add", ["h", "kc"], ["i"]),
+                  helper.make_node("Mul", ["i", "beta"], ["s"]), helper.make_node("Tanh", ["s"], ["t"]),
+                  helper.make_node("Add", ["t", "one"], ["t1"]), helper.make_node("Mul", ["hh", "t1"], ["y"])]
+    elif gelu:
         inits.update(sqrt2=np.array(math.sqrt(2.0), np.float32), one=np.array(1.0, np.float32),
                      half=np.array(0.5, np.float32))
         nodes += [helper.make_node("Div", ["h", "sqrt2"], ["hs"]), helper.make_node("Erf", ["hs"], ["e"]),
@@ -164,6 +177,11 @@ def grid(families: tuple[str, ...]) -> list[tuple[str, str, Callable[[], tuple[o
         for k, n in ((768, 3072), (384, 1536)):
             for m in (8, 64, 197):
                 out.append(("linear-gelu", f"M={m} K={k} N={n}", lambda m=m, k=k, n=n: linear(m, k, n, True)))
+    if "linear-gelu-tanh" in families:
+        for k, n in ((768, 3072), (384, 1536), (512, 2048)):
+            for m in (8, 64, 128, 256):
+                out.append(("linear-gelu-tanh", f"M={m} K={k} N={n}",
+                            lambda m=m, k=k, n=n: linear(m, k, n, "tanh")))
     for fam, build in (("scores", scores), ("context", context), ("attention", attention)):
         if fam in families:
             for h, d in ((12, 64), (4, 32)):
