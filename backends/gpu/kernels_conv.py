@@ -21,7 +21,7 @@ from .ir_helpers import mod as _mod
 from .ir_helpers import mul as _mul
 
 __all__ = ["conv2d_implicit_gemm", "conv_transpose2d_direct", "conv_tile", "conv_transpose_total",
-           "conv_transpose_channels", "CONV_PARAMS", "CT_CHANNELS", "CONV_REG_TILE", "CONV_K_UNROLL"]
+           "conv_transpose_channels", "CONV_PARAMS", "CT_CHANNELS", "CONV_REG_TILE"]
 
 
 #: The integer parameters of both conv forms, after (x, w, bias, y).
@@ -42,51 +42,25 @@ def conv_tile(reg: tuple[int, int] = CONV_REG_TILE, threads_side: int = 16) -> t
     return threads_side * reg[0], threads_side * reg[1]
 
 
-#: How many reduction steps of the register tile's inner loop are written out per iteration.  PoCL's CPU
-#: device runs a constant-trip loop without barriers that sits between two barriers as one work-item loop per
-#: iteration (an implicit loop barrier), so every iteration loads and stores the thread's accumulators from
-#: its per-work-item context arrays; two steps an iteration halve that traffic (a 3x3 conv 25-35% cheaper on
-#: PoCL, ``ci/gpu_micro_conv.py``), where the whole loop written out (16 steps) was slower than none.  nvcc
-#: and hipcc unroll a 16-step loop themselves, so a GPU runs the same code either way.
-CONV_K_UNROLL = 2
-
-
-def _band(*terms: ir.Expr) -> ir.Expr:
-    """Comparisons (0 or 1) and-ed bitwise: no short-circuit branches for PoCL's work-item loops."""
-    out = terms[0]
-    for t in terms[1:]:
-        out = BinOp("&", out, t)
-    return out
-
-
-def _guarded_load(buffer: str, cond: ir.Expr, index: ir.Expr) -> ir.Expr:
-    """``cond ? buffer[index] : 0`` as a load that always happens, from ``index`` or (``cond`` false) from
-    element 0: no branch around the load, so PoCL's work-item loop stays straight-line code."""
-    return Select(BinOp("!=", cond, c(0)), Load(buffer, Select(BinOp("!=", cond, c(0)), index, c(0))), c(0.0))
-
-
-def conv2d_implicit_gemm(name: str, tile: int = 16, reg: tuple[int, int] = CONV_REG_TILE,
-                         unroll: int = CONV_K_UNROLL) -> ir.Kernel:
+def conv2d_implicit_gemm(name: str, tile: int = 16, reg: tuple[int, int] = CONV_REG_TILE) -> ir.Kernel:
     """``y = conv(x, w) + bias`` (NCHW, OIHW weights, groups ``G``) with ``tile * tile`` threads per
     block, each accumulating a ``reg = (RM, RP)`` register tile: thread ``(ty, tx)`` owns output
     channels ``row0 + ty + tile i`` (``i < RM``) and pixels ``col0 + tx + tile j`` (``j < RP``), so
     neighbouring threads read neighbouring shared values.  Per K step of ``tile``, the block stages a
     ``TM x tile`` weight slice and gathers the matching ``tile x TP`` input windows (zero outside the
-    padded input, so a non-finite weight still meets the padding's zero) into shared memory; the inner
-    loop over the slice takes ``unroll`` steps an iteration (:data:`CONV_K_UNROLL`).  rTask ``r`` is
-    tile ``r % tiles`` of image-group ``r / tiles`` (``tiles = ceil(M / TM) * ceil(P / TP)``)."""
+    padded input, so a non-finite weight still meets the padding's zero) into shared memory.  rTask
+    ``r`` is tile ``r % tiles`` of image-group ``r / tiles`` (``tiles = ceil(M / TM) * ceil(P / TP)``)."""
     rm, rp = reg
     tm, tp = tile * rm, tile * rp
-    if tile % unroll:
-        raise ValueError(f"the K slice ({tile}) is not a multiple of the unroll factor ({unroll})")
     t = c(tile)
     tx, ty = v("tx"), v("ty")
     # Weights: thread (ty, tx) stages rows ty + tile i, reduction index k0 + tx.
     ka = _add(v("k0"), tx)
-    stage_a = tuple(stmt for i in range(rm) for stmt in (
-        ir.Decl("int", f"wok{i}", _band(_lt(v(f"r{i}"), v("M")), _lt(ka, v("K")))),
+    stage_a = tuple(
         ir.Store("As", _add(c(i * tile * tile), _mul(ty, t), tx),
-                 _guarded_load("w", v(f"wok{i}"), _add(_mul(_add(v("ocb"), v(f"r{i}")), v("K")), ka)))))
+                 Select(_and(_lt(v(f"r{i}"), v("M")), _lt(ka, v("K"))),
+                        Load("w", _add(_mul(_add(v("ocb"), v(f"r{i}")), v("K")), ka)), c(0.0)))
+        for i in range(rm))
     # Inputs: thread (ty, tx) gathers reduction index k0 + ty for pixels tx + tile j; the index split
     # (channel, kernel row, kernel column) is done once for its RP pixels.
     gather: list[ir.Stmt] = [
@@ -104,22 +78,17 @@ def conv2d_implicit_gemm(name: str, tile: int = 16, reg: tuple[int, int] = CONV_
         gather += [
             ir.Decl("int", f"ih{j}", ih),
             ir.Decl("int", f"iw{j}", iw),
-            ir.Decl("int", f"xok{j}", _band(v("kin"), _lt(v(f"p{j}"), v("P")),
-                                             BinOp(">=", v(f"ih{j}"), c(0)), _lt(v(f"ih{j}"), v("H")),
-                                             BinOp(">=", v(f"iw{j}"), c(0)), _lt(v(f"iw{j}"), v("W")))),
             ir.Store("Bs", _add(_mul(ty, c(tp)), tx, c(j * tile)),
-                     _guarded_load("x", v(f"xok{j}"), _add(_mul(_add(v("xrow"), v(f"ih{j}")), v("W")), v(f"iw{j}")))),
+                     Select(_and(BinOp("!=", v("kin"), c(0)), _lt(v(f"p{j}"), v("P")),
+                                 BinOp(">=", v(f"ih{j}"), c(0)), _lt(v(f"ih{j}"), v("H")),
+                                 BinOp(">=", v(f"iw{j}"), c(0)), _lt(v(f"iw{j}"), v("W"))),
+                            Load("x", _add(_mul(_add(v("xrow"), v(f"ih{j}")), v("W")), v(f"iw{j}"))), c(0.0))),
         ]
-
-    def step(kk: ir.Expr) -> ir.Stmt:
-        body: list[ir.Stmt] = [ir.Decl("float", f"a{i}", Load("As", _add(c(i * tile * tile), _mul(ty, t), kk)))
-                               for i in range(rm)]
-        body += [ir.Decl("float", f"b{j}", Load("Bs", _add(_mul(kk, c(tp)), tx, c(j * tile)))) for j in range(rp)]
-        body += [ir.Assign(f"acc{i}_{j}", _add(v(f"acc{i}_{j}"), _mul(v(f"a{i}"), v(f"b{j}"))))
-                 for i in range(rm) for j in range(rp)]
-        return ir.Block(tuple(body))
-
-    inner = tuple(step(_add(v("kk"), c(u)) if u else v("kk")) for u in range(unroll))
+    inner: list[ir.Stmt] = [ir.Decl("float", f"a{i}", Load("As", _add(c(i * tile * tile), _mul(ty, t), v("kk"))))
+                            for i in range(rm)]
+    inner += [ir.Decl("float", f"b{j}", Load("Bs", _add(_mul(v("kk"), c(tp)), tx, c(j * tile)))) for j in range(rp)]
+    inner += [ir.Assign(f"acc{i}_{j}", _add(v(f"acc{i}_{j}"), _mul(v(f"a{i}"), v(f"b{j}"))))
+              for i in range(rm) for j in range(rp)]
     store: list[ir.Stmt] = []
     for i in range(rm):
         bias = Select(BinOp("!=", v("has_bias"), c(0)), Load("bias", _add(v("ocb"), v(f"r{i}"))), c(0.0))
@@ -157,7 +126,7 @@ def conv2d_implicit_gemm(name: str, tile: int = 16, reg: tuple[int, int] = CONV_
             *stage_a,
             ir.Block(tuple(gather)),
             ir.Barrier(),
-            ir.For("kk", c(0), t, c(unroll), inner),
+            ir.For("kk", c(0), t, c(1), tuple(inner)),
             ir.Barrier(),
         )),
         *store,

@@ -34,38 +34,8 @@ def igemm(opencl):
     return opencl.build(render_kernel(kc.conv2d_implicit_gemm("conv", 16), DIALECTS["opencl"]))
 
 
-@pytest.fixture(scope="module")
-def igemm_unrolled_4(opencl):
-    return opencl.build(render_kernel(kc.conv2d_implicit_gemm("conv", 16, unroll=4), DIALECTS["opencl"]))
-
-
 @pytest.mark.parametrize("case", IGEMM_GRID, ids=str)
 def test_conv_igemm_matches_numpy_on_the_grid(opencl, igemm, case):
-    _check_igemm(opencl, igemm, case)
-
-
-@pytest.mark.parametrize("case", IGEMM_GRID[:4], ids=str)
-def test_conv_igemm_unrolled_4_matches_numpy(opencl, igemm_unrolled_4, case):
-    """Another unroll factor of the K slice's inner loop: the steps are written for any divisor of it."""
-    _check_igemm(opencl, igemm_unrolled_4, case)
-
-
-def test_the_k_slice_loop_takes_two_steps_an_iteration_and_the_gathers_do_not_branch():
-    """What makes the kernel cheaper on PoCL (docs/gpu.md, "conv_igemm on PoCL's CPU device"): the inner
-    loop over the K slice takes CONV_K_UNROLL steps an iteration, and the guarded loads are selects of a
-    load from a clamped index with their conditions and-ed bitwise (no short-circuit branch around them)."""
-    text = render_kernel(kc.conv2d_implicit_gemm("conv", 16), DIALECTS["opencl"])
-    assert kc.CONV_K_UNROLL == 2
-    assert "for (int kk = 0; kk < 16; kk += 2) {" in text
-    assert "(kk + 1)" in text
-    gathers = [line for line in text.splitlines() if "Bs[" in line and "x[" in line]
-    assert len(gathers) == 4 and not any("&&" in line for line in gathers)
-    assert all("? x[((" in line or "? x[(" in line for line in gathers)
-    with pytest.raises(ValueError, match="multiple of the unroll"):
-        kc.conv2d_implicit_gemm("conv", 16, unroll=3)
-
-
-def _check_igemm(opencl, igemm, case):
     n, c, h, w, oc, k, stride, pad, dil, groups = case
     rng = np.random.default_rng(sum(case[:5]))
     x = rng.standard_normal((n, c, h, w)).astype(np.float32)
