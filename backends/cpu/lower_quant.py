@@ -31,7 +31,7 @@ import numpy as np
 from rammer.ir import Node, TensorInfo
 from rammer.lower.views import View
 from rammer.ops.conv import window_geometry
-from rammer.ops.quant import BYTE_TABLE, MATMUL_INTEGER_FLOAT
+from rammer.ops.quant import BYTE_TABLE, MATMUL_INTEGER_FLOAT, QUANTIZED_ADD
 from rammer.ops.registry import OpContext
 
 from .kernels_qdw import MAX_EXACT_TAPS, qdw_scratch
@@ -205,6 +205,40 @@ def lower_byte_table(lw: LowerContext, node: Node) -> None:
     reads = {x.buffer, table.buffer} | ({params.buffer} if params is not None else set())
     lw.add_op(CpuOp(node.name or BYTE_TABLE, "quant", (node,), tuple(sorted(reads)), (out.buffer,),
                     float(x.size), 2.0 * x.size + 256, _parts(x.size, 16384), emit))
+
+
+# -- QuantizedAdd (rammer domain: DQ(a) + DQ(b) [-> Relu] -> Q, see rammer.passes.qdq_add) -----------------
+
+def quantized_add_reason(lw: LowerContext, node: Node) -> str | None:
+    out = _info(lw, node.outputs[0])
+    for slot in (0, 3):
+        t = _info(lw, node.inputs[slot])
+        if t.dtype not in _EIGHT_BIT or tuple(t.shape) != tuple(out.shape):
+            return f"QuantizedAdd operand '{node.inputs[slot]}' ({t.dtype} {list(t.shape)}) is not 8-bit of the " \
+                   f"output's shape {list(out.shape)} (the kernel does not broadcast)"
+    if any(_input(node, i) and _size(_info(lw, node.inputs[i])) != 1 for i in (1, 2, 4, 5, 6, 7)):
+        return "QuantizedAdd with per-axis scales or zero points"
+    return None
+
+
+def lower_quantized_add(lw: LowerContext, node: Node) -> None:
+    a = lw.dense(node.inputs[0])
+    b = lw.dense(node.inputs[3])
+    params = {i: lw.dense(node.inputs[i]) for i in (1, 2, 4, 5, 6, 7) if _input(node, i)}
+    out = lw.views[node.outputs[0]]
+
+    def emit(ctx: EmitContext, parts: list) -> list[Row]:
+        def at(slot: int) -> int:
+            return ctx.locate(params[slot]) if slot in params else -1
+
+        desc = ctx.side.add_ints([ctx.locate(a), ctx.locate(b), ctx.locate(out), at(1), at(2), at(4), at(5), at(6),
+                                  at(7), int(a.dtype == "int8"), int(b.dtype == "int8"), int(out.dtype == "int8"),
+                                  int(node.attr("relu", 0))])
+        return [("k_qadd", [desc, e0, e1]) for e0, e1 in parts]
+
+    reads = {a.buffer, b.buffer} | {v.buffer for v in params.values()}
+    lw.add_op(CpuOp(node.name or QUANTIZED_ADD, "quant", (node,), tuple(sorted(reads)), (out.buffer,),
+                    6.0 * out.size, 3.0 * out.size, _parts(out.size, 16384), emit))
 
 
 # -- DynamicQuantizeLinear --------------------------------------------------------------------------
@@ -576,11 +610,13 @@ LOWERINGS: dict[str, Callable[[LowerContext, Node], None]] = {
     "QuantizeLinear": lower_quantize, "DequantizeLinear": lower_dequantize,
     "DynamicQuantizeLinear": lower_dynamic_quantize, "MatMulInteger": lower_matmul_integer,
     BYTE_TABLE: lower_byte_table, MATMUL_INTEGER_FLOAT: lower_matmul_integer_float,
+    QUANTIZED_ADD: lower_quantized_add,
     "QLinearConv": lower_qlinear_conv, "QLinearMatMul": lower_qlinear_matmul,
 }
 REASONS: dict[str, Callable[[LowerContext, Node], str | None]] = {
     "QuantizeLinear": quantize_reason, "DequantizeLinear": dequantize_reason,
     "DynamicQuantizeLinear": dynamic_quantize_reason, "MatMulInteger": matmul_integer_reason,
     BYTE_TABLE: byte_table_reason, MATMUL_INTEGER_FLOAT: matmul_integer_float_reason,
+    QUANTIZED_ADD: quantized_add_reason,
     "QLinearConv": qlinear_conv_reason, "QLinearMatMul": qlinear_matmul_reason,
 }
