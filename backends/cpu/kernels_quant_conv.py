@@ -54,25 +54,63 @@ def _store_channels(B, stage, npx, nc, out, plane):
 
 
 @njit(**_JIT)
-def _fill_band(B, x, band, C, H, W, cp, ih0, rows, wp, pl, flip, zfill):
+def _fill_band(B, J, x, band, C, H, W, cp, ih0, rows, wp, pl, flip, zfill):
     """band[(r * wp + col) * cp + c] = x[c, ih0 + r, col - pl] ^ flip, or ``zfill`` outside the image
-    and for the channels past C."""
-    n = rows * wp * cp
-    for e in range(n):
-        B[_u(band + e)] = zfill
+    and for the channels past C.  Written a 4-channel word at a time (``band`` and ``cp`` are multiples of
+    4: the word of channels 4g..4g+3 of a pixel is int32 slot ``band / 4 + (r * wp + col) * cp / 4 + g``),
+    each word from four contiguous source rows: a quarter of the stores and no byte scatter (the byte
+    loop it replaces, a memset of the band then every byte stored on its own, took 1.5-2.2x the time)."""
+    cg = cp // 4
+    zb = np.uint32(zfill)
+    zword = np.int32(zb | (zb << np.uint32(8)) | (zb << np.uint32(16)) | (zb << np.uint32(24)))
+    fb = np.uint32(flip)
+    fword = fb | (fb << np.uint32(8)) | (fb << np.uint32(16)) | (fb << np.uint32(24))
     col0 = max(0, pl)
-    col1 = min(wp, W + pl)
-    if col1 <= col0:
-        return
+    col1 = max(col0, min(wp, W + pl))
+    full = C // 4
     for r in range(rows):
         ih = ih0 + r
-        if ih < 0 or ih >= H:
+        row = band // 4 + r * wp * cg
+        if ih < 0 or ih >= H or col1 <= col0:
+            for e in range(wp * cg):
+                J[_u(row + e)] = zword
             continue
-        for c in range(C):
-            src = x + (c * H + ih) * W - pl
-            dst = band + r * wp * cp + c
-            for col in range(col0, col1):
-                B[_u(dst + col * cp)] = B[_u(src + col)] ^ flip
+        for col in range(col0):
+            for g in range(cg):
+                J[_u(row + col * cg + g)] = zword
+        for col in range(col1, wp):
+            for g in range(cg):
+                J[_u(row + col * cg + g)] = zword
+        for g in range(cg):
+            src = x + (4 * g * H + ih) * W - pl  # channel 4g at band column col is B[src + col]
+            dst = row + g
+            if g < full:
+                s1 = src + H * W
+                s2 = s1 + H * W
+                s3 = s2 + H * W
+                for col in range(col0, col1):
+                    w = np.uint32(B[_u(src + col)]) | (np.uint32(B[_u(s1 + col)]) << np.uint32(8)) \
+                        | (np.uint32(B[_u(s2 + col)]) << np.uint32(16)) | (np.uint32(B[_u(s3 + col)]) << np.uint32(24))
+                    J[_u(dst + col * cg)] = np.int32(w ^ fword)
+            else:  # the last group, C % 4 channels: the bytes past C are zfill (one loop per count)
+                rest = C - 4 * g
+                s1 = src + H * W
+                s2 = s1 + H * W
+                if rest == 1:
+                    top = np.uint32(zword) & np.uint32(0xFFFFFF00)
+                    for col in range(col0, col1):
+                        J[_u(dst + col * cg)] = np.int32(top | (np.uint32(B[_u(src + col)]) ^ fb))
+                elif rest == 2:
+                    top = np.uint32(zword) & np.uint32(0xFFFF0000)
+                    for col in range(col0, col1):
+                        w = np.uint32(B[_u(src + col)]) | (np.uint32(B[_u(s1 + col)]) << np.uint32(8))
+                        J[_u(dst + col * cg)] = np.int32(top | (w ^ (fword & np.uint32(0xFFFF))))
+                else:
+                    top = np.uint32(zword) & np.uint32(0xFF000000)
+                    for col in range(col0, col1):
+                        w = np.uint32(B[_u(src + col)]) | (np.uint32(B[_u(s1 + col)]) << np.uint32(8)) \
+                            | (np.uint32(B[_u(s2 + col)]) << np.uint32(16))
+                        J[_u(dst + col * cg)] = np.int32(top | (w ^ (fword & np.uint32(0xFFFFFF))))
 
 
 @njit(**_JIT)
@@ -151,7 +189,7 @@ def qconv_nhwc(F, B, J, X, d, t0, t1, sbase):
         t += oh1 - oh0
         ih0 = oh0 * sh - pt
         rows_in = (oh1 - 1 - oh0) * sh + (KH - 1) * dh + 1
-        _fill_band(B, x + n * C * H * W, band, C, H, W, cp, ih0, rows_in, wp, pl, flip, zfill)
+        _fill_band(B, J, x + n * C * H * W, band, C, H, W, cp, ih0, rows_in, wp, pl, flip, zfill)
         npx = (oh1 - oh0) * OW
         for pnl in range(panels):
             for q0 in range(0, npx, MR):
