@@ -467,9 +467,9 @@ def k_gemm_int8(F, B, I, J, X, R, p, sbase):
     a B panel).  Row: [desc, t0, t1].  Descriptor: [a, packed b (bytes), out, rows, K, N, a signed,
     b unsigned, a zp (-1), b zp (-1), b zp per column, column sums of the packed int8 B (int32),
     out kind (0: int32, 1: requantized 8 bits, 2: float32), a scale, b scale, b scale per column, y scale,
-    y zp (-1), out signed].  Kind 2 (MatMulIntegerToFloat) stores ``float32(acc) * scale + bias`` (two
-    float32 roundings, as the Cast -> Mul -> Add it replaces), its scale at the b scale's slots and its
-    bias (float32 per column, -1 none) at the a scale's.
+    y zp (-1), out signed, no -128 in the packed b].  Kind 2 (MatMulIntegerToFloat) stores
+    ``float32(acc) * scale + bias`` (two float32 roundings, as the Cast -> Mul -> Add it replaces), its
+    scale at the b scale's slots and its bias (float32 per column, -1 none) at the a scale's.
 
     The micro-kernel sums ``D = sum_k a' * b'`` with a' = a (+128 when a is int8) and b' = b (-128
     when b is uint8); with zb' = zb - 128 [b unsigned] the zero-point product is
@@ -531,7 +531,8 @@ def k_gemm_int8(F, B, I, J, X, R, p, sbase):
             terms_for = panel
             any_zb = False
             # the panel read once here for a -128, not by every tile's call (a form with no shift ignores it)
-            wsafe = no_min_byte(B, pb, k4 * NR * 4) if shift != 0 else 0
+            # (or known at compile time to hold none: descriptor slot 19)
+            wsafe = (1 if X[d + 19] != 0 else no_min_byte(B, pb, k4 * NR * 4)) if shift != 0 else 0
             for j in range(nc):
                 col = c0 + j
                 zb = np.int64(0)

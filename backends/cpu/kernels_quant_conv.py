@@ -119,7 +119,7 @@ def qconv_nhwc(F, B, J, X, d, t0, t1, sbase):
     out, C, H, W, OC, OH, OW, channels padded (cp), KH, KW, sh, sw, dh, dw, pad top, pad left,
     x signed, out signed, x zp (-1), x scale, w scale, w scale per channel, y scale, y zp (-1),
     bias (int32, -1 none), weight column sums (int32 per output channel), output rows per band,
-    padded width (wp), int32 slots of the band, int32 slots of its sums (scratch: the band's bytes,
+    padded width (wp), int32 slots of the band, int32 slots of its sums, no -128 weight (scratch: the band's bytes,
     its sums, per-channel terms and multipliers, then the requantized bytes)].  The weights are packed
     as a [KH * KW * cp, OC] matrix (row (i * KW + j) * cp + c), :func:`.ukernel_int8.pack_b`."""
     x = X[d]
@@ -178,9 +178,10 @@ def qconv_nhwc(F, B, J, X, d, t0, t1, sbase):
         for j in range(KW):
             toff[i * KW + j] = (i * dh * wp + j * dw) * cp
     poff = np.empty(MR, np.int64)
-    wsafe = np.empty(panels, np.int64)  # the weights read once per task, not by every 6-pixel call
+    known_safe = X[d + 32] != 0  # the lowering found no -128 in the weights
+    wsafe = np.empty(panels, np.int64)  # else the weights read once per task, not by every 6-pixel call
     for pnl in range(panels):
-        wsafe[pnl] = no_min_byte(B, wpk + pnl * panel_bytes, panel_bytes) if shift != 0 else 0
+        wsafe[pnl] = (1 if known_safe else no_min_byte(B, wpk + pnl * panel_bytes, panel_bytes)) if shift != 0 else 0
     t = t0
     while t < t1:
         n = t // OH
@@ -225,7 +226,8 @@ def qconv_pointwise(F, B, J, X, d, t0, t1, sbase):
     ``sum (x - zx) * w = D - zx' * rowsum(w)``, a constant per output channel (zx' = zx, or zx + 128 for
     int8 activations), folded with the bias into the kernel's row terms.  Descriptor: [x, weights (int8
     rows of kp bytes), out, C, plane, OC, x signed, out signed, x zp (-1), x scale, w scale, w scale per
-    channel, y scale, y zp (-1), bias (int32, -1 none), weight row sums (int32), kp, H, W, OW, sh, sw]
+    channel, y scale, y zp (-1), bias (int32, -1 none), weight row sums (int32), kp, H, W, OW, sh, sw,
+    no -128 weight]
     (plane = OH * OW, the output's)."""
     x = X[d]
     wrows = X[d + 1]
@@ -273,7 +275,8 @@ def qconv_pointwise(F, B, J, X, d, t0, t1, sbase):
         J[_u(terms + oc)] = np.int32(c_oc << 32 >> 32)
         F[_u(mults + oc)] = x_scale * F[_u(X[d + 10] + (oc if X[d + 11] != 0 else 0))] / y_scale
     pix = np.empty(NR, np.int64)
-    wsafe = no_min_byte(B, wrows, OC * kp) if shift != 0 else 0  # once per task, not by every call
+    # once per task, not by every call; not at all when the lowering found no -128 in the weights
+    wsafe = (1 if X[d + 22] != 0 else no_min_byte(B, wrows, OC * kp)) if shift != 0 else 0
     for t in range(t0, t1):
         n = t // panels
         p0 = (t % panels) * NR

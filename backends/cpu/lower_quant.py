@@ -284,10 +284,11 @@ def matmul_integer_reason(lw: LowerContext, node: Node) -> str | None:
     return None
 
 
-def _packed_weight(lw: LowerContext, name: str) -> tuple[View, View, bool] | None:
+def _packed_weight(lw: LowerContext, name: str) -> tuple[View, View, bool, bool] | None:
     """A constant 2-D 8-bit B packed once at compile time for :func:`.kernels_quant.k_gemm_int8`:
     (the panels as int8, shifted by -128 when B is uint8; their int32 column sums over K; whether B
-    is uint8), or None when B is not a 2-D constant (it is then read in place by the row kernels)."""
+    is uint8; whether no packed byte is -128, which the ``avx2`` micro-kernel otherwise checks per panel
+    at run time), or None when B is not a 2-D constant (it is then read in place by the row kernels)."""
     init = lw.graph.initializers.get(name) if PACK_INT8_WEIGHTS else None
     if init is None:
         return None
@@ -301,18 +302,18 @@ def _packed_weight(lw: LowerContext, name: str) -> tuple[View, View, bool] | Non
         shifted = (w.astype(np.int16) - (128 if unsigned else 0)).astype(np.int8)
         packed = lw.const_view(pack_b(shifted).view(np.uint8))
         colsum = lw.const_view(shifted.astype(np.int32).sum(axis=0, dtype=np.int64).astype(np.int32))
-        found = cache[name] = (packed, colsum, bool(unsigned))
+        found = cache[name] = (packed, colsum, bool(unsigned), not bool(np.any(shifted == -128)))
     return found
 
 
-def _gemm_int8_op(lw: LowerContext, node: Node, a: View, weight: tuple[View, View, bool], out: View, rows: int,
+def _gemm_int8_op(lw: LowerContext, node: Node, a: View, weight: tuple[View, View, bool, bool], out: View, rows: int,
                   K: int, N: int, zps: tuple[View | None, View | None],
                   requant: tuple[View, View, View, View | None] | None,
                   dequant: tuple[View, View | None] | None = None) -> None:
     """The op of :func:`.kernels_quant.k_gemm_int8`: A (rows x K, dense) times a packed constant B;
     ``requant`` (a scale, b scale, y scale, y zero point) for QLinearMatMul, ``dequant`` (scale, bias)
     for MatMulIntegerToFloat, neither for MatMulInteger."""
-    packed, colsum, b_unsigned = weight
+    packed, colsum, b_unsigned, no_min = weight
     za, zb = zps
     tiles = -(-rows // MR) * -(-N // NR)
 
@@ -330,7 +331,7 @@ def _gemm_int8_op(lw: LowerContext, node: Node, a: View, weight: tuple[View, Vie
         desc = ctx.side.add_ints([ctx.locate(a), ctx.locate(packed), ctx.locate(out), rows, K, N,
                                   int(a.dtype == "int8"), int(b_unsigned), _zp_at(ctx, za), _zp_at(ctx, zb),
                                   int(zb is not None and zb.size > 1), ctx.locate(colsum), kind,
-                                  *scales, int(out.dtype == "int8")])
+                                  *scales, int(out.dtype == "int8"), int(no_min)])
         return [("k_gemm_int8", [desc, t0, t1]) for t0, t1 in parts]
 
     views = [a, packed, colsum, *(v for v in (*zps, *(requant or ()), *(dequant or ())) if v is not None)]
