@@ -81,9 +81,10 @@ def qdq_add(graph: Graph) -> Graph:
             relu, after = after, only_reader(after.outputs[0])
         if not _plain_per_tensor(graph, after, "QuantizeLinear") or after is None:
             continue
-        deqs = [producer.get(name) for name in add.inputs]
-        if not all(_plain_per_tensor(graph, d, "DequantizeLinear") for d in deqs):
+        a, b = (producer.get(name) for name in add.inputs)
+        if a is None or b is None or not all(_plain_per_tensor(graph, d, "DequantizeLinear") for d in (a, b)):
             continue
+        deqs = (a, b)
         shape = tuple(value_info[add.outputs[0]].shape)
         y_type = value_info[after.outputs[0]].dtype
         if y_type not in _EIGHT_BIT or value_info[add.outputs[0]].dtype != "float32":
@@ -91,7 +92,6 @@ def qdq_add(graph: Graph) -> Graph:
         if any(value_info[d.inputs[0]].dtype not in _EIGHT_BIT or tuple(value_info[d.inputs[0]].shape) != shape
                or value_info[d.outputs[0]].dtype != "float32" for d in deqs):
             continue
-        a, b = deqs
         inputs = (a.inputs[0], a.inputs[1], zero_point(a, value_info[a.inputs[0]].dtype),
                   b.inputs[0], b.inputs[1], zero_point(b, value_info[b.inputs[0]].dtype),
                   after.inputs[1], zero_point(after, y_type))
