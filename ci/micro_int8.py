@@ -21,6 +21,10 @@ Families:
 * ``depthwise``: depthwise ``QLinearConv`` over a grid of MobileNet / EfficientNet layers (3x3, 5x5 and
   7x7 windows, stride 1 and 2, planes 7-112, 32-960 channels); ``before`` runs the int32 plane kernel
   (``k_qlinearconv``), ``cpu`` the float window sweep over widened planes (``k_qdwconv``);
+* ``add``: the residual add of QDQ models, ``DequantizeLinear(a) + DequantizeLinear(b) -> QuantizeLinear``
+  (uint8, per-tensor scales; onnxruntime runs it as its QLinearAdd) at the residual shapes of resnet /
+  mobilenet-v2 / efficientnet blocks and a batch of 8; ``before`` is the cpu pipeline without ``qdq-add``
+  (float elementwise rTasks), ``cpu`` with it (``QuantizedAdd`` on bytes, ``k_qadd``);
 * ``qdq``: the same convs in QDQ form (DequantizeLinear -> Conv -> QuantizeLinear, as ``quantize_static``
   writes them); ``before`` is the cpu pipeline without ``qdq-to-qlinear`` (the float conv between exact
   float (de)quantizations), ``cpu`` with it (``QLinearConv``).
@@ -99,6 +103,20 @@ DEPTHWISE_SHAPES = [  # (name, C, H, OC, k, stride, group): MobileNet v2/v3, Eff
 ]
 
 
+ADD_SHAPES = [  # (name, shape): residual adds of resnet18/50, mobilenet-v2, efficientnet; a batch of 8
+    ("resnet 64@56", (1, 64, 56, 56)),
+    ("resnet 128@28", (1, 128, 28, 28)),
+    ("resnet 256@14", (1, 256, 14, 14)),
+    ("resnet 512@7", (1, 512, 7, 7)),
+    ("resnet50 256@56", (1, 256, 56, 56)),
+    ("mobilenet 24@56", (1, 24, 56, 56)),
+    ("mobilenet 32@28", (1, 32, 28, 28)),
+    ("mobilenet 96@14", (1, 96, 14, 14)),
+    ("efficientnet 40@28 (odd count)", (1, 40, 27, 27)),
+    ("batch 8 64@56", (8, 64, 56, 56)),
+]
+
+
 def _finish(nodes: list, inputs: list, consts: dict[str, np.ndarray], out: str, out_type: int) -> bytes:
     g = helper.make_graph(nodes, "micro", inputs, [helper.make_tensor_value_info(out, out_type, None)],
                           [numpy_helper.from_array(v, k) for k, v in consts.items()])
@@ -162,6 +180,23 @@ def qdq_conv_case(c: int, h: int, oc: int, k: int, stride: int, group: int) -> t
     return model, {"x": x}
 
 
+def qdq_add_case(shape: tuple[int, ...]) -> tuple[bytes, dict[str, np.ndarray]]:
+    """The residual add of a QDQ model (``quantize_static``'s): DequantizeLinear of each uint8 operand, a
+    float Add, QuantizeLinear of the sum (zero point 0: the Relu after it folded into the saturation)."""
+    rng = np.random.default_rng(int(np.prod(shape)) % 1000)
+    consts = {"as": np.array(0.0072, np.float32), "az": np.array(112, np.uint8),
+              "bs": np.array(0.0139, np.float32), "bz": np.array(0, np.uint8),
+              "ys": np.array(0.0121, np.float32), "yz": np.array(0, np.uint8)}
+    feeds = {n: rng.integers(0, 256, shape).astype(np.uint8) for n in ("a", "b")}
+    nodes = [helper.make_node("DequantizeLinear", ["a", "as", "az"], ["af"]),
+             helper.make_node("DequantizeLinear", ["b", "bs", "bz"], ["bf"]),
+             helper.make_node("Add", ["af", "bf"], ["s"]),
+             helper.make_node("QuantizeLinear", ["s", "ys", "yz"], ["y"])]
+    model = _finish(nodes, [helper.make_tensor_value_info(n, TensorProto.UINT8, shape) for n in feeds], consts, "y",
+                    TensorProto.UINT8)
+    return model, feeds
+
+
 def _best(fn: Callable[[], object], runs: int, clock: Callable[[], float] = time.perf_counter) -> float:
     best = float("inf")
     for _ in range(runs):
@@ -213,6 +248,8 @@ def main() -> None:
         cases += [("depthwise", name, *conv_case(*shape)) for name, *shape in DEPTHWISE_SHAPES]
     if "qdq" in families:
         cases += [("qdq", name, *qdq_conv_case(*shape)) for name, *shape in CONV_SHAPES]
+    if "add" in families:
+        cases += [("add", name, *qdq_add_case(shape)) for name, shape in ADD_SHAPES]
     so = ort.SessionOptions()
     so.intra_op_num_threads = args.threads
     so.inter_op_num_threads = 1
@@ -225,7 +262,9 @@ def main() -> None:
     for family, name, model, feeds in cases:
         sess = ort.InferenceSession(model, so, providers=["CPUExecutionProvider"])
         want = sess.run(None, feeds)[0]
-        if not ORT_U8S8_EXACT:  # onnxruntime's own sums saturate here: check against the reference (the spec)
+        # onnxruntime's own sums saturate here (its QLinearAdd rounds once, the QDQ chain twice): check against
+        # the reference (the spec)
+        if not ORT_U8S8_EXACT or family == "add":
             want = rammer.compile(model, backend="reference")(feeds)["y"]
         runners = {"cpu": rammer.compile(model, backend="cpu", veus=args.threads, cache=False)}
         if not args.no_before and args.before == "pointwise":
@@ -240,9 +279,10 @@ def main() -> None:
                 runners["before"] = rammer.compile(model, backend="cpu", veus=args.threads, cache=False)
             finally:
                 lower_quant_conv.NHWC_CONV = True
-        elif not args.no_before and family == "qdq":  # before: the QDQ pattern as float ops (qdq_as_float)
+        elif not args.no_before and family in ("qdq", "add"):  # before: the QDQ pattern as float ops (qdq_as_float)
             pipeline = graph_passes.PIPELINE
-            graph_passes.PIPELINE = tuple(p for p in pipeline if p.name != "qdq-to-qlinear")
+            dropped = "qdq-to-qlinear" if family == "qdq" else "qdq-add"
+            graph_passes.PIPELINE = tuple(p for p in pipeline if p.name != dropped)
             try:
                 runners["before"] = rammer.compile(model, backend="cpu", veus=args.threads, cache=False)
             finally:
@@ -256,7 +296,7 @@ def main() -> None:
         for label, compiled in runners.items():
             got = compiled(feeds)["y"]
             diff = int(np.abs(got.astype(np.int64) - want.astype(np.int64)).max())
-            if diff > (0 if family == "matmul" else 1):
+            if diff > (0 if family in ("matmul", "add") else 1):
                 ref = 'onnxruntime' if ORT_U8S8_EXACT else 'the reference'
                 sys.exit(f"{name}: {label} differs from {ref} by {diff}")
         calls = {k: (lambda c=c: c(feeds)) for k, c in runners.items()}

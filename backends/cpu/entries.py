@@ -33,6 +33,7 @@ from .kernels_quant import (
     k_dynquant,
     k_gemm_int8,
     k_matmul_int,
+    k_qadd,
     k_qconv_int8,
     k_qlinear_matmul,
     k_qlinearconv,
@@ -216,6 +217,12 @@ def entry_k_byte_table(arena, nbytes, x, nx, r, nr, row, sbase):
     F, B, I, J, X, R = arena_views(arena, nbytes, x, nx, r, nr)
     p = carray(row, (ROW_PARAMS,), np.int64)
     return k_byte_table(F, B, I, J, X, R, p, sbase)
+
+
+def entry_k_qadd(arena, nbytes, x, nx, r, nr, row, sbase):
+    F, B, I, J, X, R = arena_views(arena, nbytes, x, nx, r, nr)
+    p = carray(row, (ROW_PARAMS,), np.int64)
+    return k_qadd(F, B, I, J, X, R, p, sbase)
 
 
 def entry_k_qdwconv(arena, nbytes, x, nx, r, nr, row, sbase):

@@ -18,6 +18,7 @@ from rammer.passes import (
     FUSE_ATTENTION,
     FUSE_GELU,
     NORM_AS_LAYERNORM,
+    QDQ_ADD,
     QDQ_AS_FLOAT,
     QDQ_LOOKUP,
     QDQ_MATMUL_FLOAT,
@@ -50,6 +51,7 @@ PIPELINE: tuple[Pass, ...] = (
     # k_qdwconv sweeps (the int32 plane kernel, which runs the others, took 1.7-2x the float depthwise conv)
     qdq_to_qlinear_pass(conv_ranks=(2,), depthwise=QDWCONV_WINDOWS),
     QDQ_LOOKUP,  # DQ -> Clip / Relu / Sigmoid... -> Q as one byte table (k_byte_table), before QDQ_AS_FLOAT
+    QDQ_ADD,  # DQ(a) + DQ(b) [-> Relu] -> Q (residual adds) as one QuantizedAdd on bytes (k_qadd)
     QDQ_MATMUL_FLOAT,  # MatMulInteger -> Cast -> Mul -> Add as one op: k_gemm_int8 dequantizes in its store
     QDQ_AS_FLOAT,  # QDQ pairs as exact float ops, fused into the epilogue of the conv / GEMM before them
     CSE,

@@ -51,6 +51,7 @@ KERNELS: dict[str, ModuleType] = {
     "k_dequantize": kernels_quant,
     "k_dynquant": kernels_quant,
     "k_byte_table": kernels_quant,
+    "k_qadd": kernels_quant,
     "k_matmul_int": kernels_quant,
     "k_qlinearconv": kernels_quant,
     "k_qlinear_matmul": kernels_quant,
@@ -93,6 +94,8 @@ DESCRIPTIONS = {
     "k_dequantize": "DequantizeLinear of 8-bit / int32 values (per tensor / per axis)",
     "k_byte_table": "ByteTable: each byte looked up in a 256-entry table (a DequantizeLinear -> per-element ops"
                     " -> QuantizeLinear chain)",
+    "k_qadd": "QuantizedAdd: two 8-bit tensors dequantized, added [Relu], requantized, in float32 as the"
+              " DequantizeLinear -> Add -> QuantizeLinear chain it replaces",
     "k_dynquant": "DynamicQuantizeLinear: the tensor's range, then uint8 quantization",
     "k_matmul_int": "MatMulInteger rows, int32 accumulation",
     "k_qlinearconv": "QLinearConv planes: int32 accumulation, float32 requantization",

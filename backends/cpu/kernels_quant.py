@@ -1,4 +1,4 @@
-"""Quantized rKernels: QuantizeLinear, DequantizeLinear, ByteTable, DynamicQuantizeLinear, MatMulInteger,
+"""Quantized rKernels: QuantizeLinear, DequantizeLinear, ByteTable, QuantizedAdd, DynamicQuantizeLinear, MatMulInteger,
 QLinearMatMul and QLinearConv, computing in integers (int32 accumulation) as the ONNX spec and onnxruntime do.
 
 8-bit tensors live in the arena's byte view ``B``; a ``signed`` flag says whether a byte is int8
@@ -155,6 +155,48 @@ def k_byte_table(F, B, I, J, X, R, p, sbase):
         return 0
     for e in range(p[1], p[2]):
         B[_u(out + e)] = B[_u(table + np.int64(B[_u(x + e)]))]
+    return 0
+
+
+#: The lowest float32: the floor of a QuantizedAdd without Relu (finite, as the loop's fastmath flags assume).
+_NO_FLOOR = f32(np.finfo(np.float32).min)
+
+
+@njit(nogil=True, cache=True, error_model="numpy", boundscheck=False, fastmath={"nnan", "ninf", "nsz"})
+def _quantized_add(B, a, b, out, e0, e1, flip_a, flip_b, za, zb, sa, sb, floor, sy, zy, qlo, qhi):
+    """out[e] = saturate(rint(max((a[e] - za) * sa + (b[e] - zb) * sb, floor) / sy) + zy) for e in [e0, e1),
+    every step in float32 as DequantizeLinear, Add, Relu and QuantizeLinear compute it (the byte minus its
+    zero point is an integer of at most 9 bits, exact; no contraction into an FMA, a true division): bit for
+    bit the chain.  An int8 byte is read as the unsigned byte ^ 0x80 with its zero point + 128 (``flip_*``,
+    ``z*``), so one branch-free loop over slices serves every signedness and vectorizes."""
+    n = e1 - e0
+    x = B[_u(a + e0):_u(a + e1)]
+    y = B[_u(b + e0):_u(b + e1)]
+    o = B[_u(out + e0):_u(out + e1)]
+    for e in range(n):
+        v = max((f32(x[e] ^ flip_a) - za) * sa + (f32(y[e] ^ flip_b) - zb) * sb, floor)
+        q = min(max(rint_f32(v / sy) + zy, qlo), qhi)
+        o[e] = np.int32(q) & 255
+
+
+@njit(**_JIT)
+def k_qadd(F, B, I, J, X, R, p, sbase):
+    """QuantizedAdd of elements [e0, e1) (rammer domain: DequantizeLinear(a) + DequantizeLinear(b) [-> Relu]
+    -> QuantizeLinear, see :mod:`rammer.passes.qdq_add`).  Row: [desc, e0, e1].  Descriptor: [a, b, out,
+    a scale, a zp, b scale, b zp, y scale, y zp, a signed, b signed, out signed, relu] (per-tensor scales
+    and zero points; -1: no zero point)."""
+    d = p[0]
+    a_signed = X[d + 9] != 0
+    b_signed = X[d + 10] != 0
+    o_signed = X[d + 11] != 0
+    za = f32(_byte(B, X[d + 4], a_signed)) if X[d + 4] >= 0 else f32(0.0)
+    zb = f32(_byte(B, X[d + 6], b_signed)) if X[d + 6] >= 0 else f32(0.0)
+    zy = f32(_byte(B, X[d + 8], o_signed)) if X[d + 8] >= 0 else f32(0.0)
+    _quantized_add(B, X[d], X[d + 1], X[d + 2], p[1], p[2], np.uint8(128 if a_signed else 0),
+                   np.uint8(128 if b_signed else 0), za + f32(128.0) if a_signed else za,
+                   zb + f32(128.0) if b_signed else zb, F[_u(X[d + 3])], F[_u(X[d + 5])],
+                   f32(0.0) if X[d + 12] != 0 else _NO_FLOOR, F[_u(X[d + 7])], zy,
+                   f32(-128.0) if o_signed else f32(0.0), f32(127.0) if o_signed else f32(255.0))
     return 0
 
 
@@ -425,9 +467,9 @@ def k_gemm_int8(F, B, I, J, X, R, p, sbase):
     a B panel).  Row: [desc, t0, t1].  Descriptor: [a, packed b (bytes), out, rows, K, N, a signed,
     b unsigned, a zp (-1), b zp (-1), b zp per column, column sums of the packed int8 B (int32),
     out kind (0: int32, 1: requantized 8 bits, 2: float32), a scale, b scale, b scale per column, y scale,
-    y zp (-1), out signed].  Kind 2 (MatMulIntegerToFloat) stores ``float32(acc) * scale + bias`` (two
-    float32 roundings, as the Cast -> Mul -> Add it replaces), its scale at the b scale's slots and its
-    bias (float32 per column, -1 none) at the a scale's.
+    y zp (-1), out signed, no -128 in the packed b].  Kind 2 (MatMulIntegerToFloat) stores
+    ``float32(acc) * scale + bias`` (two float32 roundings, as the Cast -> Mul -> Add it replaces), its
+    scale at the b scale's slots and its bias (float32 per column, -1 none) at the a scale's.
 
     The micro-kernel sums ``D = sum_k a' * b'`` with a' = a (+128 when a is int8) and b' = b (-128
     when b is uint8); with zb' = zb - 128 [b unsigned] the zero-point product is
@@ -489,7 +531,8 @@ def k_gemm_int8(F, B, I, J, X, R, p, sbase):
             terms_for = panel
             any_zb = False
             # the panel read once here for a -128, not by every tile's call (a form with no shift ignores it)
-            wsafe = no_min_byte(B, pb, k4 * NR * 4) if shift != 0 else 0
+            # (or known at compile time to hold none: descriptor slot 19)
+            wsafe = (1 if X[d + 19] != 0 else no_min_byte(B, pb, k4 * NR * 4)) if shift != 0 else 0
             for j in range(nc):
                 col = c0 + j
                 zb = np.int64(0)

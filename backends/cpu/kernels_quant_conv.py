@@ -54,25 +54,63 @@ def _store_channels(B, stage, npx, nc, out, plane):
 
 
 @njit(**_JIT)
-def _fill_band(B, x, band, C, H, W, cp, ih0, rows, wp, pl, flip, zfill):
+def _fill_band(B, J, x, band, C, H, W, cp, ih0, rows, wp, pl, flip, zfill):
     """band[(r * wp + col) * cp + c] = x[c, ih0 + r, col - pl] ^ flip, or ``zfill`` outside the image
-    and for the channels past C."""
-    n = rows * wp * cp
-    for e in range(n):
-        B[_u(band + e)] = zfill
+    and for the channels past C.  Written a 4-channel word at a time (``band`` and ``cp`` are multiples of
+    4: the word of channels 4g..4g+3 of a pixel is int32 slot ``band / 4 + (r * wp + col) * cp / 4 + g``),
+    each word from four contiguous source rows: a quarter of the stores and no byte scatter (the byte
+    loop it replaces, a memset of the band then every byte stored on its own, took 1.5-2.2x the time)."""
+    cg = cp // 4
+    zb = np.uint32(zfill)
+    zword = np.int32(zb | (zb << np.uint32(8)) | (zb << np.uint32(16)) | (zb << np.uint32(24)))
+    fb = np.uint32(flip)
+    fword = fb | (fb << np.uint32(8)) | (fb << np.uint32(16)) | (fb << np.uint32(24))
     col0 = max(0, pl)
-    col1 = min(wp, W + pl)
-    if col1 <= col0:
-        return
+    col1 = max(col0, min(wp, W + pl))
+    full = C // 4
     for r in range(rows):
         ih = ih0 + r
-        if ih < 0 or ih >= H:
+        row = band // 4 + r * wp * cg
+        if ih < 0 or ih >= H or col1 <= col0:
+            for e in range(wp * cg):
+                J[_u(row + e)] = zword
             continue
-        for c in range(C):
-            src = x + (c * H + ih) * W - pl
-            dst = band + r * wp * cp + c
-            for col in range(col0, col1):
-                B[_u(dst + col * cp)] = B[_u(src + col)] ^ flip
+        for col in range(col0):
+            for g in range(cg):
+                J[_u(row + col * cg + g)] = zword
+        for col in range(col1, wp):
+            for g in range(cg):
+                J[_u(row + col * cg + g)] = zword
+        for g in range(cg):
+            src = x + (4 * g * H + ih) * W - pl  # channel 4g at band column col is B[src + col]
+            dst = row + g
+            if g < full:
+                s1 = src + H * W
+                s2 = s1 + H * W
+                s3 = s2 + H * W
+                for col in range(col0, col1):
+                    w = np.uint32(B[_u(src + col)]) | (np.uint32(B[_u(s1 + col)]) << np.uint32(8)) \
+                        | (np.uint32(B[_u(s2 + col)]) << np.uint32(16)) | (np.uint32(B[_u(s3 + col)]) << np.uint32(24))
+                    J[_u(dst + col * cg)] = np.int32(w ^ fword)
+            else:  # the last group, C % 4 channels: the bytes past C are zfill (one loop per count)
+                rest = C - 4 * g
+                s1 = src + H * W
+                s2 = s1 + H * W
+                if rest == 1:
+                    top = np.uint32(zword) & np.uint32(0xFFFFFF00)
+                    for col in range(col0, col1):
+                        J[_u(dst + col * cg)] = np.int32(top | (np.uint32(B[_u(src + col)]) ^ fb))
+                elif rest == 2:
+                    top = np.uint32(zword) & np.uint32(0xFFFF0000)
+                    for col in range(col0, col1):
+                        w = np.uint32(B[_u(src + col)]) | (np.uint32(B[_u(s1 + col)]) << np.uint32(8))
+                        J[_u(dst + col * cg)] = np.int32(top | (w ^ (fword & np.uint32(0xFFFF))))
+                else:
+                    top = np.uint32(zword) & np.uint32(0xFF000000)
+                    for col in range(col0, col1):
+                        w = np.uint32(B[_u(src + col)]) | (np.uint32(B[_u(s1 + col)]) << np.uint32(8)) \
+                            | (np.uint32(B[_u(s2 + col)]) << np.uint32(16))
+                        J[_u(dst + col * cg)] = np.int32(top | (w ^ (fword & np.uint32(0xFFFFFF))))
 
 
 @njit(**_JIT)
@@ -81,7 +119,7 @@ def qconv_nhwc(F, B, J, X, d, t0, t1, sbase):
     out, C, H, W, OC, OH, OW, channels padded (cp), KH, KW, sh, sw, dh, dw, pad top, pad left,
     x signed, out signed, x zp (-1), x scale, w scale, w scale per channel, y scale, y zp (-1),
     bias (int32, -1 none), weight column sums (int32 per output channel), output rows per band,
-    padded width (wp), int32 slots of the band, int32 slots of its sums (scratch: the band's bytes,
+    padded width (wp), int32 slots of the band, int32 slots of its sums, no -128 weight (scratch: the band's bytes,
     its sums, per-channel terms and multipliers, then the requantized bytes)].  The weights are packed
     as a [KH * KW * cp, OC] matrix (row (i * KW + j) * cp + c), :func:`.ukernel_int8.pack_b`."""
     x = X[d]
@@ -140,9 +178,10 @@ def qconv_nhwc(F, B, J, X, d, t0, t1, sbase):
         for j in range(KW):
             toff[i * KW + j] = (i * dh * wp + j * dw) * cp
     poff = np.empty(MR, np.int64)
-    wsafe = np.empty(panels, np.int64)  # the weights read once per task, not by every 6-pixel call
+    known_safe = X[d + 32] != 0  # the lowering found no -128 in the weights
+    wsafe = np.empty(panels, np.int64)  # else the weights read once per task, not by every 6-pixel call
     for pnl in range(panels):
-        wsafe[pnl] = no_min_byte(B, wpk + pnl * panel_bytes, panel_bytes) if shift != 0 else 0
+        wsafe[pnl] = (1 if known_safe else no_min_byte(B, wpk + pnl * panel_bytes, panel_bytes)) if shift != 0 else 0
     t = t0
     while t < t1:
         n = t // OH
@@ -151,7 +190,7 @@ def qconv_nhwc(F, B, J, X, d, t0, t1, sbase):
         t += oh1 - oh0
         ih0 = oh0 * sh - pt
         rows_in = (oh1 - 1 - oh0) * sh + (KH - 1) * dh + 1
-        _fill_band(B, x + n * C * H * W, band, C, H, W, cp, ih0, rows_in, wp, pl, flip, zfill)
+        _fill_band(B, J, x + n * C * H * W, band, C, H, W, cp, ih0, rows_in, wp, pl, flip, zfill)
         npx = (oh1 - oh0) * OW
         for pnl in range(panels):
             for q0 in range(0, npx, MR):
@@ -187,7 +226,8 @@ def qconv_pointwise(F, B, J, X, d, t0, t1, sbase):
     ``sum (x - zx) * w = D - zx' * rowsum(w)``, a constant per output channel (zx' = zx, or zx + 128 for
     int8 activations), folded with the bias into the kernel's row terms.  Descriptor: [x, weights (int8
     rows of kp bytes), out, C, plane, OC, x signed, out signed, x zp (-1), x scale, w scale, w scale per
-    channel, y scale, y zp (-1), bias (int32, -1 none), weight row sums (int32), kp, H, W, OW, sh, sw]
+    channel, y scale, y zp (-1), bias (int32, -1 none), weight row sums (int32), kp, H, W, OW, sh, sw,
+    no -128 weight]
     (plane = OH * OW, the output's)."""
     x = X[d]
     wrows = X[d + 1]
@@ -235,7 +275,8 @@ def qconv_pointwise(F, B, J, X, d, t0, t1, sbase):
         J[_u(terms + oc)] = np.int32(c_oc << 32 >> 32)
         F[_u(mults + oc)] = x_scale * F[_u(X[d + 10] + (oc if X[d + 11] != 0 else 0))] / y_scale
     pix = np.empty(NR, np.int64)
-    wsafe = no_min_byte(B, wrows, OC * kp) if shift != 0 else 0  # once per task, not by every call
+    # once per task, not by every call; not at all when the lowering found no -128 in the weights
+    wsafe = (1 if X[d + 22] != 0 else no_min_byte(B, wrows, OC * kp)) if shift != 0 else 0
     for t in range(t0, t1):
         n = t // panels
         p0 = (t % panels) * NR

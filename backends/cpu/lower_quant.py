@@ -31,7 +31,7 @@ import numpy as np
 from rammer.ir import Node, TensorInfo
 from rammer.lower.views import View
 from rammer.ops.conv import window_geometry
-from rammer.ops.quant import BYTE_TABLE, MATMUL_INTEGER_FLOAT
+from rammer.ops.quant import BYTE_TABLE, MATMUL_INTEGER_FLOAT, QUANTIZED_ADD
 from rammer.ops.registry import OpContext
 
 from .kernels_qdw import MAX_EXACT_TAPS, qdw_scratch
@@ -207,6 +207,40 @@ def lower_byte_table(lw: LowerContext, node: Node) -> None:
                     float(x.size), 2.0 * x.size + 256, _parts(x.size, 16384), emit))
 
 
+# -- QuantizedAdd (rammer domain: DQ(a) + DQ(b) [-> Relu] -> Q, see rammer.passes.qdq_add) -----------------
+
+def quantized_add_reason(lw: LowerContext, node: Node) -> str | None:
+    out = _info(lw, node.outputs[0])
+    for slot in (0, 3):
+        t = _info(lw, node.inputs[slot])
+        if t.dtype not in _EIGHT_BIT or tuple(t.shape) != tuple(out.shape):
+            return f"QuantizedAdd operand '{node.inputs[slot]}' ({t.dtype} {list(t.shape)}) is not 8-bit of the " \
+                   f"output's shape {list(out.shape)} (the kernel does not broadcast)"
+    if any(_input(node, i) and _size(_info(lw, node.inputs[i])) != 1 for i in (1, 2, 4, 5, 6, 7)):
+        return "QuantizedAdd with per-axis scales or zero points"
+    return None
+
+
+def lower_quantized_add(lw: LowerContext, node: Node) -> None:
+    a = lw.dense(node.inputs[0])
+    b = lw.dense(node.inputs[3])
+    params = {i: lw.dense(node.inputs[i]) for i in (1, 2, 4, 5, 6, 7) if _input(node, i)}
+    out = lw.views[node.outputs[0]]
+
+    def emit(ctx: EmitContext, parts: list) -> list[Row]:
+        def at(slot: int) -> int:
+            return ctx.locate(params[slot]) if slot in params else -1
+
+        desc = ctx.side.add_ints([ctx.locate(a), ctx.locate(b), ctx.locate(out), at(1), at(2), at(4), at(5), at(6),
+                                  at(7), int(a.dtype == "int8"), int(b.dtype == "int8"), int(out.dtype == "int8"),
+                                  int(node.attr("relu", 0))])
+        return [("k_qadd", [desc, e0, e1]) for e0, e1 in parts]
+
+    reads = {a.buffer, b.buffer} | {v.buffer for v in params.values()}
+    lw.add_op(CpuOp(node.name or QUANTIZED_ADD, "quant", (node,), tuple(sorted(reads)), (out.buffer,),
+                    6.0 * out.size, 3.0 * out.size, _parts(out.size, 16384), emit))
+
+
 # -- DynamicQuantizeLinear --------------------------------------------------------------------------
 
 def dynamic_quantize_reason(lw: LowerContext, node: Node) -> str | None:
@@ -250,10 +284,11 @@ def matmul_integer_reason(lw: LowerContext, node: Node) -> str | None:
     return None
 
 
-def _packed_weight(lw: LowerContext, name: str) -> tuple[View, View, bool] | None:
+def _packed_weight(lw: LowerContext, name: str) -> tuple[View, View, bool, bool] | None:
     """A constant 2-D 8-bit B packed once at compile time for :func:`.kernels_quant.k_gemm_int8`:
     (the panels as int8, shifted by -128 when B is uint8; their int32 column sums over K; whether B
-    is uint8), or None when B is not a 2-D constant (it is then read in place by the row kernels)."""
+    is uint8; whether no packed byte is -128, which the ``avx2`` micro-kernel otherwise checks per panel
+    at run time), or None when B is not a 2-D constant (it is then read in place by the row kernels)."""
     init = lw.graph.initializers.get(name) if PACK_INT8_WEIGHTS else None
     if init is None:
         return None
@@ -267,18 +302,18 @@ def _packed_weight(lw: LowerContext, name: str) -> tuple[View, View, bool] | Non
         shifted = (w.astype(np.int16) - (128 if unsigned else 0)).astype(np.int8)
         packed = lw.const_view(pack_b(shifted).view(np.uint8))
         colsum = lw.const_view(shifted.astype(np.int32).sum(axis=0, dtype=np.int64).astype(np.int32))
-        found = cache[name] = (packed, colsum, bool(unsigned))
+        found = cache[name] = (packed, colsum, bool(unsigned), not bool(np.any(shifted == -128)))
     return found
 
 
-def _gemm_int8_op(lw: LowerContext, node: Node, a: View, weight: tuple[View, View, bool], out: View, rows: int,
+def _gemm_int8_op(lw: LowerContext, node: Node, a: View, weight: tuple[View, View, bool, bool], out: View, rows: int,
                   K: int, N: int, zps: tuple[View | None, View | None],
                   requant: tuple[View, View, View, View | None] | None,
                   dequant: tuple[View, View | None] | None = None) -> None:
     """The op of :func:`.kernels_quant.k_gemm_int8`: A (rows x K, dense) times a packed constant B;
     ``requant`` (a scale, b scale, y scale, y zero point) for QLinearMatMul, ``dequant`` (scale, bias)
     for MatMulIntegerToFloat, neither for MatMulInteger."""
-    packed, colsum, b_unsigned = weight
+    packed, colsum, b_unsigned, no_min = weight
     za, zb = zps
     tiles = -(-rows // MR) * -(-N // NR)
 
@@ -296,7 +331,7 @@ def _gemm_int8_op(lw: LowerContext, node: Node, a: View, weight: tuple[View, Vie
         desc = ctx.side.add_ints([ctx.locate(a), ctx.locate(packed), ctx.locate(out), rows, K, N,
                                   int(a.dtype == "int8"), int(b_unsigned), _zp_at(ctx, za), _zp_at(ctx, zb),
                                   int(zb is not None and zb.size > 1), ctx.locate(colsum), kind,
-                                  *scales, int(out.dtype == "int8")])
+                                  *scales, int(out.dtype == "int8"), int(no_min)])
         return [("k_gemm_int8", [desc, t0, t1]) for t0, t1 in parts]
 
     views = [a, packed, colsum, *(v for v in (*zps, *(requant or ()), *(dequant or ())) if v is not None)]
@@ -576,11 +611,13 @@ LOWERINGS: dict[str, Callable[[LowerContext, Node], None]] = {
     "QuantizeLinear": lower_quantize, "DequantizeLinear": lower_dequantize,
     "DynamicQuantizeLinear": lower_dynamic_quantize, "MatMulInteger": lower_matmul_integer,
     BYTE_TABLE: lower_byte_table, MATMUL_INTEGER_FLOAT: lower_matmul_integer_float,
+    QUANTIZED_ADD: lower_quantized_add,
     "QLinearConv": lower_qlinear_conv, "QLinearMatMul": lower_qlinear_matmul,
 }
 REASONS: dict[str, Callable[[LowerContext, Node], str | None]] = {
     "QuantizeLinear": quantize_reason, "DequantizeLinear": dequantize_reason,
     "DynamicQuantizeLinear": dynamic_quantize_reason, "MatMulInteger": matmul_integer_reason,
     BYTE_TABLE: byte_table_reason, MATMUL_INTEGER_FLOAT: matmul_integer_float_reason,
+    QUANTIZED_ADD: quantized_add_reason,
     "QLinearConv": qlinear_conv_reason, "QLinearMatMul": qlinear_matmul_reason,
 }

@@ -90,10 +90,17 @@ def pointwise_weights(lw: LowerContext, node: Node, packing: bool, geo) -> tuple
     return found
 
 
+def no_min_weight(lw: LowerContext, node: Node) -> bool:
+    """Whether the QLinearConv's constant int8 weights hold no -128: the ``avx2`` micro-kernel's callers
+    then skip their run-time check of the packed weights (one pass over all of them per task)."""
+    return not bool(np.any(np.asarray(lw.graph.initializers[node.inputs[3]]) == -128))
+
+
 def pointwise_conv_op(lw: LowerContext, node: Node, x: View, weight: tuple[View, View, int], out: View,
                       views: dict[int, View], dims: tuple[int, ...], geo) -> None:
     """Add the op of :func:`.kernels_quant_conv.qconv_pointwise`: tasks over image x NR-pixel panels."""
     rows, sums, kp = weight
+    no_min = no_min_weight(lw, node)
     N, C, H, W, OC, OH, OW = dims
     plane = OH * OW
     panels = N * -(-plane // NR)
@@ -110,7 +117,7 @@ def pointwise_conv_op(lw: LowerContext, node: Node, x: View, weight: tuple[View,
         desc = ctx.side.add_ints([
             -2, ctx.locate(x), ctx.locate(rows), ctx.locate(out), C, plane, OC, int(x.dtype == "int8"),
             int(out.dtype == "int8"), at(2), at(1), at(4), int(views[4].size > 1), at(6), at(7), at(8),
-            ctx.locate(sums), kp, H, W, OW, geo.strides[0], geo.strides[1]])
+            ctx.locate(sums), kp, H, W, OW, geo.strides[0], geo.strides[1], int(no_min)])
         return [("k_qconv_int8", [desc, t0, t1]) for t0, t1 in parts]
 
     reads = {x.buffer, rows.buffer, sums.buffer} | {v.buffer for v in views.values()}
@@ -166,6 +173,7 @@ def nhwc_conv_op(lw: LowerContext, node: Node, x: View, weight: tuple[View, View
                  views: dict[int, View], dims: tuple[int, ...], geo) -> bool:
     """Add the op of the NHWC form; False (nothing added) when its band would not fit."""
     packed, sums, cp = weight
+    no_min = no_min_weight(lw, node)
     N, C, H, W, OC, OH, OW, KH, KW = dims
     plan = band_plan((H, W, OH, OW, KH, KW), tuple(geo.strides), tuple(geo.dilations), geo.pad_begin[1], cp)
     if plan is None:
@@ -186,7 +194,7 @@ def nhwc_conv_op(lw: LowerContext, node: Node, x: View, weight: tuple[View, View
             -1, ctx.locate(x), ctx.locate(packed), ctx.locate(out), C, H, W, OC, OH, OW, cp, KH, KW,
             geo.strides[0], geo.strides[1], geo.dilations[0], geo.dilations[1], geo.pad_begin[0], geo.pad_begin[1],
             int(x.dtype == "int8"), int(out.dtype == "int8"), at(2), at(1), at(4), int(views[4].size > 1), at(6),
-            at(7), at(8), ctx.locate(sums), band_rows, wp, band_slots, sum_slots])
+            at(7), at(8), ctx.locate(sums), band_rows, wp, band_slots, sum_slots, int(no_min)])
         return [("k_qconv_int8", [desc, t0, t1]) for t0, t1 in parts]
 
     reads = {x.buffer, packed.buffer, sums.buffer} | {v.buffer for v in views.values()}

@@ -172,3 +172,45 @@ def matmul_integer_float(ctx: OpContext, a: np.ndarray, b: np.ndarray, a_zero_po
     if bias is not None:
         y = y + bias.astype(np.float32)
     return y.astype(np.float32, copy=False)
+
+
+#: The sum of two dequantized 8-bit tensors, requantized (rammer domain): inputs (a, a scale, a zero
+#: point, b, b scale, b zero point, y scale, y zero point), as ONNX's contrib QLinearAdd orders them; attribute
+#: ``relu`` (0 or 1).  ``y = QuantizeLinear([Relu](DequantizeLinear(a) + DequantizeLinear(b)))`` with every
+#: step in float32 as those ops compute it, so it is bit for bit the chain that
+#: :mod:`rammer.passes.qdq_add` makes it of (onnxruntime's QLinearAdd folds the scales into two multipliers
+#: and rounds once: equal within one step).  Per-tensor scales and zero points; a and b broadcast.
+QUANTIZED_ADD = "QuantizedAdd"
+
+
+def _quantized_add_infer(ctx: OpContext) -> list[OutSpec]:
+    a, b = ctx.input(0), ctx.input(3)
+    for name, t in (("a", a), ("b", b)):
+        if t.dtype not in ("uint8", "int8"):
+            raise ctx.fail(f"input {name} is {t.dtype}: QuantizedAdd adds uint8 or int8 tensors")
+    for slot in (1, 2, 4, 5, 6, 7):
+        p = ctx.inputs[slot] if slot < len(ctx.inputs) else None
+        if p is not None and p.size != 1:
+            raise ctx.fail(f"input {slot} has shape {list(p.shape)}: QuantizedAdd takes per-tensor scales and "
+                           "zero points")
+    y_zp = ctx.inputs[7] if len(ctx.inputs) > 7 else None
+    shape = tuple(np.broadcast_shapes(tuple(a.shape), tuple(b.shape)))
+    return [(y_zp.dtype if y_zp is not None else "uint8", shape)]
+
+
+@register_op(QUANTIZED_ADD, infer=_quantized_add_infer, domain=RAMMER_DOMAIN)
+def quantized_add(ctx: OpContext, a: np.ndarray, a_scale: np.ndarray, a_zero_point: np.ndarray | None,
+                  b: np.ndarray, b_scale: np.ndarray, b_zero_point: np.ndarray | None, y_scale: np.ndarray,
+                  y_zero_point: np.ndarray | None = None) -> np.ndarray:
+    def dequantized(x: np.ndarray, scale: np.ndarray, zp: np.ndarray | None) -> np.ndarray:
+        shifted = x.astype(np.int64) - (np.int64(np.asarray(zp).reshape(())) if zp is not None else 0)
+        return shifted.astype(np.float32) * np.float32(np.asarray(scale).reshape(()))
+
+    total = dequantized(a, a_scale, a_zero_point) + dequantized(b, b_scale, b_zero_point)
+    if int(ctx.attr("relu", 0)):
+        total = np.maximum(total, np.float32(0.0))
+    target = np.dtype(y_zero_point.dtype if y_zero_point is not None else np.uint8)
+    scaled = np.rint(total / np.float32(np.asarray(y_scale).reshape(())))
+    if y_zero_point is not None:
+        scaled = scaled + np.float64(np.asarray(y_zero_point).reshape(()))
+    return _saturate(scaled, target)

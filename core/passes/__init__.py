@@ -17,6 +17,8 @@
   rows and a per-channel affine (:data:`NORM_AS_LAYERNORM`);
 * :mod:`.qdq_as_float`: QuantizeLinear -> DequantizeLinear pairs as exact float elementwise ops
   (:data:`QDQ_AS_FLOAT`);
+* :mod:`.qdq_add`: DequantizeLinear(a) + DequantizeLinear(b) [-> Relu] -> QuantizeLinear as one 8-bit
+  ``QuantizedAdd`` (:data:`QDQ_ADD`), for backends with its kernel;
 * :mod:`.qdq_lookup`: DequantizeLinear -> per-element float ops -> QuantizeLinear as one 256-entry
   ``ByteTable`` (:data:`QDQ_LOOKUP`), for backends with a byte-table kernel;
 * :mod:`.qdq_matmul_float`: MatMulInteger -> Cast -> Mul(scale) [-> Add(bias)] as one
@@ -49,6 +51,7 @@ from .if_select import IF_TO_SELECT, if_to_select
 from .merge_convs import merge_convs_pass, merge_sibling_convs
 from .norm_as_layernorm import NORM_AS_LAYERNORM, norm_as_layernorm
 from .pipeline import Pass, PassError, PassTiming, PipelineResult, run_pipeline
+from .qdq_add import QDQ_ADD, qdq_add
 from .qdq_as_float import QDQ_AS_FLOAT, qdq_as_float
 from .qdq_lookup import QDQ_LOOKUP, qdq_lookup
 from .qdq_matmul_float import QDQ_MATMUL_FLOAT, qdq_matmul_float
@@ -57,6 +60,6 @@ from .relu_concat import RELU_CONCAT, sink_relu_into_concat
 from .split_k import SPLIT_K, make_split_k, split_k
 from .unroll_rnn import UNROLL_RNN, unroll_rnn
 
-__all__ = ["CSE", "DECOMPOSE", "decompose_model_ops", "ElementwiseFusion", "fuse_elementwise", "fuse_elementwise_pass", "FOLD_BATCHNORM", "fold_batchnorm", "FUSE_ATTENTION", "fuse_attention", "FUSE_GELU", "fuse_gelu", "IF_TO_SELECT", "if_to_select", "NORM_AS_LAYERNORM", "norm_as_layernorm", "QDQ_AS_FLOAT", "qdq_as_float", "QDQ_LOOKUP", "qdq_lookup", "QDQ_MATMUL_FLOAT", "qdq_matmul_float", "QDQ_TO_QLINEAR", "qdq_to_qlinear",
+__all__ = ["CSE", "DECOMPOSE", "decompose_model_ops", "ElementwiseFusion", "fuse_elementwise", "fuse_elementwise_pass", "FOLD_BATCHNORM", "fold_batchnorm", "FUSE_ATTENTION", "fuse_attention", "FUSE_GELU", "fuse_gelu", "IF_TO_SELECT", "if_to_select", "NORM_AS_LAYERNORM", "norm_as_layernorm", "QDQ_ADD", "qdq_add", "QDQ_AS_FLOAT", "qdq_as_float", "QDQ_LOOKUP", "qdq_lookup", "QDQ_MATMUL_FLOAT", "qdq_matmul_float", "QDQ_TO_QLINEAR", "qdq_to_qlinear",
            "qdq_to_qlinear_pass", "RELU_CONCAT", "SPLIT_K", "UNROLL_RNN", "make_split_k", "split_k", "unroll_rnn", "Pass", "PassError", "PassTiming", "PipelineResult", "eliminate_common_subexpressions",
            "merge_convs_pass", "merge_sibling_convs", "run_pipeline", "sink_relu_into_concat"]

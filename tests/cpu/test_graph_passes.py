@@ -125,7 +125,8 @@ def test_the_cpu_backend_declares_its_pipeline_as_data():
     backend = plugins.get_backend("cpu")
     assert backend.graph_passes == PIPELINE
     assert [p.name for p in PIPELINE] == ["decompose", "fold-batchnorm", "norm-as-layernorm", "fuse-gelu",
-                                         "qdq-to-qlinear", "qdq-lookup", "qdq-matmul-float", "qdq-as-float",
+                                         "qdq-to-qlinear", "qdq-lookup", "qdq-add", "qdq-matmul-float",
+                                         "qdq-as-float",
                                          "cse", "relu-concat", "merge-convs", "cse-again", "fuse-attention"]
     g = rammer.load(rammer.zoo.build("nasnet-small"))
     result = backend.prepare_graph(g, verify=True)
