@@ -2,11 +2,17 @@
 
 Prints VmRSS after each stage and VmHWM since the previous mark (the kernel's peak counter is reset
 at each mark through /proc/self/clear_refs), for: the model's bytes and feeds, load + the ipu graph
-passes, scheduling, the lowering's per-op pass (slices, remote reads), its table of distinct reads,
+passes, the core scheduler in three parts (the problem: each op's candidate rKernels; the wavefront
+placement with its barriers, whose count and recorded wait skips are printed; ``ScheduleBuilder.finish``),
+the lowering's per-op pass (slices, remote reads), its table of distinct reads,
 each candidate program build, the lowering's end and, with --run, every tenth superstep of the
 simulation.  Hooks wrap the backend's functions; nothing else changes.
 
-    python ci/ipu_memory_stages.py resnet50 [--run] [--out outputs.npz]
+    python ci/ipu_memory_stages.py resnet50 [--run] [--out outputs.npz] [--no-wait-skips]
+
+``--no-wait-skips`` measures a core change proposed in s12-ipu (not made: core is outside the ipu's
+files): the schedule builder records no per-barrier skips, so each barrier waits for its whole wait
+group (a superset of what it must wait for: still a valid schedule, which the ipu does not read).
 """
 
 from __future__ import annotations
@@ -43,6 +49,8 @@ def main() -> None:
     ap.add_argument("model", help="a name of ci/real_models.py")
     ap.add_argument("--run", action="store_true", help="simulate the program too")
     ap.add_argument("--out", help="--run: save the simulated outputs here (.npz)")
+    ap.add_argument("--no-wait-skips", action="store_true",
+                    help="the schedule builder records no barrier skips (a proposed core change, measured)")
     args = ap.parse_args()
     mark("start")
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -69,7 +77,7 @@ def main() -> None:
         return out
 
     def marked_lower(*a, **k):
-        mark("schedule")
+        mark("schedule: ScheduleBuilder.finish")
         out = lower(*a, **k)
         gc.collect()
         mark("lowering returned")
@@ -94,6 +102,33 @@ def main() -> None:
             finally:
                 mark("  candidate program build")
 
+    from rammer.schedule import schedule as core_schedule
+    from rammer.schedule import wavefront
+
+    policy_schedule, finish = wavefront.WavefrontPolicy.schedule, core_schedule.ScheduleBuilder.finish
+
+    def marked_policy_schedule(self, problem):
+        mark("schedule: problem (candidate rKernels)")
+        return policy_schedule(self, problem)
+
+    def marked_finish(self):
+        mark("schedule: wavefront placement, barriers")
+        skips = sum(int(np.asarray(x).size) for x in self._barrier_skips)
+        print(f"    {len(self._handle_op)} rTasks, {len(self._barrier_group)} barriers, {skips} wait skips "
+              f"recorded ({skips * 8 / 2**20:.0f} MB as int64)", flush=True)
+        return finish(self)
+
+    if args.no_wait_skips:
+        from rammer.schedule.waits import NO_SKIP
+
+        wait_group = core_schedule.ScheduleBuilder.wait_group
+
+        def whole_group(self, group, veu, skip=NO_SKIP):  # noqa: ARG001 - the skips are dropped
+            return wait_group(self, group, veu, NO_SKIP)
+
+        core_schedule.ScheduleBuilder.wait_group = whole_group
+    wavefront.WavefrontPolicy.schedule = marked_policy_schedule
+    core_schedule.ScheduleBuilder.finish = marked_finish
     device.IpuBackend.prepare_graph = marked_prepare
     device.lower = marked_lower
     codegen._lower_with_owners = marked_lower_once

@@ -8,9 +8,9 @@ owns or received in the exchange of the current superstep.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, overload
 
 import numpy as np
 
@@ -77,6 +77,93 @@ class TileTask:
     tile: int
     op: int
     rtasks: tuple[int, ...]
+
+
+class TileTasks(Sequence[TileTask]):
+    """Every tile task of a program as arrays, sorted by (superstep, tile, op): task ``j`` runs the
+    local rTasks ``rtasks[starts[j]:starts[j + 1]]`` (increasing) of op ``op[j]`` on tile ``tile[j]`` in
+    superstep ``superstep[j]``.  Read as a sequence, a task is a :class:`TileTask` built on demand: a
+    full-size model has hundreds of thousands of tile tasks, and as objects (a dict of lists while they
+    were grouped, then a dataclass and a tuple of ints each) they were the largest part of a candidate
+    program build (+117 MB of RSS on real:ocr-det-320, whose issue 39 bound is 398 MB)."""
+
+    def __init__(self, superstep: np.ndarray, tile: np.ndarray, op: np.ndarray, starts: np.ndarray,
+                 rtasks: np.ndarray) -> None:
+        self.superstep, self.tile, self.op, self.starts, self.rtasks = superstep, tile, op, starts, rtasks
+
+    @classmethod
+    def of_rtasks(cls, step: np.ndarray, tile: np.ndarray, op: np.ndarray, local: np.ndarray) -> TileTasks:
+        """The tasks of rTasks given by their superstep, tile, op and local id (one row per rTask)."""
+        order = np.lexsort((local, op, tile, step))
+        s, t, o = step[order], tile[order], op[order]
+        new = np.ones(len(order), dtype=bool)
+        new[1:] = (s[1:] != s[:-1]) | (t[1:] != t[:-1]) | (o[1:] != o[:-1])
+        first = np.flatnonzero(new)
+        starts = np.append(first, len(order)).astype(np.int64)
+        return cls(_narrowed(s[first]), _narrowed(t[first]), _narrowed(o[first]), starts,
+                   _narrowed(local[order]))
+
+    @classmethod
+    def of_list(cls, tasks: Iterable[TileTask]) -> TileTasks:
+        """The same tasks from :class:`TileTask` objects (a test's edited list), in the array order."""
+        rows = [(t.superstep, t.tile, t.op, r) for t in tasks for r in t.rtasks]
+        if not rows:
+            empty = np.zeros(0, dtype=np.int64)
+            return cls(empty, empty, empty, np.zeros(1, dtype=np.int64), empty)
+        a = np.array(rows, dtype=np.int64)
+        return cls.of_rtasks(a[:, 0], a[:, 1], a[:, 2], a[:, 3])
+
+    def __len__(self) -> int:
+        return len(self.superstep)
+
+    def _task(self, j: int) -> TileTask:
+        return TileTask(int(self.superstep[j]), int(self.tile[j]), int(self.op[j]),
+                        tuple(self.rtasks[self.starts[j]:self.starts[j + 1]].tolist()))
+
+    @overload
+    def __getitem__(self, j: int) -> TileTask: ...
+
+    @overload
+    def __getitem__(self, j: slice) -> list[TileTask]: ...
+
+    def __getitem__(self, j: int | slice) -> TileTask | list[TileTask]:
+        if isinstance(j, slice):
+            return [self._task(k) for k in range(*j.indices(len(self)))]
+        if j < 0:
+            j += len(self)
+        if not 0 <= j < len(self):
+            raise IndexError(j)
+        return self._task(j)
+
+    def __iter__(self) -> Iterator[TileTask]:
+        return (self._task(j) for j in range(len(self)))
+
+    def in_superstep(self, step: int) -> list[TileTask]:
+        """The tasks of superstep ``step`` (only one superstep's objects at a time)."""
+        lo, hi = np.searchsorted(self.superstep, [step, step + 1])
+        return [self._task(j) for j in range(int(lo), int(hi))]
+
+    def busy_tiles(self, num_tiles: int) -> int:
+        """(superstep, tile) pairs with at least one task."""
+        key = self.superstep.astype(np.int64) * num_tiles + self.tile
+        return int(np.count_nonzero(np.diff(key)) + 1) if len(key) else 0  # sorted by (superstep, tile)
+
+    def last_superstep_of_ops(self, num_ops: int) -> np.ndarray:
+        """Per op, the last superstep one of its tasks runs in (-1: none)."""
+        last = np.full(num_ops, -1, dtype=np.int64)
+        np.maximum.at(last, self.op.astype(np.int64), self.superstep.astype(np.int64))
+        return last
+
+
+def _narrowed(x: np.ndarray) -> np.ndarray:
+    """``x`` in the narrowest of int16/int32/int64 that holds its values."""
+    if not x.size:
+        return x.astype(np.int64)
+    lo, hi = int(x.min()), int(x.max())
+    for t in (np.int16, np.int32):
+        if np.iinfo(t).min <= lo and hi <= np.iinfo(t).max:
+            return x.astype(t)
+    return x.astype(np.int64)
 
 
 class ExchangeTable(Protocol):
@@ -147,7 +234,8 @@ class BSPProgram:
     #: Per tensor, its slices (:class:`Slices` from the lowering; a test may give a dict of lists).
     slices: Mapping[str, list[TensorSlice]]
     exchange_groups: list[ExchangeGroup]
-    tasks: list[TileTask]
+    #: :class:`TileTasks` from the lowering (a test may give a list of :class:`TileTask`).
+    tasks: Sequence[TileTask]
     #: Per-superstep estimated compute, exchange and sync time (us).
     compute_us: np.ndarray
     exchange_us: np.ndarray
@@ -199,10 +287,8 @@ class BSPProgram:
 
     def report(self) -> dict[str, Any]:
         lat = self.latency_us
-        tiles_busy: dict[int, set[int]] = {}
-        for t in self.tasks:
-            tiles_busy.setdefault(t.superstep, set()).add(t.tile)
-        tile_util = (sum(len(v) for v in tiles_busy.values()) / (self.num_tiles * max(1, self.num_supersteps)))
+        tasks = self.tasks if isinstance(self.tasks, TileTasks) else TileTasks.of_list(self.tasks)
+        tile_util = tasks.busy_tiles(self.num_tiles) / (self.num_tiles * max(1, self.num_supersteps))
         return {
             "mode": self.mode, "policy": self.policy, "simulated": True,
             "latency_us": lat, "supersteps": self.num_supersteps,

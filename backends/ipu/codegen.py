@@ -32,7 +32,7 @@ from rammer.schedule import Schedule
 from rammer.schedule import op_waves as core_op_waves
 from rammer.schedule.walk import rtask_locations
 
-from .bsp import BSPOrderError, BSPProgram, ExchangeGroup, IpuPlacementError, Slices, TileTask
+from .bsp import BSPOrderError, BSPProgram, ExchangeGroup, IpuPlacementError, Slices, TileTasks
 from .kernels import CODE_BYTES_PER_KERNEL, VERTEX_BYTES, IpuCostModel
 from .placement import (
     box_volume,
@@ -46,7 +46,7 @@ from .placement import (
     refuse_over_chip,
 )
 from .relief import MARGIN_FRACTION, ChunkKey, relief_moves
-from .remote_reads import RemoteReads, read_chunk
+from .remote_reads import RemoteReads, read_chunk, sorted_distinct
 from .split_waves import split_waves
 from .stationary import (
     constant_bytes_of,
@@ -426,15 +426,13 @@ class _Parts:
         last_use = {name: max(int(rtask_step[r].max(initial=-1)) for r in rs) for name, rs in self.readers.items()}
         groups_x = self.exchange_groups(rtask_step)
 
-        # Tile tasks and timing.
-        groups: dict[tuple[int, int, int], list[int]] = defaultdict(list)
-        dur = np.zeros(n)
-        for i, op in enumerate(schedule.ops):
-            lo, hi = op.first_rtask, op.first_rtask + op.kernel.num_rtasks
-            dur[lo:hi] = cost.rtask_us(op.kernel)
-            for r in range(lo, hi):
-                groups[(int(rtask_step[r]), int(tile_of[r]), i)].append(r - lo)
-        tasks = [TileTask(s, t, i, tuple(rs)) for (s, t, i), rs in sorted(groups.items())]
+        # Tile tasks (arrays, not an object per task) and timing.
+        counts = np.array([op.kernel.num_rtasks for op in schedule.ops], dtype=np.int64)
+        firsts = np.array([op.first_rtask for op in schedule.ops], dtype=np.int64)
+        op_of = np.repeat(np.arange(len(counts)), counts)
+        dur = np.repeat(np.array([cost.rtask_us(op.kernel) for op in schedule.ops], dtype=np.float64), counts)
+        tasks = TileTasks.of_rtasks(rtask_step, tile_of, op_of, np.arange(n) - firsts[op_of])
+        del op_of
         compute_us = np.zeros(num_steps)
         if n:
             key = rtask_step * vd.num_veus + veu_of
@@ -468,14 +466,17 @@ class _Parts:
             end = num_steps - 1 if held_to_end else last_use.get(name, -1)
             held.append(Intervals(owners, np.maximum(steps, 0), np.maximum(np.maximum(steps, end), 0),
                                   self.slice_bytes[name], name, name not in self.sources))
-        kernels_on: dict[int, set[str]] = defaultdict(set)
-        vertices = np.zeros(num_tiles, dtype=np.int64)
-        for t in tasks:
-            kernels_on[t.tile].add(schedule.ops[t.op].kernel.kernel_id)
-            vertices[t.tile] += len(t.rtasks)
-        code_tiles = np.fromiter(kernels_on, dtype=np.int64, count=len(kernels_on))
-        code_bytes = np.array([len(kernels_on[t]) * CODE_BYTES_PER_KERNEL + int(vertices[t]) * VERTEX_BYTES
-                               for t in code_tiles.tolist()], dtype=np.int64)
+        # Per tile: its distinct rKernels (code) and its rTasks (vertices).
+        kernel_ids: dict[str, int] = {}
+        kernel_of_op = np.array([kernel_ids.setdefault(op.kernel.kernel_id, len(kernel_ids)) for op in schedule.ops],
+                                dtype=np.int64)
+        pairs = sorted_distinct(tasks.tile.astype(np.int64) * max(1, len(kernel_ids))
+                                + kernel_of_op[tasks.op.astype(np.int64)])
+        kernels_per_tile = np.bincount(pairs // max(1, len(kernel_ids)), minlength=num_tiles)
+        vertices = np.bincount(tile_of, minlength=num_tiles) if n else np.zeros(num_tiles, dtype=np.int64)
+        code_tiles = np.flatnonzero(kernels_per_tile)
+        code_bytes = (kernels_per_tile[code_tiles] * CODE_BYTES_PER_KERNEL
+                      + vertices[code_tiles] * VERTEX_BYTES).astype(np.int64)
         held.append(Intervals(code_tiles, np.zeros_like(code_tiles), np.full_like(code_tiles, max(0, num_steps - 1)),
                               code_bytes, "(code)"))
         held += [Intervals.of_table(g.superstep, g.superstep, g.index, partial(g.table.tiles_bytes, side="dst"),

@@ -28,7 +28,7 @@ from rammer.interpreter import _Env, run_node
 from rammer.ir import Graph
 from rammer.schedule import Schedule
 
-from .bsp import BSPOrderError, BSPProgram, Slices
+from .bsp import BSPOrderError, BSPProgram, Slices, TileTasks
 from .placement import boxes_array, is_static
 
 _NOT_WRITTEN = np.iinfo(np.int64).max
@@ -219,13 +219,19 @@ def _exchanges_by_step(program: BSPProgram, memory: ChipMemory) -> Iterator[tupl
             yield step, out
 
 
+def _tile_tasks(program: BSPProgram) -> TileTasks:
+    """The program's tile tasks as arrays (a test's edited list converted)."""
+    return program.tasks if isinstance(program.tasks, TileTasks) else TileTasks.of_list(program.tasks)
+
+
 def _last_use(program: BSPProgram, graph: Graph) -> dict[str, int]:
     """The last superstep reading each tensor (a task's input or an exchange)."""
     last: dict[str, int] = {}
-    for t in program.tasks:
-        for name in graph.nodes[t.op].inputs:
+    op_last = _tile_tasks(program).last_superstep_of_ops(len(graph.nodes))
+    for op in np.flatnonzero(op_last >= 0).tolist():
+        for name in graph.nodes[op].inputs:
             if name:
-                last[name] = max(last.get(name, -1), t.superstep)
+                last[name] = max(last.get(name, -1), int(op_last[op]))
     if program._exchanges is not None:
         for e in program._exchanges:
             last[e.tensor] = max(last.get(e.tensor, -1), e.superstep)
@@ -269,9 +275,7 @@ def simulate_program(program: BSPProgram, schedule: Schedule, graph: Graph,
             source = feeds[name] if name in feeds else graph.initializers[name]
             st.value = np.asarray(source, dtype=st.dtype)  # the caller's array: no copy per tile
             st.written[st.loaded] = -1
-    tasks_by_step: dict[int, list] = defaultdict(list)
-    for t in program.tasks:
-        tasks_by_step[t.superstep].append(t)
+    tasks = _tile_tasks(program)
     keep = {t.name for t in graph.outputs}
     last = _last_use(program, graph)
     free_at: dict[int, list[str]] = defaultdict(list)
@@ -297,11 +301,11 @@ def simulate_program(program: BSPProgram, schedule: Schedule, graph: Graph,
                     raise BSPOrderError(f"superstep {step}: tile {int(src[j])} sends '{name}' "
                                         f"{boxes[j].tolist()} that it does not own yet")
                 memory.receive(name, dst, boxes, sid)
-            for tasks in _tasks_by_op(tasks_by_step.get(step, ())):
-                if len(tasks) > 1 and _masked_cost(tasks, graph) > PER_TILE_MASK_ELEMENTS:
-                    _compute_op(tasks, schedule, graph, memory, step)
+            for of_op in _tasks_by_op(tasks.in_superstep(step)):  # one superstep's task objects at a time
+                if len(of_op) > 1 and _masked_cost(of_op, graph) > PER_TILE_MASK_ELEMENTS:
+                    _compute_op(of_op, schedule, graph, memory, step)
                 else:
-                    for t in tasks:
+                    for t in of_op:
                         _compute(t, schedule, graph, memory, step)
             memory.end_superstep()
             for name in free_at.get(step, ()):  # nothing is kept from finished supersteps

@@ -106,3 +106,43 @@ def test_the_remote_reads_are_kept_as_read_boxes_and_source_slices(monkeypatch) 
     monkeypatch.setattr(codegen._Parts, "__init__", traced_init)
     rammer.compile(wide_model(56), backend="ipu")
     assert seen and all(kept <= 8 and peak < 80 for kept, peak in seen), seen
+
+
+def test_a_candidate_build_keeps_its_tile_tasks_as_arrays(monkeypatch) -> None:
+    """A program's tile tasks (the rTasks of one op on one tile in one superstep) are arrays
+    (:class:`~rammer.backends.ipu.bsp.TileTasks`), not a ``TileTask`` object and a tuple of ints each,
+    grouped through a dict of lists: those objects were the largest part of a candidate build on the
+    published models (+117 MB of RSS per build on real:ocr-det-320, whose issue 39 bound is 398 MB).
+    What a build keeps beside its exchange groups, on this model (3,136 rTasks): 183-224 bytes per
+    rTask before, 24-25 now (the per-tile arrays of the program included)."""
+    import tracemalloc
+
+    import rammer
+    from rammer.backends.ipu import codegen
+    from rammer.backends.ipu.bsp import TileTasks
+
+    sys.path.insert(0, os.path.dirname(__file__))
+    from rss_child import wide_model
+
+    build = codegen._Parts.build
+    per_rtask: list[float] = []
+
+    def traced_build(self, steps, mode):
+        tracemalloc.start()
+        try:
+            program = build(self, steps, mode)
+            kept, _ = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+        exchanges = sum(g.superstep.nbytes + g.index.nbytes for g in program.exchange_groups)
+        assert len(steps) > 3_000 and isinstance(program.tasks, TileTasks)
+        per_rtask.append((kept - exchanges) / len(steps))
+        return program
+
+    monkeypatch.setattr(codegen._Parts, "build", traced_build)
+    compiled = rammer.compile(wide_model(56), backend="ipu")
+    assert per_rtask and all(b < 60 for b in per_rtask), per_rtask
+    tasks = compiled.executable.program.tasks
+    first = tasks[0]  # read as TileTask objects on demand, in (superstep, tile, op) order
+    assert (first.superstep, first.tile) == (int(tasks.superstep[0]), int(tasks.tile[0]))
+    assert sum(len(t.rtasks) for t in tasks) == compiled.executable.schedule.num_rtasks
