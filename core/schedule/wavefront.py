@@ -35,6 +35,7 @@ from ..rtask import RKernel
 from .placement_steps import LARGE_PLACEMENT, place_rtasks, requirement_state
 from .problem import Problem
 from .schedule import Schedule, ScheduleBuilder
+from .waits import narrow_skips
 
 #: On a vDevice of one vEU, follow each chain of ops to its end (depth first) instead of taking the
 #: graph wave by wave: with one vEU a wave's ops run one after another anyway, and interleaving two
@@ -244,6 +245,7 @@ class _Placer:
                 skip_cols = column_group[skip_cols]
                 order = np.lexsort((skip_cols, skip_rows))
                 skip_rows, skip_cols = skip_rows[order], skip_cols[order]
+            skip_cols = narrow_skips(skip_cols, cols.size)  # (positions in the op's wait group)
             skip_bounds = np.searchsorted(skip_rows, np.arange(rows.size + 1)).tolist()
             for i, v in enumerate(rows.tolist()):
                 need_index[v] = i
@@ -303,6 +305,7 @@ class _Placer:
         used_list = used.tolist()
         lo_list = skip_lo.tolist()
         if req_handles is not None and max(lo_list, default=-1) >= 0:
+            skip = narrow_skips(skip, cols.size)  # (positions in the op's wait group)
             group = builder.add_wait_group(req_handles)
             for v, lo, hi in zip(used_list, lo_list, skip_hi.tolist()):
                 if lo >= 0:

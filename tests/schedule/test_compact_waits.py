@@ -28,6 +28,25 @@ def test_each_barrier_waits_for_its_group_but_the_positions_it_skips_in_any_orde
     assert [tuple(flat[a:b].tolist()) for a, b in zip(starts[:-1], starts[1:])] == [want[i] for i in order]
 
 
+def test_permuting_gathers_in_chunks_and_keeps_the_narrow_positions(monkeypatch):
+    import rammer.schedule.waits as waits
+    monkeypatch.setattr(waits, "_GATHER_CHUNK", 5)  # many chunks, some barriers longer than one
+    rng = np.random.default_rng(7)
+    groups = [rng.integers(0, 10**6, size=int(rng.integers(1, 40))) for _ in range(5)]
+    barrier_group = rng.integers(0, len(groups), size=60).tolist()
+    skips = [np.sort(rng.choice(groups[g].size, size=int(rng.integers(0, groups[g].size + 1)), replace=False))
+             for g in barrier_group]
+    held = compact_waits(groups, barrier_group, skips)
+    assert held.skip_positions.dtype == np.int16  # positions in groups of < 40 members
+    order = rng.permutation(60)
+    moved = held.permuted(order)
+    assert moved.skip_positions.dtype == np.int16
+    for new, old in enumerate(order):
+        a, b = moved.skip_starts[new], moved.skip_starts[new + 1]
+        assert moved.skip_positions[a:b].tolist() == skips[old].tolist()
+    assert compact_waits([np.arange(40000)], [0], [np.array([39999])]).skip_positions.dtype == np.int32
+
+
 def test_a_schedule_on_1472_veus_stores_its_waits_in_linear_space_and_they_order_every_dependency():
     graph = zoo_graph("resnext-small")
     schedule = get_policy("wavefront").schedule(build_problem(graph, get_preset("gc200")))
@@ -37,6 +56,7 @@ def test_a_schedule_on_1472_veus_stores_its_waits_in_linear_space_and_they_order
     stored = held.group_ids.size + held.skip_positions.size
     # Listed one by one the waits are ~40x more (119,760 here): each op's barriers share one group.
     assert stored <= 2 * (schedule.num_rtasks + schedule.num_barriers) and held.num_waits > 20 * stored
+    assert held.skip_positions.dtype == np.int16  # positions in groups of at most 1,472 members
     flat, starts = schedule.barrier_wait_arrays()
     waits = schedule.barrier_waits  # built now
     assert [tuple(flat[a:b].tolist()) for a, b in zip(starts[:-1], starts[1:])] == waits
