@@ -32,6 +32,7 @@ from ..ops.control import RAMMER_DOMAIN
 from ..ops.quant import QUANTIZED_ADD
 from .names import fresh_name
 from .pipeline import Pass
+from .qdq_lookup import plain_per_tensor
 from .rewrite import sole_reader
 
 __all__ = ["QDQ_ADD", "qdq_add"]
@@ -39,19 +40,13 @@ __all__ = ["QDQ_ADD", "qdq_add"]
 _EIGHT_BIT = ("uint8", "int8")
 
 
-def _plain_per_tensor(graph: Graph, node: Node | None, op: str) -> bool:
-    """``node`` is a plain ``op`` with a constant float32 per-tensor scale and zero point (or none)."""
-    if node is None or node.op_type != op or node.domain or len(node.inputs) < 2:
-        return False
-    if int(node.attrs.get("block_size", 0)) or int(node.attrs.get("precision", 0)):
-        return False
-    if int(node.attrs.get("saturate", 1)) != 1 or int(node.attrs.get("output_dtype", 0)):
+def _plain_float_scale(graph: Graph, node: Node | None, op: str) -> bool:
+    """``node`` is a plain ``op`` with constant per-tensor parameters (:func:`.qdq_lookup.plain_per_tensor`)
+    and a float32 scale."""
+    if node is None or not plain_per_tensor(graph, node, op):
         return False
     scale = graph.initializers.get(node.inputs[1])
-    if scale is None or np.asarray(scale).dtype != np.float32 or np.asarray(scale).size != 1:
-        return False
-    zp = node.inputs[2] if len(node.inputs) > 2 else ""
-    return not zp or (zp in graph.initializers and np.asarray(graph.initializers[zp]).size == 1)
+    return scale is not None and np.asarray(scale).dtype == np.float32
 
 
 def qdq_add(graph: Graph) -> Graph:
@@ -79,10 +74,10 @@ def qdq_add(graph: Graph) -> Graph:
         relu = None
         if after is not None and after.op_type == "Relu" and not after.domain:
             relu, after = after, only_reader(after.outputs[0])
-        if not _plain_per_tensor(graph, after, "QuantizeLinear") or after is None:
+        if not _plain_float_scale(graph, after, "QuantizeLinear") or after is None:
             continue
         a, b = (producer.get(name) for name in add.inputs)
-        if a is None or b is None or not all(_plain_per_tensor(graph, d, "DequantizeLinear") for d in (a, b)):
+        if a is None or b is None or not all(_plain_float_scale(graph, d, "DequantizeLinear") for d in (a, b)):
             continue
         deqs = (a, b)
         shape = tuple(value_info[add.outputs[0]].shape)

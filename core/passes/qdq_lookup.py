@@ -41,7 +41,7 @@ _PER_ELEMENT = frozenset({
 })
 
 
-def _plain_per_tensor(graph: Graph, node: Node | None, op: str) -> bool:
+def plain_per_tensor(graph: Graph, node: Node | None, op: str) -> bool:
     """``node`` is a plain ``op`` (DequantizeLinear / QuantizeLinear) with constant per-tensor parameters."""
     if node is None or node.op_type != op or node.domain or len(node.inputs) < 2:
         return False
@@ -122,7 +122,7 @@ def qdq_lookup(graph: Graph) -> Graph:
     gone: set[int] = set()
 
     for quant in graph.nodes:
-        if not _plain_per_tensor(graph, quant, "QuantizeLinear"):
+        if not plain_per_tensor(graph, quant, "QuantizeLinear"):
             continue
         if value_info[quant.outputs[0]].dtype not in _EIGHT_BIT:
             continue
@@ -135,7 +135,7 @@ def qdq_lookup(graph: Graph) -> Graph:
             steps.insert(0, at)
             at = producer.get(at.inputs[0])
         deq = at
-        if not steps or deq is None or not _plain_per_tensor(graph, deq, "DequantizeLinear"):
+        if not steps or deq is None or not plain_per_tensor(graph, deq, "DequantizeLinear"):
             continue
         if value_info[deq.inputs[0]].dtype not in _EIGHT_BIT or tuple(value_info[deq.outputs[0]].shape) != shape:
             continue
