@@ -36,6 +36,19 @@ def test_simulator_peak_rss_follows_the_model(name: str) -> None:
         assert got["max_rtasks_per_superstep"] >= 1000, got
 
 
+def _traced(call, *args, **kwargs):
+    """``(call(*args, **kwargs), bytes still allocated by it, its peak)``, as tracemalloc counts them."""
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        result = call(*args, **kwargs)
+        current, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    return result, current, peak
+
+
 def test_candidate_builds_allocate_little_per_exchange(monkeypatch) -> None:
     """A candidate program shares the lowering's table of remote reads and sums its tile memory
     tensor by tensor: what a build allocates per exchange stays small (real:resnet50 has 12.8 M
@@ -45,8 +58,6 @@ def test_candidate_builds_allocate_little_per_exchange(monkeypatch) -> None:
     on this model; 106-111 in s8/s9-ipu, 122-126 now: the exchanges' tiles and bytes are computed
     from the remote reads a batch at a time, and here one tensor's (and one batch's) temporaries are
     the whole program's; on real:resnet50 they are a batch of 2**18 exchanges."""
-    import tracemalloc
-
     import rammer
     from rammer.backends.ipu import codegen
 
@@ -57,12 +68,7 @@ def test_candidate_builds_allocate_little_per_exchange(monkeypatch) -> None:
     per_exchange: list[tuple[float, float]] = []
 
     def traced_build(self, steps, mode):
-        tracemalloc.start()
-        try:
-            program = build(self, steps, mode)
-            _, peak = tracemalloc.get_traced_memory()
-        finally:
-            tracemalloc.stop()
+        program, _, peak = _traced(build, self, steps, mode)
         kept = sum(g.superstep.nbytes + g.index.nbytes for g in program.exchange_groups)
         per_exchange.append((peak / max(1, program.num_exchanges), kept / max(1, program.num_exchanges)))
         assert program.num_exchanges > 10_000
@@ -80,8 +86,6 @@ def test_the_remote_reads_are_kept_as_read_boxes_and_source_slices(monkeypatch) 
     tiles, boxes and bytes are derived when asked.  A row of tiles, box and slice per distinct read
     kept 36 bytes per remote read on this model (60 before s9-ipu's narrow integers); 4.2 now (3.6 at
     112 x 112).  The table's build peaks at under 80 bytes per remote read (82-83 before, 76-77 now)."""
-    import tracemalloc
-
     import rammer
     from rammer.backends.ipu import codegen
 
@@ -92,12 +96,7 @@ def test_the_remote_reads_are_kept_as_read_boxes_and_source_slices(monkeypatch) 
     seen: list[tuple[float, float]] = []
 
     def traced_init(self, *a, **k):
-        tracemalloc.start()
-        try:
-            init(self, *a, **k)
-            _, peak = tracemalloc.get_traced_memory()
-        finally:
-            tracemalloc.stop()
+        _, _, peak = _traced(init, self, *a, **k)
         reads = sum(t.num_pairs for t in self.tables.values())
         kept = sum(t.nbytes_kept() for t in self.tables.values())
         seen.append((kept / max(1, reads), peak / max(1, reads)))
@@ -115,8 +114,6 @@ def test_a_candidate_build_keeps_its_tile_tasks_as_arrays(monkeypatch) -> None:
     published models (+117 MB of RSS per build on real:ocr-det-320, whose issue 39 bound is 398 MB).
     What a build keeps beside its exchange groups, on this model (3,136 rTasks): 183-224 bytes per
     rTask before, 24-25 now (the per-tile arrays of the program included)."""
-    import tracemalloc
-
     import rammer
     from rammer.backends.ipu import codegen
     from rammer.backends.ipu.bsp import TileTasks
@@ -128,12 +125,7 @@ def test_a_candidate_build_keeps_its_tile_tasks_as_arrays(monkeypatch) -> None:
     per_rtask: list[float] = []
 
     def traced_build(self, steps, mode):
-        tracemalloc.start()
-        try:
-            program = build(self, steps, mode)
-            kept, _ = tracemalloc.get_traced_memory()
-        finally:
-            tracemalloc.stop()
+        program, kept, _ = _traced(build, self, steps, mode)
         exchanges = sum(g.superstep.nbytes + g.index.nbytes for g in program.exchange_groups)
         assert len(steps) > 3_000 and isinstance(program.tasks, TileTasks)
         per_rtask.append((kept - exchanges) / len(steps))
