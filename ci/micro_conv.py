@@ -1,10 +1,13 @@
 """Pointwise (1x1, stride 1) convolutions + bias + an activation (ReLU unless ``--act``) on ``cpu``
 against onnxruntime over a grid of the shapes CNNs are made of (MobileNet/EfficientNet expansions and
 projections, ResNet bottlenecks, a SegFormer-style fuse over 64x64), with an optional before/after in
-one process.  ``--shapes`` replaces the grid, and may give a kernel size, stride and groups.
+one process.  ``--grid few-channels`` takes convs with at most 8 output channels per group instead
+(:data:`FEW_CHANNEL_SHAPES`); ``--shapes`` replaces the grid, and may give a kernel size, stride and groups.
 
     python ci/micro_conv.py --threads 1 --clock cpu \\
         --before rammer.backends.cpu.lower_conv.PACK_LARGE_POINTWISE=False
+    python ci/micro_conv.py --grid few-channels --rounds 5 \\
+        --before rammer.backends.cpu.lower_conv.PLANES_MAX_CHANNELS=0
 
 The timing protocol is :func:`micro_gemm.measure`'s (both runtimes in this process, rounds alternating).
 """
@@ -28,6 +31,17 @@ from micro_gemm import _setting, measure  # noqa: E402  (a sibling script, not a
 SHAPES = ((16, 96, 112), (32, 16, 112), (96, 24, 56), (24, 144, 56), (144, 24, 56), (64, 256, 56),
           (256, 64, 56), (32, 192, 28), (192, 32, 28), (128, 512, 28), (512, 128, 28), (64, 384, 14),
           (384, 64, 14), (1024, 256, 14), (960, 160, 7), (256, 256, 64), (1024, 256, 64))
+#: ``--grid few-channels``: convs of several taps with at most 8 output channels per group (the plane
+#: form's class): RegNetY-400MF's groups of 8 at every stage and stride, ResNeXt 32x4d's groups of 4 and
+#: 8, a stem and segmentation or detection heads of 2-8 channels; then groups of 16 (not the class: they
+#: keep the pixel-row form) as a check that nothing else moved.
+FEW_CHANNEL_SHAPES = ((48, 48, 112, 3, 2, 6), (104, 104, 56, 3, 2, 13), (104, 104, 28, 3, 1, 13),
+                      (208, 208, 28, 3, 2, 26), (208, 208, 14, 3, 1, 26), (440, 440, 14, 3, 2, 55),
+                      (440, 440, 7, 3, 1, 55), (128, 128, 56, 3, 1, 32), (256, 256, 28, 3, 1, 32),
+                      (256, 256, 14, 3, 2, 32), (64, 64, 7, 3, 1, 8), (3, 8, 224, 3, 2, 1), (16, 8, 56, 3, 1, 1),
+                      (64, 4, 64, 3, 1, 1), (32, 2, 128, 3, 1, 1), (8, 8, 112, 3, 1, 1), (24, 6, 20, 5, 1, 1),
+                      (512, 512, 14, 3, 1, 32), (96, 96, 56, 3, 1, 6), (192, 192, 28, 3, 1, 12))
+GRIDS = {"pointwise": SHAPES, "few-channels": FEW_CHANNEL_SHAPES}
 
 
 #: The activation after the conv, as exporters write it.
@@ -74,10 +88,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--before", action="append", default=[], metavar="MODULE.ATTR=VALUE",
                     help="settings of a second, 'before' compile of each shape (repeatable)")
     ap.add_argument("--act", choices=ACTIVATIONS, default="relu", help="the activation after each conv")
+    ap.add_argument("--grid", choices=sorted(GRIDS), default="pointwise", help="the built-in grid of shapes")
     ap.add_argument("--shapes", default="",
-                    help="C:M:SIDE[:KERNEL[:STRIDE[:GROUPS]]],... instead of the built-in grid of pointwise convs")
+                    help="C:M:SIDE[:KERNEL[:STRIDE[:GROUPS]]],... instead of a built-in grid")
     args = ap.parse_args(argv)
-    shapes = [tuple(int(v) for v in t.split(":")) for t in args.shapes.split(",")] if args.shapes else SHAPES
+    shapes = [tuple(int(v) for v in t.split(":")) for t in args.shapes.split(",")] if args.shapes else GRIDS[args.grid]
     warnings.simplefilter("ignore")
     before = [_setting(t) for t in args.before]
     print("| shape | before ms | after ms | ort ms | before/ort | after/ort | max err |" if before else

@@ -19,8 +19,8 @@ Descriptor (int64 side table), after the shared window words of
 
     [groups, cg, mg, w_packed, Mpad, KC, NC, epilogue, panel_scratch, padded_width, form]
 
-``form`` is :data:`FORM_DIRECT`, :data:`FORM_TRANSPOSED`, :data:`FORM_PIXEL_ROWS` or
-:data:`FORM_WINOGRAD` (3x3 stride-1 convs, :mod:`.kernels_winograd`).
+``form`` is :data:`FORM_DIRECT`, :data:`FORM_TRANSPOSED`, :data:`FORM_PIXEL_ROWS`,
+:data:`FORM_WINOGRAD` (3x3 stride-1 convs, :mod:`.kernels_winograd`) or :data:`FORM_PLANES`.
 
 Scratch from ``panel_scratch``: the B panels (KC x NC rounded up to NR
 columns), one MR x NR edge tile, NR floats of slack, then the zero-padded
@@ -46,6 +46,13 @@ in L2 together, K runs in blocks (the descriptor's KC word) and the tiles of
 later blocks accumulate into the output.  Scratch: the k table (K int64), the row table
 (PX_MR int64), one PX_MR x PX_NR edge tile, then the phase planes as above.
 The gather it saves is 10-20% of the direct form's time on 3x3 convs.
+
+*Plane form* (:func:`_planes`), for groups of at most 8 output channels: the plane micro-kernel
+(:mod:`.ukernel_planes`) computes 4 output channels x NR pixels of one output row, its B rows read
+in place from the task's phase planes (one offset per k, the tap table of the pixel-row form) and
+its tile stored as NCHW rows; weights packed 4 channels wide over the whole of K (:func:`pack_weights`
+with width 4).  Scratch: the tap table (K int64), one 4 x NR edge tile, NR floats of slack, the
+phase planes, NR floats of slack.
 """
 
 from __future__ import annotations
@@ -77,6 +84,7 @@ from .ukernel import (
     ukernel_rows,
     ukernel_rows_narrow,
 )
+from .ukernel_planes import PLANES_ROWS, ukernel_planes
 
 f32 = np.float32
 _u = np.uint64  # arena offsets as unsigned indices: no negative-index wraparound (see kernels_data)
@@ -84,7 +92,7 @@ _JIT = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
 
 (C_GROUPS, C_CG, C_MG, C_WPACK, C_MPAD, C_KC, C_NC, C_EPI, C_PANEL, C_WP, C_FORM, C_BIAS,
  C_RELU, C_RES, C_INPLACE) = range(WIN_LEN, WIN_LEN + 15)
-FORM_DIRECT, FORM_TRANSPOSED, FORM_PIXEL_ROWS, FORM_WINOGRAD = 0, 1, 2, 3
+FORM_DIRECT, FORM_TRANSPOSED, FORM_PIXEL_ROWS, FORM_WINOGRAD, FORM_PLANES = 0, 1, 2, 3, 4
 #: Bit of the C_INPLACE word: the pixel-row form of an unpadded 1x1 conv packs its tiles' pixel
 #: rows (see :func:`_pack_pixel_rows`) when its channel panels run outermost.
 PACK_PIXEL_ROWS = 4
@@ -472,6 +480,10 @@ def k_convp(F, B, I, J, X, R, p, sbase):
         winograd_block(F, X, R, p, sbase, pb, X[d + W_X], X[d + W_OUT], C, H, W, ph, pw, OH, OW, groups, cg, mg,
                        wpack, mpad, KC, NC, Wp, epi, bias, relu, res)
         return
+    if form == FORM_PLANES:
+        _planes(F, I, X, R, p, sbase, pb, C, H, W, sh, sw, ph, pw, kh, kw, dh, dw, OH, OW, groups, cg, mg,
+                wpack, mpad, epi, r0, Rq, Wq, bias, relu, res)
+        return
     if form == FORM_PIXEL_ROWS:
         # an unpadded 1x1 conv's pixel rows are read in place at any stride
         # (and no end pads: every output pixel's window lies inside the plane)
@@ -524,6 +536,94 @@ def k_convp(F, B, I, J, X, R, p, sbase):
             if epi >= 0:
                 ew_epilogue(F, X, R, epi, b * mg + m0, b * mg + m1, qc, qc + nc, sbase)
             qc += nc
+
+
+@njit(**_JIT)
+def _planes(F, I, X, R, p, sbase, pb, C, H, W, sh, sw, ph, pw, kh, kw, dh, dw, OH, OW, groups, cg, mg,
+            wpack, mpad, epi, r0, Rq, Wq, bias, relu, res):
+    """The plane form of :func:`k_convp` for one task row ``p`` (see the module's text): per block,
+    its padded phase planes, then its tiles (:func:`_planes_rows`, or :func:`_planes_wrapped` on
+    rows shorter than NR pixels) and the fused epilogue."""
+    d = p[0]
+    K = cg * kh * kw
+    M = groups * mg
+    ohw = OH * OW
+    m0 = p[3]
+    m1 = p[4]
+    q0 = p[5]
+    q1 = p[6]
+    ti = (pb + 1) // 2  # the tap table, int64-aligned
+    pt = 2 * (ti + K)  # the edge tile
+    pp = pt + PLANES_ROWS * NR + NR  # the phase planes
+    phase = Rq * Wq
+    _tap_table(I, ti, cg, kh, kw, sh, sw, dh, dw, sh * sw * phase, phase, Wq, 0)
+    o0 = r0 // sh
+    flags = _store_flags(True, True, bias, res, relu)
+    for b in range(p[1], p[2]):
+        n = b // groups
+        g = b - n * groups
+        xb = X[d + W_X] + (n * C + g * cg) * H * W
+        out = X[d + W_OUT] + (n * M + g * mg) * ohw
+        wg = wpack + g * mpad * K
+        _pad_phases(F, xb, cg, H, W, ph, pw, r0, Rq, sh, sw, Wq, pp)
+        bias_g = bias + g * mg
+        res_g = res + (n * M + g * mg) * ohw
+        if OW < NR:
+            _planes_wrapped(F, I, K, wg, pp, ti, pt, Wq, OW, o0, ohw, out, m0, m1, q0, q1, flags, bias_g, res_g)
+        else:
+            _planes_rows(F, I, K, wg, pp, ti, pt, Wq, OW, o0, ohw, out, m0, m1, q0, q1, flags, bias, bias_g, res,
+                         res_g)
+        if epi >= 0:
+            ew_epilogue(F, X, R, epi, b * mg + m0, b * mg + m1, q0, q1, sbase)
+
+
+@njit(**_JIT)
+def _planes_rows(F, I, K, wg, pp, ti, pt, Wq, OW, o0, ohw, out, m0, m1, q0, q1, flags, bias, bias_g, res, res_g):
+    """The plane form's tiles on output rows of at least NR pixels: runs of at most NR pixels of one
+    row; a tile short of 4 channels or NR pixels goes through the scratch tile."""
+    q = q0
+    while q < q1:
+        oh = q // OW
+        ow = q - oh * OW
+        cols = min(NR, OW - ow, q1 - q)
+        brow = pp + (oh - o0) * Wq + ow  # (a short run reads on into the planes' next floats: junk columns)
+        for ic in range(m0, m1, PLANES_ROWS):
+            rows = min(PLANES_ROWS, m1 - ic)
+            a = wg + ic * K
+            cp = out + ic * ohw + q
+            if rows == PLANES_ROWS and cols == NR:
+                # (operands whose flag is off point at C: valid memory, read and dropped)
+                ukernel_planes(K, F, a, F, brow, I, ti, F, cp, ohw, flags, F, bias_g + ic if bias >= 0 else cp,
+                               F, res_g + ic * ohw + q if res >= 0 else cp, ohw)
+                continue
+            ukernel_planes(K, F, a, F, brow, I, ti, F, pt, NR, 0, F, pt, F, pt, NR)
+            _store_tile(F, pt, NR, cp, ohw, rows, cols, flags, bias_g + ic, res_g + ic * ohw + q, ohw)
+        q += cols
+
+
+@njit(**_JIT)
+def _planes_wrapped(F, I, K, wg, pp, ti, pt, Wq, OW, o0, ohw, out, m0, m1, q0, q1, flags, bias_g, res_g):
+    """The plane form on output rows shorter than NR pixels (7x7 planes): each tile is NR
+    consecutive positions of the phase planes' rows (``(oh - o0) * Wq + ow``), so it runs on
+    across output rows, and its columns past a row's OW pixels are junk; each tile goes through
+    the scratch tile and its rows' runs of real pixels are stored from there."""
+    p_lo = (q0 // OW - o0) * Wq + q0 % OW
+    p_hi = ((q1 - 1) // OW - o0) * Wq + (q1 - 1) % OW + 1
+    t = p_lo
+    while t < p_hi:
+        for ic in range(m0, m1, PLANES_ROWS):
+            rows = min(PLANES_ROWS, m1 - ic)
+            ukernel_planes(K, F, wg + ic * K, F, pp + t, I, ti, F, pt, NR, 0, F, pt, F, pt, NR)
+            r = t // Wq
+            while r * Wq < min(t + NR, p_hi):
+                lo = max(t, r * Wq, p_lo)
+                hi = min(t + NR, r * Wq + OW, p_hi)
+                if lo < hi:
+                    q = (r + o0) * OW + lo - r * Wq
+                    _store_tile(F, pt + lo - t, NR, out + ic * ohw + q, ohw, rows, hi - lo, flags, bias_g + ic,
+                                res_g + ic * ohw + q, ohw)
+                r += 1
+        t += NR
 
 
 @njit(**_JIT)

@@ -28,6 +28,7 @@ from .ewops import BLOCK
 from .kernels_conv import (
     FORM_DIRECT,
     FORM_PIXEL_ROWS,
+    FORM_PLANES,
     FORM_TRANSPOSED,
     FORM_WINOGRAD,
     PACK_PIXEL_ROWS,
@@ -45,6 +46,7 @@ from .lower_context import LowerContext
 from .ops import CpuOp, EmitContext, Row, split_range
 from .program import EwProgram, epilogue_io
 from .ukernel import MR, NR, PX_MR, PX_NR
+from .ukernel_planes import PLANES_ROWS
 from .ukernel_winograd import transform_weights as winograd_weights
 
 #: Depth of a K block (channels x taps) of the implicit GEMM: K is cut into
@@ -347,7 +349,12 @@ def implicit_conv_op(lw: LowerContext, name: str, nodes: tuple[Node, ...], x: Vi
     pointwise = unpadded_1x1 and geo[6] == geo[7] == 1 and (OH, OW) == (geo[2], geo[3])
     # a line of pixels: one axis of one output pixel under a one-tap kernel (a 1-D conv as a row or column)
     line = (OH == 1 and kh == 1) or (OW == 1 and kw == 1)
-    form = conv_form(mg, ohw, K, kh * kw, strided_1x1=unpadded_1x1 and not pointwise, line=line)
+    # the plane form's rows: output rows of NR pixels or more, or shorter ones of a stride-1 conv (on
+    # strided 7x7 outputs the wrapped tiles' stores cost more than the pixel-row form's waste: 5-9%)
+    plane_wq = -(-max(geo[3] + geo[9], (OW - 1) * geo[7] + (kw - 1) * geo[11] + 1) // geo[7])
+    plane_rows = (OW, plane_wq) if OW >= NR or geo[6] == geo[7] == 1 else None
+    form = conv_form(mg, ohw, K, kh * kw, strided_1x1=unpadded_1x1 and not pointwise, line=line,
+                     plane_rows=plane_rows)
     wino = winograd_plan(geo, cg, mg, force=FORCE_FORM == FORM_WINOGRAD)
     if wino is not None and FORCE_FORM in (None, FORM_WINOGRAD):
         return _winograd_op(lw, name, nodes, x, w_arr, out, prog, space, geo, groups, bias, relu, residual, wino)
@@ -356,7 +363,9 @@ def implicit_conv_op(lw: LowerContext, name: str, nodes: tuple[Node, ...], x: Vi
     kc = -(-K // -(-K // kc_max))  # near-equal K blocks
     nc = min(IMPLICIT_NC, -(-ohw // NR) * NR)
     # rows of a packed weight panel; tasks cut output channels in these
-    unit = {FORM_DIRECT: MR, FORM_TRANSPOSED: NR, FORM_PIXEL_ROWS: PX_NR}[form]
+    if form == FORM_PLANES:
+        kc = K  # (one K block: the tile's accumulators run over the whole of K)
+    unit = {FORM_DIRECT: MR, FORM_TRANSPOSED: NR, FORM_PIXEL_ROWS: PX_NR, FORM_PLANES: PLANES_ROWS}[form]
     mpad = -(-mg // unit) * unit
     m_panels = -(-mg // unit)
     if form == FORM_PIXEL_ROWS:
@@ -393,6 +402,8 @@ def implicit_conv_op(lw: LowerContext, name: str, nodes: tuple[Node, ...], x: Vi
                 and pack_floats <= PACK_PIXEL_ROWS_MAX)
         if pack:  # the packed k and row tables (int64), alignment, the packed rows
             panel += 2 * (kc + PX_MR + 1) + 64 + pack_floats
+    elif form == FORM_PLANES:  # the tap table (int64), the edge tile, slack, the phase planes, slack
+        panel = 2 * (K + 1) + PLANES_ROWS * NR + NR + cg * phases + NR
     else:
         panel = kc * panel_columns(nc) + MR * NR + NR + cg * phases + NR
     flops = 2.0 * blocks * mg * ohw * K
@@ -406,11 +417,13 @@ def implicit_conv_op(lw: LowerContext, name: str, nodes: tuple[Node, ...], x: Vi
         # Pixels first (each rTask gathers only its own pixels); output channels
         # when the pixels run out (each of those rTasks gathers the same B panels),
         # or first when the weights outweigh the input (each rTask then streams its share).
-        q_parts = min(per, max(1, ohw // IMPLICIT_MIN_PIXELS), q_panels)
+        # (the plane form cuts pixels at output rows: its tiles are runs of one row)
+        q_unit, q_units = (OW, OH) if form == FORM_PLANES else (NR, q_panels)
+        q_parts = min(per, max(1, ohw // IMPLICIT_MIN_PIXELS), q_units)
         if mg > ohw:
             q_parts = max(1, per // min(per, m_panels))
         m_parts = min(max(1, per // q_parts), m_panels)
-        return _grid_parts(blocks, mg, unit, m_panels, m_parts, ohw, NR, q_panels, q_parts, starts)
+        return _grid_parts(blocks, mg, unit, m_panels, m_parts, ohw, q_unit, q_units, q_parts, starts)
 
     if rows_cap < OH:
         partition = _rows_capped(partition, blocks, mg, ohw, max(NR, (rows_cap - 1) * OW // NR * NR))
@@ -520,7 +533,7 @@ def pixel_rows_depth(K: int, input_floats: int) -> int:
 
 
 FORM_NAMES = {FORM_DIRECT: "implicit", FORM_TRANSPOSED: "implicit-transposed", FORM_PIXEL_ROWS: "pixel-rows",
-              FORM_WINOGRAD: "winograd"}
+              FORM_WINOGRAD: "winograd", FORM_PLANES: "planes"}
 #: Floats of V and Mx (16 matrices each) one chunk of tile rows of the winograd form may fill
 #: (1.5 MiB, past the L2): every chunk reads all of its group's transformed weights U again,
 #: and fewer, bigger chunks measured faster (ResNeXt's 64-channel groups at 32x32: chunks of
@@ -614,7 +627,13 @@ LINE_PIXEL_ROWS_WEIGHT = 0.9
 POINTWISE_ROWS_MIN_WEIGHTS = 256 * 1024
 
 
-def conv_form(mg: int, ohw: int, K: int = 0, taps: int = 1, strided_1x1: bool = False, line: bool = False) -> int:
+#: Groups of at most this many output channels may take the plane form (kernels_conv._planes): the
+#: pixel-row form's panels are at least 16 channels wide (AVX2), so it wastes half of their work or more.
+PLANES_MAX_CHANNELS = 8
+
+
+def conv_form(mg: int, ohw: int, K: int = 0, taps: int = 1, strided_1x1: bool = False, line: bool = False,
+              plane_rows: tuple[int, int] | None = None) -> int:
     """The form of the implicit GEMM for ``mg`` output channels per group, ``ohw`` pixels and
     depth ``K`` (``taps`` kernel positions per input channel; ``strided_1x1``: an unpadded 1x1
     conv with a stride; ``line``: the output pixels are one line, a 1-D convolution).
@@ -631,6 +650,10 @@ def conv_form(mg: int, ohw: int, K: int = 0, taps: int = 1, strided_1x1: bool = 
     where they fill their tiles clearly better (a short line: 100 outputs):
     elsewhere the direct form's packed windows took 7-37% less time on a grid
     of speech-front-end and Conv1D shapes (ci/micro_conv1d.py).
+    A conv of several taps with at most :data:`PLANES_MAX_CHANNELS` output channels per group may take
+    the plane form (``plane_rows``: its output rows' length and its phase planes' row length, given):
+    no gather and no transposed store, but tiles of NR pixels of one output row, or on rows shorter
+    than NR, NR positions of the phase planes' rows (the padding between rows computed for nothing).
     Among the other eligible forms the one that fills its tiles best wins.
     """
     if FORCE_FORM is not None and FORCE_FORM != FORM_WINOGRAD:
@@ -650,6 +673,10 @@ def conv_form(mg: int, ohw: int, K: int = 0, taps: int = 1, strided_1x1: bool = 
     elif taps == 1 and (strided_1x1 or (ohw <= POINTWISE_ROWS_MAX_PIXELS
                                         and mg * K > POINTWISE_ROWS_MIN_WEIGHTS)):
         fills[FORM_PIXEL_ROWS] = pixel_rows_used(ohw, mg) * 2
+    if taps > 1 and plane_rows is not None and mg <= PLANES_MAX_CHANNELS and not line:
+        ow, wq = plane_rows
+        cols = used(1, ow, 1, NR) if ow >= NR else ow / wq
+        fills[FORM_PLANES] = used(mg, 1, PLANES_ROWS, 1) * cols * 1.15  # (no gather: as the pixel-row form)
     return max(fills, key=lambda f: (fills[f], f == FORM_DIRECT))
 
 

@@ -293,9 +293,11 @@ def _relu_keep_nan(bld: ir.IRBuilder, val: ir.Value) -> ir.Value:
 
 def _k_loop(fn: ir.Function, entry: ir.IRBuilder, k: ir.Value, rows: int, width: int, cols: int,
             b: ir.Value, a_row: Callable[[ir.IRBuilder, ir.Value, int], ir.Value],
-            ldb: ir.Value | None = None, prefetch: int = 0) -> tuple[ir.IRBuilder, list]:
-    """The register-blocked loop both kernels share: for kk < k, ``acc[r][v] += splat(*a_row(kk, r))
-    * b[kk*cols + v*width:...]``, the rows x cols accumulators held in registers as phi nodes.
+            ldb: ir.Value | None = None, prefetch: int = 0,
+            b_table: ir.Value | None = None) -> tuple[ir.IRBuilder, list]:
+    """The register-blocked loop the kernels share: for kk < k, ``acc[r][v] += splat(*a_row(kk, r))
+    * b[kk*cols + v*width:...]`` (``ldb``: ``b[kk*ldb + ...]``; ``b_table``, an i64 pointer:
+    ``b[b_table[kk] + ...]``), the rows x cols accumulators held in registers as phi nodes.
 
     ``entry`` is the builder at the end of the entry block (it is terminated here); returns the
     builder positioned in the block after the loop, and the final accumulators."""
@@ -318,7 +320,10 @@ def _k_loop(fn: ir.Function, entry: ir.IRBuilder, k: ir.Value, rows: int, width:
     bld.cbranch(bld.icmp_signed("<", kk, k), body, done)
 
     bld = ir.IRBuilder(body)
-    bbase = bld.gep(b, [bld.mul(kk, ir.Constant(i64, cols) if ldb is None else ldb)])
+    if b_table is not None:
+        bbase = bld.gep(b, [bld.load(bld.gep(b_table, [kk]), align=8)])
+    else:
+        bbase = bld.gep(b, [bld.mul(kk, ir.Constant(i64, cols) if ldb is None else ldb)])
     if prefetch:
         pf = _prefetch(fn.module)
         i32 = ir.IntType(32)

@@ -7,7 +7,14 @@ import pytest
 from cpu_helpers import compare, conv_model, model, node, rand
 
 from rammer.backends.cpu import lower_conv
-from rammer.backends.cpu.kernels_conv import FORM_DIRECT, FORM_PIXEL_ROWS, FORM_TRANSPOSED, FORM_WINOGRAD, pack_weights
+from rammer.backends.cpu.kernels_conv import (
+    FORM_DIRECT,
+    FORM_PIXEL_ROWS,
+    FORM_PLANES,
+    FORM_TRANSPOSED,
+    FORM_WINOGRAD,
+    pack_weights,
+)
 from rammer.backends.cpu.ukernel import MR
 
 CASES = [
@@ -153,6 +160,14 @@ def test_conv_form_choice():
     assert form(384, 1500, 1152, 3, line=True) == FORM_DIRECT         # ... and as Whisper's strided conv
     assert form(512, 1599, 1536, 3, line=True) == FORM_DIRECT         # wav2vec2's stack
     assert form(256, 100, 768, 3, line=True) == FORM_PIXEL_ROWS       # 100 outputs: 4 of 32 pixels of a tile idle
+    # groups of at most 8 output channels (RegNet, ResNeXt 32x4d, few-class heads): the plane form where its
+    # tiles fill well, i.e. rows of NR pixels or more, or shorter rows of a stride-1 conv
+    assert form(8, 784, 72, 9, plane_rows=(28, 30)) == FORM_PLANES
+    assert form(4, 3136, 36, 9, plane_rows=(56, 58)) == FORM_PLANES
+    assert form(8, 49, 72, 9, plane_rows=(7, 9)) == FORM_PLANES       # 7 of 9 positions of a wrapped tile
+    assert form(8, 49, 72, 9, plane_rows=None) == FORM_PIXEL_ROWS     # (a strided conv's 7x7 output)
+    assert form(16, 784, 144, 9, plane_rows=(28, 30)) == FORM_PIXEL_ROWS  # wider groups keep their forms
+    assert form(8, 784, 8, 1, plane_rows=(28, 28)) == FORM_DIRECT     # and 1x1 convs
 
 
 def test_pointwise_in_place_or_packed():
@@ -431,3 +446,53 @@ def test_pixel_rows_wide_and_narrow_panels(monkeypatch, m_out, veus):
             seen[m0:m1, q0:q1] += 1
         assert (seen == 1).all()
     compare(m, feeds, veus=veus, atol=1e-6 * 144)
+
+
+PLANE_CASES = [
+    ((1, 48, 20, 22), (48, 8, 3, 3), dict(group=6, pads=[1, 1, 1, 1])),                   # RegNet's groups of 8
+    ((2, 24, 13, 17), (24, 4, 3, 3), dict(group=6, strides=[2, 2], pads=[1, 1, 1, 1])),   # groups of 4, batch 2
+    ((1, 64, 7, 7), (64, 8, 3, 3), dict(group=8, pads=[1, 1, 1, 1])),                     # wrapped tiles (7 < NR)
+    ((1, 16, 11, 9), (6, 16, 3, 3), dict(pads=[2, 2, 2, 2], dilations=[2, 2])),            # 6: a short panel, wrapped
+    ((1, 12, 20, 37), (6, 6, 5, 3), dict(group=2, strides=[2, 1], pads=[2, 1, 2, 1])),     # a last row run of 5
+    ((1, 3, 40, 40), (8, 3, 3, 3), dict(strides=[2, 2], pads=[1, 1, 1, 1])),               # a stem of 8 channels
+    ((1, 8, 18, 18), (20, 8, 3, 3), dict(pads=[1, 1, 1, 1])),                              # 20 channels: 5 panels
+]
+
+
+@pytest.mark.parametrize("x_shape,w_shape,attrs", PLANE_CASES)
+@pytest.mark.parametrize("veus", [1, 2])
+def test_conv_plane_form_matches_reference(monkeypatch, x_shape, w_shape, attrs, veus):
+    from rammer.backends.cpu.compiler import compile_program
+    from rammer.frontend import load
+
+    monkeypatch.setattr(lower_conv, "FORCE_FORM", FORM_PLANES)
+    m, feeds = conv_model(x_shape, w_shape, epilogue=("Relu",), **attrs)
+    (op,) = [o for o in compile_program(load(m)).lowered.ops if o.family == "conv"]
+    assert op.extra["kernel"] == "planes"
+    compare(m, feeds, veus=veus, atol=1e-6 * int(np.prod(w_shape[1:])))
+
+
+@pytest.mark.parametrize("side", [20, 7])
+@pytest.mark.parametrize("chain", ["add_relu", "add_silu", "add_broadcast_relu", "relu_add_raw"])
+def test_conv_plane_form_epilogues(side, chain):
+    """Bias, a residual and an activation in the kernel's store (rows of NR pixels and more, and the
+    wrapped tiles' stores from the scratch tile), or the interpreter's epilogue, by the form's own choice."""
+    from rammer.backends.cpu.compiler import compile_program
+    from rammer.frontend import load
+
+    x = rand(1, 16, side, side)
+    consts = {"w": rand(16, 8, 3, 3, seed=1), "b": rand(16, seed=2), "zb": rand(1, 16, 1, 1, seed=4)}
+    feeds = {"x": x, "z": rand(1, 16, side, side, seed=3)}
+    steps = {"add_relu": [("Add", ["z", "c"], "a"), ("Relu", ["a"], "y")],
+             "add_silu": [("Add", ["c", "z"], "a"), ("Sigmoid", ["a"], "g"), ("Mul", ["g", "a"], "y")],
+             "add_broadcast_relu": [("Add", ["c", "zb"], "a"), ("Relu", ["a"], "y")],
+             "relu_add_raw": [("Relu", ["c"], "r"), ("Add", ["r", "c"], "y")]}[chain]
+    nodes = [node("Conv", ["x", "w", "b"], ["c"], pads=[1] * 4, group=2)]
+    nodes += [node(op, ins, [out]) for op, ins, out in steps]
+    used = {k: v for k, v in consts.items() if any(k in n.input for n in nodes)}
+    used_feeds = {k: v for k, v in feeds.items() if any(k in n.input for n in nodes)}
+    graph = model(nodes, used_feeds, [steps[-1][2]], used)
+    (op,) = [o for o in compile_program(load(graph)).lowered.ops if o.family == "conv"]
+    assert op.extra["kernel"] == "planes"
+    report = compare(graph, used_feeds, atol=2e-4)
+    assert report["ops_by_family"] == {"conv": 1}, report["ops_by_family"]
