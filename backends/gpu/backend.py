@@ -56,8 +56,8 @@ class DeviceTable:
     #: Execution mode when the caller names none, by :attr:`device_kind` ("persistent" or "wave"; a kind
     #: not listed gets "persistent").  On a CPU device (PoCL) a persistent block waiting for another spins
     #: on a core of its own, CPU time the working blocks' threads need; wave mode (a launch per wave) has
-    #: no waits: unet-seg-b8's first run 56.1 s of CPU against 68.6-75.1 s persistent, vgg19's 32.4 s
-    #: against 47.5 s (``docs/benchmarks.md``, s12-gpu and s13-gpu).  GPUs keep one launch per run.
+    #: no waits: unet-seg-b8's first run 52.4-57.2 s of CPU against 60.3-71.2 s persistent, vgg19's
+    #: 30.9-32.2 s against 40.5-43.1 s (``docs/benchmarks.md``, s13-gpu).  GPUs keep one launch per run.
     default_modes: Mapping[str, str] = field(default_factory=lambda: {"gpu": "persistent", "cpu": "wave"})
     extra: Mapping[str, Any] = field(default_factory=dict)
 
