@@ -118,11 +118,13 @@ def _compare(got: dict, want: dict, rtol: float = 1e-3) -> tuple[bool, float]:
     return ok, worst
 
 
-def run_model(label: str, source: bytes, feeds: dict, target: str) -> str:
-    """One line: ``label target ok|MISMATCH|FAIL ...`` for ``target`` "opencl" or "emulator"."""
+def run_model(label: str, source: bytes, feeds: dict, target: str, mode: str | None = None) -> str:
+    """One line: ``label target ok|MISMATCH|FAIL ...`` for ``target`` "opencl" or "emulator"; ``mode``: the
+    execution mode (None: the backend's default for its device, persistent on cuda, wave on PoCL)."""
     import rammer
 
     shapes = {k: tuple(getattr(v, "shape", ())) for k, v in feeds.items()}  # dynamic dims (a batch) fixed
+    options = {"mode": mode} if mode else {}
     t0 = time.perf_counter()
     try:
         if target == "emulator":
@@ -131,7 +133,7 @@ def run_model(label: str, source: bytes, feeds: dict, target: str) -> str:
             saved = sys.modules.get("cupy")
             sys.modules["cupy"] = make_cupy()
             try:
-                compiled = rammer.compile(source, backend="cuda", input_shapes=shapes)
+                compiled = rammer.compile(source, backend="cuda", input_shapes=shapes, **options)
                 got = compiled.run(feeds)
             finally:
                 if saved is None:
@@ -139,14 +141,15 @@ def run_model(label: str, source: bytes, feeds: dict, target: str) -> str:
                 else:
                     sys.modules["cupy"] = saved
         else:
-            compiled = rammer.compile(source, backend=target, input_shapes=shapes)
+            compiled = rammer.compile(source, backend=target, input_shapes=shapes, **options)
             got = compiled.run(feeds)
     except Exception as exc:  # a report line per model, never a stop
         return f"{label} {target} FAIL {type(exc).__name__}: {str(exc)[:200]}"
     seconds = time.perf_counter() - t0
     want = rammer.compile(source, backend="reference", input_shapes=shapes).run(feeds)
     ok, worst = _compare(got, want)
-    return f"{label} {target} {'ok' if ok else 'MISMATCH'} max_rel={worst:.1e} compile+run={seconds:.1f}s"
+    return (f"{label} {target} {'ok' if ok else 'MISMATCH'} max_rel={worst:.1e} compile+run={seconds:.1f}s "
+            f"mode={getattr(compiled.executable, 'report', {}).get('mode', '?')}")
 
 
 def _empty_launch(executable: object) -> None:
@@ -164,15 +167,16 @@ def _empty_launch(executable: object) -> None:
     ex.queue.finish()
 
 
-def first_run(name: str, size: str, split: bool = False, once: bool = False) -> str:
+def first_run(name: str, size: str, split: bool = False, once: bool = False, mode: str | None = None) -> str:
     """One line: compile, first and second run of corpus model ``name`` on opencl (this process);
-    ``split``: the first run's work-group function build (an empty launch first) apart from the run."""
+    ``split``: the first run's work-group function build (an empty launch first) apart from the run;
+    ``mode``: the execution mode (None: the backend's default for the device)."""
     import rammer
 
     cpu = _cpu_seconds
     source, shapes, feeds = model_source(name, size)
     marks = [(time.perf_counter(), cpu())]
-    compiled = rammer.compile(source, backend="opencl", input_shapes=shapes)
+    compiled = rammer.compile(source, backend="opencl", input_shapes=shapes, **({"mode": mode} if mode else {}))
     marks.append((time.perf_counter(), cpu()))
     if split:
         _empty_launch(compiled.executable)
@@ -200,7 +204,8 @@ def first_run(name: str, size: str, split: bool = False, once: bool = False) -> 
             f"{'ok' if ok else 'MISMATCH'} max_rel={worst:.1e}; "
             f"build options '{ex.build_options}', {len(ex.report['kernels'])} rKernels "
             f"({barrier_rkernels(ex.program.kernels)} with barriers), "
-            f"{ex.report['rtasks']} rTasks, {ex.report['blocks']} blocks")
+            f"{ex.report['rtasks']} rTasks, {ex.report['blocks']} blocks, {ex.report['mode']} mode "
+            f"({ex.report['launches_per_run']} launches a run)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -223,6 +228,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--compile", default="",
                     help="with --first-run: also time rammer.compile for these backends (e.g. cuda,rocm)")
     ap.add_argument("--once", action="store_true", help="with --first-run: no second run")
+    ap.add_argument("--mode", default="", choices=("", "persistent", "wave"),
+                    help="with --first-run or --run: the execution mode (default: the backend's for the device)")
     ap.add_argument("--src", default="", help="with --first-run: import rammer from this tree's core/ and backends/")
     ap.add_argument("--first-run-one", default="", help=argparse.SUPPRESS)
     ap.add_argument("--compile-one", default="", help=argparse.SUPPRESS)
@@ -236,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
         print(compile_only(args.first_run_one, args.size, args.compile_one), flush=True)
         return 0
     if args.first_run_one:
-        print(first_run(args.first_run_one, args.size, args.split, args.once), flush=True)
+        print(first_run(args.first_run_one, args.size, args.split, args.once, args.mode or None), flush=True)
         return 0
     if args.first_run:
         import os
@@ -249,6 +256,7 @@ def main(argv: list[str] | None = None) -> int:
                 if backend != "opencl":
                     one = ["--compile-one", backend]
                 one += ["--src", args.src] if args.src else []
+                one += ["--mode", args.mode] if args.mode and backend == "opencl" else []
                 done = subprocess.run([sys.executable, __file__, "--first-run-one", name, "--size", args.size, *one],
                                       env=env, capture_output=True, text=True)
                 lines = [ln for ln in done.stdout.splitlines() if ln.startswith(name)]
@@ -343,7 +351,7 @@ def main(argv: list[str] | None = None) -> int:
         for label in compiled_ok:
             if label in feeds_of:
                 src = dict(models)[label]
-                print(run_model(label, src[0], feeds_of[label], target), flush=True)  # type: ignore[index]
+                print(run_model(label, src[0], feeds_of[label], target, args.mode or None), flush=True)  # type: ignore[index]
     return 0
 
 

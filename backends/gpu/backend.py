@@ -53,9 +53,17 @@ class DeviceTable:
     #: The kind of device programs run on (``Capabilities.device``): "gpu", or "cpu" for an
     #: OpenCL CPU device such as PoCL's.
     device_kind: Callable[[], str] = lambda: "gpu"
-    #: Execution mode when the caller names none ("persistent" or "wave").
-    default_mode: str = "persistent"
+    #: Execution mode when the caller names none, by :attr:`device_kind` ("persistent" or "wave"; a kind
+    #: not listed gets "persistent").  On a CPU device (PoCL) a persistent block waiting for another spins
+    #: on a core of its own, CPU time the working blocks' threads need; wave mode (a launch per wave) has
+    #: no waits: unet-seg-b8's first run 52.4-57.2 s of CPU against 60.3-71.2 s persistent, vgg19's
+    #: 30.9-32.2 s against 40.5-43.1 s (``docs/benchmarks.md``, s13-gpu).  GPUs keep one launch per run.
+    default_modes: Mapping[str, str] = field(default_factory=lambda: {"gpu": "persistent", "cpu": "wave"})
     extra: Mapping[str, Any] = field(default_factory=dict)
+
+    def default_mode(self) -> str:
+        """The execution mode of a program whose caller names none, on the device programs run on."""
+        return self.default_modes.get(self.device_kind(), "persistent")
 
 
 class GpuBackend(Backend):
@@ -84,7 +92,7 @@ class GpuBackend(Backend):
                 device=t.device_kind(), schedules=True, emits_source=t.language, source_compiler=t.compiler,
                 vdevice_presets=t.presets, options=OPTIONS,
                 extra={"dialect": t.dialect, "execution_modes": ["persistent", "wave"],
-                       "default_mode": t.default_mode, "vdevice_kind": "gpu", **t.extra})
+                       "default_mode": t.default_mode(), "vdevice_kind": "gpu", **t.extra})
         return self._caps
 
     def check_vdevice(self, vdevice: VDevice) -> VDevice:
@@ -132,7 +140,7 @@ class GpuBackend(Backend):
         graph = self.prepare_graph(graph).graph
         vd = self.table.fit_vdevice(self.vdevice(options.get("vdevice")))
         return compile_program(graph, self, vd, str(options.get("policy", "wavefront")),
-                               str(options.get("mode", self.table.default_mode)))
+                               str(options.get("mode", self.table.default_mode())))
 
     def compile(self, graph: Graph, options: Mapping[str, Any]) -> Any:
         # One Python object per rTask and per wait, all alive until the program is done: the

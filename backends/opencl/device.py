@@ -3,7 +3,9 @@
 The device is the first OpenCL device that builds a probe program (PoCL's CPU device on machines
 without a GPU) whose "platform device" name contains ``$RAMMER_OPENCL_DEVICE``
 (any, when unset).  A persistent program's blocks spin on each other's counters, so they must all be
-resident at once: the schedule gets as many vEUs as the device has compute units, never more.
+resident at once: the schedule gets as many vEUs as the device has compute units, never more.  On a CPU device the
+default mode is ``wave`` (the table's ``default_modes`` by ``device_kind``): a waiting block would spin
+on a core the working blocks need.
 PoCL (3.1, Debian's ``pocl-opencl-icd``) runs one work-group per thread of its pool and reports one
 compute unit per pool thread: one per core unless ``POCL_MAX_PTHREAD_COUNT`` raises it (set before
 the process first touches OpenCL); more blocks than pool threads would spin forever.
@@ -79,7 +81,8 @@ def _executable(program: GpuProgram, options: Mapping[str, Any]) -> Any:
 
 TABLE = DeviceTable(
     name="opencl", dialect=DIALECT, language="opencl", compiler=None, presets=("v100", "a100", "h100", "mi250x"),
-    description="OpenCL via pyopencl: the whole model as one persistent kernel (PoCL's CPU device without a GPU)",
+    description="OpenCL via pyopencl: the whole model as one kernel, launched once per run on a GPU (persistent) "
+                "and once per wave on a CPU device such as PoCL's (wave)",
     availability=_availability, executable=_executable, fit_vdevice=_fit, device_kind=_device_kind,
     extra={"runtime": "pyopencl"})
 

@@ -48,7 +48,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--policy", default=None, help="scheduling policy for scheduling backends (default wavefront)")
     p.add_argument("--vdevice", default=None, metavar="PRESET",
                    help="vDevice preset to schedule for, on backends that take one (e.g. cuda: a100, v100, h100)")
-    p.add_argument("--mode", default=None, help="execution mode, on backends that have several (GPU: persistent, wave)")
+    p.add_argument("--mode", default=None,
+                   help="execution mode, on backends that have several (GPU: persistent, wave; default: the "
+                        "backend's for its device, persistent on a GPU, wave on a CPU OpenCL device such as PoCL)")
     p.add_argument("--no-cache", action="store_true", help="do not read or write the compile cache")
     p.set_defaults(func=run)
 

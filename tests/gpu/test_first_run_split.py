@@ -26,7 +26,7 @@ def test_the_empty_launch_does_no_work_and_the_runs_stay_correct():
     m = model([helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Softmax", ["r"], ["y"], axis=-1)],
               [vi("x", [64, 96])], [vi("y", [64, 96])])
     feeds = {"x": np.random.default_rng(0).standard_normal((64, 96)).astype(np.float32)}
-    compiled = rammer.compile(m, backend="opencl")
+    compiled = rammer.compile(m, backend="opencl", mode="persistent")  # the counters checked below
     ex = compiled.executable
     cl = ex.cl
     marker = np.full(ex.program.constant_arena().size, 7.0, np.float32)  # any change to the arena shows

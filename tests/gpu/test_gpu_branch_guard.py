@@ -64,7 +64,7 @@ def _check(compiled, reference) -> None:
 def test_reachable_branch_inlined_and_the_other_an_error_on_opencl():
     need_opencl()
     m = _vad_like()
-    compiled = rammer.compile(m, backend="opencl")
+    compiled = rammer.compile(m, backend="opencl", mode="persistent")
     guards = compiled.executable.program.guards  # the If became its then-branch and one guard on 'cond'
     assert [(g.condition, g.expected) for g in guards] == [("cond", True)]
     _check(compiled, rammer.compile(m, backend="reference"))

@@ -70,7 +70,7 @@ def _opencl():
 def test_mixed_model_runs_on_opencl_and_matches_reference():
     _opencl()
     model = _mixed()
-    compiled = rammer.compile(model, backend="opencl")
+    compiled = rammer.compile(model, backend="opencl", mode="persistent")
     feeds = random_feeds(compiled.inputs, seed=2)
     want = rammer.compile(model, backend="reference").run(feeds)
     for _ in range(2):  # a second run reuses the arena and the call tables
@@ -78,7 +78,7 @@ def test_mixed_model_runs_on_opencl_and_matches_reference():
         for k in want:
             np.testing.assert_allclose(got[k], want[k], rtol=1e-4, atol=1e-5)
     report = compiled.executable.report
-    assert report["mode"] == "persistent" and report["launches_per_run"] == 1  # the default: one launch
+    assert report["mode"] == "persistent" and report["launches_per_run"] == 1  # one launch
     assert report["blocks"] <= compiled.executable.device.max_compute_units
     wave = rammer.compile(model, backend="opencl", mode="wave")
     assert wave.executable.report["launches_per_run"] == wave.executable.report["waves"] > 1
