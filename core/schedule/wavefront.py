@@ -41,8 +41,9 @@ from .waits import NO_SKIP, narrow_skips
 #: They pay for numba's runtime in the process (about 120 MB resident: numba and LLVM, measured on
 #: the ipu's compiles) where the numpy path's per-op calls dominate, many ops on few vEUs (an unrolled
 #: RNN of 8,000 ops on 108 vEUs).  On an IPU's 1,472 tiles the numpy path is 2-3x slower on the
-#: placement (8-15 of a compile's 30-80 CPU seconds) but keeps that memory out of the process, which
-#: issue 39 bounds (3 x the model + 300 MB).  Same schedule either way.
+#: placement (9-13 CPU seconds against 3-5 on the published models, in compiles of 25-80) but keeps
+#: that memory out of the process, which issue 39 bounds (3 x the model + 300 MB).  Same schedule
+#: either way.
 COMPILED_PLACEMENT_MAX_VEUS = 1024
 
 #: On a vDevice of one vEU, follow each chain of ops to its end (depth first) instead of taking the
