@@ -8,11 +8,11 @@ the lowering's per-op pass (slices, remote reads), its table of distinct reads,
 each candidate program build, the lowering's end and, with --run, every tenth superstep of the
 simulation.  Hooks wrap the backend's functions; nothing else changes.
 
-    python ci/ipu_memory_stages.py resnet50 [--run] [--out outputs.npz] [--no-wait-skips]
+    python ci/ipu_memory_stages.py resnet50 [--run] [--out outputs.npz] [--exact-waits]
 
-``--no-wait-skips`` measures a core change proposed in s12-ipu (not made: core is outside the ipu's
-files): the schedule builder records no per-barrier skips, so each barrier waits for its whole wait
-group (a superset of what it must wait for: still a valid schedule, which the ipu does not read).
+The ipu's vDevice reads no exact barrier waits (``VDevice.exact_waits`` False, s13-ipu), so the
+scheduler keeps no per-barrier skips for it.  ``--exact-waits`` measures the schedule as it was
+before: the ipu's vDevice declared as reading exact waits (every barrier's skips recorded).
 """
 
 from __future__ import annotations
@@ -49,8 +49,8 @@ def main() -> None:
     ap.add_argument("model", help="a name of ci/real_models.py")
     ap.add_argument("--run", action="store_true", help="simulate the program too")
     ap.add_argument("--out", help="--run: save the simulated outputs here (.npz)")
-    ap.add_argument("--no-wait-skips", action="store_true",
-                    help="the schedule builder records no barrier skips (a proposed core change, measured)")
+    ap.add_argument("--exact-waits", action="store_true",
+                    help="the ipu's vDevice declared as reading exact waits (the barrier skips recorded)")
     args = ap.parse_args()
     mark("start")
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -118,15 +118,15 @@ def main() -> None:
               f"recorded ({skips * 8 / 2**20:.0f} MB as int64)", flush=True)
         return finish(self)
 
-    if args.no_wait_skips:
-        from rammer.schedule.waits import NO_SKIP
+    if args.exact_waits:
+        from dataclasses import replace
 
-        wait_group = core_schedule.ScheduleBuilder.wait_group
+        check_vdevice = device.IpuBackend.check_vdevice
 
-        def whole_group(self, group, veu, skip=NO_SKIP):  # noqa: ARG001 - the skips are dropped
-            return wait_group(self, group, veu, NO_SKIP)
+        def exact_vdevice(self, vdevice):
+            return replace(check_vdevice(self, vdevice), exact_waits=True)
 
-        core_schedule.ScheduleBuilder.wait_group = whole_group
+        device.IpuBackend.check_vdevice = exact_vdevice
     wavefront.WavefrontPolicy.schedule = marked_policy_schedule
     core_schedule.ScheduleBuilder.finish = marked_finish
     device.IpuBackend.prepare_graph = marked_prepare

@@ -231,9 +231,18 @@ class ConvFamily:
         return pareto(kernels, vd.num_veus, vd.veu)
 
 
+#: Channel blocks of a pooling rTask; :data:`_SMALL_POOL_CHANNELS` only when none of these fits a vEU.
+_POOL_CHANNELS = (8, 16, 32, 64, 128)
+#: A global pool over a large plane (ocr-det-640's 96 x 160 x 160: 800 KiB in 8 channels) fits a
+#: 624 KiB IPU tile only a few channels at a time.  Offered only when no block of
+#: :data:`_POOL_CHANNELS` fits, so a vDevice where one does (every cpu and GPU) keeps its candidates.
+_SMALL_POOL_CHANNELS = (1, 2, 4)
+
+
 class PoolFamily:
     """Max/Average/Lp pooling (any spatial rank) by channel blocks and blocks
-    of the first spatial axis; global pools by channel blocks."""
+    of the first spatial axis; global pools by channel blocks.  Blocks of 1, 2 or 4
+    channels only where no block of 8 or more fits a vEU."""
 
     name = "pool.tile"
     op_types = frozenset(["MaxPool", "AveragePool", "LpPool", "GlobalAveragePool", "GlobalMaxPool",
@@ -241,13 +250,21 @@ class PoolFamily:
 
     def candidates(self, node: Node, graph: Graph, vd: VDevice) -> list[RKernel]:
         x, out = shape_of(graph, node.inputs[0]), shape_of(graph, node.outputs[0])
-        if x is None or out is None or len(x) < 3:
+        if x is None or out is None or len(x) < 3 or len(out) != len(x):
             return []
-        glob = node.op_type.startswith("Global")
-        if len(out) != len(x):
-            return []
-        size = itemsize(graph, node.inputs[0])
         channels = x[1]
+        kernels = pareto(self._kernels(node, graph, vd, x, out, {min(channels, b) for b in _POOL_CHANNELS}),
+                         vd.num_veus, vd.veu)
+        if kernels:
+            return kernels
+        small = {b for b in _SMALL_POOL_CHANNELS if b < min(channels, _POOL_CHANNELS[0])}
+        return pareto(self._kernels(node, graph, vd, x, out, small), vd.num_veus, vd.veu)
+
+    def _kernels(self, node: Node, graph: Graph, vd: VDevice, x: tuple[int, ...], out: tuple[int, ...],
+                 channel_blocks: set[int]) -> list[RKernel]:
+        """One kernel per (channel block, block of output rows)."""
+        glob = node.op_type.startswith("Global")
+        size = itemsize(graph, node.inputs[0])
         rank = len(x) - 2
         if glob:
             kernel, strides, dilations, pads = tuple(x[2:]), (1,) * rank, (1,) * rank, [0] * rank
@@ -259,7 +276,7 @@ class PoolFamily:
         extra_outputs = [j for j, o in enumerate(node.outputs) if o and j > 0]
         row_blocks = [1] if glob else _halvings(out[2])
         kernels = []
-        for cb in sorted({min(channels, b) for b in (8, 16, 32, 64, 128)}):
+        for cb in sorted(channel_blocks):
             for rb in row_blocks:
                 block = (1, cb) + ((1,) * rank if glob else (rb,) + tuple(out[3:]))
                 tiling = Tiling(out, block)
@@ -281,4 +298,4 @@ class PoolFamily:
                 flops = float(out_elems * math.prod(kernel))
                 kernels.append(make_kernel(self.name, {"channels": cb, "rows": rb}, tiling.count, vd, flops,
                                            nbytes, access, node, graph, work_items=out_elems))
-        return pareto(kernels, vd.num_veus, vd.veu)
+        return kernels

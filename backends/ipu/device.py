@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from rammer.backend import Availability, Backend, Capabilities, check_options
@@ -52,6 +53,12 @@ class IpuBackend(Backend):
         # Always runnable: on the simulator when poptorch is absent, which the note says.
         ok, why = poptorch_status()
         return Availability(True, "" if ok else f"runs the simulated IPU ({why})")
+
+    def check_vdevice(self, vdevice: VDevice) -> VDevice:
+        """An ipu vDevice (a preset or a .json file), declared as not reading exact barrier waits:
+        each superstep of the BSP program ends in a chip-wide sync, whatever a barrier lists, so the
+        core scheduler keeps no per-barrier skips for it (``VDevice.exact_waits``)."""
+        return replace(super().check_vdevice(vdevice), exact_waits=False)
 
     def rkernels(self, node: Node, graph: Graph, vdevice: VDevice) -> list[RKernel]:
         # A Gather from a large table is cut along the table's width, a Dropout with a mask is tiled

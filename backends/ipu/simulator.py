@@ -81,6 +81,13 @@ class TensorState:
             self._by_tile = {int(t): order[bounds[j]:bounds[j + 1]] for j, t in enumerate(tiles)}
         return self._by_tile.get(tile, np.zeros(0, dtype=np.int64))
 
+    def release(self) -> None:
+        """Drop the value and the per-tile index after the tensor's last read: the index holds an
+        array per owner tile (up to 1,472), and kept for every tensor it grew real:densenet121's
+        simulation from 381 to 462 MB (394 MB flat with it released)."""
+        self.value = None
+        self._by_tile = None
+
     def ensure_value(self) -> np.ndarray:
         if self.value is None:
             self.value = np.full(self.shape, _fill(self.dtype), dtype=self.dtype)
@@ -310,7 +317,7 @@ def simulate_program(program: BSPProgram, schedule: Schedule, graph: Graph,
             memory.end_superstep()
             for name in free_at.get(step, ()):  # nothing is kept from finished supersteps
                 if name in memory.tensors:
-                    memory.tensors[name].value = None
+                    memory.tensors[name].release()
     out = {}
     for t in graph.outputs:
         if is_static(graph, t.name):

@@ -265,6 +265,9 @@ class ScheduleBuilder:
         self._wait_groups: list[np.ndarray] = []
         self._barrier_group: list[int] = []
         self._barrier_skips: list[np.ndarray] = []
+        # A vDevice whose programs do not read the waits (VDevice.exact_waits) gets every barrier's
+        # whole group: the skips were most of what a schedule on 1,472 tiles stored.
+        self._keep_skips = problem.vdevice.exact_waits
         self._placed: set[tuple[int, int]] = set()
         # Ops with an rTask in _placed; ops whose rTasks were all appended at once (append_rtasks).
         self._placed_ops: set[int] = set()
@@ -332,9 +335,12 @@ class ScheduleBuilder:
 
     def wait_group(self, group: int, veu: int, skip: np.ndarray = NO_SKIP) -> None:
         """Append to ``veu`` a barrier waiting for the handles of ``group`` (:meth:`add_wait_group`)
-        except those at the group positions ``skip`` (distinct, increasing)."""
+        except those at the group positions ``skip`` (distinct, increasing).  On a vDevice that does
+        not read exact waits (``VDevice.exact_waits`` False) the barrier waits for the whole group:
+        the skipped members are its own vEU's and ones an earlier barrier waited for, so the superset
+        orders nothing more."""
         self._barrier_group.append(group)
-        self._barrier_skips.append(skip)
+        self._barrier_skips.append(skip if self._keep_skips else NO_SKIP)
         self.programs[veu].append(-len(self._barrier_group))
 
     # The paper's interface.

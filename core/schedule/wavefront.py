@@ -35,7 +35,16 @@ from ..rtask import RKernel
 from .placement_steps import LARGE_PLACEMENT, place_rtasks, requirement_state
 from .problem import Problem
 from .schedule import Schedule, ScheduleBuilder
-from .waits import narrow_skips
+from .waits import NO_SKIP, narrow_skips
+
+#: Widest vDevice on which a large problem is placed by the compiled steps (:mod:`.placement_steps`).
+#: They pay for numba's runtime in the process (about 120 MB resident: numba and LLVM, measured on
+#: the ipu's compiles) where the numpy path's per-op calls dominate, many ops on few vEUs (an unrolled
+#: RNN of 8,000 ops on 108 vEUs).  On an IPU's 1,472 tiles the numpy path is 2-3x slower on the
+#: placement (9-13 CPU seconds against 3-5 on the published models, in compiles of 25-80) but keeps
+#: that memory out of the process, which issue 39 bounds (3 x the model + 300 MB).  Same schedule
+#: either way.
+COMPILED_PLACEMENT_MAX_VEUS = 1024
 
 #: On a vDevice of one vEU, follow each chain of ops to its end (depth first) instead of taking the
 #: graph wave by wave: with one vEU a wave's ops run one after another anyway, and interleaving two
@@ -183,8 +192,12 @@ class _Placer:
         self.known = np.full((vd.num_veus, vd.num_veus), -1, dtype=np.int64)
         # Per placed op: (vEUs, last position, last handle, finish of that rTask) arrays.
         self.placed: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None] = [None] * len(problem.rops)
-        # A large problem places each op in two compiled steps (:mod:`.placement_steps`), same result.
-        self.compiled = len(problem.rops) * vd.num_veus >= LARGE_PLACEMENT
+        # A large problem places each op in two compiled steps (:mod:`.placement_steps`), same result,
+        # unless the vDevice is too wide for them to pay for numba's runtime (COMPILED_PLACEMENT_MAX_VEUS).
+        self.compiled = (len(problem.rops) * vd.num_veus >= LARGE_PLACEMENT
+                         and vd.num_veus <= COMPILED_PLACEMENT_MAX_VEUS)
+        # Where the waits are not read (VDevice.exact_waits), what a barrier may skip is not worked out.
+        self.exact_waits = vd.exact_waits
 
     def _requirements(self, op: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
         parts = [self.placed[p] for p in self.problem.preds[op]]
@@ -235,18 +248,20 @@ class _Placer:
                 need = None
         cand = np.argpartition(est, k - 1)[:k] if k < num_veus else np.arange(num_veus)
         need_index = [-1] * num_veus  # vEU -> its row of skip_bounds while it still needs a barrier
+        skip_cols, skip_bounds = NO_SKIP, [0] * (num_veus + 1)
         if need is not None:
             assert missing is not None
-            # What each barrier would leave out of the op's wait group (its own vEU, the vEUs it
-            # already waited for), for the candidate vEUs at once.
             rows = cand[need[cand]]
-            skip_rows, skip_cols = np.nonzero(~missing[rows])
-            if column_group is not None:
-                skip_cols = column_group[skip_cols]
-                order = np.lexsort((skip_cols, skip_rows))
-                skip_rows, skip_cols = skip_rows[order], skip_cols[order]
-            skip_cols = narrow_skips(skip_cols, cols.size)  # (positions in the op's wait group)
-            skip_bounds = np.searchsorted(skip_rows, np.arange(rows.size + 1)).tolist()
+            if self.exact_waits:
+                # What each barrier would leave out of the op's wait group (its own vEU, the vEUs it
+                # already waited for), for the candidate vEUs at once.
+                skip_rows, skip_cols = np.nonzero(~missing[rows])
+                if column_group is not None:
+                    skip_cols = column_group[skip_cols]
+                    order = np.lexsort((skip_cols, skip_rows))
+                    skip_rows, skip_cols = skip_rows[order], skip_cols[order]
+                skip_cols = narrow_skips(skip_cols, cols.size)  # (positions in the op's wait group)
+                skip_bounds = np.searchsorted(skip_rows, np.arange(rows.size + 1)).tolist()
             for i, v in enumerate(rows.tolist()):
                 need_index[v] = i
         veu_of, starts = run_order(est[cand], cand, n, kernel.duration_us)
@@ -270,7 +285,10 @@ class _Placer:
         if waited:  # what the new barriers waited for, all at once (nothing above reads known)
             assert missing is not None and req is not None
             done = np.asarray(waited, dtype=np.int64)
-            if column_group is not None:  # whole rows: no (rows x cols) fancy indexing, 5x slower
+            if column_group is not None and done.size == num_veus:  # every vEU waited: in place
+                # (a vEU's own column may rise too: it is never read, program order covers it)
+                np.maximum(self.known, pos, out=self.known)
+            elif column_group is not None:  # whole rows: no (rows x cols) fancy indexing, 5x slower
                 self.known[done] = np.where(missing[done], pos, self.known[done])
             else:
                 block = np.ix_(done, cols)

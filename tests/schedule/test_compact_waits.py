@@ -3,6 +3,8 @@ rTasks + barriers on a vDevice with many vEUs, built into the per-barrier lists 
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 from sched_util import dependency_violations, execute, zoo_graph
 
@@ -49,7 +51,8 @@ def test_permuting_gathers_in_chunks_and_keeps_the_narrow_positions(monkeypatch)
 
 def test_a_schedule_on_1472_veus_stores_its_waits_in_linear_space_and_they_order_every_dependency():
     graph = zoo_graph("resnext-small")
-    schedule = get_policy("wavefront").schedule(build_problem(graph, get_preset("gc200")))
+    # (The gc200 preset reads no exact waits: the skips are tested on a vDevice that does.)
+    schedule = get_policy("wavefront").schedule(build_problem(graph, replace(get_preset("gc200"), exact_waits=True)))
     held = stored_waits(schedule)
     assert isinstance(held, CompactWaits)  # counting barriers did not build the lists
     assert schedule.num_barriers == len(held) > 1000
@@ -97,3 +100,31 @@ def test_the_ipu_compile_never_builds_the_wait_lists():
             rammer.plugins.unregister_plugin("rammer-ipu-compact-waits-test")
     held = stored_waits(schedule)
     assert isinstance(held, CompactWaits) and held.num_waits > 100_000
+
+
+def test_a_vdevice_that_reads_no_exact_waits_gets_whole_groups_and_the_same_placement():
+    """``VDevice.exact_waits`` False (an IPU: every superstep ends in a chip-wide sync): the builder
+    keeps no skips; each barrier waits for its whole group, a superset of the exact waits that orders
+    nothing more, and the placement, the groups and the kernels are those of the exact schedule."""
+    assert not get_preset("gc200").exact_waits and not get_preset("gc2").exact_waits
+    assert all(get_preset(p).exact_waits for p in ("cpu", "v100", "a100", "h100", "mi250x", "cortex-m7"))
+    graph = zoo_graph("resnext-small")
+    exact_vd = replace(get_preset("gc200"), exact_waits=True)
+    exact = get_policy("wavefront").schedule(build_problem(graph, exact_vd))
+    whole = get_policy("wavefront").schedule(build_problem(graph, get_preset("gc200")))
+    assert whole.programs == exact.programs
+    assert [op.kernel.kernel_id for op in whole.ops] == [op.kernel.kernel_id for op in exact.ops]
+    held_exact, held_whole = stored_waits(exact), stored_waits(whole)
+    assert isinstance(held_exact, CompactWaits) and isinstance(held_whole, CompactWaits)
+    assert held_exact.skip_positions.size > 1_000 and held_whole.skip_positions.size == 0
+    assert np.array_equal(held_whole.group_ids, held_exact.group_ids)
+    assert np.array_equal(held_whole.barrier_group, held_exact.barrier_group)
+    assert all(set(w) <= set(v) for w, v in zip(exact.barrier_waits, whole.barrier_waits))
+    verify(whole, graph)
+    start, finish = execute(whole, np.random.default_rng(1).uniform(0.1, 10.0, whole.num_rtasks))
+    assert not dependency_violations(whole, [op.preds for op in whole.ops], start, finish)
+    # A cpu vDevice (exact waits, the default) keeps them: a barrier never lists its own vEU's rTasks.
+    cpu = get_policy("wavefront").schedule(build_problem(graph, get_preset("cpu").with_veus(4)))
+    locations = {e: v for v, prog in enumerate(cpu.programs) for e in prog}
+    assert cpu.num_barriers and all(locations[w] != locations[cpu.num_rtasks + b]
+                                    for b, ws in enumerate(cpu.barrier_waits) for w in ws)

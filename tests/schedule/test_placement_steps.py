@@ -79,3 +79,24 @@ def test_the_skips_kept_are_their_own_arrays():
     *_, skip, lo, hi = placement_steps.place_rtasks(est, np.arange(v, dtype=np.int64), v, 1.0, need, missing,
                                                     known, cols, req_pos, large=False)
     assert skip.base is None and skip.size == int((hi - lo)[lo >= 0].sum())
+
+
+@pytest.mark.parametrize("exact_waits", [True, False])
+def test_on_a_vdevice_wider_than_the_compiled_steps_pay_for_the_numpy_path_places_the_same(exact_waits, monkeypatch):
+    # On the ipu's 1,472 tiles the numpy path keeps numba's runtime (~120 MB resident) out of the
+    # process; the schedule is the compiled steps' (also when the vDevice reads no exact waits and
+    # the numpy path works out no skips).
+    from dataclasses import replace
+
+    from rammer.schedule.schedule import ScheduleBuilder
+
+    vd = replace(get_preset("gc200"), exact_waits=exact_waits)
+    problem = build_problem(zoo_graph("resnext-small"), vd)
+    monkeypatch.setattr(wavefront, "LARGE_PLACEMENT", len(problem.rops) * 512)  # a large problem from 512 vEUs
+    assert not wavefront._Placer(problem, ScheduleBuilder(problem, "t", 0.5)).compiled
+    narrower = build_problem(zoo_graph("resnext-small"), vd.with_veus(wavefront.COMPILED_PLACEMENT_MAX_VEUS))
+    assert wavefront._Placer(narrower, ScheduleBuilder(narrower, "t", 0.5)).compiled
+    plain = get_policy("wavefront").schedule(problem)
+    monkeypatch.setattr(wavefront, "COMPILED_PLACEMENT_MAX_VEUS", 10 ** 9)
+    compiled = get_policy("wavefront").schedule(problem)
+    assert compiled.to_dict() == plain.to_dict() and plain.num_barriers > 0
