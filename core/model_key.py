@@ -78,6 +78,11 @@ def _new_hash() -> Any:
     return hashlib.sha256() if name == "sha256" else hashlib.blake2b(digest_size=32)
 
 
+def _named(h: Any) -> str:
+    """``h``'s digest, named by its algorithm (keys made with the two never meet)."""
+    return f"{digest_algorithm()}:{h.hexdigest()}"
+
+
 def _stamp(st: os.stat_result) -> list[int]:
     return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev]
 
@@ -165,11 +170,11 @@ def source_digest(source: ModelSource, memo_dir: str | None = None) -> str | Non
     if isinstance(source, onnx.ModelProto):
         h.update(b"bytes:")  # as the same bytes given as a file or as bytes
         h.update(source.SerializeToString(deterministic=True))
-        return f"{digest_algorithm()}:{h.hexdigest()}"
+        return _named(h)
     if isinstance(source, (bytes, bytearray, memoryview)):
         h.update(b"bytes:")
         h.update(source)
-        return f"{digest_algorithm()}:{h.hexdigest()}"
+        return _named(h)
     if not isinstance(source, (str, os.PathLike)):
         return None
     try:
@@ -191,7 +196,7 @@ def source_digest(source: ModelSource, memo_dir: str | None = None) -> str | Non
             files.append((name, _hash_file(target, h)))
     except (OSError, ValueError):
         return None
-    digest = f"{digest_algorithm()}:{h.hexdigest()}"
+    digest = _named(h)
     if memo_dir:
         _write_memo(memo_dir, path, digest, files)
     return digest
