@@ -625,6 +625,18 @@ POINTWISE_ROWS_MAX_PIXELS = 256
 #: taps (see :func:`conv_form`); 1.15 as for planes (for comparisons).
 LINE_PIXEL_ROWS_WEIGHT = 0.9
 POINTWISE_ROWS_MIN_WEIGHTS = 256 * 1024
+#: Weights of more than this many floats (per group; 384 KiB, most of a Zen 3 core's 512 KiB L2) but
+#: no more than POINTWISE_ROWS_MIN_WEIGHTS: a stride-1 1x1 conv on a plane of PX_MR to
+#: POINTWISE_ROWS_MAX_PIXELS pixels takes the pixel-row form where it fills its tiles clearly better
+#: than the direct form (POINTWISE_ROWS_FILL_WEIGHT on its fill).  A 7x7 plane's 49 pixels fill 49
+#: of the direct form's 64 tile columns but 49 of the pixel-row form's 52 rows: measured
+#: (ci/micro_conv.py, 1 vEU) 440 -> 440, 960 -> 160, 672 -> 192, 1152 -> 192 and 464 -> 464 at 7x7
+#: 16-20% faster; with lighter weights (256 -> 256, 232 -> 232, 116 -> 116) the direct form stayed
+#: as fast or faster.  (Planes of fewer pixels than a pixel-row tile, the squeeze-excitation convs
+#: at 1x1, measured mixed.)
+POINTWISE_ROWS_FILL_MIN_WEIGHTS = 96 * 1024
+#: The pixel-row form's weight against the direct form's fill in that rule; 0: never (for comparisons).
+POINTWISE_ROWS_FILL_WEIGHT = 0.9
 
 
 #: Groups of at most this many output channels may take the plane form (kernels_conv._planes): the
@@ -673,6 +685,9 @@ def conv_form(mg: int, ohw: int, K: int = 0, taps: int = 1, strided_1x1: bool = 
     elif taps == 1 and (strided_1x1 or (ohw <= POINTWISE_ROWS_MAX_PIXELS
                                         and mg * K > POINTWISE_ROWS_MIN_WEIGHTS)):
         fills[FORM_PIXEL_ROWS] = pixel_rows_used(ohw, mg) * 2
+    elif (taps == 1 and PX_MR <= ohw <= POINTWISE_ROWS_MAX_PIXELS and mg * K > POINTWISE_ROWS_FILL_MIN_WEIGHTS
+          and POINTWISE_ROWS_FILL_WEIGHT):
+        fills[FORM_PIXEL_ROWS] = pixel_rows_used(ohw, mg) * POINTWISE_ROWS_FILL_WEIGHT
     if taps > 1 and plane_rows is not None and mg <= PLANES_MAX_CHANNELS and not line:
         ow, wq = plane_rows
         cols = used(1, ow, 1, NR) if ow >= NR else ow / wq

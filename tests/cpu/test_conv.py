@@ -152,6 +152,13 @@ def test_conv_form_choice():
     assert form(1024, 64, 4096, 1) == FORM_PIXEL_ROWS     # ResNeXt's 8x8 4096 -> 1024: weights past L2
     assert form(1024, 256, 4096, 1) == FORM_PIXEL_ROWS    # ... and on 16x16 planes (packed pixel rows)
     assert form(1024, 1024, 4096, 1) == FORM_DIRECT       # ... not on 32x32 planes
+    # 7x7 planes, weights of 384 KiB to 1 MiB: the pixel rows fill 49 of 52 rows, the direct form 49 of 64 columns
+    if MR == 6:
+        assert form(440, 49, 440, 1) == FORM_PIXEL_ROWS   # RegNetY's last stage
+        assert form(160, 49, 960, 1) == FORM_PIXEL_ROWS   # MobileNetV2's projection
+        assert form(256, 49, 256, 1) == FORM_DIRECT       # lighter weights keep the direct form
+        assert form(1152, 1, 48, 1) == FORM_TRANSPOSED    # a squeeze-excitation conv at 1x1: not the rule's
+        assert form(208, 196, 208, 1) == FORM_DIRECT      # 14x14: the direct form fills 196 of 208 columns
     assert form(512, 256, 256, 1, strided_1x1=True) == FORM_PIXEL_ROWS  # read in place, no gather
     # 8 of 32 channels per tile (AVX-512); AVX2's 16-wide panels half full, read in place (unmeasured)
     assert form(8, 256, 256, 1, strided_1x1=True) == (FORM_DIRECT if MR == 12 else FORM_PIXEL_ROWS)
