@@ -67,6 +67,8 @@ from .kernels_ew import ew_epilogue
 from .kernels_window import W_OUT, W_X, WIN_LEN, _pad_phases, read_window
 from .kernels_winograd import ldb_panel, winograd_block
 from .ukernel import (
+    EDGE_COLS_SHIFT,
+    EDGE_ROWS_SHIFT,
     EPI_ACCUMULATE,
     EPI_BIAS,
     EPI_HSWISH,
@@ -789,23 +791,19 @@ def _pixel_rows(F, I, X, R, p, sbase, pb, in_place, C, H, W, kh, kw, sh, sw, ph,
                         if ip == 0 or not tiles_outer:  # tiles outer: one row table serves all its panels
                             _row_table(I, ri, q, rows, OW, o0, rs, cs)
                     cp = out + ic * ohw + q
-                    if rows == PX_MR and cols == width:
-                        # (operands whose flag is off point at C: valid memory, read and dropped)
-                        if width == PX_NR:
-                            ukernel_rows(kb, F, src, I, kt, I, rt, F, wb, F, cp, ohw, flags,
-                                         F, bias_g + ic if bias >= 0 else cp,
-                                         F, res_g + ic * ohw + q if res >= 0 else cp)
-                        else:
-                            ukernel_rows_narrow(kb, F, src, I, kt, I, rt, F, wb, F, cp, ohw, flags,
-                                                F, bias_g + ic if bias >= 0 else cp,
-                                                F, res_g + ic * ohw + q if res >= 0 else cp)
-                        continue
+                    # an edge tile (fewer pixels or channels than the tile's) is stored by the kernel too,
+                    # only its live rows and columns (ukernel.EDGE_COLS_SHIFT)
+                    tf = flags if rows == PX_MR and cols == width else (
+                        flags | (cols << EDGE_COLS_SHIFT) | (rows << EDGE_ROWS_SHIFT))
+                    # (operands whose flag is off point at C: valid memory, read and dropped)
                     if width == PX_NR:
-                        ukernel_rows(kb, F, src, I, kt, I, rt, F, wb, F, pt, PX_MR, 0, F, pt, F, pt)
+                        ukernel_rows(kb, F, src, I, kt, I, rt, F, wb, F, cp, ohw, tf,
+                                     F, bias_g + ic if bias >= 0 else cp,
+                                     F, res_g + ic * ohw + q if res >= 0 else cp)
                     else:
-                        ukernel_rows_narrow(kb, F, src, I, kt, I, rt, F, wb, F, pt, PX_MR, 0, F, pt, F, pt)
-                    # (the tile is stored transposed: its rows are output channels)
-                    _store_tile(F, pt, PX_MR, cp, ohw, cols, rows, flags, bias_g + ic, res_g + ic * ohw + q, ohw)
+                        ukernel_rows_narrow(kb, F, src, I, kt, I, rt, F, wb, F, cp, ohw, tf,
+                                            F, bias_g + ic if bias >= 0 else cp,
+                                            F, res_g + ic * ohw + q if res >= 0 else cp)
                 pc += kb
             if epi >= 0:
                 ew_epilogue(F, X, R, epi, b * mg + m0, b * mg + m1, qc, qe, sbase)

@@ -420,14 +420,30 @@ def _transpose_columns(bld: ir.IRBuilder, tile: list, rows: int, width: int) -> 
     return [columns[j] for j in sorted(columns)]
 
 
+#: Bits of the pixel-row kernel's ``flags`` above the EPI_* ones: an edge tile's live columns (output
+#: channels) at EDGE_COLS_SHIFT and live rows (pixels) at EDGE_ROWS_SHIFT, 8 bits each; 0 (a whole
+#: tile) stores every one.  An edge tile is stored by the kernel itself, straight into the output:
+#: through a scratch tile and numba's row loops, the edges of a group of 8 channels (every tile of
+#: RegNet's grouped convs) cost more than their multiply-adds.
+EDGE_COLS_SHIFT, EDGE_ROWS_SHIFT = 8, 16
+
+
+def edge_flags(flags: int, cols: int, rows: int) -> int:
+    """``flags`` for an edge tile of ``cols`` live columns and ``rows`` live rows (see EDGE_COLS_SHIFT)."""
+    return flags | (cols << EDGE_COLS_SHIFT) | (rows << EDGE_ROWS_SHIFT)
+
+
 def _add_transpose_store(mod: ir.Module, rows: int, cols: int, width: int, symbol: str = ROWS_SYMBOL) -> ir.Function:
     """``(tile, c, ldc, flags, bias, res)``: ``c[j*ldc + r] = relu?(tile[r*cols + j] (+ c) (+ bias[j])
-    (+ res[j*ldc + r]))``, for each of the 16 ``flags`` a straight-line block of its own
+    (+ res[j*ldc + r]))``, for each of the EPI_* ``flags`` a straight-line block of its own
     (:func:`_per_flag_blocks`).  The bias (per column
     j, a row vector of the tile) is added before the transpose, and so is the ReLU when nothing
-    is added after it; the transpose is :func:`_transpose_columns`."""
+    is added after it; the transpose is :func:`_transpose_columns`.  With edge bits in ``flags``
+    (:data:`EDGE_COLS_SHIFT`) a second set of blocks stores only the live columns, each through a
+    masked store of its live rows, and reads the bias, C and the residual only there."""
     f32 = ir.FloatType()
     i64 = ir.IntType(64)
+    i32 = ir.IntType(32)
     fp = f32.as_pointer()
     vec = ir.VectorType(f32, width)
     pvec = ir.VectorType(f32, rows)
@@ -436,28 +452,61 @@ def _add_transpose_store(mod: ir.Module, rows: int, cols: int, width: int, symbo
     fn.attributes.add("noinline")
     tp, c, ldc, flags, bias, res = fn.args
     entry = ir.IRBuilder(fn.append_basic_block("entry"))
-    for bld, (acc_on, bias_on, res_on, relu_on) in _per_flag_blocks(fn, entry, flags):
-        relu_first = relu_on and not (acc_on or res_on)
-        tile = []
-        for r in range(rows):
-            row = []
-            for v in range(nv):
-                val = bld.load(_vec_ptr(bld, tp, r * cols + v * width, vec), align=4)
-                if bias_on:
-                    val = bld.fadd(val, bld.load(_vec_ptr(bld, bias, v * width, vec), align=4))
-                row.append(_activate(bld, val, relu_on) if relu_first else val)
-            tile.append(row)
-        for j, col in enumerate(_transpose_columns(bld, tile, rows, width)):
-            at = bld.mul(ir.Constant(i64, j), ldc)
-            ptr = _vec_ptr(bld, c, at, pvec)
-            if acc_on:
-                col = bld.fadd(col, bld.load(ptr, align=4))
-            if res_on:
-                col = bld.fadd(col, bld.load(_vec_ptr(bld, res, at, pvec), align=4))
-            if relu_on and not relu_first:
-                col = _activate(bld, col, relu_on)
-            bld.store(col, ptr, align=4)
-        bld.ret_void()
+    whole, edge = fn.append_basic_block("whole"), fn.append_basic_block("edge")
+    entry.cbranch(entry.icmp_unsigned("<", flags, ir.Constant(i64, 1 << EDGE_COLS_SHIFT)), whole, edge)
+    eb = ir.IRBuilder(edge)
+    live_cols = eb.and_(eb.lshr(flags, ir.Constant(i64, EDGE_COLS_SHIFT)), ir.Constant(i64, 255))
+    live_rows = eb.trunc(eb.and_(eb.lshr(flags, ir.Constant(i64, EDGE_ROWS_SHIFT)), ir.Constant(i64, 255)), i32)
+    row_mask = eb.icmp_signed("<", ir.Constant(ir.VectorType(i32, rows), list(range(rows))),
+                              _splat(eb, live_rows, ir.VectorType(i32, rows)))
+    col_masks = [eb.icmp_signed("<", ir.Constant(ir.VectorType(i32, width), [v * width + e for e in range(width)]),
+                                _splat(eb, eb.trunc(live_cols, i32), ir.VectorType(i32, width))) for v in range(nv)]
+    mload_c, mstore_c = _masked(mod, pvec, False), _masked(mod, pvec, True)
+    mload_b = _masked(mod, vec, False)
+    align = ir.Constant(i32, 4)
+    zero_p = ir.Constant(pvec, [0.0] * rows)
+    for is_edge, start in ((False, ir.IRBuilder(whole)), (True, eb)):
+        for bld, (acc_on, bias_on, res_on, relu_on) in _per_flag_blocks(fn, start, flags):
+            relu_first = relu_on and not (acc_on or res_on)
+            tile = []
+            for r in range(rows):
+                row = []
+                for v in range(nv):
+                    val = bld.load(_vec_ptr(bld, tp, r * cols + v * width, vec), align=4)
+                    if bias_on:
+                        bptr = _vec_ptr(bld, bias, v * width, vec)
+                        bv = (bld.call(mload_b, [bptr, align, col_masks[v], ir.Constant(vec, [0.0] * width)])
+                              if is_edge else bld.load(bptr, align=4))
+                        val = bld.fadd(val, bv)
+                    row.append(_activate(bld, val, relu_on) if relu_first else val)
+                tile.append(row)
+            for j, col in enumerate(_transpose_columns(bld, tile, rows, width)):
+                at = bld.mul(ir.Constant(i64, j), ldc)
+                ptr = _vec_ptr(bld, c, at, pvec)
+                if is_edge:
+                    # (the live columns are the first ones: past the last, the rest are skipped)
+                    nxt = fn.append_basic_block(f"col{j}")
+                    store = fn.append_basic_block(f"store{j}")
+                    bld.cbranch(bld.icmp_signed("<", ir.Constant(i64, j), live_cols), store, nxt)
+                    bld.position_at_end(store)
+                    if acc_on:
+                        col = bld.fadd(col, bld.call(mload_c, [ptr, align, row_mask, zero_p]))
+                    if res_on:
+                        col = bld.fadd(col, bld.call(mload_c, [_vec_ptr(bld, res, at, pvec), align, row_mask, zero_p]))
+                    if relu_on and not relu_first:
+                        col = _activate(bld, col, relu_on)
+                    bld.call(mstore_c, [col, ptr, align, row_mask])
+                    bld.branch(nxt)
+                    bld.position_at_end(nxt)
+                    continue
+                if acc_on:
+                    col = bld.fadd(col, bld.load(ptr, align=4))
+                if res_on:
+                    col = bld.fadd(col, bld.load(_vec_ptr(bld, res, at, pvec), align=4))
+                if relu_on and not relu_first:
+                    col = _activate(bld, col, relu_on)
+                bld.store(col, ptr, align=4)
+            bld.ret_void()
     return fn
 
 

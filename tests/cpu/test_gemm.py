@@ -99,6 +99,52 @@ def test_pixel_row_microkernel_reads_through_tables_and_stores_transposed(rows, 
     np.testing.assert_array_equal(got[:, rows:], before.reshape(cols, ldc)[:, rows:])  # only the tile is written
 
 
+
+@pytest.mark.parametrize("rows,cols,width", [(uk.PX_MR, uk.PX_NR, uk.WIDTH), (4, 24, 8), (4, 16, 8)])
+@pytest.mark.parametrize("flags", [0, uk.EPI_BIAS | uk.EPI_RELU, uk.EPI_ACCUMULATE | uk.EPI_RESIDUAL,
+                                   uk.EPI_BIAS | uk.EPI_RESIDUAL | uk.EPI_SILU, uk.EPI_ACCUMULATE | uk.EPI_HSWISH])
+@pytest.mark.parametrize("live", [(8, 4), (5, 1), (1, 3), (16, 2), (23, 4)])
+def test_pixel_row_microkernel_stores_only_an_edge_tiles_live_part(rows, cols, width, flags, live):
+    """An edge tile (``ukernel.edge_flags``: fewer live output channels or pixels than the tile's) is
+    stored by the kernel itself: its live columns' live rows get the epilogue, nothing else is written,
+    and the bias, C and residual are read only there (NaN past the live part would otherwise show)."""
+    live_cols, live_rows = min(live[0], cols), min(live[1], rows)
+    rng = np.random.default_rng(live_cols * 10 + live_rows)
+    k, ldc = 19, 37
+    plane = rng.standard_normal(3000).astype(np.float32)
+    aoff = rng.integers(0, 2900, k).astype(np.int64)
+    rowoff = np.array([0, 1, 2, 40, 41, 7, 900, 3][:rows], np.int64)
+    b = rng.standard_normal(k * cols).astype(np.float32)
+    c = rng.standard_normal(cols * ldc).astype(np.float32)
+    bias = rng.standard_normal(cols).astype(np.float32)
+    res = rng.standard_normal(cols * ldc).astype(np.float32)
+    bias[live_cols:] = np.nan          # read past the live part, these would poison nothing stored, so
+    res.reshape(cols, ldc)[:, live_rows:] = np.nan  # check the live part is exact and the rest untouched
+    before = c.copy()
+    fn = _pixel_row_kernel(rows, cols, width)
+    fn(k, plane.ctypes.data, aoff.ctypes.data, rowoff.ctypes.data, b.ctypes.data, c.ctypes.data, ldc,
+       uk.edge_flags(flags, live_cols, live_rows), bias.ctypes.data, res.ctypes.data)
+    a = plane[aoff[:, None] + rowoff[None, :]].astype(np.float64)
+    want = (a.T @ b.reshape(k, cols).astype(np.float64)).T[:live_cols, :live_rows]
+    if flags & uk.EPI_ACCUMULATE:
+        want += before.reshape(cols, ldc)[:live_cols, :live_rows]
+    if flags & uk.EPI_BIAS:
+        want += bias[:live_cols, None]
+    if flags & uk.EPI_RESIDUAL:
+        want += res.reshape(cols, ldc)[:live_cols, :live_rows]
+    if flags & uk.EPI_RELU:
+        want = np.maximum(want, 0.0)
+    if flags & uk.EPI_SILU:
+        want = want / (1.0 + np.exp(-want))
+    if flags & uk.EPI_HSWISH:
+        want = want * np.clip(want + 3.0, 0.0, 6.0) / 6.0
+    got = c.reshape(cols, ldc)
+    np.testing.assert_allclose(got[:live_cols, :live_rows], want, rtol=1e-5, atol=1e-4)
+    untouched = np.ones((cols, ldc), bool)
+    untouched[:live_cols, :live_rows] = False
+    np.testing.assert_array_equal(got[untouched], before.reshape(cols, ldc)[untouched])
+
+
 #: (bias, lo, hi) of the sweeps: none, a bias and ReLU6, a bias alone, a ReLU
 SWEEP_EPILOGUES = [(0.0, -np.inf, np.inf), (0.25, 0.0, 6.0), (-1.5, -np.inf, np.inf), (0.0, 0.0, np.inf)]
 
