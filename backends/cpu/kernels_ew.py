@@ -398,9 +398,21 @@ def _store(F, B, I, J, dt, off, s, a, ai, n):
         B[np.uint64(off + j * s)] = 1 if A[j] != f32(0.0) else 0
 
 
+@njit(inline="always")
+def _reg(r, sbase, m0, m1, m2, m3):
+    """Where register ``r`` lies in F: its scratch slot, or for the first four registers (inputs)
+    the input's own memory where ``m0`` .. ``m3`` give it (-1: not mapped)."""
+    if r < 4:
+        m = m0 if r == 0 else m1 if r == 1 else m2 if r == 2 else m3
+        if m >= 0:
+            return m
+    return sbase + r * BLOCK
+
+
 @njit(**_JIT)
-def _exec(F, I, X, R, code, ninstr, sbase, ibase, n):
-    """Run the program's instructions over the first ``n`` elements of every register."""
+def _exec(F, I, X, R, code, ninstr, sbase, ibase, n, m0, m1, m2, m3):
+    """Run the program's instructions over the first ``n`` elements of every register (registers
+    0-3 read from the inputs' memory where ``m0`` .. ``m3`` map them, see :func:`_reg`)."""
     for k in range(ninstr):
         q = code + k * INSTR_LEN
         op = X[q]
@@ -408,14 +420,14 @@ def _exec(F, I, X, R, code, ninstr, sbase, ibase, n):
             int_instr(op, F, I, X, q, sbase, ibase, n)
             continue
         dst = sbase + X[q + 1] * BLOCK
-        a = sbase + X[q + 2] * BLOCK
+        a = _reg(X[q + 2], sbase, m0, m1, m2, m3)
         D = F[dst:dst + n]
         A = F[a:a + n]
         if op >= ADD:
-            b = sbase + X[q + 3] * BLOCK
+            b = _reg(X[q + 3], sbase, m0, m1, m2, m3)
             Bv = F[b:b + n]
             if op == WHERE:
-                e = sbase + X[q + 4] * BLOCK
+                e = _reg(X[q + 4], sbase, m0, m1, m2, m3)
                 E = F[e:e + n]
                 for j in range(n):
                     D[j] = Bv[j] if A[j] != f32(0.0) else E[j]
@@ -426,6 +438,26 @@ def _exec(F, I, X, R, code, ninstr, sbase, ibase, n):
             p0 = R[imm] if imm >= 0 else f32(0.0)
             p1 = R[imm + 1] if imm >= 0 else f32(0.0)
             _unary(op, D, A, n, p0, p1)
+
+
+@njit(**_JIT)
+def _unwritten_inputs(X, code, ninstr, nin, outs, nout):
+    """Bits 0-3: the first four inputs whose registers no instruction writes (the register allocator
+    may reuse an input's register after its last read: such an input must be copied, or the
+    instruction would write the tensor itself) and no output stores (a store of one output may
+    overwrite, in place, the input another output is stored from)."""
+    bits = 0
+    for k in range(min(nin, 4)):
+        bits |= 1 << k
+    for k in range(ninstr):
+        d = X[code + k * INSTR_LEN + 1]
+        if d < 4:
+            bits &= ~(1 << d)
+    for k in range(nout):
+        d = X[outs + k * OUT_LEN]
+        if d < 4:
+            bits &= ~(1 << d)
+    return bits
 
 
 @njit(**_JIT)
@@ -617,6 +649,9 @@ def ew_run(F, B, I, J, X, R, prog, r0, r1, c0, c1, sbase):
         return
     rows = (c0 == 0 and c1 == d3 and 2 * d3 <= blk and r1 - r0 > 1
             and _whole_rows_ok(X, ins, outs, nin, nout, d0, d1, d2, d3))
+    # float programs read their contiguous float inputs where they lie instead of copying them into
+    # registers (a pass per input per block): inputs 0-3 whose registers no instruction writes
+    mappable = 0 if X[prog + HDR_INT] else _unwritten_inputs(X, code, ninstr, nin, outs, nout)
     # position: whole-rows mode walks elements e of [r0 * d3, r1 * d3); row mode walks (r, c)
     e = r0 * d3
     e1 = r1 * d3
@@ -630,6 +665,7 @@ def ew_run(F, B, I, J, X, R, prog, r0, r1, c0, c1, sbase):
             if c == c0:
                 i0, i1, i2 = row_index(r, d1, d2)
             n = min(blk, c1 - c)
+        m0 = m1 = m2 = m3 = -1
         for k in range(nin):
             q = ins + k * IN_LEN
             reg = sbase + k * BLOCK
@@ -637,7 +673,17 @@ def ew_run(F, B, I, J, X, R, prog, r0, r1, c0, c1, sbase):
             s3 = X[q + 5]
             if not rows:
                 off = X[q + 1] + i0 * X[q + 2] + i1 * X[q + 3] + i2 * X[q + 4] + c * s3
-                _load(F, B, I, J, X[q], off, s3, reg, ireg, n)
+                if s3 == 1 and (mappable >> k) & 1 and X[q] == DT_F32:
+                    if k == 0:
+                        m0 = off
+                    elif k == 1:
+                        m1 = off
+                    elif k == 2:
+                        m2 = off
+                    else:
+                        m3 = off
+                else:
+                    _load(F, B, I, J, X[q], off, s3, reg, ireg, n)
             elif s3 != 0:
                 if _row_periodic(X, q + 2, d0, d1, d2):
                     _row_tile(F, B, I, J, X, q, reg, ireg, n, e, d3)
@@ -645,7 +691,7 @@ def ew_run(F, B, I, J, X, R, prog, r0, r1, c0, c1, sbase):
                     _load(F, B, I, J, X[q], X[q + 1] + e, 1, reg, ireg, n)
             else:
                 _row_fill(F, B, I, J, X, q, reg, ireg, n, e, d1, d2, d3)
-        _exec(F, I, X, R, code, ninstr, sbase, ibase, n)
+        _exec(F, I, X, R, code, ninstr, sbase, ibase, n, m0, m1, m2, m3)
         for k in range(nout):
             q = outs + k * OUT_LEN
             reg = sbase + X[q] * BLOCK
