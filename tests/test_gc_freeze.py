@@ -17,9 +17,10 @@ def test_objects_from_before_are_frozen_until_the_last_block_ends():
         frozen = gc.get_freeze_count()
         assert frozen > 0
         made_inside = [[] for _ in range(10)]
+        # (frozen objects that another thread drops meanwhile leave the count: it may fall, never grow)
         with objects_before_frozen():  # a nested compile (an If branch) freezes nothing more
-            assert gc.get_freeze_count() == frozen
-        assert gc.get_freeze_count() == frozen  # the outer compile still runs
+            assert 0 < gc.get_freeze_count() <= frozen
+        assert 0 < gc.get_freeze_count() <= frozen  # the outer compile still runs
         assert gc.is_tracked(made_inside)
     assert gc.get_freeze_count() == 0
 
