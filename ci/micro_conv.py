@@ -2,10 +2,13 @@
 against onnxruntime over a grid of the shapes CNNs are made of (MobileNet/EfficientNet expansions and
 projections, ResNet bottlenecks, a SegFormer-style fuse over 64x64), with an optional before/after in
 one process.  ``--grid few-channels`` takes convs with at most 8 output channels per group instead
-(:data:`FEW_CHANNEL_SHAPES`); ``--shapes`` replaces the grid, and may give a kernel size, stride and groups.
+(:data:`FEW_CHANNEL_SHAPES`), ``--grid small-planes`` pointwise convs on 7x7 planes
+(:data:`SMALL_PLANE_SHAPES`); ``--shapes`` replaces the grid, and may give a kernel size, stride and groups.
 
     python ci/micro_conv.py --threads 1 --clock cpu \\
         --before rammer.backends.cpu.lower_conv.PACK_LARGE_POINTWISE=False
+    python ci/micro_conv.py --grid small-planes --rounds 7 --runs 20 \\
+        --before rammer.backends.cpu.lower_conv.POINTWISE_ROWS_FILL_WEIGHT=0
     python ci/micro_conv.py --grid few-channels --rounds 5 \\
         --before rammer.backends.cpu.lower_conv.PLANES_MAX_CHANNELS=0
 
@@ -41,7 +44,13 @@ FEW_CHANNEL_SHAPES = ((48, 48, 112, 3, 2, 6), (104, 104, 56, 3, 2, 13), (104, 10
                       (256, 256, 14, 3, 2, 32), (64, 64, 7, 3, 1, 8), (3, 8, 224, 3, 2, 1), (16, 8, 56, 3, 1, 1),
                       (64, 4, 64, 3, 1, 1), (32, 2, 128, 3, 1, 1), (8, 8, 112, 3, 1, 1), (24, 6, 20, 5, 1, 1),
                       (512, 512, 14, 3, 1, 32), (96, 96, 56, 3, 1, 6), (192, 192, 28, 3, 1, 12))
-GRIDS = {"pointwise": SHAPES, "few-channels": FEW_CHANNEL_SHAPES}
+#: ``--grid small-planes``: stride-1 1x1 convs on 7x7 planes (the last stage of every ImageNet CNN in the
+#: corpus: MobileNetV2/V3's, EfficientNet-B0's, RegNetY's, Inception's), weights of 369 KiB to 860 KiB, where
+#: ``lower_conv.POINTWISE_ROWS_FILL_MIN_WEIGHTS`` gives the pixel-row form its chance; then 256 -> 256,
+#: 232 -> 232 (ShuffleNetV2) and 576 -> 160, below that weight (controls: their form does not change).
+SMALL_PLANE_SHAPES = ((160, 960, 7), (960, 160, 7), (672, 160, 7), (672, 192, 7), (192, 1152, 7), (1152, 192, 7),
+                      (440, 440, 7), (512, 256, 7), (256, 256, 7), (232, 232, 7), (576, 160, 7))
+GRIDS = {"pointwise": SHAPES, "few-channels": FEW_CHANNEL_SHAPES, "small-planes": SMALL_PLANE_SHAPES}
 
 
 #: The activation after the conv, as exporters write it.
