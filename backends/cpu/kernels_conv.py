@@ -67,8 +67,6 @@ from .kernels_ew import ew_epilogue
 from .kernels_window import W_OUT, W_X, WIN_LEN, _pad_phases, read_window
 from .kernels_winograd import ldb_panel, winograd_block
 from .ukernel import (
-    EDGE_COLS_SHIFT,
-    EDGE_ROWS_SHIFT,
     EPI_ACCUMULATE,
     EPI_BIAS,
     EPI_HSWISH,
@@ -81,6 +79,7 @@ from .ukernel import (
     PX_MR,
     PX_NR,
     PX_NR_NARROW,
+    edge_flags,
     ukernel,
     ukernel_ldb,
     ukernel_rows,
@@ -793,8 +792,7 @@ def _pixel_rows(F, I, X, R, p, sbase, pb, in_place, C, H, W, kh, kw, sh, sw, ph,
                     cp = out + ic * ohw + q
                     # an edge tile (fewer pixels or channels than the tile's) is stored by the kernel too,
                     # only its live rows and columns (ukernel.EDGE_COLS_SHIFT)
-                    tf = flags if rows == PX_MR and cols == width else (
-                        flags | (cols << EDGE_COLS_SHIFT) | (rows << EDGE_ROWS_SHIFT))
+                    tf = flags if rows == PX_MR and cols == width else edge_flags(flags, cols, rows)
                     # (operands whose flag is off point at C: valid memory, read and dropped)
                     if width == PX_NR:
                         ukernel_rows(kb, F, src, I, kt, I, rt, F, wb, F, cp, ohw, tf,

@@ -35,7 +35,7 @@ from collections.abc import Callable
 
 import numpy as np
 from llvmlite import ir
-from numba import types
+from numba import njit, types
 from numba.extending import intrinsic
 
 from .machine_code import HOST_FEATURES, MachineCode, arrays_are, call_codegen, uses
@@ -428,6 +428,7 @@ def _transpose_columns(bld: ir.IRBuilder, tile: list, rows: int, width: int) -> 
 EDGE_COLS_SHIFT, EDGE_ROWS_SHIFT = 8, 16
 
 
+@njit(inline="always")
 def edge_flags(flags: int, cols: int, rows: int) -> int:
     """``flags`` for an edge tile of ``cols`` live columns and ``rows`` live rows (see EDGE_COLS_SHIFT)."""
     return flags | (cols << EDGE_COLS_SHIFT) | (rows << EDGE_ROWS_SHIFT)
