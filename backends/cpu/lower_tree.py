@@ -64,7 +64,8 @@ def lower_tree_scores(lw: LowerContext, node: Node) -> None:
 
     def emit(ctx: EmitContext, parts: list) -> list[Row]:
         desc = ctx.side.add_ints([ctx.locate(x), features, ctx.locate(nodes), ctx.locate(thr), ctx.locate(roots),
-                                  n_trees, ctx.locate(weights), n_out, ctx.locate(out), agg])
+                                  n_trees, ctx.locate(weights), n_out, ctx.locate(out), agg,
+                                  max(int(node.attr("depth", 0)), 0)])
         return [("k_tree", [desc, r0, r1]) for r0, r1 in parts]
 
     lw.add_op(CpuOp(node.name or TREE_SCORES, "tree", (node,), (x.buffer, nodes.buffer, thr.buffer, roots.buffer,

@@ -109,8 +109,10 @@ def _tree_ensemble(w: GraphWriter, node: Node, forced: str | None, device: str, 
     thr_dtype = str(tables.threshold.dtype)
     score_dtype = mlops.score_dtype(node)
     x, rows, feats = _matrix_input(w, node.inputs[0], thr_dtype)
-    if int(tables.feature.max(initial=0)) >= feats:
-        raise mlops.MlModelError(f"a node reads feature {int(tables.feature.max())}, the input has {feats}")
+    read = tables.feature[tables.mode != mlops.LEAF]
+    if int(read.max(initial=0)) >= feats or int(read.min(initial=0)) < 0:
+        bad = int(read.max()) if int(read.max(initial=0)) >= feats else int(read.min())
+        raise mlops.MlModelError(f"a node reads feature {bad}, the input has features 0..{feats - 1}")
     n_groups = groups if groups else min(4, max(1, tables.n_trees // 8))
     # Outputs no leaf writes (a binary classifier scores one class) are zeros, not table columns.
     scored = np.flatnonzero(tables.has_weight)

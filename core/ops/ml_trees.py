@@ -233,7 +233,8 @@ def raw_scores(tables: TreeTables, x: np.ndarray, aggregate: str) -> np.ndarray:
 # -- rammer's own tree rKernel op (what rammer.ml lowers an ensemble to on cpu) ------------------
 
 #: Columns of the packed node table of :data:`TREE_SCORES` ([N, 4] int64): feature, true child,
-#: false child and ``mode | missing_tracks_true << 3`` (leaves: mode LEAF, children themselves).
+#: false child and ``mode | missing_tracks_true << 3`` (leaves: feature 0, mode LEAF, children themselves, so
+#: a walk that goes on past a leaf reads a real feature and stays there).
 NODE_FEATURE, NODE_TRUE, NODE_FALSE, NODE_CODE = range(4)
 MISSING_SHIFT = 3
 #: The op: rows walked through a block of trees by one kernel, leaf weights aggregated per row.
@@ -247,7 +248,8 @@ TREE_SCORES = "TreeEnsembleScores"
 def pack_tree_nodes(t: TreeTables) -> np.ndarray:
     """``t``'s per-node arrays as the [N, 4] int64 node table of :data:`TREE_SCORES`."""
     code = t.mode.astype(np.int64) | (t.missing_true.astype(np.int64) << MISSING_SHIFT)
-    return np.stack([t.feature.astype(np.int64), t.true.astype(np.int64), t.false.astype(np.int64), code], axis=1)
+    feature = np.where(t.mode == LEAF, 0, t.feature).astype(np.int64)
+    return np.stack([feature, t.true.astype(np.int64), t.false.astype(np.int64), code], axis=1)
 
 
 def _unpack_tree_nodes(nodes: np.ndarray, thresholds: np.ndarray, roots: np.ndarray,
