@@ -28,8 +28,8 @@ CPU_OPS = frozenset({
     # recurrent layers (input GEMM + per-step GEMM with fused epilogue + fused cell)
     "LSTM", "GRU", "RNN",
     # scans and index ops (lower_index.py), quantized ops in integers (lower_quant.py)
-    "CumSum", "GatherElements", "QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "MatMulInteger",
-    "QLinearConv", "QLinearMatMul",
+    "CumSum", "GatherElements", "ArgMax", "ArgMin", "QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear",
+    "MatMulInteger", "QLinearConv", "QLinearMatMul",
     # as a LayerNormalization and a per-channel affine (the core pass NORM_AS_LAYERNORM)
     "InstanceNormalization", "GroupNormalization",
     # rammer's tree-ensemble op (what rammer.ml lowers tree ensembles to on cpu; lower_tree.py)

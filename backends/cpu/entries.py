@@ -24,7 +24,7 @@ from .kernels_data import k_copy, k_copy_many, k_gather, k_pad, k_resize
 from .kernels_dwcl import k_dwconv_cl
 from .kernels_ew import arena_views, ensure_epilogue_symbol, epilogue_micro_kernels, k_ew
 from .kernels_gemm import k_gemm, k_gemm_lda
-from .kernels_index import k_cumsum, k_gather_elements
+from .kernels_index import k_argreduce, k_cumsum, k_gather_elements
 from .kernels_nn import k_layernorm, k_reduce, k_softmax
 from .kernels_qdw import k_qdwconv
 from .kernels_quant import (
@@ -157,6 +157,12 @@ def entry_k_cumsum(arena, nbytes, x, nx, r, nr, row, sbase):
     F, B, I, J, X, R = arena_views(arena, nbytes, x, nx, r, nr)
     p = carray(row, (ROW_PARAMS,), np.int64)
     return k_cumsum(F, B, I, J, X, R, p, sbase)
+
+
+def entry_k_argreduce(arena, nbytes, x, nx, r, nr, row, sbase):
+    F, B, I, J, X, R = arena_views(arena, nbytes, x, nx, r, nr)
+    p = carray(row, (ROW_PARAMS,), np.int64)
+    return k_argreduce(F, B, I, J, X, R, p, sbase)
 
 
 def entry_k_tree(arena, nbytes, x, nx, r, nr, row, sbase):

@@ -47,6 +47,7 @@ KERNELS: dict[str, ModuleType] = {
     "k_layernorm": kernels_nn,
     "k_cumsum": kernels_index,
     "k_gather_elements": kernels_index,
+    "k_argreduce": kernels_index,
     "k_quantize": kernels_quant,
     "k_dequantize": kernels_quant,
     "k_dynquant": kernels_quant,
@@ -90,6 +91,7 @@ DESCRIPTIONS = {
     "k_tree": "tree-ensemble walk: row blocks through a block of trees, leaf weights aggregated",
     "k_cumsum": "cumulative sum lines (CumSum: exclusive, reverse)",
     "k_gather_elements": "GatherElements by run-time indices",
+    "k_argreduce": "ArgMax / ArgMin lines (first or last extremum; NaN wins)",
     "k_quantize": "QuantizeLinear to 8 bits (per tensor / per axis)",
     "k_dequantize": "DequantizeLinear of 8-bit / int32 values (per tensor / per axis)",
     "k_byte_table": "ByteTable: each byte looked up in a 256-entry table (a DequantizeLinear -> per-element ops"

@@ -1,4 +1,4 @@
-"""Scan and index rKernels: CumSum and GatherElements.
+"""Scan and index rKernels: CumSum, GatherElements and ArgMax / ArgMin.
 
 Both see their tensors as dense and walk them by element offsets in the arena view of the element's
 width (float32 ``F``, int64 ``I``, int32 ``J``; 1-byte elements ``B``).
@@ -17,6 +17,15 @@ GatherElements descriptor::
      out_dim[0], data_stride[0], ..., out_dim[rank-1], data_stride[rank-1]]
 
 Task rows cover output elements ``[r0, r1)`` (the output has the indices' shape).
+
+ArgMax / ArgMin descriptor::
+
+    [x, outer, red, inner, out, flags (1: ArgMin, 2: select_last_index)]
+
+over float32 ``x`` seen as (outer, red, inner), writing int64 positions at ``out``; task rows cover
+lines ``[e0, e1)`` of ``outer * inner``.  The first extremum in the walk's order wins (the last one
+with select_last_index, the walk then running backwards), and a NaN is the extremum, as numpy's
+argmax / argmin (the reference) have it.
 """
 
 from __future__ import annotations
@@ -167,3 +176,33 @@ def gather_elements_fault(arena: np.ndarray, X: np.ndarray, p: np.ndarray) -> tu
         return None
     first = int(np.argmax(bad))
     return first, int(indices[first]), axis_len
+
+
+@njit(**_JIT)
+def k_argreduce(F, B, I, J, X, R, p, sbase):
+    """ArgMax (flags bit 0 clear) or ArgMin of lines [p1, p2).  Row: [desc, e0, e1]."""
+    d = p[0]
+    x = X[d]
+    red = X[d + 2]
+    inner = X[d + 3]
+    out = X[d + 4]
+    want_min = (X[d + 5] & 1) != 0
+    last = (X[d + 5] & 2) != 0
+    first, step = (red - 1, -1) if last else (0, 1)
+    for e in range(p[1], p[2]):
+        base = x + (e // inner) * red * inner + e % inner
+        at = first
+        best = F[_u(base + first * inner)]
+        if best == best:
+            r = first + step
+            for _ in range(red - 1):
+                v = F[_u(base + r * inner)]
+                if v != v:
+                    at = r
+                    break
+                if (v < best) if want_min else (v > best):
+                    best = v
+                    at = r
+                r += step
+        I[_u(out + e)] = at
+    return 0

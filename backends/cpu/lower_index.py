@@ -1,8 +1,9 @@
-"""Lowering of CumSum and GatherElements to the rKernels of :mod:`.kernels_index`.
+"""Lowering of CumSum, GatherElements, ArgMax and ArgMin to the rKernels of :mod:`.kernels_index`.
 
 CumSum: any axis (a compile-time constant), exclusive and reverse, on float32 / int64 / int32.
 GatherElements: any axis, data of any arena dtype, int32 / int64 indices (negative ones counted from
 the end; one out of range stops the run with the error naming node, index and position, as Gather's).
+ArgMax / ArgMin: float32 input, any axis, keepdims either way, select_last_index.
 """
 
 from __future__ import annotations
@@ -112,9 +113,40 @@ def lower_gather_elements(lw: LowerContext, node: Node) -> None:
                     0.0, 3.0 * esize * out.size, _parts(n_idx, 4096), emit))
 
 
+def argreduce_reason(lw: LowerContext, node: Node) -> str | None:
+    x = lw.graph.value_info[node.inputs[0]]
+    if x.dtype != "float32":
+        return f"{node.op_type} of {x.dtype} (the cpu kernel compares float32)"
+    if not x.shape:
+        return f"{node.op_type} of a scalar"  # the reference reports it, naming the node
+    axis = int(node.attr("axis", 0))
+    if not -len(x.shape) <= axis < len(x.shape) or x.shape[axis] == 0:
+        return f"{node.op_type} axis {axis} out of range or empty"
+    return None
+
+
+def lower_argreduce(lw: LowerContext, node: Node) -> None:
+    shape = lw.graph.value_info[node.inputs[0]].shape
+    axis = int(node.attr("axis", 0)) % len(shape)
+    x = lw.dense(node.inputs[0])
+    out = lw.views[node.outputs[0]]
+    red, inner = shape[axis], math.prod(shape[axis + 1:])
+    lines = math.prod(shape[:axis]) * inner
+    flags = int(node.op_type == "ArgMin") | 2 * int(bool(node.attr("select_last_index", 0)))
+
+    def emit(ctx: EmitContext, parts: list) -> list[Row]:
+        desc = ctx.side.add_ints([ctx.locate(x), lines // inner, red, inner, ctx.locate(out), flags])
+        return [("k_argreduce", [desc, e0, e1]) for e0, e1 in parts]
+
+    lw.add_op(CpuOp(node.name or node.op_type, "reduce", (node,), (x.buffer,), (out.buffer,), float(x.size),
+                    4.0 * x.size + 8.0 * lines, _parts(lines, max(1, 2048 // max(red, 1))), emit))
+
+
 LOWERINGS: dict[str, Callable[[LowerContext, Node], None]] = {
-    "CumSum": lower_cumsum, "GatherElements": lower_gather_elements,
+    "CumSum": lower_cumsum, "GatherElements": lower_gather_elements, "ArgMax": lower_argreduce,
+    "ArgMin": lower_argreduce,
 }
 REASONS: dict[str, Callable[[LowerContext, Node], str | None]] = {
-    "CumSum": cumsum_reason, "GatherElements": gather_elements_reason,
+    "CumSum": cumsum_reason, "GatherElements": gather_elements_reason, "ArgMax": argreduce_reason,
+    "ArgMin": argreduce_reason,
 }
