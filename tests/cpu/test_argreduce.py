@@ -26,7 +26,8 @@ def _model(op: str, shape: tuple[int, ...], axis: int, keepdims: int, last: int)
 
 def _values(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
     # few distinct values, so rows have ties; some NaN and infinities
-    x = rng.choice(np.array([-1.0, 0.0, 0.5, 2.0, np.inf, -np.inf], np.float32), size=shape, p=[.3, .2, .2, .2, .05, .05])
+    levels = np.array([-1.0, 0.0, 0.5, 2.0, np.inf, -np.inf], np.float32)
+    x = rng.choice(levels, size=shape, p=[.3, .2, .2, .2, .05, .05])
     x[rng.random(shape) < 0.04] = np.nan
     return x.astype(np.float32)
 
