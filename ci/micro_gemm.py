@@ -161,11 +161,11 @@ def grid(families: tuple[str, ...]) -> list[tuple[str, str, Callable[[], tuple[o
     out = []
     if "linear" in families:
         for k, n in ((768, 768), (768, 3072), (3072, 768), (384, 1536)):
-            for m in (1, 8, 32, 128, 256):
+            for m in (1, 8, 32, 128, 256, 1024):
                 out.append(("linear", f"M={m} K={k} N={n}", lambda m=m, k=k, n=n: linear(m, k, n)))
     if "lm-head" in families:
-        for k, n in ((384, 16000), (768, 32000)):
-            for m in (1, 8, 128):
+        for k, n in ((384, 16000), (768, 32000), (512, 16000)):
+            for m in (1, 8, 128, 1024):  # 1024: a batch of 8 sequences of 128 tokens
                 out.append(("lm-head", f"M={m} K={k} N={n}", lambda m=m, k=k, n=n: linear(m, k, n, bias=False)))
     if "narrow" in families:
         # many rows into few columns: channels-last projections (ConvNeXt's 4C -> C at 56x56...),
