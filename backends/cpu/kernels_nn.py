@@ -196,6 +196,12 @@ def _shift_row(D, A, n, shift):
 
 
 @njit(**_JIT)
+def _log_shift_row(D, A, n, mx, ls):
+    for r in range(n):
+        D[r] = (A[r] - mx) - ls
+
+
+@njit(**_JIT)
 def _softmax_row(F, base, ob, n, log):
     """Softmax of one contiguous row in vectorized passes (max, exp, sum, scale).
 
@@ -208,7 +214,9 @@ def _softmax_row(F, base, ob, n, log):
     _exp_shifted(D, A, n, mx)
     s = f32(_row_sum64(D, n))
     if log == 1:
-        _shift_row(D, A, n, mx + f32(np.log(s)))
+        # (a - max) - log(sum), in that order as the reference and the strided rows: a - (max + log(sum))
+        # loses log(sum) when the maximum is large (1e37: the fuzzer's mutants:61507313 was off by log 7)
+        _log_shift_row(D, A, n, mx, f32(np.log(s)))
     else:
         _scale_row_flushed(D, n, f32(1.0) / s)
 

@@ -76,3 +76,17 @@ def test_model_softmax_matches_the_reference(n):
     got = rammer.compile(model, backend="cpu", veus=1, cache=False).run(feeds)["y"]
     want = rammer.compile(model, backend="reference").run(feeds)["y"]
     np.testing.assert_allclose(got, want, rtol=2e-6, atol=1e-7)
+
+
+def test_log_softmax_keeps_log_sum_beside_a_huge_maximum():
+    """(x - max) - log(sum), as the reference: x - (max + log(sum)) loses log(sum) when the maximum is
+    1e37 (the fuzzer's mutants:61507313, off by log 7)."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 7])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 7])
+    graph = helper.make_graph([helper.make_node("LogSoftmax", ["x"], ["y"], axis=-1)], "g", [x], [y])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    feeds = {"x": np.array([[1e37] * 7, [1e37, 1e37, 0, 0, 0, 0, 0]], np.float32)}
+    got = rammer.compile(model, backend="cpu", veus=1, cache=False).run(feeds)["y"]
+    want = rammer.compile(model, backend="reference").run(feeds)["y"]
+    np.testing.assert_allclose(got[0], np.full(7, -np.log(7.0), np.float32), rtol=1e-6)
+    np.testing.assert_allclose(got, want, rtol=1e-6)
