@@ -135,9 +135,9 @@ def k_tree(F, B, I, J, X, R, p, sbase):
         for b in range(stop - start):
             for c in range(k):
                 acc[b, c] = init
+        lanes = (stop - start) - (stop - start) % WALK_LANES
         for t in range(nt):
             root = I[_u(roots + t)]
-            lanes = (stop - start) - (stop - start) % WALK_LANES
             for b in range(stop - start):
                 if b % WALK_LANES == 0 and b < lanes:
                     _walk_lanes(F, I, x + (start + b) * nf, nf, nodes, thr, root, depth, idx)

@@ -130,12 +130,12 @@ def lower_argreduce(lw: LowerContext, node: Node) -> None:
     axis = int(node.attr("axis", 0)) % len(shape)
     x = lw.dense(node.inputs[0])
     out = lw.views[node.outputs[0]]
-    red, inner = shape[axis], math.prod(shape[axis + 1:])
-    lines = math.prod(shape[:axis]) * inner
+    outer, red, inner = math.prod(shape[:axis]), shape[axis], math.prod(shape[axis + 1:])
+    lines = outer * inner
     flags = int(node.op_type == "ArgMin") | 2 * int(bool(node.attr("select_last_index", 0)))
 
     def emit(ctx: EmitContext, parts: list) -> list[Row]:
-        desc = ctx.side.add_ints([ctx.locate(x), lines // inner, red, inner, ctx.locate(out), flags])
+        desc = ctx.side.add_ints([ctx.locate(x), outer, red, inner, ctx.locate(out), flags])
         return [("k_argreduce", [desc, e0, e1]) for e0, e1 in parts]
 
     lw.add_op(CpuOp(node.name or node.op_type, "reduce", (node,), (x.buffer,), (out.buffer,), float(x.size),
