@@ -21,7 +21,6 @@ from . import (
 from .kernels_attention import k_attention
 from .kernels_conv import k_convp
 from .kernels_data import k_copy, k_copy_many, k_gather, k_pad, k_resize
-from .kernels_dwcl import k_dwconv_cl
 from .kernels_ew import arena_views, ensure_epilogue_symbol, epilogue_micro_kernels, k_ew
 from .kernels_gemm import k_gemm, k_gemm_lda
 from .kernels_index import k_argreduce, k_cumsum, k_gather_elements
@@ -100,13 +99,6 @@ def entry_k_dwconv(arena, nbytes, x, nx, r, nr, row, sbase):
     F, B, I, J, X, R = arena_views(arena, nbytes, x, nx, r, nr)
     p = carray(row, (ROW_PARAMS,), np.int64)
     k_dwconv(F, B, I, J, X, R, p, sbase)
-    return 0
-
-
-def entry_k_dwconv_cl(arena, nbytes, x, nx, r, nr, row, sbase):
-    F, B, I, J, X, R = arena_views(arena, nbytes, x, nx, r, nr)
-    p = carray(row, (ROW_PARAMS,), np.int64)
-    k_dwconv_cl(F, B, I, J, X, R, p, sbase)
     return 0
 
 

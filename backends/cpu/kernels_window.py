@@ -16,6 +16,7 @@ from .atomics import copy_block
 from .fastmath import hardswish32, sigmoid_act32
 from .kernels_ew import ew_epilogue
 from .ukernel import WIDTH
+from .ukernel_dwcb import dw_cblock
 from .ukernel_window import SHAPES as DIRECT_SHAPES
 from .ukernel_window import deinterleave2, sweep_code, tap_sweep, window_direct
 
@@ -333,6 +334,7 @@ def k_dwconv(F, B, I, J, X, R, p, sbase):
     bias_at = X[d + WIN_LEN + 4]
     act = X[d + WIN_LEN + 5]
     plane_act = X[d + WIN_LEN + 6]
+    cb_w = X[d + WIN_LEN + 7]
     lo = R[act] if act >= 0 else -_INF
     hi = R[act + 1] if act >= 0 else _INF
     M = C * mult
@@ -356,44 +358,66 @@ def k_dwconv(F, B, I, J, X, R, p, sbase):
         # The epilogue runs over groups of finished planes that are still in L1 (one call per plane is
         # costly on small planes).
         pending = n * M + p[3] * mult
-        for c in range(p[3], p[4]):
+        c = p[3]
+        while c < p[4]:
             src = X[d + W_X] + (n * C + c) * H * W
-            if tiny:
-                for k in range(mult):
-                    m = c * mult + k
-                    _direct_plane(F, src, H, W, kh, kw, sh, sw, ph, pw, dh, dw, OH, OW, w_off + m * kh * kw,
-                                  X[d + W_OUT] + (n * M + m) * OH * OW,
-                                  F[bias_at + m] if bias_at >= 0 else f32(0.0), lo, hi)
-                    if plane_act != 0:
-                        _plane_activation(F, X[d + W_OUT] + (n * M + m) * OH * OW, OH * OW, plane_act)
-            elif swept:
-                for k in range(mult):
-                    m = c * mult + k
-                    dst = X[d + W_OUT] + (n * M + m) * OH * OW
-                    direct_sweep(False, kh, sh, F, src, H, W, ph, pw, w_off + m * kh * kw, OH, OW, dst,
-                                 F[bias_at + m] if bias_at >= 0 else f32(0.0), lo, hi)
-                    if plane_act != 0:
-                        _plane_activation(F, dst, OH * OW, plane_act)
+            if cb_w >= 0 and p[4] - c >= WIDTH:
+                # small planes, WIDTH channels at a time with channels in the lanes (mult 1)
+                nblk = (p[4] - c) // WIDTH
+                dst = X[d + W_OUT] + (n * M + c) * OH * OW
+                dw_cblock(F, src, H * W, H, W, ph, pw, kh, kw, sh, sw, OH, OW, F, cb_w + c, C,
+                          F, bias_at + c if bias_at >= 0 else 0, 1 if bias_at >= 0 else 0, lo, hi,
+                          F, pbase, F, dst, nblk)
+                if plane_act != 0:
+                    _plane_activation(F, dst, nblk * WIDTH * OH * OW, plane_act)
+                c += nblk * WIDTH
             else:
-                if direct:
-                    # (the rounded-up lanes read a little of what follows the plane: junk columns only)
-                    planes_at = src
-                else:
-                    planes_at = pbase
-                    _phase_planes(F, src, H, W, ph, pw, sh, sw, Hq, Wq, F[pbase:pbase + nplanes], f32(0.0), pbase)
-                for k in range(mult):
-                    m = c * mult + k
-                    b = F[bias_at + m] if bias_at >= 0 else f32(0.0)
-                    tap_sweep(F, planes_at, I, ti, F, w_off + m * kh * kw, kh * kw, Lr // WIDTH, F, a0, b, lo, hi)
-                    dst = X[d + W_OUT] + (n * M + m) * OH * OW
-                    for oh in range(OH):
-                        copy_run(F, dst + oh * OW, a0 + oh * Wq, OW)
-                    if plane_act != 0:
-                        _plane_activation(F, dst, OH * OW, plane_act)
-            done = n * M + (c + 1) * mult
-            if epi >= 0 and ((done - pending) * OH * OW >= _EPI_GROUP or c == p[4] - 1):
+                _dwconv_plane(F, I, X, d, n, c, src, C, H, W, kh, kw, sh, sw, ph, pw, dh, dw, OH, OW, mult, M,
+                              w_off, bias_at, lo, hi, plane_act, tiny, swept, direct, pbase, nplanes, a0, Lr, Hq,
+                              Wq, ti)
+                c += 1
+            done = n * M + c * mult
+            if epi >= 0 and ((done - pending) * OH * OW >= _EPI_GROUP or c == p[4]):
                 ew_epilogue(F, X, R, epi, pending, done, 0, OH * OW, sbase)
                 pending = done
+
+
+@njit(**_JIT)
+def _dwconv_plane(F, I, X, d, n, c, src, C, H, W, kh, kw, sh, sw, ph, pw, dh, dw, OH, OW, mult, M, w_off, bias_at,
+                  lo, hi, plane_act, tiny, swept, direct, pbase, nplanes, a0, Lr, Hq, Wq, ti):
+    """The ``mult`` output planes of input channel ``c`` of batch item ``n`` (see :func:`k_dwconv`)."""
+    if tiny:
+        for k in range(mult):
+            m = c * mult + k
+            _direct_plane(F, src, H, W, kh, kw, sh, sw, ph, pw, dh, dw, OH, OW, w_off + m * kh * kw,
+                          X[d + W_OUT] + (n * M + m) * OH * OW,
+                          F[bias_at + m] if bias_at >= 0 else f32(0.0), lo, hi)
+            if plane_act != 0:
+                _plane_activation(F, X[d + W_OUT] + (n * M + m) * OH * OW, OH * OW, plane_act)
+    elif swept:
+        for k in range(mult):
+            m = c * mult + k
+            dst = X[d + W_OUT] + (n * M + m) * OH * OW
+            direct_sweep(False, kh, sh, F, src, H, W, ph, pw, w_off + m * kh * kw, OH, OW, dst,
+                         F[bias_at + m] if bias_at >= 0 else f32(0.0), lo, hi)
+            if plane_act != 0:
+                _plane_activation(F, dst, OH * OW, plane_act)
+    else:
+        if direct:
+            # (the rounded-up lanes read a little of what follows the plane: junk columns only)
+            planes_at = src
+        else:
+            planes_at = pbase
+            _phase_planes(F, src, H, W, ph, pw, sh, sw, Hq, Wq, F[pbase:pbase + nplanes], f32(0.0), pbase)
+        for k in range(mult):
+            m = c * mult + k
+            b = F[bias_at + m] if bias_at >= 0 else f32(0.0)
+            tap_sweep(F, planes_at, I, ti, F, w_off + m * kh * kw, kh * kw, Lr // WIDTH, F, a0, b, lo, hi)
+            dst = X[d + W_OUT] + (n * M + m) * OH * OW
+            for oh in range(OH):
+                copy_run(F, dst + oh * OW, a0 + oh * Wq, OW)
+            if plane_act != 0:
+                _plane_activation(F, dst, OH * OW, plane_act)
 
 
 @njit(fastmath={"contract"}, **_JIT)

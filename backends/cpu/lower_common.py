@@ -18,13 +18,13 @@ from rammer.lower.ew_translate import ew_translate
 from rammer.lower.views import View, collapse
 
 from .ewops import BLOCK
-from .kernels_dwcl import dwcl_scratch
 from .kernels_gemm import B_PACKED_A_IN_PLACE, KC_PRE, PACK_FLOATS, packed_ok
 from .kernels_window import dwconv_scratch
 from .lower_context import LowerContext
 from .ops import CpuOp, EmitContext, Row, grid_split, split_range
 from .program import EwProgram, epilogue_io
-from .ukernel import MR, NR
+from .ukernel import MR, NR, WIDTH
+from .ukernel_dwcb import scratch_floats as dwcb_scratch
 
 
 @dataclass
@@ -250,24 +250,38 @@ def resolve_words(ctx: EmitContext, words: list) -> list[int]:
     return [ctx.locate(w) if isinstance(w, View) else int(w) for w in words]
 
 
-#: Depthwise convolutions with output planes up to this many pixels run channels innermost (k_dwconv_cl).
-DWCONV_CL_MAX_PIXELS = 36
+#: Depthwise convolutions with output planes up to this many pixels run WIDTH channels at a time
+#: with channels in the lanes (ukernel_dwcb), from the plane kernel k_dwconv; 0 turns it off.  On
+#: planes of 28 x 28 and more, 3x3 windows keep the plane sweeps (as fast or faster there:
+#: ci/micro_conv.py's depthwise grid, docs/benchmarks.md).
+DWCONV_CBLOCK_MAX_PIXELS = 196
+#: Windows of at least this many taps (5x5, 7x7) take the channel blocks on planes of any size
+#: that the scratch bound allows (the plane sweeps' edge vectors grow with the window).
+DWCONV_CBLOCK_MIN_TAPS_ANY_PLANE = 25
+#: The scratch the channel blocks may take (the padded input and the output of one block).
+DWCONV_CBLOCK_MAX_SCRATCH_BYTES = 1 << 20
 
 
-def dwconv_channels_last(mult: int, OH: int, OW: int, w_arr: np.ndarray | None) -> bool:
-    """Whether a depthwise conv runs channels innermost (k_dwconv_cl: small planes) rather than
-    plane by plane (k_dwconv, which can add the bias and apply a ReLU or Clip itself)."""
-    return mult == 1 and OH * OW <= DWCONV_CL_MAX_PIXELS and w_arr is not None
+def dwconv_channel_blocks(c: int, mult: int, geo: tuple, w_arr: np.ndarray | None) -> bool:
+    """Whether k_dwconv runs a depthwise conv's channels in blocks of WIDTH (:mod:`.ukernel_dwcb`):
+    small planes (7x7 and 14x14, where a plane's rows fill few lanes) or windows of 5x5 and more;
+    constant weights, channel multiplier 1, no dilation, at least one block of channels."""
+    kh, kw, sh, sw, dh, dw, OH, OW = geo[4], geo[5], geo[6], geo[7], geo[10], geo[11], geo[12], geo[13]
+    if mult != 1 or dh != 1 or dw != 1 or c < WIDTH or w_arr is None or DWCONV_CBLOCK_MAX_PIXELS <= 0:
+        return False
+    if OH * OW > DWCONV_CBLOCK_MAX_PIXELS and kh * kw < DWCONV_CBLOCK_MIN_TAPS_ANY_PLANE:
+        return False
+    return 4 * dwcb_scratch(OH, OW, kh, kw, sh, sw) <= DWCONV_CBLOCK_MAX_SCRATCH_BYTES
 
 
 def dwconv_op(lw: LowerContext, name: str, nodes: tuple[Node, ...], x: View, w: View, out: View,
               prog: EwProgram | None, space: tuple, geo: tuple, mult: int,
               w_arr: np.ndarray | None = None, bias: View | None = None,
               act: tuple[float, float] | None = None, hswish: bool = False, silu: bool = False) -> CpuOp:
-    """A depthwise convolution.  ``bias`` (one float per output channel), ``act`` (the bounds of
-    a ReLU or Clip) and ``hswish`` or ``silu`` (a HardSwish or a SiLU after them) are applied by the
-    planar kernel as it stores (not by the channels-last one: the caller leaves them to ``prog``
-    there, see :func:`dwconv_channels_last`)."""
+    """A depthwise convolution (k_dwconv: plane by plane, or in blocks of WIDTH channels where
+    :func:`dwconv_channel_blocks` says).  ``bias`` (one float per output channel), ``act`` (the bounds
+    of a ReLU or Clip) and ``hswish`` or ``silu`` (a HardSwish or a SiLU after them) are applied by
+    the kernel as it stores."""
     n, c = geo[0], geo[1]
     kh, kw, OH, OW = geo[4], geo[5], geo[12], geo[13]
     flops = 2.0 * n * c * mult * OH * OW * kh * kw
@@ -285,27 +299,21 @@ def dwconv_op(lw: LowerContext, name: str, nodes: tuple[Node, ...], x: View, w: 
     regs = prog.n_registers() * BLOCK if prog else 0
 
     sh, sw, dh, dw = geo[6], geo[7], geo[10], geo[11]
-    if dwconv_channels_last(mult, OH, OW, w_arr):
-        assert bias is None and act is None and not hswish and not silu, \
-            "channels-last: bias and activation are the epilogue's"
-        # small planes: channels innermost (kernels_dwcl), weights tap-major
-        weights = lw.const_view(np.ascontiguousarray(np.asarray(w_arr, np.float32).reshape(c, kh * kw).T))
-        reads = (reads - {w.buffer}) | {weights.buffer}
-        kernel, tail = "k_dwconv_cl", ()
-        padded = dwcl_scratch(OH, OW, kh, kw, sh, sw, dh, dw)
-    else:
-        weights, kernel, tail = w, "k_dwconv", (mult,)
-        padded = dwconv_scratch(OH, OW, kh, kw, sh, sw, dh, dw)
+    padded = dwconv_scratch(OH, OW, kh, kw, sh, sw, dh, dw)
+    cblock_w: View | int = -1
+    if dwconv_channel_blocks(c, mult, geo, w_arr):
+        # the same weights tap-major, [kh*kw][C]: a tap's weights for WIDTH channels are one vector
+        cblock_w = lw.const_view(np.ascontiguousarray(np.asarray(w_arr, np.float32).reshape(c, kh * kw).T))
+        reads = reads | {cblock_w.buffer}
+        padded = max(padded, dwcb_scratch(OH, OW, kh, kw, sh, sw))
 
     def emit(ctx: EmitContext, parts: list) -> list[Row]:
         epi = prog.emit(ctx.side, ctx.locate, space) if prog is not None else -1
-        fused = []
-        if kernel == "k_dwconv":
-            plane_act = 1 if hswish else 2 if silu else 0
-            fused = [-1 if bias is None else bias, -1 if act is None else ctx.side.add_floats(list(act)), plane_act]
-        desc = ctx.side.add_ints(resolve_words(ctx, window_desc(x, out, geo) + [weights, *tail, epi, regs]
-                                               + fused))
-        return [(kernel, [desc, *p]) for p in parts]
+        plane_act = 1 if hswish else 2 if silu else 0
+        fused = [-1 if bias is None else bias, -1 if act is None else ctx.side.add_floats(list(act)), plane_act,
+                 cblock_w]
+        desc = ctx.side.add_ints(resolve_words(ctx, window_desc(x, out, geo) + [w, mult, epi, regs] + fused))
+        return [("k_dwconv", [desc, *p]) for p in parts]
 
     scratch = regs + padded
     return CpuOp(name, "conv.depthwise", nodes, tuple(sorted(reads - writes)), tuple(sorted(writes)), flops, nbytes,

@@ -41,7 +41,7 @@ from .kernels_conv import (
     pixel_row_panels,
 )
 from .kernels_winograd import scratch_floats as winograd_scratch
-from .lower_common import dwconv_channels_last, dwconv_op, epilogue_program, resolve_words, window_desc
+from .lower_common import dwconv_op, epilogue_program, resolve_words, window_desc
 from .lower_context import LowerContext
 from .ops import CpuOp, EmitContext, Row, split_range
 from .program import EwProgram, epilogue_io
@@ -159,8 +159,7 @@ def lower_conv(lw: LowerContext, node: Node, members: list[Node], internal: set[
     prog = prog_override
     # The implicit-GEMM kernel adds the bias and applies a ReLU that only reads its output itself;
     # the planar depthwise kernel adds the bias and applies a ReLU or Clip (ReLU6) the same way.
-    planar_dw = depthwise and not dwconv_channels_last(m // c, OH, OW, w_arr)
-    in_kernel = (not depthwise or planar_dw) and prog_override is None
+    in_kernel = prog_override is None
     has_bias = len(node.inputs) > 2 and bool(node.inputs[2])
     bias = lw.view(node.inputs[2]) if in_kernel and has_bias else None
     if depthwise and bias is not None and (bias.dtype != "float32" or tuple(bias.strides) != (1,)):

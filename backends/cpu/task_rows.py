@@ -31,7 +31,7 @@ STATUS = {0: "ok", 1: "aborted because another vEU failed", 2: "barrier timed ou
 
 #: The kernels with an entry (``entries.entry_<name>``; ``entries`` checks the two agree).
 KERNELS = frozenset({
-    "k_ew", "k_gemm", "k_copy", "k_pad", "k_gather", "k_resize", "k_dwconv", "k_dwconv_cl", "k_pool", "k_reduce",
+    "k_ew", "k_gemm", "k_copy", "k_pad", "k_gather", "k_resize", "k_dwconv", "k_pool", "k_reduce",
     "k_softmax", "k_layernorm", "k_copy_many", "k_convp", "k_cumsum", "k_tree", "k_gather_elements", "k_quantize",
     "k_dequantize", "k_dynquant", "k_byte_table", "k_matmul_int", "k_qlinearconv", "k_gemm_int8", "k_qconv_int8",
     "k_qdwconv", "k_qlinear_matmul", "k_attention", "k_gemm_lda", "k_rnn", "k_qadd", "k_argreduce",

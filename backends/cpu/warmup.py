@@ -122,7 +122,7 @@ def _helper(names: list[str]) -> None:
 #: The order :func:`precompile_all` compiles the entries in: the ones most programs need first (a
 #: process that needs an entry the background compile has not reached compiles it itself).
 COMMON_FIRST = ("k_ew", "k_copy", "k_gemm", "k_convp", "k_copy_many", "k_pool", "k_dwconv", "k_softmax",
-                "k_layernorm", "k_reduce", "k_gather", "k_gemm_lda", "k_attention", "k_pad", "k_dwconv_cl")
+                "k_layernorm", "k_reduce", "k_gather", "k_gemm_lda", "k_attention", "k_pad")
 
 
 def all_entries() -> list[str]:

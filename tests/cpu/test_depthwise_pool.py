@@ -123,8 +123,8 @@ def test_depthwise_bias_and_activation_in_the_sweep(act, k, stride, hw, mult):
     """The planar kernel starts its sweeps at the bias and clamps before storing (a ReLU, ReLU6,
     bounds that cross, a Clip with only a max; a HardSwish or a SiLU after the store), NaN inputs staying
     NaN: direct sweeps (planes with strips at the edges only, and wide ones), channel multiplier,
-    channels last (2x2, where the epilogue does it all) and the tiny-plane loop (2x2 with a
-    multiplier); the Mul after them still runs as the epilogue."""
+    channel blocks (small planes) and the tiny-plane loop (2x2 with a multiplier); the Mul after
+    them still runs as the epilogue."""
     m, feeds = _dw_activation_model(act, mult, k, stride, hw, nan=True)
     report = compare(m, feeds)
     assert report["ops_by_family"] == {"conv.depthwise": 1}, report["ops_by_family"]
@@ -136,14 +136,14 @@ def test_depthwise_activation_without_bias_or_with_its_input_read(bias, also_rea
     compare(m, feeds)
 
 
-@pytest.mark.parametrize("channels_last", [False, True])
+@pytest.mark.parametrize("channel_blocks", [False, True])
 @pytest.mark.parametrize("c,hw,stride,veus", [(150, (4, 4), 1, 1), (150, (4, 4), 1, 2), (70, (3, 5), 2, 2),
                                               (8, (2, 2), 1, 1)])
-def test_depthwise_small_planes_both_layouts(monkeypatch, channels_last, c, hw, stride, veus):
-    # channels innermost (k_dwconv_cl: blocks of 64 channels, the last one partial) or plane by plane
+def test_depthwise_small_planes_both_layouts(monkeypatch, channel_blocks, c, hw, stride, veus):
+    # channels in the lanes (ukernel_dwcb: blocks of WIDTH channels, the rest plane by plane) or plane by plane
     from rammer.backends.cpu import lower_common
 
-    monkeypatch.setattr(lower_common, "DWCONV_CL_MAX_PIXELS", 1000 if channels_last else 0)
+    monkeypatch.setattr(lower_common, "DWCONV_CBLOCK_MAX_PIXELS", 1000 if channel_blocks else 0)
     m, feeds = _dw_model(c, 1, hw, 3, (stride, stride), [1, 1, 1, 1], (1, 1), n=2, epilogue=True)
     report = compare(m, feeds, veus=veus)
     assert report["ops_by_family"] == {"conv.depthwise": 1}, report["ops_by_family"]
