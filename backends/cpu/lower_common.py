@@ -252,9 +252,10 @@ def resolve_words(ctx: EmitContext, words: list) -> list[int]:
 
 #: Depthwise convolutions with output planes up to this many pixels run WIDTH channels at a time
 #: with channels in the lanes (ukernel_dwcb), from the plane kernel k_dwconv; 0 turns it off.  On
-#: planes of 28 x 28 and more, 3x3 windows keep the plane sweeps (as fast or faster there:
-#: ci/micro_conv.py's depthwise grid, docs/benchmarks.md).
-DWCONV_CBLOCK_MAX_PIXELS = 196
+#: larger planes 3x3 windows keep the plane sweeps: at 14 x 14 the two transposes cost about as
+#: much as the 9 taps, and MobileNetV2's 14 x 14 layers took 1.1x the sweeps' time
+#: (ci/profile_corpus.py; docs/benchmarks.md).
+DWCONV_CBLOCK_MAX_PIXELS = 64
 #: Windows of at least this many taps (5x5, 7x7) take the channel blocks on planes of any size
 #: that the scratch bound allows (the plane sweeps' edge vectors grow with the window).
 DWCONV_CBLOCK_MIN_TAPS_ANY_PLANE = 25
@@ -264,7 +265,7 @@ DWCONV_CBLOCK_MAX_SCRATCH_BYTES = 1 << 20
 
 def dwconv_channel_blocks(c: int, mult: int, geo: tuple, w_arr: np.ndarray | None) -> bool:
     """Whether k_dwconv runs a depthwise conv's channels in blocks of WIDTH (:mod:`.ukernel_dwcb`):
-    small planes (7x7 and 14x14, where a plane's rows fill few lanes) or windows of 5x5 and more;
+    small planes (up to 8x8, where a plane's rows fill few lanes) or windows of 5x5 and more;
     constant weights, channel multiplier 1, no dilation, at least one block of channels."""
     kh, kw, sh, sw, dh, dw, OH, OW = geo[4], geo[5], geo[6], geo[7], geo[10], geo[11], geo[12], geo[13]
     if mult != 1 or dh != 1 or dw != 1 or c < WIDTH or w_arr is None or DWCONV_CBLOCK_MAX_PIXELS <= 0:

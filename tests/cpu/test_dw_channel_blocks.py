@@ -116,6 +116,7 @@ def _dw(c: int, hw: tuple[int, int], k: int, stride: int, act: str, n: int = 1):
     (2 * uk.WIDTH + 3, (7, 7), 3, 1, "relu6", 2, 1),       # a tail of 3 channels plane by plane
     (3 * uk.WIDTH + 1, (14, 14), 5, 2, "silu", 1, 2),      # two vEUs: split inside a block
     (uk.WIDTH, (14, 14), 3, 2, "none", 1, 1),
+    (2 * uk.WIDTH, (14, 14), 3, 1, "relu6", 1, 1),         # 3x3 on 14x14: plane sweeps
     (uk.WIDTH + 5, (28, 28), 7, 1, "relu6", 1, 2),         # a 7x7 window on a larger plane
     (4 * uk.WIDTH, (4, 4), 3, 1, "hswish", 3, 2),          # tiny planes, a batch over two vEUs
     (uk.WIDTH - 1, (7, 7), 3, 1, "relu6", 1, 1),           # fewer channels than a block: planes only
@@ -123,20 +124,23 @@ def _dw(c: int, hw: tuple[int, int], k: int, stride: int, act: str, n: int = 1):
 def test_depthwise_convs_in_channel_blocks_match_the_reference(c, hw, k, stride, act, n, veus):
     geo = (n, c, *hw, k, k, stride, stride, k // 2, k // 2, 1, 1, (hw[0] - 1) // stride + 1,
            (hw[1] - 1) // stride + 1)
-    assert lower_common.dwconv_channel_blocks(c, 1, geo, np.zeros(1)) == (c >= uk.WIDTH)
+    blocks = c >= uk.WIDTH and (geo[12] * geo[13] <= 64 or k >= 5)
+    assert lower_common.dwconv_channel_blocks(c, 1, geo, np.zeros(1)) == blocks
     m, feeds = _dw(c, hw, k, stride, act, n)
     report = compare(m, feeds, veus=veus)
     assert report["ops_by_family"] == {"conv.depthwise": 1}, report["ops_by_family"]
 
 
 def test_channel_blocks_keep_to_their_class():
-    """3x3 windows on planes past 14x14 keep the plane sweeps; 5x5 and 7x7 take blocks while the
+    """3x3 windows on planes past 8x8 keep the plane sweeps; 5x5 and 7x7 take blocks while the
     scratch bound allows; dilation and channel multipliers never do."""
     def geo(side: int, k: int, s: int = 1, d: int = 1) -> tuple:
         o = (side - 1) // s + 1
         return (1, 64, side, side, k, k, s, s, k // 2, k // 2, d, d, o, o)
     w = np.zeros(1)
-    assert lower_common.dwconv_channel_blocks(64, 1, geo(14, 3), w)
+    assert lower_common.dwconv_channel_blocks(64, 1, geo(7, 3), w)
+    assert lower_common.dwconv_channel_blocks(64, 1, geo(14, 3, s=2), w)
+    assert not lower_common.dwconv_channel_blocks(64, 1, geo(14, 3), w)
     assert not lower_common.dwconv_channel_blocks(64, 1, geo(28, 3), w)
     assert lower_common.dwconv_channel_blocks(64, 1, geo(56, 5), w)
     assert lower_common.dwconv_channel_blocks(64, 1, geo(56, 7), w)
