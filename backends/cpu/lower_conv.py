@@ -45,7 +45,7 @@ from .lower_common import dwconv_op, epilogue_program, resolve_words, window_des
 from .lower_context import LowerContext
 from .ops import CpuOp, EmitContext, Row, split_range
 from .program import EwProgram, epilogue_io
-from .ukernel import MR, NR, PX_MR, PX_NR
+from .ukernel import MR, NR, PX_MR, PX_NR, WIDTH
 from .ukernel_planes import PLANES_ROWS
 from .ukernel_winograd import transform_weights as winograd_weights
 
@@ -621,8 +621,11 @@ FORCE_FORM: int | None = None
 #: 512 -> 2048 11-12%, 2048 -> 512 6-9%; at 32x32 they lost 8-23%.
 POINTWISE_ROWS_MAX_PIXELS = 256
 #: The pixel-row form's weight against the direct form's tile fill for a 1-D convolution of several
-#: taps (see :func:`conv_form`); 1.15 as for planes (for comparisons).
-LINE_PIXEL_ROWS_WEIGHT = 0.9
+#: taps (see :func:`conv_form`).  With AVX2 (Zen 3) the direct form's packed windows were 7-37% faster
+#: (0.9: the pixel rows only where they fill clearly better); with AVX-512 (Zen 4, 12 x 32 direct
+#: tiles) the pixel rows were faster on the whole grid of ci/micro_conv1d.py, 15-18% on wav2vec2's
+#: and Whisper's strided 384-512 channel convs (docs/benchmarks.md), so they take the planes' 1.15.
+LINE_PIXEL_ROWS_WEIGHT = 1.15 if WIDTH == 16 else 0.9
 POINTWISE_ROWS_MIN_WEIGHTS = 256 * 1024
 #: Weights of more than this many floats (per group; 384 KiB, most of a Zen 3 core's 512 KiB L2) but
 #: no more than POINTWISE_ROWS_MIN_WEIGHTS: a stride-1 1x1 conv on a plane of PX_MR to
