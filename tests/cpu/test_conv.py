@@ -162,18 +162,22 @@ def test_conv_form_choice():
     assert form(512, 256, 256, 1, strided_1x1=True) == FORM_PIXEL_ROWS  # read in place, no gather
     # 8 of 32 channels per tile (AVX-512); AVX2's 16-wide panels half full, read in place (unmeasured)
     assert form(8, 256, 256, 1, strided_1x1=True) == (FORM_DIRECT if MR == 12 else FORM_PIXEL_ROWS)
-    # 1-D convolutions (a line of pixels): the direct form unless the pixel rows fill clearly better
+    # 1-D convolutions (a line of pixels): with AVX2 the direct form unless the pixel rows fill clearly
+    # better; with AVX-512 the pixel rows (measured faster on the whole ci/micro_conv1d.py grid)
+    line_form = FORM_PIXEL_ROWS if MR == 12 else FORM_DIRECT
     assert form(384, 1500, 1152, 3) == FORM_PIXEL_ROWS                # the same shape as a plane ...
-    assert form(384, 1500, 1152, 3, line=True) == FORM_DIRECT         # ... and as Whisper's strided conv
-    assert form(512, 1599, 1536, 3, line=True) == FORM_DIRECT         # wav2vec2's stack
+    assert form(384, 1500, 1152, 3, line=True) == line_form           # ... and as Whisper's strided conv
+    assert form(512, 1599, 1536, 3, line=True) == line_form           # wav2vec2's stack
     assert form(256, 100, 768, 3, line=True) == FORM_PIXEL_ROWS       # 100 outputs: 4 of 32 pixels of a tile idle
     # groups of at most 8 output channels (RegNet, ResNeXt 32x4d, few-class heads): the plane form where its
     # tiles fill well, i.e. rows of NR pixels or more, or shorter rows of a stride-1 conv
     assert form(8, 784, 72, 9, plane_rows=(28, 30)) == FORM_PLANES
     assert form(4, 3136, 36, 9, plane_rows=(56, 58)) == FORM_PLANES
     assert form(8, 49, 72, 9, plane_rows=(7, 9)) == FORM_PLANES       # 7 of 9 positions of a wrapped tile
-    assert form(8, 49, 72, 9, plane_rows=None) == FORM_PIXEL_ROWS     # (a strided conv's 7x7 output)
-    assert form(16, 784, 144, 9, plane_rows=(28, 30)) == FORM_PIXEL_ROWS  # wider groups keep their forms
+    # (a strided conv's 7x7 output: with AVX-512 the pixel rows' 32-channel panels would be a quarter full)
+    assert form(8, 49, 72, 9, plane_rows=None) == (FORM_DIRECT if MR == 12 else FORM_PIXEL_ROWS)
+    # wider groups keep their forms (the fill rule's: AVX-512's direct tiles are 12 channels tall)
+    assert form(16, 784, 144, 9, plane_rows=(28, 30)) == (FORM_DIRECT if MR == 12 else FORM_PIXEL_ROWS)
     assert form(8, 784, 8, 1, plane_rows=(28, 28)) == FORM_DIRECT     # and 1x1 convs
 
 
