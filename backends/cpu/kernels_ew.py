@@ -14,8 +14,6 @@ activation) over the tile the GEMM just wrote.
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 from llvmlite import binding as llvm
 from llvmlite import ir
@@ -39,303 +37,15 @@ from .ewops import (
     IN_LEN,
     INSTR_LEN,
     IREG,
-    OPCODE,
     OUT_LEN,
 )
-from .fastmath import erf32, exp32, sigmoid32, tanh32
 from .kernels_data import next_row, row_index
+from .kernels_ew_direct import direct_chain
 from .kernels_ew_int import FIRST_INT, int_instr
-from .ukernel_ew import vec_erf, vec_exp, vec_gelu_erf, vec_gelu_tanh, vec_sigmoid, vec_tanh
+from .kernels_ew_ops import ADD, WHERE, binary_loop, unary_loop
 
 f32 = np.float32
 _JIT = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
-#: EXP, SIGMOID, TANH, ERF and the GELUs through the vector kernels of :mod:`.ukernel_ew` (the same
-#: values; off: the numba loops, which LLVM left scalar).
-USE_VEC_EW = True
-
-# numba folds module globals into the compiled code as constants.
-COPY = OPCODE["COPY"]
-NEG = OPCODE["NEG"]
-ABS = OPCODE["ABS"]
-RELU = OPCODE["RELU"]
-SIGMOID = OPCODE["SIGMOID"]
-TANH = OPCODE["TANH"]
-EXP = OPCODE["EXP"]
-LOG = OPCODE["LOG"]
-SQRT = OPCODE["SQRT"]
-RECIP = OPCODE["RECIP"]
-FLOOR = OPCODE["FLOOR"]
-CEIL = OPCODE["CEIL"]
-ROUND = OPCODE["ROUND"]
-ERF = OPCODE["ERF"]
-SIN = OPCODE["SIN"]
-COS = OPCODE["COS"]
-SOFTPLUS = OPCODE["SOFTPLUS"]
-SOFTSIGN = OPCODE["SOFTSIGN"]
-SIGN = OPCODE["SIGN"]
-NOT = OPCODE["NOT"]
-ISNAN = OPCODE["ISNAN"]
-LEAKY = OPCODE["LEAKY"]
-ELU = OPCODE["ELU"]
-HARDSIGMOID = OPCODE["HARDSIGMOID"]
-CLIP = OPCODE["CLIP"]
-SELU = OPCODE["SELU"]
-AFFINE = OPCODE["AFFINE"]
-THRESHOLDED = OPCODE["THRESHOLDED"]
-CELU = OPCODE["CELU"]
-HARDSWISH = OPCODE["HARDSWISH"]
-GELU_TANH = OPCODE["GELU_TANH"]
-GELU_ERF = OPCODE["GELU_ERF"]
-TAN = OPCODE["TAN"]
-ATAN = OPCODE["ATAN"]
-ADD = OPCODE["ADD"]
-SUB = OPCODE["SUB"]
-MUL = OPCODE["MUL"]
-DIV = OPCODE["DIV"]
-POW = OPCODE["POW"]
-MAX = OPCODE["MAX"]
-MIN = OPCODE["MIN"]
-PRELU = OPCODE["PRELU"]
-FMOD = OPCODE["FMOD"]
-EQ = OPCODE["EQ"]
-LT = OPCODE["LT"]
-LE = OPCODE["LE"]
-GT = OPCODE["GT"]
-GE = OPCODE["GE"]
-AND = OPCODE["AND"]
-OR = OPCODE["OR"]
-XOR = OPCODE["XOR"]
-WHERE = OPCODE["WHERE"]
-
-_SQRT_2_OVER_PI = f32(math.sqrt(2.0 / math.pi))
-_INV_SQRT2 = f32(1.0 / math.sqrt(2.0))
-
-
-@njit(inline="always", error_model="numpy")
-def _round_half_even(x):
-    r = f32(np.floor(x))
-    d = x - r
-    if d > f32(0.5) or (d == f32(0.5) and np.fmod(r, 2.0) != 0.0):
-        r += f32(1.0)
-    return r
-
-
-@njit(**_JIT)
-def _unary(op, D, A, n, p0, p1):
-    """D[:n] = op(A[:n]) for one-input opcodes (D and A are distinct registers)."""
-    if op == COPY:
-        for j in range(n):
-            D[j] = A[j]
-    elif op == NEG:
-        for j in range(n):
-            D[j] = -A[j]
-    elif op == ABS:
-        for j in range(n):
-            D[j] = abs(A[j])
-    elif op == RELU:
-        for j in range(n):
-            x = A[j]
-            D[j] = x if (x > f32(0.0) or x != x) else f32(0.0)
-    elif op == SIGMOID:
-        if USE_VEC_EW:
-            vec_sigmoid(n, A, 0, D, 0)
-        else:
-            for j in range(n):
-                D[j] = sigmoid32(A[j])
-    elif op == TANH:
-        if USE_VEC_EW:
-            vec_tanh(n, A, 0, D, 0)
-        else:
-            for j in range(n):
-                D[j] = tanh32(A[j])
-    elif op == EXP:
-        if USE_VEC_EW:
-            vec_exp(n, A, 0, D, 0)
-        else:
-            for j in range(n):
-                D[j] = exp32(A[j])
-    elif op == LOG:
-        for j in range(n):
-            x = A[j]
-            if x > f32(0.0):
-                D[j] = f32(math.log(x))
-            elif x == f32(0.0):
-                D[j] = f32(-np.inf)
-            elif x != x:
-                D[j] = x
-            else:
-                D[j] = f32(np.nan)
-    elif op == SQRT:
-        for j in range(n):
-            x = A[j]
-            D[j] = f32(math.sqrt(x)) if x >= f32(0.0) else f32(np.nan)
-    elif op == RECIP:
-        for j in range(n):
-            D[j] = f32(1.0) / A[j]
-    elif op == FLOOR:
-        for j in range(n):
-            D[j] = f32(np.floor(A[j]))
-    elif op == CEIL:
-        for j in range(n):
-            D[j] = f32(np.ceil(A[j]))
-    elif op == ROUND:
-        for j in range(n):
-            D[j] = _round_half_even(A[j])
-    elif op == ERF:
-        if USE_VEC_EW:
-            vec_erf(n, A, 0, D, 0)
-        else:
-            for j in range(n):
-                D[j] = erf32(A[j])
-    elif op == SIN:
-        for j in range(n):
-            D[j] = f32(math.sin(A[j]))
-    elif op == COS:
-        for j in range(n):
-            D[j] = f32(math.cos(A[j]))
-    elif op == TAN:
-        for j in range(n):
-            D[j] = f32(math.tan(A[j]))
-    elif op == ATAN:
-        for j in range(n):
-            D[j] = f32(math.atan(A[j]))
-    elif op == SOFTPLUS:
-        for j in range(n):
-            x = A[j]
-            # log(1 + e**x) = max(x, 0) + log1p(e**-|x|), stable for any x
-            D[j] = f32(max(np.float64(x), 0.0) + math.log1p(math.exp(-abs(np.float64(x))))) if x == x else x
-    elif op == SOFTSIGN:
-        for j in range(n):
-            x = A[j]
-            D[j] = x / (f32(1.0) + abs(x))
-    elif op == SIGN:
-        for j in range(n):
-            x = A[j]
-            D[j] = f32(1.0) if x > 0 else (f32(-1.0) if x < 0 else x)
-    elif op == NOT:
-        for j in range(n):
-            D[j] = f32(1.0) if A[j] == f32(0.0) else f32(0.0)
-    elif op == ISNAN:
-        for j in range(n):
-            x = A[j]
-            D[j] = f32(1.0) if x != x else f32(0.0)
-    elif op == LEAKY:
-        for j in range(n):
-            x = A[j]
-            D[j] = x if x >= f32(0.0) else x * p0
-    elif op == ELU:
-        for j in range(n):
-            x = A[j]
-            D[j] = x if x > f32(0.0) else f32(p0 * math.expm1(np.float64(x)))
-    elif op == CELU:
-        for j in range(n):
-            x = A[j]
-            D[j] = x if x > f32(0.0) else f32(p0 * math.expm1(np.float64(x) / p0))
-    elif op == SELU:
-        for j in range(n):
-            x = A[j]
-            D[j] = f32(p1 * x) if x > f32(0.0) else f32(p1 * p0 * math.expm1(np.float64(x)))
-    elif op == HARDSIGMOID:
-        for j in range(n):
-            y = A[j] * p0 + p1
-            y = y if y > f32(0.0) or y != y else f32(0.0)
-            D[j] = y if y < f32(1.0) or y != y else f32(1.0)
-    elif op == CLIP:
-        for j in range(n):
-            y = A[j]
-            y = y if y > p0 or y != y else p0
-            D[j] = y if y < p1 or y != y else p1
-    elif op == AFFINE:
-        for j in range(n):
-            D[j] = A[j] * p0 + p1
-    elif op == THRESHOLDED:
-        for j in range(n):
-            x = A[j]
-            D[j] = x if x > p0 else f32(0.0)
-    elif op == HARDSWISH:
-        for j in range(n):
-            x = A[j]
-            y = x * f32(1.0 / 6.0) + f32(0.5)
-            y = y if y > f32(0.0) or y != y else f32(0.0)
-            y = y if y < f32(1.0) or y != y else f32(1.0)
-            D[j] = x * y
-    elif op == GELU_TANH:
-        if USE_VEC_EW:
-            vec_gelu_tanh(n, A, 0, D, 0)
-        else:
-            for j in range(n):
-                x = A[j]
-                D[j] = f32(0.5) * x * (f32(1.0) + tanh32(_SQRT_2_OVER_PI * (x + f32(0.044715) * x * x * x)))
-    elif op == GELU_ERF:
-        if USE_VEC_EW:
-            vec_gelu_erf(n, A, 0, D, 0)
-        else:
-            for j in range(n):
-                x = A[j]
-                D[j] = f32(0.5) * x * (f32(1.0) + erf32(x * _INV_SQRT2))
-
-
-@njit(**_JIT)
-def _binary(op, D, A, Bv, n):
-    """D[:n] = op(A[:n], Bv[:n]) for two-input opcodes."""
-    if op == ADD:
-        for j in range(n):
-            D[j] = A[j] + Bv[j]
-    elif op == SUB:
-        for j in range(n):
-            D[j] = A[j] - Bv[j]
-    elif op == MUL:
-        for j in range(n):
-            D[j] = A[j] * Bv[j]
-    elif op == DIV:
-        for j in range(n):
-            D[j] = A[j] / Bv[j]
-    elif op == POW:
-        for j in range(n):
-            D[j] = f32(A[j] ** Bv[j])
-    elif op == MAX:
-        for j in range(n):
-            x = A[j]
-            y = Bv[j]
-            D[j] = x if (x > y or x != x) else y
-    elif op == MIN:
-        for j in range(n):
-            x = A[j]
-            y = Bv[j]
-            D[j] = x if (x < y or x != x) else y
-    elif op == PRELU:
-        for j in range(n):
-            x = A[j]
-            D[j] = x if x >= f32(0.0) else x * Bv[j]
-    elif op == FMOD:
-        for j in range(n):
-            D[j] = f32(np.fmod(A[j], Bv[j]))
-    elif op == EQ:
-        for j in range(n):
-            D[j] = f32(1.0) if A[j] == Bv[j] else f32(0.0)
-    elif op == LT:
-        for j in range(n):
-            D[j] = f32(1.0) if A[j] < Bv[j] else f32(0.0)
-    elif op == LE:
-        for j in range(n):
-            D[j] = f32(1.0) if A[j] <= Bv[j] else f32(0.0)
-    elif op == GT:
-        for j in range(n):
-            D[j] = f32(1.0) if A[j] > Bv[j] else f32(0.0)
-    elif op == GE:
-        for j in range(n):
-            D[j] = f32(1.0) if A[j] >= Bv[j] else f32(0.0)
-    elif op == AND:
-        for j in range(n):
-            D[j] = f32(1.0) if (A[j] != f32(0.0) and Bv[j] != f32(0.0)) else f32(0.0)
-    elif op == OR:
-        for j in range(n):
-            D[j] = f32(1.0) if (A[j] != f32(0.0) or Bv[j] != f32(0.0)) else f32(0.0)
-    elif op == XOR:
-        for j in range(n):
-            D[j] = f32(1.0) if ((A[j] != f32(0.0)) != (Bv[j] != f32(0.0))) else f32(0.0)
-
-
 @njit(**_JIT)
 def _load(F, B, I, J, dt, off, s, d, di, n):
     """Register = source[off + j*s] for j < n: float32 and bool into the float register F[d:]
@@ -432,12 +142,12 @@ def _exec(F, I, X, R, code, ninstr, sbase, ibase, n, m0, m1, m2, m3):
                 for j in range(n):
                     D[j] = Bv[j] if A[j] != f32(0.0) else E[j]
             else:
-                _binary(op, D, A, Bv, n)
+                binary_loop(op, D, A, Bv, n)
         else:
             imm = X[q + 5]
             p0 = R[imm] if imm >= 0 else f32(0.0)
             p1 = R[imm + 1] if imm >= 0 else f32(0.0)
-            _unary(op, D, A, n, p0, p1)
+            unary_loop(op, D, A, n, p0, p1)
 
 
 @njit(**_JIT)
@@ -541,78 +251,6 @@ def _row_tile(F, B, I, J, X, q, reg, ireg, n, e, d3):
         c = 0
 
 
-#: Rows (column ranges) shorter than this keep the register path (and its whole-rows mode).
-DIRECT_MIN_COLUMNS = 64
-
-
-@njit(**_JIT)
-def _direct_binary(F, X, ins, code, outs, d1, d2, r0, r1, c0, c1):
-    """A program of one float32 ADD, SUB, MUL or DIV of its two inputs, stored to its one output,
-    every operand either contiguous along a row or constant along it (a per-channel scale or shift,
-    a squeeze-excitation gate): run row by row from the operands to the output, one pass, no
-    registers.  Through the registers it took four passes (copy, fill, op, copy): a gate's Mul cost
-    2.6x onnxruntime's.  Returns False (nothing done) for any other program."""
-    op = X[code]
-    if op != ADD and op != SUB and op != MUL and op != DIV:
-        return False
-    ra = X[code + 2]
-    rb = X[code + 3]
-    if X[code + 1] != X[outs] or X[outs + 1] != DT_F32 or X[outs + 6] != 1 or ra > 1 or rb > 1:
-        return False
-    for k in range(2):
-        q = ins + k * IN_LEN
-        if X[q] != DT_F32 or (X[q + 5] != 0 and X[q + 5] != 1):
-            return False
-    qa = ins + ra * IN_LEN
-    qb = ins + rb * IN_LEN
-    sa = X[qa + 5]
-    sb = X[qb + 5]
-    if sa == 0 and sb == 0:
-        return False
-    n = c1 - c0
-    for r in range(r0, r1):
-        i0, i1, i2 = row_index(r, d1, d2)
-        a = X[qa + 1] + i0 * X[qa + 2] + i1 * X[qa + 3] + i2 * X[qa + 4] + c0 * sa
-        b = X[qb + 1] + i0 * X[qb + 2] + i1 * X[qb + 3] + i2 * X[qb + 4] + c0 * sb
-        o = X[outs + 2] + i0 * X[outs + 3] + i1 * X[outs + 4] + i2 * X[outs + 5] + c0
-        D = F[o:o + n]
-        if sa == 1 and sb == 1:
-            A = F[a:a + n]
-            Bv = F[b:b + n]
-            _binary(op, D, A, Bv, n)
-        elif sa == 1:
-            A = F[a:a + n]
-            v = F[b]
-            if op == ADD:
-                for j in range(n):
-                    D[j] = A[j] + v
-            elif op == SUB:
-                for j in range(n):
-                    D[j] = A[j] - v
-            elif op == MUL:
-                for j in range(n):
-                    D[j] = A[j] * v
-            else:
-                for j in range(n):
-                    D[j] = A[j] / v
-        else:
-            Bv = F[b:b + n]
-            v = F[a]
-            if op == ADD:
-                for j in range(n):
-                    D[j] = v + Bv[j]
-            elif op == SUB:
-                for j in range(n):
-                    D[j] = v - Bv[j]
-            elif op == MUL:
-                for j in range(n):
-                    D[j] = v * Bv[j]
-            else:
-                for j in range(n):
-                    D[j] = v / Bv[j]
-    return True
-
-
 @njit(**_JIT)
 def ew_run(F, B, I, J, X, R, prog, r0, r1, c0, c1, sbase):
     """Run program ``X[prog:]`` over rows [r0, r1) and columns [c0, c1).
@@ -644,8 +282,8 @@ def ew_run(F, B, I, J, X, R, prog, r0, r1, c0, c1, sbase):
     ins = prog + HDR_LEN
     code = ins + nin * IN_LEN
     outs = code + ninstr * INSTR_LEN
-    if (nin == 2 and nout == 1 and ninstr == 1 and not X[prog + HDR_INT] and c1 - c0 >= DIRECT_MIN_COLUMNS
-            and _direct_binary(F, X, ins, code, outs, d1, d2, r0, r1, c0, c1)):
+    if not X[prog + HDR_INT] and direct_chain(F, X, R, ins, nin, code, ninstr, outs, nout, d1, d2, r0, r1, c0,
+                                              c1):
         return
     rows = (c0 == 0 and c1 == d3 and 2 * d3 <= blk and r1 - r0 > 1
             and _whole_rows_ok(X, ins, outs, nin, nout, d0, d1, d2, d3))

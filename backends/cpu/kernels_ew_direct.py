@@ -4,7 +4,8 @@ output row by row, without the interpreter's registers.
 A chain is a float32 program whose every instruction takes the previous instruction's value (the
 first: an input) and at most one input besides, each input either contiguous along a row or
 constant along it (a per-channel scale or shift, a squeeze-excitation gate), and whose one output is
-the last value, contiguous.  Each row is cut into pieces of at most :data:`CHAIN_PIECE` floats; a
+the last value, contiguous, and an input read after the first instruction is not the output's own
+memory (written in place).  Each row is cut into pieces of at most :data:`CHAIN_PIECE` floats; a
 piece's first instruction reads the operands and writes the output, and the others run in place on
 the output piece while it is in L1, so memory sees one read of each operand and one write.  Through
 the registers every instruction was a pass of its own, every row-constant input a fill and the
@@ -189,6 +190,10 @@ def _chain_ok(X, ins, nin, code, ninstr, outs, nout):
                     return False
                 other = b if a == run else a
                 if other >= nin or (written >> other) & 1:
+                    return False
+                if X[ins + other * IN_LEN + 1] == X[outs + 2]:
+                    # the output written in place over this input: the earlier instructions of a
+                    # piece would have overwritten what this one reads (a conv's ``Relu(c) + c``)
                     return False
         run = X[q + 1]
         written |= 1 << run
