@@ -174,6 +174,8 @@ def _chain_ok(X, ins, nin, code, ninstr, outs, nout):
             if k == 0:
                 if a >= nin or X[ins + a * IN_LEN + 5] != 1:
                     return False
+                if X[ins + a * IN_LEN + 1] == X[outs + 2] and not _in_place_unary(op):
+                    return False  # (written in place over its input: only the in-place loops vectorize)
             elif a != run or not _in_place_unary(op):
                 return False
         else:
@@ -248,7 +250,10 @@ def direct_chain(F, X, R, ins, nin, code, ninstr, outs, nout, d1, d2, r0, r1, c0
                     if k == 0:
                         qa = ins + a * IN_LEN
                         at = X[qa + 1] + i0 * X[qa + 2] + i1 * X[qa + 3] + i2 * X[qa + 4] + p0
-                        unary_loop(op, D, F[at:at + n], n, u0, u1)
+                        if at == o_row + p0:
+                            _unary_in_place(op, D, n, u0, u1)
+                        else:
+                            unary_loop(op, D, F[at:at + n], n, u0, u1)
                     else:
                         _unary_in_place(op, D, n, u0, u1)
                 else:
@@ -260,7 +265,19 @@ def direct_chain(F, X, R, ins, nin, code, ninstr, outs, nout, d1, d2, r0, r1, c0
                         sb = X[qb + 5]
                         at = X[qa + 1] + i0 * X[qa + 2] + i1 * X[qa + 3] + i2 * X[qa + 4] + p0 * sa
                         bt = X[qb + 1] + i0 * X[qb + 2] + i1 * X[qb + 3] + i2 * X[qb + 4] + p0 * sb
-                        if sa == 1 and sb == 1:
+                        # written in place over an operand: the loops over one array (a loop over two
+                        # aliased arrays fails LLVM's overlap check and runs scalar)
+                        if sa == 1 and at == o_row + p0:
+                            if sb == 1:
+                                _in_place(op, D, F[bt:bt + n], n, True)
+                            else:
+                                _scalar_in_place(op, D, F[bt], n, True)
+                        elif sb == 1 and bt == o_row + p0:
+                            if sa == 1:
+                                _in_place(op, D, F[at:at + n], n, False)
+                            else:
+                                _scalar_in_place(op, D, F[at], n, False)
+                        elif sa == 1 and sb == 1:
                             binary_loop(op, D, F[at:at + n], F[bt:bt + n], n)
                         elif sa == 1:
                             _with_scalar(op, D, F[at:at + n], F[bt], n, False)
