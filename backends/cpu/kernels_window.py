@@ -371,6 +371,9 @@ def k_dwconv(F, B, I, J, X, R, p, sbase):
                 if plane_act != 0:
                     _plane_activation(F, dst, nblk * WIDTH * OH * OW, plane_act)
                 c += nblk * WIDTH
+                if not (swept or tiny):
+                    # the blocks' scratch is the plane sweeps' too: their tap table again for the rest
+                    _tap_table(I, ti, kh, kw, sh, sw, dh, dw, Hq * Wq, Wq)
             else:
                 _dwconv_plane(F, I, X, d, n, c, src, C, H, W, kh, kw, sh, sw, ph, pw, dh, dw, OH, OW, mult, M,
                               w_off, bias_at, lo, hi, plane_act, tiny, swept, direct, pbase, nplanes, a0, Lr, Hq,

@@ -97,8 +97,8 @@ def _dw(c: int, hw: tuple[int, int], k: int, stride: int, act: str, n: int = 1):
     x = rand(n, c, *hw)
     x[0, 1, 0, 0] = np.nan
     consts = {"w": rand(c, 1, k, k, seed=1), "b": rand(c, seed=2)}
-    nodes = [node("Conv", ["x", "w", "b"], ["c"], kernel_shape=[k, k], strides=[stride, stride],
-                  pads=[k // 2] * 4, group=c)]
+    strides = list(stride) if isinstance(stride, tuple) else [stride, stride]
+    nodes = [node("Conv", ["x", "w", "b"], ["c"], kernel_shape=[k, k], strides=strides, pads=[k // 2] * 4, group=c)]
     if act == "relu6":
         consts.update(lo=np.array(0.0, np.float32), hi=np.array(6.0, np.float32))
         nodes.append(node("Clip", ["c", "lo", "hi"], ["y"]))
@@ -120,10 +120,14 @@ def _dw(c: int, hw: tuple[int, int], k: int, stride: int, act: str, n: int = 1):
     (uk.WIDTH + 5, (28, 28), 7, 1, "relu6", 1, 2),         # a 7x7 window on a larger plane
     (4 * uk.WIDTH, (4, 4), 3, 1, "hswish", 3, 2),          # tiny planes, a batch over two vEUs
     (uk.WIDTH - 1, (7, 7), 3, 1, "relu6", 1, 1),           # fewer channels than a block: planes only
+    # a tail after the blocks on the phase-plane sweeps, whose tap table shares the blocks' scratch
+    # (PP-OCR's direction classifier: 104 channels of 3 x 96, 5x5 at stride (2, 1))
+    (6 * uk.WIDTH + 8, (3, 96), 5, (2, 1), "hswish", 1, 1),
+    (uk.WIDTH + 5, (28, 28), 7, 1, "relu6", 2, 1),
 ])
 def test_depthwise_convs_in_channel_blocks_match_the_reference(c, hw, k, stride, act, n, veus):
-    geo = (n, c, *hw, k, k, stride, stride, k // 2, k // 2, 1, 1, (hw[0] - 1) // stride + 1,
-           (hw[1] - 1) // stride + 1)
+    sh, sw = stride if isinstance(stride, tuple) else (stride, stride)
+    geo = (n, c, *hw, k, k, sh, sw, k // 2, k // 2, 1, 1, (hw[0] - 1) // sh + 1, (hw[1] - 1) // sw + 1)
     blocks = c >= uk.WIDTH and (geo[12] * geo[13] <= 64 or k >= 5)
     assert lower_common.dwconv_channel_blocks(c, 1, geo, np.zeros(1)) == blocks
     m, feeds = _dw(c, hw, k, stride, act, n)
