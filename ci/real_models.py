@@ -22,7 +22,7 @@ installing them, as wheel files in a cache folder (``--wheels``, default
 Models whose source is absent are listed as skipped, with the set-up step to run.
 
 Each model is compiled on ``cpu`` (compile time, fallbacks, outputs checked against
-onnxruntime) and timed against onnxruntime with the same thread count
+onnxruntime: past ``MAX_REL_ERR`` a model is a MISMATCH, and the run exits 1) and timed against onnxruntime with the same thread count
 (``intra_op_num_threads = --threads``), each runtime in its own process, the
 processes alternating, ``--rounds`` times; the best median per side is kept.
 
@@ -389,6 +389,15 @@ def measure_one(runtime: str, m: RealModel, threads: int, seconds: float, wheels
             "ms": _time(lambda: model.run(feeds), seconds)}
 
 
+#: The largest ``|got - ort| / (|ort| + 1e-3)`` over a model's outputs that counts as matching onnxruntime
+#: (float32 models: the rest is summation order).  A model past it is a MISMATCH, and the run exits 1.
+MAX_REL_ERR = 1e-3
+
+
+def _mismatch(r: dict) -> bool:
+    return "cpu_max_rel_err" in r and not r["cpu_max_rel_err"] <= MAX_REL_ERR
+
+
 # -- the driver ------------------------------------------------------------------------------------------
 def _run_side(runtime: str, name: str, args: argparse.Namespace) -> dict:
     env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
@@ -454,10 +463,15 @@ def main() -> int:
         gm = math.exp(sum(math.log(x) for x in ratios) / len(ratios))
         print(f"\ngeometric mean cpu/onnxruntime over {len(ratios)} models: {gm:.2f}x (threads={args.threads}); "
               f"worst {max(ratios):.2f}x; compiled {sum('cpu_ms' in r for r in rows)}/{len(rows)}, "
-              f"with no fallback {sum('cpu_ms' in r and not r.get('cpu_fallbacks') for r in rows)}")
+              f"with no fallback {sum('cpu_ms' in r and not r.get('cpu_fallbacks') for r in rows)}, "
+              f"matching onnxruntime {sum('cpu_ms' in r and not _mismatch(r) for r in rows)}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"threads": args.threads, "rows": rows}, f, indent=1)
+    wrong = [r["name"] for r in rows if _mismatch(r) or "cpu_error" in r]
+    if wrong:
+        print(f"not matching onnxruntime or failing: {', '.join(wrong)}", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -468,21 +482,22 @@ def _format_row(r: dict) -> str:
         return f"{r['name']}: FAILS: {r['cpu_error']}"
     return (f"{r['name']}: cpu {r['cpu_ms']:.2f} ms, onnxruntime {r.get('ort_ms') or float('nan'):.2f} ms, "
             f"compile {r['cpu_compile_s']:.1f} s, fallbacks {r['cpu_fallbacks'] or 'none'}, "
-            f"max rel err {r['cpu_max_rel_err']:.1e}")
+            f"max rel err {r['cpu_max_rel_err']:.1e}" + (f" MISMATCH (over {MAX_REL_ERR:g})" if _mismatch(r) else ""))
 
 
 def _table(rows: list[dict]) -> str:
-    lines = ["| model | kind | ops | compile (s) | cpu (ms) | onnxruntime (ms) | ratio | fallbacks |",
-             "|---|---|---:|---:|---:|---:|---:|---|"]
+    lines = ["| model | kind | ops | compile (s) | cpu (ms) | onnxruntime (ms) | ratio | max rel err | fallbacks |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---|"]
     for r in rows:
         if "cpu_missing" in r:
-            lines.append(f"| {r['name']} | {r['kind']} | | | skipped (source absent) | | | |")
+            lines.append(f"| {r['name']} | {r['kind']} | | | skipped (source absent) | | | | |")
         elif "cpu_error" in r:
             lines.append(f"| {r['name']} | {r['kind']} | {r.get('cpu_ops', '')} | fails | "
-                         f"{r['cpu_error'][:80]} | {r.get('ort_ms') or 0:.2f} | | |")
+                         f"{r['cpu_error'][:80]} | {r.get('ort_ms') or 0:.2f} | | | |")
         else:
             lines.append(f"| {r['name']} | {r['kind']} | {r['cpu_ops']} | {r['cpu_compile_s']:.1f} | "
                          f"{r['cpu_ms']:.2f} | {r.get('ort_ms') or float('nan'):.2f} | {r.get('ratio', float('nan')):.2f} | "
+                         f"{r['cpu_max_rel_err']:.1e}{' MISMATCH' if _mismatch(r) else ''} | "
                          f"{', '.join(r['cpu_fallbacks']) or 'none'}"
                          + (f" ({', '.join(r['cpu_control_flow'])}: host control flow, branches compiled)"
                             if r.get("cpu_control_flow") else "") + " |")
