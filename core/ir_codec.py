@@ -35,7 +35,8 @@ class _Arrays:
 
     def add(self, value: np.ndarray) -> str:
         key = f"a{len(self.arrays)}"
-        self.arrays[key] = np.ascontiguousarray(value)
+        # (np.ascontiguousarray alone makes a 0-d array 1-d: a cached Size's scalar came back as [n])
+        self.arrays[key] = np.ascontiguousarray(value).reshape(np.shape(value))
         return key
 
 
