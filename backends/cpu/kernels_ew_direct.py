@@ -39,6 +39,9 @@ from .kernels_ew_ops import (
     TANH,
     USE_VEC_EW,
     binary_loop,
+    clip_elem,
+    hardswish_elem,
+    relu_elem,
     unary_loop,
 )
 from .ukernel_ew import vec_erf, vec_exp, vec_gelu_erf, vec_gelu_tanh, vec_sigmoid, vec_tanh
@@ -73,20 +76,13 @@ def _unary_in_place(op, D, n, p0, p1):
     computes them (one array: a loop over two aliased ones would be left scalar)."""
     if op == RELU:
         for j in range(n):
-            x = D[j]
-            D[j] = x if (x > f32(0.0) or x != x) else f32(0.0)
+            D[j] = relu_elem(D[j])
     elif op == CLIP:
         for j in range(n):
-            y = D[j]
-            y = y if y > p0 or y != y else p0
-            D[j] = y if y < p1 or y != y else p1
+            D[j] = clip_elem(D[j], p0, p1)
     elif op == HARDSWISH:
         for j in range(n):
-            x = D[j]
-            y = x * f32(1.0 / 6.0) + f32(0.5)
-            y = y if y > f32(0.0) or y != y else f32(0.0)
-            y = y if y < f32(1.0) or y != y else f32(1.0)
-            D[j] = x * y
+            D[j] = hardswish_elem(D[j])
     elif op == SIGMOID:
         vec_sigmoid(n, D, 0, D, 0)
     elif op == TANH:
@@ -226,6 +222,13 @@ def _with_scalar(op, D, A, v, n, scalar_first):
             D[j] = A[j] / v
 
 
+@njit(inline="always")
+def _row_at(X, q, i0, i1, i2, col):
+    """Where operand ``X[q:]`` (offset, then the strides of dims 0-2 and of the row) has column ``col``
+    of row (i0, i1, i2)."""
+    return X[q + 1] + i0 * X[q + 2] + i1 * X[q + 3] + i2 * X[q + 4] + col * X[q + 5]
+
+
 @njit(**_JIT)
 def direct_chain(F, X, R, ins, nin, code, ninstr, outs, nout, d1, d2, r0, r1, c0, c1):
     """Run a chain program over rows [r0, r1) and columns [c0, c1) in one pass (see the module's
@@ -249,7 +252,7 @@ def direct_chain(F, X, R, ins, nin, code, ninstr, outs, nout, d1, d2, r0, r1, c0
                     u1 = R[imm + 1] if imm >= 0 else f32(0.0)
                     if k == 0:
                         qa = ins + a * IN_LEN
-                        at = X[qa + 1] + i0 * X[qa + 2] + i1 * X[qa + 3] + i2 * X[qa + 4] + p0
+                        at = _row_at(X, qa, i0, i1, i2, p0)
                         if at == o_row + p0:
                             _unary_in_place(op, D, n, u0, u1)
                         else:
@@ -263,8 +266,8 @@ def direct_chain(F, X, R, ins, nin, code, ninstr, outs, nout, d1, d2, r0, r1, c0
                         qb = ins + b * IN_LEN
                         sa = X[qa + 5]
                         sb = X[qb + 5]
-                        at = X[qa + 1] + i0 * X[qa + 2] + i1 * X[qa + 3] + i2 * X[qa + 4] + p0 * sa
-                        bt = X[qb + 1] + i0 * X[qb + 2] + i1 * X[qb + 3] + i2 * X[qb + 4] + p0 * sb
+                        at = _row_at(X, qa, i0, i1, i2, p0)
+                        bt = _row_at(X, qb, i0, i1, i2, p0)
                         # written in place over an operand: the loops over one array (a loop over two
                         # aliased arrays fails LLVM's overlap check and runs scalar)
                         if sa == 1 and at == o_row + p0:
@@ -288,7 +291,7 @@ def direct_chain(F, X, R, ins, nin, code, ninstr, outs, nout, d1, d2, r0, r1, c0
                         other = b if first else a
                         qo = ins + other * IN_LEN
                         so = X[qo + 5]
-                        ot = X[qo + 1] + i0 * X[qo + 2] + i1 * X[qo + 3] + i2 * X[qo + 4] + p0 * so
+                        ot = _row_at(X, qo, i0, i1, i2, p0)
                         if so == 0:
                             _scalar_in_place(op, D, F[ot], n, first)
                         else:

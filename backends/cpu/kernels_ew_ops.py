@@ -89,6 +89,28 @@ def _round_half_even(x):
     return r
 
 
+@njit(inline="always")
+def relu_elem(x):
+    """ReLU of one float32, NaN kept (the RELU opcode's value)."""
+    return x if (x > f32(0.0) or x != x) else f32(0.0)
+
+
+@njit(inline="always")
+def clip_elem(y, lo, hi):
+    """``y`` limited to [lo, hi], NaN kept (the CLIP opcode's value)."""
+    y = y if y > lo or y != y else lo
+    return y if y < hi or y != y else hi
+
+
+@njit(inline="always")
+def hardswish_elem(x):
+    """HardSwish of one float32 as the HARDSWISH opcode computes it: ``x * clip(x / 6 + 0.5, 0, 1)``."""
+    y = x * f32(1.0 / 6.0) + f32(0.5)
+    y = y if y > f32(0.0) or y != y else f32(0.0)
+    y = y if y < f32(1.0) or y != y else f32(1.0)
+    return x * y
+
+
 @njit(**_JIT)
 def unary_loop(op, D, A, n, p0, p1):
     """D[:n] = op(A[:n]) for one-input opcodes (D and A are distinct registers)."""
@@ -103,8 +125,7 @@ def unary_loop(op, D, A, n, p0, p1):
             D[j] = abs(A[j])
     elif op == RELU:
         for j in range(n):
-            x = A[j]
-            D[j] = x if (x > f32(0.0) or x != x) else f32(0.0)
+            D[j] = relu_elem(A[j])
     elif op == SIGMOID:
         if USE_VEC_EW:
             vec_sigmoid(n, A, 0, D, 0)
@@ -211,9 +232,7 @@ def unary_loop(op, D, A, n, p0, p1):
             D[j] = y if y < f32(1.0) or y != y else f32(1.0)
     elif op == CLIP:
         for j in range(n):
-            y = A[j]
-            y = y if y > p0 or y != y else p0
-            D[j] = y if y < p1 or y != y else p1
+            D[j] = clip_elem(A[j], p0, p1)
     elif op == AFFINE:
         for j in range(n):
             D[j] = A[j] * p0 + p1
@@ -223,11 +242,7 @@ def unary_loop(op, D, A, n, p0, p1):
             D[j] = x if x > p0 else f32(0.0)
     elif op == HARDSWISH:
         for j in range(n):
-            x = A[j]
-            y = x * f32(1.0 / 6.0) + f32(0.5)
-            y = y if y > f32(0.0) or y != y else f32(0.0)
-            y = y if y < f32(1.0) or y != y else f32(1.0)
-            D[j] = x * y
+            D[j] = hardswish_elem(A[j])
     elif op == GELU_TANH:
         if USE_VEC_EW:
             vec_gelu_tanh(n, A, 0, D, 0)
