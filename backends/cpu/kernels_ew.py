@@ -184,20 +184,47 @@ def _row_periodic(X, q, d0, d1, d2):
     return X[q + 3] == 1 and (d0 == 1 or X[q] == 0) and (d1 == 1 or X[q + 1] == 0) and (d2 == 1 or X[q + 2] == 0)
 
 
-@njit(**_JIT)
-def _whole_rows_ok(X, ins, outs, nin, nout, d0, d1, d2, d3):
-    """Whether whole rows can share register blocks: every output and every
-    column-varying input lies row after row or repeats one row, the other inputs
-    are constant along a row."""
-    for k in range(nin):
-        q = ins + k * IN_LEN + 2
-        if X[q + 3] != 0 and not (_row_linear(X, q, d0, d1, d2, d3) or _row_periodic(X, q, d0, d1, d2)):
-            return False
-    for k in range(nout):
-        if not _row_linear(X, outs + k * OUT_LEN + 3, d0, d1, d2, d3):
-            return False
-    return True
+@njit(inline="always")
+def _copy_run(F, dst, src, n):
+    """F[dst:dst + n] = F[src:src + n] (not overlapping) inline, in 16-float vector moves: a short
+    row's memcpy call cost more than its copy, and a loop within F stays scalar."""
+    u = 0
+    while u + 16 <= n:
+        copy_block(F, dst + u, src + u, 16)
+        u += 16
+    D = F[dst + u:dst + n]
+    S = F[src + u:src + n]
+    for v in range(n - u):
+        D[v] = S[v]
 
+
+@njit(**_JIT)
+def _row_pieces(F, B, I, J, X, q, reg, ireg, n, e, d1, d2, d3, store):
+    """Registers F[reg:reg + n] and elements [e, e + n) of a whole-rows run of an operand laid out
+    neither row after row nor one row repeated (a permuted or sliced view: attention's heads, a
+    rotary half): loaded (or, with ``store``, stored) one row segment at a time.  ``X[q:]`` is the
+    operand's dtype, offset and strides (d0, d1, d2, d3)."""
+    r = e // d3
+    c = e - r * d3
+    i0, i1, i2 = row_index(r, d1, d2)
+    dt = X[q]
+    s3 = X[q + 5]
+    j = 0
+    while j < n:
+        seg = min(d3 - c, n - j)
+        off = X[q + 1] + i0 * X[q + 2] + i1 * X[q + 3] + i2 * X[q + 4] + c * s3
+        if dt == DT_F32 and s3 == 1:
+            if store:
+                _copy_run(F, off, reg + j, seg)
+            else:
+                _copy_run(F, reg + j, off, seg)
+        elif store:
+            _store(F, B, I, J, dt, off, s3, reg + j, ireg + j, seg)
+        else:
+            _load(F, B, I, J, dt, off, s3, reg + j, ireg + j, seg)
+        j += seg
+        c = 0
+        i0, i1, i2 = next_row(i0, i1, i2, d1, d2)
 
 
 @njit(**_JIT)
@@ -259,13 +286,16 @@ def ew_run(F, B, I, J, X, R, prog, r0, r1, c0, c1, sbase):
 
     Blocks are normally row pieces.  When the task covers whole short rows
     (a GEMM or convolution epilogue over a small output plane: a 2x2 plane
-    has rows of 4) and the operands allow it, a block spans many rows
-    instead (*whole-rows mode*): row-linear operands load and store as one
-    contiguous run of ``r * d3 + c`` elements, and operands constant along
-    a row are filled row segment by row segment (:func:`_row_fill`), and operands
-    that repeat one row of columns (a per-column bias or scale over [rows, few
-    columns]) are tiled row by row (:func:`_row_tile`), so the program's dispatch
-    is paid per block rather than per row.
+    has rows of 4; attention's heads of 32-128 columns), a block spans many
+    rows instead (*whole-rows mode*): row-linear operands load and store as one
+    contiguous run of ``r * d3 + c`` elements (float inputs read in place),
+    operands constant along a row are filled row segment by row segment
+    (:func:`_row_fill`), operands that repeat one row of columns (a per-column
+    bias or scale over [rows, few columns]) are tiled row by row (:func:`_row_tile`),
+    and any other operand (a permuted or sliced view) is gathered, or stored, one
+    row segment at a time (:func:`_row_pieces`), so the program's dispatch is paid
+    per block rather than per row.  Rotary embeddings over [heads, 128, 64] views
+    ran 2-4x onnxruntime's time a row at a time, 0.7-1.1x so (ci/micro_ew_views.py).
 
     A program with integer values runs blocks of IBLOCK elements, its integer registers laid over
     the same scratch slots from ``ibase`` (:mod:`.kernels_ew_int`).
@@ -285,8 +315,7 @@ def ew_run(F, B, I, J, X, R, prog, r0, r1, c0, c1, sbase):
     if not X[prog + HDR_INT] and direct_chain(F, X, R, ins, nin, code, ninstr, outs, nout, d1, d2, r0, r1, c0,
                                               c1):
         return
-    rows = (c0 == 0 and c1 == d3 and 2 * d3 <= blk and r1 - r0 > 1
-            and _whole_rows_ok(X, ins, outs, nin, nout, d0, d1, d2, d3))
+    rows = c0 == 0 and c1 == d3 and 2 * d3 <= blk and r1 - r0 > 1
     # float programs read their contiguous float inputs where they lie instead of copying them into
     # registers (a pass per input per block): inputs 0-3 whose registers no instruction writes
     mappable = 0 if X[prog + HDR_INT] else _unwritten_inputs(X, code, ninstr, nin, outs, nout)
@@ -322,20 +351,34 @@ def ew_run(F, B, I, J, X, R, prog, r0, r1, c0, c1, sbase):
                         m3 = off
                 else:
                     _load(F, B, I, J, X[q], off, s3, reg, ireg, n)
-            elif s3 != 0:
-                if _row_periodic(X, q + 2, d0, d1, d2):
-                    _row_tile(F, B, I, J, X, q, reg, ireg, n, e, d3)
+            elif s3 == 0:
+                _row_fill(F, B, I, J, X, q, reg, ireg, n, e, d1, d2, d3)
+            elif _row_periodic(X, q + 2, d0, d1, d2):
+                _row_tile(F, B, I, J, X, q, reg, ireg, n, e, d3)
+            elif _row_linear(X, q + 2, d0, d1, d2, d3):
+                if (mappable >> k) & 1 and X[q] == DT_F32:
+                    if k == 0:
+                        m0 = X[q + 1] + e
+                    elif k == 1:
+                        m1 = X[q + 1] + e
+                    elif k == 2:
+                        m2 = X[q + 1] + e
+                    else:
+                        m3 = X[q + 1] + e
                 else:
                     _load(F, B, I, J, X[q], X[q + 1] + e, 1, reg, ireg, n)
             else:
-                _row_fill(F, B, I, J, X, q, reg, ireg, n, e, d1, d2, d3)
+                _row_pieces(F, B, I, J, X, q, reg, ireg, n, e, d1, d2, d3, False)
         _exec(F, I, X, R, code, ninstr, sbase, ibase, n, m0, m1, m2, m3)
         for k in range(nout):
             q = outs + k * OUT_LEN
             reg = sbase + X[q] * BLOCK
             ireg = ibase + X[q] * IREG
             if rows:
-                _store(F, B, I, J, X[q + 1], X[q + 2] + e, 1, reg, ireg, n)
+                if _row_linear(X, q + 3, d0, d1, d2, d3):
+                    _store(F, B, I, J, X[q + 1], X[q + 2] + e, 1, reg, ireg, n)
+                else:
+                    _row_pieces(F, B, I, J, X, q + 1, reg, ireg, n, e, d1, d2, d3, True)
             else:
                 s3 = X[q + 6]
                 off = X[q + 2] + i0 * X[q + 3] + i1 * X[q + 4] + i2 * X[q + 5] + c * s3

@@ -49,8 +49,10 @@ from .ukernel_ew import vec_erf, vec_exp, vec_gelu_erf, vec_gelu_tanh, vec_sigmo
 f32 = np.float32
 _JIT = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
 
-#: Rows (column ranges) shorter than this keep the register path (and its whole-rows mode).
-DIRECT_MIN_COLUMNS = 64
+#: Rows (column ranges) shorter than this keep the register path (and its whole-rows mode, which
+#: gathers many short rows into one block: a chain over rows of 64 columns ran 1.2-1.4x faster there,
+#: 128 the same, 256 1.4x slower; ci/micro_ew_views.py's Neg rows, kernels alone).
+DIRECT_MIN_COLUMNS = 128
 #: Floats of a row piece (16 KiB: the later instructions of a chain find it in L1).
 CHAIN_PIECE = 4096
 #: Instructions of the longest chain run this way.
