@@ -95,6 +95,74 @@ def _repeat_rows(J, X, d, r0, r1, i0, i1, i2, d1, d2, n):
             i0 += 1
 
 
+#: A 4-byte copy that is a transpose (one side unit-strided along the rows, the other along the
+#: columns) runs in tiles of this many rows by TRANSPOSE_TILE_COLUMNS columns (each tile's reads and
+#: writes in L1: 16 rows of 4 bytes are one cache line).
+TRANSPOSE_TILE_ROWS = 16
+TRANSPOSE_TILE_COLUMNS = 64
+#: Strides (elements of 4 bytes) that are multiples of this put a tile's rows in one L1 cache set.
+ALIASING_STRIDE = 1024
+
+
+@njit(**_JIT)
+def _transpose_rows(J, X, d, r0, r1, i0, i1, i2, d1, d2, n):
+    """Rows [r0, r1) of a 4-byte copy that is a transpose (``s2 == 1`` and ``t3 == 1``, or
+    ``t2 == 1`` and ``s3 == 1``).  Row by row, one side touched a new cache line per element, and
+    at a power-of-two stride (a [128, 4096] plane read by columns) all of them fell in the same few
+    cache sets, so nearly every element missed to L3 (3 ns each).  Instead, tiles of up to
+    TRANSPOSE_TILE_ROWS consecutive rows by TRANSPOSE_TILE_COLUMNS columns are read in the source's
+    order and written in the destination's.  The tile moves directly, its rows' lines on the strided
+    side staying in L1 while its columns pass, unless that side's stride is a multiple of
+    ALIASING_STRIDE (4 KiB: its lines would share one L1 set and evict each other): then it goes
+    through a small dense buffer, which costs a second move per element (measured on [n, 4096] ->
+    [4096, n] planes: 0.55 -> 0.29 ms buffered, 1.4 ms direct)."""
+    s0, s1, s2, s3 = X[d + 2], X[d + 3], X[d + 4], X[d + 5]
+    t0, t1, t2, t3 = X[d + 7], X[d + 8], X[d + 9], X[d + 10]
+    tc = TRANSPOSE_TILE_COLUMNS
+    buffered = (t2 if s2 == 1 else s2) % ALIASING_STRIDE == 0
+    tmp = np.empty(TRANSPOSE_TILE_ROWS * tc if buffered else 1, np.int32)
+    r = r0
+    while r < r1:
+        run = min(TRANSPOSE_TILE_ROWS, d2 - i2, r1 - r)
+        src = X[d + 1] + i0 * s0 + i1 * s1 + i2 * s2
+        dst = X[d + 6] + i0 * t0 + i1 * t1 + i2 * t2
+        for cb in range(0, n, tc):
+            cn = min(tc, n - cb)
+            if not buffered:
+                for c in range(cb, cb + cn):
+                    for u in range(run):
+                        J[_u(dst + u * t2 + c * t3)] = J[_u(src + u * s2 + c * s3)]
+                continue
+            if s2 == 1:  # the source's rows are adjacent: a column of the tile is one run
+                for c in range(cn):
+                    at = src + (cb + c) * s3
+                    for u in range(run):
+                        tmp[u * tc + c] = J[_u(at + u)]
+            else:
+                for u in range(run):
+                    at = src + u * s2 + cb
+                    for c in range(cn):
+                        tmp[u * tc + c] = J[_u(at + c)]
+            if t3 == 1:  # the destination's columns are adjacent: a row of the tile is one run
+                for u in range(run):
+                    at = dst + u * t2 + cb
+                    for c in range(cn):
+                        J[_u(at + c)] = tmp[u * tc + c]
+            else:
+                for c in range(cn):
+                    at = dst + (cb + c) * t3
+                    for u in range(run):
+                        J[_u(at + u)] = tmp[u * tc + c]
+        r += run
+        i2 += run
+        if i2 == d2:
+            i2 = 0
+            i1 += 1
+            if i1 == d1:
+                i1 = 0
+                i0 += 1
+
+
 @njit(**_JIT)
 def copy_rows(B, J, I, X, d, r0, r1):
     esize = X[d]
@@ -106,6 +174,9 @@ def copy_rows(B, J, I, X, d, r0, r1):
     i0, i1, i2 = row_index(r0, d1, d2)  # then stepped row by row
     if s3 == 0 and t3 == 1 and t2 == n and n <= _REPEAT_MAX and esize == 4:
         _repeat_rows(J, X, d, r0, r1, i0, i1, i2, d1, d2, n)
+        return
+    if esize == 4 and d2 >= 8 and n >= 8 and ((s2 == 1 and t3 == 1 and s3 != 1) or (t2 == 1 and s3 == 1 and t3 != 1)):
+        _transpose_rows(J, X, d, r0, r1, i0, i1, i2, d1, d2, n)
         return
     for r in range(r0, r1):
         src = X[d + 1] + i0 * s0 + i1 * s1 + i2 * s2

@@ -42,3 +42,26 @@ def test_stride2_conv_transpose_matches(c, m, side):
     mdl = model([node("ConvTranspose", ["x", "w", "b"], ["t"], kernel_shape=[2, 2], strides=[2, 2]),
                  node("Relu", ["t"], ["y"])], {"x": x}, ["y"], {"w": w, "b": b})
     compare(mdl, {"x": x})
+
+
+@pytest.mark.parametrize("shape", [(128, 4096), (4096, 128), (3136, 64), (40, 197), (1024, 24), (9, 1024)])
+@pytest.mark.parametrize("veus", [1, 2])
+def test_transposing_copies_in_tiles(shape, veus):
+    # a 2-D transpose that a reshape makes a dense copy: tiles of rows by columns
+    # (``kernels_data._transpose_rows``), moved directly or through a buffer when the strided side's
+    # stride is a multiple of 4 KiB; rows that end mid-tile, and tasks that start mid-plane
+    x = np.random.default_rng(4).standard_normal((2, *shape)).astype(np.float32)
+    consts = {"s": np.array([2, shape[0] * shape[1]], np.int64)}
+    m = model([node("Transpose", ["x"], ["t"], perm=[0, 2, 1]), node("Reshape", ["t", "s"], ["y"])],
+              {"x": x}, ["y"], consts)
+    compare(m, {"x": x}, veus=veus)
+
+
+def test_int32_and_int64_transposes_match():
+    a = np.random.default_rng(6).integers(-2**31, 2**31 - 1, (3, 50, 1024)).astype(np.int32)
+    b = a.astype(np.int64) * 3
+    consts = {"s": np.array([3, 50 * 1024], np.int64)}
+    m = model([node("Transpose", ["a"], ["t"], perm=[0, 2, 1]), node("Reshape", ["t", "s"], ["y"]),
+               node("Transpose", ["b"], ["u"], perm=[0, 2, 1]), node("Reshape", ["u", "s"], ["z"])],
+              {"a": a, "b": b}, ["y", "z"], consts)
+    compare(m, {"a": a, "b": b})

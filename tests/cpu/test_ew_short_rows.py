@@ -91,3 +91,14 @@ def test_int64_and_bool_views_with_short_rows():
     nodes = [node("Transpose", ["a"], ["t"], perm=[0, 2, 1, 3]), node("Add", ["t", "c"], ["s"]),
              node("Greater", ["s", "t"], ["g"]), node("Not", ["g"], ["y"])]
     compare(model(nodes, {"a": a}, ["s", "y"], consts), {"a": a}, veus=1)
+
+
+@pytest.mark.parametrize("shape", [(1, 128, 4096), (2, 40, 100), (1, 33, 1024), (3, 17, 9)])
+@pytest.mark.parametrize("op", ["Relu", "Gelu"])
+def test_elementwise_over_a_transposed_plane(shape, op):
+    # [b, c, n] read as [b, n, c]: adjacent rows of the group are adjacent in memory (loaded column
+    # by column, ``_transposed_rows``), with and without a power-of-two column stride
+    x = rand(*shape)
+    consts = {"b": rand(shape[1], seed=6)}
+    nodes = [node("Transpose", ["x"], ["t"], perm=[0, 2, 1]), node(op, ["t"], ["g"]), node("Add", ["g", "b"], ["y"])]
+    compare(model(nodes, {"x": x}, ["y"], consts, opset=20), {"x": x}, veus=1)
