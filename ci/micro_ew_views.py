@@ -1,7 +1,8 @@
-"""Elementwise groups that read permuted or sliced views with short rows (the rotary embeddings of
-LLaMA/GPT-NeoX-style attention, a Neg of a half-row slice, an attention-layout transpose with a
-per-head bias, a channel shuffle followed by an activation) on ``cpu`` against onnxruntime over a
-grid of shapes.
+"""Elementwise groups that read permuted or sliced views (the rotary embeddings of LLaMA/GPT-NeoX-style
+attention, a Neg of a half-row slice, an attention-layout transpose with a per-head bias, a channel
+shuffle followed by an activation, an activation over a transposed [channels, pixels] plane as in
+SegFormer's and MobileViT's token mixers) and 2-D transposes that a reshape makes dense copies, on
+``cpu`` against onnxruntime over a grid of shapes.
 
     python ci/micro_ew_views.py --threads 1 --clock cpu
 
@@ -32,7 +33,8 @@ from micro_gemm import measure  # noqa: E402  (a sibling script, not a package)
 from profile_corpus import ort_profile  # noqa: E402
 
 #: (kind, dims): "rope" (batch, seq, heads, head dim), "neg" (batch, heads, seq, head dim),
-#: "bias" (batch, seq, heads, head dim), "shuffle" (channels, side)
+#: "bias" (batch, seq, heads, head dim), "shuffle" (channels, side), "gelu-t" / "relu-t" (channels,
+#: pixels: the op over the [pixels, channels] view), "transpose" (rows, columns: a copy to [columns, rows])
 SHAPES: tuple[tuple, ...] = (
     ("rope", (1, 128, 8, 64)),
     ("rope", (8, 128, 8, 64)),
@@ -49,6 +51,18 @@ SHAPES: tuple[tuple, ...] = (
     ("bias", (4, 64, 8, 32)),
     ("shuffle", (116, 28)),
     ("shuffle", (232, 14)),
+    ("gelu-t", (128, 4096)),
+    ("gelu-t", (256, 1024)),
+    ("relu-t", (64, 3136)),
+    ("relu-t", (768, 197)),
+    ("transpose", (128, 4096)),
+    ("transpose", (4096, 128)),
+    ("transpose", (256, 1024)),
+    ("transpose", (64, 3136)),
+    ("transpose", (3136, 64)),
+    ("transpose", (768, 197)),
+    ("transpose", (32, 16384)),
+    ("transpose", (512, 512)),
 )
 
 
@@ -92,6 +106,18 @@ def build(kind: str, dims: tuple[int, ...]) -> tuple[onnx.ModelProto, dict[str, 
                  helper.make_node("Add", ["t", "bias"], ["u"]), helper.make_node("Sigmoid", ["u"], ["g"]),
                  helper.make_node("Mul", ["u", "g"], ["y"])]
         return _model(nodes, {"x": dims}, (b, h, s, d), {"bias": const(h, 1, d)}), {"x": const(*dims)}
+    if kind in ("gelu-t", "relu-t"):
+        c, n = dims
+        nodes = [helper.make_node("Transpose", ["x"], ["t"], perm=[0, 2, 1]),
+                 helper.make_node("Gelu" if kind == "gelu-t" else "Relu", ["t"], ["y"])]
+        model = _model(nodes, {"x": (1, c, n)}, (1, n, c), {})
+        model.opset_import[0].version = 20  # Gelu
+        return model, {"x": const(1, c, n)}
+    if kind == "transpose":
+        a, b = dims
+        nodes = [helper.make_node("Transpose", ["x"], ["t"], perm=[0, 2, 1]),
+                 helper.make_node("Reshape", ["t", "s"], ["y"])]
+        return _model(nodes, {"x": (1, a, b)}, (1, a * b), {"s": np.array([1, a * b], np.int64)}), {"x": const(1, a, b)}
     c, side = dims
     shape = (1, 2, c // 2, side, side)
     nodes = [helper.make_node("Transpose", ["x"], ["t"], perm=[0, 2, 1, 3, 4]),
