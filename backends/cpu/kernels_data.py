@@ -59,6 +59,20 @@ def next_row(i0, i1, i2, d1, d2):
     return i0, i1, i2
 
 
+@njit(**_JIT)
+def advance_rows(i0, i1, i2, run, d1, d2):
+    """The indices of the row ``run`` rows after (i0, i1, i2), for a run of rows that stays within
+    one (i0, i1) slice (``run <= d2 - i2``): the tiled copies and loads step a run at a time."""
+    i2 += run
+    if i2 == d2:
+        i2 = 0
+        i1 += 1
+        if i1 == d1:
+            i1 = 0
+            i0 += 1
+    return i0, i1, i2
+
+
 #: Rows of at most this many elements that repeat one source element (a nearest-neighbour
 #: upsampling's Expand: each input pixel twice along the row) are copied a run of rows at a time.
 _REPEAT_MAX = 8
@@ -154,13 +168,7 @@ def _transpose_rows(J, X, d, r0, r1, i0, i1, i2, d1, d2, n):
                     for u in range(run):
                         J[_u(at + u)] = tmp[u * tc + c]
         r += run
-        i2 += run
-        if i2 == d2:
-            i2 = 0
-            i1 += 1
-            if i1 == d1:
-                i1 = 0
-                i0 += 1
+        i0, i1, i2 = advance_rows(i0, i1, i2, run, d1, d2)
 
 
 @njit(**_JIT)

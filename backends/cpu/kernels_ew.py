@@ -39,7 +39,7 @@ from .ewops import (
     IREG,
     OUT_LEN,
 )
-from .kernels_data import next_row, row_index
+from .kernels_data import advance_rows, next_row, row_index
 from .kernels_ew_direct import direct_chain
 from .kernels_ew_int import FIRST_INT, int_instr
 from .kernels_ew_ops import ADD, WHERE, binary_loop, unary_loop
@@ -216,13 +216,7 @@ def _transposed_rows(F, X, q, reg, nrows, i0, i1, i2, d1, d2, d3):
             for u in range(run):
                 R[u * d3] = F[np.uint64(at + u)]
         t += run
-        i2 += run
-        if i2 == d2:
-            i2 = 0
-            i1 += 1
-            if i1 == d1:
-                i1 = 0
-                i0 += 1
+        i0, i1, i2 = advance_rows(i0, i1, i2, run, d1, d2)
 
 
 @njit(**_JIT)
@@ -368,17 +362,11 @@ def ew_run(F, B, I, J, X, R, prog, r0, r1, c0, c1, sbase):
             reg = sbase + k * BLOCK
             ireg = ibase + k * IREG
             s3 = X[q + 5]
+            at = -1  # where the block's elements lie one after another in memory, when they do
             if not rows:
                 off = X[q + 1] + i0 * X[q + 2] + i1 * X[q + 3] + i2 * X[q + 4] + c * s3
-                if s3 == 1 and (mappable >> k) & 1 and X[q] == DT_F32:
-                    if k == 0:
-                        m0 = off
-                    elif k == 1:
-                        m1 = off
-                    elif k == 2:
-                        m2 = off
-                    else:
-                        m3 = off
+                if s3 == 1:
+                    at = off
                 else:
                     _load(F, B, I, J, X[q], off, s3, reg, ireg, n)
             elif s3 == 0:
@@ -386,19 +374,21 @@ def ew_run(F, B, I, J, X, R, prog, r0, r1, c0, c1, sbase):
             elif _row_periodic(X, q + 2, d0, d1, d2):
                 _row_tile(F, B, I, J, X, q, reg, ireg, n, e, d3)
             elif _row_linear(X, q + 2, d0, d1, d2, d3):
-                if (mappable >> k) & 1 and X[q] == DT_F32:
-                    if k == 0:
-                        m0 = X[q + 1] + e
-                    elif k == 1:
-                        m1 = X[q + 1] + e
-                    elif k == 2:
-                        m2 = X[q + 1] + e
-                    else:
-                        m3 = X[q + 1] + e
-                else:
-                    _load(F, B, I, J, X[q], X[q + 1] + e, 1, reg, ireg, n)
+                at = X[q + 1] + e
             else:
                 _row_pieces(F, B, I, J, X, q, reg, ireg, n, e, d1, d2, d3, False)
+            if at >= 0:
+                if (mappable >> k) & 1 and X[q] == DT_F32:
+                    if k == 0:
+                        m0 = at
+                    elif k == 1:
+                        m1 = at
+                    elif k == 2:
+                        m2 = at
+                    else:
+                        m3 = at
+                else:
+                    _load(F, B, I, J, X[q], at, 1, reg, ireg, n)
         _exec(F, I, X, R, code, ninstr, sbase, ibase, n, m0, m1, m2, m3)
         for k in range(nout):
             q = outs + k * OUT_LEN
