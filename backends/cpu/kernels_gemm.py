@@ -33,7 +33,8 @@ from . import _numba_cache  # noqa: F401  (drops stale numba caches first)
 from .blas import HAVE_BLAS, sgemm
 from .kernels_ew import ew_epilogue
 from .kernels_gemm_inplace import lda_tile_into
-from .ukernel import MR, NR, ukernel, ukernel4, ukernel8
+from .ukernel import MR, NR, WIDTH, ukernel, ukernel4, ukernel8
+from .ukernel_pack import pack_a_panel
 
 f32 = np.float32
 _JIT = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
@@ -42,6 +43,9 @@ _JIT_REASSOC = dict(_JIT, fastmath={"reassoc", "contract", "nsz"})
 USE_BLAS = HAVE_BLAS
 #: The packed micro-kernel GEMM (ukernel.py) instead of OpenBLAS for tiles big enough.
 USE_PACKED = True
+#: Whole MR-row panels of A with rows of unit stride are packed by the vector transposes of
+#: :mod:`.ukernel_pack` (False: element by element, as the ragged ends are).
+PACK_VECTORS = True
 #: Tiles with fewer multiply-adds than this (or fewer rows) use the loops.
 BLAS_MIN_MACS = 32 * 1024
 BLAS_MIN_ROWS = 12
@@ -74,11 +78,17 @@ def _pack_a(F, a_off, a_rs, a_cs, i0, mc, p0, kc, alpha, P):
     for mp in range(panels):
         base = mp * kc * MR
         rows = min(MR, mc - mp * MR)
+        done = 0
+        if rows == MR and a_cs == 1 and PACK_VECTORS:
+            # whole column blocks transposed in registers (ukernel_pack.py), the ragged end below
+            blocks = kc // WIDTH
+            pack_a_panel(blocks, F, a_off + (i0 + mp * MR) * a_rs + p0, a_rs, P, base, alpha)
+            done = blocks * WIDTH
         for r in range(rows):
             src = a_off + (i0 + mp * MR + r) * a_rs + p0 * a_cs
             if a_cs == 1:
                 row = F[src:src + kc]
-                for k in range(kc):
+                for k in range(done, kc):
                     P[base + k * MR + r] = row[k] * alpha
             else:
                 for k in range(kc):

@@ -17,6 +17,7 @@ from rammer.backends.cpu import (
     ukernel,
     ukernel_ew,
     ukernel_lda,
+    ukernel_pack,
     ukernel_window,
     ukernel_winograd,
 )
@@ -28,7 +29,8 @@ ENTRIES = sorted(n[len("entry_"):] for n in vars(entries) if n.startswith("entry
 def test_entries_name_the_micro_kernels_they_call():
     interpreter = set(ukernel_ew.EW_SYMBOLS.values())
     assert entries.micro_kernels("k_gemm") == {
-        ukernel.SYMBOL, *(ukernel.packed_symbol(r) for r in ukernel.PACKED_SHORT_ROWS), *interpreter}
+        ukernel.SYMBOL, *(ukernel.packed_symbol(r) for r in ukernel.PACKED_SHORT_ROWS), ukernel_pack.SYMBOL,
+        *interpreter}
     # a GEMM reading A in place has an entry of its own: only it builds the strided-A kernels
     assert entries.micro_kernels("k_gemm_lda") == {ukernel_lda.lda_symbol(r) for r in range(1, 13)} | interpreter
     # the elementwise interpreter's vector kernels only (every entry may run an epilogue)
@@ -49,15 +51,15 @@ def _run(code: str) -> subprocess.CompletedProcess:
 
 
 def test_a_gemm_model_builds_only_the_packed_kernel():
-    # and the elementwise interpreter's (every kernel may run an epilogue through it)
+    # with its A-panel packing, and the elementwise interpreter's (every kernel may run an epilogue through it)
     done = _run("""
-        from rammer.backends.cpu import machine_code, ukernel, ukernel_ew
+        from rammer.backends.cpu import machine_code, ukernel, ukernel_ew, ukernel_pack
         from cpu_helpers import compare, model, node, rand
         m = model([node("MatMul", ["x", "w"], ["y"])], {"x": rand(5, 40)}, ["y"], {"w": rand(40, 24, seed=1)})
         compare(m, {"x": rand(5, 40, seed=2)})
         built = [c.key for c in machine_code.machine_code() if c._engine is not None]
         print(built)
-        assert sorted(built) == sorted([ukernel.PACKED.key, ukernel_ew.EW.key]), built
+        assert sorted(built) == sorted([ukernel.PACKED.key, ukernel_pack.PACK.key, ukernel_ew.EW.key]), built
     """)
     assert done.returncode == 0, done.stderr[-3000:]
 
