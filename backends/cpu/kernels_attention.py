@@ -22,6 +22,11 @@ probabilities' rows), since packing A, a transposing gather, cost as much as the
 head size of 64 (6 heads x 256 keys: 4.1 ms against onnxruntime's 2.0).  Long sequences (Whisper's
 1,500 frames: 35 blocks of 43 rows) had also packed K^T and V again for every block.  ``panels`` < 0
 (the operands too large for the scratch): both products pack per call (:func:`.kernels_gemm.gemm_packed`).
+Keys that every row of a block masks are skipped (:func:`live_keys`): a bias of -1e30 or less (torch's
+masks hold float32's minimum) makes a key's probability exactly 0, so a block's scores, softmax and
+product with V run over the keys up to the last one some row of the block sees.  Under a causal mask a
+block whose first rows see a part of the keys is cut in blocks of TRIM_ROWS rows (a decoder at 128
+tokens: about 60% of the work); a right-padded batch skips its padding.
 Task row: ``[desc, b0, b1, r0, r1]``.
 """
 
@@ -33,9 +38,9 @@ from numba import njit
 from . import _numba_cache  # noqa: F401  (drops stale numba caches first)
 from .fastmath import bits_float, exp32, float_bits, flush_subnormal32
 from .kernels_gemm import PACK_FLOATS, _pack_b, gemm_packed, gemm_prepacked
-from .kernels_gemm_inplace import gemm_inplace
+from .kernels_gemm_inplace import gemm_inplace, gemm_inplace_panels
 from .kernels_nn import _scale_row
-from .ukernel import NR
+from .ukernel import MR, NR
 from .ukernel_softmax import ukernel_exp_row
 
 f32 = np.float32
@@ -53,6 +58,14 @@ TABLE_STRIDE = 5
 #: Floats of one score block at most (256 KB): the block is written, soft-maxed and read back
 #: while it is still in L2.
 SCORE_BLOCK_FLOATS = 64 * 1024
+#: A bias at or below this masks its key: the key's probability is exactly 0 in float32 (exp of a
+#: score minus 1e30 or more), so a block skips the keys that every one of its rows masks.  torch's
+#: causal and padding masks hold float32's minimum.
+MASKED_BIAS = f32(-1e30)
+#: Query rows per block where the bias masks a tail of the keys (a causal mask: row i sees keys 0..i):
+#: a block of two micro-kernel panels then computes scores and products over about 60% of the keys
+#: (128 keys), where one block of all the rows saw them all.
+TRIM_ROWS = 2 * MR
 
 
 # The row maximum compares float bits as integers (b ^ ((b >> 31) & 0x7fffffff) orders float32
@@ -123,6 +136,63 @@ def panel_floats(k: int, n: int) -> int:
 
 
 @njit(**_JIT)
+def live_keys(F, bias, bias_rs, bias_cs, rows, Sk):
+    """How many leading keys a block of ``rows`` query rows needs: one past the last key that some
+    row's bias (rows at ``bias + r * bias_rs``) does not mask (:data:`MASKED_BIAS`; a NaN bias
+    masks nothing).  A row that masks every key makes it ``Sk``: it is soft-maxed over all of them,
+    as it is without trimming."""
+    live = 0
+    for r in range(rows - 1, -1, -1):  # a causal mask's last row sees the most keys: the rest stop at once
+        row = bias + r * bias_rs
+        first = 0
+        while first < Sk and F[row + first * bias_cs] <= MASKED_BIAS:
+            first += 1
+        if first == Sk:
+            return Sk
+        j = Sk - 1
+        while j >= live and j > first and F[row + j * bias_cs] <= MASKED_BIAS:
+            j -= 1
+        if j + 1 > live:
+            live = j + 1
+    return live
+
+
+@njit(**_JIT)
+def _attend_block(F, q, q_rs, q_cs, kt_off, kt_rs, kt_cs, v_off, v_rs, v_cs, y, y_rs, bias, bias_rs, bias_cs,
+                  has_bias, scale, Sk, D, Dv, rows, keys, kp, vp, pack, scores, inv, prepacked):
+    """``Y[rows] = softmax(scale Q K^T + bias) V`` for one block of query rows (Q's first row at
+    ``q``, the bias's at ``bias``, Y's at ``y``) over its first ``keys`` keys: the rest are masked
+    for every row of the block (:func:`live_keys`; ``keys`` = Sk otherwise)."""
+    # scores[0:rows, 0:cols] = scale * Q @ KT over whole panels of keys (the scale rides on K^T's
+    # panels, or on the packing of Q); keys in [keys, cols) are masked, their probabilities 0
+    cols = min(Sk, (keys + NR - 1) // NR * NR)
+    if prepacked and q_cs == 1:
+        gemm_inplace(F, q, q_rs, kp, D, scores, Sk, 0, rows, 0, cols, pack)
+    elif prepacked:
+        gemm_prepacked(F, q, q_rs, q_cs, kp, D, scores, Sk, 0, rows, 0, cols, f32(1.0), pack)
+    else:
+        gemm_packed(F, q, q_rs, q_cs, kt_off, kt_rs, kt_cs, scores, Sk, D, 0, rows, 0, cols, scale, 0, pack)
+    # softmax's exp in place; its 1 / sum is applied to the (Dv-wide) output rows instead
+    for r in range(rows):
+        row = scores + r * Sk
+        A = F[row:row + cols]
+        if has_bias != 0:
+            mx = _add_bias_row_max(F, row, bias + r * bias_rs, cols, bias_cs)
+        else:
+            mx = _row_max_bits(A, cols)
+        if USE_EXP_KERNEL:
+            ukernel_exp_row(cols, F, row, mx, F, inv + r)
+        else:
+            _exp_in_place(A, cols, mx)
+            F[inv + r] = f32(1.0) / _row_sum(A, cols)
+    if prepacked:
+        gemm_inplace_panels(F, scores, Sk, vp, keys, Sk, y, y_rs, 0, rows, 0, Dv, pack)
+    else:
+        gemm_packed(F, scores, Sk, 1, v_off, v_rs, v_cs, y, y_rs, keys, 0, rows, 0, Dv, f32(1.0), 0, pack)
+    _scale_rows(F, y, y_rs, Dv, inv, rows)
+
+
+@njit(**_JIT)
 def k_attention(F, B, I, J, X, R, p, sbase):
     """Row: [desc, b0, b1, r0, r1]."""
     d = p[0]
@@ -166,31 +236,18 @@ def k_attention(F, B, I, J, X, R, p, sbase):
             _pack_b(F, v_off, v_rs, v_cs, 0, Sk, 0, Dv, F[vp:vp + ((Dv + NR - 1) // NR) * NR * Sk])
         for i0 in range(r0, r1, block):
             rows = min(block, r1 - i0)
-            # scores[0:rows, 0:Sk] = scale * Q[i0:i0+rows] @ KT  (the scale rides on K^T's panels, or on
-            # the packing of Q)
-            if prepacked and q_cs == 1:
-                gemm_inplace(F, q_off + i0 * q_rs, q_rs, kp, D, scores, Sk, 0, rows, 0, Sk, pack)
-            elif prepacked:
-                gemm_prepacked(F, q_off + i0 * q_rs, q_rs, q_cs, kp, D, scores, Sk, 0, rows, 0, Sk, f32(1.0), pack)
-            else:
-                gemm_packed(F, q_off + i0 * q_rs, q_rs, q_cs, kt_off, kt_rs, kt_cs, scores, Sk, D, 0, rows, 0, Sk,
-                            scale, 0, pack)
-            # softmax's exp in place; its 1 / sum is applied to the (Dv-wide) output rows instead
-            for r in range(rows):
-                row = scores + r * Sk
-                A = F[row:row + Sk]
+            step = rows
+            if has_bias != 0:
+                bias_row = bias_off + i0 * bias_rs
+                # a block whose first rows mask a tail of the keys (a causal mask) goes in short blocks,
+                # each over the keys it needs; else one block over the keys any of its rows needs
+                if rows > TRIM_ROWS and live_keys(F, bias_row, bias_rs, bias_cs, TRIM_ROWS, Sk) < Sk:
+                    step = TRIM_ROWS
+            for s0 in range(i0, i0 + rows, step):
+                n = min(step, i0 + rows - s0)
+                keys = Sk
                 if has_bias != 0:
-                    mx = _add_bias_row_max(F, row, bias_off + (i0 + r) * bias_rs, Sk, bias_cs)
-                else:
-                    mx = _row_max_bits(A, Sk)
-                if USE_EXP_KERNEL:
-                    ukernel_exp_row(Sk, F, row, mx, F, inv + r)
-                else:
-                    _exp_in_place(A, Sk, mx)
-                    F[inv + r] = f32(1.0) / _row_sum(A, Sk)
-            if prepacked:
-                gemm_inplace(F, scores, Sk, vp, Sk, y_off + i0 * y_rs, y_rs, 0, rows, 0, Dv, pack)
-            else:
-                gemm_packed(F, scores, Sk, 1, v_off, v_rs, v_cs, y_off + i0 * y_rs, y_rs, Sk, 0, rows, 0, Dv,
-                            f32(1.0), 0, pack)
-            _scale_rows(F, y_off + i0 * y_rs, y_rs, Dv, inv, rows)
+                    keys = live_keys(F, bias_off + s0 * bias_rs, bias_rs, bias_cs, n, Sk)
+                _attend_block(F, q_off + s0 * q_rs, q_rs, q_cs, kt_off, kt_rs, kt_cs, v_off, v_rs, v_cs,
+                              y_off + s0 * y_rs, y_rs, bias_off + s0 * bias_rs, bias_rs, bias_cs, has_bias, scale,
+                              Sk, D, Dv, n, keys, kp, vp, pack, scores, inv, prepacked)

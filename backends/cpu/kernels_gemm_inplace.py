@@ -85,18 +85,23 @@ def lda_tile_into(rows, cols, kc, F, a, lda, b, cp, ldc, acc, pt):
 
 
 @njit(**_JIT)
-def gemm_inplace(F, a_off, lda, bp, K, c_off, ldc, m0, m1, n0, n1, pt):
-    """C[m0:m1, n0:n1] = A[m0:m1, :] @ B, A's row i at ``a_off + i*lda`` (unit column stride), B packed
-    K x N in NR-wide panels at ``bp`` (``n0`` a multiple of NR); ``pt``: :data:`INPLACE_SCRATCH` floats."""
+def gemm_inplace_panels(F, a_off, lda, bp, K, Kp, c_off, ldc, m0, m1, n0, n1, pt):
+    """:func:`gemm_inplace` over the first ``K`` rows of a B whose panels hold ``Kp`` >= K rows each
+    (attention's probabilities times V when a mask leaves only the first K keys)."""
     for pc in range(0, K, KC_INPLACE):
         kc = min(KC_INPLACE, K - pc)
         acc = 0 if pc == 0 else 1
         for jr in range(n0, n1, NR):
             cols = min(NR, n1 - jr)
-            b = bp + ((jr // NR) * K + pc) * NR
+            b = bp + ((jr // NR) * Kp + pc) * NR
             for ir in range(m0, m1, MR):
                 rows = min(MR, m1 - ir)
                 a = a_off + ir * lda + pc
                 lda_tile_into(rows, cols, kc, F, a, lda, b, c_off + ir * ldc + jr, ldc, acc, pt)
 
 
+@njit(**_JIT)
+def gemm_inplace(F, a_off, lda, bp, K, c_off, ldc, m0, m1, n0, n1, pt):
+    """C[m0:m1, n0:n1] = A[m0:m1, :] @ B, A's row i at ``a_off + i*lda`` (unit column stride), B packed
+    K x N in NR-wide panels at ``bp`` (``n0`` a multiple of NR); ``pt``: :data:`INPLACE_SCRATCH` floats."""
+    gemm_inplace_panels(F, a_off, lda, bp, K, K, c_off, ldc, m0, m1, n0, n1, pt)

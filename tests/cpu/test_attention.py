@@ -156,3 +156,53 @@ def test_probabilities_below_the_smallest_normal_float_are_zero():
         assert not tiny.any(), got
         assert (np.abs(want) < np.finfo(np.float32).tiny).any()  # the reference has subnormals here
         np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-37)
+
+
+def _causal(s: int, fill: float = float(np.finfo(np.float32).min)) -> np.ndarray:
+    return np.triu(np.full((s, s), fill, np.float32), 1).reshape(1, 1, s, s)
+
+
+def test_live_keys_ends_at_the_last_key_some_row_of_the_block_does_not_mask():
+    from rammer.backends.cpu.kernels_attention import live_keys
+
+    lo = np.finfo(np.float32).min
+    causal = _causal(40).reshape(40, 40)
+    F = causal.ravel().copy()
+    assert live_keys(F, 0, 40, 1, 40, 40) == 40
+    assert [live_keys(F, i0 * 40, 40, 1, 8, 40) for i0 in (0, 8, 30)] == [8, 16, 38]
+    # a row that masks every key keeps them all (it is soft-maxed over all of them)
+    F2 = causal.copy()
+    F2[3] = lo
+    assert live_keys(F2.ravel(), 0, 40, 1, 8, 40) == 40
+    # masking needs a bias of -1e30 or less (BERT's -1e4 keeps its keys); a NaN bias masks nothing
+    assert live_keys(_causal(40, -1e4).ravel(), 0, 40, 1, 8, 40) == 40
+    F3 = causal.copy()
+    F3[2, 33] = np.nan
+    assert live_keys(F3.ravel(), 0, 40, 1, 8, 40) == 34
+    # strided bias (a transposed view) and a row broadcast over the block (row stride 0)
+    assert live_keys(np.ascontiguousarray(causal.T).ravel(), 0, 1, 40, 8, 40) == 8
+    pad = np.zeros(40, np.float32)
+    pad[29:] = lo
+    assert live_keys(pad, 0, 0, 1, 24, 40) == 29
+
+
+@pytest.mark.parametrize("veus", [1, 2])
+@pytest.mark.parametrize("s", [61, 130])
+def test_causal_attention_over_short_blocks_of_the_keys_they_see(veus, s):
+    """A causal mask of float32's minimum: blocks of TRIM_ROWS query rows, each over the keys its
+    rows see (a ragged last block; 130 keys: not whole NR panels)."""
+    m, feeds = _encoder(1, s, 2, 16, "Mul", _causal(s))
+    assert _fused(compare(m, feeds, veus=veus, atol=1e-4))
+
+
+def test_right_padding_of_float_min_and_a_fully_masked_row():
+    """Padding masks of float32's minimum (the keys past each sequence's end skipped) beside a causal
+    one, and a query row that masks every key (soft-maxed over all keys, as the unfused graph does)."""
+    b, s = 2, 50
+    lo = np.finfo(np.float32).min
+    mask = np.zeros((b, 1, s, s), np.float32)
+    mask[0, ..., 37:] = lo
+    mask[1] = _causal(s)[0]
+    mask[1, 0, 30, :] = lo
+    m, feeds = _encoder(b, s, 2, 16, "Div", mask)
+    assert _fused(compare(m, feeds, veus=1, atol=1e-4))
