@@ -4,7 +4,8 @@ An inference copies the feeds into their arena buffers, then runs the
 program: each compiled segment is one launch of the driver (every vEU
 worker starts, walks its rows and is joined), each host op runs the
 reference implementation on numpy views of the arena in between.  Outputs
-are copied out of their views, so callers own them.
+are copied out of their views, so callers own them (a large one into a
+buffer reused once the caller has dropped it, :mod:`.output_pool`).
 
 An ``If`` left to the host (its condition is only known at run time) does
 not interpret its branch op by op: the taken branch, made a graph of its own
@@ -36,6 +37,7 @@ from rammer.profile import TraceSlice
 from .adaptive import FULL, LANE, LaunchChooser
 from .compiled import BRANCH_MIN_NODES, CompiledSegment, HostStep, Program, aligned_arena
 from .image_runtime import NativeImage
+from .output_pool import OutputPool
 from .task_rows import KERNEL_FAILED, STATUS, STRIDE, available_cores, cpuset_words
 
 #: After two callers were inside ``run`` at once, a caller alone runs a 1-vEU lane too for this
@@ -141,6 +143,8 @@ class CpuExecutable:
                             self.tensor(t.name) if t.name in program.tensors else None) for t in graph.inputs]
         self._out_views = [(t.name, self.tensor(t.name) if t.name in program.tensors else None)
                            for t in graph.outputs]
+        #: Buffers that large outputs are copied into, reused once the caller has dropped them.
+        self.output_pool = OutputPool()
         #: Per program step: (step, the driver's arguments for a compiled segment, None for a host step).
         self._steps = [(step, None if isinstance(step, HostStep) else self._launch_args(step))
                        for step in program.steps]
@@ -328,7 +332,7 @@ class CpuExecutable:
                     np.copyto(outputs[name], view)
                     out[name] = outputs[name]
                 else:
-                    out[name] = view.copy()
+                    out[name] = self.output_pool.copy(name, view)
             elif name in host_values:
                 out[name] = np.array(host_values[name], copy=True)
             else:
