@@ -19,7 +19,7 @@ from numba import types
 from numba.extending import intrinsic
 
 from .machine_code import MachineCode, arrays_are, call_codegen, uses
-from .ukernel import WIDTH, _masked, _splat, _vec_exp, _vec_ptr
+from .ukernel import WIDTH, _exp_reduced, _fma, _masked, _splat, _vec_exp, _vec_ptr
 
 #: Lanes of these row kernels: all of a zmm register.  Eight (ymm, what LLVM chose for the numba
 #: loops on this Xeon) measured 1.5-1.7x slower per float from 128 floats a row up, the same below.
@@ -71,6 +71,44 @@ def _loop(fn: ir.Function, bld: ir.IRBuilder, n: ir.Value, carried: list[tuple[i
     return db, out
 
 
+def _exp_flushed(bld: ir.IRBuilder, x: ir.Value) -> ir.Value:
+    """e**x for x <= 0 (a value minus its row's maximum) or NaN, 0 where it is below FLT_MIN: bit for
+    bit :func:`.ukernel._vec_exp` (fused) then the flush, in about two thirds of its instructions.
+    x <= 0 needs no overflow check, the flush no subnormal results, and a NaN x passes through the
+    clamp and the arithmetic, so no NaN select.  Below -86 x is shifted up by 64 ln 2 and the result
+    scaled by 2**-64 as there (the same roundings down to FLT_MIN)."""
+    vf = x.type
+    n_lanes = vf.count
+    vi = ir.VectorType(ir.IntType(32), n_lanes)
+    fma = _fma(bld.module, vf)
+
+    def c(v: float) -> ir.Constant:
+        return ir.Constant(vf, [v] * n_lanes)
+
+    low = bld.fcmp_ordered("<", x, c(-86.0))
+    xs = bld.select(low, bld.fadd(x, c(44.3614195558365)), x)
+    xc = bld.select(bld.fcmp_ordered("<", xs, c(-86.0)), c(-86.0), xs)
+    k, p = _exp_reduced(bld, xc, lambda a, b, acc: bld.call(fma, [a, b, acc]), degree=7)
+    # k's low mantissa bits hold n + 2**22: n + 127 in the exponent field is 2**n (n in [-124, 0])
+    bits = bld.add(bld.bitcast(k, vi), ir.Constant(vi, [127 - 0x4B400000] * n_lanes))
+    y = bld.fmul(p, bld.bitcast(bld.shl(bits, ir.Constant(vi, [23] * n_lanes)), vf))
+    y = bld.select(low, bld.fmul(y, c(5.421010862427522e-20)), y)
+    return bld.select(bld.fcmp_ordered("<", y, c(_FLT_MIN)), c(0.0), y)
+
+
+def _sum_lanes(bld: ir.IRBuilder, v: ir.Value) -> ir.Value:
+    """The lanes of ``v`` added pairwise, halves then quarters (log2 lanes dependent adds where a
+    lane-by-lane chain took one per lane)."""
+    i32 = ir.IntType(32)
+    n = v.type.count
+    while n > 1:
+        half = n // 2
+        lo = bld.shuffle_vector(v, v, ir.Constant(ir.VectorType(i32, half), list(range(half))))
+        hi = bld.shuffle_vector(v, v, ir.Constant(ir.VectorType(i32, half), list(range(half, n))))
+        v, n = bld.fadd(lo, hi), half
+    return bld.extract_element(v, ir.Constant(i32, 0))
+
+
 class _RowOps:
     """Masked vector loads and stores, splats and horizontal reductions for one kernel."""
 
@@ -101,18 +139,18 @@ class _RowOps:
         float32."""
         ninf = ir.Constant(self.vf, [float("-inf")] * LANES)
         zero = ir.Constant(self.vf, [0.0] * LANES)
-        tiny = ir.Constant(self.vf, [_FLT_MIN] * LANES)
 
         def step(b, i, acc, mask):
-            e = _vec_exp(b, b.fsub(self.load(b, a, i, mask, ninf), vmx), fused=True)
-            if flush:
-                e = b.select(b.fcmp_ordered("<", e, tiny), zero, e)
+            x = b.fsub(self.load(b, a, i, mask, ninf), vmx)
+            e = _exp_flushed(b, x) if flush else _vec_exp(b, x, fused=True)
             self.store(b, e, d, i, mask)
             if mask is not None:  # lanes past the row add nothing
                 e = b.select(mask, e, zero)
             return [b.fadd(acc[0], b.fpext(e, self.vd))]
 
         bld, (vsum,) = _loop(fn, bld, n, [(self.vd, ir.Constant(self.vd, [0.0] * LANES))], step, "exp")
+        if flush:  # (the Softmax op's rows keep their lane order: _softmax_short_rows gives the same values)
+            return bld, bld.fptrunc(_sum_lanes(bld, vsum), ir.FloatType())
         total = bld.extract_element(vsum, ir.Constant(self.i32, 0))
         for lane in range(1, LANES):
             total = bld.fadd(total, bld.extract_element(vsum, ir.Constant(self.i32, lane)))
@@ -156,7 +194,8 @@ def _add_softmax_row(mod: ir.Module) -> None:
 
 def _add_exp_row(mod: ir.Module) -> None:
     """``(n, a, mx, inv)``: ``a = exp(a - mx)`` in place, flushed below FLT_MIN, and
-    ``inv[0] = 1 / sum(a)`` (attention's probabilities, scaled after the product with V)."""
+    ``inv[0] = 1 / sum(a)`` (attention's probabilities, scaled after the product with V); ``mx`` is
+    at least every value of the row (:func:`_exp_flushed` takes x <= 0)."""
     f32, i64 = ir.FloatType(), ir.IntType(64)
     fp = f32.as_pointer()
     ops = _RowOps(mod)

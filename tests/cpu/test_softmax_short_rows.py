@@ -90,3 +90,29 @@ def test_log_softmax_keeps_log_sum_beside_a_huge_maximum():
     want = rammer.compile(model, backend="reference").run(feeds)["y"]
     np.testing.assert_allclose(got[0], np.full(7, -np.log(7.0), np.float32), rtol=1e-6)
     np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+@njit(nogil=True)
+def _exp_row(F, n, inv):
+    kn.ukernel_exp_row(n, F, 0, np.float32(0.0), inv, 0)
+
+
+def test_exp_row_over_the_whole_nonpositive_range():
+    """The attention's exp pass (``ukernel_exp_row``, x <= 0): e**x within 3e-7 where it is a normal
+    float, exactly 0 below FLT_MIN, 1 at 0, NaN kept, and 1 / sum of the row in ``inv`` (the row
+    kernel's values bit for bit: test_short_rows_give_the_row_kernels_values)."""
+    tiny = np.finfo(np.float32).tiny
+    x = np.concatenate([np.linspace(-100.0, 0.0, 20001), np.linspace(-87.5, -87.2, 3001), [-np.inf, -0.0, 0.0],
+                        np.float32(np.log(tiny)) + np.arange(-8, 9) * np.spacing(np.float32(87.0))]).astype(np.float32)
+    F = x.copy()
+    inv = np.zeros(1, np.float32)
+    _exp_row(F, F.size, inv)
+    want = np.exp(x.astype(np.float64))
+    normal = want >= tiny * (1 + 1e-6)
+    assert (F[want < tiny * (1 - 1e-6)] == 0).all()
+    np.testing.assert_allclose(F[normal], want[normal], rtol=3e-7)
+    assert (F[x == 0] == 1).all()
+    np.testing.assert_allclose(inv[0], 1 / want[want >= tiny].sum(), rtol=1e-6)
+    G = np.array([-1.0, np.nan, -3.0] * 11, np.float32)
+    _exp_row(G, G.size, inv)
+    assert np.isnan(G[1::3]).all() and np.isnan(inv[0]) and (G[0::3] == np.float32(np.exp(-1.0))).all()
