@@ -34,7 +34,7 @@ from .blas import HAVE_BLAS, sgemm
 from .kernels_ew import ew_epilogue
 from .kernels_gemm_inplace import lda_tile_into
 from .ukernel import MR, NR, WIDTH, ukernel, ukernel4, ukernel8
-from .ukernel_pack import pack_a_panel
+from .ukernel_pack import pack_a_panel, pack_b_columns
 
 f32 = np.float32
 _JIT = dict(nogil=True, cache=True, error_model="numpy", boundscheck=False)
@@ -43,8 +43,9 @@ _JIT_REASSOC = dict(_JIT, fastmath={"reassoc", "contract", "nsz"})
 USE_BLAS = HAVE_BLAS
 #: The packed micro-kernel GEMM (ukernel.py) instead of OpenBLAS for tiles big enough.
 USE_PACKED = True
-#: Whole MR-row panels of A with rows of unit stride are packed by the vector transposes of
-#: :mod:`.ukernel_pack` (False: element by element, as the ragged ends are).
+#: Whole MR-row panels of A with rows of unit stride, and whole NR-column panels of a B stored column
+#: by column, are packed by the vector transposes of :mod:`.ukernel_pack` (False: element by element,
+#: as the ragged ends are).
 PACK_VECTORS = True
 #: Tiles with fewer multiply-adds than this (or fewer rows) use the loops.
 BLAS_MIN_MACS = 32 * 1024
@@ -115,11 +116,18 @@ def _pack_b(F, b_off, b_rs, b_cs, p0, kc, j0, nc, P):
                 for j in range(cols, NR):
                     dst[j] = f32(0.0)
         elif b_rs == 1:
-            # a transposed view (attention's K^T): a column of B is a contiguous run of kc floats
+            # a transposed view (attention's K^T): a column of B is a contiguous run of kc floats;
+            # whole panels WIDTH columns at a time through the vector transposes of ukernel_pack.py
+            done = 0
+            if cols == NR and PACK_VECTORS:
+                blocks = kc // WIDTH
+                for h in range(0, NR, WIDTH):
+                    pack_b_columns(blocks, F, b_off + p0 + (j0 + jp * NR + h) * b_cs, b_cs, P, base + h, f32(1.0))
+                done = blocks * WIDTH
             for j in range(cols):
                 src = b_off + p0 + (j0 + jp * NR + j) * b_cs
                 col = F[src:src + kc]
-                for k in range(kc):
+                for k in range(done, kc):
                     P[base + k * NR + j] = col[k]
             for k in range(kc):
                 for j in range(cols, NR):

@@ -18,9 +18,12 @@ from numba import types
 from numba.extending import intrinsic
 
 from .machine_code import MachineCode, arrays_are, call_codegen, uses
-from .ukernel import MR, WIDTH, _masked, _splat, _vec_ptr
+from .ukernel import MR, NR, WIDTH, _masked, _splat, _vec_ptr
 
 SYMBOL = "rammer_cpu_pack_a_panel"
+#: The same transpose for WIDTH columns of a B stored column by column (attention's K^T, a transposed
+#: view of K whose columns are K's rows), into half (AVX-512: NR = 2 WIDTH) of an NR-wide B panel.
+COLUMNS_SYMBOL = "rammer_cpu_pack_b_columns"
 #: Lanes of a 128-bit block: the unpack stages work within blocks, as x86's unpack instructions do.
 BLOCK = 4
 
@@ -65,9 +68,11 @@ def transpose_columns(bld: ir.IRBuilder, rows: list[ir.Value], width: int) -> li
     return columns
 
 
-def _add_pack_kernel(mod: ir.Module, rows: int, width: int, symbol: str = SYMBOL) -> None:
-    """``(blocks, a, lda, p, alpha)``: ``p[k * rows + r] = alpha * a[r * lda + k]`` for r < rows and
-    k < blocks * width (whole column blocks; the caller packs a ragged end)."""
+def _add_pack_kernel(mod: ir.Module, rows: int, width: int, symbol: str = SYMBOL, ldp: int | None = None) -> None:
+    """``(blocks, a, lda, p, alpha)``: ``p[k * ldp + r] = alpha * a[r * lda + k]`` for r < rows and
+    k < blocks * width (whole column blocks; the caller packs a ragged end); ``ldp`` = ``rows``
+    unless given."""
+    ldp = rows if ldp is None else ldp
     f32 = ir.FloatType()
     i64 = ir.IntType(64)
     fp = f32.as_pointer()
@@ -93,24 +98,27 @@ def _add_pack_kernel(mod: ir.Module, rows: int, width: int, symbol: str = SYMBOL
     for r in range(rows):
         src = bld.add(bld.mul(ir.Constant(i64, r), lda), k0)
         loaded.append(bld.fmul(bld.load(_vec_ptr(bld, a, src, vec), align=4), scale))
-    out = bld.mul(k0, ir.Constant(i64, rows))
+    out = bld.mul(k0, ir.Constant(i64, ldp))
     for c, col in enumerate(transpose_columns(bld, loaded, width)):
-        dst = _vec_ptr(bld, p, bld.add(out, ir.Constant(i64, c * rows)), vec)
+        dst = _vec_ptr(bld, p, bld.add(out, ir.Constant(i64, c * ldp)), vec)
         bld.call(store, [col, dst, ir.Constant(ir.IntType(32), 4), keep])
     kb.add_incoming(bld.add(kb, ir.Constant(i64, 1)), body)
     bld.branch(head)
     ir.IRBuilder(done).ret_void()
 
 
-def pack_module(rows: int, width: int) -> ir.Module:
+def pack_module(rows: int, width: int, ldb: int | None = None) -> ir.Module:
     """A module with the panel-packing kernel for ``rows`` x ``width`` blocks (tests build the AVX2
-    shape here too)."""
+    shape here too) and, with ``ldb``, the B-columns kernel (``width`` columns into panels ``ldb``
+    wide)."""
     mod = ir.Module(name="rammer_pack_a")
     _add_pack_kernel(mod, rows, width)
+    if ldb is not None:
+        _add_pack_kernel(mod, width, width, COLUMNS_SYMBOL, ldp=ldb)
     return mod
 
 
-PACK = MachineCode(f"pack a {MR}x{WIDTH}", lambda: pack_module(MR, WIDTH), (SYMBOL,))
+PACK = MachineCode(f"pack a {MR}x{WIDTH} b {NR}", lambda: pack_module(MR, WIDTH, NR), (SYMBOL, COLUMNS_SYMBOL))
 
 
 @uses(SYMBOL)
@@ -121,3 +129,14 @@ def pack_a_panel(typingctx, blocks, A, a_off, lda, P, p_off, alpha):
     if not arrays_are(types.float32, A, P):
         return None
     return types.none(blocks, A, a_off, lda, P, p_off, alpha), call_codegen(SYMBOL, "ififs")
+
+
+@uses(COLUMNS_SYMBOL)
+@intrinsic
+def pack_b_columns(typingctx, blocks, A, a_off, lda, P, p_off, alpha):
+    """``P[p_off + k*NR + j] = alpha * A[a_off + j*lda + k]`` for WIDTH columns j of a B stored
+    column by column (column j's k-th float at ``a_off + j*lda + k``) and the first ``blocks * WIDTH``
+    of its rows."""
+    if not arrays_are(types.float32, A, P):
+        return None
+    return types.none(blocks, A, a_off, lda, P, p_off, alpha), call_codegen(COLUMNS_SYMBOL, "ififs")

@@ -30,7 +30,7 @@ def test_entries_name_the_micro_kernels_they_call():
     interpreter = set(ukernel_ew.EW_SYMBOLS.values())
     assert entries.micro_kernels("k_gemm") == {
         ukernel.SYMBOL, *(ukernel.packed_symbol(r) for r in ukernel.PACKED_SHORT_ROWS), ukernel_pack.SYMBOL,
-        *interpreter}
+        ukernel_pack.COLUMNS_SYMBOL, *interpreter}
     # a GEMM reading A in place has an entry of its own: only it builds the strided-A kernels
     assert entries.micro_kernels("k_gemm_lda") == {ukernel_lda.lda_symbol(r) for r in range(1, 13)} | interpreter
     # the elementwise interpreter's vector kernels only (every entry may run an epilogue)

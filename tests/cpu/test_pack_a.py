@@ -1,5 +1,6 @@
-"""Packing A panels for the GEMM micro-kernel: the vector-transpose kernel (ukernel_pack.py) at the
-AVX-512 and AVX2 shapes, and ``kernels_gemm._pack_a`` around it (ragged ends, strided rows, alpha)."""
+"""Packing panels for the GEMM micro-kernel with vector transposes (ukernel_pack.py) at the AVX-512
+and AVX2 shapes: A's MR-row panels (``kernels_gemm._pack_a``: ragged ends, strided rows, alpha) and
+the NR-column panels of a B stored column by column (``kernels_gemm._pack_b``: attention's K^T)."""
 
 from __future__ import annotations
 
@@ -19,8 +20,12 @@ _PACK_CFUNCTYPE = ctypes.CFUNCTYPE(None, ctypes.c_int64, ctypes.c_void_p, ctypes
 
 
 @functools.cache
+def _engine(rows: int, width: int, ldb: int | None = None):
+    return mc.compile_module(up.pack_module(rows, width, ldb))
+
+
 def _kernel(rows: int, width: int):
-    engine = mc.compile_module(up.pack_module(rows, width))
+    engine = _engine(rows, width)
     return engine, _PACK_CFUNCTYPE(engine.get_function_address(up.SYMBOL))
 
 
@@ -59,5 +64,42 @@ def test_pack_a_lays_out_panels_k_major_with_ragged_ends(monkeypatch, vectors, m
     block = np.zeros((panels * uk.MR, kc), np.float32)
     block[:mc_rows] = 0.5 * a[i0:i0 + mc_rows, p0 * a_cs:(p0 + kc) * a_cs:a_cs]
     want = block.reshape(panels, uk.MR, kc).transpose(0, 2, 1).ravel()
+    np.testing.assert_array_equal(p[:want.size], want)
+    assert np.isnan(p[want.size:]).all()
+
+
+@pytest.mark.parametrize("width,ldb", [(16, 32), (8, 16)])
+def test_columns_kernel_fills_its_half_of_each_panel_row(width, ldb):
+    engine = _engine(12 if width == 16 else 6, width, ldb)
+    pack = _PACK_CFUNCTYPE(engine.get_function_address(up.COLUMNS_SYMBOL))
+    lda, blocks = 2 * width + 3, 2
+    a = np.random.default_rng(width).standard_normal(width * lda + width).astype(np.float32)
+    p = np.full(blocks * width * ldb + ldb, -7.0, np.float32)
+    pack(blocks, a.ctypes.data, lda, p.ctypes.data + 4 * width, 1.0)  # the second half of each row
+    k = blocks * width
+    got = p[:k * ldb].reshape(k, ldb)
+    np.testing.assert_array_equal(got[:, width:2 * width], a[:width * lda].reshape(width, lda)[:, :k].T)
+    assert (got[:, :width] == -7.0).all() and (p[k * ldb:] == -7.0).all()
+
+
+@pytest.mark.parametrize("vectors", [True, False])
+@pytest.mark.parametrize("kc,nc", [(3 * uk.WIDTH, 2 * uk.NR), (2 * uk.WIDTH + 5, uk.NR + 7), (uk.WIDTH - 1, uk.NR)])
+def test_pack_b_of_columns_lays_out_panels_with_ragged_ends(monkeypatch, vectors, kc, nc):
+    """B[k, j] at b_off + k + j*b_cs (a transposed view): P[(jp*kc + k)*NR + j] = B[p0 + k, j0 + jp*NR + j],
+    zero columns padding the last panel; whole panels through the kernel, the rest through the loops."""
+    rng = np.random.default_rng(kc * nc)
+    b_cs, p0, j0 = kc + 9, 2, 1
+    cols_total = j0 + nc + 2
+    f = rng.standard_normal(3 + cols_total * b_cs).astype(np.float32)
+    panels = -(-nc // uk.NR)
+    p = np.full(panels * uk.NR * kc + uk.NR, np.nan, np.float32)
+    pack = kg._pack_b if vectors else kg._pack_b.py_func
+    if not vectors:
+        monkeypatch.setattr(kg, "PACK_VECTORS", False)
+    pack(f, 3, 1, b_cs, p0, kc, j0, nc, p)
+    b = f[3:3 + cols_total * b_cs].reshape(cols_total, b_cs).T  # B[k, j]
+    block = np.zeros((kc, panels * uk.NR), np.float32)
+    block[:, :nc] = b[p0:p0 + kc, j0:j0 + nc]
+    want = block.reshape(kc, panels, uk.NR).transpose(1, 0, 2).ravel()
     np.testing.assert_array_equal(p[:want.size], want)
     assert np.isnan(p[want.size:]).all()
