@@ -26,10 +26,11 @@ _SCRIPT = textwrap.dedent("""
     report = compare(m, {"x": rand(7, 48, seed=3) - 0.5})
     assert "k_gemm" in warmup.LAST_HELPER["entries"], warmup.LAST_HELPER
     assert warmup.LAST_HELPER["returncode"] == 0, warmup.LAST_HELPER
-    # the helper also compiled the micro-kernel modules the GEMM calls (its own and the elementwise
-    # interpreter's, which any entry may run), and nothing built the others
-    from rammer.backends.cpu import ukernel, ukernel_ew, ukernel_window, ukernel_winograd
-    assert sorted(warmup.LAST_HELPER["code"]) == sorted([ukernel.PACKED.key, ukernel_ew.EW.key]), warmup.LAST_HELPER
+    # the helper also compiled the micro-kernel modules the GEMM calls (its own, its panel packing and
+    # the elementwise interpreter's, which any entry may run), and nothing built the others
+    from rammer.backends.cpu import ukernel, ukernel_ew, ukernel_pack, ukernel_window, ukernel_winograd
+    want = [ukernel.PACKED.key, ukernel_pack.PACK.key, ukernel_ew.EW.key]
+    assert sorted(warmup.LAST_HELPER["code"]) == sorted(want), warmup.LAST_HELPER
     assert ukernel.PACKED._engine is not None
     for code in (ukernel.LDB, ukernel.ROWS, ukernel_window.WINDOW, ukernel_winograd.WINOGRAD):
         assert code._engine is None and not code.cached(), code.key
