@@ -172,8 +172,10 @@ class CpuExecutable:
     def tensor(self, name: str) -> np.ndarray:
         dtype, off, shape, strides = self.program.tensors[name]
         dt = np.dtype(dtype)
+        # a dim of one element never steps, and its stride may be huge (a Slice by a step of 2**59: the
+        # fuzzer's mutants:61833529), which numpy refuses once it is a byte count
         return np.ndarray(shape, dtype=dt, buffer=self.arena, offset=off,
-                          strides=tuple(s * dt.itemsize for s in strides))
+                          strides=tuple(0 if d == 1 else s * dt.itemsize for d, s in zip(shape, strides)))
 
     def _write(self, name: str, value: np.ndarray) -> None:
         dst = self.tensor(name)

@@ -422,3 +422,14 @@ def test_convolution_with_small_k_blocks_and_pixel_panels(monkeypatch):
              node("Relu", ["c"], ["y"])]
     report = compare(model(nodes, {"x": x}, ["y"], consts), {"x": x})
     assert report["ops_by_family"] == {"conv": 1}
+
+
+def test_a_slice_by_a_huge_step_is_a_one_element_dim():
+    """A Slice whose step (2**59 + 1) leaves one element along its axis: the output view's stride there is
+    huge, and numpy refused to build the arena view of it (the fuzzer's mutants:61833529)."""
+    consts = {"s": np.array([4], np.int64), "e": np.array([5], np.int64), "a": np.array([0], np.int64),
+              "st": np.array([2 ** 59 + 1], np.int64)}
+    m = model([node("LayerNormalization", ["x", "w", "b"], ["n"], axis=3, epsilon=0.01),
+               node("Sub", ["n", "x"], ["d"]), node("Slice", ["d", "s", "e", "a", "st"], ["y"])],
+              {"x": rand(5, 4, 6, 4)}, ["y"], dict(consts, w=rand(4, seed=1), b=rand(4, seed=2)))
+    compare(m, {"x": rand(5, 4, 6, 4, seed=3)})
