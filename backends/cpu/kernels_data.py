@@ -46,20 +46,6 @@ def row_index(r, d1, d2):
 
 
 @njit(**_JIT)
-def next_row(i0, i1, i2, d1, d2):
-    """The indices of the row after (i0, i1, i2) in a (d0, d1, d2) space (stepping is cheaper
-    than dividing again: a division per row cost as much as copying a 32-element row)."""
-    i2 += 1
-    if i2 == d2:
-        i2 = 0
-        i1 += 1
-        if i1 == d1:
-            i1 = 0
-            i0 += 1
-    return i0, i1, i2
-
-
-@njit(**_JIT)
 def advance_rows(i0, i1, i2, run, d1, d2):
     """The indices of the row ``run`` rows after (i0, i1, i2), for a run of rows that stays within
     one (i0, i1) slice (``run <= d2 - i2``): the tiled copies and loads step a run at a time."""
@@ -71,6 +57,13 @@ def advance_rows(i0, i1, i2, run, d1, d2):
             i1 = 0
             i0 += 1
     return i0, i1, i2
+
+
+@njit(**_JIT)
+def next_row(i0, i1, i2, d1, d2):
+    """The indices of the row after (i0, i1, i2) in a (d0, d1, d2) space (stepping is cheaper
+    than dividing again: a division per row cost as much as copying a 32-element row)."""
+    return advance_rows(i0, i1, i2, 1, d1, d2)
 
 
 #: Rows of at most this many elements that repeat one source element (a nearest-neighbour

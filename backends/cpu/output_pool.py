@@ -52,7 +52,3 @@ class OutputPool:
         if len(kept) < self.buffers:
             kept.append(buf)
         return buf
-
-    def clear(self) -> None:
-        """Forget every kept buffer (the caller's arrays stay valid: they are its own references)."""
-        self._kept.clear()
